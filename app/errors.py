@@ -1,0 +1,62 @@
+"""The one exception tree of idmint.
+
+::
+
+    IdmintError
+    ├── InvalidIdError          (ValueError) an ID string breaks a rule of its scheme      -> 422
+    ├── InvalidOptionError      (ValueError) a count, format or scheme option is out of rule -> 422
+    ├── UnknownSchemeError      (LookupError) no scheme of that name                         -> 404
+    ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
+    │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
+    │   ├── PoolExhaustedError      every identity of the pool is held by another node
+    │   └── BackendUnavailableError the lease backend cannot be reached or refused us
+    └── ConfigError             (ValueError) a setting breaks its rule; raised at start-up
+
+HTTP status codes are assigned in exactly one place, :mod:`app.api.errors`; route functions carry no try blocks.
+"""
+
+from __future__ import annotations
+
+
+class IdmintError(Exception):
+    """Base of every error idmint raises on purpose."""
+
+
+class InvalidIdError(IdmintError, ValueError):
+    """An ID string does not parse: the message names the rule broken (length, alphabet, version, checksum...)."""
+
+
+class InvalidOptionError(IdmintError, ValueError):
+    """A request option (count, format, mode, type, after...) breaks its rule; the message names it."""
+
+
+class UnknownSchemeError(IdmintError, LookupError):
+    """No scheme of that name is served."""
+
+
+class NotReadyError(IdmintError):
+    """This node may not issue for a scheme right now.
+
+    ``reason`` is a short human sentence; ``retry_after`` is the number of seconds a client should wait (>= 1).
+    """
+
+    def __init__(self, reason: str, retry_after: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = max(1, int(retry_after))
+
+
+class LeaseLostError(NotReadyError):
+    """The lease behind a node identity expired, was revoked, or its claim key was deleted."""
+
+
+class PoolExhaustedError(NotReadyError):
+    """Every identity in the pool is held by another node."""
+
+
+class BackendUnavailableError(NotReadyError):
+    """The lease backend (etcd) is unreachable, timed out, or rejected our credentials."""
+
+
+class ConfigError(IdmintError, ValueError):
+    """A setting breaks its rule; raised once, at start-up."""
