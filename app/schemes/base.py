@@ -102,9 +102,11 @@ class Generator(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, count: int, **options: Any) -> Batch:
-        """Issue up to ``count`` (>= 1) IDs. Never blocks for more than a few microseconds.
+        """Issue up to ``count`` (>= 1) IDs. Never blocks for more than ~50 microseconds.
 
-        Only eight-byte may return fewer than ``count`` (its 64-per-ms cap); callers then wait :meth:`wait_ns`
+        May return fewer than ``count`` (even 0) when the scheme's rule makes it wait for the clock: eight-byte's
+        64-per-ms cap, or a sequence exhausted in the current tick while the clock is behind the last timestamp
+        used (clock rollback, or a floor above the clock after a restart). Callers then wait :meth:`wait_ns`
         and call again. Options are scheme-specific (``mode``, ``qualifier``, ``after``); a bad one raises
         :class:`~app.errors.InvalidOptionError`.
         """
