@@ -42,6 +42,8 @@ class PoolSpec:
     candidates: Sequence[int] | None = None
     group: str = ""
     static: bool = False
+    exclude: frozenset[int] = frozenset()
+    """Identities not to take (refused earlier because their high-water mark was too far ahead)."""
 
 
 @dataclass(frozen=True)

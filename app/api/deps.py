@@ -1,0 +1,22 @@
+"""FastAPI dependencies as Annotated aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.node import Node
+from app.settings import Settings
+
+
+def get_node(request: Request) -> Node:
+    return request.app.state.node  # type: ignore[no-any-return]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+NodeDep = Annotated[Node, Depends(get_node)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]

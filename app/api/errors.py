@@ -1,0 +1,78 @@
+"""The one place where idmint's exception tree becomes HTTP status codes (JSON bodies, never a 500 for bad input)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from app.errors import (
+    ConfigError,
+    IdmintError,
+    InvalidIdError,
+    InvalidOptionError,
+    NotReadyError,
+    UnknownSchemeError,
+)
+
+JSON = "application/json"
+
+
+def status_for(exc: IdmintError) -> int:
+    """HTTP status of an idmint error."""
+    if isinstance(exc, (InvalidIdError, InvalidOptionError)):
+        return 422
+    if isinstance(exc, UnknownSchemeError):
+        return 404
+    if isinstance(exc, NotReadyError):
+        return 503
+    if isinstance(exc, ConfigError):
+        return 500
+    return 500
+
+
+def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """(status, JSON body, extra headers) for an idmint error: ``{"detail": "<rule broken or reason>"}``."""
+    status = status_for(exc)
+    headers: list[tuple[bytes, bytes]] = []
+    payload: dict[str, Any] = {"detail": str(exc)}
+    if isinstance(exc, NotReadyError):
+        headers.append((b"retry-after", str(exc.retry_after).encode()))
+        payload["retry_after"] = exc.retry_after
+    return status, json.dumps(payload).encode(), headers
+
+
+def error_response(exc: IdmintError) -> Response:
+    status, body, headers = error_parts(exc)
+    return Response(body, status_code=status, media_type=JSON,
+                    headers={k.decode(): v.decode() for k, v in headers})
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ())]
+        where = f"{loc[0]} parameter {'.'.join(loc[1:])}" if len(loc) > 1 else ".".join(loc)
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map IdmintError subclasses, request validation errors and HTTP errors to JSON ``{"detail": str}``."""
+
+    @app.exception_handler(IdmintError)
+    async def _idmint(request: Request, exc: IdmintError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return Response(json.dumps({"detail": _describe_validation(exc)}), status_code=422, media_type=JSON)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        return Response(json.dumps({"detail": exc.detail}), status_code=exc.status_code, media_type=JSON,
+                        headers=getattr(exc, "headers", None))

@@ -1,0 +1,80 @@
+"""Issuing routes: ``/v1/ids/{scheme}`` (JSON) and ``/v1/ids/{scheme}/stream`` (text, one ID per line).
+
+``GET /v1/ids/{scheme}`` is normally answered by the lean ASGI fast path (:mod:`app.api.fastpath`) before FastAPI
+routing; these routes define the contract (and the OpenAPI docs), serve POST, and answer every case the fast path
+hands over (errors, waits).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+from starlette.responses import Response, StreamingResponse
+
+from app.api.deps import NodeDep, SettingsDep
+from app.api.issuing import STREAM_CHUNK, check_count, issue_body, prepare
+from app.errors import IdmintError
+from app.node import Issuer
+
+log = logging.getLogger("idmint.api")
+router = APIRouter(tags=["issue"])
+
+CountQ = Query(1, description="How many IDs (1..max_count; the stream allows up to max_stream_count).")
+FormatQ = Query(None, description="Text form; default the scheme's canonical form. See /v1/schemes.")
+ModeQ = Query(None, description="eight-byte only: spread (default) or time_sequential.")
+TypeQ = Query(None, alias="type", description="siq only: the qualifier type name (default user).")
+AfterQ = Query(None, description="hlc-ulid only: every returned ID sorts after this HLC-ULID (HLC merge).")
+
+
+class IssueResponse(BaseModel):
+    scheme: str = Field(examples=["wiji"])
+    format: str = Field(examples=["base32"])
+    ids: list[str] = Field(examples=[["0691J1V9G0000G7Q3N6T1XAFNG"]])
+    bundle: str | None = Field(None, description="muid only: the offset-0 Muid of the batch (the Gink bundle).")
+
+
+@router.api_route("/v1/ids/{scheme}", methods=["GET", "POST"], response_model=IssueResponse,
+                  responses={404: {"description": "unknown scheme"}, 422: {"description": "bad count or option"},
+                             503: {"description": "this node cannot be sure its identity is exclusive"}})
+async def issue(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
+                format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
+                after: str | None = AfterQ) -> Response:
+    """Issue ``count`` fresh IDs of ``scheme``."""
+    issuer, count, fmt, options = prepare(node, scheme, count, format, mode, type, after, settings.max_count)
+    issued = await issuer.issue(count, options)
+    return Response(issue_body(scheme, fmt, issued), media_type="application/json")
+
+
+async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, object]) -> AsyncIterator[bytes]:
+    remaining = count
+    while remaining:
+        n = min(remaining, STREAM_CHUNK)
+        try:
+            issued = await issuer.issue(n, options)
+        except IdmintError as exc:
+            # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
+            log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, count - remaining, count, exc)
+            raise
+        remaining -= issued.count
+        yield issued.encode(fmt)
+
+
+@router.api_route("/v1/ids/{scheme}/stream", methods=["GET", "POST"],
+                  response_class=StreamingResponse,
+                  responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}})
+async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
+                 format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
+                 after: str | None = AfterQ) -> StreamingResponse:
+    """Stream ``count`` IDs as text, one per line, with memory that does not grow with ``count``.
+
+    If the node stops being sure of its identity mid-stream, the response ends without its final chunk, so the
+    client sees a truncated transfer rather than a short, clean list.
+    """
+    issuer, _, fmt, options = prepare(node, scheme, 1, format, mode, type, after, settings.max_count)
+    check_count(count, settings.max_stream_count)
+    issuer.check()
+    return StreamingResponse(_stream(issuer, count, fmt, options), media_type="text/plain; charset=us-ascii",
+                             headers={"x-idmint-count": str(count)})

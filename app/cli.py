@@ -1,0 +1,133 @@
+"""The ``idmint`` command: ``serve``, ``mint`` and ``decode``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from app import __version__
+from app.errors import ConfigError, IdmintError, InvalidIdError, NotReadyError
+
+
+def _settings(**overrides: Any) -> Any:
+    from app.settings import load_settings
+
+    try:
+        return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="idmint")
+def main() -> None:
+    """idmint: issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs.
+
+    Settings come from IDMINT_* environment variables (see README.md).
+    """
+
+
+@main.command()
+@click.option("--host", help="Bind address (IDMINT_HOST, default 127.0.0.1).")
+@click.option("--port", type=int, help="Port (IDMINT_PORT, default 8000).")
+@click.option("--workers", type=int, help="Worker processes (IDMINT_WORKERS, default 1).")
+def serve(host: str | None, port: int | None, workers: int | None) -> None:
+    """Run the HTTP server (uvicorn) on the configured lease backend (embedded unless IDMINT_ETCD_ENDPOINTS)."""
+    settings = _settings(host=host, port=port, workers=workers)
+    # Workers build their own app from the environment: pass the command-line overrides down that way.
+    os.environ["IDMINT_HOST"] = settings.host
+    os.environ["IDMINT_PORT"] = str(settings.port)
+    os.environ["IDMINT_WORKERS"] = str(settings.workers)
+    from app.metrics import prepare_process_environment
+
+    prepare_process_environment(settings.workers)
+    import uvicorn
+
+    log_config = None
+    try:
+        from app.logs import configure_logging, uvicorn_log_config
+
+        configure_logging(settings)
+        log_config = uvicorn_log_config(settings)
+    except ImportError:
+        pass
+    kwargs: dict[str, Any] = {}
+    if log_config is not None:
+        kwargs["log_config"] = log_config
+    uvicorn.run(
+        "app.main:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
+        access_log=settings.access_log, log_level=settings.log_level, server_header=False, **kwargs,
+    )
+
+
+@main.command()
+@click.argument("scheme")
+@click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many IDs.")
+@click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
+@click.option("--mode", type=click.Choice(["spread", "time_sequential"]), help="eight-byte only.")
+@click.option("--type", "type_", help="siq only: qualifier type (default user).")
+@click.option("--after", help="hlc-ulid only: IDs sort after this HLC-ULID.")
+def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None, after: str | None) -> None:
+    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases."""
+    settings = _settings()
+    try:
+        asyncio.run(_mint(settings, scheme, count, fmt, mode, type_, after))
+    except NotReadyError as exc:
+        raise click.ClickException(f"not ready: {exc.reason}") from exc
+    except IdmintError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except BrokenPipeError:
+        # `idmint mint ... | head`: the reader went away; not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None,
+                after: str | None) -> None:
+    from app.api.issuing import STREAM_CHUNK, issue_options
+    from app.lease import make_backend
+    from app.metrics import Metrics
+    from app.node import Node
+    from app.schemes import get_scheme
+
+    get_scheme(scheme)
+    metrics = Metrics([scheme], __version__)
+    node = Node(settings, make_backend(settings, metrics), metrics, only=[scheme])
+    await node.start()
+    try:
+        issuer = node.issuer(scheme)
+        resolved = issuer.scheme.resolve_format(fmt)
+        options = issue_options(issuer, mode, type_, after)
+        issuer.check()
+        out = sys.stdout.buffer
+        remaining = count
+        while remaining:
+            issued = await issuer.issue(min(remaining, STREAM_CHUNK), options)
+            out.write(issued.encode(resolved))
+            remaining -= issued.count
+        out.flush()
+    finally:
+        await node.stop()
+
+
+@main.command()
+@click.argument("id_text", metavar="ID")
+@click.option("--scheme", help="Decode as this scheme only (default: every scheme that accepts it).")
+def decode(id_text: str, scheme: str | None) -> None:
+    """Print the decode object of ID as JSON (all candidate schemes unless --scheme)."""
+    from app.decoding import decode_any, decode_one
+
+    try:
+        result = decode_one(scheme, id_text) if scheme else decode_any(id_text)
+    except (InvalidIdError, IdmintError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Decoding IDs into the JSON decode object, for one scheme or by detecting the scheme.
+
+The decode object (``GET /v1/decode/{scheme}/{id}``)::
+
+    {"scheme": "wiji", "id": "<canonical text>", "hex": "<packed bytes, lowercase hex>",
+     "timestamp": "<RFC 3339, UTC, the scheme's precision>" | null, "fields": {...}}
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from app.errors import InvalidIdError
+from app.schemes import get_scheme, schemes
+from app.schemes.base import Scheme
+
+MAX_ID_TEXT_LEN = 128
+"""Longest text accepted as one ID (the longest form, SIQ decimal or did, is well below)."""
+
+
+def rfc3339(ns: int | None, digits: int) -> str | None:
+    """``ns`` since the Unix epoch as RFC 3339 UTC with ``digits`` (3 or 6) fraction digits, truncated."""
+    if ns is None:
+        return None
+    seconds, rem = divmod(ns, 1_000_000_000)
+    try:
+        base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return None
+    frac = f"{rem:09d}"[:digits]
+    return f"{base}.{frac}Z"
+
+
+def _clean(text: str) -> str:
+    text = text.strip()
+    if not text:
+        raise InvalidIdError("ID must not be empty")
+    if len(text) > MAX_ID_TEXT_LEN:
+        raise InvalidIdError(f"ID must be at most {MAX_ID_TEXT_LEN} characters long, got {len(text)}")
+    return text
+
+
+def decode_value(scheme: Scheme, value: int) -> dict[str, Any]:
+    """The decode object of a packed integer of ``scheme``."""
+    return {
+        "scheme": scheme.name,
+        "id": scheme.canonical(value),
+        "hex": f"{value:0{scheme.packed_bytes * 2}x}",
+        "timestamp": rfc3339(scheme.timestamp_ns(value), scheme.timestamp_digits),
+        "fields": scheme.fields(value),
+    }
+
+
+def decode_one(scheme_name: str, text: str) -> dict[str, Any]:
+    """Decode ``text`` as ``scheme_name``. Raises UnknownSchemeError, or InvalidIdError naming the rule broken."""
+    scheme = get_scheme(scheme_name)
+    return decode_value(scheme, scheme.parse(_clean(text)))
+
+
+def decode_any(text: str) -> dict[str, Any]:
+    """Every scheme whose parser accepts ``text``: ``{"input", "candidates": [decode objects]}``.
+
+    Raises InvalidIdError when none does; the message gives each scheme's reason.
+    """
+    cleaned = _clean(text)
+    candidates = []
+    reasons = []
+    for scheme in schemes().values():
+        try:
+            value = scheme.parse(cleaned)
+        except InvalidIdError as exc:
+            reasons.append(f"{scheme.name}: {exc}")
+            continue
+        candidates.append(decode_value(scheme, value))
+    if not candidates:
+        raise InvalidIdError("not an ID of any scheme (" + "; ".join(reasons) + ")")
+    return {"input": text, "candidates": candidates}
+
+
+# ID-shaped tokens in free text (log lines, tickets): did:siq: forms, hyphenated hex forms, and runs of
+# base32/hex/decimal characters of a plausible length. Which of them really parse is decided by the parsers.
+_TOKEN_RE = re.compile(
+    r"did:siq:[A-Za-z0-9]+"
+    r"|[0-9A-Za-z]+(?:-[0-9A-Za-z]+){1,4}"
+    r"|[0-9A-Za-z]{13,40}"
+)
+
+
+def extract_tokens(text: str) -> list[tuple[int, str]]:
+    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance.
+
+    A token is kept only if at least one scheme parses it, so words in a log line are dropped. A line that is
+    a single token which parses nowhere is kept too, so a pasted invalid ID still shows its error.
+    """
+    found: list[tuple[int, str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        hits = []
+        for match in _TOKEN_RE.finditer(stripped):
+            token = match.group(0)
+            if any(_parses(s, token) for s in schemes().values()):
+                hits.append(token)
+        if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
+            hits.append(stripped)
+        found.extend((lineno, t) for t in hits)
+    return found
+
+
+def _parses(scheme: Scheme, token: str) -> bool:
+    try:
+        scheme.parse(token)
+    except InvalidIdError:
+        return False
+    return True
+
+
+def decode_text(text: str, limit: int = 5000) -> dict[str, Any]:
+    """Pick the ID-shaped tokens out of free text and decode each.
+
+    Returns ``{"items": [{"line", "input", "candidates", "error"}], "truncated": bool}``; ``error`` is the
+    rule broken (None when at least one scheme parsed it).
+    """
+    items = []
+    tokens = extract_tokens(text)
+    for lineno, token in tokens[:limit]:
+        try:
+            result = decode_any(token)
+            items.append({"line": lineno, "input": token, "candidates": result["candidates"], "error": None})
+        except InvalidIdError as exc:
+            items.append({"line": lineno, "input": token, "candidates": [], "error": str(exc)})
+    return {"items": items, "truncated": len(tokens) > limit}

@@ -1,0 +1,188 @@
+"""The embedded lease backend: node identities for one machine, from OS file locks under a state directory.
+
+Layout under ``state_dir``::
+
+    <scheme>/<group or "_">/<identity>.lock   flock(LOCK_EX) held for as long as the identity is ours;
+                                              its content names the holder (host, pid, version, start time)
+    <scheme>/<group or "_">/<identity>.mark   {"high_water_mark": <native units>} -- replaced atomically
+
+An OS file lock is released by the kernel when its process dies, so a crashed process frees its identities at
+once; its mark file stays, and the next holder never issues at or below that mark. Locks are ``flock`` locks
+(one per open file description), so two claims in one process conflict just as two processes do
+(``uvicorn --workers N``, two ``idmint serve``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any, Iterator
+
+from app.errors import BackendUnavailableError, PoolExhaustedError
+from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
+
+log = logging.getLogger("idmint.lease")
+
+RANDOM_DRAW_TRIES = 64
+"""Random draws (Muid medallions) tried before the pool counts as exhausted."""
+
+
+class EmbeddedClaim(Claim):
+    """An identity held through an open, flock-ed lock file."""
+
+    def __init__(self, scheme: str, identity: int, key: str, fd: int, mark_path: Path, mark: int) -> None:
+        self.scheme = scheme
+        self.identity = identity
+        self.key = key
+        self.high_water_mark = mark
+        self._fd: int | None = fd
+        self._mark_path = mark_path
+        self._recorded = mark
+
+    def lost(self) -> bool:
+        return self._fd is None
+
+    async def record_mark(self, mark: int) -> None:
+        self.record_mark_sync(mark)
+
+    def record_mark_sync(self, mark: int) -> None:
+        if self._fd is None:
+            raise BackendUnavailableError(f"{self.scheme} identity {self.identity} was released")
+        if mark <= self._recorded:
+            return
+        _write_mark(self._mark_path, mark)
+        self._recorded = mark
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
+def _read_mark(path: Path) -> int:
+    try:
+        return int(json.loads(path.read_text())["high_water_mark"])
+    except FileNotFoundError:
+        return -1
+    except (ValueError, KeyError, TypeError) as exc:
+        # A mark we cannot read must not be taken as "no mark": that could repeat IDs.
+        raise BackendUnavailableError(f"high-water mark file {path} is unreadable: {exc}") from exc
+
+
+def _write_mark(path: Path, mark: int) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    data = json.dumps({"high_water_mark": mark}).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class EmbeddedBackend(LeaseBackend):
+    """File-lock leases under ``state_dir``; one machine. Claims never expire; marks are written every 0.5 s."""
+
+    name = "embedded"
+    mark_interval = 0.5
+    mark_horizon = 1.0
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self._claims: list[EmbeddedClaim] = []
+
+    async def start(self) -> None:
+        self._ensure_dir()
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendUnavailableError(f"state directory {self.state_dir} cannot be created: {exc}") from exc
+
+    async def claim(self, pool: PoolSpec, holder: Holder) -> Claim:
+        return self.claim_sync(pool, holder)
+
+    def claim_sync(self, pool: PoolSpec, holder: Holder) -> Claim:
+        self._ensure_dir()
+        folder = self.state_dir / pool.scheme / (pool.group or "_")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendUnavailableError(f"state directory {folder} cannot be created: {exc}") from exc
+        for identity in self._candidates(pool, folder):
+            if identity in pool.exclude:
+                continue
+            claim = self._try_lock(pool, folder, identity, holder)
+            if claim is not None:
+                self._claims.append(claim)
+                return claim
+        what = "the statically assigned" if pool.static else "every"
+        raise PoolExhaustedError(
+            f"{pool.scheme}: {what} {pool.kind} is held by another process on this machine "
+            f"(state directory {self.state_dir})",
+            retry_after=5,
+        )
+
+    def _candidates(self, pool: PoolSpec, folder: Path) -> Iterator[int]:
+        if pool.candidates is not None:
+            yield from pool.candidates
+            return
+        if pool.draw == "random":
+            # Reuse identities this machine already used (their marks are known) before drawing new ones.
+            known = sorted(int(p.stem) for p in folder.glob("*.mark") if p.stem.isdigit())
+            yield from (i for i in known if pool.minimum <= i <= pool.maximum)
+            for _ in range(RANDOM_DRAW_TRIES):
+                yield pool.minimum + secrets.randbelow(pool.maximum - pool.minimum + 1)
+            return
+        yield from range(pool.minimum, pool.maximum + 1)
+
+    def _try_lock(self, pool: PoolSpec, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
+        lock_path = folder / f"{identity}.lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            mark = _read_mark(folder / f"{identity}.mark")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"holder": holder.as_dict(), "identity": identity}).encode(), 0)
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
+        key = str(lock_path.relative_to(self.state_dir))
+        log.debug("claimed %s %s %d (mark %d)", pool.scheme, pool.kind, identity, mark)
+        return EmbeddedClaim(pool.scheme, identity, key, fd, folder / f"{identity}.mark", mark)
+
+    async def release(self, claim: Claim, final_mark: int | None) -> None:
+        self.release_sync(claim, final_mark)
+
+    def release_sync(self, claim: Claim, final_mark: int | None) -> None:
+        assert isinstance(claim, EmbeddedClaim)
+        try:
+            if final_mark is not None and not claim.lost():
+                # The final mark is exact (the highest timestamp really issued), so it may lower the
+                # reservation recorded ahead of the clock: a clean restart then need not wait for it.
+                _write_mark(claim._mark_path, final_mark)
+        finally:
+            claim.close()
+            if claim in self._claims:
+                self._claims.remove(claim)
+
+    async def close(self) -> None:
+        for claim in list(self._claims):
+            self.release_sync(claim, None)
+
+    def status(self) -> dict[str, Any]:
+        return {"backend": self.name, "state_dir": str(self.state_dir)}

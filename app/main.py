@@ -1,0 +1,68 @@
+"""The application factory: ``create_app(settings)`` builds the FastAPI app, the node and its lease backend.
+
+Run with ``uvicorn --factory app.main:create_app`` or ``idmint serve``. Nothing heavy happens at import time; the
+lifespan owns the node's background tasks and cancels them.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api import decode, ids, meta
+from app.api.errors import install_error_handlers
+from app.api.fastpath import FastPath
+from app.lease import make_backend
+from app.metrics import Metrics
+from app.node import Node
+from app.schemes import schemes
+from app.settings import Settings, load_settings
+
+
+def create_app(settings: Settings | None = None, *, node: Node | None = None) -> Any:
+    """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
+    around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
+    settings = settings or load_settings()
+    metrics = Metrics(list(schemes()), __version__)
+    if node is None:
+        node = Node(settings, make_backend(settings, metrics), metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await node.start()
+        app.state.node = node
+        try:
+            yield
+        finally:
+            await node.stop()
+
+    api = FastAPI(
+        title="idmint",
+        version=__version__,
+        summary="Issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs; node identities leased via etcd.",
+        lifespan=lifespan,
+    )
+    api.state.settings = settings
+    api.state.node = node
+    install_error_handlers(api)
+    api.include_router(ids.router)
+    api.include_router(decode.router)
+    api.include_router(meta.router)
+    _include_page(api)
+
+    wrapper = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
+    return wrapper
+
+
+def _include_page(api: FastAPI) -> None:
+    try:
+        from app.api import page
+    except ImportError:
+        return
+    api.include_router(page.router)
+    mount = getattr(page, "mount_static", None)
+    if mount is not None:
+        mount(api)

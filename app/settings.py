@@ -1,0 +1,189 @@
+"""All idmint settings: one pydantic-settings class, environment prefix ``IDMINT_``, validated once at start-up.
+
+Every rule is stated in the error message (``cluster_id must be in 0..15, got 17``). Build with
+:func:`load_settings`, which turns pydantic's ValidationError into :class:`~app.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from app.errors import ConfigError
+
+
+def _default_state_dir() -> Path:
+    return Path(platformdirs.user_data_dir("idmint", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """idmint configuration. Each field reads ``IDMINT_<FIELD>`` (case-insensitive)."""
+
+    model_config = SettingsConfigDict(env_prefix="IDMINT_", extra="ignore", validate_default=True)
+
+    # -- serving --------------------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address `idmint serve` binds.")
+    port: int = Field(8000, ge=0, le=65535, description="Port `idmint serve` binds (0..65535).")
+    workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes for `idmint serve` (1..64).")
+    max_count: int = Field(100_000, ge=1, le=10_000_000, description="Largest `count` for /v1/ids/{scheme}.")
+    max_stream_count: int = Field(
+        100_000_000, ge=1, le=10_000_000_000, description="Largest `count` for /v1/ids/{scheme}/stream."
+    )
+    access_log: bool = Field(False, description="uvicorn access log (off by default: it costs throughput).")
+    log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
+
+    # -- node identity: embedded backend --------------------------------------------------------------------
+    state_dir: Path = Field(
+        default_factory=_default_state_dir,
+        description="Embedded lease backend: directory for identity locks and high-water marks.",
+    )
+
+    # -- node identity: static assignment (overrides the claim; still locked/leased so conflicts show) ------
+    cluster_id: int = Field(0, ge=0, le=15, description="Eight-byte cluster ID (0..15).")
+    eight_byte_generator_id: int | None = Field(
+        None, ge=0, le=2047, description="Static eight-byte generator ID (0..2047); unset = claim one."
+    )
+    eight_byte_generators: int = Field(
+        1, ge=1, le=2048, description="How many eight-byte generator IDs this node holds (each caps at 64 IDs/ms)."
+    )
+    eight_byte_lookback_ms: int = Field(
+        50, ge=0, le=1000,
+        description="Eight-byte: unused milliseconds up to this far back may be filled by a late batch (0..1000).",
+    )
+    eight_byte_pool: str = Field(
+        "0-2047", description="Eight-byte generator IDs this node may claim, as LOW-HIGH within 0..2047.",
+    )
+    muid_medallion: int | None = Field(
+        None, ge=0x10000000000, le=0x1FFFFFFFFFF,
+        description="Static Muid medallion (0x10000000000..0x1FFFFFFFFFF); unset = draw and claim one.",
+    )
+    hlc_ulid_publisher_id: int | None = Field(
+        None, ge=0, le=65535, description="Static HLC-ULID publisher ID (0..65535); unset = claim one."
+    )
+    hlc_ulid_max_drift_ms: int = Field(
+        60_000, ge=0, description="HLC-ULID: refuse `after` IDs more than this many ms ahead of our clock."
+    )
+    siq_shard: int | None = Field(None, ge=0, le=255, description="Static SIQ shard (0..255); unset = claim one.")
+    siq_domain: str = Field("", description="SIQ domain whose hash goes into every SIQ ('' = hash 0).")
+
+    # -- clock --------------------------------------------------------------------------------------------
+    max_clock_wait: float = Field(
+        5.0, ge=0, le=300,
+        description="Seconds a node waits for its clock to pass a claimed identity's high-water mark before "
+        "refusing that identity and claiming another.",
+    )
+
+    clock_offset_ms: int = Field(
+        0, description="Test hook: shifts this node's clock by this many ms (fault-injection tests). Leave 0.",
+    )
+
+    # -- etcd backend --------------------------------------------------------------------------------------
+    etcd_endpoints: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated etcd URLs (http://host:2379,...); empty = embedded backend.",
+    )
+    etcd_namespace: str = Field("unique-id-generator/", description="etcd key prefix.")
+    etcd_lease_ttl: int = Field(10, ge=2, le=3600, description="etcd lease TTL in seconds (2..3600).")
+    etcd_safety_margin: float = Field(
+        2.0, ge=0, description="Seconds before the lease could expire at which the node stops issuing."
+    )
+    etcd_connect_timeout: float = Field(3.0, gt=0, description="Seconds to wait for an etcd connection.")
+    etcd_request_timeout: float = Field(2.0, gt=0, description="Seconds to wait for one etcd request.")
+    etcd_ca_cert: Path | None = Field(None, description="CA bundle for TLS to etcd.")
+    etcd_cert_cert: Path | None = Field(None, description="Client certificate for TLS to etcd.")
+    etcd_cert_key: Path | None = Field(None, description="Client key for TLS to etcd.")
+    etcd_user: str | None = Field(None, description="etcd auth user.")
+    etcd_password: str | None = Field(None, description="etcd auth password.")
+
+    @field_validator("etcd_endpoints", mode="before")
+    @classmethod
+    def _split_endpoints(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("etcd_endpoints")
+    @classmethod
+    def _check_endpoints(cls, value: list[str]) -> list[str]:
+        for url in value:
+            scheme, sep, rest = url.partition("://")
+            if not sep or scheme not in ("http", "https") or not rest:
+                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {url!r}")
+        return value
+
+    @field_validator("eight_byte_pool")
+    @classmethod
+    def _check_pool(cls, value: str) -> str:
+        low, sep, high = value.partition("-")
+        if not (sep and low.strip().isdigit() and high.strip().isdigit()) or not (
+            0 <= int(low) <= int(high) <= 2047
+        ):
+            raise ValueError(f"eight_byte_pool must be LOW-HIGH with 0 <= LOW <= HIGH <= 2047, got {value!r}")
+        return f"{int(low)}-{int(high)}"
+
+    @property
+    def eight_byte_pool_bounds(self) -> tuple[int, int]:
+        low, _, high = self.eight_byte_pool.partition("-")
+        return int(low), int(high)
+
+    @field_validator("etcd_namespace")
+    @classmethod
+    def _check_namespace(cls, value: str) -> str:
+        if value and not value.endswith("/"):
+            value += "/"
+        return value
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> Settings:
+        if self.eight_byte_generator_id is not None and self.eight_byte_generators != 1:
+            raise ValueError(
+                "eight_byte_generators must be 1 when eight_byte_generator_id is set statically, "
+                f"got {self.eight_byte_generators}"
+            )
+        if self.etcd_endpoints and self.etcd_safety_margin >= self.etcd_lease_ttl / 2:
+            raise ValueError(
+                f"etcd_safety_margin must be less than half of etcd_lease_ttl ({self.etcd_lease_ttl / 2:g} s), "
+                f"got {self.etcd_safety_margin:g}"
+            )
+        if (self.etcd_cert_cert is None) != (self.etcd_cert_key is None):
+            raise ValueError("etcd_cert_cert and etcd_cert_key must be set together")
+        if (self.etcd_user is None) != (self.etcd_password is None):
+            raise ValueError("etcd_user and etcd_password must be set together")
+        return self
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment (plus ``overrides``); raise ConfigError stating every broken rule."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            bounds = _bounds(loc)
+            if err["type"] in _RANGE_ERRORS and bounds is not None:
+                msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
+            problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
+
+
+_RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}
+
+
+def _bounds(name: str) -> tuple[object, object] | None:
+    field = Settings.model_fields.get(name)
+    if field is None:
+        return None
+    low = high = None
+    for meta in field.metadata:
+        low = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else low
+        high = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else high
+    if low is None and high is None:
+        return None
+    return ("" if low is None else low), ("" if high is None else high)

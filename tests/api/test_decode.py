@@ -1,0 +1,94 @@
+"""/v1/decode: decoding and scheme detection through the real ASGI app."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.helpers import HEX_DIGITS, SCHEMES, running_app
+
+FIELDS = {
+    "muid": {"timestamp_us", "medallion", "offset"},
+    "eight-byte": {"timestamp_ms", "sequence", "generator_id", "cluster_id", "mode"},
+    "hlc-ulid": {"timestamp_ms", "counter", "publisher_id", "random"},
+    "siq": {"seconds", "fraction", "shard", "domain_hash", "serial", "qualifier"},
+    "wiji": {"timestamp_us", "sequence", "version", "random"},
+}
+RFC3339 = {3: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"),
+           6: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")}
+PRECISION = {"muid": 6, "eight-byte": 3, "hlc-ulid": 3, "siq": 6, "wiji": 6}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    with running_app(tmp_path_factory.mktemp("state")) as c:
+        yield c
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_decode_object_shape(client: TestClient, scheme: str) -> None:
+    text = client.get(f"/v1/ids/{scheme}").json()["ids"][0]
+    d = client.get(f"/v1/decode/{scheme}/{text}").json()
+    assert set(d) == {"scheme", "id", "hex", "timestamp", "fields"}
+    assert set(d["fields"]) == FIELDS[scheme]
+    assert re.fullmatch(r"[0-9a-f]+", d["hex"]) and len(d["hex"]) == HEX_DIGITS[scheme]
+    assert RFC3339[PRECISION[scheme]].match(d["timestamp"]), d["timestamp"]
+
+
+def test_spec_vectors_decode(client: TestClient) -> None:
+    d = client.get("/v1/decode/muid/5d5eac793e61f-1bfc71b112d-0000000b").json()
+    assert d["id"] == "5D5EAC793E61F-1BFC71B112D-0000000B"
+    assert d["hex"] == "5d5eac793e61f1bfc71b112d0000000b"
+    assert d["fields"] == {"timestamp_us": 0x5D5EAC793E61F, "medallion": 1923190821165, "offset": 11}
+    d = client.get("/v1/decode/hlc-ulid/017FC21C5E7A-0000-000A-AAA111111111").json()
+    assert d["id"] == "01FZ11RQKT000002NAM48H248H"
+    assert d["timestamp"].startswith("2022-03-25")
+    d = client.get("/v1/decode/eight-byte/cb54ecf2840a0015").json()
+    assert d["fields"] == {"timestamp_ms": 143062936275, "sequence": 10, "generator_id": 1, "cluster_id": 5,
+                           "mode": "spread"}
+    d = client.get("/v1/decode/siq/did:siq:gm24tg4ago5efqaaaab4gzymuoaaa").json()
+    assert d["timestamp"].startswith("2025-01-01T00:00:00")
+    assert d["fields"]["shard"] == 7 and d["fields"]["qualifier"] == "user"
+    d = client.get("/v1/decode/wiji/000S94VR000002M6NWVVR14D2G").json()
+    assert d["fields"]["sequence"] == 42 and d["hex"] == "0006524de00000002a1abcdef0123450"
+
+
+def test_detection_lists_every_candidate(client: TestClient) -> None:
+    # 26 Crockford characters can be both an HLC-ULID and a Wiji ID.
+    text = client.get("/v1/ids/wiji").json()["ids"][0]
+    names = [c["scheme"] for c in client.get(f"/v1/decode/{text}").json()["candidates"]]
+    assert "wiji" in names and "hlc-ulid" in names
+
+
+def test_surrounding_whitespace_is_ignored(client: TestClient) -> None:
+    assert client.get("/v1/decode/eight-byte/%20cb54ecf2840a0015%20").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "fragment"),
+    [
+        ("/v1/decode/wiji/0000000000000000000000000", 422, "26"),
+        ("/v1/decode/eight-byte/cb54ecf2840a001z", 422, ""),
+        ("/v1/decode/siq/did:siq:gm24tg4ago5efqaaaab4gzymuoaab", 422, "checksum"),
+        ("/v1/decode/not-a-scheme/123", 404, "unknown scheme"),
+        ("/v1/decode/hello%20world", 422, "not an ID of any scheme"),
+        ("/v1/decode/" + "1" * 200, 422, "at most 128 characters"),
+    ],
+)
+def test_invalid_ids_are_422_naming_the_rule(client: TestClient, path: str, status: int, fragment: str) -> None:
+    r = client.get(path)
+    assert r.status_code == status, r.text
+    assert fragment.lower() in r.json()["detail"].lower()
+
+
+def test_free_text_picks_ids_out_of_a_log_line(client: TestClient) -> None:
+    wiji = client.get("/v1/ids/wiji").json()["ids"][0]
+    eight = client.get("/v1/ids/eight-byte").json()["ids"][0]
+    text = f"2026-11-21 ERROR order={wiji} failed, retry id {eight}\n\nnot-an-id\n"
+    items = client.post("/v1/decode", json={"text": text}).json()["items"]
+    inputs = [i["input"] for i in items]
+    assert wiji in inputs and eight in inputs
+    bad = [i for i in items if i["input"] == "not-an-id"]
+    assert bad and bad[0]["error"]

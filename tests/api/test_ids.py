@@ -1,0 +1,134 @@
+"""/v1/ids: issuing over HTTP through the real ASGI app (fast path for GET, FastAPI routes for POST)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.helpers import SCHEMES, running_app
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    with running_app(tmp_path_factory.mktemp("state")) as c:
+        yield c
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_issue_three_and_each_decodes_back(client: TestClient, scheme: str, method: str) -> None:
+    r = client.request(method, f"/v1/ids/{scheme}", params={"count": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["scheme"] == scheme
+    assert len(body["ids"]) == 3 and len(set(body["ids"])) == 3
+    for text in body["ids"]:
+        d = client.get(f"/v1/decode/{text}")
+        assert d.status_code == 200, d.text
+        assert scheme in [c["scheme"] for c in d.json()["candidates"]]
+        one = client.get(f"/v1/decode/{scheme}/{text}").json()
+        assert one["id"] == text  # default format is canonical
+
+
+def test_get_and_post_answer_the_same_shape(client: TestClient) -> None:
+    fast = client.get("/v1/ids/muid", params={"count": 2}).json()
+    routed = client.post("/v1/ids/muid", params={"count": 2}).json()
+    assert set(fast) == set(routed) == {"scheme", "format", "ids", "bundle"}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_format_decodes_to_the_same_id(client: TestClient, scheme: str) -> None:
+    catalogue = {s["name"]: s for s in client.get("/v1/schemes").json()["schemes"]}
+    for fmt in catalogue[scheme]["formats"]:
+        r = client.get(f"/v1/ids/{scheme}", params={"count": 5, "format": fmt})
+        assert r.status_code == 200, r.text
+        assert r.json()["format"] == fmt
+        for text in r.json()["ids"]:
+            d = client.get(f"/v1/decode/{scheme}/{text}")
+            assert d.status_code == 200, (fmt, text, d.text)
+
+
+def test_ids_are_monotonic_per_node(client: TestClient) -> None:
+    for scheme in ("muid", "hlc-ulid", "wiji"):
+        ids = []
+        for _ in range(5):
+            ids += client.get(f"/v1/ids/{scheme}", params={"count": 50}).json()["ids"]
+        hexes = [client.get(f"/v1/decode/{scheme}/{i}").json()["hex"] for i in ids[::25]]
+        assert hexes == sorted(hexes)
+
+
+def test_muid_bundle_is_offset_zero_of_the_batch(client: TestClient) -> None:
+    body = client.get("/v1/ids/muid", params={"count": 4}).json()
+    bundle = client.get(f"/v1/decode/muid/{body['bundle']}").json()["fields"]
+    offsets = [client.get(f"/v1/decode/muid/{i}").json()["fields"] for i in body["ids"]]
+    assert bundle["offset"] == 0
+    assert [f["offset"] for f in offsets] == [1, 2, 3, 4]
+    assert {f["timestamp_us"] for f in offsets} == {bundle["timestamp_us"]}
+
+
+def test_eight_byte_modes(client: TestClient) -> None:
+    for mode in ("spread", "time_sequential"):
+        text = client.get("/v1/ids/eight-byte", params={"mode": mode}).json()["ids"][0]
+        assert client.get(f"/v1/decode/eight-byte/{text}").json()["fields"]["mode"] == mode
+
+
+def test_siq_type(client: TestClient) -> None:
+    text = client.get("/v1/ids/siq", params={"type": "group"}).json()["ids"][0]
+    assert client.get(f"/v1/decode/siq/{text}").json()["fields"]["qualifier"] == "group"
+    text = client.get("/v1/ids/siq").json()["ids"][0]
+    assert client.get(f"/v1/decode/siq/{text}").json()["fields"]["qualifier"] == "user"
+
+
+def test_hlc_ulid_after_sorts_after(client: TestClient) -> None:
+    first = client.get("/v1/ids/hlc-ulid").json()["ids"][0]
+    decoded = client.get(f"/v1/decode/hlc-ulid/{first}").json()
+    # An ID from another publisher, slightly ahead of us (1 s) with a high counter.
+    ts = decoded["fields"]["timestamp_ms"] + 1000
+    remote = f"{ts:012x}-fff0-ffff-000000000000"
+    body = client.get("/v1/ids/hlc-ulid", params={"after": remote, "count": 100}).json()
+    remote_hex = client.get(f"/v1/decode/hlc-ulid/{remote}").json()["hex"]
+    hexes = [client.get(f"/v1/decode/hlc-ulid/{i}").json()["hex"] for i in body["ids"][:: 33]]
+    assert all(h > remote_hex for h in hexes)
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "fragment"),
+    [
+        ("/v1/ids/wiji", {"count": 0}, 422, "count must be in 1..100000"),
+        ("/v1/ids/wiji", {"count": 100001}, 422, "count must be in 1..100000"),
+        ("/v1/ids/wiji", {"count": "ten"}, 422, "count"),
+        ("/v1/ids/wiji", {"format": "base64"}, 422, "format must be one of"),
+        ("/v1/ids/wiji", {"mode": "spread"}, 422, "mode applies only to eight-byte"),
+        ("/v1/ids/eight-byte", {"mode": "fast"}, 422, "mode must be one of spread, time_sequential"),
+        ("/v1/ids/siq", {"type": "bogus"}, 422, "user"),
+        ("/v1/ids/muid", {"type": "user"}, 422, "type applies only to siq"),
+        ("/v1/ids/hlc-ulid", {"after": "nope"}, 422, "after must be an HLC-ULID"),
+        ("/v1/ids/uuid7", {}, 404, "unknown scheme 'uuid7'"),
+        ("/v1/ids/wiji/stream", {"count": 0}, 422, "count must be in 1..100000000"),
+        ("/v1/ids/nope/stream", {}, 404, "unknown scheme"),
+    ],
+)
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_bad_requests_name_the_rule(client: TestClient, path: str, params: dict, status: int, fragment: str,
+                                    method: str) -> None:
+    r = client.request(method, path, params=params)
+    assert r.status_code == status, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, str) and fragment in detail
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_stream_lines_are_unique_and_valid(client: TestClient, scheme: str) -> None:
+    n = 150_000 if scheme != "eight-byte" else 3_000
+    with client.stream("GET", f"/v1/ids/{scheme}/stream", params={"count": n}) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/plain")
+        data = b"".join(r.iter_bytes())
+    lines = data.split(b"\n")
+    assert lines[-1] == b""
+    lines = lines[:-1]
+    assert len(lines) == n and len(set(lines)) == n
+    for text in (lines[0], lines[-1]):
+        assert client.get(f"/v1/decode/{scheme}/{text.decode()}").status_code == 200

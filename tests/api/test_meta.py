@@ -1,0 +1,59 @@
+"""/v1/schemes, /healthz, /readyz, OpenAPI docs, and the completeness check over every registered scheme."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.schemes import schemes
+from tests.helpers import SCHEMES, running_app
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+    with running_app(tmp_path_factory.mktemp("state"), cluster_id=3, siq_domain="example.com") as c:
+        yield c
+
+
+def test_health_and_readiness(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    r = client.get("/readyz")
+    assert r.status_code == 200
+    assert all(s["ready"] for s in r.json()["schemes"].values())
+
+
+def test_schemes_catalogue_names_layout_forms_limits_and_identity(client: TestClient) -> None:
+    body = client.get("/v1/schemes").json()
+    cat = {s["name"]: s for s in body["schemes"]}
+    assert list(cat) == list(SCHEMES)
+    for name, entry in cat.items():
+        assert entry["layout"] and entry["formats"] and entry["limits"]["max_count"] == 100_000
+    assert cat["eight-byte"]["node"]["cluster_id"] == 3
+    assert len(cat["eight-byte"]["node"]["identities"]) == 1
+    assert cat["siq"]["node"]["domain_hash"] == 2261653831
+    assert cat["muid"]["node"]["identities"][0] >= 0x10000000000
+    assert "random_part" in cat["wiji"]["node"]
+    assert body["backend"]["backend"] == "embedded"
+
+
+def test_openapi_documents_the_issue_route(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert "/v1/ids/{scheme}" in spec["paths"] and "/v1/decode/{scheme}/{id}" in spec["paths"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_every_registered_scheme_is_served_documented_and_round_trips(client: TestClient) -> None:
+    readme = README.read_text() if README.exists() else ""
+    cat = {s["name"]: s for s in client.get("/v1/schemes").json()["schemes"]}
+    for name, scheme in schemes().items():
+        assert name in cat, f"{name} missing from /v1/schemes"
+        assert f"`{name}`" in readme, f"{name} missing from README.md"
+        for fmt in scheme.formats:
+            ids = client.get(f"/v1/ids/{name}", params={"format": fmt, "count": 3}).json()["ids"]
+            for text in ids:
+                value = scheme.parse(text)
+                assert scheme.format(value, fmt) == text

@@ -1,0 +1,98 @@
+"""The embedded lease backend: OS file locks and persisted high-water marks under a state directory."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.errors import PoolExhaustedError
+from app.lease.base import Holder, PoolSpec
+from app.lease.embedded import EmbeddedBackend
+from tests.helpers import SCHEMES, serve_process
+
+HOLDER = Holder(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
+POOL = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2, group="0")
+
+
+def run(coro):  # noqa: ANN001, ANN201
+    return asyncio.run(coro)
+
+
+def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
+    a, b = EmbeddedBackend(tmp_path), EmbeddedBackend(tmp_path)
+    c1 = run(a.claim(POOL, HOLDER))
+    c2 = run(b.claim(POOL, HOLDER))
+    c3 = run(a.claim(POOL, HOLDER))
+    assert sorted([c1.identity, c2.identity, c3.identity]) == [0, 1, 2]
+    with pytest.raises(PoolExhaustedError, match="held by another process"):
+        run(b.claim(POOL, HOLDER))
+    run(a.release(c1, 123))
+    again = run(b.claim(POOL, HOLDER))
+    assert again.identity == c1.identity and again.high_water_mark == 123
+
+
+def test_static_assignment_conflict(tmp_path: Path) -> None:
+    static = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, candidates=(9,), static=True)
+    backend = EmbeddedBackend(tmp_path)
+    assert run(backend.claim(static, HOLDER)).identity == 9
+    with pytest.raises(PoolExhaustedError, match="statically assigned"):
+        run(EmbeddedBackend(tmp_path).claim(static, HOLDER))
+
+
+def test_marks_only_rise_until_the_exact_final_mark(tmp_path: Path) -> None:
+    backend = EmbeddedBackend(tmp_path)
+    claim = run(backend.claim(POOL, HOLDER))
+    run(claim.record_mark(500))
+    run(claim.record_mark(400))  # a lower reservation never lowers the mark
+    run(backend.release(claim, None))
+    assert run(backend.claim(POOL, HOLDER)).high_water_mark == 500
+
+
+def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) -> None:
+    script = textwrap.dedent(f"""
+        import asyncio, sys, time
+        from pathlib import Path
+        from app.lease.base import Holder, PoolSpec
+        from app.lease.embedded import EmbeddedBackend
+        pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2, group="0")
+        b = EmbeddedBackend(Path({str(tmp_path)!r}))
+        c = asyncio.run(b.claim(pool, Holder("x", 1, "0", "now")))
+        asyncio.run(c.record_mark(777))
+        print(c.identity, flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    try:
+        held = int(proc.stdout.readline())
+        backend = EmbeddedBackend(tmp_path)
+        mine = run(backend.claim(POOL, HOLDER))
+        assert mine.identity != held
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=held, maximum=held, group="0")
+    taken = run(EmbeddedBackend(tmp_path).claim(pool, HOLDER))
+    assert taken.identity == held and taken.high_water_mark == 777
+
+
+def test_two_servers_on_one_machine_hold_distinct_identities(tmp_path: Path) -> None:
+    with serve_process(tmp_path) as a, serve_process(tmp_path) as b:
+        cat_a = {s["name"]: s["node"] for s in httpx.get(f"{a}/v1/schemes").json()["schemes"]}
+        cat_b = {s["name"]: s["node"] for s in httpx.get(f"{b}/v1/schemes").json()["schemes"]}
+        for name in SCHEMES:
+            if name == "wiji":
+                assert cat_a[name]["random_part"] != cat_b[name]["random_part"]
+            else:
+                assert set(cat_a[name]["identities"]).isdisjoint(cat_b[name]["identities"]), name
+        for name in SCHEMES:
+            n = 20_000 if name != "eight-byte" else 2_000
+            ids_a = httpx.get(f"{a}/v1/ids/{name}/stream", params={"count": n}).content.split()
+            ids_b = httpx.get(f"{b}/v1/ids/{name}/stream", params={"count": n}).content.split()
+            assert len(set(ids_a) | set(ids_b)) == 2 * n, name

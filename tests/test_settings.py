@@ -1,0 +1,33 @@
+"""Settings are validated once, at start-up, with messages that state the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.errors import ConfigError
+from app.settings import load_settings
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"IDMINT_CLUSTER_ID": "16"}, "cluster_id must be in 0..15"),
+        ({"IDMINT_EIGHT_BYTE_GENERATOR_ID": "2048"}, "eight_byte_generator_id must be in 0..2047"),
+        ({"IDMINT_SIQ_SHARD": "256"}, "siq_shard must be in 0..255"),
+        ({"IDMINT_MUID_MEDALLION": "1"}, "muid_medallion must be in"),
+        ({"IDMINT_ETCD_ENDPOINTS": "127.0.0.1:2379"}, "http:// or https:// URLs"),
+        ({"IDMINT_EIGHT_BYTE_POOL": "5-2"}, "eight_byte_pool must be LOW-HIGH"),
+        ({"IDMINT_ETCD_ENDPOINTS": "http://a:1", "IDMINT_ETCD_LEASE_TTL": "2"}, "etcd_safety_margin must be less"),
+        ({"IDMINT_EIGHT_BYTE_GENERATOR_ID": "1", "IDMINT_EIGHT_BYTE_GENERATORS": "2"}, "must be 1 when"),
+    ],
+)
+def test_bad_settings_state_the_rule(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], fragment: str) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=fragment):
+        load_settings()
+
+
+def test_endpoints_are_a_comma_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDMINT_ETCD_ENDPOINTS", "http://a:2379, https://b:2379")
+    assert load_settings().etcd_endpoints == ["http://a:2379", "https://b:2379"]
