@@ -1,0 +1,541 @@
+"""Eight-byte IDs (LableOrg/java-uniqueid): 64-bit IDs of a millisecond timestamp, sequence, generator and cluster.
+
+Follows SPEC_NOTES.md "Eight-byte IDs (LableOrg/java-uniqueid), 64 bits" and the reference's ``IDBuilder`` and its
+tests (v4.7, 11-bit generator IDs)::
+
+    TTTTTTTT TTTTTTTT TTTTTTTT TTTTTTTT TTTTTTTT TTSSSSSS GGGMGGGG GGGGCCCC
+
+     63                                          22 21      16 15    13  12  11          4 3       0
+    +----------------------------------------------+----------+--------+---+-------------+---------+
+    | timestamp_ms (42 bits)                       | sequence | gen ID | M | gen ID      | cluster |
+    |  SPREAD: bit-reversed over all 64 bits       | (6 bits) | 10..8  |   | 7..0        | ID (4)  |
+    |  TIME_SEQUENTIAL: ts << 22                   |          |        |   |             |         |
+    +----------------------------------------------+----------+--------+---+-------------+---------+
+
+* timestamp: ms since the Unix epoch, 0 .. 0x3FFFFFFFFFF (2109-05-15). SPREAD (mode bit 0, the default) stores
+  Java's ``Long.reverse(ts)``: bit i of the timestamp lands on bit 63 - i, so it fills bits 63..22 (bit order
+  reversed, not byte order: the document's "reverse byte-order" contradicts the reference code and tests).
+  TIME_SEQUENTIAL (mode bit 1) stores ``ts << 22``. Decoding reads bit 12 to know which.
+* sequence: 0..63 within one millisecond and generator ID (64 IDs per ms per generator ID is the format's cap).
+* generator ID: 0..2047 (11 bits), split around the mode bit. Every 64-bit value decodes: no reserved bits remain.
+* cluster ID: 0..15, configuration.
+
+Text: 16 lowercase hex digits (canonical; parsed in either case) and unsigned decimal (alternate). A 16-character
+all-digit string is read as hex, so decimals of exactly 16 digits (10**15 .. 10**16 - 1) are only written, never
+read back as decimal; decimals are read without leading zeros. Packed order is only meaningful in TIME_SEQUENTIAL
+mode: (timestamp, sequence) order.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    IdentitySpec,
+    LayoutField,
+    Scheme,
+)
+
+# --- layout -------------------------------------------------------------------------------------------------------
+
+PACKED_BITS = 64
+PACKED_BYTES = PACKED_BITS // 8
+PACKED_MAX = (1 << PACKED_BITS) - 1
+
+TIMESTAMP_BITS = 42
+SEQUENCE_BITS = 6
+GENERATOR_ID_BITS = 11
+GENERATOR_ID_LOW_BITS = 8
+GENERATOR_ID_HIGH_BITS = GENERATOR_ID_BITS - GENERATOR_ID_LOW_BITS
+MODE_BITS = 1
+CLUSTER_ID_BITS = 4
+
+CLUSTER_ID_SHIFT = 0
+GENERATOR_ID_LOW_SHIFT = CLUSTER_ID_SHIFT + CLUSTER_ID_BITS  # 4
+MODE_SHIFT = GENERATOR_ID_LOW_SHIFT + GENERATOR_ID_LOW_BITS  # 12
+GENERATOR_ID_HIGH_SHIFT = MODE_SHIFT + MODE_BITS  # 13
+SEQUENCE_SHIFT = GENERATOR_ID_HIGH_SHIFT + GENERATOR_ID_HIGH_BITS  # 16
+TIMESTAMP_SHIFT = SEQUENCE_SHIFT + SEQUENCE_BITS  # 22
+
+TIMESTAMP_MS_MAX = (1 << TIMESTAMP_BITS) - 1
+SEQUENCE_MAX = (1 << SEQUENCE_BITS) - 1
+SEQUENCE_VALUES = 1 << SEQUENCE_BITS
+"""IDs per millisecond per generator ID: the format's hard cap."""
+GENERATOR_ID_MAX = (1 << GENERATOR_ID_BITS) - 1
+CLUSTER_ID_MAX = (1 << CLUSTER_ID_BITS) - 1
+
+TIMESTAMP_FIELD_MASK = TIMESTAMP_MS_MAX << TIMESTAMP_SHIFT
+SEQUENCE_MASK = SEQUENCE_MAX
+GENERATOR_ID_LOW_MASK = (1 << GENERATOR_ID_LOW_BITS) - 1
+GENERATOR_ID_HIGH_MASK = (1 << GENERATOR_ID_HIGH_BITS) - 1
+MODE_MASK = (1 << MODE_BITS) - 1
+CLUSTER_ID_MASK = CLUSTER_ID_MAX
+
+NANOSECS_IN_MILLISECS = 1_000_000
+
+# --- text ---------------------------------------------------------------------------------------------------------
+
+HEX_LEN = PACKED_BYTES * 2  # 16
+DECIMAL_LEN_MAX = len(str(PACKED_MAX))  # 20
+NEWLINE = 10
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_DECIMAL_DIGITS = frozenset("0123456789")
+_LOWER_HEX = b"0123456789abcdef"
+
+
+class Mode(enum.IntEnum):
+    """The mode bit (bit 12): how the timestamp is stored. Names lowercased are the API's ``mode`` values."""
+
+    SPREAD = 0
+    """``Long.reverse(ts)``: consecutive IDs spread over the key space (the reference's default)."""
+    TIME_SEQUENTIAL = 1
+    """``ts << 22``: IDs sort by time."""
+
+    @property
+    def label(self) -> str:
+        """``"spread"`` or ``"time_sequential"``."""
+        return self.name.lower()
+
+    @classmethod
+    def from_option(cls, option: object) -> Mode:
+        """The mode named ``option`` (``"spread"``, ``"time_sequential"``, a Mode, or None for SPREAD).
+
+        Raises InvalidOptionError naming the allowed values.
+        """
+        if option is None:
+            return cls.SPREAD
+        if isinstance(option, cls):
+            return option
+        for mode in cls:
+            if option == mode.label:
+                return mode
+        allowed = ", ".join(mode.label for mode in cls)
+        raise InvalidOptionError(f"mode must be one of {allowed} for eight-byte, got {option!r}")
+
+
+# --- codec: bit reversal ------------------------------------------------------------------------------------------
+
+
+def reverse_bits(value: int) -> int:
+    """Java ``Long.reverse`` on a 64-bit unsigned value: bit i moves to bit 63 - i (its own inverse)."""
+    return int(f"{value:0{PACKED_BITS}b}"[::-1], 2)
+
+
+_BIT_REVERSED_BYTES = np.array([int(f"{byte:08b}"[::-1], 2) for byte in range(256)], dtype=np.uint8)
+
+
+def reverse_bits_array(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """Vectorised :func:`reverse_bits`: bit-reverse every byte (lookup table), then reverse the byte order."""
+    as_bytes = np.ascontiguousarray(values, dtype=np.uint64).view(np.uint8)
+    return _BIT_REVERSED_BYTES[as_bytes].view(np.uint64).byteswap()
+
+
+# --- codec: fields <-> packed int ---------------------------------------------------------------------------------
+
+
+def _low_bits(generator_id: int, cluster_id: int) -> int:
+    """Bits 15..0 except the mode bit: generator ID bits 10..8, 7..0 and the cluster ID."""
+    return (
+        (generator_id >> GENERATOR_ID_LOW_BITS) << GENERATOR_ID_HIGH_SHIFT
+        | (generator_id & GENERATOR_ID_LOW_MASK) << GENERATOR_ID_LOW_SHIFT
+        | cluster_id << CLUSTER_ID_SHIFT
+    )
+
+
+def pack(timestamp_ms: int, sequence: int, generator_id: int, cluster_id: int, mode: Mode = Mode.SPREAD) -> int:
+    """Pack the fields into the 64-bit integer, exactly as the reference's ``IDBuilder.build``.
+
+    ``timestamp_ms`` in 0..0x3FFFFFFFFFF, ``sequence`` 0..63, ``generator_id`` 0..2047, ``cluster_id`` 0..15.
+    Raises ValueError naming the field whose range is broken. Inverse of :func:`unpack`.
+    """
+    if not 0 <= timestamp_ms <= TIMESTAMP_MS_MAX:
+        raise ValueError(f"eight-byte timestamp_ms must be in 0..{TIMESTAMP_MS_MAX}, got {timestamp_ms}")
+    if not 0 <= sequence <= SEQUENCE_MAX:
+        raise ValueError(f"eight-byte sequence must be in 0..{SEQUENCE_MAX}, got {sequence}")
+    if not 0 <= generator_id <= GENERATOR_ID_MAX:
+        raise ValueError(f"generator ID must be in 0..{GENERATOR_ID_MAX}, got {generator_id}")
+    if not 0 <= cluster_id <= CLUSTER_ID_MAX:
+        raise ValueError(f"cluster ID must be in 0..{CLUSTER_ID_MAX}, got {cluster_id}")
+    mode = Mode(mode)
+    if mode is Mode.SPREAD:
+        timestamp_bits = reverse_bits(timestamp_ms)
+    else:
+        timestamp_bits = timestamp_ms << TIMESTAMP_SHIFT
+    return (
+        timestamp_bits
+        | sequence << SEQUENCE_SHIFT
+        | mode << MODE_SHIFT
+        | _low_bits(generator_id, cluster_id)
+    )
+
+
+def unpack(value: int) -> tuple[int, int, int, int, Mode]:
+    """Split a packed ID into ``(timestamp_ms, sequence, generator_id, cluster_id, mode)``.
+
+    The mode bit (12) says whether the timestamp bits are reversed. Raises ValueError unless ``0 <= value < 2**64``.
+    """
+    _check_packed(value)
+    mode = Mode((value >> MODE_SHIFT) & MODE_MASK)
+    if mode is Mode.SPREAD:
+        timestamp_ms = reverse_bits(value & TIMESTAMP_FIELD_MASK)
+    else:
+        timestamp_ms = value >> TIMESTAMP_SHIFT
+    generator_id = ((value >> GENERATOR_ID_HIGH_SHIFT) & GENERATOR_ID_HIGH_MASK) << GENERATOR_ID_LOW_BITS | (
+        (value >> GENERATOR_ID_LOW_SHIFT) & GENERATOR_ID_LOW_MASK
+    )
+    return (
+        timestamp_ms,
+        (value >> SEQUENCE_SHIFT) & SEQUENCE_MASK,
+        generator_id,
+        (value >> CLUSTER_ID_SHIFT) & CLUSTER_ID_MASK,
+        mode,
+    )
+
+
+def _check_packed(value: int) -> None:
+    if not 0 <= value <= PACKED_MAX:
+        raise ValueError(f"a packed eight-byte ID must be in 0..2**{PACKED_BITS}-1, got {value}")
+
+
+# --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
+
+
+def to_bytes(value: int) -> bytes:
+    """The 8 big-endian bytes of a packed ID (the reference's ``byte[]``)."""
+    _check_packed(value)
+    return value.to_bytes(PACKED_BYTES, "big")
+
+
+def from_bytes(data: bytes) -> int:
+    """The packed ID in 8 big-endian bytes; ValueError for any other length."""
+    if len(data) != PACKED_BYTES:
+        raise ValueError(f"an eight-byte ID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
+    return int.from_bytes(data, "big")
+
+
+# --- codec: packed int <-> text -----------------------------------------------------------------------------------
+
+
+def encode_hex(value: int) -> str:
+    """16 lowercase hex digits (canonical)."""
+    _check_packed(value)
+    return f"{value:0{HEX_LEN}x}"
+
+
+def decode_hex(text: str) -> int:
+    """Exactly 16 hex digits, either case; InvalidIdError naming the rule otherwise."""
+    if len(text) != HEX_LEN:
+        raise InvalidIdError(f"eight-byte hex ID must be exactly {HEX_LEN} hex digits long, got {len(text)}")
+    for position, char in enumerate(text):
+        if char not in _HEX_DIGITS:
+            raise InvalidIdError(
+                f"eight-byte hex ID must contain only hex digits 0-9 a-f, got {char!r} at position {position}"
+            )
+    return int(text, 16)
+
+
+def encode_decimal(value: int) -> str:
+    """The unsigned decimal form (no leading zeros)."""
+    _check_packed(value)
+    return str(value)
+
+
+def decode_decimal(text: str) -> int:
+    """An unsigned decimal of 1..20 ASCII digits, no leading zeros, at most 2**64 - 1; InvalidIdError otherwise."""
+    if not 1 <= len(text) <= DECIMAL_LEN_MAX:
+        raise InvalidIdError(
+            f"eight-byte decimal ID must be 1 to {DECIMAL_LEN_MAX} digits long, got {len(text)}"
+        )
+    for position, char in enumerate(text):
+        if char not in _DECIMAL_DIGITS:
+            raise InvalidIdError(
+                f"eight-byte decimal ID must contain only digits 0-9, got {char!r} at position {position}"
+            )
+    if len(text) > 1 and text[0] == "0":
+        raise InvalidIdError("eight-byte decimal ID must not have leading zeros")
+    value = int(text)
+    if value > PACKED_MAX:
+        raise InvalidIdError(f"eight-byte decimal ID must fit in 64 bits (at most {PACKED_MAX}), got {text}")
+    return value
+
+
+def decode(text: str) -> int:
+    """Parse either text form: 16 hex digits (any case) or an unsigned decimal.
+
+    A 16-character string of digits only is read as hex (both forms are possible; hex is canonical). Any other
+    all-digit string is decimal; anything else must be 16 hex digits. Raises InvalidIdError naming the rule broken.
+    """
+    if len(text) == HEX_LEN:
+        return decode_hex(text)
+    if text and all(char in _DECIMAL_DIGITS for char in text):
+        return decode_decimal(text)
+    if text and all(char in _HEX_DIGITS for char in text):
+        raise InvalidIdError(f"eight-byte hex ID must be exactly {HEX_LEN} hex digits long, got {len(text)}")
+    bad = next((char for char in text if char not in _HEX_DIGITS), "")
+    raise InvalidIdError(
+        f"eight-byte ID must be {HEX_LEN} hex digits or an unsigned decimal integer, "
+        f"got {len(text)} characters" + (f" including {bad!r}" if bad else "")
+    )
+
+
+# --- scheme -------------------------------------------------------------------------------------------------------
+
+
+class EightByteScheme(Scheme):
+    """Eight-byte IDs: metadata, strict parser, hex/decimal text, field decoding (SPEC_NOTES.md "Eight-byte IDs")."""
+
+    name = "eight-byte"
+    packed_bytes = PACKED_BYTES
+    formats = ("hex", "decimal")
+    text_width = {"hex": HEX_LEN}
+    timestamp_digits = 3
+    native_unit_ns = NANOSECS_IN_MILLISECS
+    layout = (
+        LayoutField("timestamp_ms", "63..22", "ms since the Unix epoch; SPREAD: bit-reversed over all 64 bits"),
+        LayoutField("sequence", "21..16", "0..63 per millisecond and generator ID"),
+        LayoutField("generator_id", "15..13,11..4", "0..2047: bits 10..8 at 15..13, bits 7..0 at 11..4"),
+        LayoutField("mode", "12", "0 = spread, 1 = time_sequential"),
+        LayoutField("cluster_id", "3..0", "0..15"),
+    )
+    identity = IdentitySpec("generator_id", 0, GENERATOR_ID_MAX, draw="scan")
+    reference = "LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); SPEC_NOTES.md \"Eight-byte IDs\""
+
+    def parse(self, text: str) -> int:
+        return decode(text)
+
+    def format(self, value: int, fmt: str) -> str:
+        if self.resolve_format(fmt) == "hex":
+            return encode_hex(value)
+        return encode_decimal(value)
+
+    def fields(self, value: int) -> dict[str, Any]:
+        """``{"timestamp_ms", "sequence", "generator_id", "cluster_id", "mode"}``; mode "spread"/"time_sequential"."""
+        timestamp_ms, sequence, generator_id, cluster_id, mode = unpack(value)
+        return {
+            "timestamp_ms": timestamp_ms,
+            "sequence": sequence,
+            "generator_id": generator_id,
+            "cluster_id": cluster_id,
+            "mode": mode.label,
+        }
+
+    def timestamp_ns(self, value: int) -> int | None:
+        return unpack(value)[0] * NANOSECS_IN_MILLISECS
+
+
+SCHEME = EightByteScheme()
+
+
+# --- batch encoding -----------------------------------------------------------------------------------------------
+
+_hex_pairs_table: npt.NDArray[np.uint16] | None = None
+
+
+def _hex_pairs() -> npt.NDArray[np.uint16]:
+    """(256,) uint16 whose two bytes in memory are the lowercase hex digits of the index (built once, lazily)."""
+    global _hex_pairs_table
+    if _hex_pairs_table is None:
+        digits = np.frombuffer(_LOWER_HEX, dtype=np.uint8)
+        values = np.arange(256)
+        pairs = np.empty((256, 2), dtype=np.uint8)
+        pairs[:, 0] = digits[values >> 4]
+        pairs[:, 1] = digits[values & 0xF]
+        _hex_pairs_table = pairs.view(np.uint16).reshape(256)
+    return _hex_pairs_table
+
+
+Run = tuple[int, int, int]
+"""``(timestamp_ms, first_slot, count)``: consecutive slots of one millisecond; slot = index * 64 + sequence."""
+
+
+class EightByteBatch(Batch):
+    """IDs issued by one :meth:`EightByteGenerator.generate` call, as runs of slots per millisecond.
+
+    Slot ``k`` of a millisecond is sequence ``k % 64`` of the ``k // 64``-th generator ID held. Values are built
+    column-wise with numpy (uint64) on first use.
+    """
+
+    def __init__(self, runs: Sequence[Run], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
+        self.runs = tuple(runs)
+        self.mode = mode
+        self.count = sum(run[2] for run in self.runs)
+        self._low_bits = low_bits
+        self._array: npt.NDArray[np.uint64] | None = None
+
+    def array(self) -> npt.NDArray[np.uint64]:
+        """The packed IDs as a uint64 array, in issue order."""
+        if self._array is None:
+            self._array = self._build()
+        return self._array
+
+    def _build(self) -> npt.NDArray[np.uint64]:
+        if not self.count:
+            return np.empty(0, dtype=np.uint64)
+        milliseconds = np.array([run[0] for run in self.runs], dtype=np.uint64)
+        if self.mode is Mode.SPREAD:
+            timestamp_bits = reverse_bits_array(milliseconds)
+        else:
+            timestamp_bits = milliseconds << np.uint64(TIMESTAMP_SHIFT)
+        if len(self.runs) == 1:
+            _, first, count = self.runs[0]
+            slots = np.arange(first, first + count, dtype=np.uint64)
+            head: npt.NDArray[np.uint64] | np.uint64 = timestamp_bits[0]
+        else:
+            firsts = np.array([run[1] for run in self.runs], dtype=np.int64)
+            counts = np.array([run[2] for run in self.runs], dtype=np.int64)
+            starts = np.cumsum(counts) - counts
+            slots = (np.arange(self.count, dtype=np.int64) + np.repeat(firsts - starts, counts)).astype(np.uint64)
+            head = np.repeat(timestamp_bits, counts)
+        sequence = (slots & np.uint64(SEQUENCE_MASK)) << np.uint64(SEQUENCE_SHIFT)
+        low = self._low_bits[slots >> np.uint64(SEQUENCE_BITS)]
+        mode = np.uint64(int(self.mode) << MODE_SHIFT)
+        values: npt.NDArray[np.uint64] = head | sequence | low | mode
+        return values
+
+    def encode(self, fmt: str) -> bytes:
+        fmt = SCHEME.resolve_format(fmt)
+        values = self.array()
+        if fmt == "decimal":
+            if not self.count:
+                return b""
+            return ("\n".join(map(str, values.tolist())) + "\n").encode("ascii")
+        big_endian = values.astype(">u8").view(np.uint8).reshape(self.count, PACKED_BYTES)
+        out = np.empty((self.count, HEX_LEN + 1), dtype=np.uint8)
+        out[:, :HEX_LEN] = _hex_pairs()[big_endian].view(np.uint8).reshape(self.count, HEX_LEN)
+        out[:, HEX_LEN] = NEWLINE
+        return out.tobytes()
+
+    def values(self) -> list[int]:
+        result: list[int] = self.array().tolist()
+        return result
+
+    @property
+    def high_water(self) -> int:
+        return max((run[0] for run in self.runs), default=-1)
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class EightByteGenerator(Generator):
+    """Issues eight-byte IDs for the generator IDs this node holds (SPEC_NOTES.md "Eight-byte IDs", Generation).
+
+    Each millisecond has ``64 * len(generator_ids)`` slots: for each held generator ID in order, sequence 0..63.
+    :meth:`generate` hands out slots strictly after the last one it handed out, so no ID ever repeats:
+
+    * clock moved on: start at slot 0 of the current millisecond (slots of the previous one are abandoned);
+    * same millisecond, or the clock stepped back (a clock rollback, counted in :attr:`stats`): keep the last
+      millisecond and continue its sequence (the reference resets the sequence and can repeat IDs; we do not);
+    * slots of the usable milliseconds used up: return what was issued (a partial batch, possibly empty) and
+      :meth:`wait_ns` tells how long until the next millisecond may be used. Never waits itself.
+
+    ``lookback_ms``: slots in milliseconds ``now - lookback_ms .. now`` that come after the last slot handed out
+    (never-used milliseconds, and the rest of the last one) may also be used, so a streaming caller that wakes up
+    late still fills the format's cap of 64 IDs per ms per generator ID. Timestamps are never in the future (never
+    above the clock, except to continue the last millisecond after a clock rollback) and never at or below a used
+    slot. 0 (the default) = only the current millisecond, as the reference.
+
+    ``floor`` (ms) is the restored high-water mark: no ID at or below it is issued. Both modes share this state;
+    the mode only changes the encoding. Raises ValueError naming the rule for an empty, out-of-range (0..2047) or
+    repeated generator ID, a cluster ID outside 0..15, a negative ``lookback_ms`` or a floor below -1.
+    """
+
+    def __init__(
+        self,
+        generator_ids: Sequence[int],
+        cluster_id: int,
+        *,
+        clock: Clock = time.time_ns,
+        floor: int = -1,
+        lookback_ms: int = 0,
+    ) -> None:
+        ids = tuple(generator_ids)
+        if not ids:
+            raise ValueError("generator_ids must hold at least one generator ID")
+        for generator_id in ids:
+            if not 0 <= generator_id <= GENERATOR_ID_MAX:
+                raise ValueError(f"generator ID must be in 0..{GENERATOR_ID_MAX}, got {generator_id}")
+        repeated = sorted({generator_id for generator_id in ids if ids.count(generator_id) > 1})
+        if repeated:
+            raise ValueError(f"generator IDs must be distinct, got {', '.join(map(str, repeated))} more than once")
+        if not 0 <= cluster_id <= CLUSTER_ID_MAX:
+            raise ValueError(f"cluster_id must be in 0..{CLUSTER_ID_MAX}, got {cluster_id}")
+        if not -1 <= floor <= TIMESTAMP_MS_MAX:
+            raise ValueError(f"floor must be in -1..{TIMESTAMP_MS_MAX} milliseconds, got {floor}")
+        if lookback_ms < 0:
+            raise ValueError(f"lookback_ms must be >= 0, got {lookback_ms}")
+        self.generator_ids = ids
+        self.cluster_id = cluster_id
+        self.lookback_ms = lookback_ms
+        self._clock = clock
+        self._floor = floor
+        self._slots_per_ms = SEQUENCE_VALUES * len(ids)
+        self._low_bits = np.array([_low_bits(g, cluster_id) for g in ids], dtype=np.uint64)
+        # Position after the last slot handed out: (millisecond, next slot). The floor's millisecond is full.
+        self._ms = floor
+        self._next_slot = self._slots_per_ms
+        self._last_issued: int | None = None
+        self.stats = GeneratorStats()
+
+    def generate(self, count: int, mode: object = "spread", **options: Any) -> EightByteBatch:
+        """Up to ``count`` (>= 1) IDs in ``mode`` ("spread", the default, or "time_sequential").
+
+        May return fewer, even 0, when the usable milliseconds are full: call again after :meth:`wait_ns`.
+        Raises InvalidOptionError for a bad count, mode or unknown option; OverflowError past 2109-05-15.
+        """
+        if options:
+            raise InvalidOptionError(f"eight-byte takes only the mode option, got {', '.join(sorted(options))}")
+        id_mode = Mode.from_option(mode)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidOptionError(f"count must be >= 1 for eight-byte, got {count}")
+        now_ns = self._clock()
+        now_ms = now_ns // NANOSECS_IN_MILLISECS
+        if self._last_issued is not None and now_ms < self._last_issued:
+            self.stats.clock_rollbacks += 1
+            self.stats.max_rollback_ns = max(
+                self.stats.max_rollback_ns, self._last_issued * NANOSECS_IN_MILLISECS - now_ns
+            )
+        last_usable = max(now_ms, self._ms)  # past the clock only to continue the last millisecond
+        if last_usable > TIMESTAMP_MS_MAX:
+            raise OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
+        ms, slot = self._ms, self._next_slot
+        if ms < now_ms - self.lookback_ms:
+            ms, slot = now_ms - self.lookback_ms, 0
+        runs: list[Run] = []
+        remaining = count
+        while remaining and ms <= last_usable:
+            if slot == self._slots_per_ms:
+                ms, slot = ms + 1, 0
+                continue
+            taken = min(self._slots_per_ms - slot, remaining)
+            runs.append((ms, slot, taken))
+            slot += taken
+            remaining -= taken
+        if runs:
+            last_ms, first, taken = runs[-1]
+            self._ms, self._next_slot = last_ms, first + taken
+            self._last_issued = last_ms
+        if remaining:
+            self.stats.sequence_exhausted += 1
+        return EightByteBatch(runs, self._low_bits, id_mode)
+
+    def wait_ns(self) -> int:
+        """0 if a slot is free now; else nanoseconds until the clock reaches the next millisecond to use."""
+        if self._next_slot < self._slots_per_ms:
+            return 0
+        return max(0, (self._ms + 1) * NANOSECS_IN_MILLISECS - self._clock())
+
+    @property
+    def high_water(self) -> int:
+        return self._floor if self._last_issued is None else max(self._floor, self._last_issued)
