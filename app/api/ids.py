@@ -36,9 +36,10 @@ class IssueResponse(BaseModel):
     bundle: str | None = Field(None, description="muid only: the offset-0 Muid of the batch (the Gink bundle).")
 
 
-@router.api_route("/v1/ids/{scheme}", methods=["GET", "POST"], response_model=IssueResponse,
-                  responses={404: {"description": "unknown scheme"}, 422: {"description": "bad count or option"},
-                             503: {"description": "this node cannot be sure its identity is exclusive"}})
+ERRORS = {404: {"description": "unknown scheme"}, 422: {"description": "bad count or option (detail names the rule)"},
+          503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"}}
+
+
 async def issue(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
                 format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
                 after: str | None = AfterQ) -> Response:
@@ -62,9 +63,6 @@ async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, objec
         yield issued.encode(fmt)
 
 
-@router.api_route("/v1/ids/{scheme}/stream", methods=["GET", "POST"],
-                  response_class=StreamingResponse,
-                  responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}})
 async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
                  format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
                  after: str | None = AfterQ) -> StreamingResponse:
@@ -78,3 +76,11 @@ async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int =
     issuer.check()
     return StreamingResponse(_stream(issuer, count, fmt, options), media_type="text/plain; charset=us-ascii",
                              headers={"x-idmint-count": str(count)})
+
+
+for _method in ("GET", "POST"):
+    router.add_api_route("/v1/ids/{scheme}", issue, methods=[_method], response_model=IssueResponse,
+                         responses=ERRORS, operation_id=f"issue_{_method.lower()}")
+    router.add_api_route("/v1/ids/{scheme}/stream", stream, methods=[_method], response_class=StreamingResponse,
+                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS},
+                         operation_id=f"stream_{_method.lower()}")
