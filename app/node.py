@@ -190,6 +190,7 @@ class Issuer:
         if self.pool is None:
             self.generator = self.factory([], -1)
             self.reason = ""
+            node.metrics.lease_held(self.name, True, None)
             return
         while True:
             claims: list[Claim] = []
@@ -235,7 +236,8 @@ class Issuer:
             ids = [c.identity for c in claims]
             log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
                      ", ".join(map(str, ids)), floor)
-            node.metrics.lease_held(self.name, True, ids[0])
+            for identity in ids:
+                node.metrics.lease_held(self.name, True, identity)
             return
 
     async def run(self) -> None:
@@ -281,6 +283,7 @@ class Issuer:
         for claim in claims:
             valid = claim.valid()
             await self._release_quietly(claim, final if valid else None)
+        self.node.metrics.lease_held(self.name, False, None)
 
     def describe(self) -> dict[str, Any]:
         ident = self.scheme.identity
@@ -369,6 +372,8 @@ class Node:
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
         await self.backend.start()
+        if self.backend.name == "embedded":  # file locks never expire; the etcd backend reports its own
+            self.metrics.lease_deadline(math.inf)
         for issuer in self.issuers.values():
             try:
                 await issuer.acquire()
