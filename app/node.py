@@ -44,6 +44,9 @@ GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
 
 
+NO_MARK_NEEDED = 1 << 128
+"""The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
+
 SMALL_BATCH = 8
 """Up to this many IDs, per-ID scalar formatting beats the column-wise numpy encoders' fixed cost."""
 
@@ -197,6 +200,7 @@ class Issuer:
         node = self.node
         if self.pool is None:
             self.generator = self.factory([], -1)
+            self.recorded_mark = NO_MARK_NEEDED
             self.reason = ""
             node.metrics.lease_held(self.name, True, None)
             return
@@ -298,7 +302,7 @@ class Issuer:
         out: dict[str, Any] = {"ready": self.generator is not None}
         if self.generator is None:
             out["reason"] = self.reason
-        if ident is not None:
+        if ident is not None and self.pool is not None:
             out["kind"] = ident.kind
             out["identities"] = [c.identity for c in self.claims]
             out["high_water_mark"] = self.recorded_mark
