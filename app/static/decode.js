@@ -1,0 +1,858 @@
+// idmint decode page. Presentation only: the server picks ID-shaped tokens out of the text, detects the scheme,
+// validates and decodes (POST v1/decode); this script words the answers, formats times, sorts the table and
+// writes the CSV. No build step, no dependencies, no network access beyond the server that served the page.
+"use strict";
+
+(() => {
+  const DEBOUNCE_MS = 250;
+  const URL_TEXT_MAX = 2000; // longest text kept in the /decode?id=... link the address bar shows
+  const AGE_REFRESH_MS = 30_000;
+
+  const SCHEME_TITLES = {
+    "muid": "Muid (Gink)",
+    "eight-byte": "Eight-byte ID (java-uniqueid)",
+    "hlc-ulid": "HLC-ULID",
+    "siq": "SIQ",
+    "wiji": "Wiji v1",
+  };
+
+  // Sample texts for the example buttons (the scheme documents' own test vectors; presentation data only).
+  const EXAMPLES = {
+    "muid": "5D5EAC793E61F-1BFC71B112D-0000000B",
+    "eight-byte": "cb54ecf2840a0015",
+    "hlc-ulid": "01FZ11RQKT000002NAM48H248H",
+    "siq": "did:siq:gm24tg4ago5efqaaaab4gzymuoaaa",
+    "wiji": "000S94VR000002M6NWVVR14D2G",
+    "log": [
+      "2025-01-01 00:00:03 INFO  api   order=cb54ecf2840a0015 status=shipped",
+      "2025-01-01 00:00:04 WARN  auth  user did:siq:gm24tg4ago5efqaaaab4gzymuoaaa retried login",
+      "2025-01-01 00:00:05 INFO  sync  doc 5D5EAC793E61F-1BFC71B112D-0000000B merged from 017FC21C5E7A-0000-000A-AAA111111111",
+      "2025-01-01 00:00:06 DEBUG edge  trace 000S94VR000002M6NWVVR14D2G closed",
+    ].join("\n"),
+    "invalid": "5D5EAC793E61F-0000000000000-00000",
+  };
+
+  const QUALIFIER_WORDS = {
+    content: "a piece of content", multi: "a multi-type object", manytomany: "a many-to-many link",
+    ternary: "a ternary relation", thread: "a thread", message: "a message", user: "a user", tag: "a tag",
+    group: "a group", event: "an event", channel: "a channel", invite: "an invite", application: "an application",
+    collection: "a collection", premium: "a premium item", unassigned: "a code no type has been given yet",
+  };
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+
+  const input = $("#ids");
+  const statusEl = $("#status");
+  const results = $("#results");
+  const single = $("#single");
+  const tableBlock = $("#table-block");
+  const tableBody = $("#id-table-body");
+  const tableSummary = $("#table-summary");
+  const layoutList = $("#layout-list");
+
+  let layoutIndex = {}; // scheme -> field name -> {bits: [..], description}
+  let tableRows = [];
+  let sortState = { key: "line", dir: "asc" };
+  let requestSeq = 0;
+  let inflight = null;
+  let debounceTimer = 0;
+  let layoutsReady = Promise.resolve(); // settles once /v1/schemes has been read (or failed)
+
+  // --- small helpers ------------------------------------------------------------------------------------------------
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key === "class") node.className = value;
+      else if (key === "text") node.textContent = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  // JSON.parse that keeps integers beyond 2**53 exact (as BigInt), using the reviver's source text where the
+  // browser offers it (Chromium 114+); elsewhere such integers stay (rounded) numbers.
+  function parseJson(text) {
+    return JSON.parse(text, function reviver(key, value, context) {
+      if (typeof value === "number" && !Number.isSafeInteger(value) && context && /^-?\d+$/.test(context.source)) {
+        return BigInt(context.source);
+      }
+      return value;
+    });
+  }
+
+  const isInt = (v) => typeof v === "bigint" || (typeof v === "number" && Number.isInteger(v));
+
+  function hex(value, digits) {
+    if (!isInt(value)) return String(value);
+    const negative = typeof value === "bigint" ? value < 0n : value < 0;
+    const abs = negative ? -value : value;
+    return (negative ? "-" : "") + "0x" + abs.toString(16).toUpperCase().padStart(digits, "0");
+  }
+
+  function grouped(value) {
+    if (!isInt(value)) return String(value);
+    return value.toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  }
+
+  function plural(n, word, many = word + "s") {
+    return `${grouped(n)} ${n === 1 ? word : many}`;
+  }
+
+  function schemeTitle(name) {
+    return SCHEME_TITLES[name] || name;
+  }
+
+  function badge(scheme) {
+    return el("span", { class: `badge badge-${scheme}`, text: scheme });
+  }
+
+  // --- API ----------------------------------------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, detail) {
+      super(detail);
+      this.status = status;
+    }
+  }
+
+  function detailOf(body) {
+    if (!body || body.detail === undefined) return "";
+    if (typeof body.detail === "string") return body.detail;
+    if (Array.isArray(body.detail)) return body.detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
+    return JSON.stringify(body.detail);
+  }
+
+  async function api(path, options = {}) {
+    const response = await fetch(path, { headers: { accept: "application/json" }, ...options });
+    const text = await response.text();
+    let body = null;
+    try {
+      body = text ? parseJson(text) : null;
+    } catch {
+      body = null;
+    }
+    if (!response.ok) {
+      throw new ApiError(response.status, detailOf(body) || `${response.status} ${response.statusText}`.trim());
+    }
+    return body;
+  }
+
+  // --- times ----------------------------------------------------------------------------------------------------------
+
+  const browserZone = (() => {
+    try {
+      return Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+    } catch {
+      return "local time";
+    }
+  })();
+
+  // RFC 3339 UTC from the server ("2025-01-01T00:00:00.123456Z") -> {ms, fraction, sortKey}; null if not one.
+  function parseTimestamp(ts) {
+    if (typeof ts !== "string") return null;
+    const m = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?Z$/.exec(ts);
+    if (!m) return null;
+    const fraction = m[2] || "";
+    const ms = Date.parse(`${m[1]}.${fraction.padEnd(3, "0").slice(0, 3)}Z`);
+    if (Number.isNaN(ms)) return null;
+    return { ms, fraction, sortKey: `${m[1]}.${fraction.padEnd(9, "0")}` };
+  }
+
+  const pad = (n, width = 2) => String(n).padStart(width, "0");
+
+  function zoneOffset(date) {
+    const minutes = -date.getTimezoneOffset();
+    const sign = minutes < 0 ? "-" : "+";
+    const abs = Math.abs(minutes);
+    return `UTC${sign}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
+  }
+
+  // The same instant in the browser's zone, keeping the server's sub-second digits (zone offsets are whole minutes).
+  function localTime(parsed) {
+    const d = new Date(parsed.ms);
+    const fraction = parsed.fraction ? `.${parsed.fraction}` : "";
+    const stamp = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}${fraction}`;
+    return { stamp, zone: `${browserZone}, ${zoneOffset(d)}` };
+  }
+
+  const relative = new Intl.RelativeTimeFormat("en", { numeric: "always" });
+  const AGE_UNITS = [
+    [60, 1, "second"],
+    [3600, 60, "minute"],
+    [86400, 3600, "hour"],
+    [86400 * 31, 86400, "day"],
+    [86400 * 365.25, 86400 * 30.4375, "month"],
+    [Infinity, 86400 * 365.25, "year"],
+  ];
+
+  function age(ms) {
+    const seconds = (ms - Date.now()) / 1000;
+    const abs = Math.abs(seconds);
+    if (abs < 1) return "just now";
+    for (const [limit, size, unit] of AGE_UNITS) {
+      if (abs < limit) return relative.format(Math.trunc(seconds / size), unit);
+    }
+    return "";
+  }
+
+  function ageNode(parsed, tag = "span", cls = "age") {
+    const node = el(tag, { class: cls, dataset: { ageMs: String(parsed.ms) } });
+    refreshAge(node);
+    return node;
+  }
+
+  function refreshAge(node) {
+    node.textContent = age(Number(node.dataset.ageMs));
+  }
+
+  const FUTURE_SLACK_MS = 60_000;
+
+  function futureNote(parsed) {
+    if (parsed.ms <= Date.now() + FUTURE_SLACK_MS) return null;
+    return el("span", { class: "future-note", text: "In the future: an unlikely reading, or the issuing node's clock was ahead." });
+  }
+
+  // --- what each field means, in words ----------------------------------------------------------------------------
+
+  function qualifierWords(q) {
+    return QUALIFIER_WORDS[String(q).toLowerCase()] || "a type this page has no words for";
+  }
+
+  function modeName(mode) {
+    if (mode === 0 || String(mode).toLowerCase() === "spread") return "SPREAD";
+    if (mode === 1 || String(mode).toLowerCase().replace("-", "_") === "time_sequential") return "TIME_SEQUENTIAL";
+    return String(mode).toUpperCase();
+  }
+
+  const WORDS = {
+    "muid": {
+      timestamp_us: (v) => v === -1
+        ? ["global: no time (the all-F sentinel)", "Gink's \"global\" sentinel: the ID belongs to no moment."]
+        : [`${grouped(v)} µs since the Unix epoch`, "Microseconds since 1970-01-01 UTC: when the bundle was made (52 bits)."],
+      medallion: (v) => v === -1
+        ? ["every medallion (the all-F sentinel)", "All-F medallion: not tied to one node."]
+        : [`medallion ${hex(v, 11)}`, "The node that made the ID: 44 bits drawn at random and held under a lease."],
+      offset: (v) => [
+        v === 0 ? "offset 0: the bundle itself" : v > 0 ? `ID number ${grouped(v)} of its bundle` : `offset ${v} (negative)`,
+        "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
+      ],
+    },
+    "eight-byte": {
+      timestamp_ms: (v) => [`${grouped(v)} ms since the Unix epoch`, "Milliseconds since 1970-01-01 UTC (42 bits)."],
+      sequence: (v) => [`sequence ${v} of 0..63 in its millisecond`, "Counter within one millisecond for one generator: at most 64 IDs per ms."],
+      generator_id: (v, f) => [
+        f.cluster_id !== undefined ? `generator ${v} in cluster ${f.cluster_id}` : `generator ${v}`,
+        "Generator ID (0..2047) of the node that made it, leased so no two nodes share one.",
+      ],
+      cluster_id: (v) => [`cluster ${v}`, "Cluster ID (0..15), set in the issuing node's configuration."],
+      mode: (v) => modeName(v) === "SPREAD"
+        ? ["SPREAD: time stored bit-reversed", "Mode bit 0: the timestamp's bits are reversed so IDs spread evenly over keys (default)."]
+        : modeName(v) === "TIME_SEQUENTIAL"
+          ? ["TIME_SEQUENTIAL: time in the top bits", "Mode bit 1: the timestamp sits in the top bits, so IDs sort by time."]
+          : [`mode ${v}`, "The mode bit."],
+    },
+    "hlc-ulid": {
+      timestamp_ms: (v) => [`${grouped(v)} ms since the Unix epoch`, "Hybrid logical clock time: milliseconds since 1970-01-01 UTC (48 bits)."],
+      counter: (v) => [
+        v === 0 ? "counter 0: first ID of its logical millisecond" : `counter ${v}: ${plural(v, "ID")} before it in the same logical millisecond`,
+        "Logical counter of the hybrid logical clock (16 bits).",
+      ],
+      publisher_id: (v) => [`publisher ${hex(v, 4)}`, "Publisher ID (16 bits) of the node that made it, leased so no two nodes share one."],
+      random: (v) => [`random ${hex(v, 12)}`, "Tie-breaker drawn fresh from a CSPRNG for every ID (48 bits); it carries no meaning."],
+    },
+    "siq": {
+      seconds: (v) => [`${grouped(v)} s since the Unix epoch`, "Whole seconds since 1970-01-01 UTC (40 bits)."],
+      fraction: (v) => [`${v}/65536 s ≈ ${(Number(v) / 65.536).toFixed(3)} ms`, "Binary fraction of the second (16 bits): the tick is 1/65536 s."],
+      shard: (v) => [`shard ${v}`, "Shard (0..255) of the node that made it, leased so no two nodes share one."],
+      domain_hash: (v) => [
+        Number(v) === 0 ? "no domain (hash 0)" : `domain hash ${hex(v, 8)}`,
+        "Last 4 bytes of SHA-256 of the issuing domain name; 0 means no domain was set.",
+      ],
+      serial: (v, f) => [
+        f.qualifier !== undefined ? `serial ${v} among "${f.qualifier}" IDs of its tick` : `serial ${v}`,
+        "Counter per qualifier within one tick of 1/65536 s.",
+      ],
+      qualifier: (v) => [`qualifier "${v}": ${qualifierWords(v)}`, "What kind of object the ID names: the low 3 to 5 bits."],
+    },
+    "wiji": {
+      timestamp_us: (v) => [`${grouped(v)} µs since the Unix epoch`, "Microseconds since 1970-01-01 UTC (56 bits)."],
+      sequence: (v) => [`sequence ${v} in its microsecond`, "Counter within one microsecond for one process (16 bits)."],
+      version: (v) => [Number(v) === 1 ? "version 1 (Wiji v1)" : `version ${v}`, "Format version (4 bits); always 1."],
+      random: (v) => [
+        `process ${hex(v, 13)}`,
+        "52 random bits drawn once per generator process: IDs sharing them came from the same process.",
+      ],
+    },
+  };
+
+  function describeField(scheme, name, value, fields) {
+    const fn = WORDS[scheme] && WORDS[scheme][name];
+    const layout = (layoutIndex[scheme] || {})[name];
+    let meaning = typeof value === "object" && value !== null && typeof value !== "bigint" ? JSON.stringify(value) : String(value);
+    let caption = layout ? layout.description : "";
+    if (fn) [meaning, caption] = fn(value, fields);
+    return { meaning, caption, bits: layout ? layout.bits.join(", ") : "", layoutDescription: layout ? layout.description : "" };
+  }
+
+  // One line in words: what a decoded ID says about its maker.
+  function summary(candidate) {
+    const f = candidate.fields || {};
+    const words = (name) => describeField(candidate.scheme, name, f[name], f).meaning;
+    switch (candidate.scheme) {
+      case "muid":
+        return `${words("medallion")}, ${words("offset")}`;
+      case "eight-byte":
+        return `${words("generator_id")}, sequence ${f.sequence}, ${modeName(f.mode)}`;
+      case "hlc-ulid":
+        return `${words("publisher_id")}, counter ${f.counter}`;
+      case "siq":
+        return `${f.qualifier} #${f.serial} on shard ${f.shard}, ${words("domain_hash")}`;
+      case "wiji":
+        return `${words("random")}, sequence ${f.sequence}`;
+      default:
+        return Object.entries(f).map(([k, v]) => `${k} ${v}`).join(", ");
+    }
+  }
+
+  // --- rendering: one ID -------------------------------------------------------------------------------------------
+
+  function renderCard(item, candidate, index) {
+    const titleId = `card-${index}-title`;
+    const parsed = parseTimestamp(candidate.timestamp);
+    const facts = el("dl", { class: "facts" });
+    const fact = (label, ...value) => facts.append(el("dt", { text: label }), el("dd", {}, ...value));
+
+    const canonical = el("span", { class: "value", dataset: { fact: "canonical" }, text: candidate.id });
+    fact("Canonical form", canonical, copyButton(candidate.id, "canonical form"));
+    if (item.input !== candidate.id) {
+      fact("As pasted", el("span", { class: "value", dataset: { fact: "input" }, text: item.input }));
+    }
+    fact("Hex (packed bytes)", el("span", { class: "value", dataset: { fact: "hex" }, text: candidate.hex }));
+    if (parsed) {
+      const local = localTime(parsed);
+      fact("Created, UTC", el("time", { class: "value", datetime: candidate.timestamp, dataset: { fact: "utc" }, text: candidate.timestamp }));
+      fact(`Created, your time zone`, el("span", { class: "value", dataset: { fact: "local" }, text: `${local.stamp} (${local.zone})` }));
+      const ageEl = ageNode(parsed);
+      ageEl.dataset.fact = "age";
+      fact("How long ago", ageEl, futureNote(parsed));
+    } else {
+      fact("Created", el("span", { dataset: { fact: "utc" }, text: "no creation time (sentinel or out of range)" }));
+    }
+
+    const fieldsTable = el("table", { class: "fields" },
+      el("caption", { text: "Fields, as the bit layout stores them" }),
+      el("thead", {}, el("tr", {},
+        el("th", { scope: "col", text: "Field" }),
+        el("th", { scope: "col", text: "Value" }),
+        el("th", { scope: "col", text: "What it means" }))));
+    const body = el("tbody");
+    const fields = candidate.fields || {};
+    for (const [name, value] of Object.entries(fields)) {
+      const d = describeField(candidate.scheme, name, value, fields);
+      const tooltip = [d.bits ? `bits ${d.bits}` : "", d.layoutDescription].filter(Boolean).join(": ");
+      body.append(el("tr", { dataset: { field: name } },
+        el("th", { scope: "row", title: tooltip || null },
+          el("code", { text: name }),
+          d.bits ? el("span", { class: "bits", text: `bits ${d.bits}` }) : null),
+        el("td", { class: "num", text: typeof value === "string" ? `"${value}"` : String(value) }),
+        el("td", {},
+          el("span", { class: "meaning", text: d.meaning }),
+          d.caption ? el("span", { class: "caption", text: d.caption }) : null)));
+    }
+    fieldsTable.append(body);
+
+    return el("article", { class: "card", "aria-labelledby": titleId, dataset: { scheme: candidate.scheme } },
+      el("div", { class: "card-head" },
+        el("h3", { id: titleId }, badge(candidate.scheme), el("span", { text: schemeTitle(candidate.scheme) })),
+        el("a", { href: `#layout-${candidate.scheme}`, class: "layout-link", text: `Bit layout of ${candidate.scheme}` })),
+      el("div", { class: "card-body" }, facts, fieldsTable));
+  }
+
+  function copyButton(text, what) {
+    if (!navigator.clipboard || !window.isSecureContext) return null;
+    const button = el("button", { type: "button", class: "copy", "aria-label": `Copy the ${what}`, text: "Copy" });
+    button.addEventListener("click", async () => {
+      try {
+        await navigator.clipboard.writeText(text);
+        button.textContent = "Copied";
+      } catch {
+        button.textContent = "Copy failed";
+      }
+      setTimeout(() => { button.textContent = "Copy"; }, 1500);
+    });
+    return button;
+  }
+
+  // "not an ID of any scheme (muid: rule; wiji: rule)" -> [[scheme, rule], ...] for a list; the text stays verbatim too.
+  function splitRules(error) {
+    const m = /^(.*?) \((.*)\)$/s.exec(error);
+    if (!m) return null;
+    const known = Object.keys(SCHEME_TITLES).concat(Object.keys(layoutIndex));
+    const parts = m[2].split("; ");
+    const pairs = [];
+    for (const part of parts) {
+      const colon = part.indexOf(": ");
+      const scheme = colon > 0 ? part.slice(0, colon) : "";
+      if (known.includes(scheme)) pairs.push([scheme, part.slice(colon + 2)]);
+      else if (pairs.length) pairs[pairs.length - 1][1] += `; ${part}`;
+      else return null;
+    }
+    return { lead: m[1], pairs };
+  }
+
+  function renderError(item) {
+    const rules = splitRules(item.error);
+    const box = el("div", { class: "notice notice-error", dataset: { error: "" } },
+      el("p", {}, el("strong", { text: "Not a valid ID. " }), "The text ", el("code", { text: item.input }),
+        rules ? ` is ${rules.lead}. Each scheme's rule it breaks:` : " breaks this rule:"));
+    if (rules) {
+      box.append(el("ul", { class: "rules" }, rules.pairs.map(([scheme, rule]) =>
+        el("li", { dataset: { scheme } }, badge(scheme), el("span", { text: rule })))));
+      box.append(el("details", { class: "verbatim" }, el("summary", { text: "The server's exact message" }),
+        el("p", { class: "error-message", text: item.error })));
+    } else {
+      box.append(el("p", { class: "error-message", text: item.error }));
+    }
+    return box;
+  }
+
+  function renderSingle(item, text) {
+    const multiLine = text.trim() !== item.input;
+    if (multiLine) {
+      single.append(el("p", { class: "card-found" }, `Found in line ${item.line}: `, el("code", { text: item.input })));
+    }
+    if (item.error) {
+      single.append(renderError(item));
+      const rules = splitRules(item.error);
+      setStatus(rules
+        ? `Not a valid ID: ${item.input} is ${rules.lead}; the rule each scheme states is listed below.`
+        : `Not a valid ID: ${item.error}`, true);
+      return;
+    }
+    const candidates = item.candidates || [];
+    if (candidates.length > 1) {
+      single.append(el("div", { class: "notice notice-warn", dataset: { ambiguous: "" } },
+        el("p", {}, el("strong", { text: `Parses as ${candidates.length} schemes: ` }),
+          candidates.map((c) => c.scheme).join(", "), "."),
+        el("p", { text: "The text alone cannot tell which scheme made it, so every reading is shown. " +
+          "Where the ID came from tells which one is meant." })));
+    }
+    candidates.forEach((candidate, i) => single.append(renderCard(item, candidate, i)));
+    const first = candidates[0];
+    const parsed = first ? parseTimestamp(first.timestamp) : null;
+    if (candidates.length > 1) {
+      setStatus(`${item.input} parses as ${candidates.length} schemes: ${candidates.map((c) => c.scheme).join(", ")}.`);
+    } else if (first) {
+      setStatus(`Decoded as ${first.scheme}: ${summary(first)}` + (parsed ? `, made ${age(parsed.ms)}.` : "."));
+    }
+  }
+
+  // --- rendering: many IDs ---------------------------------------------------------------------------------------
+
+  function toRow(item, index) {
+    const candidates = item.candidates || [];
+    // an ID several schemes read sorts by its earliest reading (a misreading usually lands far in the future)
+    const keys = candidates.map((c) => parseTimestamp(c.timestamp)).filter(Boolean).map((p) => p.sortKey).sort();
+    return {
+      item,
+      index,
+      line: item.line,
+      scheme: item.error ? "~invalid" : candidates.map((c) => c.scheme).join(" "),
+      time: keys.length ? keys[0] : null,
+    };
+  }
+
+  function compareRows(a, b) {
+    const dir = sortState.dir === "asc" ? 1 : -1;
+    const key = sortState.key;
+    const x = a[key];
+    const y = b[key];
+    if (x === null && y !== null) return 1; // rows without a time go last either way
+    if (y === null && x !== null) return -1;
+    if (x !== y && x !== null) return (x < y ? -1 : 1) * dir;
+    return (a.index - b.index) * (key === "line" ? dir : 1);
+  }
+
+  // One ID = one row (tr[data-line]); an ID several schemes read gets one extra row per further reading, with the
+  // line and ID cells spanning them, so each reading's scheme, time and words line up.
+  function renderRows(row) {
+    const { item } = row;
+    const candidates = item.candidates || [];
+    const group = "group";
+    const span = Math.max(1, candidates.length);
+    const link = el("a", { href: `decode?id=${encodeURIComponent(item.input)}`, text: item.input,
+      title: "Open this ID on its own (a link you can share)" });
+    const idCell = el("td", { class: "id-cell", rowspan: span > 1 ? span : null }, link);
+    for (const c of candidates) {
+      if (c.id !== item.input) idCell.append(el("span", { class: "canonical", text: `${candidates.length > 1 ? c.scheme + ": " : ""}${c.id}` }));
+    }
+    const first = el("tr", { class: `${group}${item.error ? " row-error" : ""}`, dataset: { line: String(item.line) } },
+      el("td", { class: "line", rowspan: span > 1 ? span : null, text: String(item.line) }),
+      idCell);
+    if (item.error) {
+      first.append(
+        el("td", {}, el("span", { class: "badge badge-invalid", text: "invalid" })),
+        el("td", { class: "time", text: "—" }),
+        el("td", { class: "error-text" }, errorSummary(item.error)));
+      return [first];
+    }
+    return candidates.map((c, i) => {
+      const tr = i === 0 ? first : el("tr", { class: `${group} also`, dataset: { also: String(item.line) } });
+      const parsed = parseTimestamp(c.timestamp);
+      let time = el("td", { class: "time", text: "no time" });
+      if (parsed) {
+        const local = localTime(parsed);
+        time = el("td", { class: "time" },
+          el("time", { datetime: c.timestamp, text: c.timestamp }),
+          el("span", { class: "sub", title: local.zone }, `${local.stamp} · `, ageNode(parsed, "span", "row-age")),
+          futureNote(parsed));
+      }
+      tr.append(el("td", {}, badge(c.scheme)), time, el("td", { class: "words", text: summary(c) }));
+      return tr;
+    });
+  }
+
+  // In a table cell, a long "not an ID of any scheme (...)" folds into a disclosure with one rule per scheme.
+  function errorSummary(error) {
+    const rules = splitRules(error);
+    if (!rules) return el("span", { class: "error-message", text: error });
+    return el("details", { class: "row-rules" },
+      el("summary", { text: rules.lead }),
+      el("ul", { class: "rules" }, rules.pairs.map(([scheme, rule]) => el("li", { dataset: { scheme } }, `${scheme}: ${rule}`))));
+  }
+
+  function renderTableBody() {
+    const sorted = tableRows.slice().sort(compareRows);
+    const fragment = document.createDocumentFragment();
+    sorted.forEach((row, position) => {
+      row.nodes = row.nodes || renderRows(row); // built once; sorting only moves them
+      for (const tr of row.nodes) tr.classList.toggle("group-odd", position % 2 === 1);
+      fragment.append(...row.nodes);
+    });
+    tableBody.replaceChildren(fragment);
+    for (const th of document.querySelectorAll("#id-table th[data-sort-key]")) {
+      if (th.dataset.sortKey === sortState.key) th.setAttribute("aria-sort", sortState.dir === "asc" ? "ascending" : "descending");
+      else th.removeAttribute("aria-sort");
+    }
+  }
+
+  function renderTable(items, truncated) {
+    tableRows = items.map(toRow);
+    renderTableBody();
+    const invalid = items.filter((i) => i.error).length;
+    const ambiguous = items.filter((i) => (i.candidates || []).length > 1).length;
+    const lines = new Set(items.map((i) => i.line)).size;
+    const parts = [`${plural(items.length, "ID")} found on ${plural(lines, "line")}`];
+    if (invalid) parts.push(`${grouped(invalid)} invalid`);
+    if (ambiguous) parts.push(`${grouped(ambiguous)} parse as more than one scheme`);
+    tableSummary.textContent = "Open an ID on its own with its link. The CSV has one row per scheme that reads an ID.";
+    tableBlock.hidden = false;
+    setStatus(`${parts.join("; ")}.${truncated ? " Only the first ones are shown." : ""}`);
+  }
+
+  // --- CSV -------------------------------------------------------------------------------------------------------
+
+  const CSV_COLUMNS = ["line", "input", "scheme", "candidates", "id", "hex", "timestamp_utc", "summary", "fields", "error"];
+
+  function csvCell(value) {
+    let text = value === null || value === undefined ? "" : String(value);
+    if (/^[=+\-@\t\r]/.test(text)) text = `'${text}`; // keep spreadsheets from running pasted text as a formula
+    return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
+  }
+
+  function buildCsv() {
+    const lines = [CSV_COLUMNS.join(",")];
+    for (const row of tableRows.slice().sort(compareRows)) {
+      const { item } = row;
+      const candidates = item.candidates || [];
+      if (item.error || candidates.length === 0) {
+        lines.push([item.line, item.input, "", 0, "", "", "", "", "", item.error || ""].map(csvCell).join(","));
+        continue;
+      }
+      for (const c of candidates) {
+        const fields = Object.entries(c.fields || {}).map(([k, v]) => `${k}=${v}`).join("; ");
+        lines.push([item.line, item.input, c.scheme, candidates.length, c.id, c.hex, c.timestamp, summary(c), fields, ""]
+          .map(csvCell).join(","));
+      }
+    }
+    return lines.join("\r\n") + "\r\n";
+  }
+
+  function downloadCsv() {
+    const blob = new Blob([buildCsv()], { type: "text/csv;charset=utf-8" });
+    const url = URL.createObjectURL(blob);
+    const now = new Date();
+    const stamp = `${now.getUTCFullYear()}${pad(now.getUTCMonth() + 1)}${pad(now.getUTCDate())}-` +
+      `${pad(now.getUTCHours())}${pad(now.getUTCMinutes())}${pad(now.getUTCSeconds())}`;
+    const a = el("a", { href: url, download: `idmint-decoded-${stamp}.csv`, class: "visually-hidden" });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+  }
+
+  // --- decode loop ----------------------------------------------------------------------------------------------
+
+  function setStatus(text, isError = false) {
+    statusEl.textContent = text;
+    statusEl.classList.toggle("is-error", isError);
+  }
+
+  function setState(state) {
+    results.dataset.state = state;
+    results.setAttribute("aria-busy", state === "loading" ? "true" : "false");
+  }
+
+  function clearResults() {
+    single.replaceChildren();
+    tableBody.replaceChildren();
+    tableRows = [];
+    tableBlock.hidden = true;
+  }
+
+  function render(body, text) {
+    clearResults();
+    const items = (body && body.items) || [];
+    if (items.length === 0) {
+      single.append(el("div", { class: "notice", dataset: { empty: "" } },
+        el("p", { text: "No ID found in the text. Paste an ID of any scheme in any accepted form, or lines that contain IDs." })));
+      setStatus("No ID found in the text.");
+    } else if (items.length === 1) {
+      renderSingle(items[0], text);
+    } else {
+      renderTable(items, body.truncated);
+    }
+    if (body && body.truncated) {
+      const note = el("div", { class: "notice notice-warn", dataset: { truncated: "" } },
+        el("p", { text: `The text holds more IDs than the server decodes at once; the first ${grouped(items.length)} are shown.` }));
+      (items.length > 1 ? tableBlock : single).prepend(note);
+    }
+  }
+
+  async function decodeNow() {
+    clearTimeout(debounceTimer);
+    const text = input.value;
+    const seq = ++requestSeq;
+    if (inflight) inflight.abort();
+    inflight = null;
+    updateUrl(text);
+    if (!text.trim()) {
+      clearResults();
+      setStatus("");
+      setState("idle");
+      return;
+    }
+    const controller = new AbortController();
+    inflight = controller;
+    setState("loading");
+    try {
+      const body = await api("v1/decode", {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json" },
+        body: JSON.stringify({ text }),
+        signal: controller.signal,
+      });
+      await layoutsReady; // field captions and bit ranges come from /v1/schemes
+      if (seq !== requestSeq) return;
+      render(body, text);
+      setState("done");
+    } catch (error) {
+      if (seq !== requestSeq || error.name === "AbortError") return;
+      clearResults();
+      const message = error instanceof ApiError ? error.message : `the server could not be reached (${error.message})`;
+      single.append(el("div", { class: "notice notice-error", dataset: { requestError: "" } },
+        el("p", {}, el("strong", { text: "Could not decode: " }), message)));
+      setStatus(`Could not decode: ${message}`, true);
+      setState("error");
+    } finally {
+      if (inflight === controller) inflight = null;
+    }
+  }
+
+  function scheduleDecode() {
+    clearTimeout(debounceTimer);
+    setState("loading");
+    debounceTimer = setTimeout(decodeNow, DEBOUNCE_MS);
+  }
+
+  // /decode?id=<text> in the address bar, so what is on screen can be shared; long pastes are left out of it.
+  function updateUrl(text) {
+    const url = new URL("decode", document.baseURI);
+    if (text.trim() && text.length <= URL_TEXT_MAX) url.search = `?id=${encodeURIComponent(text)}`;
+    url.hash = location.hash;
+    if (url.href !== location.href) history.replaceState(null, "", url);
+  }
+
+  // --- scheme layouts -------------------------------------------------------------------------------------------
+
+  function schemeList(body) {
+    let list = [];
+    if (Array.isArray(body)) list = body;
+    else if (body && Array.isArray(body.schemes)) list = body.schemes;
+    else if (body && typeof body === "object") {
+      const source = body.schemes && typeof body.schemes === "object" ? body.schemes : body;
+      list = Object.entries(source).map(([name, value]) => ({ name, ...value }));
+    }
+    return list.filter((s) => s && typeof s.name === "string");
+  }
+
+  function layoutFields(scheme) {
+    const fields = scheme.layout || scheme.fields || scheme.bit_layout || [];
+    return Array.isArray(fields) ? fields.filter((f) => f && f.name) : [];
+  }
+
+  // "127..76" -> 52, "15..13,11..4" -> 11, "12" -> 1
+  function bitWidth(bits) {
+    let width = 0;
+    for (const part of String(bits).split(",")) {
+      const m = /^\s*(\d+)\s*(?:\.\.\s*(\d+))?\s*$/.exec(part);
+      if (m) width += m[2] === undefined ? 1 : Math.abs(Number(m[1]) - Number(m[2])) + 1;
+    }
+    return width || 1;
+  }
+
+  function indexLayouts(list) {
+    layoutIndex = {};
+    for (const scheme of list) {
+      const index = {};
+      for (const f of layoutFields(scheme)) {
+        // a field split over several bit ranges (eight-byte's generator ID) may appear more than once
+        const entry = index[f.name] || (index[f.name] = { bits: [], description: f.description || "" });
+        if (f.bits !== undefined) entry.bits.push(String(f.bits));
+      }
+      layoutIndex[scheme.name] = index;
+    }
+  }
+
+  const CATALOGUE_LABELS = {
+    node: "this node", identity: "identity range", limits: "request limits", formats: "text forms",
+    canonical_format: "canonical form", packed_bytes: "packed bytes", timestamp_precision: "time precision",
+    high_water_mark: "high-water mark",
+  };
+  const catalogueLabel = (key) => CATALOGUE_LABELS[key] || key.replaceAll("_", " ");
+
+  function valueNode(value) {
+    if (value === "") return el("span", { class: "hint", text: "(empty)" });
+    if (isInt(value)) return document.createTextNode(grouped(value));
+    if (Array.isArray(value)) {
+      if (value.every((v) => typeof v !== "object" || v === null)) {
+        return el("span", {}, value.flatMap((v, i) => [i ? ", " : "", el("code", { text: String(v) })]));
+      }
+      return el("ul", {}, value.map((v) => el("li", {}, valueNode(v))));
+    }
+    if (value && typeof value === "object" && typeof value !== "bigint") {
+      return el("dl", {}, Object.entries(value).flatMap(([k, v]) => [el("dt", { text: catalogueLabel(k) }), el("dd", {}, valueNode(v))]));
+    }
+    return document.createTextNode(String(value));
+  }
+
+  function renderLayouts(list) {
+    const nodes = list.map((scheme) => {
+      const fields = layoutFields(scheme);
+      const total = fields.reduce((sum, f) => sum + bitWidth(f.bits), 0);
+      const bar = el("div", { class: "bitbar", "aria-hidden": "true" }, fields.map((f) => {
+        const span = el("span", { title: `${f.name}: bits ${f.bits}`, text: f.name });
+        span.style.flexGrow = String(bitWidth(f.bits));
+        return span;
+      }));
+      const table = el("table", { class: "layout-table" },
+        el("caption", { class: "visually-hidden", text: `Bit layout of ${scheme.name}` }),
+        el("thead", {}, el("tr", {},
+          el("th", { scope: "col", text: "Field" }), el("th", { scope: "col", text: "Bits" }),
+          el("th", { scope: "col", text: "Meaning" }))),
+        el("tbody", {}, fields.map((f) => el("tr", {},
+          el("th", { scope: "row" }, el("code", { text: f.name })),
+          el("td", { class: "bits", text: String(f.bits) }),
+          el("td", { text: f.description || "" })))));
+      const rest = Object.entries(scheme).filter(([k]) => !["name", "layout", "fields", "bit_layout"].includes(k));
+      const details = el("details", { id: `layout-${scheme.name}`, dataset: { scheme: scheme.name } },
+        el("summary", {}, badge(scheme.name), el("strong", { text: schemeTitle(scheme.name) }),
+          el("span", { class: "summary-text", text: total ? `${total} bits, ${plural(fields.length, "field")}` : "" })),
+        el("div", { class: "layout-body" }, fields.length ? [bar, table] : null,
+          rest.length ? [el("h3", { text: "Text forms and limits" }),
+            el("dl", {}, rest.flatMap(([k, v]) => [el("dt", { text: catalogueLabel(k) }), el("dd", {}, valueNode(v))]))] : null));
+      return details;
+    });
+    layoutList.replaceChildren(...nodes);
+    openLayoutFromHash();
+  }
+
+  async function loadLayouts() {
+    try {
+      const list = schemeList(await api("v1/schemes"));
+      indexLayouts(list);
+      renderLayouts(list);
+    } catch (error) {
+      layoutList.replaceChildren(el("p", { class: "notice notice-error", text: `The scheme layouts could not be loaded: ${error.message}` }));
+    }
+  }
+
+  function openLayoutFromHash() {
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (!id.startsWith("layout-")) return;
+    const target = document.getElementById(id);
+    if (!target || target.tagName !== "DETAILS") return;
+    target.open = true;
+    target.classList.remove("layout-target");
+    void target.offsetWidth; // restart the highlight animation
+    target.classList.add("layout-target");
+    target.scrollIntoView({ block: "start" });
+    target.querySelector("summary").focus({ preventScroll: true });
+  }
+
+  // --- wiring ---------------------------------------------------------------------------------------------------
+
+  function setText(text) {
+    input.value = text;
+    fitInput();
+    decodeNow();
+  }
+
+  // the input grows with what is pasted, up to a dozen lines (then it scrolls)
+  function fitInput() {
+    const lines = (input.value.match(/\n/g) || []).length + 1;
+    input.rows = Math.min(12, Math.max(4, lines));
+  }
+
+  input.addEventListener("input", () => {
+    fitInput();
+    scheduleDecode();
+  });
+  $("#clear").addEventListener("click", () => {
+    setText("");
+    input.focus();
+  });
+  for (const button of document.querySelectorAll("button.example")) {
+    button.addEventListener("click", () => setText(EXAMPLES[button.dataset.example] || ""));
+  }
+  for (const button of document.querySelectorAll("button.sort")) {
+    button.addEventListener("click", () => {
+      const key = button.dataset.sort;
+      sortState = sortState.key === key
+        ? { key, dir: sortState.dir === "asc" ? "desc" : "asc" }
+        : { key, dir: "asc" };
+      renderTableBody();
+      const label = { line: "line", scheme: "scheme", time: "creation time" }[key];
+      const order = key === "time" ? (sortState.dir === "asc" ? "oldest first" : "newest first") : `${sortState.dir}ending`;
+      setStatus(`Sorted by ${label}, ${order}.`);
+    });
+  }
+  $("#download-csv").addEventListener("click", downloadCsv);
+  window.addEventListener("hashchange", openLayoutFromHash);
+  setInterval(() => document.querySelectorAll("[data-age-ms]").forEach(refreshAge), AGE_REFRESH_MS);
+
+  $("#browser-zone").textContent = browserZone;
+  setState("idle");
+  layoutsReady = loadLayouts(); // never rejects: a failure is shown in the layouts section
+
+  const initial = new URLSearchParams(location.search).get("id");
+  if (initial) setText(initial);
+})();
