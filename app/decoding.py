@@ -88,11 +88,23 @@ _TOKEN_RE = re.compile(
 )
 
 
+# Shapes that are clearly meant as an ID of one of our schemes even when they do not parse (a typo, a truncated
+# copy): kept as error rows, so a support engineer sees why the ID in a log line is invalid.
+_ID_SHAPE_RE = re.compile(
+    r"did:siq:\w+"                                             # SIQ did form
+    r"|[0-9A-Fa-f]{12,14}(?:-[0-9A-Fa-f]{3,13}){1,2}"           # Muid T-M-O / T-M (and near misses)
+    r"|[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"  # HLC-ULID hex form
+    r"|[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"  # UUID-shaped Wiji
+    r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}"  # base32 near 26 characters
+)
+
+
 def extract_tokens(text: str) -> list[tuple[int, str]]:
     """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance.
 
-    A token is kept only if at least one scheme parses it, so words in a log line are dropped. A line that is
-    a single token which parses nowhere is kept too, so a pasted invalid ID still shows its error.
+    A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID (a did:siq:
+    form, hyphenated hex groups, ~26 mixed base32 characters) so that its error is shown; other words in a log
+    line are dropped. A line that is a single token is always kept, so a pasted invalid ID shows its error.
     """
     found: list[tuple[int, str]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
@@ -102,7 +114,7 @@ def extract_tokens(text: str) -> list[tuple[int, str]]:
         hits = []
         for match in _TOKEN_RE.finditer(stripped):
             token = match.group(0)
-            if any(_parses(s, token) for s in schemes().values()):
+            if any(_parses(s, token) for s in schemes().values()) or _ID_SHAPE_RE.fullmatch(token):
                 hits.append(token)
         if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
             hits.append(stripped)

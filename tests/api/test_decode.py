@@ -92,3 +92,12 @@ def test_free_text_picks_ids_out_of_a_log_line(client: TestClient) -> None:
     assert wiji in inputs and eight in inputs
     bad = [i for i in items if i["input"] == "not-an-id"]
     assert bad and bad[0]["error"]
+    assert "2026-11-21" not in inputs and "ERROR" not in inputs and "failed" not in inputs
+
+
+def test_free_text_keeps_a_broken_id_in_a_log_line_as_an_error(client: TestClient) -> None:
+    # A Muid cut short by a copy (offset has 5 digits: the document's stale 14/13/5 example format).
+    text = "12:00:01 WARN bad id 5D5EAC793E61F-0000000000000-00000 seen twice"
+    items = client.post("/v1/decode", json={"text": text}).json()["items"]
+    assert [i["input"] for i in items] == ["5D5EAC793E61F-0000000000000-00000"]
+    assert items[0]["candidates"] == [] and "muid" in items[0]["error"]
