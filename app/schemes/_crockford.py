@@ -1,0 +1,284 @@
+"""Crockford base32 for 128-bit values, as ULID (HLC-ULID) and Wiji write them, plus the column-wise batch encoder.
+
+A 128-bit value is written as 26 characters of 5 bits, most significant first, after 2 zero pad bits::
+
+    bit (of the 130-bit string)  129 128 127 ............................................... 0
+                                 [pad 0] [             128-bit value, big-endian              ]
+    character                    |  0  ||  1  | ... |  9  || 10 | ... | 25 |
+    character c covers bits      (129 - 5c) .. (125 - 5c)
+
+    characters 0..9   = bits 129..80  = 2 pad bits + value bytes 0..5  (top 48 bits)
+    characters 10..25 = bits  79..0   = value bytes 6..15              (low 80 bits)
+
+Alphabet ``0123456789ABCDEFGHJKMNPQRSTVWXYZ`` (no I, L, O, U), written uppercase. Parsing is case-insensitive and
+reads O as 0, I and L as 1; Wiji also reads U as V. The two schemes differ in how the first character is bounded
+(:data:`ULID`: 0..7, the 128-bit overflow rule; :data:`WIJI`: 0 or 1), so decoding takes a :class:`Dialect`.
+
+The batch side (:func:`column_table`, :func:`text_rows`, :func:`char_view`, :func:`hex4_table`) builds the text of
+many IDs at once in an ``(n, width + 1)`` uint8 array: rows start as copies of one template row (the constant
+characters of a batch), and the characters that vary are overwritten column-wise with one little-endian ``<u4``
+write per group of up to 4 characters, looked up in per-16-bit-value tables built once, lazily.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import InvalidIdError
+
+# --- layout of the text ---------------------------------------------------------------------------------------------
+
+ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+ENCODED_LEN = 26
+"""Characters in the text of a 128-bit value."""
+CHAR_BITS = 5
+CHAR_MASK = (1 << CHAR_BITS) - 1
+VALUE_BITS = 128
+VALUE_MAX = (1 << VALUE_BITS) - 1
+PAD_BITS = ENCODED_LEN * CHAR_BITS - VALUE_BITS  # 2 zero bits on top
+TOP_CHARS = 10
+"""Characters 0..9 encode exactly the top 48 bits (bytes 0..5); 10..25 exactly the low 80 (bytes 6..15)."""
+
+NEWLINE = 10
+"""ASCII of the ``\\n`` ending every row of a batch's text."""
+
+TABLE_INDEX_BITS = 16
+TABLE_ROWS = 1 << TABLE_INDEX_BITS
+"""Column tables have one entry per 16-bit value."""
+TABLE_ENTRY_CHARS = 4
+"""A table entry is one ``<u4``: up to 4 characters, laid down by a single write."""
+
+_CHAR_SHIFTS = tuple(range((ENCODED_LEN - 1) * CHAR_BITS, -1, -CHAR_BITS))  # 125, 120, ..., 0
+_ALPHABET_ASCII = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
+_HEX_ASCII = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_HEX_DIGIT_BITS = 4
+
+
+def char_shift(position: int) -> int:
+    """Bit index (within the 128-bit value) of the lowest bit that character ``position`` (0..25) encodes."""
+    return (ENCODED_LEN - 1 - position) * CHAR_BITS
+
+
+# --- single values (slow path) ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one scheme reads Crockford base32: its name in messages, its substitutions and first-character bound.
+
+    ``first_char_max`` is the largest digit the first character may hold (7: every 128-bit value; 1: the top two
+    bits of the value are zero as well). ``first_char_rule`` is the message stating that rule.
+    """
+
+    label: str
+    substitutions: tuple[tuple[str, str], ...]
+    first_char_max: int
+    first_char_rule: str
+    _digits: dict[int, str] = field(init=False, repr=False, compare=False)
+    _accepted: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Map every accepted character to its digit in Python's int(..., 32) alphabet (0-9 a-v).
+        python_digits = "0123456789abcdefghijklmnopqrstuv"
+        digits: dict[int, str] = {}
+        for value, char in enumerate(ALPHABET):
+            for variant in (char, char.lower()):
+                digits[ord(variant)] = python_digits[value]
+        for alias, target in self.substitutions:
+            for variant in (alias, alias.lower()):
+                digits[ord(variant)] = python_digits[ALPHABET.index(target)]
+        object.__setattr__(self, "_digits", digits)
+        object.__setattr__(self, "_accepted", frozenset(chr(code) for code in digits))
+
+    @property
+    def alphabet_rule(self) -> str:
+        readings = ", ".join(f"{alias} reads {target}" for alias, target in self.substitutions)
+        return f"the Crockford base32 alphabet 0-9 A-H J K M N P-T V-Z (any case; {readings})"
+
+
+ULID = Dialect(
+    label="ULID",
+    substitutions=(("O", "0"), ("I", "1"), ("L", "1")),
+    first_char_max=7,
+    first_char_rule="ULID overflow: the first character must be 0..7 (26 characters carry 130 bits, a ULID 128)",
+)
+"""ULID rules: case-insensitive, O->0, I/L->1, first character 0..7 (python-ulid / ulid spec)."""
+
+WIJI = Dialect(
+    label="Wiji base32",
+    substitutions=(("O", "0"), ("I", "1"), ("L", "1"), ("U", "V")),
+    first_char_max=1,
+    first_char_rule=(
+        "Wiji base32 must start with 0 or 1 (2 zero bits are prepended and the timestamp's top 2 bits are zero)"
+    ),
+)
+"""Wiji v1 rules (WIJI_SPEC section 5.1/8): case-insensitive, O->0, I/L->1, U->V, first character 0 or 1."""
+
+
+def encode(value: int) -> str:
+    """The 26 uppercase Crockford characters of a 128-bit value (2 zero bits prepended).
+
+    Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`decode`.
+    """
+    if not 0 <= value <= VALUE_MAX:
+        raise ValueError(f"a 128-bit value must be in 0..2**{VALUE_BITS}-1, got {value}")
+    return "".join([ALPHABET[(value >> shift) & CHAR_MASK] for shift in _CHAR_SHIFTS])
+
+
+def decode(text: str, dialect: Dialect) -> int:
+    """The 128-bit value of 26 Crockford characters read with ``dialect``'s rules.
+
+    Raises :class:`~app.errors.InvalidIdError` naming the rule broken: length, alphabet (with the position of the
+    first bad character), or the dialect's first-character bound. Inverse of :func:`encode`.
+    """
+    if len(text) != ENCODED_LEN:
+        raise InvalidIdError(f"{dialect.label} must be exactly {ENCODED_LEN} characters long, got {len(text)}")
+    if not dialect._accepted.issuperset(text):
+        position, char = next((i, c) for i, c in enumerate(text) if c not in dialect._accepted)
+        raise InvalidIdError(f"{dialect.label} must use {dialect.alphabet_rule}, got {char!r} at position {position}")
+    digits = text.translate(dialect._digits)
+    if int(digits[0], 32) > dialect.first_char_max:
+        raise InvalidIdError(f"{dialect.first_char_rule}, got {text[0]!r}")
+    return int(digits, 32)
+
+
+# --- batch text: scratch buffers, rows, views -------------------------------------------------------------------------
+
+
+class _Scratch(threading.local):
+    """Per-thread reusable arrays: a fresh multi-megabyte array per batch costs more in page faults than encoding."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, npt.NDArray[np.generic]] = {}
+
+
+_scratch = _Scratch()
+
+
+SCRATCH_KEPT_BYTES_MAX = 1 << 24
+"""Larger scratch arrays (batches of more than ~600,000 IDs) are allocated per call, not kept."""
+
+
+def scratch(key: str, size: int, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
+    """A 1-D array of ``size`` elements of ``dtype``, reused by this thread for every call with the same ``key``.
+
+    Contents are undefined. The array is valid until the next call with ``key`` on this thread: callers copy out
+    (``tobytes()``) before returning. Arrays over :data:`SCRATCH_KEPT_BYTES_MAX` are fresh and not kept.
+    """
+    dtype = np.dtype(dtype)
+    if size * dtype.itemsize > SCRATCH_KEPT_BYTES_MAX:
+        return np.empty(size, dtype=dtype)
+    array = _scratch.arrays.get(key)
+    if array is None or array.dtype != dtype or array.size < size:
+        array = np.empty(max(size, TABLE_ROWS), dtype=dtype)
+        _scratch.arrays[key] = array
+    return array[:size]
+
+
+def text_rows(parts: Sequence[tuple[bytes, int]], key: str = "rows") -> npt.NDArray[np.uint8]:
+    """An ``(sum(count), width)`` uint8 array whose rows are ``row`` repeated ``count`` times, part after part.
+
+    Every ``row`` has the same ``width`` (text plus newline). Built in the per-thread scratch buffer ``key`` (see
+    :func:`scratch`: valid until the next call with that key on this thread) by memcpy doubling, so filling costs
+    about one pass over the memory.
+    """
+    width = len(parts[0][0])
+    total = sum(count for _, count in parts)
+    flat = scratch(key, total * width, np.uint8)
+    start = 0
+    for row, count in parts:
+        if len(row) != width:
+            raise ValueError(f"every row must be {width} bytes long, got {len(row)}")
+        if count == 0:
+            continue
+        end = start + count * width
+        flat[start : start + width] = np.frombuffer(row, dtype=np.uint8)
+        filled = width
+        while start + filled < end:
+            step = min(filled, end - start - filled)
+            flat[start + filled : start + filled + step] = flat[start : start + step]
+            filled += step
+        start = end
+    return flat.reshape(total, width)
+
+
+def char_view(rows: npt.NDArray[np.uint8], column: int, dtype: npt.DTypeLike = "<u4") -> npt.NDArray[np.generic]:
+    """A writable 1-D view of ``rows`` (C-contiguous ``(n, width)`` uint8) reading ``dtype`` at byte ``column``.
+
+    Writing a ``<u4`` array into it lays 4 characters down in every row at once, at columns ``column..column+3``.
+    """
+    item = np.dtype(dtype).itemsize
+    if column + item > rows.shape[1]:
+        raise ValueError(f"a {item}-byte write at column {column} overruns a {rows.shape[1]}-byte row")
+    return np.ndarray(
+        (rows.shape[0],), dtype=dtype, buffer=rows, offset=column, strides=(rows.strides[0],)
+    )
+
+
+def write_runs(
+    rows: npt.NDArray[np.uint8], column: int, runs: Sequence[tuple[npt.NDArray[np.generic], int, int]]
+) -> None:
+    """For each ``(table, first, count)`` in turn, write ``table[first : first + count]`` into the next ``count``
+    rows of ``rows`` at byte ``column`` (one ``table.dtype`` write per row, see :func:`char_view`).
+
+    The runs of a batch are its consecutive sequence/counter values, one run per tick.
+    """
+    start = 0
+    for table, first, count in runs:
+        char_view(rows, column, table.dtype)[start : start + count] = table[first : first + count]
+        start += count
+
+
+def column_table(
+    base: int, shift: int, first: int, chars: int, pad: int = NEWLINE, index_bits: int = TABLE_INDEX_BITS
+) -> npt.NDArray[np.uint32]:
+    """Characters ``first .. first + chars - 1`` of ``encode(base | v << shift)`` for every ``index_bits``-bit ``v``.
+
+    Shape ``(2**index_bits,)`` (65536 by default), dtype ``<u4``: byte j of entry v is the ASCII of character
+    ``first + j``; bytes ``chars..3`` hold ``pad`` (``chars`` in 1..4). One ``<u4`` write at column ``first`` (see
+    :func:`char_view`) therefore lays the characters down in order. ``base`` supplies the constant bits those
+    characters also cover (only the bits inside the characters' window matter) and must be zero where ``v << shift``
+    lands; bits of ``v`` outside the window are ignored. Tables are built once and cached.
+    """
+    if not 1 <= chars <= TABLE_ENTRY_CHARS or not 0 <= first <= ENCODED_LEN - chars:
+        raise ValueError(f"characters {first}..{first + chars - 1} are not 1..4 of the 26 characters")
+    low = char_shift(first + chars - 1)
+    high = char_shift(first) + CHAR_BITS
+    window = base & ((1 << high) - (1 << low))
+    return _column_table(window, shift, first, chars, pad, index_bits)
+
+
+@functools.lru_cache(maxsize=64)
+def _column_table(
+    window: int, shift: int, first: int, chars: int, pad: int, index_bits: int
+) -> npt.NDArray[np.uint32]:
+    rows = 1 << index_bits
+    values = np.arange(rows, dtype=np.uint64)
+    table = np.full((rows, TABLE_ENTRY_CHARS), pad, dtype=np.uint8)
+    for j in range(chars):
+        low = char_shift(first + j)
+        digit = np.full(rows, (window >> low) & CHAR_MASK, dtype=np.uint64)
+        if low <= shift < low + CHAR_BITS:  # v's low bits land inside this character
+            digit |= (values << np.uint64(shift - low)) & np.uint64(CHAR_MASK)
+        elif shift < low < shift + index_bits:  # v's higher bits land inside this character
+            digit |= (values >> np.uint64(low - shift)) & np.uint64(CHAR_MASK)
+        table[:, j] = _ALPHABET_ASCII[digit]
+    table.flags.writeable = False
+    return table.view("<u4").reshape(rows)
+
+
+@functools.lru_cache(maxsize=1)
+def hex4_table() -> npt.NDArray[np.uint32]:
+    """The 4 lowercase hex digits of every 16-bit value: shape ``(65536,)``, dtype ``<u4``, byte j = digit j."""
+    values = np.arange(TABLE_ROWS, dtype=np.uint32)
+    table = np.empty((TABLE_ROWS, TABLE_ENTRY_CHARS), dtype=np.uint8)
+    for j in range(TABLE_ENTRY_CHARS):
+        table[:, j] = _HEX_ASCII[(values >> ((TABLE_ENTRY_CHARS - 1 - j) * _HEX_DIGIT_BITS)) & 0xF]
+    table.flags.writeable = False
+    return table.view("<u4").reshape(TABLE_ROWS)

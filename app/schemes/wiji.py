@@ -1,0 +1,465 @@
+"""Wiji v1: 128-bit IDs made of a microsecond timestamp, a sequence, a version nibble and a per-process random part.
+
+Follows SPEC_NOTES.md "Wiji v1, 128 bits" and the Wiji specification (``sangkan-dev/wiji``, WIJI_SPEC.md v1.0.0,
+with the errata SPEC_NOTES.md lists)::
+
+    127                              72 71            56 55  52 51                                0
+    +----------------------------------+----------------+------+-----------------------------------+
+    |     timestamp_us (56 bits)       | sequence (16)  | ver  |   random (52 bits, per process)   |
+    +----------------------------------+----------------+------+-----------------------------------+
+    base32 (canonical): 26 uppercase Crockford characters, 2 zero bits prepended, e.g. 000S94VR000002M6NWVVR14D2G
+    uuid:               8-4-4-4-12 lowercase hex, e.g. 0006524d-e000-0000-2a1a-bcdef0123450
+    hex:                32 lowercase hex digits
+
+* timestamp_us: microseconds since the Unix epoch. The field has 56 bits, but the base32 form must start with 0 or 1,
+  which leaves the top two bits zero: valid timestamps are 0 .. 2**54 - 1 (year 2540) in every form.
+* sequence: 0 .. 0xFFFF, orders IDs of one microsecond from one generator.
+* version: always 1 (bits 55..52, the high nibble of byte 9); every form is rejected otherwise.
+* random: 52 bits drawn once per generator instance from a CSPRNG; it keeps processes apart without coordination.
+
+Packed: ``timestamp_us << 72 | sequence << 56 | 1 << 52 | random``, 16 bytes big-endian. Packed-byte order equals
+field-tuple order and the order of every text form (compare IDs decoded, not as raw strings: input may be lowercase).
+
+In the base32 text, characters 0..10 hold timestamp bits 55..3, 11..14 the timestamp's low 3 bits, the sequence and
+the version's top bit, 15..25 the rest. Inside a batch only characters 11..14 change: one 4-byte write per ID.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from typing import Any, NamedTuple
+
+
+from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes import _crockford
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Scheme,
+)
+
+# --- layout -------------------------------------------------------------------------------------------------------
+
+TIMESTAMP_BITS = 56
+SEQUENCE_BITS = 16
+VERSION_BITS = 4
+RANDOM_BITS = 52
+PACKED_BITS = TIMESTAMP_BITS + SEQUENCE_BITS + VERSION_BITS + RANDOM_BITS
+PACKED_BYTES = PACKED_BITS // 8
+
+RANDOM_SHIFT = 0
+VERSION_SHIFT = RANDOM_SHIFT + RANDOM_BITS
+SEQUENCE_SHIFT = VERSION_SHIFT + VERSION_BITS
+TIMESTAMP_SHIFT = SEQUENCE_SHIFT + SEQUENCE_BITS
+
+VERSION = 1
+VERSION_MASK = (1 << VERSION_BITS) - 1
+SEQUENCE_MAX = (1 << SEQUENCE_BITS) - 1
+SEQUENCE_SLOTS = 1 << SEQUENCE_BITS
+"""IDs one generator can issue per microsecond."""
+RANDOM_MAX = (1 << RANDOM_BITS) - 1
+RANDOM_DRAW_BYTES = 7
+"""Bytes drawn for the random part (the reference's ``random_bytes(7)``, top nibble dropped)."""
+TIMESTAMP_USABLE_BITS = TIMESTAMP_BITS - _crockford.PAD_BITS  # 54
+TIMESTAMP_US_MAX = (1 << TIMESTAMP_USABLE_BITS) - 1
+"""Largest timestamp whose base32 form starts with 0 or 1 (SPEC_NOTES: "first character must decode to 0 or 1")."""
+PACKED_MAX = (1 << PACKED_BITS) - 1
+
+NANOSECS_IN_MICROSECS = 1_000
+SPIN_LIMIT_NS = 50_000
+"""Longest real wait (ns) for the next microsecond when the sequence runs out; beyond it, a partial batch."""
+BATCH_COUNT_MAX = 1 << 24
+"""Most IDs one :meth:`WijiGenerator.generate` call may be asked for."""
+
+# --- text ---------------------------------------------------------------------------------------------------------
+
+BASE32_LEN = _crockford.ENCODED_LEN  # 26
+HEX_LEN = 2 * PACKED_BYTES  # 32
+UUID_GROUP_LENS = (8, 4, 4, 4, 12)
+UUID_LEN = HEX_LEN + len(UUID_GROUP_LENS) - 1  # 36
+_UUID_GROUP_ENDS = tuple(itertools.accumulate(UUID_GROUP_LENS))[:-1]  # after hex digits 8, 12, 16, 20
+UUID_SEPARATOR_POSITIONS = tuple(end + i for i, end in enumerate(_UUID_GROUP_ENDS))  # 8, 13, 18, 23
+SEPARATOR = "-"
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+SEQUENCE_CHAR = 11
+"""Base32 characters 11..14 hold timestamp bits 2..0, the sequence and version bit 3."""
+SEQUENCE_CHARS = 4
+SEQUENCE_HEX_COLUMN = TIMESTAMP_BITS // 4  # 14: the sequence is bytes 7..8, hex digits 14..17
+UUID_SEQUENCE_COLUMNS = tuple(
+    digit + sum(end <= digit for end in _UUID_GROUP_ENDS) for digit in (SEQUENCE_HEX_COLUMN, SEQUENCE_HEX_COLUMN + 2)
+)
+"""16, 19: in the uuid form the sequence's hex digits sit at columns 16..17 (high byte) and 19..20 (low byte)."""
+
+
+# --- codec: fields <-> packed int ---------------------------------------------------------------------------------
+
+
+def pack(timestamp_us: int, sequence: int, random: int) -> int:
+    """Pack the fields of a Wiji v1 (version 1) into the 128-bit integer.
+
+    ``timestamp_us`` in 0 .. 2**54 - 1, ``sequence`` in 0 .. 0xFFFF, ``random`` in 0 .. 2**52 - 1. Raises ValueError
+    naming the field whose range is broken. Inverse of :func:`unpack`.
+    """
+    for name, value, maximum in (
+        ("timestamp_us", timestamp_us, TIMESTAMP_US_MAX),
+        ("sequence", sequence, SEQUENCE_MAX),
+        ("random", random, RANDOM_MAX),
+    ):
+        if not 0 <= value <= maximum:
+            raise ValueError(f"Wiji {name} must be in 0..{maximum}, got {value}")
+    return timestamp_us << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | VERSION << VERSION_SHIFT | random
+
+
+def unpack(value: int) -> tuple[int, int, int]:
+    """Split a packed Wiji v1 into ``(timestamp_us, sequence, random)``.
+
+    Raises ValueError unless ``value`` is a valid Wiji v1 (0 <= value < 2**128, version nibble 1, timestamp below
+    2**54 µs). Inverse of :func:`pack`.
+    """
+    _check_packed(value)
+    return (
+        value >> TIMESTAMP_SHIFT,
+        (value >> SEQUENCE_SHIFT) & SEQUENCE_MAX,
+        (value >> RANDOM_SHIFT) & RANDOM_MAX,
+    )
+
+
+def _check_packed(value: int) -> None:
+    if not 0 <= value <= PACKED_MAX:
+        raise ValueError(f"a packed Wiji must be in 0..2**{PACKED_BITS}-1, got {value}")
+    problem = _v1_problem(value)
+    if problem:
+        raise ValueError(problem)
+
+
+def _v1_problem(value: int) -> str | None:
+    """The rule a 128-bit value breaks as a Wiji v1 (version nibble, timestamp range), or None."""
+    version = (value >> VERSION_SHIFT) & VERSION_MASK
+    if version != VERSION:
+        return f"Wiji version nibble (bits 55..52) must be {VERSION}, got {version}"
+    if value >> TIMESTAMP_SHIFT > TIMESTAMP_US_MAX:
+        return (
+            f"Wiji timestamp must be below 2**{TIMESTAMP_USABLE_BITS} µs (the base32 form starts with 0 or 1), "
+            f"got {value >> TIMESTAMP_SHIFT}"
+        )
+    return None
+
+
+# --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
+
+
+def to_bytes(value: int) -> bytes:
+    """The 16 big-endian bytes of a packed Wiji (WIJI_SPEC section 4)."""
+    _check_packed(value)
+    return value.to_bytes(PACKED_BYTES, "big")
+
+
+def from_bytes(data: bytes) -> int:
+    """The packed Wiji in 16 big-endian bytes; ValueError for another length or an invalid Wiji v1."""
+    if len(data) != PACKED_BYTES:
+        raise ValueError(f"a Wiji has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
+    value = int.from_bytes(data, "big")
+    _check_packed(value)
+    return value
+
+
+# --- codec: packed int <-> text -----------------------------------------------------------------------------------
+
+
+def encode_base32(value: int) -> str:
+    """The canonical text: 26 uppercase Crockford characters, 2 zero bits prepended (WIJI_SPEC section 5.1)."""
+    _check_packed(value)
+    return _crockford.encode(value)
+
+
+def decode_base32(text: str) -> int:
+    """Parse the base32 form: 26 characters, any case, I/L->1, O->0, U->V, first character 0 or 1, version 1.
+
+    Raises InvalidIdError naming the rule broken.
+    """
+    return _check_v1(_crockford.decode(text, _crockford.WIJI))
+
+
+def encode_hex(value: int) -> str:
+    """32 lowercase hex digits (WIJI_SPEC section 5.3)."""
+    _check_packed(value)
+    return f"{value:032x}"
+
+
+def decode_hex(text: str) -> int:
+    """Parse the 32-digit hex form (any case); InvalidIdError naming the rule broken."""
+    if len(text) != HEX_LEN:
+        raise InvalidIdError(f"Wiji hex must be exactly {HEX_LEN} characters long, got {len(text)}")
+    _check_hex_digits(text, "Wiji hex must contain only hex digits 0-9 a-f (any case)")
+    return _check_v1(int(text, 16))
+
+
+def encode_uuid(value: int) -> str:
+    """The UUID-shaped form ``xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``, lowercase (WIJI_SPEC section 5.2)."""
+    digits = encode_hex(value)
+    for position in UUID_SEPARATOR_POSITIONS:
+        digits = digits[:position] + SEPARATOR + digits[position:]
+    return digits
+
+
+def decode_uuid(text: str) -> int:
+    """Parse the UUID-shaped form: exactly 8-4-4-4-12 hex digits (any case) separated by ``-``.
+
+    Raises InvalidIdError naming the rule broken.
+    """
+    if len(text) != UUID_LEN:
+        raise InvalidIdError(f"Wiji uuid must be exactly {UUID_LEN} characters long (8-4-4-4-12), got {len(text)}")
+    for position in UUID_SEPARATOR_POSITIONS:
+        if text[position] != SEPARATOR:
+            raise InvalidIdError(
+                f"Wiji uuid must be 8-4-4-4-12 hex digits separated by '-': expected '-' at position {position}, "
+                f"got {text[position]!r}"
+            )
+    _check_hex_digits(
+        text,
+        "Wiji uuid must contain only hex digits 0-9 a-f (any case) besides the '-' separators",
+        skip=UUID_SEPARATOR_POSITIONS,
+    )
+    return _check_v1(int(text.replace(SEPARATOR, ""), 16))
+
+
+def _check_hex_digits(text: str, rule: str, skip: tuple[int, ...] = ()) -> None:
+    for position, char in enumerate(text):
+        if position not in skip and char not in _HEX_DIGITS:
+            raise InvalidIdError(f"{rule}, got {char!r} at position {position}")
+
+
+def _check_v1(value: int) -> int:
+    problem = _v1_problem(value)
+    if problem:
+        raise InvalidIdError(problem)
+    return value
+
+
+# --- scheme -------------------------------------------------------------------------------------------------------
+
+
+class WijiScheme(Scheme):
+    """Wiji v1: metadata, strict parser, text forms, field decoding (SPEC_NOTES.md "Wiji v1")."""
+
+    name = "wiji"
+    packed_bytes = PACKED_BYTES
+    formats = ("base32", "uuid", "hex")
+    text_width = {"base32": BASE32_LEN, "uuid": UUID_LEN, "hex": HEX_LEN}
+    timestamp_digits = 6
+    native_unit_ns = NANOSECS_IN_MICROSECS
+    layout = (
+        LayoutField("timestamp_us", "127..72", "microseconds since the Unix epoch (top 2 bits zero: below 2**54)"),
+        LayoutField("sequence", "71..56", "order within one microsecond of one generator"),
+        LayoutField("version", "55..52", "always 1 (Wiji v1)"),
+        LayoutField("random", "51..0", "52 bits drawn once per generator instance from a CSPRNG"),
+    )
+    identity = None
+    reference = "Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); SPEC_NOTES.md \"Wiji v1, 128 bits\""
+
+    def parse(self, text: str) -> int:
+        """base32 (26 characters), uuid (36) or hex (32); InvalidIdError naming the rule broken."""
+        if len(text) == BASE32_LEN:
+            return decode_base32(text)
+        if len(text) == HEX_LEN:
+            return decode_hex(text)
+        if len(text) == UUID_LEN:
+            return decode_uuid(text)
+        raise InvalidIdError(
+            f"Wiji ID must be {BASE32_LEN}, {HEX_LEN} or {UUID_LEN} characters long, got {len(text)}"
+        )
+
+    def format(self, value: int, fmt: str) -> str:
+        """``base32`` (canonical), ``uuid`` or ``hex`` text of a packed Wiji; InvalidOptionError for another format."""
+        fmt = self.resolve_format(fmt)
+        if fmt == "uuid":
+            return encode_uuid(value)
+        if fmt == "hex":
+            return encode_hex(value)
+        return encode_base32(value)
+
+    def fields(self, value: int) -> dict[str, Any]:
+        """``{"timestamp_us", "sequence", "version", "random"}`` as ints (version is always 1)."""
+        timestamp_us, sequence, random = unpack(value)
+        return {"timestamp_us": timestamp_us, "sequence": sequence, "version": VERSION, "random": random}
+
+    def timestamp_ns(self, value: int) -> int:
+        return unpack(value)[0] * NANOSECS_IN_MICROSECS
+
+
+SCHEME = WijiScheme()
+
+
+# --- batch encoding -----------------------------------------------------------------------------------------------
+
+
+class Segment(NamedTuple):
+    """``count`` IDs of one microsecond: sequences first .. first + count - 1."""
+
+    timestamp_us: int
+    first_sequence: int
+    count: int
+
+
+class WijiBatch(Batch):
+    """Wiji IDs of one generator issued together: consecutive sequences, one random part.
+
+    ``segments`` lists the (microsecond, sequences) runs, usually one; empty for a partial batch of 0 IDs.
+    """
+
+    def __init__(self, random: int, segments: tuple[Segment, ...]) -> None:
+        self.random = random
+        self.segments = segments
+        self.count = sum(segment.count for segment in segments)
+
+    def _base(self, segment: Segment) -> int:
+        return pack(segment.timestamp_us, 0, self.random)
+
+    def encode(self, fmt: str) -> bytes:
+        """The batch as ``base32``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""
+        fmt = SCHEME.resolve_format(fmt)
+        if not self.count:
+            return b""
+        encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
+        rows = _crockford.text_rows(
+            [((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments]
+        )
+        hex4 = _crockford.hex4_table()
+        if fmt == "base32":
+            runs = [
+                (
+                    _crockford.column_table(self._base(seg), SEQUENCE_SHIFT, SEQUENCE_CHAR, SEQUENCE_CHARS),
+                    seg.first_sequence,
+                    seg.count,
+                )
+                for seg in self.segments
+            ]
+            _crockford.write_runs(rows, SEQUENCE_CHAR, runs)
+        elif fmt == "hex":
+            _crockford.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
+        else:
+            digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
+            for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
+                table = digit_pairs[half::2]
+                _crockford.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
+        return rows.tobytes()
+
+    def values(self) -> list[int]:
+        return [
+            self._base(seg) | sequence << SEQUENCE_SHIFT
+            for seg in self.segments
+            for sequence in range(seg.first_sequence, seg.first_sequence + seg.count)
+        ]
+
+    @property
+    def high_water(self) -> int:
+        return self.segments[-1].timestamp_us if self.count else -1
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class WijiGenerator(Generator):
+    """Issues Wiji v1 IDs (WIJI_SPEC section 3.2 and its clock drift rule; SPEC_NOTES.md "Wiji v1", Generation).
+
+    ``random_part`` (52 bits) is drawn once from ``rng`` when the generator is made. Per batch the clock is read
+    (``now``, µs): ``now > last`` starts at sequence 0 in ``now``; ``now == last`` continues with sequence + 1; ``now <
+    last`` (the clock stepped back) keeps ``last`` and continues with sequence + 1. A sequence passing 0xFFFF waits
+    for a later microsecond: a real clock gets there within a microsecond, so :meth:`generate` spins (at most
+    :data:`SPIN_LIMIT_NS` of real time); a clock further behind ``last`` (rollback, floor) or a fake clock gets a
+    partial batch and :meth:`wait_ns` says how long to wait.
+
+    ``floor`` (µs, the high-water mark restored after a restart): no ID is issued at or below it. ValueError for a
+    floor out of range or an ``rng`` returning the wrong number of bytes.
+
+    ``stats.clock_rollbacks`` counts clock readings below the largest earlier reading (µs); ``sequence_exhausted``
+    counts each microsecond whose sequences ran out while more IDs were asked for (a floor above the clock is not).
+    """
+
+    def __init__(self, *, clock: Clock = time.time_ns, rng: RandomSource = os.urandom, floor: int = -1) -> None:
+        if not -1 <= floor < TIMESTAMP_US_MAX:
+            raise ValueError(f"floor must be in -1..{TIMESTAMP_US_MAX - 1} microseconds, got {floor}")
+        drawn = rng(RANDOM_DRAW_BYTES)
+        if len(drawn) != RANDOM_DRAW_BYTES:
+            raise ValueError(f"rng returned {len(drawn)} bytes, asked for {RANDOM_DRAW_BYTES}")
+        self.random_part = int.from_bytes(drawn, "big") & RANDOM_MAX
+        self._clock = clock
+        self._last_us = floor
+        self._next_sequence = SEQUENCE_SLOTS
+        """Next free sequence in ``_last_us``; SEQUENCE_SLOTS = none left (also at the floor: start above it)."""
+        self._exhausted_us = floor
+        """The microsecond whose running out was last counted (each is counted once; the floor is not)."""
+        self._clock_high_ns: int | None = None
+        self.stats = GeneratorStats()
+
+    def generate(self, count: int, **options: Any) -> WijiBatch:
+        """Issue up to ``count`` (1 .. 2**24) IDs; fewer (even 0) when the sequence ran out and the clock is behind.
+
+        Raises InvalidOptionError for a bad count or any option (Wiji has none), OverflowError past the last
+        timestamp (2**54 - 1 µs, year 2540).
+        """
+        if options:
+            raise InvalidOptionError(f"wiji takes no options, got {', '.join(sorted(options))}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
+            raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for wiji, got {count!r}")
+        now_ns = self._clock()
+        self._observe_clock(now_ns)
+        last, sequence = self._last_us, self._next_sequence
+        segments: list[Segment] = []
+        remaining = count
+        while remaining:
+            now_us = now_ns // NANOSECS_IN_MICROSECS
+            if now_us > last:
+                if now_us > TIMESTAMP_US_MAX:
+                    raise OverflowError(f"Wiji timestamp would pass {TIMESTAMP_US_MAX} µs")
+                last, sequence = now_us, 0
+            if sequence == SEQUENCE_SLOTS:
+                if self._exhausted_us != last:
+                    self.stats.sequence_exhausted += 1
+                    self._exhausted_us = last
+                now_ns = self._await_microsecond_after(last, now_ns)
+                if now_ns // NANOSECS_IN_MICROSECS <= last:
+                    break  # partial batch: wait_ns() says how long
+                continue
+            taken = min(remaining, SEQUENCE_SLOTS - sequence)
+            segments.append(Segment(last, sequence, taken))
+            sequence += taken
+            remaining -= taken
+        self._last_us, self._next_sequence = last, sequence
+        return WijiBatch(self.random_part, tuple(segments))
+
+    def _await_microsecond_after(self, last_us: int, now_ns: int) -> int:
+        """Re-read the clock until it passes ``last_us`` if that is at most SPIN_LIMIT_NS away; the last reading."""
+        target_ns = (last_us + 1) * NANOSECS_IN_MICROSECS
+        deadline = time.perf_counter_ns() + SPIN_LIMIT_NS
+        while now_ns < target_ns and target_ns - now_ns <= SPIN_LIMIT_NS and time.perf_counter_ns() < deadline:
+            now_ns = self._clock()
+            self._observe_clock(now_ns)
+        return now_ns
+
+    def _observe_clock(self, now_ns: int) -> None:
+        """Count a clock rollback when the clock reads an earlier microsecond than it did before."""
+        high = self._clock_high_ns
+        if high is not None and now_ns // NANOSECS_IN_MICROSECS < high // NANOSECS_IN_MICROSECS:
+            self.stats.clock_rollbacks += 1
+            self.stats.max_rollback_ns = max(self.stats.max_rollback_ns, high - now_ns)
+        if high is None or now_ns > high:
+            self._clock_high_ns = now_ns
+
+    def wait_ns(self) -> int:
+        """0 while the current microsecond has sequences left; else ns until the clock passes the last one used."""
+        if self._next_sequence < SEQUENCE_SLOTS:
+            return 0
+        return max(0, (self._last_us + 1) * NANOSECS_IN_MICROSECS - self._clock())
+
+    @property
+    def high_water(self) -> int:
+        """The last microsecond issued (or the floor), in µs."""
+        return self._last_us
