@@ -54,7 +54,11 @@ TABLE_ROWS = 1 << TABLE_INDEX_BITS
 TABLE_ENTRY_CHARS = 4
 """A table entry is one ``<u4``: up to 4 characters, laid down by a single write."""
 
-_CHAR_SHIFTS = tuple(range((ENCODED_LEN - 1) * CHAR_BITS, -1, -CHAR_BITS))  # 125, 120, ..., 0
+PAIR_BITS = 2 * CHAR_BITS
+PAIR_MASK = (1 << PAIR_BITS) - 1
+_PAIRS = [ALPHABET[i >> CHAR_BITS] + ALPHABET[i & CHAR_MASK] for i in range(1 << PAIR_BITS)]
+"""The two characters of every 10-bit value: the scalar encoder does 13 lookups instead of 26."""
+_PAIR_SHIFTS = tuple(range(ENCODED_LEN * CHAR_BITS - PAIR_BITS, -1, -PAIR_BITS))  # 120, 110, ..., 0
 _ALPHABET_ASCII = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
 _HEX_ASCII = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _HEX_DIGIT_BITS = 4
@@ -128,7 +132,8 @@ def encode(value: int) -> str:
     """
     if not 0 <= value <= VALUE_MAX:
         raise ValueError(f"a 128-bit value must be in 0..2**{VALUE_BITS}-1, got {value}")
-    return "".join([ALPHABET[(value >> shift) & CHAR_MASK] for shift in _CHAR_SHIFTS])
+    return "".join([_PAIRS[(value >> shift) & PAIR_MASK] for shift in _PAIR_SHIFTS])
+
 
 
 def decode(text: str, dialect: Dialect) -> int:

@@ -18,6 +18,7 @@ Wiji, ms for eight-byte and HLC-ULID, 1/65536 s for SIQ). High-water marks are s
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -166,15 +167,20 @@ class Scheme(abc.ABC):
 
     def resolve_format(self, fmt: str | None) -> str:
         """Map None/"canonical" to the canonical form; raise InvalidOptionError for a form not in ``formats``."""
-        from app.errors import InvalidOptionError
+        try:
+            return self._format_names[fmt]
+        except KeyError:
+            from app.errors import InvalidOptionError
 
-        if fmt is None or fmt == "canonical":
-            return self.formats[0]
-        if fmt not in self.formats:
             raise InvalidOptionError(
                 f"format must be one of {', '.join(('canonical',) + self.formats)} for {self.name}, got {fmt!r}"
-            )
-        return fmt
+            ) from None
+
+    @functools.cached_property
+    def _format_names(self) -> dict[str | None, str]:
+        names: dict[str | None, str] = {fmt: fmt for fmt in self.formats}
+        names[None] = names["canonical"] = self.formats[0]
+        return names
 
     def native_from_ns(self, ns: int) -> int:
         """Convert ns since the epoch to the native timestamp unit (floor)."""
