@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import decode, ids, meta
@@ -39,11 +40,14 @@ def create_app(settings: Settings | None = None, *, node: Node | None = None) ->
         finally:
             await node.stop()
 
-    api = FastAPI(
+    # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
+    # running idmint may have no internet).
+    api = FastAPIOffline(
         title="idmint",
         version=__version__,
         summary="Issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs; node identities leased via etcd.",
         lifespan=lifespan,
+        favicon_url="/static/favicon.svg",
     )
     api.state.settings = settings
     api.state.node = node
