@@ -63,6 +63,20 @@ class GeneratorStats:
     """The largest backwards step seen, in nanoseconds."""
     sequence_exhausted: int = 0
     """How many times the per-tick sequence/counter ran out (and the generator waited or moved time on)."""
+    clock_high_ns: int = -1
+    """The highest clock reading seen so far (ns), the reference for detecting a rollback."""
+
+    def observe_clock(self, now_ns: int, unit_ns: int = 1) -> None:
+        """Count a clock rollback when ``now_ns`` falls in an earlier tick (of ``unit_ns``) than the highest
+        reading so far. Timestamps that run ahead of the clock (a floor above it, an HLC merge, bursts faster
+        than one tick) are not rollbacks: only the clock's own readings are compared."""
+        high = self.clock_high_ns
+        if now_ns > high:
+            self.clock_high_ns = now_ns
+        elif now_ns // unit_ns < high // unit_ns:
+            self.clock_rollbacks += 1
+            if high - now_ns > self.max_rollback_ns:
+                self.max_rollback_ns = high - now_ns
 
 
 class Batch(abc.ABC):

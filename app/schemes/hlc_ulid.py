@@ -484,7 +484,6 @@ class HlcUlidGenerator(Generator):
         self._last_ms = floor
         self._last_counter: int | None = None
         """Counter of the last slot issued in ``_last_ms``; None = nothing issued yet (start above the floor)."""
-        self._clock_high_ns: int | None = None
         self.stats = GeneratorStats()
 
     def generate(self, count: int, after: int | None = None, **options: Any) -> HlcUlidBatch:
@@ -503,7 +502,7 @@ class HlcUlidGenerator(Generator):
         now_ns = self._clock()
         now_ms = now_ns // NANOSECS_IN_MILLISECS
         after_slot = None if after is None else self._check_after(after, now_ms)
-        self._observe_clock(now_ns)
+        self.stats.observe_clock(now_ns, NANOSECS_IN_MILLISECS)
 
         # The document's local step.
         if now_ms > self._last_ms:
@@ -552,15 +551,6 @@ class HlcUlidGenerator(Generator):
                 f"max_drift_ms={self.max_drift_ms}"
             )
         return after_ms, after_counter
-
-    def _observe_clock(self, now_ns: int) -> None:
-        """Count a clock rollback when the clock reads an earlier millisecond than it did before."""
-        high = self._clock_high_ns
-        if high is not None and now_ns // NANOSECS_IN_MILLISECS < high // NANOSECS_IN_MILLISECS:
-            self.stats.clock_rollbacks += 1
-            self.stats.max_rollback_ns = max(self.stats.max_rollback_ns, high - now_ns)
-        if high is None or now_ns > high:
-            self._clock_high_ns = now_ns
 
     @property
     def high_water(self) -> int:

@@ -384,7 +384,7 @@ class MuidGenerator(Generator):
     Each :meth:`generate` call is one bundle whose timestamp is ``max(now_us, last + 1)``, ``last`` being the
     previous bundle's timestamp (or ``floor``, in µs, after a restart): strictly increasing, never blocking, so a
     clock that steps back or a floor above the clock only pushes timestamps ahead of the clock. A clock reading
-    below the previous clock reading counts as a clock rollback in :attr:`stats` (timestamps running ahead of
+    in an earlier µs than the highest earlier reading counts as a clock rollback in :attr:`stats` (timestamps running ahead of
     the clock because requests come faster than one per µs, or because of the floor, do not). Raises ValueError unless ``medallion`` is in 0x10000000000..0x1FFFFFFFFFF and ``floor >= -1``.
     """
 
@@ -399,7 +399,6 @@ class MuidGenerator(Generator):
         self._clock = clock
         self._floor = floor
         self._last_issued: int | None = None
-        self._last_clock_ns = -1
         self._text = _BundleText()
         self.stats = GeneratorStats()
 
@@ -416,10 +415,7 @@ class MuidGenerator(Generator):
         now_ns = self._clock()
         now_us = now_ns // NANOSECS_IN_MICROSECS
         last = self.high_water
-        if now_ns < self._last_clock_ns:
-            self.stats.clock_rollbacks += 1
-            self.stats.max_rollback_ns = max(self.stats.max_rollback_ns, self._last_clock_ns - now_ns)
-        self._last_clock_ns = now_ns
+        self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         timestamp_us = max(now_us, last + 1)
         if timestamp_us > TIMESTAMP_US_MAX:
             raise OverflowError(f"Muid timestamp would pass {TIMESTAMP_US_MAX} microseconds")

@@ -836,7 +836,7 @@ class SiqGenerator(Generator):
 
     ``shard``: 0..255; ``domain``: ASCII domain name (``''``/``'0'`` -> hash 0); ``clock``: ns since the epoch;
     ``floor``: high-water mark in ticks (1/65536 s), -1 for none. Raises ValueError naming the rule broken.
-    Clock rollbacks are counted (once per call) when the clock reads below its highest earlier reading; issue
+    Clock rollbacks are counted when the clock reads below its highest earlier reading; issue
     ticks running ahead of the clock (a floor above it, or counters outpacing ticks) are not rollbacks.
     """
 
@@ -858,7 +858,6 @@ class SiqGenerator(Generator):
         """qualifier code -> (tick, next counter in that tick)."""
         self._blocked_tick = -1
         """The tick the last call waited for (it came back short), -1 if it was complete."""
-        self._max_clock_ns = 0
         self.stats = GeneratorStats()
 
     @property
@@ -891,16 +890,11 @@ class SiqGenerator(Generator):
         segments: list[tuple[int, int, int]] = []
         remaining = count
         spin_deadline = -1
-        rollback_seen = False
         self._blocked_tick = -1
         now_ns = self._clock()
         while True:
             now_tick = tick_from_ns(now_ns)
-            if now_ns < self._max_clock_ns and not rollback_seen:
-                rollback_seen = True
-                self.stats.clock_rollbacks += 1
-                self.stats.max_rollback_ns = max(self.stats.max_rollback_ns, self._max_clock_ns - now_ns)
-            self._max_clock_ns = max(self._max_clock_ns, now_ns)
+            self.stats.observe_clock(now_ns)
 
             tick = max(now_tick, self._last_tick, self._floor + 1)
             counter_tick, next_counter = self._counters.get(code, (-1, 0))

@@ -396,7 +396,6 @@ class WijiGenerator(Generator):
         """Next free sequence in ``_last_us``; SEQUENCE_SLOTS = none left (also at the floor: start above it)."""
         self._exhausted_us = floor
         """The microsecond whose running out was last counted (each is counted once; the floor is not)."""
-        self._clock_high_ns: int | None = None
         self.stats = GeneratorStats()
 
     def generate(self, count: int, **options: Any) -> WijiBatch:
@@ -410,7 +409,7 @@ class WijiGenerator(Generator):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
             raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for wiji, got {count!r}")
         now_ns = self._clock()
-        self._observe_clock(now_ns)
+        self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         last, sequence = self._last_us, self._next_sequence
         segments: list[Segment] = []
         remaining = count
@@ -441,17 +440,8 @@ class WijiGenerator(Generator):
         deadline = time.perf_counter_ns() + SPIN_LIMIT_NS
         while now_ns < target_ns and target_ns - now_ns <= SPIN_LIMIT_NS and time.perf_counter_ns() < deadline:
             now_ns = self._clock()
-            self._observe_clock(now_ns)
+            self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         return now_ns
-
-    def _observe_clock(self, now_ns: int) -> None:
-        """Count a clock rollback when the clock reads an earlier microsecond than it did before."""
-        high = self._clock_high_ns
-        if high is not None and now_ns // NANOSECS_IN_MICROSECS < high // NANOSECS_IN_MICROSECS:
-            self.stats.clock_rollbacks += 1
-            self.stats.max_rollback_ns = max(self.stats.max_rollback_ns, high - now_ns)
-        if high is None or now_ns > high:
-            self._clock_high_ns = now_ns
 
     def wait_ns(self) -> int:
         """0 while the current microsecond has sequences left; else ns until the clock passes the last one used."""
