@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 Clock = Callable[[], int]
 """Returns nanoseconds since the Unix epoch, like :func:`time.time_ns`."""
