@@ -60,3 +60,11 @@ def test_every_registered_scheme_is_served_documented_and_round_trips(client: Te
             for text in ids:
                 value = scheme.parse(text)
                 assert scheme.format(value, fmt) == text
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    from app.settings import Settings
+
+    readme = README.read_text()
+    missing = [name for name in Settings.model_fields if f"`IDMINT_{name.upper()}`" not in readme]
+    assert not missing, f"settings missing from README.md: {missing}"
