@@ -41,7 +41,7 @@ def artifacts_dir() -> Path:
     return ARTIFACTS_DIR
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path) -> Iterator[Server]:
     """A real idmint server (``uvicorn --factory app.main:create_app``) on 127.0.0.1 and a free port."""
     state_dir = tmp_path_factory.mktemp("idmint-state")
@@ -49,8 +49,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path) -> Ite
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """Chromium for the tests of this package only: sync_playwright runs an event loop in the main thread while
+    it is open, so it must be closed before tests outside tests/e2e call asyncio.run()."""
     reason = browser_missing_reason()
     if reason is not None:
         pytest.fail(f"end-to-end tests cannot run: {reason} (run .ci/install-browser.sh)")
