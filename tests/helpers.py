@@ -73,3 +73,62 @@ def serve_process(state_dir: Path, *args: str, env: dict[str, str] | None = None
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+class Replica:
+    """A real ``idmint serve`` subprocess on a free loopback port; started without waiting, stopped by PID."""
+
+    def __init__(self, state_dir: Path, env: dict[str, str], *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = state_dir / f"replica-{self.port}.log"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
+        full_env = {**os.environ, "IDMINT_STATE_DIR": str(state_dir / f"state-{self.port}"), **env}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
+            env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def get(self, path: str, **params: Any) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", params=params, timeout=30.0)
+
+    def wait(self, path: str = "/healthz", status: int = 200, timeout: float = 30.0) -> httpx.Response:
+        """Poll ``path`` until it answers ``status``; fail with the server's log otherwise."""
+        deadline = time.monotonic() + timeout
+        last: httpx.Response | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"replica exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                last = httpx.get(f"{self.url}{path}", timeout=2.0)
+                if last.status_code == status:
+                    return last
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        body = last.text if last is not None else "(no answer)"
+        raise AssertionError(f"{self.url}{path} did not answer {status} in {timeout} s; last: {body}\n{self.log()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no clean release, no final mark; the lease must expire on its own."""
+        self.proc.kill()
+        self.proc.wait()
+        self._log.close()

@@ -1,0 +1,200 @@
+"""Many replicas on one real etcd: distinct identities, no duplicate IDs, fail-closed through faults.
+
+Every test starts real ``idmint serve`` processes (uvicorn) against the session's etcd (tests/support/etcd.py),
+on loopback and free ports, with a short lease TTL so faults play out in seconds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.helpers import SCHEMES, Replica
+
+TTL_S = 3
+MARGIN_S = 1.0
+CLAIMED = ("muid", "eight-byte", "hlc-ulid", "siq")
+TIMESTAMP_FIELD = {"muid": "timestamp_us", "eight-byte": "timestamp_ms", "hlc-ulid": "timestamp_ms",
+                   "siq": "seconds", "wiji": "timestamp_us"}
+
+
+def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # noqa: ANN001
+    return {"IDMINT_ETCD_ENDPOINTS": etcd_server.endpoint, "IDMINT_ETCD_NAMESPACE": namespace,
+            "IDMINT_ETCD_LEASE_TTL": str(TTL_S), "IDMINT_ETCD_SAFETY_MARGIN": str(MARGIN_S),
+            "IDMINT_SIQ_DOMAIN": "example.com", **extra}
+
+
+@contextlib.contextmanager
+def replicas(tmp_path: Path, count: int, env: dict[str, str], ready: bool = True) -> Iterator[list[Replica]]:
+    started = [Replica(tmp_path, env) for _ in range(count)]
+    try:
+        for r in started:
+            r.wait("/readyz" if ready else "/healthz")
+        yield started
+    finally:
+        for r in started:
+            r.stop()
+
+
+def identities(replica: Replica) -> dict[str, list[int]]:
+    cat = replica.get("/v1/schemes").json()["schemes"]
+    return {s["name"]: s["node"].get("identities", [s["node"].get("random_part")]) for s in cat}
+
+
+def ids_of(replica: Replica, scheme: str, count: int, stream: bool) -> list[bytes]:
+    if stream:
+        r = httpx.get(f"{replica.url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=120)
+        assert r.status_code == 200, r.text
+        lines = r.content.split(b"\n")
+        assert lines[-1] == b""
+        return lines[:-1]
+    r = replica.get(f"/v1/ids/{scheme}", count=count)
+    assert r.status_code == 200, r.text
+    return [i.encode() for i in r.json()["ids"]]
+
+
+def native_timestamp(replica: Replica, scheme: str, text: bytes) -> int:
+    """The ID's timestamp in its scheme's own unit (SIQ: seconds * 65536 + fraction)."""
+    fields = replica.get(f"/v1/decode/{scheme}/{text.decode()}").json()["fields"]
+    if scheme == "siq":
+        return fields["seconds"] * 65536 + fields["fraction"]
+    return fields[TIMESTAMP_FIELD[scheme]]
+
+
+def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path, etcd_server, etcd_namespace: str
+                                                                 ) -> None:
+    with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
+        held = [identities(r) for r in nodes]
+        for scheme in SCHEMES:
+            sets = [set(h[scheme]) for h in held]
+            assert all(sets) and len(set().union(*sets)) == sum(map(len, sets)), (scheme, sets)
+        dump = etcd_server.etcdctl("get", "--prefix", etcd_namespace, "-w", "json")
+        kvs = json.loads(dump).get("kvs", [])
+        import base64
+
+        claims = {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv["value"]) for kv in kvs}
+        pids = {r.pid for r in nodes}
+        eight = [k for k in claims if k.startswith(f"{etcd_namespace}pool/0:")]
+        assert len(eight) == 3, sorted(claims)
+        for key in eight:
+            holder = json.loads(claims[key])["holder"]
+            assert holder["pid"] in pids and holder["host"]
+        for scheme in ("muid", "hlc-ulid", "siq", "wiji"):
+            assert sum(1 for k in claims if k.startswith(f"{etcd_namespace}idmint/{scheme}/")) == 3, scheme
+
+
+def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(tmp_path: Path, etcd_server,
+                                                                    etcd_namespace: str) -> None:
+    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_GENERATORS="8")
+    per_scheme = 1_000_000
+    with replicas(tmp_path, 3, env) as nodes:
+        for scheme in SCHEMES:
+            # Concurrent clients: each replica serves one stream and several batches at the same time.
+            jobs = []
+            with concurrent.futures.ThreadPoolExecutor(max_workers=9) as pool:
+                for i, node in enumerate(nodes):
+                    jobs.append(pool.submit(ids_of, node, scheme, 233_334, True))
+                    for _ in range(10):
+                        jobs.append(pool.submit(ids_of, node, scheme, 10_000, False))
+                seen: set[bytes] = set()
+                total = 0
+                for job in jobs:
+                    got = job.result()
+                    total += len(got)
+                    seen.update(got)
+            assert total >= per_scheme
+            assert len(seen) == total, f"{scheme}: {total - len(seen)} duplicates"
+
+
+def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(tmp_path: Path, etcd_server,
+                                                                             etcd_namespace: str) -> None:
+    with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
+        before = {s: set() for s in SCHEMES}
+        for node in nodes:
+            for scheme in SCHEMES:
+                before[scheme].update(ids_of(node, scheme, 2000, False))
+        etcd_server.stop()
+        stopped = time.monotonic()
+        try:
+            for node in nodes:
+                r = node.wait("/readyz", 503, timeout=TTL_S + 2)
+                assert "eight-byte" in r.text
+            assert time.monotonic() - stopped <= TTL_S + 0.5, "a replica kept issuing past its lease TTL"
+            for node in nodes:
+                for scheme in CLAIMED:
+                    r = node.get(f"/v1/ids/{scheme}")
+                    assert r.status_code == 503, (scheme, r.text)
+                    assert int(r.headers["retry-after"]) >= 1
+        finally:
+            etcd_server.start()
+        for node in nodes:
+            node.wait("/readyz", 200, timeout=40)
+        for node in nodes:
+            for scheme in SCHEMES:
+                after = ids_of(node, scheme, 2000, False)
+                assert before[scheme].isdisjoint(after), scheme
+                before[scheme].update(after)
+
+
+def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_stays_above_its_mark(
+        tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
+    env = etcd_env(etcd_server, etcd_namespace)
+    first = Replica(tmp_path, env)
+    first.wait("/readyz")
+    held = identities(first)
+    last = {}
+    for scheme in CLAIMED:
+        texts = ids_of(first, scheme, 5000, False)
+        last[scheme] = max(native_timestamp(first, scheme, t) for t in texts[-3:])
+    first.kill()
+    killed = time.monotonic()
+
+    # The next holder asks for exactly the same identities, with its clock set 1.5 s behind the first's.
+    static = {"IDMINT_EIGHT_BYTE_GENERATOR_ID": str(held["eight-byte"][0]),
+              "IDMINT_MUID_MEDALLION": str(held["muid"][0]),
+              "IDMINT_HLC_ULID_PUBLISHER_ID": str(held["hlc-ulid"][0]),
+              "IDMINT_SIQ_SHARD": str(held["siq"][0]),
+              "IDMINT_CLOCK_OFFSET_MS": "-1500"}
+    nxt = Replica(tmp_path, {**env, **static})
+    try:
+        nxt.wait("/healthz")
+        early = nxt.get("/readyz")
+        if time.monotonic() - killed < TTL_S - MARGIN_S - 0.5:
+            assert early.status_code == 503, "claimed an identity whose lease had not expired"
+        nxt.wait("/readyz", 200, timeout=TTL_S * 4 + 10)
+        assert time.monotonic() - killed >= TTL_S - 1, "identity was claimable before the lease could expire"
+        for scheme in CLAIMED:
+            texts = ids_of(nxt, scheme, 5000, False)
+            first_new = min(native_timestamp(nxt, scheme, t) for t in texts[:3])
+            assert first_new > last[scheme], f"{scheme}: {first_new} is not above the mark {last[scheme]}"
+    finally:
+        nxt.stop()
+
+
+def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
+    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
+    a, b = Replica(tmp_path, env), Replica(tmp_path, env)
+    a.wait("/readyz")
+    b.wait("/readyz")
+    c = Replica(tmp_path, env)
+    try:
+        c.wait("/healthz")
+        r = c.wait("/readyz", 503, timeout=20)
+        reason = r.json()["schemes"]["eight-byte"]["reason"]
+        assert "eight-byte" in reason and ("held" in reason or "exhausted" in reason), reason
+        assert c.get("/v1/ids/eight-byte").status_code == 503
+        assert c.get("/v1/ids/hlc-ulid").status_code == 200  # the other schemes still issue
+        a.stop()
+        c.wait("/readyz", 200, timeout=30)
+        assert identities(c)["eight-byte"][0] in (0, 1)
+        assert c.get("/v1/ids/eight-byte").status_code == 200
+    finally:
+        for r in (a, b, c):
+            r.stop()
