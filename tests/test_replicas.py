@@ -198,3 +198,24 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
     finally:
         for r in (a, b, c):
             r.stop()
+
+
+def test_a_stream_that_loses_its_lease_ends_truncated_not_short(tmp_path: Path, etcd_server,
+                                                                 etcd_namespace: str) -> None:
+    # One generator ID: 640,000 eight-byte IDs take ten seconds at the format's cap, so etcd stops mid-stream.
+    with replicas(tmp_path, 1, etcd_env(etcd_server, etcd_namespace)) as (node,):
+        received = bytearray()
+        with httpx.stream("GET", f"{node.url}/v1/ids/eight-byte/stream", params={"count": 640_000},
+                          timeout=60) as r:
+            assert r.status_code == 200
+            stopped = False
+            with pytest.raises(httpx.RemoteProtocolError):
+                for chunk in r.iter_bytes():
+                    received += chunk
+                    if not stopped and len(received) > 100_000:
+                        etcd_server.stop()
+                        stopped = True
+        etcd_server.start()
+        lines = bytes(received).split(b"\n")
+        assert 0 < len(lines) - 1 < 640_000
+        assert "stream stopped after" in node.log()
