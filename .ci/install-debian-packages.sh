@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install the Debian packages the test suite runs against (the Python ones come with the dev extras):
+#   - chromium, fonts-dejavu-core, fonts-liberation2   headless browser for tests/e2e (driven by Playwright through
+#                                                      /usr/bin/chromium; no browser is ever downloaded) and fonts
+#                                                      for readable screenshots
+#   - prometheus                                       a real server scrapes idmint in tests/ops; promtool checks
+#                                                      the configs, rules and our /metrics output
+#   - docker-compose                                   validates docker-compose.yml with `config` (there is no
+#                                                      Docker engine here: nothing is started with it)
+# Idempotent: installs only what is missing, with one `apt-get update`, via sudo when not root. Services are not
+# started by the install (the tests start their own Prometheus on a loopback port).
+set -euo pipefail
+
+packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose)
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+
+missing=()
+for pkg in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-debian-packages: already installed: ${packages[*]}"
+else
+    echo "install-debian-packages: installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+status=0
+for tool in chromium prometheus promtool docker-compose; do
+    if path=$(command -v "$tool"); then
+        echo "install-debian-packages: $tool: $path: $("$tool" --version 2>/dev/null | head -n 1)"
+    else
+        echo "install-debian-packages: $tool is missing after the install" >&2
+        status=1
+    fi
+done
+exit "$status"
