@@ -9,6 +9,7 @@ The decode object (``GET /v1/decode/{scheme}/{id}``)::
 from __future__ import annotations
 
 import re
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -59,24 +60,32 @@ def decode_one(scheme_name: str, text: str) -> dict[str, Any]:
     return decode_value(scheme, scheme.parse(_clean(text)))
 
 
-def decode_any(text: str) -> dict[str, Any]:
+FUTURE_SLACK_NS = 24 * 3600 * 1_000_000_000
+"""A reading dated more than a day ahead of now is implausible (the issuing clock cannot be that far off)."""
+
+
+def decode_any(text: str, now_ns: int | None = None) -> dict[str, Any]:
     """Every scheme whose parser accepts ``text``: ``{"input", "candidates": [decode objects]}``.
 
-    Raises InvalidIdError when none does; the message gives each scheme's reason.
+    Candidates dated in the future (more than a day past ``now_ns``, default the current time) come last: a
+    26-character Wiji ID also parses as an HLC-ULID dated around 2192, and the plausible reading should lead.
+    Otherwise the registry order holds. Raises InvalidIdError when no scheme accepts it; the message gives each
+    scheme's reason.
     """
     cleaned = _clean(text)
-    candidates = []
-    reasons = []
+    horizon = (time.time_ns() if now_ns is None else now_ns) + FUTURE_SLACK_NS
+    plausible, future, reasons = [], [], []
     for scheme in schemes().values():
         try:
             value = scheme.parse(cleaned)
         except InvalidIdError as exc:
             reasons.append(f"{scheme.name}: {exc}")
             continue
-        candidates.append(decode_value(scheme, value))
-    if not candidates:
+        ts = scheme.timestamp_ns(value)
+        (future if ts is not None and ts > horizon else plausible).append(decode_value(scheme, value))
+    if not plausible and not future:
         raise InvalidIdError("not an ID of any scheme (" + "; ".join(reasons) + ")")
-    return {"input": text, "candidates": candidates}
+    return {"input": text, "candidates": plausible + future}
 
 
 # ID-shaped tokens in free text (log lines, tickets): did:siq: forms, hyphenated hex forms, and runs of

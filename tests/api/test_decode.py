@@ -59,7 +59,11 @@ def test_detection_lists_every_candidate(client: TestClient) -> None:
     # 26 Crockford characters can be both an HLC-ULID and a Wiji ID.
     text = client.get("/v1/ids/wiji").json()["ids"][0]
     names = [c["scheme"] for c in client.get(f"/v1/decode/{text}").json()["candidates"]]
-    assert "wiji" in names and "hlc-ulid" in names
+    # Both readings are listed; the plausible one (wiji, made now) before the HLC-ULID reading dated ~2192.
+    assert names == ["wiji", "hlc-ulid"]
+    text = client.get("/v1/ids/hlc-ulid").json()["ids"][0]
+    names = [c["scheme"] for c in client.get(f"/v1/decode/{text}").json()["candidates"]]
+    assert names[0] == "hlc-ulid"
 
 
 def test_surrounding_whitespace_is_ignored(client: TestClient) -> None:
