@@ -96,3 +96,30 @@ def test_two_servers_on_one_machine_hold_distinct_identities(tmp_path: Path) -> 
             ids_a = httpx.get(f"{a}/v1/ids/{name}/stream", params={"count": n}).content.split()
             ids_b = httpx.get(f"{b}/v1/ids/{name}/stream", params={"count": n}).content.split()
             assert len(set(ids_a) | set(ids_b)) == 2 * n, name
+
+
+def test_uvicorn_workers_hold_distinct_identities(tmp_path: Path) -> None:
+    import fcntl
+    import os
+    import time
+
+    with serve_process(tmp_path, "--workers", "2"):
+        # Both workers claim at start-up; readiness answers once either is up, so wait for the second.
+        deadline = time.monotonic() + 20
+        while True:
+            held: dict[str, list[str]] = {}
+            for lock in tmp_path.glob("*/*/*.lock"):
+                fd = os.open(lock, os.O_RDWR)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    held.setdefault(lock.parts[-3], []).append(lock.stem)
+                finally:
+                    os.close(fd)
+            if all(len(held.get(s, [])) == 2 for s in ("muid", "eight-byte", "hlc-ulid", "siq")):
+                break
+            assert time.monotonic() < deadline, f"two workers should each hold one identity per scheme: {held}"
+            time.sleep(0.2)
+        for scheme, identities in held.items():
+            assert len(set(identities)) == 2, scheme
