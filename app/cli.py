@@ -89,7 +89,7 @@ def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str 
 
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None,
                 after: str | None) -> None:
-    from app.api.issuing import STREAM_CHUNK, issue_options
+    from app.api.issuing import issue_lines, issue_options
     from app.lease import make_backend
     from app.metrics import Metrics
     from app.node import Node
@@ -105,11 +105,8 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, mode: s
         options = issue_options(issuer, mode, type_, after)
         issuer.check()
         out = sys.stdout.buffer
-        remaining = count
-        while remaining:
-            issued = await issuer.issue(min(remaining, STREAM_CHUNK), options)
-            out.write(issued.encode(resolved))
-            remaining -= issued.count
+        async for chunk in issue_lines(issuer, count, resolved, options):
+            out.write(chunk)
         out.flush()
     finally:
         await node.stop()

@@ -23,13 +23,12 @@ from app.schemes import schemes
 from app.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None, *, node: Node | None = None) -> Any:
+def create_app(settings: Settings | None = None) -> Any:
     """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
     around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
-    if node is None:
-        node = Node(settings, make_backend(settings, metrics), metrics)
+    node = Node(settings, make_backend(settings, metrics), metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -166,7 +166,7 @@ class Issuer:
         """Record a mark ``mark_horizon`` seconds ahead of the clock (and at or above ``at_least``)."""
         async with self._mark_lock:
             node = self.node
-            horizon = node.scheme_native(self.scheme, node.clock() + int(node.backend.mark_horizon * 1e9))
+            horizon = self.scheme.native_from_ns(node.clock() + int(node.backend.mark_horizon * 1e9))
             target = max(at_least, horizon)
             if target <= self.recorded_mark or not self.claims:
                 return
@@ -184,7 +184,7 @@ class Issuer:
         self.retry_after = 1
         claims, self.claims = self.claims, []
         for claim in claims:
-            asyncio.get_event_loop().create_task(self._release_quietly(claim, None))
+            asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
         self.node.metrics.lease_held(self.name, False, None)
         self._was_ready = False
         self._wake.set()
@@ -215,7 +215,7 @@ class Issuer:
                     await self._release_quietly(claim, None)
                 raise
             floor = max(c.high_water_mark for c in claims)
-            now_native = node.scheme_native(self.scheme, node.clock())
+            now_native = self.scheme.native_from_ns(node.clock())
             ahead_s = (floor - now_native) * self.scheme.native_unit_ns / 1e9
             if ahead_s > node.settings.max_clock_wait:
                 refused = [c for c in claims if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
@@ -331,10 +331,6 @@ class Node:
         self._build_issuers()
         if only is not None:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
-
-    @staticmethod
-    def scheme_native(scheme: Scheme, ns: int) -> int:
-        return scheme.native_from_ns(ns)
 
     def _build_issuers(self) -> None:
         from app.schemes.eight_byte import EightByteGenerator

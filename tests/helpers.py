@@ -41,42 +41,20 @@ def free_port() -> int:
 @contextlib.contextmanager
 def serve_process(state_dir: Path, *args: str, env: dict[str, str] | None = None,
                   timeout: float = 20.0) -> Iterator[str]:
-    """A real ``idmint serve`` in a subprocess on a free loopback port; yields its base URL; stops it by PID."""
-    port = free_port()
-    full_env = {**os.environ, "IDMINT_STATE_DIR": str(state_dir), **(env or {})}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-        env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
+    """A ready ``idmint serve`` using ``state_dir`` itself as its state dir; yields its base URL; stops it by PID."""
+    replica = Replica(state_dir, {"IDMINT_STATE_DIR": str(state_dir), **(env or {})}, *args)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-                raise RuntimeError(f"idmint serve exited with {proc.returncode}:\n{out}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("idmint serve did not become ready in time")
-            time.sleep(0.1)
-        yield base
+        replica.wait("/readyz", timeout=timeout)
+        yield replica.url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stdout:
-            proc.stdout.close()
+        replica.stop()
 
 
 class Replica:
-    """A real ``idmint serve`` subprocess on a free loopback port; started without waiting, stopped by PID."""
+    """A real ``idmint serve`` subprocess on a free loopback port; started without waiting, stopped by PID.
+
+    Its state dir is ``state_dir/state-<port>`` (its own) unless ``env`` sets IDMINT_STATE_DIR; its log is
+    ``state_dir/replica-<port>.log``."""
 
     def __init__(self, state_dir: Path, env: dict[str, str], *args: str) -> None:
         self.port = free_port()

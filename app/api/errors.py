@@ -11,7 +11,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from app.errors import (
-    ConfigError,
     IdmintError,
     InvalidIdError,
     InvalidOptionError,
@@ -30,9 +29,7 @@ def status_for(exc: IdmintError) -> int:
         return 404
     if isinstance(exc, NotReadyError):
         return 503
-    if isinstance(exc, ConfigError):
-        return 500
-    return 500
+    return 500  # ConfigError and anything else: a fault of ours, not of the request
 
 
 def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 from urllib.parse import unquote_plus
 
 from app.api.errors import error_parts
-from app.api.issuing import issue_body, issue_options
+from app.api.issuing import check_count, issue_body, issue_options
 from app.errors import IdmintError, InvalidOptionError
 from app.node import Node
 
@@ -70,10 +70,7 @@ class FastPath:
             count_text = params.get("count", "1")
             if not count_text.isdigit():
                 raise InvalidOptionError(f"count must be an integer in 1..{self.max_count()}, got {count_text!r}")
-            count = int(count_text)
-            maximum = self.max_count()
-            if not 1 <= count <= maximum:
-                raise InvalidOptionError(f"count must be in 1..{maximum}, got {count}")
+            count = check_count(int(count_text), self.max_count())
             fmt = issuer.scheme.resolve_format(params.get("format"))
             options = issue_options(issuer, params.get("mode"), params.get("type"), params.get("after"))
             issued = await issuer.issue(count, options)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import STREAM_CHUNK, check_count, issue_body, prepare
+from app.api.issuing import issue_body, issue_lines, prepare
 from app.errors import IdmintError
 from app.node import Issuer
 
@@ -50,17 +50,15 @@ async def issue(scheme: str, node: NodeDep, settings: SettingsDep, count: int = 
 
 
 async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, object]) -> AsyncIterator[bytes]:
-    remaining = count
-    while remaining:
-        n = min(remaining, STREAM_CHUNK)
-        try:
-            issued = await issuer.issue(n, options)
-        except IdmintError as exc:
-            # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
-            log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, count - remaining, count, exc)
-            raise
-        remaining -= issued.count
-        yield issued.encode(fmt)
+    sent = 0
+    try:
+        async for chunk in issue_lines(issuer, count, fmt, options):
+            sent += chunk.count(b"\n")
+            yield chunk
+    except IdmintError as exc:
+        # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
+        log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, sent, count, exc)
+        raise
 
 
 async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
@@ -71,8 +69,8 @@ async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int =
     If the node stops being sure of its identity mid-stream, the response ends without its final chunk, so the
     client sees a truncated transfer rather than a short, clean list.
     """
-    issuer, _, fmt, options = prepare(node, scheme, 1, format, mode, type, after, settings.max_count)
-    check_count(count, settings.max_stream_count)
+    issuer, count, fmt, options = prepare(node, scheme, count, format, mode, type, after,
+                                          settings.max_stream_count)
     issuer.check()
     return StreamingResponse(_stream(issuer, count, fmt, options), media_type="text/plain; charset=us-ascii",
                              headers={"x-idmint-count": str(count)})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.node import Issued, Issuer, Node
@@ -49,6 +49,16 @@ def prepare(node: Node, scheme: str, count: int, fmt: str | None, mode: str | No
     check_count(count, maximum)
     resolved = issuer.scheme.resolve_format(fmt)
     return issuer, count, resolved, issue_options(issuer, mode, type_, after)
+
+
+async def issue_lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any]) -> AsyncIterator[bytes]:
+    """``count`` IDs as newline-terminated text in form ``fmt``, in chunks of at most STREAM_CHUNK IDs (one
+    generated batch each), so memory does not grow with ``count``. Raises what :meth:`Issuer.issue` raises."""
+    remaining = count
+    while remaining:
+        issued = await issuer.issue(min(remaining, STREAM_CHUNK), options)
+        remaining -= issued.count
+        yield issued.encode(fmt)
 
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:

@@ -89,7 +89,7 @@ class Claim(abc.ABC):
 
     @abc.abstractmethod
     def record_mark_sync(self, mark: int) -> None:
-        """Blocking variant for the CLI (``idmint mint``)."""
+        """Blocking variant of :meth:`record_mark`, for a caller on another thread than the backend's loop."""
 
 
 class LeaseBackend(abc.ABC):
@@ -112,10 +112,6 @@ class LeaseBackend(abc.ABC):
         Raises :class:`~app.errors.PoolExhaustedError` when every candidate is held,
         :class:`~app.errors.BackendUnavailableError` when the backend cannot be reached.
         """
-
-    def claim_sync(self, pool: PoolSpec, holder: Holder) -> Claim:
-        """Blocking variant for the CLI; embedded backend only."""
-        raise NotImplementedError
 
     @abc.abstractmethod
     async def release(self, claim: Claim, final_mark: int | None) -> None:
