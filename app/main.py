@@ -14,8 +14,10 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import decode, ids, meta
+from app.api.auth import ApiKeys
 from app.api.errors import install_error_handlers
 from app.api.fastpath import FastPath
+from app.api.guard import BodyLimit, route_finder
 from app.lease import make_backend
 from app.metrics import Metrics
 from app.node import Node
@@ -24,19 +26,25 @@ from app.settings import Settings, load_settings
 
 
 def create_app(settings: Settings | None = None) -> Any:
-    """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
-    around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
+    """Build the ASGI app for ``settings`` (default: from the environment). Returns the outermost ASGI layer
+    (body limit, then API keys when a key file is set, then the fast path, then FastAPI); the FastAPI app itself is
+    its ``.app`` attribute. Raises ConfigError for a key file that does not load."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
+    keys: ApiKeys | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await node.start()
         app.state.node = node
+        if keys is not None:
+            keys.start()
         try:
             yield
         finally:
+            if keys is not None:
+                keys.stop()
             await node.stop()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
@@ -47,6 +55,7 @@ def create_app(settings: Settings | None = None) -> Any:
         summary="Issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs; node identities leased via etcd.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
+        max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
     )
     api.state.settings = settings
     api.state.node = node
@@ -56,8 +65,11 @@ def create_app(settings: Settings | None = None) -> Any:
     api.include_router(meta.router)
     _include_page(api)
 
-    wrapper = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
-    return wrapper
+    wrapper: Any = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
+    route_of = route_finder(api)
+    if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
+        keys = wrapper = ApiKeys(wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of)
+    return BodyLimit(wrapper, api, settings.max_body_bytes, metrics, route_of)
 
 
 def _include_page(api: FastAPI) -> None:

@@ -37,6 +37,20 @@ class Settings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
+    # -- limits and API keys (app/api/auth.py, app/api/guard.py) --------------------------------------------
+    max_body_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+        description="Largest request body in bytes; larger bodies are refused with 413 before they are read.",
+    )
+    api_keys_file: Path | None = Field(
+        None, description="TOML file of API keys, scopes and quotas (README \"API keys\"); unset = no keys, "
+        "every route open. Re-read on SIGHUP.",
+    )
+    public_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="With API keys on: comma-separated scopes that need no key (e.g. decode, for the decode page).",
+    )
+
     # -- node identity: embedded backend --------------------------------------------------------------------
     state_dir: Path = Field(
         default_factory=_default_state_dir,
@@ -114,6 +128,23 @@ class Settings(BaseSettings):
             scheme, sep, rest = url.partition("://")
             if not sep or scheme not in ("http", "https") or not rest:
                 raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {url!r}")
+        return value
+
+    @field_validator("public_scopes", mode="before")
+    @classmethod
+    def _split_scopes(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("public_scopes")
+    @classmethod
+    def _check_scopes(cls, value: list[str]) -> list[str]:
+        from app.api.auth import SCOPES
+
+        unknown = [s for s in value if s not in SCOPES]
+        if unknown:
+            raise ValueError(f"public_scopes must be among {', '.join(SCOPES)}, got {', '.join(unknown)}")
         return value
 
     @field_validator("eight_byte_pool")
