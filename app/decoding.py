@@ -108,8 +108,9 @@ _ID_SHAPE_RE = re.compile(
 )
 
 
-def extract_tokens(text: str) -> list[tuple[int, str]]:
-    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance.
+def extract_tokens(text: str, limit: int | None = None) -> list[tuple[int, str]]:
+    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance; at most ``limit``
+    of them (the scan stops there).
 
     A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID (a did:siq:
     form, hyphenated hex groups, ~26 mixed base32 characters) so that its error is shown; other words in a log
@@ -128,6 +129,8 @@ def extract_tokens(text: str) -> list[tuple[int, str]]:
         if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
             hits.append(stripped)
         found.extend((lineno, t) for t in hits)
+        if limit is not None and len(found) >= limit:
+            return found[:limit]
     return found
 
 
@@ -146,7 +149,7 @@ def decode_text(text: str, limit: int = 5000) -> dict[str, Any]:
     rule broken (None when at least one scheme parsed it).
     """
     items = []
-    tokens = extract_tokens(text)
+    tokens = extract_tokens(text, limit + 1)  # one more than shown: tells whether the text was truncated
     for lineno, token in tokens[:limit]:
         try:
             result = decode_any(token)

@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 from app.decoding import decode_any, decode_one, decode_text
 
 router = APIRouter(tags=["decode"])
 
 MAX_TEXT_CHARS = 1_000_000
+MAX_TEXT_ITEMS = 5000
+"""IDs decoded from one text at most; the scan stops there (``truncated`` says so)."""
+TEXT_DECODE_THREADS = 2
+"""Free-text decoding runs on this many threads at most, off the event loop; more requests queue for them."""
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _text_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(TEXT_DECODE_THREADS, thread_name_prefix="idmint-decode-text")
+        return _pool
 
 
 class DecodeObject(BaseModel):
@@ -28,6 +47,8 @@ class Candidates(BaseModel):
 
 
 class TextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown member is a 422, never silently ignored
+
     text: str = Field(max_length=MAX_TEXT_CHARS, description="Any text: IDs, log lines, one or many lines.")
 
 
@@ -57,7 +78,14 @@ async def decode_detect(id: str) -> dict[str, Any]:
     return decode_any(id)
 
 
+def _decode_text_json(text: str) -> bytes:
+    return TextResponse.model_validate(decode_text(text, MAX_TEXT_ITEMS)).model_dump_json().encode()
+
+
 @router.post("/v1/decode", response_model=TextResponse)
-async def decode_free_text(body: TextRequest) -> dict[str, Any]:
-    """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each."""
-    return decode_text(body.text)
+async def decode_free_text(body: TextRequest) -> Response:
+    """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each (at most 5,000; then
+    ``truncated`` is true). The work runs on a small thread pool, off the event loop."""
+    loop = asyncio.get_running_loop()
+    payload = await loop.run_in_executor(_text_pool(), _decode_text_json, body.text)
+    return Response(payload, media_type="application/json")

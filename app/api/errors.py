@@ -71,10 +71,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        detail = exc.detail
+        detail, headers = exc.detail, getattr(exc, "headers", None)
         if exc.status_code == 413:  # FastAPI's max_body_size, counting a body sent without a length
             from app.api.guard import body_too_large
 
             detail = body_too_large(request.app.state.settings.max_body_bytes)
+            headers = {**(headers or {}), "Connection": "close"}  # the rest of the body is not read
         return Response(json.dumps({"detail": detail}), status_code=exc.status_code, media_type=JSON,
-                        headers=getattr(exc, "headers", None))
+                        headers=headers)
