@@ -54,6 +54,9 @@ ENV PATH=/opt/idmint/bin:$PATH \
 # Numeric, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 WORKDIR /var/lib/idmint
+# The state directory (embedded backend: identity locks and high-water marks) outlives the container: mount a volume
+# there so a restarted container resumes above its marks. The rest of the filesystem can be read-only.
+VOLUME ["/var/lib/idmint"]
 EXPOSE 8000
 # Liveness only (/healthz); readiness (/readyz, 503 while a scheme holds no identity) is for the load balancer.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \

@@ -8,6 +8,7 @@ The decode object (``GET /v1/decode/{scheme}/{id}``)::
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -140,6 +141,12 @@ def _parses(scheme: Scheme, token: str) -> bool:
     except InvalidIdError:
         return False
     return True
+
+
+def decode_text_json(text: str, limit: int) -> bytes:
+    """:func:`decode_text` as the JSON body of ``POST /v1/decode`` (run in a worker process: plain arguments and
+    result, nothing to import beyond this module)."""
+    return json.dumps(decode_text(text, limit), separators=(",", ":")).encode()
 
 
 def decode_text(text: str, limit: int = 5000) -> dict[str, Any]:

@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None) -> Any:
         finally:
             if keys is not None:
                 keys.stop()
+            decode.shutdown_text_pool()
             await node.stop()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine

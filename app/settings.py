@@ -89,7 +89,7 @@ class Settings(BaseSettings):
     max_clock_wait: float = Field(
         5.0, ge=0, le=300,
         description="Seconds a node waits for its clock to pass a claimed identity's high-water mark before "
-        "refusing that identity and claiming another.",
+        "refusing that identity and claiming another; also the longest a request waits on the clock (past it: 503).",
     )
 
     clock_offset_ms: int = Field(

@@ -124,7 +124,7 @@ def test_a_storage_fault_is_503_naming_it_and_issuing_resumes_when_it_clears(tmp
 
 
 @pytest.mark.parametrize("content", ["true", "1.5", '"7"', '{"high_water_mark": true}', '{"high_water_mark": 1.5}',
-                                     '{"high_water_mark": "7"}', '{"high_water_mark": -3}', "{}", "", "not json"])
+                                     '{"high_water_mark": "7"}', '{"high_water_mark": -2}', "{}", "", "not json"])
 def test_marks_are_read_strictly(tmp_path: Path, content: str) -> None:
     path = tmp_path / "3.mark"
     path.write_text(content)
@@ -297,3 +297,19 @@ def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Path) ->
             asyncio.run(backend.claim(pool, holder))
     finally:
         subprocess.run(["umount", str(tmpfs)], check=True)
+
+
+def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_protected(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    try:
+        first.wait("/readyz")
+        assert "is empty" in first.log() and "cannot be protected" in first.log()
+    finally:
+        first.stop()
+    again = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    try:
+        again.wait("/readyz")
+        assert "cannot be protected" not in again.log()
+    finally:
+        again.stop()

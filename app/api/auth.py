@@ -187,13 +187,15 @@ class TokenBucket:
         self.stamp = clock()
 
     def _refill(self, now: float) -> float:
-        tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
+        tokens = self.tokens + (now - self.stamp) * self.rate
+        if tokens > self.capacity:
+            tokens = self.capacity
         self.stamp = now
         self.tokens = tokens
         return tokens
 
     def take(self, cost: float, now: float) -> float:
-        need = min(cost, self.capacity)
+        need = cost if cost < self.capacity else self.capacity
         tokens = self._refill(now)
         if tokens >= need:
             self.tokens = tokens - cost
@@ -341,6 +343,8 @@ class ApiKeys:
     def requested_ids(query: bytes) -> int:
         """The ``count`` of an issue request's query string (1 when absent or not a number: the route's own
         validation then answers 422)."""
+        if b"count=" not in query:
+            return 1
         best = 1
         for name, value in parse_qsl(query.decode("latin-1")):
             if name == COUNTED_PARAM and value.isdigit():

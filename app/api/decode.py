@@ -3,34 +3,47 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from app.decoding import decode_any, decode_one, decode_text
+from app.decoding import decode_any, decode_one, decode_text_json
 
 router = APIRouter(tags=["decode"])
 
 MAX_TEXT_CHARS = 1_000_000
 MAX_TEXT_ITEMS = 5000
 """IDs decoded from one text at most; the scan stops there (``truncated`` says so)."""
-TEXT_DECODE_THREADS = 2
-"""Free-text decoding runs on this many threads at most, off the event loop; more requests queue for them."""
+INLINE_TEXT_CHARS = 1000
+"""Texts up to this long (about ten log lines, under a millisecond of work) are decoded on the event loop."""
+TEXT_DECODE_PROCESSES = 1
+"""Longer texts are decoded in this many worker processes (a thread would still hold the event loop's GIL); more
+requests queue for them. The pool starts on first use and stops with the app (:func:`shutdown_text_pool`)."""
 
-_pool: ThreadPoolExecutor | None = None
+_pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
-def _text_pool() -> ThreadPoolExecutor:
+def _text_pool() -> ProcessPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(TEXT_DECODE_THREADS, thread_name_prefix="idmint-decode-text")
+            _pool = ProcessPoolExecutor(TEXT_DECODE_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
         return _pool
+
+
+def shutdown_text_pool() -> None:
+    """Stop the decode worker processes (the app's lifespan calls this on shutdown)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DecodeObject(BaseModel):
@@ -78,14 +91,13 @@ async def decode_detect(id: str) -> dict[str, Any]:
     return decode_any(id)
 
 
-def _decode_text_json(text: str) -> bytes:
-    return TextResponse.model_validate(decode_text(text, MAX_TEXT_ITEMS)).model_dump_json().encode()
-
-
 @router.post("/v1/decode", response_model=TextResponse)
 async def decode_free_text(body: TextRequest) -> Response:
     """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each (at most 5,000; then
-    ``truncated`` is true). The work runs on a small thread pool, off the event loop."""
-    loop = asyncio.get_running_loop()
-    payload = await loop.run_in_executor(_text_pool(), _decode_text_json, body.text)
+    ``truncated`` is true). Texts over a thousand characters are decoded in a worker process, off the event loop."""
+    if len(body.text) <= INLINE_TEXT_CHARS:
+        payload = decode_text_json(body.text, MAX_TEXT_ITEMS)
+    else:
+        payload = await asyncio.get_running_loop().run_in_executor(_text_pool(), decode_text_json, body.text,
+                                                                    MAX_TEXT_ITEMS)
     return Response(payload, media_type="application/json")

@@ -68,12 +68,13 @@ class EmbeddedClaim(Claim):
 
 
 class MarkUnreadableError(BackendUnavailableError):
-    """A high-water mark file exists but does not hold ``{"high_water_mark": <integer >= 0>}``."""
+    """A high-water mark file exists but does not hold ``{"high_water_mark": <integer >= -1>}`` (-1: released
+    before anything was issued)."""
 
 
 def _read_mark(path: Path) -> int:
     """The mark recorded in ``path`` (-1 when there is none). Strict: the file must be a JSON object whose
-    ``high_water_mark`` is an integer >= 0 (not a boolean, a float or a string). Raises MarkUnreadableError naming
+    ``high_water_mark`` is an integer >= -1 (not a boolean, a float or a string). Raises MarkUnreadableError naming
     the file otherwise, and BackendUnavailableError when the file cannot be read at all."""
     try:
         text = path.read_bytes()
@@ -86,8 +87,8 @@ def _read_mark(path: Path) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         # A mark we cannot read must not be taken as "no mark": that could repeat IDs.
         raise MarkUnreadableError(f"high-water mark file {path} is unreadable: {exc!r}") from exc
-    if type(value) is not int or value < 0:  # noqa: E721 -- bool is an int subclass, and must not pass
-        raise MarkUnreadableError(f"high-water mark file {path} must hold an integer >= 0, got {value!r}")
+    if type(value) is not int or value < -1:  # noqa: E721 -- bool is an int subclass, and must not pass
+        raise MarkUnreadableError(f"high-water mark file {path} must hold an integer >= -1, got {value!r}")
     return value
 
 
@@ -127,7 +128,12 @@ class EmbeddedBackend(LeaseBackend):
         """Mark files found unreadable (path -> reason): their identities are never claimed by this process."""
 
     async def start(self) -> None:
+        fresh = not self.state_dir.is_dir() or not any(self.state_dir.iterdir())
         self._ensure_dir()
+        if fresh:
+            log.warning("state directory %s is empty: starting without high-water marks, so IDs this machine issued "
+                        "earlier (under another state directory, or before it was wiped) cannot be protected from "
+                        "repetition; keep this directory on persistent storage", self.state_dir)
 
     def _ensure_dir(self) -> None:
         try:
