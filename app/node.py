@@ -88,6 +88,35 @@ class Issued:
         return [v for b in self.batches for v in b.values()]
 
 
+class PriorityGate:
+    """Single and batch requests ahead of streams on one generator.
+
+    A request that has to wait for the clock (its scheme's per-tick sequence is used up) enters the gate while it
+    waits (:meth:`enter`); a stream's chunk, before each ``generate``, defers while any such request is waiting,
+    so at the next tick the waiting requests take their IDs first and the streams share what is left."""
+
+    __slots__ = ("waiting", "_clear")
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self._clear: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.waiting += 1
+
+    def leave(self) -> None:
+        self.waiting -= 1
+        if not self.waiting and self._clear is not None:
+            self._clear.set()
+
+    async def defer(self) -> None:
+        """Return once no single or batch request is waiting on this generator."""
+        while self.waiting:
+            if self._clear is None or self._clear.is_set():
+                self._clear = asyncio.Event()
+            await self._clear.wait()
+
+
 class Issuer:
     """Issues one scheme's IDs for this node; owns the claim(s) and the generator built on them."""
 
@@ -119,6 +148,7 @@ class Issuer:
         """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
         self._ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
+        self.gate = PriorityGate()
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
@@ -192,9 +222,15 @@ class Issuer:
         self.node.metrics.lease_held(self.name, False, None)
         self._wake.set()
 
-    async def issue(self, count: int, options: dict[str, Any]) -> Issued:
+    async def issue(self, count: int, options: dict[str, Any], stream: bool = False) -> Issued:
         """Issue ``count`` IDs. Raises NotReadyError (fail closed, a clock wait over max_clock_wait, a mark that
-        cannot be recorded) or InvalidOptionError."""
+        cannot be recorded) or InvalidOptionError.
+
+        ``stream=True`` marks a stream's chunk: it yields the generator to single and batch requests waiting for the
+        same clock tick (:class:`PriorityGate`), so a capacity-capped scheme serves them first."""
+        gate = self.gate
+        if stream and gate.waiting:
+            await gate.defer()
         gen = self.check()
         batch = gen.generate(count, **options)
         if batch.count == count and batch.high_water <= self.recorded_mark:
@@ -203,19 +239,33 @@ class Issuer:
         batches = [batch] if batch.count else []
         remaining = count - batch.count
         waited = 0.0
-        while remaining:
-            waited += await self._wait_for_clock(gen)
-            gen = self.check()
-            batch = gen.generate(remaining, **options)
-            if batch.count:
-                batches.append(batch)
-                remaining -= batch.count
+        if not stream:
+            gate.enter()
+        try:
+            while remaining:
+                waited += await self._wait_for_clock(gen)
+                if stream and gate.waiting:
+                    await gate.defer()
+                gen = self.check()
+                batch = gen.generate(remaining, **options)
+                if batch.count:
+                    batches.append(batch)
+                    remaining -= batch.count
+        finally:
+            if not stream:
+                gate.leave()
         high = max(b.high_water for b in batches)
         if high > self.recorded_mark:
             await self.record_mark(high)
         self.check()
         self._account(gen, count, waited)
         return Issued(self.scheme, batches)
+
+    def capacity_per_second(self) -> float | None:
+        """The most IDs per second this issuer's generator can issue (its scheme's cap times the identities held),
+        or None when the clock does not bound it. Read from the generator's ``capacity_per_second``."""
+        gen = self.generator
+        return None if gen is None else getattr(gen, "capacity_per_second", None)
 
     def _account(self, gen: Generator, count: int, waited: float) -> None:
         metrics = self.node.metrics
