@@ -15,6 +15,7 @@ from fastapi_offline import FastAPIOffline
 from app import __version__
 from app.api import decode, ids, meta
 from app.api.auth import ApiKeys
+from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> Any:
     api.state.settings = settings
     api.state.node = node
     install_error_handlers(api)
+    install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
     api.include_router(decode.router)
     api.include_router(meta.router)

@@ -69,13 +69,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         return Response(json.dumps({"detail": _describe_validation(exc)}), status_code=422, media_type=JSON)
 
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        # Starlette's ServerErrorMiddleware sends this, then re-raises for the server to log the traceback.
+        return Response(json.dumps({"detail": "internal error"}), status_code=500, media_type=JSON)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        detail, headers = exc.detail, getattr(exc, "headers", None)
-        if exc.status_code == 413:  # FastAPI's max_body_size, counting a body sent without a length
+        status, detail, headers = exc.status_code, exc.detail, getattr(exc, "headers", None)
+        if status == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8): bad input is a 422
+            status, detail = 422, "request body must be a JSON object in UTF-8"
+        if status == 413:  # FastAPI's max_body_size, counting a body sent without a length
             from app.api.guard import body_too_large
 
             detail = body_too_large(request.app.state.settings.max_body_bytes)
             headers = {**(headers or {}), "Connection": "close"}  # the rest of the body is not read
-        return Response(json.dumps({"detail": detail}), status_code=exc.status_code, media_type=JSON,
-                        headers=headers)
+        return Response(json.dumps({"detail": detail}), status_code=status, media_type=JSON, headers=headers)
