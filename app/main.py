@@ -19,6 +19,7 @@ from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
+from app.api.streams import StreamSlots
 from app.lease import make_backend
 from app.metrics import Metrics
 from app.node import Node
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> Any:
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
     )
     api.state.settings = settings
+    api.state.streams = StreamSlots(settings.max_concurrent_streams)
     api.state.node = node
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)

@@ -42,6 +42,13 @@ class Settings(BaseSettings):
         2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
         description="Largest request body in bytes; larger bodies are refused with 413 before they are read.",
     )
+    max_concurrent_streams: int = Field(
+        16, ge=1, le=10_000, description="Streams this node serves at once; more are answered 429 + Retry-After.",
+    )
+    max_stream_seconds: float = Field(
+        300.0, gt=0, description="Longest a stream may take at its scheme's cap (count / IDs per second); longer "
+        "ones are refused up front with 422 naming the figure.",
+    )
     api_keys_file: Path | None = Field(
         None, description="TOML file of API keys, scopes and quotas (README \"API keys\"); unset = no keys, "
         "every route open. Re-read on SIGHUP.",

@@ -15,6 +15,7 @@ from app.errors import (
     InvalidIdError,
     InvalidOptionError,
     NotReadyError,
+    TooManyRequestsError,
     UnknownSchemeError,
 )
 
@@ -29,6 +30,8 @@ def status_for(exc: IdmintError) -> int:
         return 404
     if isinstance(exc, NotReadyError):
         return 503
+    if isinstance(exc, TooManyRequestsError):
+        return 429
     return 500  # ConfigError and anything else: a fault of ours, not of the request
 
 
@@ -37,7 +40,7 @@ def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]
     status = status_for(exc)
     headers: list[tuple[bytes, bytes]] = []
     payload: dict[str, Any] = {"detail": str(exc)}
-    if isinstance(exc, NotReadyError):
+    if isinstance(exc, (NotReadyError, TooManyRequestsError)):
         headers.append((b"retry-after", str(exc.retry_after).encode()))
         payload["retry_after"] = exc.retry_after
     return status, json.dumps(payload).encode(), headers

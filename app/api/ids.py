@@ -8,16 +8,13 @@ hands over (errors, waits).
 from __future__ import annotations
 
 import logging
-from typing import AsyncIterator
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
 
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import issue_body, issue_lines, prepare
-from app.errors import IdmintError
-from app.node import Issuer
+from app.api.issuing import issue_body, prepare
+from app.api.streams import open_stream
 
 log = logging.getLogger("idmint.api")
 router = APIRouter(tags=["issue"])
@@ -36,6 +33,7 @@ class IssueResponse(BaseModel):
     bundle: str | None = Field(None, description="muid only: the offset-0 Muid of the batch (the Gink bundle).")
 
 
+STREAM_ERRORS = {429: {"description": "this node already serves IDMINT_MAX_CONCURRENT_STREAMS streams (Retry-After)"}}
 ERRORS = {404: {"description": "unknown scheme"}, 422: {"description": "bad count or option (detail names the rule)"},
           503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"}}
 
@@ -49,36 +47,26 @@ async def issue(scheme: str, node: NodeDep, settings: SettingsDep, count: int = 
     return Response(issue_body(scheme, fmt, issued), media_type="application/json")
 
 
-async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, object]) -> AsyncIterator[bytes]:
-    sent = 0
-    try:
-        async for chunk in issue_lines(issuer, count, fmt, options):
-            sent += chunk.count(b"\n")
-            yield chunk
-    except IdmintError as exc:
-        # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
-        log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, sent, count, exc)
-        raise
-
-
-async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
+async def stream(scheme: str, request: Request, node: NodeDep, settings: SettingsDep, count: int = CountQ,
                  format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
                  after: str | None = AfterQ) -> StreamingResponse:
     """Stream ``count`` IDs as text, one per line, with memory that does not grow with ``count``.
 
-    If the node stops being sure of its identity mid-stream, the response ends without its final chunk, so the
-    client sees a truncated transfer rather than a short, clean list.
+    Everything is checked before the first byte (parameters, the expected duration at the scheme's cap, the node's
+    stream cap, and a first chunk issued); a client that goes away ends the stream within one chunk. If the node
+    stops being sure of its identity mid-stream, the response ends without its final chunk, so the client sees a
+    truncated transfer rather than a short, clean list.
     """
     issuer, count, fmt, options = prepare(node, scheme, count, format, mode, type, after,
                                           settings.max_stream_count)
-    issuer.check()
-    return StreamingResponse(_stream(issuer, count, fmt, options), media_type="text/plain; charset=us-ascii",
-                             headers={"x-idmint-count": str(count)})
+    return await open_stream(request, issuer, count, fmt, options, request.app.state.streams,
+                             settings.max_stream_seconds)
 
 
 for _method in ("GET", "POST"):
     router.add_api_route("/v1/ids/{scheme}", issue, methods=[_method], response_model=IssueResponse,
                          responses=ERRORS, operation_id=f"issue_{_method.lower()}")
     router.add_api_route("/v1/ids/{scheme}/stream", stream, methods=[_method], response_class=StreamingResponse,
-                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS},
+                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS,
+                                    **STREAM_ERRORS},
                          operation_id=f"stream_{_method.lower()}")
