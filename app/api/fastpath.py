@@ -9,6 +9,7 @@ also goes through :class:`RequestMetrics`, which counts it by route template.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote_plus
@@ -23,10 +24,14 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+log = logging.getLogger("idmint.api")
+
+INTERNAL_ERROR = b'{"detail": "internal error"}'
 PREFIX = "/v1/ids/"
 ROUTE = "/v1/ids/{scheme}"
 KNOWN_PARAMS = frozenset(("count", "format", "mode", "type", "after"))
-JSON_HEADERS = [(b"content-type", b"application/json")]
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 def _split_query(raw: bytes) -> dict[str, str] | None:
@@ -68,7 +73,7 @@ class FastPath:
         headers = JSON_HEADERS
         try:
             count_text = params.get("count", "1")
-            if not count_text.isdigit():
+            if not (count_text.isascii() and count_text.isdigit()):
                 raise InvalidOptionError(f"count must be an integer in 1..{self.max_count()}, got {count_text!r}")
             count = check_count(int(count_text), self.max_count())
             fmt = issuer.scheme.resolve_format(params.get("format"))
@@ -79,6 +84,9 @@ class FastPath:
         except IdmintError as exc:
             status, body, extra = error_parts(exc)
             headers = JSON_HEADERS + extra
+        except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
+            log.exception("GET %s failed", ROUTE)
+            status, body = 500, INTERNAL_ERROR
         await send({"type": "http.response.start", "status": status,
                     "headers": headers + [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -103,6 +111,7 @@ class RequestMetrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]  # every response: no MIME sniffing
             await send(message)
 
         try:

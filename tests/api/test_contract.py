@@ -93,3 +93,26 @@ def test_unknown_methods_are_counted_as_other(server: Replica) -> None:
                if line.startswith("idmint_requests_total{")}
     assert "other" in methods and not methods - {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
                                                  "CONNECT", "TRACE", "other"}
+
+
+def test_an_internal_error_is_json_and_counted_on_both_paths(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from tests.helpers import make_settings
+
+    app = create_app(make_settings(tmp_path))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        node = app.app.state.node
+
+        async def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("injected fault")
+
+        node.issuers["wiji"].issue = broken
+        for method in ("GET", "POST"):  # GET: the fast path; POST: the FastAPI route
+            r = client.request(method, "/v1/ids/wiji")
+            assert r.status_code == 500 and r.json() == {"detail": "internal error"}, (method, r.text)
+            assert r.headers["content-type"] == "application/json"
+            sample = node.metrics.registry.get_sample_value(
+                "idmint_requests_total", {"route": "/v1/ids/{scheme}", "method": method, "status": "500"})
+            assert sample == 1, method
