@@ -32,6 +32,9 @@ log = logging.getLogger("idmint.api")
 
 STREAM_CHUNK = 65_536
 """IDs per generated chunk of a stream (one shared timestamp prefix; ~1.7 MB of text for 26-char forms)."""
+CHUNK_SECONDS_AT_CAP = 0.1
+"""For a capacity-capped scheme a chunk holds at most this many seconds of the cap (eight-byte: 6,400 IDs per
+generator ID), so its client gets a steady flow and an abort is seen within a tenth of a second of generation."""
 FIRST_CHUNK = 4096
 """IDs generated before the response starts (validates the request against the generator itself)."""
 MEDIA_TYPE = "text/plain; charset=us-ascii"
@@ -67,14 +70,17 @@ def check_duration(issuer: Issuer, count: int, max_seconds: float) -> None:
 async def lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
                 first: Issued | None = None) -> AsyncIterator[bytes]:
     """``count`` IDs as newline-terminated text in form ``fmt`` (the first ``first.count`` already issued), in
-    chunks of at most STREAM_CHUNK IDs, so memory does not grow with ``count``. Raises what
+    chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), so memory does not grow
+    with ``count``. Raises what
     :meth:`Issuer.issue` raises."""
     remaining = count
     if first is not None:
         remaining -= first.count
         yield first.encode(fmt)
+    cap = issuer.capacity_per_second()
+    chunk = STREAM_CHUNK if not cap else max(1, min(STREAM_CHUNK, int(cap * CHUNK_SECONDS_AT_CAP)))
     while remaining:
-        issued = await issuer.issue(min(remaining, STREAM_CHUNK), options, stream=True)
+        issued = await issuer.issue(min(remaining, chunk), options, stream=True)
         remaining -= issued.count
         yield issued.encode(fmt)
 
