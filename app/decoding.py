@@ -2,7 +2,7 @@
 
 The decode object (``GET /v1/decode/{scheme}/{id}``)::
 
-    {"scheme": "wiji", "id": "<canonical text>", "hex": "<packed bytes, lowercase hex>",
+    {"scheme": "<scheme name>", "id": "<canonical text>", "hex": "<packed bytes, lowercase hex>",
      "timestamp": "<RFC 3339, UTC, the scheme's precision>" | null, "fields": {...}}
 """
 

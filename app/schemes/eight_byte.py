@@ -28,15 +28,28 @@ mode: (timestamp, sequence) order.
 
 from __future__ import annotations
 
+import os
 import enum
 import time
 from typing import Any, Sequence
+
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
+    SMALL_BATCH,
+    scalar_lines,
+    Clock,
+    Generator,
+    IdentityPlan,
+    MARKS_KEY_PREFIX,
+    RandomSource,
+    SchemeOption,
+    grouped,
+
     Batch,
     Clock,
     Generator,
@@ -292,6 +305,51 @@ def decode(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
+class EightByteSettings(BaseModel):
+    """Eight-byte settings (joined into :class:`app.settings.Settings`; env ``IDMINT_CLUSTER_ID``,
+    ``IDMINT_EIGHT_BYTE_*``)."""
+
+    cluster_id: int = Field(0, ge=0, le=CLUSTER_ID_MAX, description="Eight-byte cluster ID (0..15).")
+    eight_byte_generator_id: int | None = Field(
+        None, ge=0, le=GENERATOR_ID_MAX, description="Static eight-byte generator ID (0..2047); unset = claim one."
+    )
+    eight_byte_generators: int = Field(
+        1, ge=1, le=GENERATOR_ID_MAX + 1,
+        description="How many eight-byte generator IDs this node holds (each caps at 64 IDs/ms).",
+    )
+    eight_byte_lookback_ms: int = Field(
+        50, ge=0, le=1000,
+        description="Eight-byte: unused milliseconds up to this far back may be filled by a late batch (0..1000).",
+    )
+    eight_byte_pool: str = Field(
+        "0-2047", description="Eight-byte generator IDs this node may claim, as LOW-HIGH within 0..2047.",
+    )
+
+    @field_validator("eight_byte_pool")
+    @classmethod
+    def _check_pool(cls, value: str) -> str:
+        low, sep, high = value.partition("-")
+        if not (sep and low.strip().isascii() and low.strip().isdigit() and high.strip().isascii()
+                and high.strip().isdigit()) or not (0 <= int(low) <= int(high) <= GENERATOR_ID_MAX):
+            raise ValueError(f"eight_byte_pool must be LOW-HIGH with 0 <= LOW <= HIGH <= 2047, got {value!r}")
+        return f"{int(low)}-{int(high)}"
+
+    @property
+    def eight_byte_pool_bounds(self) -> tuple[int, int]:
+        """(LOW, HIGH) of :attr:`eight_byte_pool`, inclusive."""
+        low, _, high = self.eight_byte_pool.partition("-")
+        return int(low), int(high)
+
+    @model_validator(mode="after")
+    def _check_generators(self) -> Any:
+        if self.eight_byte_generator_id is not None and self.eight_byte_generators != 1:
+            raise ValueError(
+                "eight_byte_generators must be 1 when eight_byte_generator_id is set statically, "
+                f"got {self.eight_byte_generators}"
+            )
+        return self
+
+
 class EightByteScheme(Scheme):
     """Eight-byte IDs: metadata, strict parser, hex/decimal text, field decoding (SPEC_NOTES.md "Eight-byte IDs")."""
 
@@ -332,6 +390,61 @@ class EightByteScheme(Scheme):
 
     def timestamp_ns(self, value: int) -> int | None:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS
+
+    title = "Eight-byte ID (java-uniqueid)"
+    example = "cb54ecf2840a0015"
+    settings_model = EightByteSettings
+    options = (
+        SchemeOption("mode", "mode", "How the timestamp is stored: spread (bit-reversed, the default: IDs spread "
+                     "over the key space) or time_sequential (IDs sort by time).",
+                     choices=tuple(mode.label for mode in Mode)),
+    )
+    captions = {
+        "timestamp_ms": "Milliseconds since 1970-01-01 UTC (42 bits).",
+        "sequence": "Counter within one millisecond for one generator: at most 64 IDs per ms.",
+        "generator_id": "Generator ID (0..2047) of the node that made it, leased so no two nodes share one.",
+        "cluster_id": "Cluster ID (0..15), set in the issuing node's configuration.",
+        "mode": "Mode bit 0: the timestamp's bits are reversed so IDs spread evenly over keys (default); "
+                "1: the timestamp sits in the top bits, so IDs sort by time.",
+    }
+
+    def identity_plan(self, settings: Any) -> IdentityPlan:
+        """Generator IDs from ``IDMINT_EIGHT_BYTE_POOL``, claimed in java-uniqueid's layout ``pool/<cluster>:<id>``
+        (allowed clusters in the ``cluster-id`` key), marks at ``idmint/marks/eight-byte/<cluster>/<id>``."""
+        low, high = settings.eight_byte_pool_bounds
+        cluster = settings.cluster_id
+        return IdentityPlan(
+            "generator_id", low, high, key_prefix=f"pool/{cluster}:",
+            mark_prefix=f"{MARKS_KEY_PREFIX}{self.name}/{cluster}/", static=settings.eight_byte_generator_id,
+            group=str(cluster), claims=settings.eight_byte_generators, allowed_groups_key="cluster-id",
+        )
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        return EightByteGenerator(identities, settings.cluster_id, clock=clock, floor=floor,
+                                  lookback_ms=settings.eight_byte_lookback_ms)
+
+    def describe(self, settings: Any) -> dict[str, Any]:
+        return {"limits": {"ids_per_ms_per_generator_id": SEQUENCE_VALUES}}
+
+    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+        return {"cluster_id": settings.cluster_id}
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        mode = str(fields["mode"])
+        return {
+            "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
+            "sequence": f"sequence {fields['sequence']} of 0..{SEQUENCE_MAX} in its millisecond",
+            "generator_id": f"generator {fields['generator_id']} in cluster {fields['cluster_id']}",
+            "cluster_id": f"cluster {fields['cluster_id']}",
+            "mode": ("SPREAD: time stored bit-reversed" if mode == Mode.SPREAD.label
+                     else "TIME_SEQUENTIAL: time in the top bits" if mode == Mode.TIME_SEQUENTIAL.label
+                     else f"mode {mode}"),
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        return (f"{self.words(fields)['generator_id']}, sequence {fields['sequence']}, "
+                f"{str(fields['mode']).upper()}")
 
 
 SCHEME = EightByteScheme()
@@ -404,6 +517,8 @@ class EightByteBatch(Batch):
         return values
 
     def encode(self, fmt: str) -> bytes:
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
         fmt = SCHEME.resolve_format(fmt)
         values = self.array()
         if fmt == "decimal":

@@ -36,12 +36,25 @@ import os
 import time
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel, Field
+
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford
 from app.schemes.base import (
+    SMALL_BATCH,
+    scalar_lines,
+    Clock,
+    Generator,
+    IdentityPlan,
+    RandomSource,
+    SchemeOption,
+    grouped,
+    hex_word,
+    idmint_plan,
+
     Batch,
     Clock,
     Generator,
@@ -238,6 +251,18 @@ def decode_hex(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
+class HlcUlidSettings(BaseModel):
+    """HLC-ULID settings (joined into :class:`app.settings.Settings`; env ``IDMINT_HLC_ULID_*``)."""
+
+    hlc_ulid_publisher_id: int | None = Field(
+        None, ge=0, le=PUBLISHER_ID_MAX, description="Static HLC-ULID publisher ID (0..65535); unset = claim one."
+    )
+    hlc_ulid_max_drift_ms: int = Field(
+        MAX_DRIFT_MS_DEFAULT, ge=0,
+        description="HLC-ULID: refuse `after` IDs more than this many ms ahead of our clock.",
+    )
+
+
 class HlcUlidScheme(Scheme):
     """HLC-ULID: metadata, strict parser, text forms, field decoding (SPEC_NOTES.md "HLC-ULID")."""
 
@@ -282,6 +307,54 @@ class HlcUlidScheme(Scheme):
     def timestamp_ns(self, value: int) -> int:
         """The physical/logical millisecond as ns since the epoch."""
         return unpack(value)[0] * NANOSECS_IN_MILLISECS
+
+    title = "HLC-ULID"
+    example = "01FZ11RQKT000002NAM48H248H"
+    # the hex form, and ~26 mixed base32 characters (a ULID-shaped token, also near misses)
+    token_pattern = (r"[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"
+                     r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}")
+    settings_model = HlcUlidSettings
+    options = (
+        SchemeOption("after", "after", "An HLC-ULID (any accepted form): every returned ID sorts after it (the HLC "
+                     "receive rule merges its time into this node's clock)."),
+    )
+    captions = {
+        "timestamp_ms": "Hybrid logical clock time: milliseconds since 1970-01-01 UTC (48 bits).",
+        "counter": "Logical counter of the hybrid logical clock (16 bits).",
+        "publisher_id": "Publisher ID (16 bits) of the node that made it, leased so no two nodes share one.",
+        "random": "Tie-breaker drawn fresh from a CSPRNG for every ID (48 bits); it carries no meaning.",
+    }
+
+    def parse_option(self, name: str, text: str) -> Any:
+        """``after``: the packed HLC-ULID. Raises InvalidOptionError for another option or an unparsable ID."""
+        if name != "after":
+            return super().parse_option(name, text)
+        try:
+            return self.parse(text.strip())
+        except InvalidIdError as exc:
+            raise InvalidOptionError(f"after must be an HLC-ULID: {exc}") from exc
+
+    def identity_plan(self, settings: Any) -> IdentityPlan:
+        """Publisher IDs 0..65535 at ``idmint/hlc-ulid/<n>``."""
+        return idmint_plan(self.name, "publisher_id", 0, PUBLISHER_ID_MAX, static=settings.hlc_ulid_publisher_id)
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        counter = fields["counter"]
+        before = "1 ID" if counter == 1 else f"{grouped(counter)} IDs"
+        return {
+            "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
+            "counter": ("counter 0: first ID of its logical millisecond" if counter == 0
+                        else f"counter {counter}: {before} before it in the same logical millisecond"),
+            "publisher_id": f"publisher {hex_word(fields['publisher_id'], PUBLISHER_ID_HEX_LEN)}",
+            "random": f"random {hex_word(fields['random'], RANDOM_HEX_LEN)}",
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        return f"{self.words(fields)['publisher_id']}, counter {fields['counter']}"
 
 
 SCHEME = HlcUlidScheme()
@@ -374,6 +447,8 @@ class HlcUlidBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
         if SCHEME.resolve_format(fmt) == "hex":
             return self._encode_hex()
         return self._encode_ulid()

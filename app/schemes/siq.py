@@ -24,6 +24,7 @@ The did form starts with the checksum, so only the hex form (and the packed byte
 
 from __future__ import annotations
 
+import os
 import base64
 import functools
 import hashlib
@@ -33,11 +34,24 @@ import time
 import zlib
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel, Field
+
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
+    SMALL_BATCH,
+    scalar_lines,
+    Clock,
+    Generator,
+    IdentityPlan,
+    RandomSource,
+    SchemeOption,
+    grouped,
+    hex_word,
+    idmint_plan,
+
     Batch,
     Clock,
     Generator,
@@ -380,6 +394,23 @@ def decode_decimal(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
+class SiqSettings(BaseModel):
+    """SIQ settings (joined into :class:`app.settings.Settings`; env ``IDMINT_SIQ_*``)."""
+
+    siq_shard: int | None = Field(None, ge=0, le=SHARD_MAX, description="Static SIQ shard (0..255); unset = claim one.")
+    siq_domain: str = Field("", description="SIQ domain whose hash goes into every SIQ ('' = hash 0).")
+
+
+QUALIFIER_WORDS = {
+    "content": "a piece of content", "multi": "a multi-type object", "manytomany": "a many-to-many link",
+    "ternary": "a ternary relation", "thread": "a thread", "message": "a message", "user": "a user", "tag": "a tag",
+    "group": "a group", "event": "an event", "channel": "a channel", "invite": "an invite",
+    "application": "an application", "collection": "a collection", "premium": "a premium item",
+    UNASSIGNED: "a code no type has been given yet",
+}
+"""What each qualifier names, in words (the decode page)."""
+
+
 class SiqScheme(Scheme):
     """SIQ: metadata, strict parser, did/hex/decimal text, field decoding (SPEC_NOTES.md "SIQ, 112 bits")."""
 
@@ -448,6 +479,51 @@ class SiqScheme(Scheme):
     def native_from_ns(self, ns: int) -> int:
         """Exact integer floor(ns * 65536 / 1e9) (the base class's float division can be off by one tick)."""
         return tick_from_ns(ns)
+
+    title = "SIQ"
+    example = "did:siq:gm24tg4ago5efqaaaab4gzymuoaaa"
+    token_pattern = r"did:siq:[A-Za-z0-9]+"
+    settings_model = SiqSettings
+    options = (
+        SchemeOption("type", "qualifier", "The qualifier: what kind of object the IDs name (default user).",
+                     choices=tuple(QUALIFIERS)),
+    )
+    captions = {
+        "seconds": "Whole seconds since 1970-01-01 UTC (40 bits).",
+        "fraction": "Binary fraction of the second (16 bits): the tick is 1/65536 s.",
+        "shard": "Shard (0..255) of the node that made it, leased so no two nodes share one.",
+        "domain_hash": "Last 4 bytes of SHA-256 of the issuing domain name; 0 means no domain was set.",
+        "serial": "Counter per qualifier within one tick of 1/65536 s.",
+        "qualifier": "What kind of object the ID names: the low 3 to 5 bits.",
+    }
+
+    def identity_plan(self, settings: Any) -> IdentityPlan:
+        """Shards 0..255 per domain: ``idmint/siq/<domain hash, 8 hex>/<shard>``."""
+        return idmint_plan(self.name, "shard", 0, SHARD_MAX, group=f"{domain_hash(settings.siq_domain):08x}",
+                           static=settings.siq_shard)
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        return SiqGenerator(identities[0], settings.siq_domain, clock=clock, floor=floor)
+
+    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+        return {"domain": settings.siq_domain, "domain_hash": domain_hash(settings.siq_domain)}
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        qualifier, fraction, dhash = fields["qualifier"], fields["fraction"], fields["domain_hash"]
+        return {
+            "seconds": f"{grouped(fields['seconds'])} s since the Unix epoch",
+            "fraction": f"{fraction}/65536 s ≈ {fraction / 65.536:.3f} ms",
+            "shard": f"shard {fields['shard']}",
+            "domain_hash": "no domain (hash 0)" if dhash == 0 else f"domain hash {hex_word(dhash, 8)}",
+            "serial": f'serial {fields["serial"]} among "{qualifier}" IDs of its tick',
+            "qualifier": f'qualifier "{qualifier}": '
+                         + QUALIFIER_WORDS.get(str(qualifier).lower(), "a type this page has no words for"),
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        return (f"{fields['qualifier']} #{fields['serial']} on shard {fields['shard']}, "
+                f"{self.words(fields)['domain_hash']}")
 
 
 SCHEME = SiqScheme()
@@ -659,6 +735,8 @@ class SiqBatch(Batch):
 
     # -- hot path --------------------------------------------------------------------------------------------------
     def encode(self, fmt: str) -> bytes:
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
         fmt = SCHEME.resolve_format(fmt)
         if not self.count:
             return b""
