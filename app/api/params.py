@@ -104,8 +104,20 @@ def parse_issue(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> Issu
     """Validate one issue request's parameters (query and/or JSON members) for ``scheme``.
 
     ``maximum`` is the largest count allowed (max_count, or max_stream_count for the stream). Raises
-    InvalidOptionError naming every rule broken.
+    InvalidOptionError naming every rule broken. The answer for no parameters at all (the hot path's plain
+    ``GET /v1/ids/{scheme}``) is this same parse, memoized.
     """
+    if not params:
+        return _parse_no_params(scheme, maximum)
+    return _parse(scheme, params, maximum)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_no_params(scheme: Scheme, maximum: int) -> IssueRequest:
+    return _parse(scheme, {}, maximum)
+
+
+def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequest:
     try:
         parsed = issue_model(scheme).model_validate(params)
     except ValidationError as exc:
