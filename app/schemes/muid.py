@@ -37,22 +37,19 @@ import numpy.typing as npt
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
     SMALL_BATCH,
-    scalar_lines,
-    Clock,
-    Generator,
-    IdentityPlan,
-    RandomSource,
-    grouped,
-    hex_word,
-    idmint_plan,
-
     Batch,
     Clock,
     Generator,
     GeneratorStats,
+    IdentityPlan,
     IdentitySpec,
     LayoutField,
+    RandomSource,
     Scheme,
+    grouped,
+    hex_word,
+    idmint_plan,
+    scalar_lines,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------

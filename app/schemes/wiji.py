@@ -36,13 +36,6 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford
 from app.schemes.base import (
     SMALL_BATCH,
-    scalar_lines,
-    Clock,
-    Generator,
-    RandomSource,
-    grouped,
-    hex_word,
-
     Batch,
     Clock,
     Generator,
@@ -50,6 +43,9 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    grouped,
+    hex_word,
+    scalar_lines,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
