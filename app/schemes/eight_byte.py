@@ -92,11 +92,9 @@ NANOSECS_IN_MILLISECS = 1_000_000
 
 HEX_LEN = PACKED_BYTES * 2  # 16
 DECIMAL_LEN_MAX = len(str(PACKED_MAX))  # 20
-NEWLINE = 10
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 _DECIMAL_DIGITS = frozenset("0123456789")
-_LOWER_HEX = b"0123456789abcdef"
 
 
 class Mode(enum.IntEnum):

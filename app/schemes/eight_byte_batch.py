@@ -14,13 +14,14 @@ import numpy.typing as npt
 
 from app.errors import InvalidOptionError
 from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
+from app.schemes import _text
+from app.schemes._text import NEWLINE
 from app.schemes.eight_byte import (
     CLUSTER_ID_MAX,
     GENERATOR_ID_MAX,
     HEX_LEN,
     MODE_SHIFT,
     NANOSECS_IN_MILLISECS,
-    NEWLINE,
     PACKED_BYTES,
     SCHEME,
     SEQUENCE_BITS,
@@ -29,7 +30,6 @@ from app.schemes.eight_byte import (
     SEQUENCE_VALUES,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
-    _LOWER_HEX,
     Mode,
     _low_bits,
     reverse_bits_array,
@@ -37,22 +37,6 @@ from app.schemes.eight_byte import (
 
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
-
-_hex_pairs_table: npt.NDArray[np.uint16] | None = None
-
-
-def _hex_pairs() -> npt.NDArray[np.uint16]:
-    """(256,) uint16 whose two bytes in memory are the lowercase hex digits of the index (built once, lazily)."""
-    global _hex_pairs_table
-    if _hex_pairs_table is None:
-        digits = np.frombuffer(_LOWER_HEX, dtype=np.uint8)
-        values = np.arange(256)
-        pairs = np.empty((256, 2), dtype=np.uint8)
-        pairs[:, 0] = digits[values >> 4]
-        pairs[:, 1] = digits[values & 0xF]
-        _hex_pairs_table = pairs.view(np.uint16).reshape(256)
-    return _hex_pairs_table
-
 
 Run = tuple[int, int, int]
 """``(timestamp_ms, first_slot, count)``: consecutive slots of one millisecond; slot = index * 64 + sequence."""
@@ -113,7 +97,7 @@ class EightByteBatch(Batch):
             return ("\n".join(map(str, values.tolist())) + "\n").encode("ascii")
         big_endian = values.astype(">u8").view(np.uint8).reshape(self.count, PACKED_BYTES)
         out = np.empty((self.count, HEX_LEN + 1), dtype=np.uint8)
-        out[:, :HEX_LEN] = _hex_pairs()[big_endian].view(np.uint8).reshape(self.count, HEX_LEN)
+        out[:, :HEX_LEN] = _text.hex_pairs()[big_endian].view(np.uint8).reshape(self.count, HEX_LEN)
         out[:, HEX_LEN] = NEWLINE
         return out.tobytes()
 

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
-from app.schemes import _crockford
+from app.schemes import _crockford, _text
 from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, RandomSource, scalar_lines
 from app.schemes.hlc_ulid import (
     BATCH_COUNT_MAX,
@@ -77,12 +77,12 @@ def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chu
         bits 31..16 = (w0 & 3) << 14 | (w1 & 0x7FFF) >> 1
         bits 15..0  = (w1 & 1) << 15 | (w2 & 0x7FFF)
 
-    The result lives in a per-thread scratch buffer (see :func:`app.schemes._crockford.scratch`).
+    The result lives in a per-thread scratch buffer (see :func:`app.schemes._text.scratch`).
     """
     w0, w1, w2 = words
     count = words.shape[1]
-    chunks = _crockford.scratch(key, RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count)
-    bits = _crockford.scratch(key + "-bits", count, np.uint16)
+    chunks = _text.scratch(key, RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count)
+    bits = _text.scratch(key + "-bits", count, np.uint16)
     high, middle, low = chunks
     # uint16 left shifts drop what passes bit 15: w0 << 14 keeps w0 & 3, w1 << 15 keeps w1 & 1.
     np.right_shift(w0, W0_OFFSET_BITS, out=high)
@@ -153,44 +153,44 @@ class HlcUlidBatch(Batch):
     def _encode_ulid(self) -> bytes:
         count, words = self.count, self.random_words
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
-        rows = _crockford.text_rows(
+        rows = _text.text_rows(
             [((encode_ulid(seg.timestamp_ms << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
              for seg in self.segments]
         )
         counters = _counter_table(self.publisher_id)
-        _crockford.write_runs(rows, COUNTER_CHAR, [(counters, seg.first_counter, seg.count) for seg in self.segments])
+        _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first_counter, seg.count) for seg in self.segments])
         # Random bits 47..30 -> characters 16..19; 29..15 -> 20..22; 14..0 -> 23..25. Written left to right, so
         # the 4th byte of the write at 20 is overwritten by the write at 23, whose 4th byte is the newline.
-        indices = _crockford.scratch("hlc-ulid-indices", RANDOM_WORDS * count, np.intp).reshape(RANDOM_WORDS, count)
+        indices = _text.scratch("hlc-ulid-indices", RANDOM_WORDS * count, np.intp).reshape(RANDOM_WORDS, count)
         np.copyto(indices, words, casting="safe")
-        head, top_bits = indices[0], _crockford.scratch("hlc-ulid-top-bits", count, np.intp)
+        head, top_bits = indices[0], _text.scratch("hlc-ulid-top-bits", count, np.intp)
         for word in (1, 2):
             np.right_shift(indices[word], WORD_TOP_SHIFT, out=top_bits)
             np.left_shift(top_bits, RANDOM_WORD_BITS + word - 1, out=top_bits)
             np.bitwise_or(head, top_bits, out=head)
-        looked_up = _crockford.scratch("hlc-ulid-chars", count, "<u4")
+        looked_up = _text.scratch("hlc-ulid-chars", count, "<u4")
         np.take(_random_head_table(self.publisher_id), head, out=looked_up, mode="wrap")
-        _crockford.char_view(rows, RANDOM_HEAD_CHAR)[...] = looked_up
+        _text.char_view(rows, RANDOM_HEAD_CHAR)[...] = looked_up
         groups = _random_group_table()
         for word, column in zip((1, 2), RANDOM_GROUP_CHARS):
             np.take(groups, indices[word], out=looked_up, mode="wrap")
-            _crockford.char_view(rows, column)[...] = looked_up
+            _text.char_view(rows, column)[...] = looked_up
         return rows.tobytes()
 
     def _encode_hex(self) -> bytes:
-        rows = _crockford.text_rows(
+        rows = _text.text_rows(
             [((encode_hex(pack(seg.timestamp_ms, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
              for seg in self.segments]
         )
-        hex4 = _crockford.hex4_table()
-        _crockford.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first_counter, seg.count) for seg in self.segments])
+        hex4 = _text.hex4_table()
+        _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first_counter, seg.count) for seg in self.segments])
         chunks = random_chunks(self.random_words)
-        indices = _crockford.scratch("hlc-ulid-indices", chunks.size, np.intp).reshape(chunks.shape)
+        indices = _text.scratch("hlc-ulid-indices", chunks.size, np.intp).reshape(chunks.shape)
         np.copyto(indices, chunks, casting="safe")
-        looked_up = _crockford.scratch("hlc-ulid-chars", self.count, "<u4")
+        looked_up = _text.scratch("hlc-ulid-chars", self.count, "<u4")
         for chunk in range(RANDOM_WORDS):
             np.take(hex4, indices[chunk], out=looked_up, mode="wrap")
-            _crockford.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
+            _text.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
         return rows.tobytes()
 
     def values(self) -> list[int]:

@@ -35,6 +35,8 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes import _text
+from app.schemes._text import NEWLINE
 from app.schemes.base import (
     SMALL_BATCH,
     Batch,
@@ -97,10 +99,8 @@ SHORT_T_LEN = TIMESTAMP_HEX_LEN  # 13: "T"
 SHORT_TM_LEN = TIMESTAMP_HEX_LEN + 1 + MEDALLION_HEX_LEN  # 25: "T-M"
 CANONICAL_LEN = SHORT_TM_LEN + 1 + OFFSET_HEX_LEN  # 34: "T-M-O"
 PREFIX_LEN = SHORT_TM_LEN + 1  # 26: "T-M-", shared by every ID of a bundle
-NEWLINE = 10
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_UPPER_HEX = b"0123456789ABCDEF"
 
 
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
@@ -299,21 +299,12 @@ _TEMPLATE_SLACK = 8
 _COLUMN_FILLS_MAX = 8
 """Past this many changed prefix columns one broadcast write of the whole prefix is cheaper."""
 
-_hex4_table: npt.NDArray[np.uint8] | None = None
 _offset_rows_table: npt.NDArray[np.uint8] | None = None
 
 
 def _hex4() -> npt.NDArray[np.uint8]:
-    """(65536, 4) uint8: the 4 uppercase hex digits of every 16-bit value (built once, lazily)."""
-    global _hex4_table
-    if _hex4_table is None:
-        digits = np.frombuffer(_UPPER_HEX, dtype=np.uint8)
-        values = np.arange(1 << 16, dtype=np.uint32)
-        table = np.empty((1 << 16, 4), dtype=np.uint8)
-        for column in range(4):
-            table[:, column] = digits[(values >> (4 * (3 - column))) & 0xF]
-        _hex4_table = table
-    return _hex4_table
+    """(65536, 4) uint8: the 4 uppercase hex digits of every 16-bit value (the shared table, as rows)."""
+    return _text.hex4_table(upper=True).view(np.uint8).reshape(-1, 4)
 
 
 def _offset_rows() -> npt.NDArray[np.uint8]:

@@ -138,7 +138,6 @@ DECIMAL_LEN_MAX = len(str(PACKED_MAX))  # 34
 
 BASE32_ALPHABET = b"abcdefghijklmnopqrstuvwxyz234567"
 """RFC 4648 base32, lowercase (the did form's case)."""
-NEWLINE = 10
 
 _BASE32_RE = re.compile(r"[A-Za-z2-7]*")
 _HEX_RE = re.compile(r"[0-9A-Fa-f]*")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import threading
 import time
 import zlib
 from typing import Any
@@ -18,6 +17,8 @@ import numpy.typing as npt
 
 from app.errors import InvalidOptionError
 from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
+from app.schemes import _text
+from app.schemes._text import NEWLINE
 from app.schemes.siq import (
     BASE32_ALPHABET,
     BASE32_CHAR_BITS,
@@ -30,7 +31,6 @@ from app.schemes.siq import (
     HEX_DIGIT_BITS,
     HEX_LEN,
     LOW_BITS,
-    NEWLINE,
     PACKED_BYTES,
     QUALIFIERS,
     SCHEME,
@@ -129,7 +129,7 @@ def _did_tail(nibble: int) -> npt.NDArray[np.uint64]:
 def _hex_tail() -> npt.NDArray[np.uint64]:
     """(65536,) uint64 indexed by the serial field: bytes 3..6 = its 4 lowercase hex digits, byte 7 = newline."""
     values = np.arange(1 << LOW_BITS, dtype=np.uint64)
-    digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).astype(np.uint64)
+    digits = np.frombuffer(_text.HEX_LOWER, dtype=np.uint8).astype(np.uint64)
     word = np.full(1 << LOW_BITS, NEWLINE << (BYTE_BITS * (WORD_BYTES - 1)), dtype=np.uint64)
     for digit in range(_LOW_HEX_DIGITS):
         nibble = (values >> np.uint64(HEX_DIGIT_BITS * (_LOW_HEX_DIGITS - 1 - digit))) & np.uint64(_HEX_DIGIT_MASK)
@@ -196,30 +196,10 @@ _DECIMAL_MID_BYTE = 5
 """The second word of the 12 low digits starts at digit 5: digits 5..11 and the newline."""
 
 
-class _Scratch(threading.local):
-    """Per-thread reusable output arrays, one per text form: a fresh 2.5 MB array costs more in page faults than
-    the encoding, and the form's constant leading text (``did:siq:``) is written only once."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[tuple[str, int], npt.NDArray[np.uint8]] = {}
-
-    def rows(self, form: str, count: int, width: int, lead: bytes = b"") -> npt.NDArray[np.uint8]:
-        """A (count, width) uint8 array whose rows start with ``lead``; valid until the next call for ``form``."""
-        array = self.arrays.get((form, width)) if count <= SCRATCH_ROWS else None
-        if array is None:
-            array = np.empty((max(count, SCRATCH_ROWS), width), dtype=np.uint8)
-            if lead:
-                array[:, : len(lead)] = np.frombuffer(lead, dtype=np.uint8)
-            if count <= SCRATCH_ROWS:
-                self.arrays[(form, width)] = array
-        return array[:count]
-
-
-SCRATCH_ROWS = 1 << 16
+SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
 """Largest batch encoded in the reused per-thread array; larger ones get a fresh array."""
 CHUNK_ROWS = 8192
 """Rows encoded per pass: keeps numpy's temporaries (8 bytes per row) small enough to be reused, not page-faulted."""
-_scratch = _Scratch()
 
 
 class SiqBatch(Batch):
@@ -267,7 +247,7 @@ class SiqBatch(Batch):
             if high_len is None:
                 return self._encode_decimal_slow()
             width = high_len + _DECIMAL_LOW_DIGITS
-        out = _scratch.rows(fmt, self.count, width + 1, DID_PREFIX.encode("ascii") if fmt == "did" else b"")
+        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1, DID_PREFIX.encode("ascii") if fmt == "did" else b"")
         row = 0
         for chunk in self._chunks():
             rows = out[row : row + chunk.count]

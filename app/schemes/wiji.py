@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _crockford
+from app.schemes import _crockford, _text
 from app.schemes.base import (
     SMALL_BATCH,
     Batch,
@@ -370,10 +370,10 @@ class WijiBatch(Batch):
         if not self.count:
             return b""
         encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
-        rows = _crockford.text_rows(
+        rows = _text.text_rows(
             [((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments]
         )
-        hex4 = _crockford.hex4_table()
+        hex4 = _text.hex4_table()
         if fmt == "base32":
             runs = [
                 (
@@ -383,14 +383,14 @@ class WijiBatch(Batch):
                 )
                 for seg in self.segments
             ]
-            _crockford.write_runs(rows, SEQUENCE_CHAR, runs)
+            _text.write_runs(rows, SEQUENCE_CHAR, runs)
         elif fmt == "hex":
-            _crockford.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
+            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
         else:
             digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
             for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
                 table = digit_pairs[half::2]
-                _crockford.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
+                _text.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
         return rows.tobytes()
 
     def values(self) -> list[int]:
