@@ -17,11 +17,11 @@ from fastapi.testclient import TestClient
 
 from app.lease.base import PoolSpec
 from app.main import create_app
-from app.schemes import get_scheme
+from app.schemes import get_scheme, schemes
 from app.settings import Settings
 
-SCHEMES = ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")
-HEX_DIGITS = {"muid": 32, "eight-byte": 16, "hlc-ulid": 32, "siq": 28, "wiji": 32}
+SCHEMES = tuple(schemes())
+HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
 
 
 def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> PoolSpec:
