@@ -6,7 +6,18 @@ metrics. It provides:
 * codec functions in pairs (``pack``/``unpack``, ``encode_<form>``/``decode_<form>``), working on the packed
   big-endian integer;
 * a :class:`Scheme` subclass instance, ``SCHEME``, that the registry (:mod:`app.schemes`) serves;
-* a :class:`Generator` subclass whose clock and randomness are constructor arguments.
+* a :class:`Generator` subclass whose clock and randomness are constructor arguments, and its :class:`Batch`
+  (big modules put both in ``<name>_batch.py``, re-exported; numpy text helpers are in :mod:`app.schemes._text`).
+
+Everything the service knows about a scheme comes from its ``SCHEME`` (nothing outside ``app/schemes`` names a
+scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
+``token_pattern``, ``options`` (:class:`SchemeOption`: the issue routes parse them with one model per scheme),
+``settings_model`` (fields joined into :class:`app.settings.Settings`), :meth:`Scheme.identity_plan` (an
+:class:`IdentityPlan`: the pool and its etcd keys) and :meth:`Scheme.new_generator` (or
+``shares_generator_with`` + :meth:`Scheme.share_generator`), and optionally :meth:`Scheme.describe`,
+:meth:`Scheme.node_info`, :meth:`Scheme.registration`, :meth:`Scheme.words`, :meth:`Scheme.summary`,
+``decode_options`` with :meth:`Scheme.with_decode_options`, and :meth:`Scheme.configured`. Registering it is one
+line in :func:`app.schemes._load`; ``tests/test_completeness.py`` then checks it is served everywhere.
 
 Clocks are ``Callable[[], int]`` returning **nanoseconds since the Unix epoch** (``time.time_ns``); each generator
 converts to its own unit. Random sources are ``Callable[[int], bytes]`` (``os.urandom``).
