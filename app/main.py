@@ -27,7 +27,7 @@ from app.schemes import schemes
 from app.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None) -> Any:
+def create_app(settings: Settings | None = None) -> BodyLimit:
     """Build the ASGI app for ``settings`` (default: from the environment). Returns the outermost ASGI layer
     (body limit, then API keys when a key file is set, then the fast path, then FastAPI); the FastAPI app itself is
     its ``.app`` attribute. Raises ConfigError for a key file that does not load."""
@@ -55,7 +55,8 @@ def create_app(settings: Settings | None = None) -> Any:
     api = FastAPIOffline(
         title="idmint",
         version=__version__,
-        summary="Issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs; node identities leased via etcd.",
+        summary=f"Issue and decode {', '.join(s.title for s in schemes().values())} IDs; node identities leased "
+                "via etcd.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
