@@ -476,6 +476,7 @@ class SharedIssuer(Issuer):
     def __init__(self, base: Issuer, scheme: Scheme) -> None:
         super().__init__(base.node, scheme, base.factory, None)
         self.base = base
+        self.gate = base.gate  # one generator, one queue: streams of either scheme defer to requests of both
         self._base_generator: Generator | None = None
         self._own_generator: Generator | None = None
 
@@ -516,6 +517,9 @@ class SharedIssuer(Issuer):
 
     async def record_mark(self, at_least: int = -1) -> None:
         await self.base.record_mark(at_least)
+
+    def _refuse_running(self, wait: float, limit: float) -> None:
+        self.base._refuse_running(wait, limit)
 
     async def acquire(self) -> None:
         """Nothing to claim: the base issuer does."""

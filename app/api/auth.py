@@ -51,7 +51,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.errors import ConfigError
+from app.errors import ConfigError, TooManyRequestsError
 
 log = logging.getLogger("idmint.auth")
 
@@ -73,6 +73,8 @@ OUTCOMES = ("allowed", "unauthorized", "forbidden", "over_quota")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
 COUNTED_PARAM = "count"
+CHARGE_KEY = "idmint.charge_ids"
+"""ASGI scope key: set for a POST issue request by a key with quotas; the route calls it with the parsed count."""
 
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
@@ -95,6 +97,15 @@ def required_scope(method: str, path: str) -> str | None:
 def counts_ids(path: str) -> bool:
     """Whether the request's ``count`` is charged to the key's ``ids_per_second``."""
     return path.startswith("/v1/ids/") or (path.startswith("/v1/sequences/") and path.endswith("/next"))
+
+
+def charge_ids(scope: Scope, count: int) -> None:
+    """Charge ``count`` IDs to the request's API key when its count was not known up front (a POST issue request,
+    whose count may be in the JSON body). Raises TooManyRequestsError (429) over the key's IDs/s quota; does
+    nothing without API keys."""
+    charge = scope.get(CHARGE_KEY)
+    if charge is not None:
+        charge(count)
 
 
 # -- the key file ---------------------------------------------------------------------------------------------------
@@ -358,6 +369,10 @@ class ApiKeys:
             raise Refusal(429, "over_quota", f"API key {name!r} already runs {key.streams} streams "
                                              f"(its limit is {key.entry.concurrent_streams})", 1, name)
         cost = self.requested_ids(scope["query_string"]) if counts_ids(scope["path"]) else 0
+        if cost and not is_stream and scope["method"] == "POST" and scope["path"].startswith("/v1/ids/"):
+            # The count may be in the JSON body: the route charges it once parsed (charge_ids).
+            scope[CHARGE_KEY] = lambda count: self._charge_parsed(key, count)
+            cost = 0
         if key.ids is not None and cost:
             # A stream is paced as it is sent; up front it needs only a bucket that is not in debt.
             wait = key.ids.take(1 if is_stream else cost, now)
@@ -373,6 +388,16 @@ class ApiKeys:
                                                  f"{key.entry.requests_per_second:g} requests/s", wait, name)
         if cost and not is_stream:
             self.metrics.api_key_ids(name, cost)
+
+    def _charge_parsed(self, key: KeyState, count: int) -> None:
+        name = key.entry.name
+        if key.ids is not None:
+            wait = key.ids.take(count, time.monotonic())
+            if wait:
+                self.metrics.api_key_request(name, "over_quota")
+                raise TooManyRequestsError(f"API key {name!r} is over its quota of "
+                                           f"{key.entry.ids_per_second:g} IDs/s", math.ceil(wait))
+        self.metrics.api_key_ids(name, count)
 
     # -- ASGI ---------------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

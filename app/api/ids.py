@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 
+from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
 from app.api.issuing import issue_body, prepare
 from app.api.params import MAX_BODY_BYTES, IssueParams, merge_body, option_owners, query_params
@@ -67,9 +68,10 @@ async def request_params(request: Request) -> dict[str, Any]:
 ParamsDep = Annotated[dict[str, Any], Depends(request_params)]
 
 
-async def issue(scheme: str, params: ParamsDep, node: NodeDep, settings: SettingsDep) -> Response:
+async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, settings: SettingsDep) -> Response:
     """Issue ``count`` fresh IDs of ``scheme``."""
     issuer, request = prepare(node, scheme, params, settings.max_count)
+    charge_ids(http.scope, request.count)
     issued = await issuer.issue(request.count, request.options)
     return Response(issue_body(scheme, request.format, issued), media_type="application/json")
 

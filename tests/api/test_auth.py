@@ -248,3 +248,17 @@ def test_public_scopes_setting_is_validated(tmp_path: Path) -> None:
     assert make_settings(tmp_path, public_scopes="decode, metrics").public_scopes == ["decode", "metrics"]
     with pytest.raises(ValidationError, match="public_scopes must be among"):
         make_settings(tmp_path, public_scopes="decode,everything")
+
+
+def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys.toml", entry("poster", "poster-key", ["issue"], ids_per_second=1000))
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    try:
+        replica.wait("/readyz")
+        with httpx.Client(base_url=replica.url, headers=bearer("poster-key")) as client:
+            assert client.post("/v1/ids/wiji", json={"count": 1000}).status_code == 200
+            r = client.post("/v1/ids/wiji", json={"count": 500})
+            assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+            assert "IDs/s" in r.json()["detail"]
+    finally:
+        replica.stop()
