@@ -457,9 +457,12 @@ class Issuer:
         self.node.metrics.lease_held(self.name, False, None)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ready": self.generator is not None}
-        if self.generator is None:
-            out["reason"] = self.reason
+        out: dict[str, Any] = {"ready": True}
+        try:
+            self.check()
+        except NotReadyError as exc:  # no identity, a storage fault, a long wait for an inherited mark...
+            out["ready"] = False
+            out["reason"] = exc.reason.removeprefix(f"{self.name}: ")
         if self.pool is not None:
             out["kind"] = self.pool.kind
             out["identities"] = [c.identity for c in self.claims]
