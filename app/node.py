@@ -191,10 +191,24 @@ class Issuer:
             retry = math.ceil(min(wait, BACKOFF_MAX_S))
             if self.claims and self.generator is gen:
                 self._refuse_running(wait, limit)
+            elif self.pool is None and not self.claims and self.generator is gen:
+                self._renew_unclaimed(wait, limit)  # nothing to claim: a fresh generator serves at once
+                return 0.0
             raise NotReadyError(f"{self.name}: the clock is {wait:.3f} s behind the last timestamp issued "
                                 f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)", retry)
         await asyncio.sleep(wait)
         return wait
+
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
+        identity is its random part): start a fresh one, as a new process would, and publish it."""
+        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
+                    "fresh generator", self.name, wait, limit)
+        self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+        gen = self.generator = self.factory([], -1)
+        published = self.scheme.registration(gen)
+        if published:
+            asyncio.get_running_loop().create_task(self.node.register(self, published))
 
     def _refuse_running(self, wait: float, limit: float) -> None:
         """The clock stepped back more than max_clock_wait under the running generator: give the identity up
@@ -521,8 +535,22 @@ class SharedIssuer(Issuer):
     async def record_mark(self, at_least: int = -1) -> None:
         await self.base.record_mark(at_least)
 
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
+        identity is its random part): start a fresh one, as a new process would, and publish it."""
+        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
+                    "fresh generator", self.name, wait, limit)
+        self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+        gen = self.generator = self.factory([], -1)
+        published = self.scheme.registration(gen)
+        if published:
+            asyncio.get_running_loop().create_task(self.node.register(self, published))
+
     def _refuse_running(self, wait: float, limit: float) -> None:
         self.base._refuse_running(wait, limit)
+
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
+        self.base._renew_unclaimed(wait, limit)
 
     async def acquire(self) -> None:
         """Nothing to claim: the base issuer does."""
@@ -603,10 +631,14 @@ class Node:
         for issuer in self.issuers.values():
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
-                try:
-                    await self.backend.register(issuer.name, published, {"holder": self.holder.as_dict()})
-                except NotReadyError as exc:
-                    log.warning("%s: registering %s failed: %s", issuer.name, published, exc.reason)
+                await self.register(issuer, published)
+
+    async def register(self, issuer: Issuer, published: str) -> None:
+        """Publish what ``issuer``'s generator registers (Wiji's random part); a failure is logged, not raised."""
+        try:
+            await self.backend.register(issuer.name, published, {"holder": self.holder.as_dict()})
+        except NotReadyError as exc:
+            log.warning("%s: registering %s failed: %s", issuer.name, published, exc.reason)
 
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""

@@ -313,3 +313,22 @@ def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_
         assert "cannot be protected" not in again.log()
     finally:
         again.stop()
+
+
+def test_a_clock_stepped_back_under_wiji_starts_a_fresh_generator_at_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = SteppedClock()
+        node = node_with(tmp_path, clock)
+        await node.start()
+        issuer = node.issuers["wiji"]
+        old_part = issuer.generator.random_part  # type: ignore[union-attr]
+        before = set((await issuer.issue(1000, {})).values())
+        clock.offset_ns = -8 * 3600 * 10**9
+        t0 = time.monotonic()
+        after = set((await issuer.issue(200_000, {})).values())  # more than one microsecond's 65,536 sequences
+        assert time.monotonic() - t0 < 2.0
+        assert len(after) == 200_000 and not before & after
+        assert issuer.generator.random_part != old_part  # type: ignore[union-attr]
+        await node.stop()
+
+    asyncio.run(scenario())
