@@ -535,17 +535,6 @@ class SharedIssuer(Issuer):
     async def record_mark(self, at_least: int = -1) -> None:
         await self.base.record_mark(at_least)
 
-    def _renew_unclaimed(self, wait: float, limit: float) -> None:
-        """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
-        identity is its random part): start a fresh one, as a new process would, and publish it."""
-        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
-                    "fresh generator", self.name, wait, limit)
-        self.node.metrics.identity_refused(self.name, "clock_stepped_back")
-        gen = self.generator = self.factory([], -1)
-        published = self.scheme.registration(gen)
-        if published:
-            asyncio.get_running_loop().create_task(self.node.register(self, published))
-
     def _refuse_running(self, wait: float, limit: float) -> None:
         self.base._refuse_running(wait, limit)
 

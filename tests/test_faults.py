@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import httpx
 import pytest
@@ -26,13 +26,6 @@ from tests.helpers import SCHEMES, Replica, make_settings
 
 MARKED = ("muid", "eight-byte", "hlc-ulid", "siq")
 """Schemes whose issuers record high-water marks (wiji claims nothing)."""
-
-
-def poll(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 @pytest.fixture()
