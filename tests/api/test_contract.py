@@ -34,7 +34,8 @@ def schemathesis(url: str, report: Path, *extra: str) -> subprocess.CompletedPro
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json", "--checks", CHECKS,
            "--max-examples", "40", "--seed", "13", "--no-color", "--generation-database", "none",
            "--request-timeout", "30", "--report", "junit", "--report-junit-path", str(report), *extra]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # Run in the report's directory: schemathesis keeps a cache (.schemathesis/) in its working directory.
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=report.parent)
 
 
 def summary(out: str) -> str:
