@@ -30,15 +30,24 @@ wraps a :class:`~app.schemes.uuidv7.Uuidv7Generator`, and :class:`TypeIdBatch` w
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 from app.schemes.uuidv7 import (
+    COUNTER_LOW_BITS,
+    COUNTER_LOW_MASK,
+    FLAGS,
     NANOSECS_IN_MILLISECS,
+    RAND_A_SHIFT,
+    TAIL_BITS,
     PACKED_BYTES,
     TIMESTAMP_SHIFT,
     VERSION,
@@ -60,6 +69,46 @@ _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
 PREFIX_RULE = "0..63 lowercase ASCII letters a-z and '_', not starting or ending with '_'"
 SCALAR_COUNT_MAX = 8
 """Batches up to this size are formatted per ID (cheaper than setting up the columns)."""
+
+# Suffix characters of an issued TypeID (a UUIDv7 whose rand_a and rand_b top 30 bits are a 42-bit counter):
+#   0..9 the millisecond; 10..15 counter bits 41..18 (+ version, variant); 16..18 counter bits 17..3;
+#   19 counter bits 2..0 and tail bits 31..30; 20..22 tail bits 29..15; 23..25 tail bits 14..0.
+COUNTER_RUN_BITS = 18
+"""Along a run of counters agreeing above bit 17, characters 0..15 are constant (the template row)."""
+COUNTER_CHARS_COLUMN = 16
+COUNTER_CHARS_SHIFT = 3
+"""Characters 16..18 hold counter bits 17..3."""
+MIXED_CHAR_COLUMN = 19
+MIXED_COUNTER_MASK = (1 << COUNTER_CHARS_SHIFT) - 1
+TAIL_TOP_BITS = 2
+"""Character 19 holds counter bits 2..0, then tail bits 31..30."""
+TAIL_CHARS_COLUMNS = (20, 23)
+TRIPLE_FIRST_CHAR_SHIFT = 2 * _crockford.CHAR_BITS
+"""A 5-bit value v is the first character of triple-table entry ``v << 10``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _ramp() -> npt.NDArray[np.intp]:
+    """``0 .. 2**18 - 1`` (a run's counter offsets), read-only."""
+    ramp = np.arange(1 << COUNTER_RUN_BITS, dtype=np.intp)
+    ramp.flags.writeable = False
+    return ramp
+
+
+@functools.lru_cache(maxsize=1)
+def _counter_table() -> npt.NDArray[np.uint32]:
+    """Characters 16..18 (then a byte overwritten later) for every value of counter bits 17..0: 2**18 ``<u4``."""
+    table = np.repeat(_columns.base32_triples(lowercase=True), 1 << COUNTER_CHARS_SHIFT)
+    table.flags.writeable = False
+    return table
+
+
+def _lookup(
+    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[np.intp]
+) -> None:
+    looked_up = _crockford.scratch("typeid-chars", rows.shape[0], "<u4")
+    np.take(table, index, out=looked_up, mode="wrap")
+    _crockford.char_view(rows, column)[...] = looked_up
 
 
 # --- contract members the `struct` branch adds to app/schemes/base.py ------------------------------------------------
@@ -282,12 +331,52 @@ class TypeIdBatch(Batch):
         if self.count <= SCALAR_COUNT_MAX:
             return "".join(encode_typeid(value, self.prefix) + "\n" for value in self.uuids.values()).encode("ascii")
         lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
+        runs = self._runs()
         rows = _columns.template_rows(
-            [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, count in self.uuids.runs()]
+            [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
         )
-        hi16, lo64 = self.uuids.columns()
-        _columns.write_base32_low80(rows, len(lead), hi16, lo64, lowercase=True)
+        start = len(lead)
+        triples = _columns.base32_triples(lowercase=True)
+        # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
+        _crockford.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
+        count = self.count
+        tails = _crockford.scratch("typeid-tails", count, np.intp)
+        np.copyto(tails, np.frombuffer(self.uuids.tails, dtype=">u4", count=count), casting="safe")
+        index = _crockford.scratch("typeid-index", count, np.intp)
+        # Character 19: counter bits 2..0 and tail bits 31..30, as the first character of a triple entry.
+        done = 0
+        for _, first, n in runs:
+            np.add(_ramp()[:n], first, out=index[done : done + n])  # a run holds at most 2**18 counters
+            done += n
+        np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
+        np.left_shift(index, TAIL_TOP_BITS, out=index)
+        other = _crockford.scratch("typeid-other", count, np.intp)
+        np.right_shift(tails, TAIL_BITS - TAIL_TOP_BITS, out=other)
+        np.bitwise_or(index, other, out=index)
+        np.left_shift(index, TRIPLE_FIRST_CHAR_SHIFT, out=index)
+        _lookup(rows, start + MIXED_CHAR_COLUMN, triples, index)
+        # Characters 20..22 and 23..25 (then the newline): tail bits 29..15 and 14..0.
+        np.right_shift(tails, _columns.TRIPLE_BITS, out=index)
+        np.bitwise_and(index, _columns.TRIPLE_MASK, out=index)
+        _lookup(rows, start + TAIL_CHARS_COLUMNS[0], triples, index)
+        np.bitwise_and(tails, _columns.TRIPLE_MASK, out=index)
+        _lookup(rows, start + TAIL_CHARS_COLUMNS[1], triples, index)
         return rows.tobytes()
+
+    def _runs(self) -> list[tuple[int, int, int]]:
+        """``(UUID with counter bits 17..0 and the tail zero, first counter bits 17..0, count)`` per run of IDs
+        whose counters agree above bit 17: suffix characters 0..15 are constant along a run."""
+        out: list[tuple[int, int, int]] = []
+        for seg in self.uuids.segments:
+            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first_counter, seg.first_counter + seg.count
+            while counter < end:
+                high = counter >> COUNTER_RUN_BITS << COUNTER_RUN_BITS
+                taken = min(end, high + (1 << COUNTER_RUN_BITS)) - counter
+                value = base | (high >> COUNTER_LOW_BITS) << RAND_A_SHIFT | (high & COUNTER_LOW_MASK) << TAIL_BITS
+                out.append((value, counter - high, taken))
+                counter += taken
+        return out
 
     def values(self) -> list[int]:
         """The UUIDs' packed integers (the prefix is :attr:`prefix`)."""
