@@ -5,12 +5,15 @@ is timed (``encode``), and so is issuing a fresh batch and encoding it (``issue+
 chunk). Schemes run interleaved for ``--rounds`` rounds (the machine is shared and noisy); the median of each is
 printed with its ratio to wiji's canonical base32 encoder measured in the same run.
 
-Usage: python bench/bench_codecs.py [--batch 65536] [--rounds 7] [--repeat 20]. Nothing here asserts: it prints.
+Usage: python bench/bench_codecs.py [--batch 65536] [--rounds 7] [--repeat 20] [--rng os.urandom|ssl.RAND_bytes].
+Nothing here asserts: it prints.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import ssl
 import statistics
 import sys
 import time
@@ -19,28 +22,30 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.schemes.base import Batch, Generator  # noqa: E402
+from app.schemes.base import Batch, Generator, RandomSource  # noqa: E402
 from app.schemes.hlc_ulid import HlcUlidGenerator  # noqa: E402
 from app.schemes.typeid import TypeIdGenerator  # noqa: E402
 from app.schemes.ulid import UlidGenerator  # noqa: E402
 from app.schemes.uuidv7 import Uuidv7Generator  # noqa: E402
 from app.schemes.wiji import WijiGenerator  # noqa: E402
 
-Case = tuple[str, str, Callable[[], Generator], dict[str, str]]
+Case = tuple[str, str, Callable[[RandomSource], Generator], dict[str, str]]
 CASES: list[Case] = [
-    ("wiji", "base32", WijiGenerator, {}),
-    ("wiji", "uuid", WijiGenerator, {}),
-    ("hlc-ulid", "ulid", lambda: HlcUlidGenerator(7), {}),
-    ("hlc-ulid", "hex", lambda: HlcUlidGenerator(7), {}),
-    ("uuidv7", "uuid", Uuidv7Generator, {}),
-    ("uuidv7", "hex", Uuidv7Generator, {}),
-    ("ulid", "ulid", UlidGenerator, {}),
-    ("ulid", "uuid", UlidGenerator, {}),
-    ("ulid", "hex", UlidGenerator, {}),
-    ("typeid", "typeid", lambda: TypeIdGenerator(Uuidv7Generator()), {}),
-    ("typeid", "typeid", lambda: TypeIdGenerator(Uuidv7Generator()), {"prefix": "user"}),
-    ("typeid", "uuid", lambda: TypeIdGenerator(Uuidv7Generator()), {}),
+    ("wiji", "base32", lambda rng: WijiGenerator(rng=rng), {}),
+    ("wiji", "uuid", lambda rng: WijiGenerator(rng=rng), {}),
+    ("hlc-ulid", "ulid", lambda rng: HlcUlidGenerator(7, rng=rng), {}),
+    ("hlc-ulid", "hex", lambda rng: HlcUlidGenerator(7, rng=rng), {}),
+    ("uuidv7", "uuid", lambda rng: Uuidv7Generator(rng=rng), {}),
+    ("uuidv7", "hex", lambda rng: Uuidv7Generator(rng=rng), {}),
+    ("ulid", "ulid", lambda rng: UlidGenerator(rng=rng), {}),
+    ("ulid", "uuid", lambda rng: UlidGenerator(rng=rng), {}),
+    ("ulid", "hex", lambda rng: UlidGenerator(rng=rng), {}),
+    ("typeid", "typeid", lambda rng: TypeIdGenerator(Uuidv7Generator(rng=rng)), {}),
+    ("typeid", "typeid", lambda rng: TypeIdGenerator(Uuidv7Generator(rng=rng)), {"prefix": "user"}),
+    ("typeid", "uuid", lambda rng: TypeIdGenerator(Uuidv7Generator(rng=rng)), {}),
 ]
+RANDOM_SOURCES: dict[str, RandomSource] = {"os.urandom": os.urandom, "ssl.RAND_bytes": ssl.RAND_bytes}
+"""The CSPRNG the generators draw from (issue+encode): the kernel's (a syscall) or OpenSSL's DRBG (user space)."""
 REFERENCE = 0
 """Ratios are to wiji's canonical (base32) encoder."""
 
@@ -58,9 +63,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--rng", choices=sorted(RANDOM_SOURCES), default="os.urandom")
     args = parser.parse_args()
 
-    generators = [make() for _, _, make, _ in CASES]
+    generators = [make(RANDOM_SOURCES[args.rng]) for _, _, make, _ in CASES]
     batches: list[Batch] = [gen.generate(args.batch, **opts) for gen, (_, _, _, opts) in zip(generators, CASES)]
     encode: list[list[float]] = [[] for _ in CASES]
     issue: list[list[float]] = [[] for _ in CASES]
@@ -73,7 +79,10 @@ def main() -> None:
 
     enc = [statistics.median(v) for v in encode]
     iss = [statistics.median(v) for v in issue]
-    print(f"batch {args.batch:,} IDs, median of {args.rounds} rounds x {args.repeat} batches; ratio to wiji base32")
+    print(
+        f"batch {args.batch:,} IDs, median of {args.rounds} rounds x {args.repeat} batches, random source "
+        f"{args.rng}; ratio to wiji base32"
+    )
     print(f"{'scheme':<10}{'form':<14}{'encode IDs/s':>16}{'ratio':>8}{'issue+encode IDs/s':>22}{'ratio':>8}")
     for (scheme, fmt, _, opts), e, s in zip(CASES, enc, iss):
         label = fmt + (f" ({opts['prefix']}_)" if opts.get("prefix") else "")

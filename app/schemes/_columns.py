@@ -26,7 +26,7 @@ Groups are written left to right, so each 4-byte write's spill is overwritten by
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -81,7 +81,7 @@ def base32_triples(lowercase: bool = False) -> npt.NDArray[np.uint32]:
 
 
 def _lookup(
-    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[np.uint64]
+    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
 ) -> None:
     """Write ``table[index]`` (one ``<u4`` per row) into ``rows`` at byte ``column``."""
     looked_up = _crockford.scratch("columns-chars", rows.shape[0], "<u4")
@@ -90,7 +90,7 @@ def _lookup(
 
 
 def write_hex_chunks(
-    rows: npt.NDArray[np.uint8], columns: Sequence[int], hi16: npt.NDArray[np.uint64], lo64: npt.NDArray[np.uint64]
+    rows: npt.NDArray[np.uint8], columns: Sequence[int], hi16: npt.NDArray[Any], lo64: npt.NDArray[Any]
 ) -> None:
     """Lay the 20 lowercase hex digits of the low 80 bits down as 5 chunks of 4 at ``columns`` (see the module)."""
     hex4 = _crockford.hex4_table()
@@ -106,8 +106,8 @@ def write_hex_chunks(
 def write_base32_low80(
     rows: npt.NDArray[np.uint8],
     text_column: int,
-    hi16: npt.NDArray[np.uint64],
-    lo64: npt.NDArray[np.uint64],
+    hi16: npt.NDArray[Any],
+    lo64: npt.NDArray[Any],
     lowercase: bool = False,
 ) -> None:
     """Lay characters 10..25 of the 26-character Crockford text down, the text starting at ``text_column``.

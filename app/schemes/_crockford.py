@@ -142,7 +142,9 @@ TYPEID = Dialect(
     label="TypeID suffix",
     substitutions=(),
     first_char_max=7,
-    first_char_rule="TypeID suffix overflow: the first character must be 0..7 (26 characters carry 130 bits, a UUID 128)",
+    first_char_rule=(
+        "TypeID suffix overflow: the first character must be 0..7 (26 characters carry 130 bits, a UUID 128)"
+    ),
     lowercase_only=True,
 )
 """TypeID spec v0.3 rules: lowercase only, no substitutions, first character 0..7."""

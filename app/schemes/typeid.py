@@ -40,22 +40,22 @@ import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford
+from app.schemes._uuid_text import uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
     COUNTER_LOW_MASK,
     FLAGS,
     NANOSECS_IN_MILLISECS,
+    PACKED_BYTES,
     RAND_A_SHIFT,
     TAIL_BITS,
-    PACKED_BYTES,
     TIMESTAMP_SHIFT,
     VERSION,
     VERSION_MASK,
     VERSION_SHIFT,
     Uuidv7Batch,
     Uuidv7Generator,
-    uuid_text,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -104,7 +104,7 @@ def _counter_table() -> npt.NDArray[np.uint32]:
 
 
 def _lookup(
-    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[np.intp]
+    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
 ) -> None:
     looked_up = _crockford.scratch("typeid-chars", rows.shape[0], "<u4")
     np.take(table, index, out=looked_up, mode="wrap")
@@ -151,7 +151,9 @@ def prefix_problem(prefix: str) -> str | None:
         return f"TypeID prefix must be at most {PREFIX_LEN_MAX} characters, got {len(prefix)}"
     if not _PREFIX_CHARS.issuperset(prefix):
         position, char = next((i, c) for i, c in enumerate(prefix) if c not in _PREFIX_CHARS)
-        return f"TypeID prefix must contain only lowercase ASCII letters a-z and '_', got {char!r} at position {position}"
+        return (
+            f"TypeID prefix must contain only lowercase ASCII letters a-z and '_', got {char!r} at position {position}"
+        )
     if prefix.startswith(SEPARATOR):
         return "TypeID prefix must not start with '_'"
     if prefix.endswith(SEPARATOR):

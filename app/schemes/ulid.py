@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford
+from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
-from app.schemes.uuidv7 import read_uuid_text, uuid_text
 
 # --- layout -------------------------------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford
+from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -90,16 +91,10 @@ SCALAR_COUNT_MAX = 8
 
 UUID_LEN = _columns.UUID_LEN  # 36
 HEX_LEN = _columns.HEX_LEN  # 32
-SEPARATOR = "-"
-UUID_SEPARATOR_POSITIONS = _columns.UUID_SEPARATOR_POSITIONS  # 8, 13, 18, 23
-URN_PREFIX = "urn:uuid:"
-BRACES = ("{", "}")
 UUID_COUNTER_COLUMN, HEX_COUNTER_COLUMN = 24, 20
 """Text columns of hex digits 20..23 (bits 47..32: counter bits 15..0)."""
 UUID_TAIL_COLUMNS, HEX_TAIL_COLUMNS = (28, 32), (24, 28)
 """Text columns of hex digits 24..27 and 28..31 (the tail's two 16-bit halves)."""
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-UUID_ALIASES = "the 8-4-4-4-12 form, {8-4-4-4-12}, urn:uuid:8-4-4-4-12 or 32 hex digits"
 
 _VERSION_REASONS = {
     0: "is the nil UUID's and carries no timestamp",
@@ -179,12 +174,6 @@ def from_bytes(data: bytes) -> int:
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
 
 
-def uuid_text(value: int) -> str:
-    """The 8-4-4-4-12 lowercase text of any 128-bit value (no version check: TypeID and ULID use it too)."""
-    d = f"{value:032x}"
-    return f"{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:]}"
-
-
 def encode_uuid(value: int) -> str:
     """The canonical text: 8-4-4-4-12 lowercase hex (RFC 9562 section 4)."""
     _check_packed(value)
@@ -195,47 +184,6 @@ def encode_hex(value: int) -> str:
     """32 lowercase hex digits."""
     _check_packed(value)
     return f"{value:032x}"
-
-
-def read_uuid_text(text: str, label: str = "UUID") -> int:
-    """The 128-bit value of ``text`` in any UUID spelling (see :func:`decode_uuid`), without the version check.
-
-    Raises InvalidIdError naming the rule broken; ``label`` starts the messages.
-    """
-    body = text
-    if body[: len(URN_PREFIX)].lower() == URN_PREFIX:
-        body = body[len(URN_PREFIX) :]
-        if len(body) != UUID_LEN:
-            raise InvalidIdError(
-                f"{label} after {URN_PREFIX} must be the {UUID_LEN}-character 8-4-4-4-12 form, got {len(body)} "
-                "characters"
-            )
-    elif body[:1] == BRACES[0] or body[-1:] == BRACES[1]:
-        if not (body[:1] == BRACES[0] and body[-1:] == BRACES[1]):
-            raise InvalidIdError(f"{label} braces must enclose the whole 8-4-4-4-12 form: {{...}}")
-        body = body[1:-1]
-        if len(body) != UUID_LEN:
-            raise InvalidIdError(
-                f"{label} inside {{...}} must be the {UUID_LEN}-character 8-4-4-4-12 form, got {len(body)} characters"
-            )
-    if len(body) == UUID_LEN:
-        for position in UUID_SEPARATOR_POSITIONS:
-            if body[position] != SEPARATOR:
-                raise InvalidIdError(
-                    f"{label} must be 8-4-4-4-12 hex digits separated by '-': expected '-' at position {position}, "
-                    f"got {body[position]!r}"
-                )
-        digits = body.replace(SEPARATOR, "")
-        if len(digits) != HEX_LEN:
-            raise InvalidIdError(f"{label} must be 8-4-4-4-12 hex digits separated by '-', got {body!r}")
-    elif len(body) == HEX_LEN:
-        digits = body
-    else:
-        raise InvalidIdError(f"{label} must be {UUID_ALIASES}; got {len(text)} characters")
-    if not _HEX_DIGITS.issuperset(digits):
-        char = next(c for c in digits if c not in _HEX_DIGITS)
-        raise InvalidIdError(f"{label} must contain only hex digits 0-9 a-f (any case), got {char!r}")
-    return int(digits, 16)
 
 
 def decode_uuid(text: str) -> int:
@@ -367,7 +315,7 @@ class Uuidv7Batch(Batch):
         """``(value with the low 80 bits zero, count)`` per millisecond run (see :mod:`app.schemes._columns`)."""
         return [(seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS, seg.count) for seg in self.segments]
 
-    def columns(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    def columns(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """The varying bits of every ID: ``(hi16, lo64)`` uint64 columns (bits 79..64 and 63..0).
 
         Built in per-thread scratch buffers: valid until the next call on this thread.
