@@ -405,14 +405,16 @@ class TypeIdGenerator(Generator):
     def stats(self) -> GeneratorStats:  # type: ignore[override]
         return self.uuids.stats
 
-    def generate(self, count: int, prefix: str = "", **options: Any) -> TypeIdBatch:
-        """Issue ``count`` (1 .. 2**24) TypeIDs with ``prefix`` (default none); never partial, never waits.
+    def generate(self, count: int, prefix: str | None = "", **options: Any) -> TypeIdBatch:
+        """Issue ``count`` (1 .. 2**24) TypeIDs with ``prefix`` (None or "" = none); never partial, never waits.
 
         Raises InvalidOptionError for a prefix breaking the rules, any other option or a bad count;
         OverflowError past the last 48-bit millisecond.
         """
         if options:
             raise InvalidOptionError(f"typeid takes only the option 'type', got {', '.join(sorted(options))}")
+        if prefix is None:
+            prefix = ""
         if not isinstance(prefix, str):
             raise InvalidOptionError(f"type must be a string, got {type(prefix).__name__}")
         problem = prefix_problem(prefix)

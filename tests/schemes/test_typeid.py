@@ -273,6 +273,13 @@ def test_monotonic_over_a_million_ids_with_overflow_and_rollback() -> None:
     assert lines == sorted(lines)  # same prefix: text order is issue order
 
 
+def test_no_prefix_is_the_bare_suffix() -> None:
+    generator = make()
+    for prefix in ("", None):
+        (line,) = generator.generate(1, prefix=prefix).encode("typeid").decode().splitlines()
+        assert len(line) == 26 and SCHEME.parse(line).prefix == ""
+
+
 def test_floor_is_the_uuidv7_floor() -> None:
     generator = make(FakeClock(NOW_MS), floor=NOW_MS + 3)
     assert {v >> 80 for v in generator.generate(10).values()} == {NOW_MS + 4}
