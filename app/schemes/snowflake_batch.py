@@ -1,0 +1,233 @@
+"""Column-wise (numpy) building and text encoding of snowflake batches.
+
+:class:`SnowflakeBatch` holds the runs of slots one :meth:`SnowflakeGenerator.generate` call handed out and builds
+the packed values as a uint64 column (time field shifted, worker ID bits from a per-worker table, sequence shifted).
+Text, column-wise for every value below 2**63:
+
+* ``hex``: 16 digits = four 4-digit groups from a 65,536-entry table, one 4-byte write per group and row.
+* ``decimal``: each value zero-padded to 19 digits (``v // 10**16`` gives 3 digits, the rest four 4-digit groups
+  from a 10,000-entry table), then the leading zeros are cut: one slice when the whole batch has one width (the
+  usual case: a batch spans a few ms), a boolean mask over the rows otherwise.
+
+A batch's values ascend and share their high digits, so :class:`SnowflakeBatch` uses the head/tail variants:
+rows are split into segments sharing ``value // 10**8`` (decimal) or ``value >> 16`` (hex); each segment's head
+text is formatted once with Python ints and laid down by memcpy doubling, and each row computes only its tail
+(8 decimal digits: one division; 4 hex digits: one table lookup). Sparse or mixed-width batches fall back.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.schemes import _crockford
+from app.schemes.base import Batch
+from app.schemes.snowflake import (
+    DECIMAL_LEN_MAX,
+    HEX_LEN,
+    SCHEME,
+    SEQUENCE,
+    TIME,
+    WORKER,
+    Layout,
+    encode_decimal,
+    encode_hex,
+)
+
+Run = tuple[int, int, int]
+"""``(time_units, first_slot, count)``: consecutive slots of one time unit (see :class:`SnowflakeGenerator`)."""
+
+NEWLINE = 10
+GROUP_DIGITS = 4
+GROUP_RADIX = 10**GROUP_DIGITS
+TOP_DIGITS = DECIMAL_LEN_MAX - 4 * GROUP_DIGITS  # 3: 2**63 // 10**16 = 922
+TOP_RADIX = 10 ** (DECIMAL_LEN_MAX - TOP_DIGITS)  # 10**16
+HEX4_BITS = 16
+SCALAR_COUNT_MAX = 8
+"""Batches of at most this many IDs are formatted per ID with Python ints."""
+_POWERS_OF_TEN = np.array([10**k for k in range(1, DECIMAL_LEN_MAX)], dtype=np.uint64)
+
+
+@functools.cache
+def _dec4() -> npt.NDArray[np.uint32]:
+    """(10000,) little-endian uint32: bytes 0..3 = the 4 zero-padded decimal digits of the index."""
+    text = "".join(f"{value:04d}" for value in range(GROUP_RADIX)).encode("ascii")
+    table = np.frombuffer(text, dtype="<u4").copy()
+    table.flags.writeable = False
+    return table
+
+
+def decimal_text(values: npt.NDArray[np.uint64]) -> bytes:
+    """The unsigned decimals of ``values`` (each below 2**63), one per line, no leading zeros (column-wise)."""
+    count = len(values)
+    if not count:
+        return b""
+    rows = np.empty((count, DECIMAL_LEN_MAX + 1), dtype=np.uint8)
+    rows[:, DECIMAL_LEN_MAX] = NEWLINE
+    dec4 = _dec4()
+    top = values // np.uint64(TOP_RADIX)
+    rest = values - top * np.uint64(TOP_RADIX)
+    # The top group's entry is "0ddd": write it shifted by one byte (3 digits at columns 0..2); column 3 is then
+    # overwritten by the first 4-digit group.
+    _crockford.char_view(rows, 0)[:] = dec4[top] >> np.uint32(8)
+    radix = np.uint64(GROUP_RADIX)
+    for column in range(DECIMAL_LEN_MAX - GROUP_DIGITS, TOP_DIGITS - 1, -GROUP_DIGITS):  # 15, 11, 7, 3
+        high = rest // radix
+        _crockford.char_view(rows, column)[:] = dec4[rest - high * radix]
+        rest = high
+    digits = np.searchsorted(_POWERS_OF_TEN, values, side="right") + 1  # decimal digits of each value
+    widest, narrowest = int(digits.max()), int(digits.min())
+    if widest == narrowest:
+        return rows[:, DECIMAL_LEN_MAX - widest :].tobytes()
+    keep = np.arange(DECIMAL_LEN_MAX + 1) >= (DECIMAL_LEN_MAX - digits)[:, None]
+    return rows[keep].tobytes()
+
+
+def hex_text(values: npt.NDArray[np.uint64]) -> bytes:
+    """16 lowercase hex digits of each value, one per line (column-wise)."""
+    count = len(values)
+    rows = np.empty((count, HEX_LEN + 1), dtype=np.uint8)
+    rows[:, HEX_LEN] = NEWLINE
+    hex4 = _crockford.hex4_table()
+    mask = np.uint64((1 << HEX4_BITS) - 1)
+    groups = HEX_LEN // 4
+    for group in range(groups):
+        shift = np.uint64(HEX4_BITS * (groups - 1 - group))
+        _crockford.char_view(rows, 4 * group)[:] = hex4[(values >> shift) & mask]
+    return rows.tobytes()
+
+
+SEGMENTS_PER_ROWS_MAX = 1 / 64
+"""The head/tail encoders fall back to the general ones past one segment per 64 IDs (sparse values)."""
+DECIMAL_TAIL_DIGITS = 2 * GROUP_DIGITS  # 8
+DECIMAL_TAIL_RADIX = 10**DECIMAL_TAIL_DIGITS
+HEX_TAIL_DIGITS = 4
+
+
+def _segments(heads: npt.NDArray[np.uint64]) -> list[tuple[int, int]] | None:
+    """``(first_row, rows)`` of each run of equal ``heads`` (ascending input), or None when there are too many."""
+    boundaries = np.flatnonzero(heads[1:] != heads[:-1]) + 1
+    if len(boundaries) > len(heads) * SEGMENTS_PER_ROWS_MAX:
+        return None
+    starts = [0, *boundaries.tolist()]
+    ends = [*starts[1:], len(heads)]
+    return [(start, end - start) for start, end in zip(starts, ends)]
+
+
+def decimal_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
+    """:func:`decimal_text` for ascending values (a batch): rows sharing ``value // 10**8`` share their head text
+    (formatted once, laid down by memcpy); each row computes only its last 8 digits. Falls back to
+    :func:`decimal_text` for values below 10**8, heads of different widths, or too many segments."""
+    count = len(values)
+    if not count:
+        return b""
+    heads = values // np.uint64(DECIMAL_TAIL_RADIX)
+    first_head, last_head = int(heads[0]), int(heads[-1])
+    segments = _segments(heads) if first_head and len(str(first_head)) == len(str(last_head)) else None
+    if segments is None:
+        return decimal_text(values)
+    zeros = "0" * DECIMAL_TAIL_DIGITS + "\n"
+    rows = _crockford.text_rows(
+        [((str(int(heads[start])) + zeros).encode("ascii"), rows) for start, rows in segments], key="snowflake"
+    )
+    tail = values - heads * np.uint64(DECIMAL_TAIL_RADIX)
+    high = tail // np.uint64(GROUP_RADIX)
+    dec4 = _dec4()
+    width = rows.shape[1]
+    _crockford.char_view(rows, width - 1 - DECIMAL_TAIL_DIGITS)[:] = dec4[high]
+    _crockford.char_view(rows, width - 1 - GROUP_DIGITS)[:] = dec4[tail - high * np.uint64(GROUP_RADIX)]
+    return rows.tobytes()
+
+
+def hex_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
+    """:func:`hex_text` for ascending values: rows sharing ``value >> 16`` share their first 12 digits (memcpy);
+    each row writes its last 4 from a table. Falls back to :func:`hex_text` when there are too many segments."""
+    count = len(values)
+    if not count:
+        return b""
+    heads = values >> np.uint64(HEX4_BITS)
+    segments = _segments(heads)
+    if segments is None:
+        return hex_text(values)
+    rows = _crockford.text_rows(
+        [((encode_hex(int(values[start])) + "\n").encode("ascii"), rows) for start, rows in segments],
+        key="snowflake",
+    )
+    mask = np.uint64((1 << HEX4_BITS) - 1)
+    _crockford.char_view(rows, HEX_LEN - HEX_TAIL_DIGITS)[:] = _crockford.hex4_table()[values & mask]
+    return rows.tobytes()
+
+
+class SnowflakeBatch(Batch):
+    """Snowflakes issued by one :meth:`SnowflakeGenerator.generate` call, as runs of slots per time unit.
+
+    ``worker_ids`` are the generator's (sorted) worker IDs; slot k of a unit is worker ``k // 2**S``, sequence
+    ``k % 2**S`` when the worker ID sits above the sequence, else sequence ``k // n``, worker ``k % n``.
+    """
+
+    def __init__(self, layout: Layout, worker_ids: Sequence[int], runs: Sequence[Run]) -> None:
+        self.layout = layout
+        self.worker_ids = tuple(worker_ids)
+        self.runs = tuple(runs)
+        self.count = sum(run[2] for run in self.runs)
+        self._array: npt.NDArray[np.uint64] | None = None
+
+    def array(self) -> npt.NDArray[np.uint64]:
+        """The packed IDs as a uint64 array, in issue order (increasing)."""
+        if self._array is None:
+            self._array = self._build()
+        return self._array
+
+    def _build(self) -> npt.NDArray[np.uint64]:
+        layout = self.layout
+        if not self.count:
+            return np.empty(0, dtype=np.uint64)
+        shifts = layout.shifts
+        if len(self.runs) == 1:
+            unit, first, count = self.runs[0]
+            slots = np.arange(first, first + count, dtype=np.uint64)
+            head: npt.NDArray[np.uint64] | np.uint64 = np.uint64(unit << shifts[TIME])
+        else:
+            firsts = np.array([run[1] for run in self.runs], dtype=np.int64)
+            counts = np.array([run[2] for run in self.runs], dtype=np.int64)
+            starts = np.cumsum(counts) - counts
+            slots = (np.arange(self.count, dtype=np.int64) + np.repeat(firsts - starts, counts)).astype(np.uint64)
+            units = np.array([run[0] for run in self.runs], dtype=np.uint64)
+            head = np.repeat(units << np.uint64(shifts[TIME]), counts)
+        workers = len(self.worker_ids)
+        if layout.worker_above_sequence:
+            index = slots >> np.uint64(layout.sequence_bits)
+            sequence = slots & np.uint64(layout.sequence_max)
+        else:
+            index = slots % np.uint64(workers)
+            sequence = slots // np.uint64(workers)
+        worker_bits = np.array(self.worker_ids, dtype=np.uint64) << np.uint64(shifts[WORKER])
+        low = worker_bits[0] if workers == 1 else worker_bits[index]
+        values: npt.NDArray[np.uint64] = head | low | (sequence << np.uint64(shifts[SEQUENCE]))
+        return values
+
+    def encode(self, fmt: str) -> bytes:
+        """The batch as ``decimal`` or ``hex`` lines; InvalidOptionError for another format."""
+        fmt = SCHEME.resolve_format(fmt)
+        if not self.count:
+            return b""
+        if self.count <= SCALAR_COUNT_MAX:
+            encoder = encode_hex if fmt == "hex" else encode_decimal
+            return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
+        if fmt == "hex":
+            return hex_text_sorted(self.array())
+        return decimal_text_sorted(self.array())
+
+    def values(self) -> list[int]:
+        result: list[int] = self.array().tolist()
+        return result
+
+    @property
+    def high_water(self) -> int:
+        """The last unit in the batch in native units (time field + EPOCH_MS // UNIT_MS); -1 if empty."""
+        if not self.runs:
+            return -1
+        return max(run[0] for run in self.runs) + self.layout.epoch_units
