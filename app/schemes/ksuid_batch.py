@@ -136,6 +136,8 @@ def hex_rows(columns: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
     count = columns.shape[1]
     rows = np.empty((count, HEX_LEN + 1), dtype=np.uint8)
     rows[:, HEX_LEN] = NEWLINE
+    if not count:
+        return rows
     hex4 = _crockford.hex4_table()
     mask = np.uint64((1 << HEX4_BITS) - 1)
     for k in range(LIMBS):

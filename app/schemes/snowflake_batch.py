@@ -89,6 +89,8 @@ def decimal_text(values: npt.NDArray[np.uint64]) -> bytes:
 def hex_text(values: npt.NDArray[np.uint64]) -> bytes:
     """16 lowercase hex digits of each value, one per line (column-wise)."""
     count = len(values)
+    if not count:
+        return b""
     rows = np.empty((count, HEX_LEN + 1), dtype=np.uint8)
     rows[:, HEX_LEN] = NEWLINE
     hex4 = _crockford.hex4_table()
