@@ -1,4 +1,4 @@
-"""Column-wise (numpy) building and text encoding of snowflake batches.
+"""Issuing snowflakes: the generator (:class:`SnowflakeGenerator`) and its batches, built and encoded column-wise.
 
 :class:`SnowflakeBatch` holds the runs of slots one :meth:`SnowflakeGenerator.generate` call handed out and builds
 the packed values as a uint64 column (time field shifted, worker ID bits from a per-worker table, sequence shifted).
@@ -18,16 +18,20 @@ text is formatted once with Python ints and laid down by memcpy doubling, and ea
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+import time
+from typing import Any, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from app.errors import InvalidOptionError
 from app.schemes import _crockford
-from app.schemes.base import Batch
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats
 from app.schemes.snowflake import (
+    BATCH_COUNT_MAX,
     DECIMAL_LEN_MAX,
     HEX_LEN,
+    NANOSECS_IN_MILLISECS,
     SCHEME,
     SEQUENCE,
     TIME,
@@ -233,3 +237,118 @@ class SnowflakeBatch(Batch):
         if not self.runs:
             return -1
         return max(run[0] for run in self.runs) + self.layout.epoch_units
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class SnowflakeGenerator(Generator):
+    """Issues snowflakes in ``layout`` for the worker IDs this node holds (eight-byte's rules,
+    STANDARD_SCHEMES.md "snowflake", Generator).
+
+    Each time unit has ``2**S * len(worker_ids)`` slots, in increasing packed order: worker IDs are sorted; slot k
+    is (worker k // 2**S, sequence k % 2**S) when the worker ID sits above the sequence, else (sequence
+    k // n, worker k % n) (sonyflake). :meth:`generate` hands out slots strictly after the last one handed out:
+
+    * clock moved on: start at slot 0 of the current unit;
+    * same unit, or the clock stepped back (a clock rollback, counted in :attr:`stats`): keep the last unit and
+      continue its sequence;
+    * usable units full: return a partial batch (possibly empty); :meth:`wait_ns` says how long until the next
+      unit. Never waits itself.
+
+    ``lookback_units``: never-used slots in units ``now - lookback_units .. now`` after the last slot handed out
+    may be used, so a streaming caller that wakes late still fills the cap. ``floor`` (native units: the time
+    field + EPOCH_MS // UNIT_MS) is the restored high-water mark: no ID at or below it is issued. Raises
+    ValueError naming the rule for an empty, out-of-range or repeated worker ID, a negative lookback or a floor
+    below -1.
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        worker_ids: Sequence[int],
+        *,
+        clock: Clock = time.time_ns,
+        floor: int = -1,
+        lookback_units: int = 0,
+    ) -> None:
+        ids = tuple(worker_ids)
+        if not ids:
+            raise ValueError("worker_ids must hold at least one worker ID")
+        for worker_id in ids:
+            if not 0 <= worker_id <= layout.worker_max:
+                raise ValueError(f"worker ID must be in 0..{layout.worker_max} (layout {layout.name}), got {worker_id}")
+        repeated = sorted({worker_id for worker_id in ids if ids.count(worker_id) > 1})
+        if repeated:
+            raise ValueError(f"worker IDs must be distinct, got {', '.join(map(str, repeated))} more than once")
+        if floor < -1:
+            raise ValueError(f"floor must be >= -1 ({layout.unit_ms} ms units), got {floor}")
+        if lookback_units < 0:
+            raise ValueError(f"lookback_units must be >= 0, got {lookback_units}")
+        self.layout = layout
+        self.worker_ids = tuple(sorted(ids))
+        self.lookback_units = lookback_units
+        self._clock = clock
+        self._floor = floor
+        self._unit_ns = layout.unit_ms * NANOSECS_IN_MILLISECS
+        self._epoch_ns = layout.epoch_ms * NANOSECS_IN_MILLISECS
+        self._slots_per_unit = layout.ids_per_unit * len(ids)
+        # Position after the last slot handed out: (time unit, next slot). The floor's unit is full.
+        self._unit = max(-1, floor - layout.epoch_units) if floor >= 0 else -1
+        self._next_slot = self._slots_per_unit
+        self._last_issued: int | None = None
+        self.stats = GeneratorStats()
+
+    def generate(self, count: int, **options: Any) -> SnowflakeBatch:
+        """Up to ``count`` (1 .. 2**24) IDs; fewer, even 0, when the usable units are full (then wait
+        :meth:`wait_ns`). Raises InvalidOptionError for a bad count or any option, OverflowError when the clock
+        is before the layout's epoch or the time field would pass 2**T - 1."""
+        if options:
+            raise InvalidOptionError(f"snowflake takes no options, got {', '.join(sorted(options))}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
+            raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for snowflake, got {count!r}")
+        now_ns = self._clock()
+        now_unit = (now_ns - self._epoch_ns) // self._unit_ns
+        if self._last_issued is not None and now_unit < self._last_issued:
+            self.stats.clock_rollbacks += 1
+            self.stats.max_rollback_ns = max(
+                self.stats.max_rollback_ns, self._last_issued * self._unit_ns + self._epoch_ns - now_ns
+            )
+        last_usable = max(now_unit, self._unit)  # past the clock only to continue the last unit
+        if last_usable < 0:
+            raise OverflowError(f"the clock is before the snowflake layout's epoch ({self.layout.epoch_ms} ms)")
+        if last_usable > self.layout.time_max:
+            raise OverflowError(f"snowflake time would pass {self.layout.time_max} units (layout {self.layout.name})")
+        unit, slot = self._unit, self._next_slot
+        if unit < now_unit - self.lookback_units:
+            unit, slot = max(0, now_unit - self.lookback_units), 0
+        runs: list[Run] = []
+        remaining = count
+        while remaining and unit <= last_usable:
+            if slot == self._slots_per_unit:
+                unit, slot = unit + 1, 0
+                continue
+            taken = min(self._slots_per_unit - slot, remaining)
+            runs.append((unit, slot, taken))
+            slot += taken
+            remaining -= taken
+        if runs:
+            last_unit, first, taken = runs[-1]
+            self._unit, self._next_slot = last_unit, first + taken
+            self._last_issued = last_unit
+        if remaining:
+            self.stats.sequence_exhausted += 1
+        return SnowflakeBatch(self.layout, self.worker_ids, runs)
+
+    def wait_ns(self) -> int:
+        """0 if a slot is free now; else ns until the clock reaches the next unit to use."""
+        if self._next_slot < self._slots_per_unit:
+            return 0
+        return max(0, (self._unit + 1) * self._unit_ns + self._epoch_ns - self._clock())
+
+    @property
+    def high_water(self) -> int:
+        """The last unit issued (or the floor), in native units (time field + EPOCH_MS // UNIT_MS)."""
+        if self._last_issued is None:
+            return self._floor
+        return max(self._floor, self._last_issued + self.layout.epoch_units)

@@ -148,12 +148,14 @@ REJECTS = [
     ("aaaaaaaaaaaaaaaaaaaaaaaaaaa", "KSUID base62 overflows 160 bits: the largest is aWgEPTl1tmebfsQzFP4bxwgy80V"),
     ("aWgEPTl1tmebfsQzFP4bxwgy80W", "KSUID base62 overflows 160 bits"),  # the largest + 1
     ("zzzzzzzzzzzzzzzzzzzzzzzzzzz", "KSUID base62 overflows 160 bits"),
-    ("aWgEPTl1tmebfsQzFP4bxwgy80!", "KSUID base62 must contain only 0-9 A-Z a-z (case-sensitive), got '!' at position 26"),
+    ("aWgEPTl1tmebfsQzFP4bxwgy80!",
+     "KSUID base62 must contain only 0-9 A-Z a-z (case-sensitive), got '!' at position 26"),
     ("0" + "?" * 26, "got '?' at position 1"),
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO-", "got '-' at position 26"),
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO\u0661", "got '\u0661' at position 26"),  # an Arabic-Indic digit one
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO\u00e9", "got '\u00e9' at position 26"),
-    ("0669F7EFB5A1CD34B5F99D1154FB6853345C973G", "KSUID hex must contain only hex digits 0-9 a-f, got 'G' at position 39"),
+    ("0669F7EFB5A1CD34B5F99D1154FB6853345C973G",
+     "KSUID hex must contain only hex digits 0-9 a-f, got 'G' at position 39"),
     ("0669f7efb5a1cd34b5f99d1154fb6853345c973", "KSUID must be 27 base62 characters or 40 hex digits, got 39"),
 ]
 

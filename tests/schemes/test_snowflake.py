@@ -26,11 +26,10 @@ from app.schemes.snowflake import (
     TWITTER,
     IdentityPlan,
     Layout,
-    SnowflakeGenerator,
     SnowflakeScheme,
     SnowflakeSettings,
 )
-from app.schemes.snowflake_batch import SnowflakeBatch
+from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
 
 MS = 1_000_000  # ns per ms
 NOW_MS = 1_763_888_400_000  # 2025-11-23T09:00:00Z
@@ -56,7 +55,8 @@ def custom_layouts(draw: st.DrawFn) -> Layout:
     unit_ms = draw(st.integers(min_value=1, max_value=10_000))
     time_bits = draw(st.integers(min_value=1, max_value=(snowflake.TIMESTAMP_MS_LIMIT // unit_ms).bit_length() - 1))
     worker_bits = draw(st.integers(min_value=0, max_value=63 - time_bits))
-    epoch_ms = draw(st.integers(min_value=0, max_value=snowflake.TIMESTAMP_MS_LIMIT - 1 - ((1 << time_bits) - 1) * unit_ms))
+    last_offset_ms = ((1 << time_bits) - 1) * unit_ms
+    epoch_ms = draw(st.integers(min_value=0, max_value=snowflake.TIMESTAMP_MS_LIMIT - 1 - last_offset_ms))
     return Layout.parse(f"custom:{epoch_ms}:{unit_ms}:{time_bits}/{worker_bits}/{63 - time_bits - worker_bits}")
 
 
