@@ -9,17 +9,22 @@ Text, column-wise for every value below 2**63:
   from a 10,000-entry table), then the leading zeros are cut: one slice when the whole batch has one width (the
   usual case: a batch spans a few ms), a boolean mask over the rows otherwise.
 
-A batch's values ascend and share their high digits, so :class:`SnowflakeBatch` uses the head/tail variants:
-rows are split into segments sharing ``value // 10**8`` (decimal) or ``value >> 16`` (hex); each segment's head
-text is formatted once with Python ints and laid down by memcpy doubling, and each row computes only its tail
-(8 decimal digits: one division; 4 hex digits: one table lookup). Sparse or mixed-width batches fall back.
+A batch's text takes the cheapest path that applies, all exact:
+
+1. Consecutive runs (the sequence is the lowest field: every layout but sonyflake): the slots of one unit and
+   worker ID are consecutive integers. Each run is cut where ``value // 10**4`` (decimal) or ``value >> 16``
+   (hex) changes; a piece's head is formatted once with Python ints and repeated over its rows (``np.repeat``),
+   and each row's last 4 characters are a contiguous slice of a 4-character table. No per-ID arithmetic.
+2. Head/tail segments of the ascending values: rows sharing ``value // 10**8`` (decimal) or ``value >> 16``
+   (hex) share a head; each row computes only its tail (8 decimal digits: one division; 4 hex digits: one lookup).
+3. The column-wise encoders above, for sparse batches, heads of different widths or values below 10**8.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -111,6 +116,18 @@ SEGMENTS_PER_ROWS_MAX = 1 / 64
 DECIMAL_TAIL_DIGITS = 2 * GROUP_DIGITS  # 8
 DECIMAL_TAIL_RADIX = 10**DECIMAL_TAIL_DIGITS
 HEX_TAIL_DIGITS = 4
+HEX_TAIL_RADIX = 1 << (4 * HEX_TAIL_DIGITS)
+TAIL_CHARS = 4
+"""Characters per row the consecutive-runs encoder takes from a table (4 decimal or 4 hex digits)."""
+
+
+def _repeated_rows(parts: Sequence[tuple[bytes, int]]) -> npt.NDArray[np.uint8]:
+    """``(sum(count), width)`` uint8 rows: each ``(row, count)`` part's row repeated ``count`` times, in order
+    (one ``np.repeat`` over the rows viewed as ``width``-byte items; every row has the same width)."""
+    width = len(parts[0][0])
+    heads = np.frombuffer(b"".join(row for row, _ in parts), dtype=f"V{width}")
+    repeated = np.repeat(heads, [count for _, count in parts])
+    return repeated.view(np.uint8).reshape(len(repeated), width)
 
 
 def _segments(heads: npt.NDArray[np.uint64]) -> list[tuple[int, int]] | None:
@@ -125,7 +142,7 @@ def _segments(heads: npt.NDArray[np.uint64]) -> list[tuple[int, int]] | None:
 
 def decimal_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
     """:func:`decimal_text` for ascending values (a batch): rows sharing ``value // 10**8`` share their head text
-    (formatted once, laid down by memcpy); each row computes only its last 8 digits. Falls back to
+    (formatted once, repeated by np.repeat); each row computes only its last 8 digits. Falls back to
     :func:`decimal_text` for values below 10**8, heads of different widths, or too many segments."""
     count = len(values)
     if not count:
@@ -136,9 +153,7 @@ def decimal_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
     if segments is None:
         return decimal_text(values)
     zeros = "0" * DECIMAL_TAIL_DIGITS + "\n"
-    rows = _crockford.text_rows(
-        [((str(int(heads[start])) + zeros).encode("ascii"), rows) for start, rows in segments], key="snowflake"
-    )
+    rows = _repeated_rows([((str(int(heads[start])) + zeros).encode("ascii"), rows) for start, rows in segments])
     tail = values - heads * np.uint64(DECIMAL_TAIL_RADIX)
     high = tail // np.uint64(GROUP_RADIX)
     dec4 = _dec4()
@@ -149,7 +164,7 @@ def decimal_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
 
 
 def hex_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
-    """:func:`hex_text` for ascending values: rows sharing ``value >> 16`` share their first 12 digits (memcpy);
+    """:func:`hex_text` for ascending values: rows sharing ``value >> 16`` share their first 12 digits (np.repeat);
     each row writes its last 4 from a table. Falls back to :func:`hex_text` when there are too many segments."""
     count = len(values)
     if not count:
@@ -158,12 +173,53 @@ def hex_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
     segments = _segments(heads)
     if segments is None:
         return hex_text(values)
-    rows = _crockford.text_rows(
-        [((encode_hex(int(values[start])) + "\n").encode("ascii"), rows) for start, rows in segments],
-        key="snowflake",
-    )
+    rows = _repeated_rows([((encode_hex(int(values[start])) + "\n").encode("ascii"), rows) for start, rows in segments])
     mask = np.uint64((1 << HEX4_BITS) - 1)
     _crockford.char_view(rows, HEX_LEN - HEX_TAIL_DIGITS)[:] = _crockford.hex4_table()[values & mask]
+    return rows.tobytes()
+
+
+def _decimal_head(value: int) -> bytes:
+    return b"%d\n" % value
+
+
+def _hex_head(value: int) -> bytes:
+    return b"%016x\n" % value
+
+
+def _runs_text(
+    runs: Sequence[tuple[int, int]],
+    count: int,
+    radix: int,
+    head: Callable[[int], bytes],
+    table: npt.NDArray[np.uint32],
+) -> bytes | None:
+    """The lines of ``runs`` of consecutive values: each run is cut where ``value // radix`` changes; a piece's
+    head (its value rounded down to ``radix``, formatted once by ``head``) is repeated over its rows (np.repeat) and its
+    rows' last 4 characters are a contiguous slice of ``table`` (4 characters of every value below ``radix``).
+    None (use the column-wise encoders) when pieces would be too many, the first value is below ``radix`` (its
+    head would be too short), or heads differ in width (a power of ten inside the batch)."""
+    if not runs or runs[0][0] < radix:
+        return None
+    parts: list[tuple[bytes, int]] = []
+    tails: list[tuple[npt.NDArray[np.uint32], int, int]] = []
+    limit = count * SEGMENTS_PER_ROWS_MAX
+    for start, run_count in runs:
+        done = 0
+        while done < run_count:
+            value = start + done
+            low = value % radix
+            taken = min(run_count - done, radix - low)
+            parts.append((head(value - low), taken))
+            tails.append((table, low, taken))
+            done += taken
+        if len(parts) > limit:
+            return None
+    width = len(parts[0][0])
+    if len(parts[-1][0]) != width:
+        return None  # ascending values: the first and last heads bound every width
+    rows = _repeated_rows(parts)
+    _crockford.write_runs(rows, width - 1 - TAIL_CHARS, tails)
     return rows.tobytes()
 
 
@@ -223,9 +279,37 @@ class SnowflakeBatch(Batch):
         if self.count <= SCALAR_COUNT_MAX:
             encoder = encode_hex if fmt == "hex" else encode_decimal
             return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
+        runs = self._consecutive_runs()
         if fmt == "hex":
-            return hex_text_sorted(self.array())
-        return decimal_text_sorted(self.array())
+            hex4 = _crockford.hex4_table()
+            text = None if runs is None else _runs_text(runs, self.count, HEX_TAIL_RADIX, _hex_head, hex4)
+            return hex_text_sorted(self.array()) if text is None else text
+        text = None if runs is None else _runs_text(runs, self.count, GROUP_RADIX, _decimal_head, _dec4())
+        return decimal_text_sorted(self.array()) if text is None else text
+
+    def _consecutive_runs(self) -> list[tuple[int, int]] | None:
+        """``(first value, count)`` runs of consecutive values, in issue order, read off the slot runs without
+        building the values: when the sequence is the lowest field, the slots of one unit and worker ID are
+        consecutive integers. None for sequence-above-worker layouts (sonyflake) or too many short runs."""
+        layout = self.layout
+        if not layout.worker_above_sequence:
+            return None
+        per_worker = layout.ids_per_unit
+        shifts = layout.shifts
+        worker_bits = [worker_id << shifts[WORKER] for worker_id in self.worker_ids]
+        runs: list[tuple[int, int]] = []
+        limit = self.count * SEGMENTS_PER_ROWS_MAX
+        for unit, first, count in self.runs:
+            head = unit << shifts[TIME]
+            slot, end = first, first + count
+            while slot < end:
+                index, sequence = divmod(slot, per_worker)
+                taken = min(end - slot, per_worker - sequence)
+                runs.append((head | worker_bits[index] | sequence, taken))
+                slot += taken
+            if len(runs) > limit:
+                return None
+        return runs
 
     def values(self) -> list[int]:
         result: list[int] = self.array().tolist()

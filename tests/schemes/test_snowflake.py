@@ -552,6 +552,17 @@ def test_batch_encode_equals_scalar_format(layout: Layout, worker_ids: list[int]
         assert batch.encode(fmt) == expected
 
 
+def test_batch_crossing_a_power_of_ten_and_tiny_values() -> None:
+    """Decimal widths change inside these batches (10**12, and values below 10**4): the text is still exact."""
+    layout = Layout.parse("custom:0:1:41/0/22")
+    unit = 10**12 >> 22  # its sequences cross 10**12
+    for runs in ([(unit, 2_700_000, 20_000)], [(0, 0, 20_000)], [(0, 9_990, 5), (1, 0, 100)]):
+        batch = SnowflakeBatch(layout, [0], runs)
+        for fmt in ("decimal", "hex"):
+            expected = "".join(SnowflakeScheme(layout).format(v, fmt) + "\n" for v in batch.values()).encode()
+            assert batch.encode(fmt) == expected
+
+
 @settings(max_examples=40)
 @given(st.lists(packed, max_size=400))
 def test_column_encoders_equal_scalar_for_any_values(values: list[int]) -> None:
