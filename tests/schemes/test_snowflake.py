@@ -581,3 +581,22 @@ def test_column_encoders_equal_scalar_for_any_values(values: list[int]) -> None:
 def test_batch_rejects_unknown_format() -> None:
     with pytest.raises(InvalidOptionError, match="format must be one of canonical, decimal, hex for snowflake"):
         SnowflakeBatch(TWITTER, [1], [(5, 0, 3)]).encode("base62")
+
+
+def test_settings_mixin_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As app.settings.Settings will use it: a BaseSettings with env prefix IDMINT_ mixing SnowflakeSettings in."""
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    class NodeSettings(SnowflakeSettings, BaseSettings):
+        model_config = SettingsConfigDict(env_prefix="IDMINT_", extra="ignore", validate_default=True)
+
+    monkeypatch.setenv("IDMINT_SNOWFLAKE_LAYOUT", "custom:1420070400000:1:42/9/12")
+    monkeypatch.setenv("IDMINT_SNOWFLAKE_WORKERS", "4")
+    monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-511")
+    node = NodeSettings()
+    assert (node.snowflake_layout, node.snowflake_workers, node.snowflake_pool_bounds) == (
+        "custom:1420070400000:1:42/9/12", 4, (100, 511))
+    assert SCHEME.identity_plan(node).key_prefix == "idmint/snowflake/custom-1420070400000-1-42-9-12/"
+    monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-512")
+    with pytest.raises(ValidationError, match=re.escape("snowflake_pool must lie within 0..511")):
+        NodeSettings()
