@@ -1,7 +1,7 @@
 """KSUID (segmentio/ksuid): 160-bit IDs of a 32-bit second timestamp and a 128-bit payload.
 
 Follows STANDARD_SCHEMES.md "ksuid (github.com/segmentio/ksuid), 160 bits" and the reference implementation
-(``ksuid.go``, ``base62.go``, ``sequence.go``)::
+(``ksuid.go``, ``base62.go``; vectors from its README and ``ksuid_test.go``)::
 
     159                             128 127                                                           0
     +--------------------------------+---------------------------------------------------------------+
@@ -19,8 +19,8 @@ Follows STANDARD_SCHEMES.md "ksuid (github.com/segmentio/ksuid), 160 bits" and t
 
 Packed: ``(timestamp_s - EPOCH_S) << 128 | payload``: 20 bytes big-endian; packed order = text order = time order.
 
-Generator (monotonic, as ulid's monotonic mode and the reference's ``Sequence``): each ID is the previous packed
-value + 1 while the clock stays in (or falls behind) the last second used; a new second draws 16 fresh random
+Generator (monotonic, like ulid's monotonic mode): each ID is the previous packed value + 1 (the reference's
+``Next()``) while the clock stays in (or falls behind) the last second used; a new second draws 16 fresh random
 bytes. A payload overflow carries into the timestamp (the second advances by one): issuing never fails for it.
 
 The native timestamp unit (high-water marks, :attr:`KsuidGenerator.high_water`) is the Unix second. The numpy
@@ -210,7 +210,7 @@ class KsuidScheme(Scheme):
         LayoutField("payload", "127..0", "16 random bytes on a new second, then +1 per ID (monotonic)"),
     )
     identity = None
-    reference = "segmentio/ksuid (ksuid.go, base62.go, sequence.go); STANDARD_SCHEMES.md \"ksuid\""
+    reference = "segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md \"ksuid\""
 
     # Contract members of CONTRACT.md (declared here until base.py gains them on the struct branch).
     title: ClassVar[str] = "KSUID (Segment)"
@@ -288,7 +288,7 @@ SCHEME = KsuidScheme()
 
 
 class KsuidGenerator(Generator):
-    """Issues monotonic KSUIDs (STANDARD_SCHEMES.md "ksuid", Generator; the reference's ``Sequence``).
+    """Issues monotonic KSUIDs (STANDARD_SCHEMES.md "ksuid", Generator).
 
     Per batch the clock is read (``now``, Unix seconds). ``now`` past the last second used: the first ID is
     ``(now, 16 fresh random bytes)``. Otherwise (same second, or the clock stepped back: a clock rollback, counted
