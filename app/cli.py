@@ -26,7 +26,7 @@ def _settings(**overrides: Any) -> Any:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="idmint")
 def main() -> None:
-    """idmint: issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs.
+    """idmint: issue and decode IDs of every registered scheme (``idmint mint --help`` lists their options).
 
     Settings come from IDMINT_* environment variables (see README.md).
     """
@@ -65,18 +65,34 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     )
 
 
+def _scheme_options(command: Any) -> Any:
+    """One ``--<name>`` flag per issue option any registered scheme declares (validated per scheme by the same
+    parser as the HTTP routes, :func:`app.api.params.parse_issue`)."""
+    from app.schemes import schemes
+
+    owners: dict[str, list[str]] = {}
+    helps: dict[str, str] = {}
+    for scheme in schemes().values():
+        for option in scheme.options:
+            owners.setdefault(option.name, []).append(scheme.name)
+            helps.setdefault(option.name, option.description)
+    for name in reversed(list(owners)):
+        command = click.option(f"--{name}", f"opt_{name}", metavar="TEXT",
+                               help=f"{', '.join(owners[name])} only: {helps[name]}")(command)
+    return command
+
+
 @main.command()
 @click.argument("scheme")
 @click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many IDs.")
 @click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
-@click.option("--mode", type=click.Choice(["spread", "time_sequential"]), help="eight-byte only.")
-@click.option("--type", "type_", help="siq only: qualifier type (default user).")
-@click.option("--after", help="hlc-ulid only: IDs sort after this HLC-ULID.")
-def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None, after: str | None) -> None:
+@_scheme_options
+def mint(scheme: str, count: int, fmt: str | None, **options: str | None) -> None:
     """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases."""
     settings = _settings()
+    given = {name.removeprefix("opt_"): value for name, value in options.items() if value is not None}
     try:
-        asyncio.run(_mint(settings, scheme, count, fmt, mode, type_, after))
+        asyncio.run(_mint(settings, scheme, count, fmt, given))
     except NotReadyError as exc:
         raise click.ClickException(f"not ready: {exc.reason}") from exc
     except IdmintError as exc:
@@ -87,25 +103,27 @@ def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str 
         os.dup2(devnull, sys.stdout.fileno())
 
 
-async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None,
-                after: str | None) -> None:
-    from app.api.issuing import issue_lines, issue_options
+async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
+    from app.api.issuing import issue_lines
+    from app.api.params import parse_issue
     from app.lease import make_backend
     from app.metrics import Metrics
     from app.node import Node
     from app.schemes import get_scheme
 
-    get_scheme(scheme)
-    metrics = Metrics([scheme], __version__)
-    node = Node(settings, make_backend(settings, metrics), metrics, only=[scheme])
+    params: dict[str, Any] = {"count": count, **options}
+    if fmt is not None:
+        params["format"] = fmt
+    request = parse_issue(get_scheme(scheme), params, maximum=count)
+    needed = [scheme, *filter(None, [get_scheme(scheme).shares_generator_with])]
+    metrics = Metrics(needed, __version__)
+    node = Node(settings, make_backend(settings, metrics), metrics, only=needed)
     await node.start()
     try:
         issuer = node.issuer(scheme)
-        resolved = issuer.scheme.resolve_format(fmt)
-        options = issue_options(issuer, mode, type_, after)
         issuer.check()
         out = sys.stdout.buffer
-        async for chunk in issue_lines(issuer, count, resolved, options):
+        async for chunk in issue_lines(issuer, request.count, request.format, request.options):
             out.write(chunk)
         out.flush()
     finally:

@@ -2,20 +2,24 @@
 
 The decode object (``GET /v1/decode/{scheme}/{id}``)::
 
-    {"scheme": "wiji", "id": "<canonical text>", "hex": "<packed bytes, lowercase hex>",
+    {"scheme": "<scheme name>", "id": "<canonical text>", "hex": "<packed bytes, lowercase hex>",
      "timestamp": "<RFC 3339, UTC, the scheme's precision>" | null, "fields": {...}}
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping
 
-from app.errors import InvalidIdError
+from app.errors import InvalidIdError, UnknownSchemeError
 from app.schemes import get_scheme, schemes
 from app.schemes.base import Scheme
+
+Registry = Mapping[str, Scheme]
+"""Scheme name -> scheme as a node uses it (``Node.schemes``); None in the functions below = :func:`schemes`."""
 
 MAX_ID_TEXT_LEN = 128
 """Longest text accepted as one ID (the longest form, SIQ decimal or did, is well below)."""
@@ -43,20 +47,36 @@ def _clean(text: str) -> str:
     return text
 
 
-def decode_value(scheme: Scheme, value: int) -> dict[str, Any]:
-    """The decode object of a packed integer of ``scheme``."""
-    return {
+def decode_value(scheme: Scheme, value: int, described: bool = False) -> dict[str, Any]:
+    """The decode object of a packed integer of ``scheme``; ``described`` adds the decode page's ``words`` (each
+    field in words) and ``summary`` (one line) from :meth:`Scheme.words` / :meth:`Scheme.summary`."""
+    fields = scheme.fields(value)
+    out = {
         "scheme": scheme.name,
         "id": scheme.canonical(value),
         "hex": f"{value:0{scheme.packed_bytes * 2}x}",
         "timestamp": rfc3339(scheme.timestamp_ns(value), scheme.timestamp_digits),
-        "fields": scheme.fields(value),
+        "fields": fields,
     }
+    if described:
+        out["words"] = scheme.words(fields)
+        out["summary"] = scheme.summary(fields)
+    return out
 
 
-def decode_one(scheme_name: str, text: str) -> dict[str, Any]:
-    """Decode ``text`` as ``scheme_name``. Raises UnknownSchemeError, or InvalidIdError naming the rule broken."""
-    scheme = get_scheme(scheme_name)
+def decode_one(scheme_name: str, text: str, registry: Registry | None = None,
+               options: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Decode ``text`` as ``scheme_name``, read with the scheme's decode ``options`` (its
+    :attr:`~app.schemes.base.Scheme.decode_options`). Raises UnknownSchemeError, InvalidOptionError for an
+    undeclared or bad option, or InvalidIdError naming the rule broken."""
+    if registry is None:
+        scheme = get_scheme(scheme_name)
+    elif scheme_name in registry:
+        scheme = registry[scheme_name]
+    else:
+        raise UnknownSchemeError(f"unknown scheme {scheme_name!r}; known schemes: {', '.join(registry)}")
+    if options:
+        scheme = scheme.with_decode_options(**options)
     return decode_value(scheme, scheme.parse(_clean(text)))
 
 
@@ -64,66 +84,79 @@ FUTURE_SLACK_NS = 24 * 3600 * 1_000_000_000
 """A reading dated more than a day ahead of now is implausible (the issuing clock cannot be that far off)."""
 
 
-def decode_any(text: str, now_ns: int | None = None) -> dict[str, Any]:
+def decode_any(text: str, now_ns: int | None = None, registry: Registry | None = None,
+               described: bool = False) -> dict[str, Any]:
     """Every scheme whose parser accepts ``text``: ``{"input", "candidates": [decode objects]}``.
 
     Candidates dated in the future (more than a day past ``now_ns``, default the current time) come last: a
     26-character Wiji ID also parses as an HLC-ULID dated around 2192, and the plausible reading should lead.
     Otherwise the registry order holds. Raises InvalidIdError when no scheme accepts it; the message gives each
-    scheme's reason.
+    scheme's reason. ``described`` adds each candidate's words and summary (see :func:`decode_value`).
     """
     cleaned = _clean(text)
     horizon = (time.time_ns() if now_ns is None else now_ns) + FUTURE_SLACK_NS
     plausible, future, reasons = [], [], []
-    for scheme in schemes().values():
+    for scheme in (schemes() if registry is None else registry).values():
         try:
             value = scheme.parse(cleaned)
         except InvalidIdError as exc:
             reasons.append(f"{scheme.name}: {exc}")
             continue
         ts = scheme.timestamp_ns(value)
-        (future if ts is not None and ts > horizon else plausible).append(decode_value(scheme, value))
+        (future if ts is not None and ts > horizon else plausible).append(decode_value(scheme, value, described))
     if not plausible and not future:
         raise InvalidIdError("not an ID of any scheme (" + "; ".join(reasons) + ")")
     return {"input": text, "candidates": plausible + future}
 
 
-# ID-shaped tokens in free text (log lines, tickets): did:siq: forms, hyphenated hex forms, and runs of
-# base32/hex/decimal characters of a plausible length. Which of them really parse is decided by the parsers.
-_TOKEN_RE = re.compile(
-    r"did:siq:[A-Za-z0-9]+"
-    r"|[0-9A-Za-z]+(?:-[0-9A-Za-z]+){1,4}"
-    r"|[0-9A-Za-z]{13,40}"
+# ID-shaped tokens in free text (log lines, tickets): every scheme's own shape (its token_pattern), DID-style
+# "method:kind:id" forms, hyphenated groups, and runs of base32/hex/decimal characters of a plausible length. Which
+# of them really parse is decided by the parsers.
+_GENERIC_TOKEN_PATTERNS = (
+    r"[a-z]+:[a-z0-9]+:[A-Za-z0-9]+",
+    r"[0-9A-Za-z]+(?:-[0-9A-Za-z]+){1,4}",
+    r"[0-9A-Za-z]{13,40}",
 )
 
 
-# Shapes that are clearly meant as an ID of one of our schemes even when they do not parse (a typo, a truncated
-# copy): kept as error rows, so a support engineer sees why the ID in a log line is invalid.
-_ID_SHAPE_RE = re.compile(
-    r"did:siq:\w+"                                             # SIQ did form
-    r"|[0-9A-Fa-f]{12,14}(?:-[0-9A-Fa-f]{3,13}){1,2}"           # Muid T-M-O / T-M (and near misses)
-    r"|[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"  # HLC-ULID hex form
-    r"|[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"  # UUID-shaped Wiji
-    r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}"  # base32 near 26 characters
-)
+@functools.lru_cache(maxsize=8)
+def _token_res(registry: tuple[Scheme, ...]) -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str] | None]:
+    """(patterns that find tokens, the union of the schemes' shapes) for these schemes."""
+    shapes = list(dict.fromkeys(s.token_pattern for s in registry if s.token_pattern))
+    finders = tuple(re.compile(p) for p in (*shapes, *_GENERIC_TOKEN_PATTERNS))
+    shape = re.compile("|".join(f"(?:{p})" for p in shapes)) if shapes else None
+    return finders, shape
 
 
-def extract_tokens(text: str) -> list[tuple[int, str]]:
+def _line_tokens(line: str, finders: tuple[re.Pattern[str], ...]) -> list[str]:
+    """Non-overlapping tokens of ``line``, leftmost first, the longest where candidates overlap."""
+    spans = sorted({(m.start(), m.end()) for r in finders for m in r.finditer(line)}, key=lambda p: (p[0], -p[1]))
+    out, end = [], 0
+    for start, stop in spans:
+        if start >= end:
+            out.append(line[start:stop])
+            end = stop
+    return out
+
+
+def extract_tokens(text: str, registry: Registry | None = None) -> list[tuple[int, str]]:
     """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance.
 
-    A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID (a did:siq:
-    form, hyphenated hex groups, ~26 mixed base32 characters) so that its error is shown; other words in a log
-    line are dropped. A line that is a single token is always kept, so a pasted invalid ID shows its error.
+    A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID of some scheme
+    (its :attr:`~app.schemes.base.Scheme.token_pattern`: a did:siq: form, hyphenated hex groups, ~26 mixed base32
+    characters...) so that its error is shown; other words in a log line are dropped. A line that is a single
+    token is always kept, so a pasted invalid ID shows its error.
     """
+    registered = tuple((schemes() if registry is None else registry).values())
+    finders, shape = _token_res(registered)
     found: list[tuple[int, str]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped:
             continue
         hits = []
-        for match in _TOKEN_RE.finditer(stripped):
-            token = match.group(0)
-            if any(_parses(s, token) for s in schemes().values()) or _ID_SHAPE_RE.fullmatch(token):
+        for token in _line_tokens(stripped, finders):
+            if any(_parses(s, token) for s in registered) or (shape is not None and shape.fullmatch(token)):
                 hits.append(token)
         if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
             hits.append(stripped)
@@ -139,17 +172,17 @@ def _parses(scheme: Scheme, token: str) -> bool:
     return True
 
 
-def decode_text(text: str, limit: int = 5000) -> dict[str, Any]:
-    """Pick the ID-shaped tokens out of free text and decode each.
+def decode_text(text: str, limit: int = 5000, registry: Registry | None = None) -> dict[str, Any]:
+    """Pick the ID-shaped tokens out of free text and decode each (candidates with their words and summary).
 
     Returns ``{"items": [{"line", "input", "candidates", "error"}], "truncated": bool}``; ``error`` is the
     rule broken (None when at least one scheme parsed it).
     """
     items = []
-    tokens = extract_tokens(text)
+    tokens = extract_tokens(text, registry)
     for lineno, token in tokens[:limit]:
         try:
-            result = decode_any(token)
+            result = decode_any(token, registry=registry, described=True)
             items.append({"line": lineno, "input": token, "candidates": result["candidates"], "error": None})
         except InvalidIdError as exc:
             items.append({"line": lineno, "input": token, "candidates": [], "error": str(exc)})

@@ -7,7 +7,7 @@
 ``IDMINT_LOG_FORMAT=json`` (one object per line; ``extra=`` members become keys)::
 
     {"ts": "2026-11-21T05:12:00.123Z", "level": "INFO", "logger": "idmint.lease", "msg": "lease gained",
-     "scheme": "eight-byte", "identity": 7}
+     "scheme": "<scheme>", "identity": 7}
 
 Access lines (``uvicorn.access``) are off unless ``IDMINT_ACCESS_LOG=true``: they cost throughput. In JSON they
 carry ``client``, ``method``, ``path``, ``http_version`` and ``status`` as keys.

@@ -7,7 +7,7 @@ lifespan owns the node's background tasks and cancels them.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
@@ -23,7 +23,7 @@ from app.schemes import schemes
 from app.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None) -> Any:
+def create_app(settings: Settings | None = None) -> FastPath:
     """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
     around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
     settings = settings or load_settings()
@@ -44,7 +44,8 @@ def create_app(settings: Settings | None = None) -> Any:
     api = FastAPIOffline(
         title="idmint",
         version=__version__,
-        summary="Issue and decode Muid, eight-byte, HLC-ULID, SIQ and Wiji IDs; node identities leased via etcd.",
+        summary=f"Issue and decode {', '.join(s.title for s in schemes().values())} IDs; node identities leased "
+                "via etcd.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
     )

@@ -47,10 +47,6 @@ GeneratorFactory = Callable[[list[int], int], Generator]
 NO_MARK_NEEDED = 1 << 128
 """The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
 
-SMALL_BATCH = 8
-"""Up to this many IDs, per-ID scalar formatting beats the column-wise numpy encoders' fixed cost."""
-
-
 class Issued:
     """The batches that answered one request (several only when eight-byte had to wait for the clock)."""
 
@@ -62,10 +58,8 @@ class Issued:
         self.count = sum(b.count for b in batches)
 
     def encode(self, fmt: str) -> bytes:
-        """Every ID in form ``fmt``, one per line, newline-terminated."""
-        if self.count <= SMALL_BATCH:
-            text = self.scheme.format
-            return "".join([text(v, fmt) + "\n" for b in self.batches for v in b.values()]).encode("ascii")
+        """Every ID in form ``fmt``, one per line, newline-terminated (always through the batches' own encoders,
+        which pick their scalar path for small batches)."""
         if len(self.batches) == 1:
             return self.batches[0].encode(fmt)
         return b"".join(b.encode(fmt) for b in self.batches)
@@ -116,7 +110,7 @@ class Issuer:
             for claim in self.claims:
                 if claim.lost() or now >= claim.deadline:
                     why = "lease lost" if claim.lost() else "lease deadline passed (refresh not confirmed in time)"
-                    self._drop(f"{why} for {self.scheme.identity.kind if self.scheme.identity else 'identity'} "
+                    self._drop(f"{why} for {self.pool.kind if self.pool else 'identity'} "
                                f"{claim.identity}")
                     raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
         return gen
@@ -298,14 +292,80 @@ class Issuer:
         self.node.metrics.lease_held(self.name, False, None)
 
     def describe(self) -> dict[str, Any]:
-        ident = self.scheme.identity
         out: dict[str, Any] = {"ready": self.generator is not None}
         if self.generator is None:
             out["reason"] = self.reason
-        if ident is not None and self.pool is not None:
-            out["kind"] = ident.kind
+        if self.pool is not None:
+            out["kind"] = self.pool.kind
             out["identities"] = [c.identity for c in self.claims]
             out["high_water_mark"] = self.recorded_mark
+        return out
+
+
+class SharedIssuer(Issuer):
+    """The issuer of a scheme that issues through another scheme's issuer (:attr:`Scheme.shares_generator_with`):
+    the base issuer holds the claims, marks and generator; this one wraps the base generator with
+    :meth:`Scheme.share_generator` (so its batches carry the scheme's own text, e.g. TypeID's prefix) and meters
+    under its own name. It claims nothing and runs no background task of its own."""
+
+    def __init__(self, base: Issuer, scheme: Scheme) -> None:
+        super().__init__(base.node, scheme, base.factory, None)
+        self.base = base
+        self._base_generator: Generator | None = None
+        self._own_generator: Generator | None = None
+
+    @property  # type: ignore[override]
+    def generator(self) -> Generator | None:
+        gen = self.base.generator
+        if gen is None:
+            return None
+        if gen is not self._base_generator:
+            self._base_generator, self._own_generator = gen, self.scheme.share_generator(gen)
+        return self._own_generator
+
+    @generator.setter
+    def generator(self, value: Generator | None) -> None:
+        pass  # set by the base issuer only
+
+    @property  # type: ignore[override]
+    def recorded_mark(self) -> int:
+        return self.base.recorded_mark
+
+    @recorded_mark.setter
+    def recorded_mark(self, value: int) -> None:
+        pass
+
+    @property  # type: ignore[override]
+    def claims(self) -> list[Claim]:
+        return self.base.claims
+
+    @claims.setter
+    def claims(self, value: list[Claim]) -> None:
+        pass
+
+    def check(self) -> Generator:
+        self.base.check()
+        gen = self.generator
+        assert gen is not None
+        return gen
+
+    async def record_mark(self, at_least: int = -1) -> None:
+        await self.base.record_mark(at_least)
+
+    async def acquire(self) -> None:
+        """Nothing to claim: the base issuer does."""
+        if self.base.generator is None:
+            raise NotReadyError(f"{self.name}: {self.base.reason}", self.base.retry_after)
+
+    async def run(self) -> None:
+        """No background work: the base issuer's task keeps the claims and marks."""
+
+    async def stop(self) -> None:
+        """Nothing to release: the base issuer does."""
+
+    def describe(self) -> dict[str, Any]:
+        out = self.base.describe()
+        out["shares_generator_with"] = self.base.name
         return out
 
 
@@ -326,6 +386,9 @@ class Node:
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
         )
+        self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
+        """Every registered scheme as this node uses it (:meth:`Scheme.configured`): decoding and /v1/schemes
+        read these."""
         self.issuers: dict[str, Issuer] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._build_issuers()
@@ -333,49 +396,25 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
 
     def _build_issuers(self) -> None:
-        from app.schemes.eight_byte import EightByteGenerator
-        from app.schemes.hlc_ulid import HlcUlidGenerator
-        from app.schemes.muid import MuidGenerator
-        from app.schemes.siq import SiqGenerator, domain_hash
-        from app.schemes.wiji import WijiGenerator
+        """One issuer per registered scheme, from what the scheme declares: its identity plan (-> pool), its
+        generator factory, or the scheme whose issuer it shares."""
+        settings, clock = self.settings, self.clock
+        for name, scheme in self.schemes.items():
+            if scheme.shares_generator_with is not None:
+                continue
+            plan = scheme.identity_plan(settings)
+            pool = None if plan is None else PoolSpec.from_plan(name, plan)
 
-        s, clock = self.settings, self.clock
-        by_name = schemes()
+            def factory(ids: list[int], floor: int, scheme: Scheme = scheme) -> Generator:
+                return scheme.new_generator(settings, ids, floor, clock)
 
-        def pool(name: str, static: int | None, group: str = "", bounds: tuple[int, int] | None = None) -> PoolSpec:
-            spec = by_name[name].identity
-            assert spec is not None
-            lo, hi = bounds if bounds else (spec.minimum, spec.maximum)
-            return PoolSpec(scheme=name, kind=spec.kind, minimum=lo, maximum=hi, draw=spec.draw,
-                            candidates=None if static is None else (static,), group=group,
-                            static=static is not None)
-
-        self.issuers["muid"] = Issuer(
-            self, by_name["muid"],
-            lambda ids, floor: MuidGenerator(ids[0], clock=clock, floor=floor),
-            pool("muid", s.muid_medallion),
-        )
-        self.issuers["eight-byte"] = Issuer(
-            self, by_name["eight-byte"],
-            lambda ids, floor: EightByteGenerator(ids, s.cluster_id, clock=clock, floor=floor,
-                                                  lookback_ms=s.eight_byte_lookback_ms),
-            pool("eight-byte", s.eight_byte_generator_id, str(s.cluster_id), s.eight_byte_pool_bounds),
-            claims_wanted=s.eight_byte_generators,
-        )
-        self.issuers["hlc-ulid"] = Issuer(
-            self, by_name["hlc-ulid"],
-            lambda ids, floor: HlcUlidGenerator(ids[0], clock=clock, floor=floor,
-                                                max_drift_ms=s.hlc_ulid_max_drift_ms),
-            pool("hlc-ulid", s.hlc_ulid_publisher_id),
-        )
-        self.issuers["siq"] = Issuer(
-            self, by_name["siq"],
-            lambda ids, floor: SiqGenerator(ids[0], s.siq_domain, clock=clock, floor=floor),
-            pool("siq", s.siq_shard, f"{domain_hash(s.siq_domain):08x}"),
-        )
-        self.issuers["wiji"] = Issuer(
-            self, by_name["wiji"], lambda ids, floor: WijiGenerator(clock=clock), None,
-        )
+            self.issuers[name] = Issuer(self, scheme, factory, pool, claims_wanted=plan.claims if plan else 1)
+        for name, scheme in self.schemes.items():
+            base = scheme.shares_generator_with
+            if base is not None:
+                if base not in self.issuers:
+                    raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
+                self.issuers[name] = SharedIssuer(self.issuers[base], scheme)
 
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
@@ -389,13 +428,13 @@ class Node:
                 issuer.reason, issuer.retry_after = exc.reason, exc.retry_after
                 log.warning("%s: not ready: %s", issuer.name, exc.reason)
             self._tasks.append(asyncio.create_task(issuer.run(), name=f"idmint-issuer-{issuer.name}"))
-        wiji = self.issuers["wiji"].generator if "wiji" in self.issuers else None
-        if wiji is not None:
-            try:
-                await self.backend.register("wiji", f"{wiji.random_part:013x}",  # type: ignore[attr-defined]
-                                            {"holder": self.holder.as_dict()})
-            except NotReadyError as exc:
-                log.warning("wiji: registering the random part failed: %s", exc.reason)
+        for issuer in self.issuers.values():
+            published = issuer.generator and issuer.scheme.registration(issuer.generator)
+            if published:
+                try:
+                    await self.backend.register(issuer.name, published, {"holder": self.holder.as_dict()})
+                except NotReadyError as exc:
+                    log.warning("%s: registering %s failed: %s", issuer.name, published, exc.reason)
 
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""
@@ -408,10 +447,14 @@ class Node:
         await self.backend.close()
 
     def issuer(self, name: str) -> Issuer:
-        from app.schemes import get_scheme
+        """The issuer of scheme ``name``; raises UnknownSchemeError naming the known schemes."""
+        try:
+            return self.issuers[name]
+        except KeyError:
+            from app.schemes import get_scheme
 
-        get_scheme(name)  # raises UnknownSchemeError with the list of known schemes
-        return self.issuers[name]
+            get_scheme(name)  # raises UnknownSchemeError with the list of known schemes
+            raise
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, per-scheme state): ready only when every scheme can issue right now."""

@@ -1,5 +1,9 @@
 """All idmint settings: one pydantic-settings class, environment prefix ``IDMINT_``, validated once at start-up.
 
+:class:`Settings` is composed once, at import: the serving, embedded-backend, clock and etcd fields of
+:class:`CoreSettings`, plus every registered scheme's :attr:`~app.schemes.base.Scheme.settings_model` (multiple
+inheritance, so each scheme's fields and validators live in its own module; env names stay ``IDMINT_<FIELD>``).
+
 Every rule is stated in the error message (``cluster_id must be in 0..15, got 17``). Build with
 :func:`load_settings`, which turns pydantic's ValidationError into :class:`~app.errors.ConfigError`.
 """
@@ -7,7 +11,7 @@ Every rule is stated in the error message (``cluster_id must be in 0..15, got 17
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import platformdirs
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -20,8 +24,8 @@ def _default_state_dir() -> Path:
     return Path(platformdirs.user_data_dir("idmint", appauthor=False))
 
 
-class Settings(BaseSettings):
-    """idmint configuration. Each field reads ``IDMINT_<FIELD>`` (case-insensitive)."""
+class CoreSettings(BaseSettings):
+    """idmint's own settings (serving, state, clock, etcd). Each field reads ``IDMINT_<FIELD>`` (case-insensitive)."""
 
     model_config = SettingsConfigDict(env_prefix="IDMINT_", extra="ignore", validate_default=True)
 
@@ -42,34 +46,6 @@ class Settings(BaseSettings):
         default_factory=_default_state_dir,
         description="Embedded lease backend: directory for identity locks and high-water marks.",
     )
-
-    # -- node identity: static assignment (overrides the claim; still locked/leased so conflicts show) ------
-    cluster_id: int = Field(0, ge=0, le=15, description="Eight-byte cluster ID (0..15).")
-    eight_byte_generator_id: int | None = Field(
-        None, ge=0, le=2047, description="Static eight-byte generator ID (0..2047); unset = claim one."
-    )
-    eight_byte_generators: int = Field(
-        1, ge=1, le=2048, description="How many eight-byte generator IDs this node holds (each caps at 64 IDs/ms)."
-    )
-    eight_byte_lookback_ms: int = Field(
-        50, ge=0, le=1000,
-        description="Eight-byte: unused milliseconds up to this far back may be filled by a late batch (0..1000).",
-    )
-    eight_byte_pool: str = Field(
-        "0-2047", description="Eight-byte generator IDs this node may claim, as LOW-HIGH within 0..2047.",
-    )
-    muid_medallion: int | None = Field(
-        None, ge=0x10000000000, le=0x1FFFFFFFFFF,
-        description="Static Muid medallion (0x10000000000..0x1FFFFFFFFFF); unset = draw and claim one.",
-    )
-    hlc_ulid_publisher_id: int | None = Field(
-        None, ge=0, le=65535, description="Static HLC-ULID publisher ID (0..65535); unset = claim one."
-    )
-    hlc_ulid_max_drift_ms: int = Field(
-        60_000, ge=0, description="HLC-ULID: refuse `after` IDs more than this many ms ahead of our clock."
-    )
-    siq_shard: int | None = Field(None, ge=0, le=255, description="Static SIQ shard (0..255); unset = claim one.")
-    siq_domain: str = Field("", description="SIQ domain whose hash goes into every SIQ ('' = hash 0).")
 
     # -- clock --------------------------------------------------------------------------------------------
     max_clock_wait: float = Field(
@@ -116,21 +92,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {url!r}")
         return value
 
-    @field_validator("eight_byte_pool")
-    @classmethod
-    def _check_pool(cls, value: str) -> str:
-        low, sep, high = value.partition("-")
-        if not (sep and low.strip().isdigit() and high.strip().isdigit()) or not (
-            0 <= int(low) <= int(high) <= 2047
-        ):
-            raise ValueError(f"eight_byte_pool must be LOW-HIGH with 0 <= LOW <= HIGH <= 2047, got {value!r}")
-        return f"{int(low)}-{int(high)}"
-
-    @property
-    def eight_byte_pool_bounds(self) -> tuple[int, int]:
-        low, _, high = self.eight_byte_pool.partition("-")
-        return int(low), int(high)
-
     @field_validator("etcd_namespace")
     @classmethod
     def _check_namespace(cls, value: str) -> str:
@@ -139,12 +100,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_combinations(self) -> Settings:
-        if self.eight_byte_generator_id is not None and self.eight_byte_generators != 1:
-            raise ValueError(
-                "eight_byte_generators must be 1 when eight_byte_generator_id is set statically, "
-                f"got {self.eight_byte_generators}"
-            )
+    def _check_combinations(self) -> CoreSettings:
         if self.etcd_endpoints and self.etcd_safety_margin >= self.etcd_lease_ttl / 2:
             raise ValueError(
                 f"etcd_safety_margin must be less than half of etcd_lease_ttl ({self.etcd_lease_ttl / 2:g} s), "
@@ -155,6 +111,25 @@ class Settings(BaseSettings):
         if (self.etcd_user is None) != (self.etcd_password is None):
             raise ValueError("etcd_user and etcd_password must be set together")
         return self
+
+
+def _compose() -> type[CoreSettings]:
+    from app.schemes import schemes
+
+    models = tuple(dict.fromkeys(s.settings_model for s in schemes().values() if s.settings_model is not None))
+    # Bases in reverse so the fields come in the order: CoreSettings, then the schemes in registry order.
+    return type("Settings", (*reversed(models), CoreSettings), {
+        "__module__": __name__,
+        "__doc__": "idmint configuration: :class:`CoreSettings` plus every scheme's settings model. Each field "
+                   "reads ``IDMINT_<FIELD>`` (case-insensitive).",
+    })
+
+
+if TYPE_CHECKING:
+    Settings = CoreSettings
+else:
+    Settings = _compose()
+"""The composed settings class (a :class:`CoreSettings` with every scheme's fields)."""
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -8,7 +8,12 @@
     by its format at 64 IDs per ms per generator ID; it runs with --eight-byte-generators IDs held and is also
     reported as a fraction of that cap.
 
+    With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git worktree add /tmp/base main``), that
+    revision's app is served too (same interpreter, its own state dir) and joins the alternation; the ratio of
+    this revision to the baseline is printed.
+
 Usage: python bench/bench_http.py [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
+                                  [--baseline DIR] [--skip-streams]
 Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
 """
 
@@ -30,7 +35,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMES = ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")
+sys.path.insert(0, str(ROOT))
+from app.schemes import schemes  # noqa: E402
+
+SCHEMES = tuple(schemes())
 
 
 def free_port() -> int:
@@ -39,11 +47,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(target: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start(target: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [sys.executable, "-m", "uvicorn", *target, "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1", "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env})
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -111,6 +119,8 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--eight-byte-generators", type=int, default=16)
     ap.add_argument("--skip-requests", action="store_true")
+    ap.add_argument("--skip-streams", action="store_true")
+    ap.add_argument("--baseline", type=Path, help="another idmint checkout to compare single-ID requests/s with")
     args = ap.parse_args()
     for tool in ("wrk", "curl"):
         if not shutil.which(tool):
@@ -124,22 +134,36 @@ def main() -> None:
     if not args.skip_requests:
         bare, bare_url = start(["bench.bare_app:app"], env)
         idm, idm_url = start(["--factory", "app.main:create_app"], env)
+        base = base_url = None
+        if args.baseline is not None:
+            base_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-")}
+            base, base_url = start(["--factory", "app.main:create_app"], base_env, cwd=args.baseline.resolve())
         try:
-            for url in (bare_url + "/", idm_url + "/v1/ids/wiji"):
+            for url in (bare_url + "/", idm_url + "/v1/ids/wiji", *([base_url + "/v1/ids/wiji"] if base_url else [])):
                 wrk(url, 1, args.connections)  # warm-up
-            bare_rps, idm_rps = [], []
+            bare_rps, idm_rps, base_rps = [], [], []
             for _ in range(args.rounds):
                 bare_rps.append(wrk(bare_url + "/", args.seconds, args.connections))
                 idm_rps.append(wrk(idm_url + "/v1/ids/wiji", args.seconds, args.connections))
+                if base_url:
+                    base_rps.append(wrk(base_url + "/v1/ids/wiji", args.seconds, args.connections))
             b, i = statistics.median(bare_rps), statistics.median(idm_rps)
             print(f"(a) single-ID GET /v1/ids/wiji: idmint {i:,.0f} req/s, bare ASGI {b:,.0f} req/s, "
                   f"ratio {i / b:.2f}  (medians of {args.rounds} alternating {args.seconds}s wrk rounds, "
                   f"{args.connections} connections; all: idmint {[round(x) for x in idm_rps]}, "
                   f"bare {[round(x) for x in bare_rps]})")
+            if base_rps:
+                m = statistics.median(base_rps)
+                print(f"    baseline {args.baseline}: {m:,.0f} req/s; this revision / baseline = {i / m:.3f} "
+                      f"(all: {[round(x) for x in base_rps]})")
         finally:
             stop(bare)
             stop(idm)
+            if base is not None:
+                stop(base)
 
+    if args.skip_streams:
+        return
     idm, idm_url = start(["--factory", "app.main:create_app"], env)
     try:
         print(f"(b) streams of {args.count:,} IDs, one worker:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -14,11 +15,21 @@ from typing import Any, Iterator
 import httpx
 from fastapi.testclient import TestClient
 
+from app.lease.base import PoolSpec
 from app.main import create_app
+from app.schemes import get_scheme, schemes
 from app.settings import Settings
 
-SCHEMES = ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")
-HEX_DIGITS = {"muid": 32, "eight-byte": 16, "hlc-ulid": 32, "siq": 28, "wiji": 32}
+SCHEMES = tuple(schemes())
+HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
+
+
+def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> PoolSpec:
+    """The pool a node would claim ``scheme``'s identity from under ``settings`` (its identity plan), with
+    ``fields`` replaced (``minimum``, ``maximum``, ``candidates``, ``static``, ``exclude``, ``draw``...)."""
+    plan = get_scheme(scheme).identity_plan(Settings(**(settings or {})))
+    assert plan is not None, f"{scheme} claims no identity"
+    return dataclasses.replace(PoolSpec.from_plan(scheme, plan), **fields)
 
 
 def make_settings(state_dir: Path, **overrides: Any) -> Settings:

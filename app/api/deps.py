@@ -1,4 +1,4 @@
-"""FastAPI dependencies as Annotated aliases."""
+"""FastAPI dependencies as Annotated aliases (``async def``: a sync dependency would run in the thread pool)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from app.node import Node
 from app.settings import Settings
 
 
-def get_node(request: Request) -> Node:
+async def get_node(request: Request) -> Node:
     return request.app.state.node  # type: ignore[no-any-return]
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings  # type: ignore[no-any-return]
 
 

@@ -1,10 +1,10 @@
 """A lean ASGI front for the hot path, ``GET /v1/ids/{scheme}``, in front of the FastAPI app.
 
 Stock FastAPI routing plus dependency injection roughly halves single-ID throughput, so a plain GET for a known
-scheme is answered here: the query string is split by hand, the same validation (:mod:`app.api.issuing`) and the
-same issuer are used, and the response is written with pre-built headers. Anything unusual (POST, an unknown
-parameter, a repeated one) is passed to FastAPI unchanged, which serves the documented route. Every other request
-also goes through :class:`RequestMetrics`, which counts it by route template.
+scheme is answered here: the query string is split by hand, the same parser (:mod:`app.api.params`, one pydantic
+model per scheme) and the same issuer are used, and the response is written with pre-built headers. Errors are
+answered here too, worded exactly as the FastAPI routes word them (same parser). POST, the stream and every other
+request go to FastAPI through :class:`RequestMetrics`, which counts it by route template.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote_plus
 
+from fastapi import FastAPI
+
 from app.api.errors import error_parts
-from app.api.issuing import check_count, issue_body, issue_options
-from app.errors import IdmintError, InvalidOptionError
-from app.node import Node
+from app.api.issuing import issue_body
+from app.api.params import parse_issue, query_params
+from app.errors import IdmintError
+from app.node import Issuer, Node
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -25,27 +28,29 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PREFIX = "/v1/ids/"
 ROUTE = "/v1/ids/{scheme}"
-KNOWN_PARAMS = frozenset(("count", "format", "mode", "type", "after"))
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def _split_query(raw: bytes) -> dict[str, str] | None:
-    """Query parameters, or None when the fast path should not handle them (unknown or repeated names)."""
-    params: dict[str, str] = {}
+def split_query(raw: bytes) -> list[tuple[str, str]]:
+    """Query pairs as Starlette reads them (latin-1 bytes, ``+`` as space, %-escapes as UTF-8), in order."""
+    pairs = []
     for part in raw.decode("latin-1").split("&"):
         if not part:
             continue
         name, _, value = part.partition("=")
-        if name not in KNOWN_PARAMS or name in params:
-            return None
-        params[name] = unquote_plus(value) if "%" in value or "+" in value else value
-    return params
+        if "%" in name or "+" in name:
+            name = unquote_plus(name)
+        pairs.append((name, unquote_plus(value) if "%" in value or "+" in value else value))
+    return pairs
 
 
 class FastPath:
-    """ASGI app: serves GET /v1/ids/{scheme} directly, everything else through ``app`` (with request metrics)."""
+    """ASGI app: serves GET /v1/ids/{scheme} directly, everything else through ``app`` (with request metrics).
 
-    def __init__(self, app: ASGIApp, node_ref: Callable[[], Node | None], max_count: Callable[[], int]) -> None:
+    The typed front of the service: :func:`app.main.create_app` returns it; ``.app`` is the FastAPI app.
+    """
+
+    def __init__(self, app: FastAPI, node_ref: Callable[[], Node | None], max_count: Callable[[], int]) -> None:
         self.app = app
         self.inner = RequestMetrics(app, node_ref)
         self.node_ref = node_ref
@@ -57,24 +62,18 @@ class FastPath:
             if node is not None:
                 issuer = node.issuers.get(scope["path"][len(PREFIX):])
                 if issuer is not None:
-                    params = _split_query(scope["query_string"]) if scope["query_string"] else {}
-                    if params is not None:
-                        await self._issue(node, issuer, params, send)
-                        return
+                    await self._issue(node, issuer, scope["query_string"], send)
+                    return
         await self.inner(scope, receive, send)
 
-    async def _issue(self, node: Node, issuer: Any, params: dict[str, str], send: Send) -> None:
+    async def _issue(self, node: Node, issuer: Issuer, query: bytes, send: Send) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
-            count_text = params.get("count", "1")
-            if not count_text.isdigit():
-                raise InvalidOptionError(f"count must be an integer in 1..{self.max_count()}, got {count_text!r}")
-            count = check_count(int(count_text), self.max_count())
-            fmt = issuer.scheme.resolve_format(params.get("format"))
-            options = issue_options(issuer, params.get("mode"), params.get("type"), params.get("after"))
-            issued = await issuer.issue(count, options)
-            body = issue_body(issuer.name, fmt, issued)
+            params = query_params(split_query(query)) if query else {}
+            request = parse_issue(issuer.scheme, params, self.max_count())
+            issued = await issuer.issue(request.count, request.options)
+            body = issue_body(issuer.name, request.format, issued)
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)

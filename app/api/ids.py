@@ -1,52 +1,75 @@
 """Issuing routes: ``/v1/ids/{scheme}`` (JSON) and ``/v1/ids/{scheme}/stream`` (text, one ID per line).
 
 ``GET /v1/ids/{scheme}`` is normally answered by the lean ASGI fast path (:mod:`app.api.fastpath`) before FastAPI
-routing; these routes define the contract (and the OpenAPI docs), serve POST, and answer every case the fast path
-hands over (errors, waits).
+routing; these routes define the contract (and the OpenAPI docs) and serve POST and the stream. Every path parses
+its parameters with the same per-scheme model (:mod:`app.api.params`): a query string, and for POST also a JSON
+object body with the same members.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 
 from app.api.deps import NodeDep, SettingsDep
 from app.api.issuing import issue_body, issue_lines, prepare
+from app.api.params import MAX_BODY_BYTES, IssueParams, merge_body, option_owners, query_params
 from app.errors import IdmintError
 from app.node import Issuer
+from app.schemes import schemes
 
 log = logging.getLogger("idmint.api")
 router = APIRouter(tags=["issue"])
 
-CountQ = Query(1, description="How many IDs (1..max_count; the stream allows up to max_stream_count).")
-FormatQ = Query(None, description="Text form; default the scheme's canonical form. See /v1/schemes.")
-ModeQ = Query(None, description="eight-byte only: spread (default) or time_sequential.")
-TypeQ = Query(None, alias="type", description="siq only: the qualifier type name (default user).")
-AfterQ = Query(None, description="hlc-ulid only: every returned ID sorts after this HLC-ULID (HLC merge).")
-
 
 class IssueResponse(BaseModel):
-    scheme: str = Field(examples=["wiji"])
+    scheme: str = Field(examples=["<scheme name>"])
     format: str = Field(examples=["base32"])
     ids: list[str] = Field(examples=[["0691J1V9G0000G7Q3N6T1XAFNG"]])
     bundle: str | None = Field(None, description="muid only: the offset-0 Muid of the batch (the Gink bundle).")
 
 
-ERRORS = {404: {"description": "unknown scheme"}, 422: {"description": "bad count or option (detail names the rule)"},
-          503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown scheme"}, 413: {"description": "request body too large"},
+    422: {"description": "bad count or option (detail names the rule)"},
+    503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"},
+}
 
 
-async def issue(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
-                format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
-                after: str | None = AfterQ) -> Response:
+async def _read_body(request: Request) -> bytes:
+    """The request body, at most MAX_BODY_BYTES (413 beyond, without reading the rest)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes")
+    return body
+
+
+async def request_params(request: Request) -> dict[str, Any]:
+    """The issue parameters of a request: its query, plus (POST) the members of its JSON object body."""
+    params: dict[str, Any] = query_params(request.query_params.multi_items())
+    if request.method == "POST":
+        params = merge_body(params, await _read_body(request))
+    return params
+
+
+ParamsDep = Annotated[dict[str, Any], Depends(request_params)]
+
+
+async def issue(scheme: str, params: ParamsDep, node: NodeDep, settings: SettingsDep) -> Response:
     """Issue ``count`` fresh IDs of ``scheme``."""
-    issuer, count, fmt, options = prepare(node, scheme, count, format, mode, type, after, settings.max_count)
-    issued = await issuer.issue(count, options)
-    return Response(issue_body(scheme, fmt, issued), media_type="application/json")
+    issuer, request = prepare(node, scheme, params, settings.max_count)
+    issued = await issuer.issue(request.count, request.options)
+    return Response(issue_body(scheme, request.format, issued), media_type="application/json")
 
 
 async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, object]) -> AsyncIterator[bytes]:
@@ -61,24 +84,49 @@ async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, objec
         raise
 
 
-async def stream(scheme: str, node: NodeDep, settings: SettingsDep, count: int = CountQ,
-                 format: str | None = FormatQ, mode: str | None = ModeQ, type: str | None = TypeQ,
-                 after: str | None = AfterQ) -> StreamingResponse:
+async def stream(scheme: str, params: ParamsDep, node: NodeDep, settings: SettingsDep) -> StreamingResponse:
     """Stream ``count`` IDs as text, one per line, with memory that does not grow with ``count``.
 
     If the node stops being sure of its identity mid-stream, the response ends without its final chunk, so the
     client sees a truncated transfer rather than a short, clean list.
     """
-    issuer, count, fmt, options = prepare(node, scheme, count, format, mode, type, after,
-                                          settings.max_stream_count)
+    issuer, request = prepare(node, scheme, params, settings.max_stream_count)
     issuer.check()
-    return StreamingResponse(_stream(issuer, count, fmt, options), media_type="text/plain; charset=us-ascii",
-                             headers={"x-idmint-count": str(count)})
+    return StreamingResponse(_stream(issuer, request.count, request.format, request.options),
+                             media_type="text/plain; charset=us-ascii", headers={"x-idmint-count": str(request.count)})
+
+
+def _documented_parameters() -> list[dict[str, Any]]:
+    """OpenAPI query parameters: count, format, and every scheme's options (each saying which schemes take it)."""
+    out: list[dict[str, Any]] = []
+    for name, field in IssueParams.model_fields.items():
+        out.append({"name": name, "in": "query", "required": False, "description": field.description,
+                    "schema": {"type": "integer" if name == "count" else "string"}})
+    seen: set[str] = set()
+    for scheme in schemes().values():
+        for option in scheme.options:
+            if option.name in seen:
+                continue
+            seen.add(option.name)
+            schema: dict[str, Any] = {"type": "string"}
+            out.append({"name": option.name, "in": "query", "required": False, "schema": schema,
+                        "description": f"{', '.join(option_owners(option.name))} only: {option.description}"})
+    return out
+
+
+def _openapi(method: str) -> dict[str, Any]:
+    extra: dict[str, Any] = {"parameters": _documented_parameters()}
+    if method == "POST":
+        members = {p["name"]: {**p["schema"], "description": p["description"]} for p in extra["parameters"]}
+        extra["requestBody"] = {"required": False, "content": {"application/json": {"schema": {
+            "type": "object", "properties": members, "additionalProperties": False}}},
+            "description": "The same parameters as the query, as a JSON object (each given once in all)."}
+    return extra
 
 
 for _method in ("GET", "POST"):
     router.add_api_route("/v1/ids/{scheme}", issue, methods=[_method], response_model=IssueResponse,
-                         responses=ERRORS, operation_id=f"issue_{_method.lower()}")
+                         responses=ERRORS, operation_id=f"issue_{_method.lower()}", openapi_extra=_openapi(_method))
     router.add_api_route("/v1/ids/{scheme}/stream", stream, methods=[_method], response_class=StreamingResponse,
                          responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS},
-                         operation_id=f"stream_{_method.lower()}")
+                         operation_id=f"stream_{_method.lower()}", openapi_extra=_openapi(_method))

@@ -9,53 +9,64 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.api.deps import NodeDep, SettingsDep
-from app.schemes import schemes
+from app.schemes.base import Scheme, SchemeOption
 
 router = APIRouter(tags=["node"])
 
 
-def scheme_catalogue(node: Any, settings: Any) -> list[dict[str, Any]]:
-    out = []
-    for name, scheme in schemes().items():
-        issuer = node.issuers[name]
-        entry: dict[str, Any] = {
-            "name": name,
-            "bits": scheme.packed_bytes * 8 if name != "siq" else 112,
-            "packed_bytes": scheme.packed_bytes,
-            "layout": [{"name": f.name, "bits": f.bits, "description": f.description} for f in scheme.layout],
-            "formats": list(scheme.formats),
-            "canonical_format": scheme.formats[0],
-            "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
-            "reference": scheme.reference,
-            "limits": {"max_count": settings.max_count, "max_stream_count": settings.max_stream_count},
-            "node": issuer.describe(),
-        }
-        if scheme.identity is not None:
-            entry["identity"] = {"kind": scheme.identity.kind, "minimum": scheme.identity.minimum,
-                                 "maximum": scheme.identity.maximum}
-        if name == "eight-byte":
-            entry["limits"]["ids_per_ms_per_generator_id"] = 64
-            entry["node"]["cluster_id"] = settings.cluster_id
-            entry["options"] = {"mode": ["spread", "time_sequential"]}
-        elif name == "siq":
-            from app.schemes.siq import QUALIFIERS, domain_hash
+def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
+    return {o.name: {"description": o.description, **({"choices": list(o.choices)} if o.choices else {})}
+            for o in options}
 
-            entry["node"]["domain"] = settings.siq_domain
-            entry["node"]["domain_hash"] = domain_hash(settings.siq_domain)
-            entry["options"] = {"type": sorted(QUALIFIERS)}
-        elif name == "hlc-ulid":
-            entry["options"] = {"after": "an HLC-ULID; returned IDs sort after it"}
-        elif name == "wiji":
-            gen = issuer.generator
-            if gen is not None:
-                entry["node"]["random_part"] = f"{gen.random_part:013x}"
+
+def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
+    """What ``/v1/schemes`` says about ``scheme`` on any node: layout, forms, options, and what the decode page
+    shows (title, example, field captions)."""
+    entry: dict[str, Any] = {
+        "name": scheme.name,
+        "title": scheme.title,
+        "example": scheme.example,
+        "bits": scheme.packed_bytes * 8,
+        "packed_bytes": scheme.packed_bytes,
+        "layout": [{"name": f.name, "bits": f.bits, "description": f.description} for f in scheme.layout],
+        "captions": dict(scheme.captions),
+        "formats": list(scheme.formats),
+        "canonical_format": scheme.formats[0],
+        "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
+        "reference": scheme.reference,
+        "limits": {"max_count": settings.max_count, "max_stream_count": settings.max_stream_count},
+    }
+    if scheme.options:
+        entry["options"] = _options(scheme.options)
+    if scheme.decode_options:
+        entry["decode_options"] = _options(scheme.decode_options)
+    if scheme.shares_generator_with:
+        entry["shares_generator_with"] = scheme.shares_generator_with
+    if scheme.identity is not None:
+        entry["identity"] = {"kind": scheme.identity.kind, "minimum": scheme.identity.minimum,
+                             "maximum": scheme.identity.maximum}
+    extra = dict(scheme.describe(settings))
+    entry["limits"].update(extra.pop("limits", {}))
+    entry.update(extra)
+    return entry
+
+
+def scheme_catalogue(node: Any, settings: Any) -> list[dict[str, Any]]:
+    """Every scheme of the node (as configured), with this node's state for it ("node")."""
+    out = []
+    for name, scheme in node.schemes.items():
+        entry = scheme_entry(scheme, settings)
+        issuer = node.issuers.get(name)
+        if issuer is not None:
+            entry["node"] = {**issuer.describe(), **scheme.node_info(settings, issuer.generator)}
         out.append(entry)
     return out
 
 
 @router.get("/v1/schemes")
 async def list_schemes(node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
-    """Each scheme's bit layout, text forms, limits, and this node's identity for it."""
+    """Each scheme's bit layout, text forms, options, limits, the decode page's titles, examples and field
+    captions, and this node's identity for it."""
     return {"schemes": scheme_catalogue(node, settings), "backend": node.backend.status()}
 
 

@@ -21,17 +21,24 @@ import abc
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from app.schemes.base import IdentityPlan
 
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """Where a scheme's identity is claimed from.
+    """Where a scheme's identity is claimed from: the node's :class:`~app.schemes.base.IdentityPlan`, made
+    concrete (:meth:`from_plan`), so no backend needs to know any scheme.
 
-    ``scheme``: scheme name; ``kind``: identity term ("generator_id", "medallion", "publisher_id", "shard");
-    ``candidates``: either an explicit sequence of identities tried in order (static assignment = one candidate)
-    or None with ``minimum``/``maximum`` and ``draw`` ("scan" or "random"). ``group`` qualifies the pool: the
-    cluster ID for eight-byte, the SIQ domain hash for siq ("" otherwise).
+    ``scheme``: scheme name (labels, logs, the embedded backend's folder); ``kind``: identity term
+    ("generator_id", "medallion", "publisher_id", "shard"); ``candidates``: either an explicit sequence of
+    identities tried in order (static assignment = one candidate) or None with ``minimum``/``maximum`` and
+    ``draw`` ("scan" or "random"). ``group`` qualifies the pool (the cluster ID for eight-byte, the SIQ domain hash
+    for siq, "" otherwise). The etcd layout: claim keys ``<namespace><key_prefix><key_format(identity)>``, marks
+    ``<namespace><mark_prefix><key_format(identity)>``; ``allowed_groups_key`` names a key listing the allowed
+    groups (comma list; java-uniqueid's ``cluster-id``), or None.
     """
 
     scheme: str
@@ -44,6 +51,18 @@ class PoolSpec:
     static: bool = False
     exclude: frozenset[int] = frozenset()
     """Identities not to take (refused earlier because their high-water mark was too far ahead)."""
+    key_prefix: str = ""
+    mark_prefix: str = ""
+    key_format: str = "{:d}"
+    allowed_groups_key: str | None = None
+
+    @classmethod
+    def from_plan(cls, scheme: str, plan: IdentityPlan) -> PoolSpec:
+        """The pool of ``plan`` for scheme ``scheme`` (a static identity becomes the only candidate)."""
+        return cls(scheme=scheme, kind=plan.kind, minimum=plan.minimum, maximum=plan.maximum, draw=plan.draw,
+                   candidates=None if plan.static is None else (plan.static,), group=plan.group,
+                   static=plan.static is not None, key_prefix=plan.key_prefix, mark_prefix=plan.mark_prefix,
+                   key_format=plan.key_format, allowed_groups_key=plan.allowed_groups_key)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ Key layout under ``settings.etcd_namespace`` (default ``unique-id-generator/``):
 
 Claim value (JSON, UTF-8)::
 
-    {"holder": {"host", "pid", "version", "started_at", "address"}, "scheme": "eight-byte",
+    {"holder": {"host", "pid", "version", "started_at", "address"}, "scheme": "<scheme>",
      "kind": "generator_id", "identity": 17, "lease": "694d8b2c1f3e0a11", "claimed_at": "2025-...Z",
      "high_water_mark": <last mark this holder recorded, native units; -1 until its first record>}
 
@@ -112,43 +112,35 @@ CLOSE_SETTLE_S = 0.05
 # -- key layout (pure functions) ----------------------------------------------------------------------------------
 def pool_prefix(namespace: str, pool: PoolSpec) -> str:
     """The key prefix under which ``pool``'s claims live (one range read lists them)."""
-    if pool.scheme == "eight-byte":
-        return f"{namespace}{POOL_PREFIX}{_cluster_id(pool)}:"
-    if pool.scheme == "siq":
-        return f"{namespace}{IDMINT_PREFIX}siq/{_siq_group(pool)}/"
-    group = f"{pool.group}/" if pool.group else ""
-    return f"{namespace}{IDMINT_PREFIX}{pool.scheme}/{group}"
+    return namespace + pool.key_prefix
 
 
 def encode_identity(pool: PoolSpec, identity: int) -> str:
-    """The last key segment naming ``identity`` (Muid medallions as 11 uppercase hex digits, else decimal)."""
-    if pool.scheme == "muid":
-        return f"{identity:011X}"
-    return str(identity)
+    """The last key segment naming ``identity`` (``pool.key_format``: Muid medallions as 11 uppercase hex)."""
+    return pool.key_format.format(identity)
 
 
 def decode_identity(pool: PoolSpec, segment: str) -> int | None:
-    """Inverse of :func:`encode_identity`; None for a segment that is not one of ours."""
+    """Inverse of :func:`encode_identity`; None for a segment that is not one of ours (does not round-trip)."""
+    base = 16 if pool.key_format.rstrip("}")[-1:] in ("x", "X") else 10
+    if not segment.isascii() or not segment.isalnum():
+        return None
     try:
-        if pool.scheme == "muid":
-            return int(segment, 16) if len(segment) == 11 else None
-        return int(segment, 10) if segment.isdigit() else None
+        identity = int(segment, base)
     except ValueError:
         return None
+    return identity if encode_identity(pool, identity) == segment else None
 
 
 def claim_key(namespace: str, pool: PoolSpec, identity: int) -> str:
-    """``pool/<cluster>:<generator>`` for eight-byte (java-uniqueid), ``idmint/<scheme>/...`` otherwise."""
+    """``<namespace><key_prefix><identity>``: ``pool/<cluster>:<generator>`` for eight-byte (java-uniqueid),
+    ``idmint/<scheme>/...`` otherwise."""
     return pool_prefix(namespace, pool) + encode_identity(pool, identity)
 
 
 def mark_key(namespace: str, pool: PoolSpec, identity: int) -> str:
-    """The lease-free key holding ``identity``'s high-water mark."""
-    if pool.scheme == "eight-byte":
-        rest = f"{_cluster_id(pool)}/{identity}"
-    else:
-        rest = claim_key("", pool, identity).removeprefix(f"{IDMINT_PREFIX}{pool.scheme}/")
-    return f"{namespace}{MARKS_PREFIX}{pool.scheme}/{rest}"
+    """The lease-free key holding ``identity``'s high-water mark: ``<namespace><mark_prefix><identity>``."""
+    return namespace + pool.mark_prefix + encode_identity(pool, identity)
 
 
 def register_key(namespace: str, scheme: str, name: str) -> str:
@@ -169,13 +161,6 @@ def _cluster_id(pool: PoolSpec) -> int:
     if not 0 <= cluster <= 15:
         raise ValueError(f"eight-byte cluster ID must be in 0..15, got {cluster}")
     return cluster
-
-
-def _siq_group(pool: PoolSpec) -> str:
-    group = pool.group or "00000000"
-    if len(group) != 8 or any(c not in "0123456789abcdef" for c in group):
-        raise ValueError(f"siq PoolSpec.group must be the domain hash as 8 lowercase hex digits, got {pool.group!r}")
-    return group
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -778,8 +763,8 @@ class EtcdBackend(LeaseBackend):
         prefix = pool_prefix(ns, pool).encode()
         t = client.transactions
         reads = [t.get(prefix, aetcd.utils.prefix_range_end(prefix))]
-        if pool.scheme == "eight-byte":
-            reads.append(t.get((ns + CLUSTER_ID_KEY).encode()))
+        if pool.allowed_groups_key:
+            reads.append(t.get((ns + pool.allowed_groups_key).encode()))
         async with self._etcd(f"reading the {pool.scheme} pool", client):
             _, found = await client.transaction(compare=[], success=reads, failure=[])
         held: dict[int, bytes] = {}
@@ -795,7 +780,7 @@ class EtcdBackend(LeaseBackend):
                 log.info("etcd: releasing %s, left on our lease by an unfinished claim", kv.key.decode())
                 if await self._delete_quietly(client, kv.key, kv.create_revision, session.lease_id):
                     del held[identity]
-        if pool.scheme == "eight-byte":
+        if pool.allowed_groups_key:
             self._check_cluster_id(pool, found[1][0][0] if found[1] else None)
 
         claimed_at = _now_rfc3339()
@@ -840,7 +825,7 @@ class EtcdBackend(LeaseBackend):
         if value is None:
             return
         cluster = _cluster_id(pool)
-        key = self._namespace + CLUSTER_ID_KEY
+        key = self._namespace + (pool.allowed_groups_key or CLUSTER_ID_KEY)
         try:
             allowed = parse_cluster_ids(value.decode())
         except ValueError:
@@ -881,7 +866,7 @@ class EtcdBackend(LeaseBackend):
                 yield identity
 
     def _exhausted_reason(self, pool: PoolSpec, held: dict[int, bytes], tries: int) -> str:
-        where = f" in cluster {_cluster_id(pool)}" if pool.scheme == "eight-byte" else (
+        where = f" in cluster {_cluster_id(pool)}" if pool.allowed_groups_key else (
             f" for domain hash {pool.group}" if pool.group else "")
         if pool.candidates is not None:
             parts = []

@@ -23,14 +23,13 @@ write per group of up to 4 characters, looked up in per-16-bit-value tables buil
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError
+from app.schemes._text import NEWLINE, TABLE_ENTRY_CHARS, TABLE_INDEX_BITS
 
 # --- layout of the text ---------------------------------------------------------------------------------------------
 
@@ -45,14 +44,6 @@ PAD_BITS = ENCODED_LEN * CHAR_BITS - VALUE_BITS  # 2 zero bits on top
 TOP_CHARS = 10
 """Characters 0..9 encode exactly the top 48 bits (bytes 0..5); 10..25 exactly the low 80 (bytes 6..15)."""
 
-NEWLINE = 10
-"""ASCII of the ``\\n`` ending every row of a batch's text."""
-
-TABLE_INDEX_BITS = 16
-TABLE_ROWS = 1 << TABLE_INDEX_BITS
-"""Column tables have one entry per 16-bit value."""
-TABLE_ENTRY_CHARS = 4
-"""A table entry is one ``<u4``: up to 4 characters, laid down by a single write."""
 
 PAIR_BITS = 2 * CHAR_BITS
 PAIR_MASK = (1 << PAIR_BITS) - 1
@@ -60,8 +51,6 @@ _PAIRS = [ALPHABET[i >> CHAR_BITS] + ALPHABET[i & CHAR_MASK] for i in range(1 <<
 """The two characters of every 10-bit value: the scalar encoder does 13 lookups instead of 26."""
 _PAIR_SHIFTS = tuple(range(ENCODED_LEN * CHAR_BITS - PAIR_BITS, -1, -PAIR_BITS))  # 120, 110, ..., 0
 _ALPHABET_ASCII = np.frombuffer(ALPHABET.encode("ascii"), dtype=np.uint8)
-_HEX_ASCII = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_HEX_DIGIT_BITS = 4
 
 
 def char_shift(position: int) -> int:
@@ -178,93 +167,6 @@ def decode(text: str, dialect: Dialect) -> int:
     return int(digits, 32)
 
 
-# --- batch text: scratch buffers, rows, views -------------------------------------------------------------------------
-
-
-class _Scratch(threading.local):
-    """Per-thread reusable arrays: a fresh multi-megabyte array per batch costs more in page faults than encoding."""
-
-    def __init__(self) -> None:
-        self.arrays: dict[str, npt.NDArray[np.generic]] = {}
-
-
-_scratch = _Scratch()
-
-
-SCRATCH_KEPT_BYTES_MAX = 1 << 24
-"""Larger scratch arrays (batches of more than ~600,000 IDs) are allocated per call, not kept."""
-
-
-def scratch(key: str, size: int, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
-    """A 1-D array of ``size`` elements of ``dtype``, reused by this thread for every call with the same ``key``.
-
-    Contents are undefined. The array is valid until the next call with ``key`` on this thread: callers copy out
-    (``tobytes()``) before returning. Arrays over :data:`SCRATCH_KEPT_BYTES_MAX` are fresh and not kept.
-    """
-    dtype = np.dtype(dtype)
-    if size * dtype.itemsize > SCRATCH_KEPT_BYTES_MAX:
-        return np.empty(size, dtype=dtype)
-    array = _scratch.arrays.get(key)
-    if array is None or array.dtype != dtype or array.size < size:
-        array = np.empty(max(size, TABLE_ROWS), dtype=dtype)
-        _scratch.arrays[key] = array
-    return array[:size]
-
-
-def text_rows(parts: Sequence[tuple[bytes, int]], key: str = "rows") -> npt.NDArray[np.uint8]:
-    """An ``(sum(count), width)`` uint8 array whose rows are ``row`` repeated ``count`` times, part after part.
-
-    Every ``row`` has the same ``width`` (text plus newline). Built in the per-thread scratch buffer ``key`` (see
-    :func:`scratch`: valid until the next call with that key on this thread) by memcpy doubling, so filling costs
-    about one pass over the memory.
-    """
-    width = len(parts[0][0])
-    total = sum(count for _, count in parts)
-    flat = scratch(key, total * width, np.uint8)
-    start = 0
-    for row, count in parts:
-        if len(row) != width:
-            raise ValueError(f"every row must be {width} bytes long, got {len(row)}")
-        if count == 0:
-            continue
-        end = start + count * width
-        flat[start : start + width] = np.frombuffer(row, dtype=np.uint8)
-        filled = width
-        while start + filled < end:
-            step = min(filled, end - start - filled)
-            flat[start + filled : start + filled + step] = flat[start : start + step]
-            filled += step
-        start = end
-    return flat.reshape(total, width)
-
-
-def char_view(rows: npt.NDArray[np.uint8], column: int, dtype: npt.DTypeLike = "<u4") -> npt.NDArray[np.generic]:
-    """A writable 1-D view of ``rows`` (C-contiguous ``(n, width)`` uint8) reading ``dtype`` at byte ``column``.
-
-    Writing a ``<u4`` array into it lays 4 characters down in every row at once, at columns ``column..column+3``.
-    """
-    item = np.dtype(dtype).itemsize
-    if column + item > rows.shape[1]:
-        raise ValueError(f"a {item}-byte write at column {column} overruns a {rows.shape[1]}-byte row")
-    return np.ndarray(
-        (rows.shape[0],), dtype=dtype, buffer=rows, offset=column, strides=(rows.strides[0],)
-    )
-
-
-def write_runs(
-    rows: npt.NDArray[np.uint8], column: int, runs: Sequence[tuple[npt.NDArray[np.generic], int, int]]
-) -> None:
-    """For each ``(table, first, count)`` in turn, write ``table[first : first + count]`` into the next ``count``
-    rows of ``rows`` at byte ``column`` (one ``table.dtype`` write per row, see :func:`char_view`).
-
-    The runs of a batch are its consecutive sequence/counter values, one run per tick.
-    """
-    start = 0
-    for table, first, count in runs:
-        char_view(rows, column, table.dtype)[start : start + count] = table[first : first + count]
-        start += count
-
-
 def column_table(
     base: int, shift: int, first: int, chars: int, pad: int = NEWLINE, index_bits: int = TABLE_INDEX_BITS
 ) -> npt.NDArray[np.uint32]:
@@ -301,14 +203,3 @@ def _column_table(
         table[:, j] = _ALPHABET_ASCII[digit]
     table.flags.writeable = False
     return table.view("<u4").reshape(rows)
-
-
-@functools.lru_cache(maxsize=1)
-def hex4_table() -> npt.NDArray[np.uint32]:
-    """The 4 lowercase hex digits of every 16-bit value: shape ``(65536,)``, dtype ``<u4``, byte j = digit j."""
-    values = np.arange(TABLE_ROWS, dtype=np.uint32)
-    table = np.empty((TABLE_ROWS, TABLE_ENTRY_CHARS), dtype=np.uint8)
-    for j in range(TABLE_ENTRY_CHARS):
-        table[:, j] = _HEX_ASCII[(values >> ((TABLE_ENTRY_CHARS - 1 - j) * _HEX_DIGIT_BITS)) & 0xF]
-    table.flags.writeable = False
-    return table.view("<u4").reshape(TABLE_ROWS)

@@ -6,7 +6,18 @@ metrics. It provides:
 * codec functions in pairs (``pack``/``unpack``, ``encode_<form>``/``decode_<form>``), working on the packed
   big-endian integer;
 * a :class:`Scheme` subclass instance, ``SCHEME``, that the registry (:mod:`app.schemes`) serves;
-* a :class:`Generator` subclass whose clock and randomness are constructor arguments.
+* a :class:`Generator` subclass whose clock and randomness are constructor arguments, and its :class:`Batch`
+  (big modules put both in ``<name>_batch.py``, re-exported; numpy text helpers are in :mod:`app.schemes._text`).
+
+Everything the service knows about a scheme comes from its ``SCHEME`` (nothing outside ``app/schemes`` names a
+scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
+``token_pattern``, ``options`` (:class:`SchemeOption`: the issue routes parse them with one model per scheme),
+``settings_model`` (fields joined into :class:`app.settings.Settings`), :meth:`Scheme.identity_plan` (an
+:class:`IdentityPlan`: the pool and its etcd keys) and :meth:`Scheme.new_generator` (or
+``shares_generator_with`` + :meth:`Scheme.share_generator`), and optionally :meth:`Scheme.describe`,
+:meth:`Scheme.node_info`, :meth:`Scheme.registration`, :meth:`Scheme.words`, :meth:`Scheme.summary`,
+``decode_options`` with :meth:`Scheme.with_decode_options`, and :meth:`Scheme.configured`. Registering it is one
+line in :func:`app.schemes._load`; ``tests/test_completeness.py`` then checks it is served everywhere.
 
 Clocks are ``Callable[[], int]`` returning **nanoseconds since the Unix epoch** (``time.time_ns``); each generator
 converts to its own unit. Random sources are ``Callable[[int], bytes]`` (``os.urandom``).
@@ -19,8 +30,13 @@ from __future__ import annotations
 
 import abc
 import functools
+import os
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+if TYPE_CHECKING:
+    import pydantic
 
 Clock = Callable[[], int]
 """Returns nanoseconds since the Unix epoch, like :func:`time.time_ns`."""
@@ -51,6 +67,88 @@ class IdentitySpec:
     minimum: int
     maximum: int
     draw: str = "scan"
+
+
+@dataclass(frozen=True)
+class SchemeOption:
+    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes, or (in
+    :attr:`Scheme.decode_options`) a query parameter of ``GET /v1/decode/{scheme}/{id}``.
+
+    ``name`` is the parameter name ("mode", "type", "after"); ``kwarg`` the keyword passed to
+    :meth:`Generator.generate` ("mode", "qualifier", "after", "prefix"); ``description`` one sentence shown in
+    /v1/schemes and OpenAPI; ``choices`` the allowed values when they are a fixed set (checked by the default
+    :meth:`Scheme.parse_option`).
+    """
+
+    name: str
+    kwarg: str
+    description: str
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class IdentityPlan:
+    """How a node claims a scheme's identity, decided once from settings by :meth:`Scheme.identity_plan`.
+
+    * ``kind``: the field's term ("generator_id", "medallion", "publisher_id", "shard", "worker_id");
+    * ``minimum``/``maximum``: inclusive bounds of the pool this node may draw from;
+    * ``key_prefix``: etcd claim-key prefix under the namespace ("pool/3:", "idmint/siq/86ce1947/");
+    * ``mark_prefix``: etcd high-water-mark key prefix ("idmint/marks/eight-byte/3/");
+    * ``key_format``: :meth:`str.format` pattern turning an identity into the last key segment ("{:d}", or
+      "{:011X}" for Muid medallions); it must round-trip (the backend parses segments back with it);
+    * ``draw``: "scan" (minimum, minimum+1, ...) or "random" (uniform, retried on collision);
+    * ``static``: a statically configured identity (then the only candidate), or None to claim one;
+    * ``group``: pool qualifier for the embedded backend's folder (cluster ID, domain hash, layout), "" for none;
+    * ``claims``: identities held at once (several multiply eight-byte's 64-per-ms cap);
+    * ``allowed_groups_key``: an etcd key (under the namespace) listing the allowed groups as a comma list
+      ("cluster-id" for java-uniqueid pools); the claim is refused when ``group`` is not listed. None = no check.
+    """
+
+    kind: str
+    minimum: int
+    maximum: int
+    key_prefix: str
+    mark_prefix: str
+    key_format: str = "{:d}"
+    draw: str = "scan"
+    static: int | None = None
+    group: str = ""
+    claims: int = 1
+    allowed_groups_key: str | None = None
+
+
+IDMINT_KEY_PREFIX = "idmint/"
+"""etcd keys of idmint's own pools live under ``<namespace>idmint/<scheme>/``."""
+MARKS_KEY_PREFIX = "idmint/marks/"
+"""High-water marks live under ``<namespace>idmint/marks/<scheme>/`` (on no lease: they outlive holders)."""
+
+
+def idmint_plan(scheme: str, kind: str, minimum: int, maximum: int, *, group: str = "", **more: Any) -> IdentityPlan:
+    """The usual plan: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
+    ``idmint/marks/<scheme>/[<group>/]<identity>``. ``more`` sets the other :class:`IdentityPlan` fields."""
+    rest = f"{scheme}/{group}/" if group else f"{scheme}/"
+    return IdentityPlan(kind, minimum, maximum, key_prefix=IDMINT_KEY_PREFIX + rest,
+                        mark_prefix=MARKS_KEY_PREFIX + rest, group=group, **more)
+
+
+def grouped(value: int) -> str:
+    """``value`` with thousands separators ("1,234,567"), for :meth:`Scheme.words`."""
+    return f"{value:,}"
+
+
+def hex_word(value: int, digits: int) -> str:
+    """``value`` as ``0x`` + uppercase hex, zero-padded to ``digits`` ("0x000A"), for :meth:`Scheme.words`."""
+    return f"-0x{-value:0{digits}X}" if value < 0 else f"0x{value:0{digits}X}"
+
+
+SMALL_BATCH = 8
+"""Up to this many IDs, per-ID scalar formatting beats the column-wise numpy encoders' fixed cost."""
+
+
+def scalar_lines(format_one: Callable[[int, str], str], values: list[int], fmt: str) -> bytes:
+    """``values`` formatted one by one with ``format_one(value, fmt)``, each followed by a newline (ASCII): the
+    small-batch path of :meth:`Batch.encode`."""
+    return "".join([format_one(v, fmt) + "\n" for v in values]).encode("ascii")
 
 
 @dataclass
@@ -89,7 +187,10 @@ class Batch(abc.ABC):
     def encode(self, fmt: str) -> bytes:
         """All IDs in text form ``fmt``, each followed by ``b"\\n"``, ASCII. ``len == count * (width + 1)``.
 
-        Raises :class:`~app.errors.InvalidOptionError` for an unknown format.
+        Every path formats through here, small batches too (so a wrapping batch, such as one adding a prefix, is
+        never bypassed); an implementation picks the scalar path (:func:`scalar_lines`) for up to
+        :data:`SMALL_BATCH` IDs when that is faster. Raises :class:`~app.errors.InvalidOptionError` for an unknown
+        format.
         """
 
     @abc.abstractmethod
@@ -156,6 +257,104 @@ class Scheme(abc.ABC):
     """None for Wiji (no claimed identity)."""
     reference: ClassVar[str]
     """The scheme document / reference implementation followed."""
+
+    # -- what the rest of the service learns from the scheme (nothing outside app/schemes names a scheme) --------
+    title: ClassVar[str]
+    """Human name for the decode page: "Muid (Gink)", "UUIDv7 (RFC 9562)"."""
+    example: ClassVar[str]
+    """One valid canonical ID (a spec vector where there is one): the page's example button, and tests."""
+    captions: ClassVar[dict[str, str]] = {}
+    """Decode field name -> one-sentence caption for the decode page (served by ``/v1/schemes``). Every member of
+    :meth:`fields` should have one (the completeness test checks)."""
+    token_pattern: ClassVar[str | None] = None
+    """Regex (no anchors, no capturing groups needed) of this scheme's ID shape in free text. A token of this shape
+    is shown even when it does not parse, so a support engineer sees why the ID in a log line is invalid."""
+    options: ClassVar[tuple[SchemeOption, ...]] = ()
+    """The issue routes' scheme-specific parameters (query parameters of GET, JSON members of POST)."""
+    decode_options: ClassVar[tuple[SchemeOption, ...]] = ()
+    """Query parameters of ``GET /v1/decode/{scheme}/{id}`` (snowflake: "layout"); unknown ones are a 422."""
+    settings_model: ClassVar[type[pydantic.BaseModel] | None] = None
+    """A pydantic model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``), each with
+    ``Field(description=...)`` (the README's settings table documents them), plus its validators. None = none."""
+    shares_generator_with: ClassVar[str | None] = None
+    """The name of the scheme whose issuer (generator, claimed identity, marks) this scheme issues through; the node
+    builds this scheme's generator with :meth:`share_generator` from that scheme's. None = its own issuer."""
+
+    def parse_option(self, name: str, text: str) -> Any:
+        """Validate option ``name``'s text; return the value passed to :meth:`Generator.generate` as its kwarg.
+
+        Default: the text itself, checked against ``choices`` when the option has them. Raises
+        :class:`~app.errors.InvalidOptionError` naming the rule (or the option as unknown to this scheme).
+        """
+        from app.errors import InvalidOptionError
+
+        for option in self.options:
+            if option.name == name:
+                if option.choices and text not in option.choices:
+                    raise InvalidOptionError(
+                        f"{name} must be one of {', '.join(option.choices)} for {self.name}, got {text!r}")
+                return text
+        raise InvalidOptionError(f"{self.name} has no option {name!r}")
+
+    def identity_plan(self, settings: Any) -> IdentityPlan | None:
+        """How this node claims the scheme's identity under ``settings``; None = nothing to claim (Wiji)."""
+        return None
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        """A generator for the claimed ``identities`` (``IdentityPlan.claims`` of them; [] without a plan), that
+        issues nothing at or below ``floor`` (native units; -1 = none), reading ``clock``. Must be overridden
+        unless :attr:`shares_generator_with` is set."""
+        raise NotImplementedError(f"{self.name} builds no generator of its own")
+
+    def share_generator(self, generator: Generator) -> Generator:
+        """This scheme's generator on top of the generator of :attr:`shares_generator_with` (a TypeID generator
+        wraps the UUIDv7 one: its batches wrap the UUIDv7 batches and add the prefix). Called again whenever the
+        shared generator is replaced (a re-claim)."""
+        raise NotImplementedError(f"{self.name} shares no generator")
+
+    def describe(self, settings: Any) -> dict[str, Any]:
+        """Extra members of this scheme's ``/v1/schemes`` entry ("limits" members are merged into the limits)."""
+        return {}
+
+    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+        """Extra members of this scheme's per-node state in ``/v1/schemes`` (its "node" object)."""
+        return {}
+
+    def registration(self, generator: Generator) -> str | None:
+        """A name this node publishes for the scheme without exclusivity (Wiji: its random part, 13 hex digits);
+        None = nothing to publish."""
+        return None
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        """What each decoded field says, in words, for the decode page ("medallion 0x1BFC71B112D"); a field left
+        out is shown as its value."""
+        return {}
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        """One line in words about the ID's maker, for the decode page and its CSV (default: the fields)."""
+        return ", ".join(f"{name} {value}" for name, value in fields.items())
+
+    def configured(self, settings: Any) -> Scheme:
+        """This scheme as the node with ``settings`` uses it (snowflake: in the node's layout). Default: self."""
+        return self
+
+    def with_decode_options(self, **options: str) -> Scheme:
+        """This scheme reading IDs with the given :attr:`decode_options` (snowflake: ``layout=...``). Default:
+        self; raises :class:`~app.errors.InvalidOptionError` for an option it does not declare."""
+        declared = {o.name for o in self.decode_options}
+        unknown = sorted(set(options) - declared)
+        if unknown:
+            from app.errors import InvalidOptionError
+
+            raise InvalidOptionError(f"unknown decode option {', '.join(unknown)} for {self.name}"
+                                     + (f"; it takes {', '.join(sorted(declared))}" if declared else ""))
+        return self
+
+    @functools.cached_property
+    def token_re(self) -> re.Pattern[str] | None:
+        """:attr:`token_pattern` compiled (None when the scheme has none)."""
+        return re.compile(self.token_pattern) if self.token_pattern else None
 
     @abc.abstractmethod
     def parse(self, text: str) -> int:

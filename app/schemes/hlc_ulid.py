@@ -33,23 +33,25 @@ The random field is drawn as 6 bytes per ID from the CSPRNG, read as three plane
 from __future__ import annotations
 
 import os
-import time
-from typing import Any, NamedTuple
+from typing import Any
 
-import numpy as np
-import numpy.typing as npt
+from pydantic import BaseModel, Field
+
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford
 from app.schemes.base import (
-    Batch,
     Clock,
     Generator,
-    GeneratorStats,
+    IdentityPlan,
     IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeOption,
+    grouped,
+    hex_word,
+    idmint_plan,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -238,6 +240,18 @@ def decode_hex(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
+class HlcUlidSettings(BaseModel):
+    """HLC-ULID settings (joined into :class:`app.settings.Settings`; env ``IDMINT_HLC_ULID_*``)."""
+
+    hlc_ulid_publisher_id: int | None = Field(
+        None, ge=0, le=PUBLISHER_ID_MAX, description="Static HLC-ULID publisher ID (0..65535); unset = claim one."
+    )
+    hlc_ulid_max_drift_ms: int = Field(
+        MAX_DRIFT_MS_DEFAULT, ge=0,
+        description="HLC-ULID: refuse `after` IDs more than this many ms ahead of our clock.",
+    )
+
+
 class HlcUlidScheme(Scheme):
     """HLC-ULID: metadata, strict parser, text forms, field decoding (SPEC_NOTES.md "HLC-ULID")."""
 
@@ -283,276 +297,63 @@ class HlcUlidScheme(Scheme):
         """The physical/logical millisecond as ns since the epoch."""
         return unpack(value)[0] * NANOSECS_IN_MILLISECS
 
+    title = "HLC-ULID"
+    example = "01FZ11RQKT000002NAM48H248H"
+    # the hex form, and ~26 mixed base32 characters (a ULID-shaped token, also near misses)
+    token_pattern = (r"[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"
+                     r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}")
+    settings_model = HlcUlidSettings
+    options = (
+        SchemeOption("after", "after", "An HLC-ULID (any accepted form): every returned ID sorts after it (the HLC "
+                     "receive rule merges its time into this node's clock)."),
+    )
+    captions = {
+        "timestamp_ms": "Hybrid logical clock time: milliseconds since 1970-01-01 UTC (48 bits).",
+        "counter": "Logical counter of the hybrid logical clock (16 bits).",
+        "publisher_id": "Publisher ID (16 bits) of the node that made it, leased so no two nodes share one.",
+        "random": "Tie-breaker drawn fresh from a CSPRNG for every ID (48 bits); it carries no meaning.",
+    }
+
+    def parse_option(self, name: str, text: str) -> Any:
+        """``after``: the packed HLC-ULID. Raises InvalidOptionError for another option or an unparsable ID."""
+        if name != "after":
+            return super().parse_option(name, text)
+        try:
+            return self.parse(text.strip())
+        except InvalidIdError as exc:
+            raise InvalidOptionError(f"after must be an HLC-ULID: {exc}") from exc
+
+    def identity_plan(self, settings: Any) -> IdentityPlan:
+        """Publisher IDs 0..65535 at ``idmint/hlc-ulid/<n>``."""
+        return idmint_plan(self.name, "publisher_id", 0, PUBLISHER_ID_MAX, static=settings.hlc_ulid_publisher_id)
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        counter = fields["counter"]
+        before = "1 ID" if counter == 1 else f"{grouped(counter)} IDs"
+        return {
+            "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
+            "counter": ("counter 0: first ID of its logical millisecond" if counter == 0
+                        else f"counter {counter}: {before} before it in the same logical millisecond"),
+            "publisher_id": f"publisher {hex_word(fields['publisher_id'], PUBLISHER_ID_HEX_LEN)}",
+            "random": f"random {hex_word(fields['random'], RANDOM_HEX_LEN)}",
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        return f"{self.words(fields)['publisher_id']}, counter {fields['counter']}"
+
 
 SCHEME = HlcUlidScheme()
 
 
-# --- batch encoding -----------------------------------------------------------------------------------------------
-
-
-class Segment(NamedTuple):
-    """``count`` consecutive (ms, counter) slots of one logical millisecond: counters first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_counter: int
-    count: int
-
-
-def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
-    """The random fields of a batch as 16-bit chunks: ``(3, n)`` uint16, rows = bits 47..32, 31..16, 15..0.
-
-    ``words`` is the batch's ``(3, n)`` draw, placed as the module docstring says::
-
-        bits 47..32 = w2 >> 15 << 15 | w1 >> 15 << 14 | w0 >> 2
-        bits 31..16 = (w0 & 3) << 14 | (w1 & 0x7FFF) >> 1
-        bits 15..0  = (w1 & 1) << 15 | (w2 & 0x7FFF)
-
-    The result lives in a per-thread scratch buffer (see :func:`app.schemes._crockford.scratch`).
-    """
-    w0, w1, w2 = words
-    count = words.shape[1]
-    chunks = _crockford.scratch(key, RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count)
-    bits = _crockford.scratch(key + "-bits", count, np.uint16)
-    high, middle, low = chunks
-    # uint16 left shifts drop what passes bit 15: w0 << 14 keeps w0 & 3, w1 << 15 keeps w1 & 1.
-    np.right_shift(w0, W0_OFFSET_BITS, out=high)
-    for word, position in ((w1, RANDOM_WORD_BITS - W0_OFFSET_BITS), (w2, RANDOM_WORD_BITS - W0_OFFSET_BITS + 1)):
-        np.right_shift(word, WORD_TOP_SHIFT, out=bits)
-        np.left_shift(bits, position, out=bits)
-        np.bitwise_or(high, bits, out=high)
-    np.bitwise_and(w1, RANDOM_GROUP_MASK, out=middle)
-    np.right_shift(middle, GROUP_OFFSET_BITS, out=middle)
-    np.left_shift(w0, RANDOM_WORD_BITS - W0_OFFSET_BITS, out=bits)
-    np.bitwise_or(middle, bits, out=middle)
-    np.left_shift(w1, RANDOM_WORD_BITS - GROUP_OFFSET_BITS, out=low)
-    np.bitwise_and(w2, RANDOM_GROUP_MASK, out=bits)
-    np.bitwise_or(low, bits, out=low)
-    return chunks
-
-
-def random_field(words: npt.NDArray[np.uint16]) -> list[int]:
-    """The 48-bit random fields of a batch's ``(3, n)`` random words, as ints (slow path)."""
-    high, middle, low = random_chunks(words).tolist()
-    return [h << (2 * RANDOM_WORD_BITS) | m << RANDOM_WORD_BITS | lo for h, m, lo in zip(high, middle, low)]
-
-
-def _counter_table(publisher_id: int) -> npt.NDArray[np.uint32]:
-    """ULID characters 10..13 for every counter value (character 13 also holds the publisher ID's top 4 bits)."""
-    return _crockford.column_table(publisher_id << PUBLISHER_ID_SHIFT, COUNTER_SHIFT, COUNTER_CHAR, COUNTER_CHARS)
-
-
-def _random_head_table(publisher_id: int) -> npt.NDArray[np.uint32]:
-    """ULID characters 16..19 for every 18-bit value of random bits 47..30 (16 also holds 2 publisher ID bits)."""
-    return _crockford.column_table(
-        publisher_id << PUBLISHER_ID_SHIFT,
-        RANDOM_HEAD_SHIFT,
-        RANDOM_HEAD_CHAR,
-        RANDOM_HEAD_CHARS,
-        index_bits=RANDOM_HEAD_BITS,
-    )
-
-
-def _random_group_table() -> npt.NDArray[np.uint32]:
-    """3 characters for the low 15 bits of every 16-bit word, then a newline (overwritten unless last)."""
-    return _crockford.column_table(0, RANDOM_SHIFT, RANDOM_GROUP_CHARS[-1], CHARS_PER_GROUP)
-
-
-class HlcUlidBatch(Batch):
-    """HLC-ULIDs of one publisher issued together: consecutive (ms, counter) slots, fresh random per ID.
-
-    ``segments`` lists the slots (usually one logical millisecond; a counter overflow starts another);
-    ``random_words`` is the ``(3, count)`` uint16 draw the random fields are made of.
-    """
-
-    def __init__(
-        self, publisher_id: int, segments: tuple[Segment, ...], random_words: npt.NDArray[np.uint16]
-    ) -> None:
-        self.publisher_id = publisher_id
-        self.segments = segments
-        self.random_words = random_words
-        self.count = sum(segment.count for segment in segments)
-
-    def encode(self, fmt: str) -> bytes:
-        """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
-        if SCHEME.resolve_format(fmt) == "hex":
-            return self._encode_hex()
-        return self._encode_ulid()
-
-    def _encode_ulid(self) -> bytes:
-        count, words = self.count, self.random_words
-        publisher = self.publisher_id << PUBLISHER_ID_SHIFT
-        rows = _crockford.text_rows(
-            [((encode_ulid(seg.timestamp_ms << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
-             for seg in self.segments]
-        )
-        counters = _counter_table(self.publisher_id)
-        _crockford.write_runs(rows, COUNTER_CHAR, [(counters, seg.first_counter, seg.count) for seg in self.segments])
-        # Random bits 47..30 -> characters 16..19; 29..15 -> 20..22; 14..0 -> 23..25. Written left to right, so
-        # the 4th byte of the write at 20 is overwritten by the write at 23, whose 4th byte is the newline.
-        indices = _crockford.scratch("hlc-ulid-indices", RANDOM_WORDS * count, np.intp).reshape(RANDOM_WORDS, count)
-        np.copyto(indices, words, casting="safe")
-        head, top_bits = indices[0], _crockford.scratch("hlc-ulid-top-bits", count, np.intp)
-        for word in (1, 2):
-            np.right_shift(indices[word], WORD_TOP_SHIFT, out=top_bits)
-            np.left_shift(top_bits, RANDOM_WORD_BITS + word - 1, out=top_bits)
-            np.bitwise_or(head, top_bits, out=head)
-        looked_up = _crockford.scratch("hlc-ulid-chars", count, "<u4")
-        np.take(_random_head_table(self.publisher_id), head, out=looked_up, mode="wrap")
-        _crockford.char_view(rows, RANDOM_HEAD_CHAR)[...] = looked_up
-        groups = _random_group_table()
-        for word, column in zip((1, 2), RANDOM_GROUP_CHARS):
-            np.take(groups, indices[word], out=looked_up, mode="wrap")
-            _crockford.char_view(rows, column)[...] = looked_up
-        return rows.tobytes()
-
-    def _encode_hex(self) -> bytes:
-        rows = _crockford.text_rows(
-            [((encode_hex(pack(seg.timestamp_ms, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
-             for seg in self.segments]
-        )
-        hex4 = _crockford.hex4_table()
-        _crockford.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first_counter, seg.count) for seg in self.segments])
-        chunks = random_chunks(self.random_words)
-        indices = _crockford.scratch("hlc-ulid-indices", chunks.size, np.intp).reshape(chunks.shape)
-        np.copyto(indices, chunks, casting="safe")
-        looked_up = _crockford.scratch("hlc-ulid-chars", self.count, "<u4")
-        for chunk in range(RANDOM_WORDS):
-            np.take(hex4, indices[chunk], out=looked_up, mode="wrap")
-            _crockford.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
-        return rows.tobytes()
-
-    def values(self) -> list[int]:
-        publisher = self.publisher_id << PUBLISHER_ID_SHIFT
-        randoms = random_field(self.random_words)
-        out: list[int] = []
-        start = 0
-        for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | publisher
-            out.extend(
-                base | counter << COUNTER_SHIFT | random
-                for counter, random in zip(
-                    range(seg.first_counter, seg.first_counter + seg.count), randoms[start : start + seg.count]
-                )
-            )
-            start += seg.count
-        return out
-
-    @property
-    def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
-
-
-# --- generator ----------------------------------------------------------------------------------------------------
-
-
-class HlcUlidGenerator(Generator):
-    """Issues HLC-ULIDs for one publisher ID (SPEC_NOTES.md "HLC-ULID", the document's "How to Generate").
-
-    For each batch the clock is read once (``now``, ms) and compared with the last logical millisecond used:
-    ``now > last`` starts at counter 0 in ``now``; ``now == last`` continues with counter + 1; ``now < last`` (the
-    clock stepped back, or logical time ran ahead) keeps ``last`` and continues with counter + 1. A batch of n takes
-    n consecutive (ms, counter) slots; a counter passing 0xFFFF moves the logical millisecond to ``last + 1`` with
-    counter 0 (the reference wraps; this never does). The generator never waits: it moves logical time instead.
-
-    ``floor`` (ms, the high-water mark restored after a restart) makes logical time start above it. ``after``
-    (see :meth:`generate`) is the HLC receive rule. ``max_drift_ms`` bounds how far ahead of this node's clock an
-    ``after`` may pull logical time. Constructor arguments are validated here: ValueError naming the rule.
-
-    ``stats.clock_rollbacks`` counts clock readings below the largest earlier reading (the wall clock stepping back),
-    not logical time running ahead of the clock after a merge or a counter overflow.
-    """
-
-    def __init__(
-        self,
-        publisher_id: int,
-        *,
-        clock: Clock = time.time_ns,
-        rng: RandomSource = os.urandom,
-        floor: int = -1,
-        max_drift_ms: int = MAX_DRIFT_MS_DEFAULT,
-    ) -> None:
-        if not 0 <= publisher_id <= PUBLISHER_ID_MAX:
-            raise ValueError(f"publisher_id must be in 0..{PUBLISHER_ID_MAX}, got {publisher_id}")
-        if not -1 <= floor < TIMESTAMP_MS_MAX:
-            raise ValueError(f"floor must be in -1..{TIMESTAMP_MS_MAX - 1} milliseconds, got {floor}")
-        if max_drift_ms < 0:
-            raise ValueError(f"max_drift_ms must be >= 0, got {max_drift_ms}")
-        self.publisher_id = publisher_id
-        self.max_drift_ms = max_drift_ms
-        self._clock = clock
-        self._rng = rng
-        self._last_ms = floor
-        self._last_counter: int | None = None
-        """Counter of the last slot issued in ``_last_ms``; None = nothing issued yet (start above the floor)."""
-        self.stats = GeneratorStats()
-
-    def generate(self, count: int, after: int | None = None, **options: Any) -> HlcUlidBatch:
-        """Issue ``count`` (1 .. 2**24) HLC-ULIDs in consecutive (ms, counter) slots; never partial, never waits.
-
-        ``after``: the packed integer of another HLC-ULID (received from elsewhere). The HLC receive rule merges its
-        (ms, counter) into this node's clock, so every returned ID sorts after ``after`` (by bytes and by text).
-        Raises InvalidOptionError for a bad count, an unknown option, an ``after`` that is not a packed HLC-ULID or
-        whose timestamp is more than ``max_drift_ms`` ahead of this node's clock; OverflowError past the last
-        48-bit millisecond (year 10889).
-        """
-        if options:
-            raise InvalidOptionError(f"hlc-ulid takes only the option 'after', got {', '.join(sorted(options))}")
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
-            raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for hlc-ulid, got {count!r}")
-        now_ns = self._clock()
-        now_ms = now_ns // NANOSECS_IN_MILLISECS
-        after_slot = None if after is None else self._check_after(after, now_ms)
-        self.stats.observe_clock(now_ns, NANOSECS_IN_MILLISECS)
-
-        # The document's local step.
-        if now_ms > self._last_ms:
-            ms, counter = now_ms, 0
-        elif self._last_counter is None:
-            ms, counter = self._last_ms + 1, 0  # restored floor: logical time starts above it
-        else:
-            ms, counter = self._last_ms, self._last_counter + 1
-        # The HLC receive rule: l' = max(l, l_m, pt); the counter continues whichever of them l' came from.
-        if after_slot is not None:
-            after_ms, after_counter = after_slot
-            if after_ms > ms:
-                ms, counter = after_ms, after_counter + 1
-            elif after_ms == ms:
-                counter = max(counter, after_counter + 1)
-
-        segments: list[Segment] = []
-        remaining = count
-        while remaining:
-            if counter > COUNTER_MAX:
-                self.stats.sequence_exhausted += 1
-                ms, counter = ms + 1, 0
-            taken = min(remaining, COUNTER_SLOTS - counter)
-            segments.append(Segment(ms, counter, taken))
-            remaining -= taken
-            counter += taken
-        if ms > TIMESTAMP_MS_MAX:
-            raise OverflowError(f"HLC-ULID logical time would pass {TIMESTAMP_MS_MAX} ms (48 bits)")
-
-        random_bytes = self._rng(RANDOM_BYTES_PER_ID * count)
-        if len(random_bytes) != RANDOM_BYTES_PER_ID * count:
-            raise ValueError(f"rng returned {len(random_bytes)} bytes, asked for {RANDOM_BYTES_PER_ID * count}")
-        words = np.frombuffer(random_bytes, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, count)
-
-        self._last_ms, self._last_counter = ms, counter - 1
-        return HlcUlidBatch(self.publisher_id, tuple(segments), words)
-
-    def _check_after(self, after: object, now_ms: int) -> tuple[int, int]:
-        """``(timestamp_ms, counter)`` of a valid ``after``; InvalidOptionError naming the rule otherwise."""
-        if isinstance(after, bool) or not isinstance(after, int) or not 0 <= after <= PACKED_MAX:
-            raise InvalidOptionError(f"after must be a packed HLC-ULID, an integer in 0..2**{PACKED_BITS}-1")
-        after_ms, after_counter, _, _ = unpack(after)
-        if after_ms - now_ms > self.max_drift_ms:
-            raise InvalidOptionError(
-                f"after is {after_ms - now_ms} ms ahead of this node's clock; the limit is "
-                f"max_drift_ms={self.max_drift_ms}"
-            )
-        return after_ms, after_counter
-
-    @property
-    def high_water(self) -> int:
-        """The last logical millisecond issued (or the floor), in ms."""
-        return self._last_ms
+# The batch encoder and the generator (re-exported; imported last: they build on the names above).
+from app.schemes.hlc_ulid_batch import (  # noqa: E402, F401 (re-exported)
+    HlcUlidBatch,
+    HlcUlidGenerator,
+    Segment,
+    random_chunks,
+    random_field,
+)

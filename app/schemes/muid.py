@@ -24,22 +24,34 @@ A request for n IDs is one Gink *bundle*: one timestamp strictly above the last 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes import _text
+from app.schemes._text import NEWLINE
 from app.schemes.base import (
+    SMALL_BATCH,
     Batch,
     Clock,
     Generator,
     GeneratorStats,
+    IdentityPlan,
     IdentitySpec,
     LayoutField,
+    RandomSource,
     Scheme,
+    grouped,
+    hex_word,
+    idmint_plan,
+    scalar_lines,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -87,10 +99,8 @@ SHORT_T_LEN = TIMESTAMP_HEX_LEN  # 13: "T"
 SHORT_TM_LEN = TIMESTAMP_HEX_LEN + 1 + MEDALLION_HEX_LEN  # 25: "T-M"
 CANONICAL_LEN = SHORT_TM_LEN + 1 + OFFSET_HEX_LEN  # 34: "T-M-O"
 PREFIX_LEN = SHORT_TM_LEN + 1  # 26: "T-M-", shared by every ID of a bundle
-NEWLINE = 10
 
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-_UPPER_HEX = b"0123456789ABCDEF"
 
 
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
@@ -198,6 +208,15 @@ def decode_canonical(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
+class MuidSettings(BaseModel):
+    """Muid settings (joined into :class:`app.settings.Settings`; env ``IDMINT_MUID_*``)."""
+
+    muid_medallion: int | None = Field(
+        None, ge=NEW_MEDALLION_MIN, le=NEW_MEDALLION_MAX,
+        description="Static Muid medallion (0x10000000000..0x1FFFFFFFFFF); unset = draw and claim one.",
+    )
+
+
 class MuidScheme(Scheme):
     """Muid: metadata, strict parser, canonical text, field decoding (SPEC_NOTES.md "Muid")."""
 
@@ -232,6 +251,41 @@ class MuidScheme(Scheme):
         timestamp_us = unpack(value)[0]
         return None if timestamp_us == SENTINEL else timestamp_us * NANOSECS_IN_MICROSECS
 
+    title = "Muid (Gink)"
+    example = "5D5EAC793E61F-1BFC71B112D-0000000B"
+    token_pattern = r"[0-9A-Fa-f]{12,14}(?:-[0-9A-Fa-f]{3,13}){1,2}"  # T-M-O / T-M (and near misses)
+    settings_model = MuidSettings
+    captions = {
+        "timestamp_us": "Microseconds since 1970-01-01 UTC: when the bundle was made (52 bits).",
+        "medallion": "The node that made the ID: 44 bits drawn at random and held under a lease.",
+        "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the "
+                  "bundle).",
+    }
+
+    def identity_plan(self, settings: Any) -> IdentityPlan:
+        """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``."""
+        return idmint_plan(self.name, "medallion", NEW_MEDALLION_MIN, NEW_MEDALLION_MAX, key_format="{:011X}",
+                           draw="random", static=settings.muid_medallion)
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        return MuidGenerator(identities[0], clock=clock, floor=floor)
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        ts, medallion, offset = fields["timestamp_us"], fields["medallion"], fields["offset"]
+        return {
+            "timestamp_us": ("global: no time (the all-F sentinel)" if ts == SENTINEL
+                             else f"{grouped(ts)} µs since the Unix epoch"),
+            "medallion": ("every medallion (the all-F sentinel)" if medallion == SENTINEL
+                          else f"medallion {hex_word(medallion, MEDALLION_HEX_LEN)}"),
+            "offset": ("offset 0: the bundle itself" if offset == 0
+                       else f"ID number {grouped(offset)} of its bundle" if offset > 0 else f"offset {offset} (negative)"),
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        words = self.words(fields)
+        return f"{words['medallion']}, {words['offset']}"
+
 
 SCHEME = MuidScheme()
 
@@ -245,21 +299,12 @@ _TEMPLATE_SLACK = 8
 _COLUMN_FILLS_MAX = 8
 """Past this many changed prefix columns one broadcast write of the whole prefix is cheaper."""
 
-_hex4_table: npt.NDArray[np.uint8] | None = None
 _offset_rows_table: npt.NDArray[np.uint8] | None = None
 
 
 def _hex4() -> npt.NDArray[np.uint8]:
-    """(65536, 4) uint8: the 4 uppercase hex digits of every 16-bit value (built once, lazily)."""
-    global _hex4_table
-    if _hex4_table is None:
-        digits = np.frombuffer(_UPPER_HEX, dtype=np.uint8)
-        values = np.arange(1 << 16, dtype=np.uint32)
-        table = np.empty((1 << 16, 4), dtype=np.uint8)
-        for column in range(4):
-            table[:, column] = digits[(values >> (4 * (3 - column))) & 0xF]
-        _hex4_table = table
-    return _hex4_table
+    """(65536, 4) uint8: the 4 uppercase hex digits of every 16-bit value (the shared table, as rows)."""
+    return _text.hex4_table(upper=True).view(np.uint8).reshape(-1, 4)
 
 
 def _offset_rows() -> npt.NDArray[np.uint8]:
@@ -355,6 +400,8 @@ class MuidBatch(Batch):
         return pack(self.timestamp_us, self.medallion, 0)
 
     def encode(self, fmt: str) -> bytes:
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
         SCHEME.resolve_format(fmt)
         prefix = encode_canonical(self.bundle)[:PREFIX_LEN].encode("ascii")
         if self._text is not None:

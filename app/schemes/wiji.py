@@ -33,8 +33,9 @@ from typing import Any, NamedTuple
 
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _crockford
+from app.schemes import _crockford, _text
 from app.schemes.base import (
+    SMALL_BATCH,
     Batch,
     Clock,
     Generator,
@@ -42,6 +43,9 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    grouped,
+    hex_word,
+    scalar_lines,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -293,6 +297,42 @@ class WijiScheme(Scheme):
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MICROSECS
 
+    title = "Wiji v1"
+    example = "000S94VR000002M6NWVVR14D2G"
+    # the UUID-shaped form, and ~26 mixed base32 characters (also near misses)
+    token_pattern = (r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+                     r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}")
+    captions = {
+        "timestamp_us": "Microseconds since 1970-01-01 UTC (56 bits).",
+        "sequence": "Counter within one microsecond for one process (16 bits).",
+        "version": "Format version (4 bits); always 1.",
+        "random": "52 random bits drawn once per generator process: IDs sharing them came from the same process.",
+    }
+
+    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
+                      random: RandomSource = os.urandom) -> Generator:
+        """No claimed identity: a random part drawn once per generator (52 bits)."""
+        return WijiGenerator(clock=clock, rng=random)
+
+    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+        return {"random_part": self.registration(generator)} if generator is not None else {}
+
+    def registration(self, generator: Generator) -> str | None:
+        """The random part, 13 lowercase hex digits (published so an operator can tell replicas apart)."""
+        return f"{generator.random_part:013x}"  # type: ignore[attr-defined]
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        version = fields["version"]
+        return {
+            "timestamp_us": f"{grouped(fields['timestamp_us'])} µs since the Unix epoch",
+            "sequence": f"sequence {fields['sequence']} in its microsecond",
+            "version": "version 1 (Wiji v1)" if version == VERSION else f"version {version}",
+            "random": f"process {hex_word(fields['random'], 13)}",
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        return f"{self.words(fields)['random']}, sequence {fields['sequence']}"
+
 
 SCHEME = WijiScheme()
 
@@ -324,14 +364,16 @@ class WijiBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``base32``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
         fmt = SCHEME.resolve_format(fmt)
         if not self.count:
             return b""
         encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
-        rows = _crockford.text_rows(
+        rows = _text.text_rows(
             [((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments]
         )
-        hex4 = _crockford.hex4_table()
+        hex4 = _text.hex4_table()
         if fmt == "base32":
             runs = [
                 (
@@ -341,14 +383,14 @@ class WijiBatch(Batch):
                 )
                 for seg in self.segments
             ]
-            _crockford.write_runs(rows, SEQUENCE_CHAR, runs)
+            _text.write_runs(rows, SEQUENCE_CHAR, runs)
         elif fmt == "hex":
-            _crockford.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
+            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
         else:
             digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
             for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
                 table = digit_pairs[half::2]
-                _crockford.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
+                _text.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
         return rows.tobytes()
 
     def values(self) -> list[int]:

@@ -8,36 +8,10 @@
   const URL_TEXT_MAX = 2000; // longest text kept in the /decode?id=... link the address bar shows
   const AGE_REFRESH_MS = 30_000;
 
-  const SCHEME_TITLES = {
-    "muid": "Muid (Gink)",
-    "eight-byte": "Eight-byte ID (java-uniqueid)",
-    "hlc-ulid": "HLC-ULID",
-    "siq": "SIQ",
-    "wiji": "Wiji v1",
-  };
-
-  // Sample texts for the example buttons (the scheme documents' own test vectors; presentation data only).
-  const EXAMPLES = {
-    "muid": "5D5EAC793E61F-1BFC71B112D-0000000B",
-    "eight-byte": "cb54ecf2840a0015",
-    "hlc-ulid": "01FZ11RQKT000002NAM48H248H",
-    "siq": "did:siq:gm24tg4ago5efqaaaab4gzymuoaaa",
-    "wiji": "000S94VR000002M6NWVVR14D2G",
-    "log": [
-      "2025-01-01 00:00:03 INFO  api   order=cb54ecf2840a0015 status=shipped",
-      "2025-01-01 00:00:04 WARN  auth  user did:siq:gm24tg4ago5efqaaaab4gzymuoaaa retried login",
-      "2025-01-01 00:00:05 INFO  sync  doc 5D5EAC793E61F-1BFC71B112D-0000000B merged from 017FC21C5E7A-0000-000A-AAA111111111",
-      "2025-01-01 00:00:06 DEBUG edge  trace 000S94VR000002M6NWVVR14D2G closed",
-    ].join("\n"),
-    "invalid": "5D5EAC793E61F-0000000000000-00000",
-  };
-
-  const QUALIFIER_WORDS = {
-    content: "a piece of content", multi: "a multi-type object", manytomany: "a many-to-many link",
-    ternary: "a ternary relation", thread: "a thread", message: "a message", user: "a user", tag: "a tag",
-    group: "a group", event: "an event", channel: "a channel", invite: "an invite", application: "an application",
-    collection: "a collection", premium: "a premium item", unassigned: "a code no type has been given yet",
-  };
+  // Everything about the schemes (titles, examples, field captions, bit layouts) comes from GET v1/schemes, and
+  // each reading's fields in words and its summary come with the decode answer: this script knows no scheme.
+  let schemeInfo = {}; // scheme name -> its /v1/schemes entry
+  const examples = {}; // example button name -> text (one per scheme, a log excerpt, an invalid ID)
 
   const $ = (sel, root = document) => root.querySelector(sel);
 
@@ -106,7 +80,7 @@
   }
 
   function schemeTitle(name) {
-    return SCHEME_TITLES[name] || name;
+    return (schemeInfo[name] && schemeInfo[name].title) || name;
   }
 
   function badge(scheme) {
@@ -220,106 +194,22 @@
     return el("span", { class: "future-note", text: "In the future: an unlikely reading, or the issuing node's clock was ahead." });
   }
 
-  // --- what each field means, in words ----------------------------------------------------------------------------
+  // --- what each field means, in words (the server words them; captions come from /v1/schemes) --------------------
 
-  function qualifierWords(q) {
-    return QUALIFIER_WORDS[String(q).toLowerCase()] || "a type this page has no words for";
-  }
-
-  function modeName(mode) {
-    if (mode === 0 || String(mode).toLowerCase() === "spread") return "SPREAD";
-    if (mode === 1 || String(mode).toLowerCase().replace("-", "_") === "time_sequential") return "TIME_SEQUENTIAL";
-    return String(mode).toUpperCase();
-  }
-
-  const WORDS = {
-    "muid": {
-      timestamp_us: (v) => v === -1
-        ? ["global: no time (the all-F sentinel)", "Gink's \"global\" sentinel: the ID belongs to no moment."]
-        : [`${grouped(v)} µs since the Unix epoch`, "Microseconds since 1970-01-01 UTC: when the bundle was made (52 bits)."],
-      medallion: (v) => v === -1
-        ? ["every medallion (the all-F sentinel)", "All-F medallion: not tied to one node."]
-        : [`medallion ${hex(v, 11)}`, "The node that made the ID: 44 bits drawn at random and held under a lease."],
-      offset: (v) => [
-        v === 0 ? "offset 0: the bundle itself" : v > 0 ? `ID number ${grouped(v)} of its bundle` : `offset ${v} (negative)`,
-        "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
-      ],
-    },
-    "eight-byte": {
-      timestamp_ms: (v) => [`${grouped(v)} ms since the Unix epoch`, "Milliseconds since 1970-01-01 UTC (42 bits)."],
-      sequence: (v) => [`sequence ${v} of 0..63 in its millisecond`, "Counter within one millisecond for one generator: at most 64 IDs per ms."],
-      generator_id: (v, f) => [
-        f.cluster_id !== undefined ? `generator ${v} in cluster ${f.cluster_id}` : `generator ${v}`,
-        "Generator ID (0..2047) of the node that made it, leased so no two nodes share one.",
-      ],
-      cluster_id: (v) => [`cluster ${v}`, "Cluster ID (0..15), set in the issuing node's configuration."],
-      mode: (v) => modeName(v) === "SPREAD"
-        ? ["SPREAD: time stored bit-reversed", "Mode bit 0: the timestamp's bits are reversed so IDs spread evenly over keys (default)."]
-        : modeName(v) === "TIME_SEQUENTIAL"
-          ? ["TIME_SEQUENTIAL: time in the top bits", "Mode bit 1: the timestamp sits in the top bits, so IDs sort by time."]
-          : [`mode ${v}`, "The mode bit."],
-    },
-    "hlc-ulid": {
-      timestamp_ms: (v) => [`${grouped(v)} ms since the Unix epoch`, "Hybrid logical clock time: milliseconds since 1970-01-01 UTC (48 bits)."],
-      counter: (v) => [
-        v === 0 ? "counter 0: first ID of its logical millisecond" : `counter ${v}: ${plural(v, "ID")} before it in the same logical millisecond`,
-        "Logical counter of the hybrid logical clock (16 bits).",
-      ],
-      publisher_id: (v) => [`publisher ${hex(v, 4)}`, "Publisher ID (16 bits) of the node that made it, leased so no two nodes share one."],
-      random: (v) => [`random ${hex(v, 12)}`, "Tie-breaker drawn fresh from a CSPRNG for every ID (48 bits); it carries no meaning."],
-    },
-    "siq": {
-      seconds: (v) => [`${grouped(v)} s since the Unix epoch`, "Whole seconds since 1970-01-01 UTC (40 bits)."],
-      fraction: (v) => [`${v}/65536 s ≈ ${(Number(v) / 65.536).toFixed(3)} ms`, "Binary fraction of the second (16 bits): the tick is 1/65536 s."],
-      shard: (v) => [`shard ${v}`, "Shard (0..255) of the node that made it, leased so no two nodes share one."],
-      domain_hash: (v) => [
-        Number(v) === 0 ? "no domain (hash 0)" : `domain hash ${hex(v, 8)}`,
-        "Last 4 bytes of SHA-256 of the issuing domain name; 0 means no domain was set.",
-      ],
-      serial: (v, f) => [
-        f.qualifier !== undefined ? `serial ${v} among "${f.qualifier}" IDs of its tick` : `serial ${v}`,
-        "Counter per qualifier within one tick of 1/65536 s.",
-      ],
-      qualifier: (v) => [`qualifier "${v}": ${qualifierWords(v)}`, "What kind of object the ID names: the low 3 to 5 bits."],
-    },
-    "wiji": {
-      timestamp_us: (v) => [`${grouped(v)} µs since the Unix epoch`, "Microseconds since 1970-01-01 UTC (56 bits)."],
-      sequence: (v) => [`sequence ${v} in its microsecond`, "Counter within one microsecond for one process (16 bits)."],
-      version: (v) => [Number(v) === 1 ? "version 1 (Wiji v1)" : `version ${v}`, "Format version (4 bits); always 1."],
-      random: (v) => [
-        `process ${hex(v, 13)}`,
-        "52 random bits drawn once per generator process: IDs sharing them came from the same process.",
-      ],
-    },
-  };
-
-  function describeField(scheme, name, value, fields) {
-    const fn = WORDS[scheme] && WORDS[scheme][name];
-    const layout = (layoutIndex[scheme] || {})[name];
-    let meaning = typeof value === "object" && value !== null && typeof value !== "bigint" ? JSON.stringify(value) : String(value);
-    let caption = layout ? layout.description : "";
-    if (fn) [meaning, caption] = fn(value, fields);
+  function describeField(candidate, name, value) {
+    const layout = (layoutIndex[candidate.scheme] || {})[name];
+    const captions = (schemeInfo[candidate.scheme] && schemeInfo[candidate.scheme].captions) || {};
+    const words = candidate.words || {};
+    const meaning = words[name] !== undefined ? words[name]
+      : typeof value === "object" && value !== null && typeof value !== "bigint" ? JSON.stringify(value) : String(value);
+    const caption = captions[name] || (layout ? layout.description : "");
     return { meaning, caption, bits: layout ? layout.bits.join(", ") : "", layoutDescription: layout ? layout.description : "" };
   }
 
   // One line in words: what a decoded ID says about its maker.
   function summary(candidate) {
-    const f = candidate.fields || {};
-    const words = (name) => describeField(candidate.scheme, name, f[name], f).meaning;
-    switch (candidate.scheme) {
-      case "muid":
-        return `${words("medallion")}, ${words("offset")}`;
-      case "eight-byte":
-        return `${words("generator_id")}, sequence ${f.sequence}, ${modeName(f.mode)}`;
-      case "hlc-ulid":
-        return `${words("publisher_id")}, counter ${f.counter}`;
-      case "siq":
-        return `${f.qualifier} #${f.serial} on shard ${f.shard}, ${words("domain_hash")}`;
-      case "wiji":
-        return `${words("random")}, sequence ${f.sequence}`;
-      default:
-        return Object.entries(f).map(([k, v]) => `${k} ${v}`).join(", ");
-    }
+    if (typeof candidate.summary === "string") return candidate.summary;
+    return Object.entries(candidate.fields || {}).map(([k, v]) => `${k} ${v}`).join(", ");
   }
 
   // --- rendering: one ID -------------------------------------------------------------------------------------------
@@ -356,7 +246,7 @@
     const body = el("tbody");
     const fields = candidate.fields || {};
     for (const [name, value] of Object.entries(fields)) {
-      const d = describeField(candidate.scheme, name, value, fields);
+      const d = describeField(candidate, name, value);
       const tooltip = [d.bits ? `bits ${d.bits}` : "", d.layoutDescription].filter(Boolean).join(": ");
       body.append(el("tr", { dataset: { field: name } },
         el("th", { scope: "row", title: tooltip || null },
@@ -391,11 +281,11 @@
     return button;
   }
 
-  // "not an ID of any scheme (muid: rule; wiji: rule)" -> [[scheme, rule], ...] for a list; the text stays verbatim too.
+  // "not an ID of any scheme (scheme-a: rule; scheme-b: rule)" -> [[scheme, rule], ...] for a list; the text stays verbatim too.
   function splitRules(error) {
     const m = /^(.*?) \((.*)\)$/s.exec(error);
     if (!m) return null;
-    const known = Object.keys(SCHEME_TITLES).concat(Object.keys(layoutIndex));
+    const known = Object.keys(schemeInfo).concat(Object.keys(layoutIndex));
     const parts = m[2].split("; ");
     const pairs = [];
     for (const part of parts) {
@@ -724,7 +614,7 @@
     for (const scheme of list) {
       const index = {};
       for (const f of layoutFields(scheme)) {
-        // a field split over several bit ranges (eight-byte's generator ID) may appear more than once
+        // a field split over several bit ranges (e.g. a generator ID in two parts) may appear more than once
         const entry = index[f.name] || (index[f.name] = { bits: [], description: f.description || "" });
         if (f.bits !== undefined) entry.bits.push(String(f.bits));
       }
@@ -772,7 +662,7 @@
           el("th", { scope: "row" }, el("code", { text: f.name })),
           el("td", { class: "bits", text: String(f.bits) }),
           el("td", { text: f.description || "" })))));
-      const rest = Object.entries(scheme).filter(([k]) => !["name", "layout", "fields", "bit_layout"].includes(k));
+      const rest = Object.entries(scheme).filter(([k]) => !["name", "title", "captions", "layout", "fields", "bit_layout"].includes(k));
       const details = el("details", { id: `layout-${scheme.name}`, dataset: { scheme: scheme.name } },
         el("summary", {}, badge(scheme.name), el("strong", { text: schemeTitle(scheme.name) }),
           el("span", { class: "summary-text", text: total ? `${total} bits, ${plural(fields.length, "field")}` : "" })),
@@ -788,11 +678,30 @@
   async function loadLayouts() {
     try {
       const list = schemeList(await api("v1/schemes"));
+      schemeInfo = Object.fromEntries(list.map((scheme) => [scheme.name, scheme]));
       indexLayouts(list);
+      addExamples(list);
       renderLayouts(list);
     } catch (error) {
       layoutList.replaceChildren(el("p", { class: "notice notice-error", text: `The scheme layouts could not be loaded: ${error.message}` }));
     }
+  }
+
+  // One example button per scheme (its own example ID), then a log excerpt made of them and an invalid ID (the
+  // first example cut short), placed before the page's other example buttons.
+  function addExamples(list) {
+    const withExample = list.filter((scheme) => typeof scheme.example === "string" && scheme.example);
+    const container = $("ul.examples");
+    const first = container.firstElementChild;
+    for (const scheme of withExample) {
+      examples[scheme.name] = scheme.example;
+      container.insertBefore(el("li", {}, el("button", { type: "button", class: "example", dataset: { example: scheme.name },
+        text: scheme.title || scheme.name })), first);
+    }
+    const levels = ["INFO ", "WARN ", "INFO ", "DEBUG"];
+    examples.log = withExample.map((scheme, i) =>
+      `2025-01-01 00:00:${String(i + 3).padStart(2, "0")} ${levels[i % levels.length]} app   ${scheme.name} id ${scheme.example} handled`).join("\n");
+    examples.invalid = withExample.length ? withExample[0].example.slice(0, -1) : "";
   }
 
   function openLayoutFromHash() {
@@ -830,9 +739,10 @@
     setText("");
     input.focus();
   });
-  for (const button of document.querySelectorAll("button.example")) {
-    button.addEventListener("click", () => setText(EXAMPLES[button.dataset.example] || ""));
-  }
+  $("ul.examples").addEventListener("click", (event) => {
+    const button = event.target.closest("button.example");
+    if (button) setText(examples[button.dataset.example] || "");
+  });
   for (const button of document.querySelectorAll("button.sort")) {
     button.addEventListener("click", () => {
       const key = button.dataset.sort;

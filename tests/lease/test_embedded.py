@@ -12,12 +12,12 @@ import httpx
 import pytest
 
 from app.errors import PoolExhaustedError
-from app.lease.base import Holder, PoolSpec
+from app.lease.base import Holder
 from app.lease.embedded import EmbeddedBackend
-from tests.helpers import SCHEMES, serve_process
+from tests.helpers import SCHEMES, pool_spec, serve_process
 
 HOLDER = Holder(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
-POOL = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2, group="0")
+POOL = pool_spec("eight-byte", minimum=0, maximum=2, settings={"cluster_id": 0})
 
 
 def run(coro):  # noqa: ANN001, ANN201
@@ -38,7 +38,7 @@ def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
 
 
 def test_static_assignment_conflict(tmp_path: Path) -> None:
-    static = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, candidates=(9,), static=True)
+    static = pool_spec("siq", minimum=0, maximum=255, candidates=(9,), static=True)
     backend = EmbeddedBackend(tmp_path)
     assert run(backend.claim(static, HOLDER)).identity == 9
     with pytest.raises(PoolExhaustedError, match="statically assigned"):
@@ -58,9 +58,10 @@ def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) 
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         from pathlib import Path
-        from app.lease.base import Holder, PoolSpec
+        from app.lease.base import Holder
         from app.lease.embedded import EmbeddedBackend
-        pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2, group="0")
+        from tests.helpers import pool_spec
+        pool = pool_spec("eight-byte", minimum=0, maximum=2, settings={{"cluster_id": 0}})
         b = EmbeddedBackend(Path({str(tmp_path)!r}))
         c = asyncio.run(b.claim(pool, Holder("x", 1, "0", "now")))
         asyncio.run(c.record_mark(777))
@@ -77,7 +78,7 @@ def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) 
         proc.kill()
         proc.wait()
         proc.stdout.close()
-    pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=held, maximum=held, group="0")
+    pool = pool_spec("eight-byte", minimum=held, maximum=held, settings={"cluster_id": 0})
     taken = run(EmbeddedBackend(tmp_path).claim(pool, HOLDER))
     assert taken.identity == held and taken.high_water_mark == 777
 

@@ -19,9 +19,10 @@ import anyio
 import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Holder, PoolSpec
+from app.lease.base import Holder
 from app.lease.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
 from app.settings import Settings, load_settings
+from tests.helpers import pool_spec
 from tests.support.etcd import EtcdServer, free_port, make_tls_material
 
 pytestmark = pytest.mark.anyio
@@ -30,11 +31,11 @@ TTL_S = 2
 MARGIN_S = 0.5
 ROOT = Path(__file__).resolve().parents[2]
 
-EIGHT_BYTE = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0")
-MUID = PoolSpec(scheme="muid", kind="medallion", minimum=0x10000000000, maximum=0x1FFFFFFFFFF, draw="random")
-HLC_ULID = PoolSpec(scheme="hlc-ulid", kind="publisher_id", minimum=0, maximum=65535)
-SIQ = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, group="86ce1947")
-SHARDS_RANDOM = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, draw="random", group="00000000")
+EIGHT_BYTE = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0})
+MUID = pool_spec("muid", minimum=0x10000000000, maximum=0x1FFFFFFFFFF, draw="random")
+HLC_ULID = pool_spec("hlc-ulid", minimum=0, maximum=65535)
+SIQ = pool_spec("siq", minimum=0, maximum=255, settings={"siq_domain": "example.com"})
+SHARDS_RANDOM = pool_spec("siq", minimum=0, maximum=255, draw="random")
 
 
 @pytest.fixture(scope="module")
@@ -153,26 +154,26 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
 
 
 async def test_pool_exhaustion_and_release(etcd_server: EtcdServer, etcd_namespace: str) -> None:
-    two = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=1, group="0")
+    two = pool_spec("eight-byte", minimum=0, maximum=1, settings={"cluster_id": 0})
     async with backend(etcd_server, etcd_namespace) as a, backend(etcd_server, etcd_namespace) as b:
         first = await a.claim(two, holder(0))
         await b.claim(two, holder(1))
         with pytest.raises(PoolExhaustedError, match=r"no free generator_id in cluster 0: 2 of 2 held"):
             await b.claim(two, holder(1))
-        random_two = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=1, draw="random",
-                              group="0")
+        random_two = pool_spec("eight-byte", minimum=0, maximum=1, draw="random",
+                              settings={"cluster_id": 0})
         with pytest.raises(PoolExhaustedError):
             await b.claim(random_two, holder(1))
         await a.release(first, None)
         assert first.lost() and not first.valid()
         again = await b.claim(two, holder(1))
         assert again.identity == first.identity
-        static = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                           candidates=(again.identity,), static=True)
         with pytest.raises(PoolExhaustedError, match=rf"static generator_id in cluster 0 unavailable: "
                                                      rf"{again.identity} is held by replica-1 pid 1001"):
             await a.claim(static, holder(0))
-        excluded = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=3, group="0",
+        excluded = pool_spec("eight-byte", minimum=0, maximum=3, settings={"cluster_id": 0},
                             exclude=frozenset({2}))
         assert (await a.claim(excluded, holder(0))).identity == 3
 
@@ -187,11 +188,11 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
     async with backend(etcd_server, ns) as a:
         got = [(await a.claim(EIGHT_BYTE, holder(0))).identity for _ in range(3)]
         assert got == [2, 4, 5]
-        static = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                           candidates=(3,), static=True)
         with pytest.raises(PoolExhaustedError, match="java-uniqueid writes an empty value"):
             await a.claim(static, holder(0))
-        cluster1 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="1")
+        cluster1 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 1})
         assert (await a.claim(cluster1, holder(0))).identity == 0
         found = await keys_under(raw, f"{ns}pool/")
         assert found[f"{ns}pool/0:3"] == (b"", 0)  # untouched
@@ -201,7 +202,7 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
 async def test_cluster_id_key_lists_allowed_cluster_ids(etcd_server: EtcdServer, etcd_namespace: str,
                                                         raw: aetcd.Client) -> None:
     ns = etcd_namespace
-    cluster3 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="3")
+    cluster3 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 3})
     async with backend(etcd_server, ns) as a:
         await raw.put(f"{ns}cluster-id".encode(), b"1, 3")  # as java-uniqueid's TestHelper writes it
         with pytest.raises(NotReadyError, match=r"cluster ID 0 is not listed in etcd key .*cluster-id \('1, 3'\)") \
@@ -230,7 +231,7 @@ async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
 async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
         etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
     ns = etcd_namespace
-    pool = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=0, group="86ce1947")
+    pool = pool_spec("siq", minimum=0, maximum=0, settings={"siq_domain": "example.com"})
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(pool, holder(0))
         assert claim.high_water_mark == -1
@@ -258,16 +259,17 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 
 HOLDER_SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, time
-    from app.lease.base import Holder, PoolSpec
+    from app.lease.base import Holder
     from app.lease.etcd import EtcdBackend
     from app.settings import load_settings
+    from tests.helpers import pool_spec
 
     async def main():
         settings = load_settings(etcd_endpoints=sys.argv[1], etcd_namespace=sys.argv[2], etcd_lease_ttl=int(sys.argv[3]),
                                  etcd_safety_margin=0.5, etcd_connect_timeout=1, etcd_request_timeout=1)
         backend = EtcdBackend(settings)
         await backend.start()
-        pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+        pool = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                         candidates=(7,), static=True)
         holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
@@ -300,7 +302,7 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
                 stream.close()
     killed_at = time.monotonic()
 
-    static7 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+    static7 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                        candidates=(7,), static=True)
     async with backend(etcd_server, ns) as b:
         refused = 0
@@ -322,7 +324,7 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
 async def test_holder_that_stops_refreshing_fails_closed_before_another_can_claim(
         etcd_server: EtcdServer, etcd_namespace: str) -> None:
     ns = etcd_namespace
-    static = PoolSpec(scheme="hlc-ulid", kind="publisher_id", minimum=0, maximum=65535, candidates=(42,),
+    static = pool_spec("hlc-ulid", minimum=0, maximum=65535, candidates=(42,),
                       static=True)
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(static, holder(0))

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.errors import InvalidIdError
-from app.schemes import _crockford
+from app.schemes import _crockford, _text
 from app.schemes._crockford import ULID, WIJI, decode, encode
 
 VALUES = st.integers(min_value=0, max_value=_crockford.VALUE_MAX)
@@ -154,49 +154,49 @@ def test_column_table_is_cached_by_the_window_only() -> None:
 
 
 def test_hex4_table() -> None:
-    table = _crockford.hex4_table()
+    table = _text.hex4_table()
     for v in (0, 1, 0xABCD, 0xFFFF, 0x0F0F):
         assert table[v : v + 1].tobytes() == f"{v:04x}".encode()
 
 
 def test_text_rows_repeats_rows_part_after_part() -> None:
-    rows = _crockford.text_rows([(b"abc\n", 3), (b"xyz\n", 0), (b"def\n", 5)], key="test-rows")
+    rows = _text.text_rows([(b"abc\n", 3), (b"xyz\n", 0), (b"def\n", 5)], key="test-rows")
     assert rows.shape == (8, 4)
     assert rows.tobytes() == b"abc\n" * 3 + b"def\n" * 5
-    one = _crockford.text_rows([(b"0123456789\n", 1)], key="test-rows")
+    one = _text.text_rows([(b"0123456789\n", 1)], key="test-rows")
     assert one.tobytes() == b"0123456789\n"
     with pytest.raises(ValueError, match="every row must be 4 bytes long"):
-        _crockford.text_rows([(b"abc\n", 1), (b"abcd\n", 1)], key="test-rows")
+        _text.text_rows([(b"abc\n", 1), (b"abcd\n", 1)], key="test-rows")
 
 
 @given(st.integers(1, 3000), st.binary(min_size=1, max_size=40))
 def test_text_rows_any_count(count: int, row: bytes) -> None:
-    assert _crockford.text_rows([(row, count)], key="test-rows").tobytes() == row * count
+    assert _text.text_rows([(row, count)], key="test-rows").tobytes() == row * count
 
 
 def test_char_view_writes_four_characters_per_row() -> None:
-    rows = _crockford.text_rows([(b"..........\n", 3)], key="test-rows")
-    view = _crockford.char_view(rows, 5)
+    rows = _text.text_rows([(b"..........\n", 3)], key="test-rows")
+    view = _text.char_view(rows, 5)
     view[...] = np.frombuffer(b"ABCDEFGHIJKL", dtype="<u4")
     assert rows.tobytes() == b".....ABCD.\n.....EFGH.\n.....IJKL.\n"
-    _crockford.char_view(rows, 0, "<u2")[1] = np.frombuffer(b"xy", dtype="<u2")[0]
+    _text.char_view(rows, 0, "<u2")[1] = np.frombuffer(b"xy", dtype="<u2")[0]
     assert rows.tobytes()[11:13] == b"xy"
     with pytest.raises(ValueError, match="overruns"):
-        _crockford.char_view(rows, 8)
+        _text.char_view(rows, 8)
 
 
 def test_scratch_is_reused_and_grows() -> None:
-    a = _crockford.scratch("test-scratch", 10, np.intp)
-    b = _crockford.scratch("test-scratch", 20, np.intp)
+    a = _text.scratch("test-scratch", 10, np.intp)
+    b = _text.scratch("test-scratch", 20, np.intp)
     assert a.shape == (10,) and b.shape == (20,)
     assert np.shares_memory(a, b)
-    big = _crockford.scratch("test-scratch", 1 << 17, np.intp)
+    big = _text.scratch("test-scratch", 1 << 17, np.intp)
     assert big.shape == (1 << 17,)
-    assert _crockford.scratch("test-scratch", 5, np.uint8).dtype == np.uint8
+    assert _text.scratch("test-scratch", 5, np.uint8).dtype == np.uint8
 
 
 def test_scratch_does_not_keep_huge_arrays() -> None:
-    size = _crockford.SCRATCH_KEPT_BYTES_MAX // 8 + 1
-    a = _crockford.scratch("test-huge", size, np.intp)
-    b = _crockford.scratch("test-huge", size, np.intp)
+    size = _text.SCRATCH_KEPT_BYTES_MAX // 8 + 1
+    a = _text.scratch("test-huge", size, np.intp)
+    b = _text.scratch("test-huge", size, np.intp)
     assert a.shape == (size,) and not np.shares_memory(a, b)

@@ -1,0 +1,161 @@
+"""The one parser of the issue routes' parameters, shared by the raw-ASGI fast path and the FastAPI routes.
+
+Each scheme gets one pydantic model (:func:`issue_model`), built by one function from the scheme's declared
+:attr:`~app.schemes.base.Scheme.options`: ``count``, ``format`` and the scheme's options, ``extra="forbid"``.
+The same model reads a GET query, a POST query and a POST JSON body, so the paths cannot disagree:
+
+* ``count`` is a whole number written in ASCII digits (``"5"``; a JSON body may also give the number ``5``); a
+  sign, a space or any other Unicode digit (``²``, ``٣``) is a 422, never a 500;
+* an unknown parameter is a 422 naming it; an option of another scheme is a 422 saying which schemes it applies to;
+* each option's text is checked by :meth:`~app.schemes.base.Scheme.parse_option`, whose value is passed to the
+  generator as the option's ``kwarg``.
+
+:func:`parse_issue` returns an :class:`IssueRequest` or raises :class:`~app.errors.InvalidOptionError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+
+from app.errors import InvalidOptionError
+from app.schemes import schemes
+from app.schemes.base import Scheme
+
+MAX_BODY_BYTES = 16_384
+"""Largest JSON body accepted by POST /v1/ids/{scheme} (its parameters only; anything larger is a 413)."""
+
+COUNT_DIGITS_MAX = 18
+"""Longest count text read (far above any maximum; keeps int() of a huge digit string off the event loop)."""
+COUNT_RULE = "count must be a whole number written in ASCII digits 0-9"
+
+
+def _ascii_count(value: object) -> object:
+    """``count`` as text of ASCII digits only (or a JSON integer); everything else names the rule."""
+    if isinstance(value, str):
+        if value and value.isascii() and value.isdigit():
+            if len(value) > COUNT_DIGITS_MAX:
+                raise ValueError(f"count must have at most {COUNT_DIGITS_MAX} digits, got {len(value)}")
+            return int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{COUNT_RULE}, got {value!r}")
+
+
+Count = Annotated[int, BeforeValidator(_ascii_count)]
+
+
+class IssueParams(BaseModel):
+    """The parameters every scheme's issue routes take; :func:`issue_model` adds the scheme's options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    count: Count = Field(1, description="How many IDs (1..max_count; the stream allows up to max_stream_count).")
+    format: str | None = Field(None, description="Text form; default the scheme's canonical form. See /v1/schemes.")
+
+
+@functools.lru_cache(maxsize=None)
+def issue_model(scheme: Scheme) -> type[IssueParams]:
+    """The parameter model of ``scheme``'s issue routes: count, format, and one optional text field per option."""
+    fields: dict[str, Any] = {
+        option.name: (str | None, Field(None, description=option.description)) for option in scheme.options
+    }
+    name = "".join(part.capitalize() for part in scheme.name.replace("_", "-").split("-")) + "IssueParams"
+    return create_model(name, __base__=IssueParams, **fields)
+
+
+@dataclass(frozen=True)
+class IssueRequest:
+    """One validated issue request: ``count`` (in range), the resolved ``format``, the generator's ``options``."""
+
+    count: int
+    format: str
+    options: dict[str, Any]
+
+
+def option_owners(name: str) -> list[str]:
+    """The schemes that declare an issue option called ``name``."""
+    return [s.name for s in schemes().values() if any(o.name == name for o in s.options)]
+
+
+def _explain(scheme: Scheme, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "parameters"
+        if err["type"] == "extra_forbidden":
+            owners = option_owners(where)
+            if owners:
+                problems.append(f"{where} applies only to {', '.join(owners)}, not {scheme.name}")
+            else:
+                known = ", ".join(issue_model(scheme).model_fields)
+                problems.append(f"unknown parameter {where!r} for {scheme.name}; it takes {known}")
+        elif where == "count":
+            problems.append(str(err["msg"]).removeprefix("Value error, "))
+        else:
+            problems.append(f"{where}: {err['msg']}")
+    return "; ".join(problems)
+
+
+def parse_issue(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequest:
+    """Validate one issue request's parameters (query and/or JSON members) for ``scheme``.
+
+    ``maximum`` is the largest count allowed (max_count, or max_stream_count for the stream). Raises
+    InvalidOptionError naming every rule broken. The answer for no parameters at all (the hot path's plain
+    ``GET /v1/ids/{scheme}``) is this same parse, memoized.
+    """
+    if not params:
+        return _parse_no_params(scheme, maximum)
+    return _parse(scheme, params, maximum)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_no_params(scheme: Scheme, maximum: int) -> IssueRequest:
+    return _parse(scheme, {}, maximum)
+
+
+def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequest:
+    try:
+        parsed = issue_model(scheme).model_validate(params)
+    except ValidationError as exc:
+        raise InvalidOptionError(_explain(scheme, exc)) from None
+    count = parsed.count
+    if not 1 <= count <= maximum:
+        raise InvalidOptionError(f"count must be in 1..{maximum}, got {count}")
+    fmt = scheme.resolve_format(parsed.format)
+    options: dict[str, Any] = {}
+    for option in scheme.options:
+        text = getattr(parsed, option.name)
+        if text is not None:
+            options[option.kwarg] = scheme.parse_option(option.name, text)
+    return IssueRequest(count, fmt, options)
+
+
+def query_params(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Query pairs as a dict; a parameter given twice is a 422 (never silently the first or the last)."""
+    params: dict[str, str] = {}
+    for name, value in pairs:
+        if name in params:
+            raise InvalidOptionError(f"{name} must be given once, got it more than once")
+        params[name] = value
+    return params
+
+
+def merge_body(params: dict[str, Any], body: bytes) -> dict[str, Any]:
+    """Add a POST body's JSON object members to the query ``params``. Raises InvalidOptionError for a body that
+    is not a JSON object or that repeats a query parameter."""
+    if not body.strip():
+        return params
+    try:
+        members = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidOptionError("the request body must be a JSON object of issue parameters") from None
+    if not isinstance(members, dict):
+        raise InvalidOptionError("the request body must be a JSON object of issue parameters")
+    twice = sorted(set(members) & set(params))
+    if twice:
+        raise InvalidOptionError(f"{', '.join(twice)} given both in the query and in the body")
+    return {**params, **members}

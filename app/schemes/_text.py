@@ -1,0 +1,173 @@
+"""Numpy text helpers shared by every scheme's column-wise batch encoder (ASCII rows, one ID per line).
+
+A batch is encoded as a C-contiguous ``(count, width)`` uint8 array whose rows are one ID's text plus a newline:
+filled from a template row (:func:`text_rows`), then the varying columns are written through strided views
+(:func:`char_view`, :func:`write_runs`) from lookup tables (:func:`hex4_table`, :func:`hex_pairs`, and
+:func:`app.schemes._crockford.column_table` for Crockford base32). Arrays come from per-thread scratch buffers
+(:func:`scratch`, :func:`lead_rows`): a fresh multi-megabyte array per batch costs more in page faults than the
+encoding. Every table is built once, lazily, and read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+NEWLINE = 10
+"""ASCII ``\\n``, ending every row."""
+
+TABLE_INDEX_BITS = 16
+TABLE_ROWS = 1 << TABLE_INDEX_BITS
+"""Lookup tables are indexed by 16-bit values."""
+TABLE_ENTRY_CHARS = 4
+"""Characters per ``<u4`` table entry (one 4-byte write per row)."""
+
+HEX_LOWER = b"0123456789abcdef"
+HEX_UPPER = b"0123456789ABCDEF"
+_HEX_DIGIT_BITS = 4
+
+
+# --- scratch buffers, rows, views -------------------------------------------------------------------------
+
+
+class _Scratch(threading.local):
+    """Per-thread reusable arrays: a fresh multi-megabyte array per batch costs more in page faults than encoding."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, npt.NDArray[np.generic]] = {}
+
+
+_scratch = _Scratch()
+
+
+SCRATCH_KEPT_BYTES_MAX = 1 << 24
+"""Larger scratch arrays (batches of more than ~600,000 IDs) are allocated per call, not kept."""
+
+
+def scratch(key: str, size: int, dtype: npt.DTypeLike) -> npt.NDArray[np.generic]:
+    """A 1-D array of ``size`` elements of ``dtype``, reused by this thread for every call with the same ``key``.
+
+    Contents are undefined. The array is valid until the next call with ``key`` on this thread: callers copy out
+    (``tobytes()``) before returning. Arrays over :data:`SCRATCH_KEPT_BYTES_MAX` are fresh and not kept.
+    """
+    dtype = np.dtype(dtype)
+    if size * dtype.itemsize > SCRATCH_KEPT_BYTES_MAX:
+        return np.empty(size, dtype=dtype)
+    array = _scratch.arrays.get(key)
+    if array is None or array.dtype != dtype or array.size < size:
+        array = np.empty(max(size, TABLE_ROWS), dtype=dtype)
+        _scratch.arrays[key] = array
+    return array[:size]
+
+
+def text_rows(parts: Sequence[tuple[bytes, int]], key: str = "rows") -> npt.NDArray[np.uint8]:
+    """An ``(sum(count), width)`` uint8 array whose rows are ``row`` repeated ``count`` times, part after part.
+
+    Every ``row`` has the same ``width`` (text plus newline). Built in the per-thread scratch buffer ``key`` (see
+    :func:`scratch`: valid until the next call with that key on this thread) by memcpy doubling, so filling costs
+    about one pass over the memory.
+    """
+    width = len(parts[0][0])
+    total = sum(count for _, count in parts)
+    flat = scratch(key, total * width, np.uint8)
+    start = 0
+    for row, count in parts:
+        if len(row) != width:
+            raise ValueError(f"every row must be {width} bytes long, got {len(row)}")
+        if count == 0:
+            continue
+        end = start + count * width
+        flat[start : start + width] = np.frombuffer(row, dtype=np.uint8)
+        filled = width
+        while start + filled < end:
+            step = min(filled, end - start - filled)
+            flat[start + filled : start + filled + step] = flat[start : start + step]
+            filled += step
+        start = end
+    return flat.reshape(total, width)
+
+
+def char_view(rows: npt.NDArray[np.uint8], column: int, dtype: npt.DTypeLike = "<u4") -> npt.NDArray[np.generic]:
+    """A writable 1-D view of ``rows`` (C-contiguous ``(n, width)`` uint8) reading ``dtype`` at byte ``column``.
+
+    Writing a ``<u4`` array into it lays 4 characters down in every row at once, at columns ``column..column+3``.
+    """
+    item = np.dtype(dtype).itemsize
+    if column + item > rows.shape[1]:
+        raise ValueError(f"a {item}-byte write at column {column} overruns a {rows.shape[1]}-byte row")
+    return np.ndarray(
+        (rows.shape[0],), dtype=dtype, buffer=rows, offset=column, strides=(rows.strides[0],)
+    )
+
+
+def write_runs(
+    rows: npt.NDArray[np.uint8], column: int, runs: Sequence[tuple[npt.NDArray[np.generic], int, int]]
+) -> None:
+    """For each ``(table, first, count)`` in turn, write ``table[first : first + count]`` into the next ``count``
+    rows of ``rows`` at byte ``column`` (one ``table.dtype`` write per row, see :func:`char_view`).
+
+    The runs of a batch are its consecutive sequence/counter values, one run per tick.
+    """
+    start = 0
+    for table, first, count in runs:
+        char_view(rows, column, table.dtype)[start : start + count] = table[first : first + count]
+        start += count
+
+
+class _LeadRows(threading.local):
+    def __init__(self) -> None:
+        self.arrays: dict[tuple[str, int, bytes], npt.NDArray[np.uint8]] = {}
+
+
+_lead_rows = _LeadRows()
+
+LEAD_ROWS_KEPT = 1 << 16
+"""Largest batch whose rows come from the reused per-thread array of :func:`lead_rows`; larger ones are fresh."""
+
+
+def lead_rows(key: str, count: int, width: int, lead: bytes = b"") -> npt.NDArray[np.uint8]:
+    """A ``(count, width)`` uint8 array whose rows start with ``lead`` (a form's constant leading text, such as
+    ``did:siq:``, written once per thread); the rest is undefined. Valid until the next call with the same
+    ``key``, ``width`` and ``lead`` on this thread (callers copy out); batches over :data:`LEAD_ROWS_KEPT` rows get a
+    fresh array."""
+    slot = (key, width, lead)
+    array = _lead_rows.arrays.get(slot) if count <= LEAD_ROWS_KEPT else None
+    if array is None:
+        array = np.empty((max(count, LEAD_ROWS_KEPT), width), dtype=np.uint8)
+        if lead:
+            array[:, : len(lead)] = np.frombuffer(lead, dtype=np.uint8)
+        if count <= LEAD_ROWS_KEPT:
+            _lead_rows.arrays[slot] = array
+    return array[:count]
+
+
+# --- lookup tables ----------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=2)
+def hex4_table(upper: bool = False) -> npt.NDArray[np.uint32]:
+    """The 4 hex digits (lowercase, or uppercase with ``upper``) of every 16-bit value: shape ``(65536,)``, dtype
+    ``<u4``, byte j = digit j (``.view(np.uint8).reshape(-1, 4)`` gives the characters as rows)."""
+    digits = np.frombuffer(HEX_UPPER if upper else HEX_LOWER, dtype=np.uint8)
+    values = np.arange(TABLE_ROWS, dtype=np.uint32)
+    table = np.empty((TABLE_ROWS, TABLE_ENTRY_CHARS), dtype=np.uint8)
+    for j in range(TABLE_ENTRY_CHARS):
+        table[:, j] = digits[(values >> ((TABLE_ENTRY_CHARS - 1 - j) * _HEX_DIGIT_BITS)) & 0xF]
+    table.flags.writeable = False
+    return table.view("<u4").reshape(TABLE_ROWS)
+
+
+@functools.lru_cache(maxsize=2)
+def hex_pairs(upper: bool = False) -> npt.NDArray[np.uint16]:
+    """The 2 hex digits of every byte: shape ``(256,)``, dtype uint16 whose bytes are the two ASCII digits in
+    order, so ``hex_pairs()[bytes_array].view(np.uint8)`` is the hex text of ``bytes_array``."""
+    digits = np.frombuffer(HEX_UPPER if upper else HEX_LOWER, dtype=np.uint8)
+    pairs = np.empty((256, 2), dtype=np.uint8)
+    pairs[:, 0] = digits[np.arange(256) >> _HEX_DIGIT_BITS]
+    pairs[:, 1] = digits[np.arange(256) & 0xF]
+    pairs.flags.writeable = False
+    return pairs.view(np.uint16).reshape(256)

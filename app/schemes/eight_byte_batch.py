@@ -1,0 +1,226 @@
+"""Eight-byte batches: column-wise (numpy) encoding of the hex and decimal forms, and the eight-byte generator.
+
+Split from :mod:`app.schemes.eight_byte` (the codec, the scheme and its settings live there; this module is
+the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.eight_byte`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import InvalidOptionError
+from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
+from app.schemes import _text
+from app.schemes._text import NEWLINE
+from app.schemes.eight_byte import (
+    CLUSTER_ID_MAX,
+    GENERATOR_ID_MAX,
+    HEX_LEN,
+    MODE_SHIFT,
+    NANOSECS_IN_MILLISECS,
+    PACKED_BYTES,
+    SCHEME,
+    SEQUENCE_BITS,
+    SEQUENCE_MASK,
+    SEQUENCE_SHIFT,
+    SEQUENCE_VALUES,
+    TIMESTAMP_MS_MAX,
+    TIMESTAMP_SHIFT,
+    Mode,
+    _low_bits,
+    reverse_bits_array,
+)
+
+
+# --- batch encoding -----------------------------------------------------------------------------------------------
+
+Run = tuple[int, int, int]
+"""``(timestamp_ms, first_slot, count)``: consecutive slots of one millisecond; slot = index * 64 + sequence."""
+
+
+class EightByteBatch(Batch):
+    """IDs issued by one :meth:`EightByteGenerator.generate` call, as runs of slots per millisecond.
+
+    Slot ``k`` of a millisecond is sequence ``k % 64`` of the ``k // 64``-th generator ID held. Values are built
+    column-wise with numpy (uint64) on first use.
+    """
+
+    def __init__(self, runs: Sequence[Run], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
+        self.runs = tuple(runs)
+        self.mode = mode
+        self.count = sum(run[2] for run in self.runs)
+        self._low_bits = low_bits
+        self._array: npt.NDArray[np.uint64] | None = None
+
+    def array(self) -> npt.NDArray[np.uint64]:
+        """The packed IDs as a uint64 array, in issue order."""
+        if self._array is None:
+            self._array = self._build()
+        return self._array
+
+    def _build(self) -> npt.NDArray[np.uint64]:
+        if not self.count:
+            return np.empty(0, dtype=np.uint64)
+        milliseconds = np.array([run[0] for run in self.runs], dtype=np.uint64)
+        if self.mode is Mode.SPREAD:
+            timestamp_bits = reverse_bits_array(milliseconds)
+        else:
+            timestamp_bits = milliseconds << np.uint64(TIMESTAMP_SHIFT)
+        if len(self.runs) == 1:
+            _, first, count = self.runs[0]
+            slots = np.arange(first, first + count, dtype=np.uint64)
+            head: npt.NDArray[np.uint64] | np.uint64 = timestamp_bits[0]
+        else:
+            firsts = np.array([run[1] for run in self.runs], dtype=np.int64)
+            counts = np.array([run[2] for run in self.runs], dtype=np.int64)
+            starts = np.cumsum(counts) - counts
+            slots = (np.arange(self.count, dtype=np.int64) + np.repeat(firsts - starts, counts)).astype(np.uint64)
+            head = np.repeat(timestamp_bits, counts)
+        sequence = (slots & np.uint64(SEQUENCE_MASK)) << np.uint64(SEQUENCE_SHIFT)
+        low = self._low_bits[slots >> np.uint64(SEQUENCE_BITS)]
+        mode = np.uint64(int(self.mode) << MODE_SHIFT)
+        values: npt.NDArray[np.uint64] = head | sequence | low | mode
+        return values
+
+    def encode(self, fmt: str) -> bytes:
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
+        fmt = SCHEME.resolve_format(fmt)
+        values = self.array()
+        if fmt == "decimal":
+            if not self.count:
+                return b""
+            return ("\n".join(map(str, values.tolist())) + "\n").encode("ascii")
+        big_endian = values.astype(">u8").view(np.uint8).reshape(self.count, PACKED_BYTES)
+        out = np.empty((self.count, HEX_LEN + 1), dtype=np.uint8)
+        out[:, :HEX_LEN] = _text.hex_pairs()[big_endian].view(np.uint8).reshape(self.count, HEX_LEN)
+        out[:, HEX_LEN] = NEWLINE
+        return out.tobytes()
+
+    def values(self) -> list[int]:
+        result: list[int] = self.array().tolist()
+        return result
+
+    @property
+    def high_water(self) -> int:
+        return max((run[0] for run in self.runs), default=-1)
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class EightByteGenerator(Generator):
+    """Issues eight-byte IDs for the generator IDs this node holds (SPEC_NOTES.md "Eight-byte IDs", Generation).
+
+    Each millisecond has ``64 * len(generator_ids)`` slots: for each held generator ID in order, sequence 0..63.
+    :meth:`generate` hands out slots strictly after the last one it handed out, so no ID ever repeats:
+
+    * clock moved on: start at slot 0 of the current millisecond (slots of the previous one are abandoned);
+    * same millisecond, or the clock stepped back (a clock rollback, counted in :attr:`stats`): keep the last
+      millisecond and continue its sequence (the reference resets the sequence and can repeat IDs; we do not);
+    * slots of the usable milliseconds used up: return what was issued (a partial batch, possibly empty) and
+      :meth:`wait_ns` tells how long until the next millisecond may be used. Never waits itself.
+
+    ``lookback_ms``: slots in milliseconds ``now - lookback_ms .. now`` that come after the last slot handed out
+    (never-used milliseconds, and the rest of the last one) may also be used, so a streaming caller that wakes up
+    late still fills the format's cap of 64 IDs per ms per generator ID. Timestamps are never in the future (never
+    above the clock, except to continue the last millisecond after a clock rollback) and never at or below a used
+    slot. 0 (the default) = only the current millisecond, as the reference.
+
+    ``floor`` (ms) is the restored high-water mark: no ID at or below it is issued. Both modes share this state;
+    the mode only changes the encoding. Raises ValueError naming the rule for an empty, out-of-range (0..2047) or
+    repeated generator ID, a cluster ID outside 0..15, a negative ``lookback_ms`` or a floor below -1.
+    """
+
+    def __init__(
+        self,
+        generator_ids: Sequence[int],
+        cluster_id: int,
+        *,
+        clock: Clock = time.time_ns,
+        floor: int = -1,
+        lookback_ms: int = 0,
+    ) -> None:
+        ids = tuple(generator_ids)
+        if not ids:
+            raise ValueError("generator_ids must hold at least one generator ID")
+        for generator_id in ids:
+            if not 0 <= generator_id <= GENERATOR_ID_MAX:
+                raise ValueError(f"generator ID must be in 0..{GENERATOR_ID_MAX}, got {generator_id}")
+        repeated = sorted({generator_id for generator_id in ids if ids.count(generator_id) > 1})
+        if repeated:
+            raise ValueError(f"generator IDs must be distinct, got {', '.join(map(str, repeated))} more than once")
+        if not 0 <= cluster_id <= CLUSTER_ID_MAX:
+            raise ValueError(f"cluster_id must be in 0..{CLUSTER_ID_MAX}, got {cluster_id}")
+        if not -1 <= floor <= TIMESTAMP_MS_MAX:
+            raise ValueError(f"floor must be in -1..{TIMESTAMP_MS_MAX} milliseconds, got {floor}")
+        if lookback_ms < 0:
+            raise ValueError(f"lookback_ms must be >= 0, got {lookback_ms}")
+        self.generator_ids = ids
+        self.cluster_id = cluster_id
+        self.lookback_ms = lookback_ms
+        self._clock = clock
+        self._floor = floor
+        self._slots_per_ms = SEQUENCE_VALUES * len(ids)
+        self._low_bits = np.array([_low_bits(g, cluster_id) for g in ids], dtype=np.uint64)
+        # Position after the last slot handed out: (millisecond, next slot). The floor's millisecond is full.
+        self._ms = floor
+        self._next_slot = self._slots_per_ms
+        self._last_issued: int | None = None
+        self.stats = GeneratorStats()
+
+    def generate(self, count: int, mode: object = "spread", **options: Any) -> EightByteBatch:
+        """Up to ``count`` (>= 1) IDs in ``mode`` ("spread", the default, or "time_sequential").
+
+        May return fewer, even 0, when the usable milliseconds are full: call again after :meth:`wait_ns`.
+        Raises InvalidOptionError for a bad count, mode or unknown option; OverflowError past 2109-05-15.
+        """
+        if options:
+            raise InvalidOptionError(f"eight-byte takes only the mode option, got {', '.join(sorted(options))}")
+        id_mode = Mode.from_option(mode)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidOptionError(f"count must be >= 1 for eight-byte, got {count}")
+        now_ns = self._clock()
+        now_ms = now_ns // NANOSECS_IN_MILLISECS
+        if self._last_issued is not None and now_ms < self._last_issued:
+            self.stats.clock_rollbacks += 1
+            self.stats.max_rollback_ns = max(
+                self.stats.max_rollback_ns, self._last_issued * NANOSECS_IN_MILLISECS - now_ns
+            )
+        last_usable = max(now_ms, self._ms)  # past the clock only to continue the last millisecond
+        if last_usable > TIMESTAMP_MS_MAX:
+            raise OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
+        ms, slot = self._ms, self._next_slot
+        if ms < now_ms - self.lookback_ms:
+            ms, slot = now_ms - self.lookback_ms, 0
+        runs: list[Run] = []
+        remaining = count
+        while remaining and ms <= last_usable:
+            if slot == self._slots_per_ms:
+                ms, slot = ms + 1, 0
+                continue
+            taken = min(self._slots_per_ms - slot, remaining)
+            runs.append((ms, slot, taken))
+            slot += taken
+            remaining -= taken
+        if runs:
+            last_ms, first, taken = runs[-1]
+            self._ms, self._next_slot = last_ms, first + taken
+            self._last_issued = last_ms
+        if remaining:
+            self.stats.sequence_exhausted += 1
+        return EightByteBatch(runs, self._low_bits, id_mode)
+
+    def wait_ns(self) -> int:
+        """0 if a slot is free now; else nanoseconds until the clock reaches the next millisecond to use."""
+        if self._next_slot < self._slots_per_ms:
+            return 0
+        return max(0, (self._ms + 1) * NANOSECS_IN_MILLISECS - self._clock())
+
+    @property
+    def high_water(self) -> int:
+        return self._floor if self._last_issued is None else max(self._floor, self._last_issued)

@@ -1,0 +1,503 @@
+"""SIQ batches: column-wise (numpy) encoding of did, hex and decimal forms, and the SIQ generator.
+
+Split from :mod:`app.schemes.siq` (the codec, the scheme and its settings live there; this module is
+the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.siq`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import InvalidOptionError
+from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
+from app.schemes import _text
+from app.schemes._text import NEWLINE
+from app.schemes.siq import (
+    BASE32_ALPHABET,
+    BASE32_CHAR_BITS,
+    BYTE_BITS,
+    CRC_FIELD_BYTES,
+    DID_DROPPED_CHARS,
+    DID_LEN,
+    DID_PREFIX,
+    DID_PREFIX_LEN,
+    HEX_DIGIT_BITS,
+    HEX_LEN,
+    LOW_BITS,
+    PACKED_BYTES,
+    QUALIFIERS,
+    SCHEME,
+    SHARD_MAX,
+    TICK_BITS,
+    TICK_MAX,
+    _pack_prefix,
+    domain_hash,
+    encode_hex,
+    encode_low,
+    ns_from_tick,
+    qualifier_width,
+    tick_from_ns,
+)
+
+
+# --- batch encoding: lookup tables (built once, lazily) -----------------------------------------------------------
+
+WORD_BYTES = 8
+"""Text is written 8 bytes at a time: one little-endian uint64 per row and (unaligned) column offset."""
+CRC_BITS = 32
+_CHAR_MASK = (1 << BASE32_CHAR_BITS) - 1
+_THREE_CHAR_BITS = 3 * BASE32_CHAR_BITS  # 15
+_THREE_CHAR_MASK = (1 << _THREE_CHAR_BITS) - 1
+_HEX_DIGIT_MASK = (1 << HEX_DIGIT_BITS) - 1
+_LOW_HEX_DIGITS = LOW_BITS // HEX_DIGIT_BITS  # 4
+_DEC4 = 10_000
+_DEC4_DIGITS = 4
+
+
+@functools.cache
+def crc32_position_table() -> npt.NDArray[np.uint32]:
+    """(14, 256) uint32: the CRC-32 contribution of byte value b at position i of a 14-byte message.
+
+    CRC-32 is affine over GF(2): for messages of equal length ``crc(m) = crc(base) ^ XOR_i T[i, m[i] ^ base[i]]``,
+    with ``T[i, b] = crc32(one-hot(i, b)) ^ crc32(zeros)`` (zlib.crc32 over one-hot messages).
+    """
+    zeros = bytes(PACKED_BYTES)
+    crc_zeros = zlib.crc32(zeros)
+    table = np.empty((PACKED_BYTES, 1 << BYTE_BITS), dtype=np.uint32)
+    for position in range(PACKED_BYTES):
+        message = bytearray(zeros)
+        for byte in range(1 << BYTE_BITS):
+            message[position] = byte
+            table[position, byte] = zlib.crc32(message) ^ crc_zeros
+    return table
+
+
+def crc32_rows(rows: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint32]:
+    """zlib CRC-32 of every row of an (n, 14) uint8 array, column-wise with :func:`crc32_position_table`."""
+    table = crc32_position_table()
+    crc = np.full(rows.shape[0], zlib.crc32(bytes(PACKED_BYTES)), dtype=np.uint32)
+    for position in range(PACKED_BYTES):
+        crc ^= table[position].take(rows[:, position])
+    return crc
+
+
+@functools.cache
+def _crc_low_table() -> npt.NDArray[np.uint32]:
+    """(65536,) uint32: the CRC-32 contribution of every value of the serial field (packed bytes 12 and 13)."""
+    table = crc32_position_table()
+    high, low = table[PACKED_BYTES - 2], table[PACKED_BYTES - 1]
+    return (high[:, None] ^ low[None, :]).ravel()
+
+
+@functools.cache
+def _alphabet() -> npt.NDArray[np.uint64]:
+    return np.frombuffer(BASE32_ALPHABET, dtype=np.uint8).astype(np.uint64)
+
+
+@functools.cache
+def _three_chars(byte_offset: int) -> npt.NDArray[np.uint64]:
+    """(32768,) uint64: the three base32 characters of a 15-bit value at bytes offset..offset+2 (little-endian)."""
+    values = np.arange(1 << _THREE_CHAR_BITS, dtype=np.uint64)
+    alphabet = _alphabet()
+    word = np.zeros(1 << _THREE_CHAR_BITS, dtype=np.uint64)
+    for char in range(3):
+        index = (values >> np.uint64(BASE32_CHAR_BITS * (2 - char))) & np.uint64(_CHAR_MASK)
+        word |= alphabet.take(index) << np.uint64(BYTE_BITS * (byte_offset + char))
+    return word
+
+
+@functools.cache
+def _did_tail(nibble: int) -> npt.NDArray[np.uint64]:
+    """(65536,) uint64 indexed by the serial field: bytes 3..7 = characters k28..k31 and the newline.
+
+    k28 joins the domain hash's low ``nibble`` with serial bit 15; k29..k31 are serial bits 14..0.
+    """
+    values = np.arange(1 << LOW_BITS, dtype=np.uint64)
+    k28 = _alphabet().take((values >> np.uint64(LOW_BITS - 1)) | np.uint64(nibble << 1))
+    k29 = _three_chars(_TAIL_K29_BYTE).take(values & np.uint64(_THREE_CHAR_MASK))
+    return k28 << np.uint64(BYTE_BITS * _TAIL_K28_BYTE) | k29 | np.uint64(NEWLINE << (BYTE_BITS * (WORD_BYTES - 1)))
+
+
+@functools.cache
+def _hex_tail() -> npt.NDArray[np.uint64]:
+    """(65536,) uint64 indexed by the serial field: bytes 3..6 = its 4 lowercase hex digits, byte 7 = newline."""
+    values = np.arange(1 << LOW_BITS, dtype=np.uint64)
+    digits = np.frombuffer(_text.HEX_LOWER, dtype=np.uint8).astype(np.uint64)
+    word = np.full(1 << LOW_BITS, NEWLINE << (BYTE_BITS * (WORD_BYTES - 1)), dtype=np.uint64)
+    for digit in range(_LOW_HEX_DIGITS):
+        nibble = (values >> np.uint64(HEX_DIGIT_BITS * (_LOW_HEX_DIGITS - 1 - digit))) & np.uint64(_HEX_DIGIT_MASK)
+        word |= digits.take(nibble) << np.uint64(BYTE_BITS * (_TAIL_CONST_BYTES + digit))
+    return word
+
+
+@functools.cache
+def _dec4() -> npt.NDArray[np.uint64]:
+    """(10000,) uint64: bytes 0..3 = the 4 zero-padded decimal digits of 0..9999."""
+    text = "".join(f"{value:04d}" for value in range(_DEC4)).encode("ascii")
+    return np.frombuffer(text, dtype="<u4").astype(np.uint64)
+
+
+@functools.cache
+def _serial_fields(code: int) -> npt.NDArray[np.intp]:
+    """(2**(16-w),) intp, read-only: the serial field ``counter << w | suffix`` of every counter of ``code``."""
+    width = qualifier_width(code)
+    table = np.arange(1 << (LOW_BITS - width), dtype=np.intp) << width | (code & ((1 << width) - 1))
+    table.flags.writeable = False
+    return table
+
+
+def _put_words(out: npt.NDArray[np.uint8], column: int, words: Any) -> None:
+    """Write 8 bytes per row at ``out[:, column:column + 8]`` from uint64 ``words`` (little-endian byte order)."""
+    out[:, column : column + WORD_BYTES].view("<u8")[:, 0] = words
+
+
+def _word(data: bytes) -> int:
+    """Up to 8 bytes as the little-endian integer that :func:`_put_words` writes back as those bytes."""
+    return int.from_bytes(data, "little")
+
+
+# Text layouts (columns of one row; every row ends with a newline):
+#   did (38): 0..7 "did:siq:" | 8..10 k3..k5 = CRC bits 31..18 | 11..13 k6..k8 = CRC bits 17..3 |
+#             14 k9 = CRC bits 2..0 + tick bits 55..54 | 15..32 k10..k27 = tick, shard, domain hash (one per tick) |
+#             33 k28 = domain hash bits 3..0 + serial bit 15 | 34..36 k29..k31 = serial bits 14..0 | 37 newline
+#   hex (29): 0..23 tick, shard, domain hash (one per tick) | 24..27 serial | 28 newline
+# (k = the base32 character's index in the 32-character block; k0..k2 are the dropped "aaa".)
+_DID_CRC_WORD = DID_PREFIX_LEN  # 8: k3..k9 and k10
+_DID_K3_CRC_BITS = BASE32_CHAR_BITS - 1
+"""k3's top bit is the CRC field's last always-zero bit; its other 4 bits are CRC bits 31..28."""
+_DID_K3_SHIFT = CRC_BITS - (_DID_K3_CRC_BITS + 2 * BASE32_CHAR_BITS)  # 18: k3..k5 hold CRC bits 31..18
+_DID_K6_BYTE = 3
+_DID_K9_BYTE = 6
+_DID_K10_BYTE = 7
+_DID_K9_CRC_BITS = 3
+_DID_K9_TICK_BITS = BASE32_CHAR_BITS - _DID_K9_CRC_BITS
+_DID_CONST = _DID_CRC_WORD + WORD_BYTES  # 16: k11.. up to the tail word
+_DID_TAIL_WORD = DID_LEN + 1 - WORD_BYTES  # 30: k25..k27 (domain hash) + k28..k31 + newline
+_DID_K10 = 10
+"""Index in the 32-character base32 block of k10, the first character fixed by the tick alone."""
+_DID_TAIL_BLOCK_START = _DID_TAIL_WORD - DID_PREFIX_LEN + DID_DROPPED_CHARS  # k25
+_NIBBLE_MASK = 0xF
+_TAIL_CONST_BYTES = 3
+"""Tail words (did, hex) begin with 3 constant characters (domain hash), then the serial's characters."""
+_TAIL_K28_BYTE = _TAIL_CONST_BYTES
+_TAIL_K29_BYTE = _TAIL_K28_BYTE + 1
+_HEX_TAIL_WORD = HEX_LEN + 1 - WORD_BYTES  # 21
+_DECIMAL_LOW = 10**12
+"""Decimal batches split each value as ``high * 10**12 + low``; high is fixed per tick, low fits a uint64."""
+_DECIMAL_LOW_DIGITS = 12
+_DECIMAL_MID_BYTE = 5
+"""The second word of the 12 low digits starts at digit 5: digits 5..11 and the newline."""
+
+
+SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
+"""Largest batch encoded in the reused per-thread array; larger ones get a fresh array."""
+CHUNK_ROWS = 8192
+"""Rows encoded per pass: keeps numpy's temporaries (8 bytes per row) small enough to be reused, not page-faulted."""
+
+
+class SiqBatch(Batch):
+    """SIQs issued together for one shard, domain and qualifier: runs ("segments") of consecutive counters, one per
+    tick. Encoding is column-wise: the tick, shard and domain hash columns are computed once per segment; the
+    checksum and serial columns come from lookup tables indexed by the 16-bit serial field (CRC-32 being affine,
+    ``crc(id) = crc(segment prefix) ^ T[serial]``).
+    """
+
+    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[tuple[int, int, int]]) -> None:
+        """``segments``: (tick, first counter, count) runs in issue order; ``code``: the qualifier code."""
+        self.shard = shard
+        self.domain_hash = domain_hash
+        self.code = code
+        self.width = qualifier_width(code)
+        self.segments = segments
+        self.count = sum(count for _tick, _first, count in segments)
+
+    # -- slow path -------------------------------------------------------------------------------------------------
+    def values(self) -> list[int]:
+        suffix = self.code & ((1 << self.width) - 1)
+        out: list[int] = []
+        for tick, first, count in self.segments:
+            base = _pack_prefix(tick, self.shard, self.domain_hash) | suffix
+            out.extend(base | counter << self.width for counter in range(first, first + count))
+        return out
+
+    @property
+    def high_water(self) -> int:
+        return self.segments[-1][0] if self.segments else -1
+
+    # -- hot path --------------------------------------------------------------------------------------------------
+    def encode(self, fmt: str) -> bytes:
+        if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
+            return scalar_lines(SCHEME.format, self.values(), fmt)
+        fmt = SCHEME.resolve_format(fmt)
+        if not self.count:
+            return b""
+        if fmt == "did":
+            width = DID_LEN
+        elif fmt == "hex":
+            width = HEX_LEN
+        else:
+            high_len = self._decimal_high_len()
+            if high_len is None:
+                return self._encode_decimal_slow()
+            width = high_len + _DECIMAL_LOW_DIGITS
+        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1, DID_PREFIX.encode("ascii") if fmt == "did" else b"")
+        row = 0
+        for chunk in self._chunks():
+            rows = out[row : row + chunk.count]
+            if fmt == "did":
+                chunk._fill_did(rows)
+            elif fmt == "hex":
+                chunk._fill_hex(rows)
+            else:
+                chunk._fill_decimal(rows, width - _DECIMAL_LOW_DIGITS)
+            row += chunk.count
+        return out.tobytes()
+
+    def _chunks(self) -> list[SiqBatch]:
+        """This batch cut into batches of at most ``CHUNK_ROWS`` IDs (splitting segments where needed)."""
+        if self.count <= CHUNK_ROWS:
+            return [self]
+        chunks: list[SiqBatch] = []
+        segments: list[tuple[int, int, int]] = []
+        room = CHUNK_ROWS
+        for tick, first, count in self.segments:
+            while count:
+                taken = min(count, room)
+                segments.append((tick, first, taken))
+                first, count, room = first + taken, count - taken, room - taken
+                if not room:
+                    chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
+                    segments, room = [], CHUNK_ROWS
+        if segments:
+            chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
+        return chunks
+
+    def _prefixes(self) -> list[int]:
+        """The packed value with serial field 0 of every segment."""
+        return [_pack_prefix(tick, self.shard, self.domain_hash) for tick, _first, _count in self.segments]
+
+    def _low(self) -> npt.NDArray[np.intp]:
+        """(count,) intp: the 16-bit serial field of every ID (intp: numpy's fast index type for ``take``).
+
+        Read-only: a single segment's column is a view of a shared table.
+        """
+        table = _serial_fields(self.code)
+        parts = [table[first : first + count] for _tick, first, count in self.segments]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _per_row(self, per_segment: list[int], dtype: type[np.integer[Any]]) -> Any:
+        """A per-segment value for every row: a scalar for one segment, else a repeated (count,) column."""
+        if len(self.segments) == 1:
+            return dtype(per_segment[0])
+        return np.repeat(np.array(per_segment, dtype=dtype), [count for *_, count in self.segments])
+
+    def _put_text(self, out: npt.NDArray[np.uint8], column: int, per_segment: list[bytes]) -> None:
+        """Write each segment's constant text (equal lengths, >= 8 bytes) at ``column``, 8 bytes at a time."""
+        length = len(per_segment[0])
+        for offset in [*range(0, length - WORD_BYTES, WORD_BYTES), length - WORD_BYTES]:
+            words = [_word(text[offset : offset + WORD_BYTES]) for text in per_segment]
+            if len(words) == 1:
+                _put_words(out, column + offset, np.full(self.count, words[0], dtype=np.uint64))
+            else:
+                _put_words(out, column + offset, self._per_row(words, np.uint64))
+
+    def _fill_did(self, out: npt.NDArray[np.uint8]) -> None:
+        """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``)."""
+        crcs: list[int] = []
+        k9_words: list[tuple[int, ...]] = []
+        consts: list[bytes] = []
+        block = b""
+        for (tick, _first, _count), prefix in zip(self.segments, self._prefixes()):
+            packed = prefix.to_bytes(PACKED_BYTES, "big")
+            crcs.append(zlib.crc32(packed))
+            block = base64.b32encode(bytes(CRC_FIELD_BYTES) + packed).lower()
+            tick_bits = tick >> (TICK_BITS - _DID_K9_TICK_BITS)
+            # the word's bytes 6..7 (k9, k10) for each value of the CRC's low 3 bits
+            k9_words.append(tuple(
+                BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
+                | block[_DID_K10] << (BYTE_BITS * _DID_K10_BYTE)
+                for crc_bits in range(1 << _DID_K9_CRC_BITS)
+            ))
+            consts.append(block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START])
+        low = self._low()
+        crc32 = _crc_low_table().take(low)
+        crc32 ^= self._per_row(crcs, np.uint32)
+        crc = crc32.astype(np.intp)
+        k9_index = crc & ((1 << _DID_K9_CRC_BITS) - 1)
+        if len(set(k9_words)) > 1:  # k9, k10 hold tick bits 55..49: they change once in 2**33 seconds
+            k9_index |= self._per_row(list(range(len(self.segments))), np.intp) << _DID_K9_CRC_BITS
+        else:
+            k9_words = k9_words[:1]
+        crc_word = _three_chars(0).take(crc >> _DID_K3_SHIFT)
+        crc_word |= _three_chars(_DID_K6_BYTE).take((crc >> _DID_K9_CRC_BITS) & _THREE_CHAR_MASK)
+        crc_word |= np.array(k9_words, dtype=np.uint64).ravel().take(k9_index)
+        tail_word = _did_tail(self.domain_hash & _NIBBLE_MASK).take(low)
+        tail_word |= np.uint64(_word(block[_DID_TAIL_BLOCK_START : _DID_TAIL_BLOCK_START + _TAIL_CONST_BYTES]))
+        _put_words(out, _DID_CRC_WORD, crc_word)
+        self._put_text(out, _DID_CONST, consts)
+        _put_words(out, _DID_TAIL_WORD, tail_word)
+
+    def _fill_hex(self, out: npt.NDArray[np.uint8]) -> None:
+        """Write every row of the hex form: tick, shard and domain hash digits per segment, then the serial's."""
+        texts = [encode_hex(prefix).encode("ascii") for prefix in self._prefixes()]
+        tail_word = _hex_tail().take(self._low())
+        tail_word |= np.uint64(_word(texts[0][_HEX_TAIL_WORD : _HEX_TAIL_WORD + _TAIL_CONST_BYTES]))
+        self._put_text(out, 0, [text[:_HEX_TAIL_WORD] for text in texts])
+        _put_words(out, _HEX_TAIL_WORD, tail_word)
+
+    def _decimal_high_len(self) -> int | None:
+        """Digits above the low 12 when every ID has the same number (at least 8) and no segment carries across
+        10**12 (all real IDs but ~1e-7 of segments); None sends the batch to ``"\\n".join(map(str, ...))``."""
+        lengths = set()
+        for prefix, (_tick, first, count) in zip(self._prefixes(), self.segments):
+            high, low = divmod(prefix, _DECIMAL_LOW)
+            if low + encode_low(first + count - 1, self.code) >= _DECIMAL_LOW:
+                return None
+            lengths.add(len(str(high)))
+        high_len = lengths.pop()
+        return high_len if not lengths and high_len >= WORD_BYTES else None
+
+    def _fill_decimal(self, out: npt.NDArray[np.uint8], high_len: int) -> None:
+        """Write every row of the decimal form: ``high_len`` digits per segment, then 12 zero-padded low digits."""
+        highs: list[bytes] = []
+        lows: list[int] = []
+        for prefix in self._prefixes():
+            high, low = divmod(prefix, _DECIMAL_LOW)
+            highs.append(str(high).encode("ascii"))
+            lows.append(low)
+        low_column = self._low() + self._per_row(lows, np.intp)
+        # four-digit groups; floor division by a scalar is fast in numpy, np.divmod is not
+        top = low_column // (_DEC4 * _DEC4)
+        rest = low_column - top * (_DEC4 * _DEC4)
+        middle = rest // _DEC4
+        bottom = rest - middle * _DEC4
+        dec4 = _dec4()
+        middle_digits = dec4.take(middle)
+        first_word = dec4.take(top)
+        first_word |= middle_digits << np.uint64(_DEC4_DIGITS * BYTE_BITS)
+        second_word = middle_digits >> np.uint64((_DECIMAL_MID_BYTE - _DEC4_DIGITS) * BYTE_BITS)
+        second_word |= dec4.take(bottom) << np.uint64((2 * _DEC4_DIGITS - _DECIMAL_MID_BYTE) * BYTE_BITS)
+        second_word |= np.uint64(NEWLINE << (BYTE_BITS * (WORD_BYTES - 1)))
+        self._put_text(out, 0, highs)
+        _put_words(out, high_len, first_word)
+        _put_words(out, high_len + _DECIMAL_MID_BYTE, second_word)
+
+    def _encode_decimal_slow(self) -> bytes:
+        return ("\n".join(map(str, self.values())) + "\n").encode("ascii")
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+SPIN_BUDGET_NS = 50_000
+"""Most real time one :meth:`SiqGenerator.generate` call spends waiting for the clock to reach the next tick."""
+
+
+class SiqGenerator(Generator):
+    """Issues SIQs for one shard and domain (SPEC_NOTES.md "SIQ", generator errata fixed).
+
+    One counter per qualifier, each remembering the tick it counts in; one shared last tick, updated after every
+    ID. An ID is issued at tick ``t = max(now, last tick, floor + 1)``: a qualifier whose counter belongs to an
+    older tick restarts at 0, one that already counts in ``t`` continues (so a clock that steps back keeps the last
+    tick and continues the counter). IDs of different qualifiers differ in their suffix, so a tick may be shared;
+    one qualifier's (tick, counter) pairs strictly increase, so no ID ever repeats. When a counter runs out (2**(16-w)
+    per tick) the generator needs the clock in a later tick: it spins up to 50 µs of real time in total when that
+    is close, otherwise it returns a partial batch and :meth:`wait_ns` says how long to wait.
+
+    ``shard``: 0..255; ``domain``: ASCII domain name (``''``/``'0'`` -> hash 0); ``clock``: ns since the epoch;
+    ``floor``: high-water mark in ticks (1/65536 s), -1 for none. Raises ValueError naming the rule broken.
+    Clock rollbacks are counted when the clock reads below its highest earlier reading; issue
+    ticks running ahead of the clock (a floor above it, or counters outpacing ticks) are not rollbacks.
+    """
+
+    def __init__(self, shard: int, domain: str, *, clock: Clock = time.time_ns, floor: int = -1) -> None:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= SHARD_MAX:
+            raise ValueError(f"shard must be an integer in 0..{SHARD_MAX}, got {shard!r}")
+        if not isinstance(domain, str):
+            raise ValueError(f"SIQ domain must be a string, got {type(domain).__name__}")
+        if not -1 <= floor < TICK_MAX:
+            raise ValueError(f"floor must be in -1..{TICK_MAX - 1} ticks (1/65536 s), got {floor}")
+        self.shard = shard
+        self.domain = domain
+        self.domain_hash = domain_hash(domain)
+        self._clock = clock
+        self._floor = floor
+        self._last_tick = -1
+        """The last tick this generator issued an ID in (-1: none yet)."""
+        self._counters: dict[int, tuple[int, int]] = {}
+        """qualifier code -> (tick, next counter in that tick)."""
+        self._blocked_tick = -1
+        """The tick the last call waited for (it came back short), -1 if it was complete."""
+        self.stats = GeneratorStats()
+
+    @property
+    def high_water(self) -> int:
+        return max(self._floor, self._last_tick)
+
+    def wait_ns(self) -> int:
+        """Nanoseconds until the qualifier the last call ran out of can issue again (0 = now)."""
+        if self._blocked_tick < 0:
+            return 0
+        return max(0, ns_from_tick(self._blocked_tick) - self._clock())
+
+    def generate(self, count: int, **options: Any) -> SiqBatch:
+        """Issue up to ``count`` SIQs of one ``qualifier`` (option, default ``"user"``).
+
+        May return fewer (even 0) when the qualifier's counter is exhausted and the clock is not yet in the next
+        tick after the spin budget (or is far behind the last tick: clock rollback). Raises InvalidOptionError for a
+        count below 1, an unknown qualifier or another option; OverflowError past the last representable tick.
+        """
+        qualifier = options.pop("qualifier", "user")
+        if options:
+            raise InvalidOptionError(f"siq takes only the qualifier option, got {', '.join(sorted(options))}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidOptionError(f"count must be an integer >= 1 for siq, got {count!r}")
+        if not isinstance(qualifier, str) or qualifier not in QUALIFIERS:
+            raise InvalidOptionError(f"qualifier must be one of {', '.join(QUALIFIERS)} for siq, got {qualifier!r}")
+        code, width = QUALIFIERS[qualifier]
+        capacity = 1 << (LOW_BITS - width)
+
+        segments: list[tuple[int, int, int]] = []
+        remaining = count
+        spin_deadline = -1
+        self._blocked_tick = -1
+        now_ns = self._clock()
+        while True:
+            now_tick = tick_from_ns(now_ns)
+            self.stats.observe_clock(now_ns)
+
+            tick = max(now_tick, self._last_tick, self._floor + 1)
+            counter_tick, next_counter = self._counters.get(code, (-1, 0))
+            first = next_counter if counter_tick == tick else 0
+            if first < capacity:
+                if tick > TICK_MAX:
+                    raise OverflowError(f"SIQ timestamp would pass {TICK_MAX} ticks (2**40 seconds)")
+                issued = min(remaining, capacity - first)
+                segments.append((tick, first, issued))
+                self._counters[code] = (tick, first + issued)
+                self._last_tick = tick
+                remaining -= issued
+                if not remaining:
+                    break
+            # This qualifier's counter is exhausted in `tick`: it needs the clock in tick + 1 or later.
+            self.stats.sequence_exhausted += 1
+            target = tick + 1
+            if ns_from_tick(target) - now_ns > SPIN_BUDGET_NS:
+                self._blocked_tick = target
+                break
+            if spin_deadline < 0:
+                spin_deadline = time.perf_counter_ns() + SPIN_BUDGET_NS
+            while True:  # read the clock at least once, then until the next tick or the (real-time) budget's end
+                now_ns = self._clock()
+                if tick_from_ns(now_ns) >= target or time.perf_counter_ns() >= spin_deadline:
+                    break
+            if tick_from_ns(now_ns) < target:
+                self._blocked_tick = target
+                break
+        return SiqBatch(self.shard, self.domain_hash, code, segments)

@@ -1,0 +1,84 @@
+"""A scheme that issues through another scheme's issuer (``shares_generator_with``), as TypeID shares UUIDv7's:
+one claim, one generator, its own text through its own Batch (small batches too), metered under its own name."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import __version__
+from app.lease.embedded import EmbeddedBackend
+from app.metrics import Metrics
+from app.node import Node
+from app.schemes import schemes
+from app.schemes.base import Batch, Generator
+from app.schemes.hlc_ulid import HlcUlidScheme
+from tests.helpers import make_settings
+
+
+class PrefixedBatch(Batch):
+    def __init__(self, inner: Batch, prefix: str) -> None:
+        self.inner, self.prefix, self.count = inner, prefix.encode(), inner.count
+
+    def encode(self, fmt: str) -> bytes:
+        lines = self.inner.encode(fmt)
+        return b"".join(self.prefix + line + b"\n" for line in lines.splitlines())
+
+    def values(self) -> list[int]:
+        return self.inner.values()
+
+    @property
+    def high_water(self) -> int:
+        return self.inner.high_water
+
+
+class PrefixedGenerator(Generator):
+    def __init__(self, inner: Generator) -> None:
+        self.inner, self.stats = inner, inner.stats
+
+    def generate(self, count: int, **options: Any) -> Batch:
+        prefix = options.pop("prefix", "x")
+        return PrefixedBatch(self.inner.generate(count, **options), prefix + "_")
+
+    def wait_ns(self) -> int:
+        return self.inner.wait_ns()
+
+    @property
+    def high_water(self) -> int:
+        return self.inner.high_water
+
+
+class PrefixedHlcUlid(HlcUlidScheme):
+    name = "prefixed"
+    shares_generator_with = "hlc-ulid"
+
+    def share_generator(self, generator: Generator) -> Generator:
+        return PrefixedGenerator(generator)
+
+
+@pytest.mark.parametrize("count", [1, 5, 40_000])
+def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 count: int) -> None:
+    registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
+    monkeypatch.setattr("app.node.schemes", lambda: registry)
+
+    async def main() -> None:
+        node = Node(make_settings(tmp_path), EmbeddedBackend(tmp_path), Metrics(list(registry), __version__))
+        await node.start()
+        try:
+            base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
+            assert shared.claims is base.claims and len(base.claims) == 1
+            assert shared.describe()["identities"] == base.describe()["identities"]
+            issued = await shared.issue(count, {"prefix": "doc"})
+            lines = issued.encode("ulid").decode().splitlines()
+            assert len(lines) == count and all(line.startswith("doc_") for line in lines)
+            assert len(set(lines)) == count
+            plain = (await base.issue(1, {})).encode("ulid").decode().strip()
+            assert plain > lines[-1].removeprefix("doc_")  # one generator: monotonic across both schemes
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
