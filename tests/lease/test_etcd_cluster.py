@@ -20,8 +20,10 @@ from tests.support.etcd import EtcdCluster, EtcdServer
 
 pytestmark = pytest.mark.anyio
 
-TTL_S = 5
+TTL_S = 6
 MARGIN_S = 1.0
+"""A refresh is due every 2 s and the claims fail closed 5 s after the last one: 3 s for a leader election
+(etcd's worst case with its default election timeout is 2 s) and the retries after it."""
 
 
 @pytest.fixture(scope="module")
