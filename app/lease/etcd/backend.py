@@ -295,8 +295,8 @@ class EtcdBackend(LeaseBackend):
             if session is None or session.lost:
                 log.warning("etcd: no lease: %s; retrying with backoff", exc.reason)
             else:
-                log.warning("etcd: lease %s refresh failed: %s; issuing stops in %.1f s unless a refresh succeeds",
-                            session.hex, exc.reason, max(0.0, session.deadline - now))
+                log.warning("etcd: %s; lease %s fails closed in %.1f s unless a refresh succeeds", exc.reason,
+                            session.hex, max(0.0, session.deadline - now))
             self._healthy = False
         if session is not None and not session.lost and now >= session.deadline and not self._deadline_logged:
             self._deadline_logged = True
