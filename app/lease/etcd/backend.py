@@ -9,7 +9,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
@@ -464,14 +464,15 @@ class EtcdBackend(LeaseBackend):
     async def _follow(self, claim: EtcdClaim, start_revision: int, created: asyncio.Event) -> None:
         endpoint = self._client.endpoint
         try:
-            async for events in self._client.watch(claim.key.encode(), start_revision, created):
-                for event in events:
-                    if event.type == "DELETE":
-                        claim._set_lost("claim key deleted")
-                        return
-                    if event.kv.lease != claim.lease_id or event.kv.create_revision != claim._create_revision:
-                        claim._set_lost(f"claim key overwritten (now on lease {event.kv.lease:016x})")
-                        return
+            async with aclosing(self._client.watch(claim.key.encode(), start_revision, created)) as stream:
+                async for events in stream:
+                    for event in events:
+                        if event.type == "DELETE":
+                            claim._set_lost("claim key deleted")
+                            return
+                        if event.kv.lease != claim.lease_id or event.kv.create_revision != claim._create_revision:
+                            claim._set_lost(f"claim key overwritten (now on lease {event.kv.lease:016x})")
+                            return
         except EtcdCallError as exc:
             log.info("etcd: watch of %s on %s ended: %s", claim.key, exc.endpoint, exc.detail)
             if exc.code is None:
