@@ -14,8 +14,8 @@ from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
 from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
-from app.lease.draw import RANDOM_DRAW_TRIES, SMALL_POOL_SIZE, draw
-from app.lease.etcd import keys  # noqa: I001
+from app.lease.draw import SMALL_POOL_SIZE, draw
+from app.lease.etcd import keys
 from app.lease.etcd.client import (
     EtcdCallError,
     EtcdClient,
@@ -39,7 +39,7 @@ BACKOFF_MAX_S = 5.0
 MIN_ATTEMPT_TIMEOUT_S = 0.2
 WATCH_CREATE_TIMEOUT_S = 2.0
 
-__all__ = ["EtcdBackend", "EtcdClaim", "RANDOM_DRAW_TRIES"]
+__all__ = ["EtcdBackend", "EtcdClaim"]
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
