@@ -387,7 +387,8 @@ class EtcdBackend(LeaseBackend):
             if not result.succeeded:
                 now_held = result.ranges[0] or []
                 held[identity] = now_held[0].value if now_held else b""
-                if now_held and now_held[0].lease == session.lease_id and key not in ours:
+                if (now_held and now_held[0].lease == session.lease_id and key not in ours
+                        and key not in self._inflight and key not in {c.key.encode() for c in self._claims}):
                     # Our own put, committed by an attempt whose answer was lost: give it back, try the next.
                     await self._delete_quietly(key, now_held[0].create_revision, session.lease_id)
                 continue
