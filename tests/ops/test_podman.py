@@ -290,19 +290,24 @@ def compose_stack(podman: Podman, base_image: str, idmint_image: Image, tmp_path
                          'ENTRYPOINT ["/usr/local/bin/prometheus"]')
         up = compose("up", "-d", "etcd", *COMPOSE_REPLICAS, "prometheus")
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
-        yield {"compose": compose, "prometheus": f"http://127.0.0.1:{prometheus_port}", "up": up}
+        yield {"compose": compose, "prometheus": f"http://127.0.0.1:{prometheus_port}", "project": project}
     finally:
+        label = f"label=io.podman.compose.project={project}"
+        members = podman.run("ps", "-aq", "--filter", label, check=False).stdout.split()
+        anonymous = [mount["Name"] for info in (json.loads(podman.run("container", "inspect", *members).stdout)
+                                                 if members else [])
+                     for mount in info["Mounts"] if mount.get("Type") == "volume"]
         down = compose("down", "-v", "-t", str(GRACE_S))
-        leftover = podman.run("ps", "-aq", "--filter", f"label=io.podman.compose.project={project}",
-                              check=False).stdout.split()
+        leftover = podman.run("ps", "-aq", "--filter", label, check=False).stdout.split()
         if leftover:
-            podman.run("rm", "-f", "-t", "0", *leftover, check=False)
-        for volume in podman.run("volume", "ls", "-q", "--filter", f"label=io.podman.compose.project={project}",
-                                 check=False).stdout.split():
+            podman.run("rm", "-f", "-v", "-t", "0", *leftover, check=False)
+        volumes = podman.run("volume", "ls", "-q", "--filter", label, check=False).stdout.split()
+        for volume in {*volumes, *anonymous}:
             podman.run("volume", "rm", "-f", volume, check=False)
         podman.run("rmi", "-f", etcd_tag, prometheus_tag, check=False)
         lock.close()
         assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+        assert not leftover, f"podman-compose down left containers: {leftover}"
 
 
 def wait_for(what: str, check: Any, timeout: float, on_timeout: Any = None) -> None:
@@ -360,5 +365,17 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
             sorted(f"127.0.0.1:{port}" for port in COMPOSE_REPLICAS.values())
         rules = client.get(f"{prometheus}/api/v1/rules").json()["data"]["groups"]
         assert rules, "the alert rules of deploy/prometheus-rules.yml were not loaded"
+
+        # docker-compose.yml's stop_grace_period is enough: every replica exits on SIGTERM (code 0).
+        started = time.monotonic()
+        stop = compose("stop", *COMPOSE_REPLICAS, timeout=120)
+        assert stop.returncode == 0, stop.stdout[-3000:] + stop.stderr[-3000:]
+        assert time.monotonic() - started < GRACE_S * len(COMPOSE_REPLICAS)
+        for name in COMPOSE_REPLICAS:
+            ids = podman.run("ps", "-aq", "--filter", f"label=com.docker.compose.service={name}", "--filter",
+                             f"label=io.podman.compose.project={compose_stack['project']}").stdout.split()
+            assert len(ids) == 1, (name, ids)
+            state = json.loads(podman.run("container", "inspect", ids[0]).stdout)[0]["State"]
+            assert (state["Running"], state["ExitCode"]) == (False, 0), (name, state)
     finally:
         client.close()

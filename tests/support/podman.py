@@ -138,7 +138,7 @@ class Podman:
         label = f"label={SESSION_LABEL}={SESSION}"
         ids = self.run("ps", "-aq", "--filter", label, check=False).stdout.split()
         if ids:
-            self.run("rm", "-f", "-t", "0", *ids, check=False)
+            self.run("rm", "-f", "-v", "-t", "0", *ids, check=False)
         vols = self.run("volume", "ls", "-q", "--filter", label, check=False).stdout.split()
         if vols:
             self.run("volume", "rm", "-f", *vols, check=False)
@@ -402,7 +402,7 @@ class ContainerFactory:
     def cleanup(self) -> None:
         for container in self.containers:
             container.client.close()
-            self.podman.run("rm", "-f", "-t", "0", container.name, check=False)
+            self.podman.run("rm", "-f", "-v", "-t", "0", container.name, check=False)
         for volume in self.volumes:
             self.podman.run("volume", "rm", "-f", volume, check=False)
 
