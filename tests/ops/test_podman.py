@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -21,9 +22,7 @@ import pytest
 import yaml
 
 from tests.support.etcd import EtcdServer, find_etcd_binary
-from tests.support.podman import (
-    REPO, SESSION, STATE_DIR, Container, ContainerFactory, Image, Podman, build_image,
-)
+from tests.support.podman import REPO, SESSION, STATE_DIR, Container, ContainerFactory, Image, Podman, build_image
 from tests.support.prometheus import DEPLOY, IDMINT_JOB, find_tool, free_port
 
 GRACE_S = 15  # docker-compose.yml's stop_grace_period
@@ -237,8 +236,6 @@ def build_tool_image(podman: Podman, base_image: str, tag: str, workdir: Path, f
 
 
 def port_free(port: int) -> bool:
-    import socket
-
     with socket.socket() as sock:
         try:
             sock.bind(("127.0.0.1", port))
@@ -248,19 +245,25 @@ def port_free(port: int) -> bool:
 
 
 @pytest.fixture
-def compose_stack(podman: Podman, base_image: str, idmint_image: Image, tmp_path: Path) -> Iterator[dict[str, Any]]:
+def compose_ports(podman: Podman) -> Iterator[None]:
+    """One compose stack at a time on this machine (its ports are fixed): a lock file, then the ports must be free."""
+    with open(podman.root / "compose.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        busy = [port for port in (*ETCD_PORTS, *COMPOSE_REPLICAS.values()) if not port_free(port)]
+        if busy:
+            pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
+        yield
+
+
+@pytest.fixture
+def compose_stack(podman: Podman, base_image: str, idmint_image: Image, compose_ports: None,
+                  tmp_path: Path) -> Iterator[dict[str, Any]]:
     """docker-compose.yml + tests/ops/compose.podman.yml brought up with podman-compose (etcd, three replicas,
     Prometheus), torn down with ``down -v`` and every image made for it removed."""
-    lock = open(podman.root / "compose.lock", "w")  # one stack at a time on this machine (fixed ports)
-    fcntl.flock(lock, fcntl.LOCK_EX)
     project = f"idmint-test-{SESSION}"
     etcd_tag = f"localhost/idmint-test-etcd:{SESSION}"
     prometheus_tag = f"localhost/idmint-test-prometheus:{SESSION}"
     prometheus_port = free_port()
-    busy = [port for port in (*ETCD_PORTS, *COMPOSE_REPLICAS.values()) if not port_free(port)]
-    if busy:
-        lock.close()
-        pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
 
     deployed = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
     for job in deployed["scrape_configs"]:
@@ -306,7 +309,6 @@ def compose_stack(podman: Podman, base_image: str, idmint_image: Image, tmp_path
         for volume in {*volumes, *anonymous}:
             podman.run("volume", "rm", "-f", volume, check=False)
         podman.run("rmi", "-f", etcd_tag, prometheus_tag, check=False)
-        lock.close()
         assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
         assert not leftover, f"podman-compose down left containers: {leftover}"
 

@@ -53,6 +53,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.prometheus import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
@@ -85,6 +87,13 @@ def find_binary(name: str) -> str:
     return found
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` in one step (other test sessions may be reading it)."""
+    scratch = path.with_name(f".{path.name}.{SESSION}")
+    scratch.write_text(text)
+    scratch.replace(path)
+
+
 class Podman:
     """The podman CLI with this test suite's own containers.conf and storage.conf."""
 
@@ -96,7 +105,7 @@ class Podman:
         conf.mkdir(parents=True, exist_ok=True)
         self.containers_conf = conf / "containers.conf"
         self.storage_conf = conf / "storage.conf"
-        self.containers_conf.write_text(
+        _write_atomically(self.containers_conf, (
             "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_CONF).\n"
             "[containers]\n"
             "default_ulimits = []\n"
@@ -104,14 +113,14 @@ class Podman:
             'runtime = "runc"\n'
             'cgroup_manager = "cgroupfs"\n'
             'events_logger = "file"\n'
-        )
-        self.storage_conf.write_text(
+        ))
+        _write_atomically(self.storage_conf, (
             "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_STORAGE_CONF).\n"
             "[storage]\n"
             'driver = "overlay"\n'
             f'graphroot = "{root / "storage"}"\n'
             f'runroot = "{root / "run"}"\n'
-        )
+        ))
         self.env = {**os.environ, "CONTAINERS_CONF": str(self.containers_conf),
                     "CONTAINERS_STORAGE_CONF": str(self.storage_conf)}
 
@@ -384,8 +393,6 @@ class ContainerFactory:
 
     def start(self, *, env: dict[str, str] | None = None, port: int | None = None, image: str | None = None,
               args: tuple[str, ...] = (), command: tuple[str, ...] = (), ready: bool = True) -> Container:
-        from tests.support.prometheus import free_port
-
         port = port or free_port()
         name = f"idmint-test-{SESSION}-{secrets.token_hex(3)}"
         env_args: list[str] = []
