@@ -110,6 +110,7 @@ class AsyncClient(BaseClient[asyncio.Event]):
                 if buf.wants_refill(self._max_count):
                     self._schedule(key, buf)
                 continue
+            buf.misses += 1
             if buf.refilling:  # a refill is on its way: wait for it (its failure is ours)
                 generation = buf.generation
                 await self._locks[key].wait()

@@ -78,6 +78,7 @@ class Buffer:
         self.refills = 0
         self.issued = 0
         self.expired = 0
+        self.misses = 0
 
     # -- sizing ------------------------------------------------------------------------------------------------
     def refill_size(self, cap: int | None = None) -> int:
@@ -138,4 +139,4 @@ class Buffer:
         current = operator.length_hint(self.current.iterator) if self.current is not None else 0
         return BufferStats(scheme=self.scheme, options=dict(self.options), format=self.format,
                            buffered=self.queued + current, refill_size=self.refill_size(cap), refills=self.refills,
-                           issued=self.issued, expired=self.expired)
+                           issued=self.issued, expired=self.expired, misses=self.misses)

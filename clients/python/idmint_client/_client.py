@@ -139,6 +139,7 @@ class Client(BaseClient[threading.Condition]):
                     if buf.wants_refill(self._max_count):
                         self._schedule(key, buf)
                     continue
+                buf.misses += 1
                 if buf.refilling:  # a refill is on its way: wait for it (its failure is ours)
                     generation = buf.generation
                     while buf.refilling and buf.generation == generation:

@@ -99,7 +99,8 @@ class BufferStats:
 
     ``buffered``: IDs held now (fresh or not yet checked); ``refill_size``: the size of the next refill request;
     ``refills``: batch requests made; ``issued``: IDs received from the server; ``expired``: IDs discarded
-    unused because they were older than ``max_age``.
+    unused because they were older than ``max_age``; ``misses``: draws that found the buffer empty and waited
+    for the server (the first draw always does; more mean refills came too late).
     """
 
     scheme: str
@@ -110,3 +111,4 @@ class BufferStats:
     refills: int
     issued: int
     expired: int
+    misses: int
