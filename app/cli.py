@@ -72,8 +72,16 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
 @click.option("--mode", type=click.Choice(["spread", "time_sequential"]), help="eight-byte only.")
 @click.option("--type", "type_", help="siq only: qualifier type (default user).")
 @click.option("--after", help="hlc-ulid only: IDs sort after this HLC-ULID.")
-def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None, after: str | None) -> None:
-    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases."""
+@click.option("--server", metavar="URL[,URL]",
+              help="Ask a running fleet (its stream route, with failover) instead of minting locally.")
+def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str | None, after: str | None,
+         server: str | None) -> None:
+    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases
+    (or, with --server, streamed from a running fleet: another replica carries on if one fails)."""
+    if server is not None:
+        options = {k: v for k, v in (("mode", mode), ("type", type_), ("after", after)) if v is not None}
+        _mint_remote(server, scheme, count, fmt, options)
+        return
     settings = _settings()
     try:
         asyncio.run(_mint(settings, scheme, count, fmt, mode, type_, after))
@@ -83,6 +91,28 @@ def mint(scheme: str, count: int, fmt: str | None, mode: str | None, type_: str 
         raise click.ClickException(str(exc)) from exc
     except BrokenPipeError:
         # `idmint mint ... | head`: the reader went away; not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
+    try:
+        from idmint_client import Client, IdmintClientError
+    except ImportError as exc:
+        raise click.ClickException("--server needs the Python client: pip install ./clients/python") from exc
+    try:
+        client = Client(server)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--server") from exc
+    out = sys.stdout.buffer
+    try:
+        with client:
+            for chunk in client.stream_chunks(scheme, count, format=fmt, **options):
+                out.write(("\n".join(chunk) + "\n").encode("ascii"))
+        out.flush()
+    except IdmintClientError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
 
