@@ -93,6 +93,7 @@ class AsyncClient(BaseClient[asyncio.Event]):
         if buf is None:
             buf = self._buffers[key] = self._new_buffer(scheme, fmt, options)
         # No await between reading and changing the buffer below, so no other task sees it half-changed.
+        missed = False
         while True:
             now = _monotonic()
             head = self._heads.get(key)
@@ -110,7 +111,9 @@ class AsyncClient(BaseClient[asyncio.Event]):
                 if buf.wants_refill(self._max_count):
                     self._schedule(key, buf)
                 continue
-            buf.misses += 1
+            if not missed:
+                missed = True
+                buf.note_miss()
             if buf.refilling:  # a refill is on its way: wait for it (its failure is ours)
                 generation = buf.generation
                 await self._locks[key].wait()
@@ -142,7 +145,8 @@ class AsyncClient(BaseClient[asyncio.Event]):
         error: BaseException | None = None
         ids: list[str] = []
         try:
-            ids = await self.ids(buf.scheme, size, format=buf.format, **buf.options)
+            async for chunk in self.stream_chunks(buf.scheme, size, format=buf.format, **buf.options):
+                ids.extend(chunk)
         except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
             error = exc
         finally:

@@ -12,8 +12,9 @@ get the same item). Everything else happens on a segment change (the slow path, 
 
 Sizing (the refill size adapts to the rate of use): the draw rate is measured over windows of at least
 ``RATE_WINDOW_S`` (EWMA); a refill asks for ``rate * horizon`` IDs (``horizon`` = ``max_age / 2``, at most
-``MAX_HORIZON_S``) clamped to ``[min_refill, max_refill]``, so a batch is normally used up well inside
-``max_age``; the low-water mark is half a refill or three fetch latencies of use, whichever is more.
+``MAX_HORIZON_S``) clamped to ``[min_refill, max_refill]``, so a batch is normally used up well inside ``max_age``
+(IDs expiring unused halve the rate estimate, a draw finding the buffer empty doubles it); refills use the stream route. The low-water mark is half a refill or three fetch latencies of use, whichever is more, but at most
+``horizon`` seconds of use.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ RATE_WINDOW_S = 0.05
 
 RATE_EWMA = 0.5
 """Weight of the newest window in the draw-rate estimate."""
+
+EXPIRED_RATE_CUT = 0.5
+"""Factor applied to the draw-rate estimate whenever buffered IDs expire unused."""
+
+MISSED_RATE_BOOST = 2.0
+"""Factor applied to the draw-rate estimate whenever a draw finds the buffer empty (after the first batch)."""
+
+RATE_MAX_PER_S = 1e9
+"""Upper bound of the draw-rate estimate (IDs per second)."""
 
 MAX_HORIZON_S = 1.0
 """A refill is sized to last at most this many seconds at the measured rate."""
@@ -79,6 +89,7 @@ class Buffer:
         self.issued = 0
         self.expired = 0
         self.misses = 0
+        self.boosted_at = -1
 
     # -- sizing ------------------------------------------------------------------------------------------------
     def refill_size(self, cap: int | None = None) -> int:
@@ -87,7 +98,10 @@ class Buffer:
         return max(1, min(size, cap)) if cap else size
 
     def low_water(self, cap: int | None = None) -> int:
-        return max(self.refill_size(cap) // 2, math.ceil(self.rate * self.latency * LATENCY_MARGIN))
+        """Refill when fewer IDs than this are queued: half a refill, or LATENCY_MARGIN refill latencies of use,
+        but never more than ``horizon`` seconds of use (more would expire unused when the rate drops)."""
+        half = self.refill_size(cap) // 2
+        return max(half, min(math.ceil(self.rate * self.latency * LATENCY_MARGIN), math.ceil(self.rate * self.horizon)))
 
     def _note_drawn(self, count: int, now: float) -> None:
         self.window_drawn += count
@@ -118,8 +132,9 @@ class Buffer:
             return
         self.current = None
         left = operator.length_hint(seg.iterator)
-        self.expired += left
         self._note_drawn(seg.length - left, now)
+        if left:
+            self._note_expired(left)
 
     def next_segment(self, now: float) -> Segment | None:
         """The next unexpired queued segment (becoming the head), dropping expired ones; None when empty."""
@@ -129,8 +144,21 @@ class Buffer:
             if now < seg.deadline:
                 self.current = seg
                 return seg
-            self.expired += seg.length
+            self._note_expired(seg.length)
         return None
+
+    def note_miss(self) -> None:
+        """A draw found the buffer empty: refills came too late, so the rate was under-estimated."""
+        self.misses += 1
+        if self.refills and self.boosted_at != self.generation:  # once per refill, however many draws wait
+            self.boosted_at = self.generation
+            boosted = self.rate * MISSED_RATE_BOOST if self.rate else self.min_refill / max(self.latency, 1e-3)
+            self.rate = min(boosted, RATE_MAX_PER_S)
+
+    def _note_expired(self, count: int) -> None:
+        """IDs expired unused: more were fetched than were used within max_age, so the rate was over-estimated."""
+        self.expired += count
+        self.rate *= EXPIRED_RATE_CUT
 
     def wants_refill(self, cap: int | None = None) -> bool:
         return not self.refilling and self.queued < self.low_water(cap)
