@@ -30,7 +30,6 @@ from pathlib import Path
 
 import httpx
 import uuid_utils
-
 from idmint_client import Client
 
 ROOT = Path(__file__).resolve().parents[1]

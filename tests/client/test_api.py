@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
-
 from idmint_client import (
     AsyncClient,
     BadRequest,
@@ -24,6 +23,7 @@ from idmint_client import (
     Unauthorized,
     UnknownScheme,
 )
+
 from tests.helpers import Replica, free_port
 
 
@@ -34,7 +34,7 @@ def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_name
             assert len(set(got)) == 300, scheme
             decoded = client.decode(got[-1], scheme=scheme)
             assert isinstance(decoded, Decoded) and decoded.scheme == scheme and decoded.id == got[-1]
-            assert decoded.timestamp is None or abs(datetime.now(timezone.utc) - decoded.timestamp) < timedelta(
+            assert decoded.timestamp is None or abs(datetime.now(UTC) - decoded.timestamp) < timedelta(
                 seconds=60), (scheme, decoded)
 
 
@@ -151,9 +151,9 @@ def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
     with Client(["http://a.invalid", "http://b.invalid"], api_key="s3cret",
                 transport=httpx.MockTransport(handler)) as client:
         assert client.ids("wiji", 2) == ["A", "B"]
-    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
-        with pytest.raises(Unauthorized, match="unknown API key"):
-            client.ids("wiji", 2)
+    with (Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client,
+          pytest.raises(Unauthorized, match="unknown API key")):
+        client.ids("wiji", 2)
     assert seen == ["Bearer s3cret", None]  # the 401 was not retried on the other replica
 
 

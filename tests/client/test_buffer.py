@@ -8,6 +8,7 @@ import threading
 import time
 
 from idmint_client import AsyncClient, Client
+
 from tests.helpers import Replica
 
 

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from idmint_client import AsyncClient, Client, NoReplicaAvailable
+
 from tests.client.conftest import issued_total, replica_on
 from tests.helpers import Replica
 from tests.test_replicas import etcd_env
@@ -32,7 +32,7 @@ def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]
     return a, b
 
 
-def test_sigkill_under_eight_threads_then_both_down_then_one_back(tmp_path: Path, etcd_server,  # noqa: ANN001
+def test_sigkill_under_eight_threads_then_both_down_then_one_back(tmp_path: Path, etcd_server,
                                                                   etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     a, b = two_replicas(tmp_path, env)
@@ -90,7 +90,7 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(tmp_path: Path
 
 
 def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_way(
-        tmp_path: Path, etcd_server, etcd_namespace: str) -> None:  # noqa: ANN001
+        tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 1_000_000
     try:
@@ -111,7 +111,7 @@ def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_
         b.stop()
 
 
-def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,  # noqa: ANN001
+def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
                                                          etcd_namespace: str) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 300_000

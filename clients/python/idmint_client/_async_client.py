@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Self, TypeVar, overload
 
 import httpx
 
@@ -65,7 +65,7 @@ class AsyncClient(BaseClient[asyncio.Event]):
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -79,7 +79,7 @@ class AsyncClient(BaseClient[asyncio.Event]):
         head = self._heads.get(key)
         if head is not None and _monotonic() < head[0]:
             try:
-                return head[1]()  # type: ignore[no-any-return]
+                return head[1]()
             except StopIteration:
                 pass
         return await self._new_id_slow(key, scheme, format, options)
@@ -100,7 +100,7 @@ class AsyncClient(BaseClient[asyncio.Event]):
             if head is not None:
                 if now < head[0]:
                     try:
-                        return head[1]()  # type: ignore[no-any-return]
+                        return head[1]()
                     except StopIteration:
                         pass
                 self._heads.pop(key, None)

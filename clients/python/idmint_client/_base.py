@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -118,7 +118,7 @@ class BaseClient(Generic[LockT]):
         """Empty buffers, new locks, a new HTTP connection pool (at start, and in the child after a fork)."""
         self.pid = os.getpid()
         self._replicas = ReplicaSet(self.urls)
-        self._heads: dict[Key, tuple[float, Any]] = {}
+        self._heads: dict[Key, tuple[float, Callable[[], str]]] = {}
         """key -> (deadline, next) of the buffer's head segment: all the hot path reads."""
         self._buffers: dict[Key, Buffer] = {}
         self._locks: dict[Key, LockT] = {}

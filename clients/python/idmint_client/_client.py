@@ -7,7 +7,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Self, TypeVar, overload
 
 import httpx
 
@@ -26,7 +26,12 @@ from idmint_client._base import (
     split_lines,
 )
 from idmint_client._buffer import Buffer
-from idmint_client._exceptions import BadRequest, ClientClosed, IdmintClientError, NoReplicaAvailable
+from idmint_client._exceptions import (
+    BadRequest,
+    ClientClosed,
+    IdmintClientError,
+    NoReplicaAvailable,
+)
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 
@@ -80,7 +85,7 @@ class Client(BaseClient[threading.Condition]):
         self._heads.clear()
         self._http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -296,7 +301,9 @@ class Client(BaseClient[threading.Condition]):
         the rule the ID breaks, UnknownScheme, NoReplicaAvailable."""
         parse: Callable[[httpx.Response], Any] = (
             (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json())))
-        return self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse), f"decode {id!r}")
+        result: Decoded | Candidates = self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse),
+                                                  f"decode {id!r}")
+        return result
 
     def schemes(self) -> list[SchemeInfo]:
         """The schemes the fleet serves (``GET /v1/schemes`` of one replica), with their formats and limits."""

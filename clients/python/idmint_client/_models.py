@@ -12,7 +12,7 @@ def _timestamp(text: str | None) -> datetime | None:
     """RFC 3339 UTC (``2026-11-21T12:00:01.123456Z``) as an aware datetime; None stays None."""
     if text is None:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)  # Python 3.11+ reads the "Z" suffix
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,12 @@ from typing import Any
 
 import httpx
 
-from idmint_client._exceptions import BadRequest, RequestRejected, Unauthorized, UnknownScheme
+from idmint_client._exceptions import (
+    BadRequest,
+    RequestRejected,
+    Unauthorized,
+    UnknownScheme,
+)
 
 FAILED_BACKOFF_S = 1.0
 """Seconds a replica that could not be reached (or answered 5xx) is kept out, unless nothing else is left."""
