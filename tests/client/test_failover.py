@@ -135,3 +135,30 @@ def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_s
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp_path: Path, etcd_server,
+                                                                             etcd_namespace: str) -> None:
+    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID for two replicas
+    holder = replica_on(tmp_path, env)
+    holder.wait("/readyz")
+    refuser = replica_on(tmp_path, env)
+    try:
+        refuser.wait("/healthz")
+        assert refuser.get("/v1/ids/eight-byte").status_code == 503
+        with Client([refuser.url, holder.url]) as client:
+            started = time.monotonic()
+            got = [i for _ in range(20) for i in client.ids("eight-byte", 100)]
+            elapsed = time.monotonic() - started
+            assert len(set(got)) == 2000
+            assert issued_total(refuser, "eight-byte") == 0 and issued_total(holder, "eight-byte") == 2000
+            refused = [line for line in refuser.get("/metrics").text.splitlines()
+                       if line.startswith("idmint_requests_total{") and 'status="503"' in line]
+            # the test's own probe, then the client's one ask; then kept out for its Retry-After (1 s here)
+            assert sum(float(line.rsplit(" ", 1)[1]) for line in refused) <= 2 + elapsed // 1
+            for _ in range(10):  # the refuser still serves the schemes it can issue
+                client.ids("hlc-ulid", 10)
+            assert issued_total(refuser, "hlc-ulid") > 0 and issued_total(holder, "hlc-ulid") > 0
+    finally:
+        refuser.stop()
+        holder.stop()
