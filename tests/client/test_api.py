@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -227,3 +228,28 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
         assert calls.count("a.invalid") == 1 and calls.count("b.invalid") == 6
         client.ids("wiji", 1)
         assert calls.count("a.invalid") == 2
+
+
+class _TruncatedBody(httpx.SyncByteStream):
+    """A body that ends mid-line with a broken transfer, as when a replica dies inside a chunked stream."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"a-1\na-2\n"
+        yield b"a-3\na-"
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+def test_stream_yields_only_complete_lines_and_asks_the_next_replica_for_the_rest() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        count = request.url.params["count"]
+        asked.append((request.url.host, count))
+        if request.url.host == "a.invalid":
+            return httpx.Response(200, stream=_TruncatedBody())
+        return httpx.Response(200, text="".join(f"b-{i}\n" for i in range(int(count))))
+
+    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
+        got = list(client.stream("wiji", 10))
+    assert got == ["a-1", "a-2", "a-3"] + [f"b-{i}" for i in range(7)]  # the partial "a-" was discarded
+    assert asked == [("a.invalid", "10"), ("b.invalid", "7")]
