@@ -87,10 +87,16 @@ def _scheme_options(command: Any) -> Any:
 @click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many IDs.")
 @click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
 @_scheme_options
-def mint(scheme: str, count: int, fmt: str | None, **options: str | None) -> None:
-    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases."""
-    settings = _settings()
+@click.option("--server", metavar="URL[,URL]",
+              help="Ask a running fleet (its stream route, with failover) instead of minting locally.")
+def mint(scheme: str, count: int, fmt: str | None, server: str | None, **options: str | None) -> None:
+    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases
+    (or, with --server, streamed from a running fleet: another replica carries on if one fails)."""
     given = {name.removeprefix("opt_"): value for name, value in options.items() if value is not None}
+    if server is not None:
+        _mint_remote(server, scheme, count, fmt, given)
+        return
+    settings = _settings()
     try:
         asyncio.run(_mint(settings, scheme, count, fmt, given))
     except NotReadyError as exc:
@@ -99,6 +105,28 @@ def mint(scheme: str, count: int, fmt: str | None, **options: str | None) -> Non
         raise click.ClickException(str(exc)) from exc
     except BrokenPipeError:
         # `idmint mint ... | head`: the reader went away; not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
+    try:
+        from idmint_client import Client, IdmintClientError
+    except ImportError as exc:
+        raise click.ClickException("--server needs the Python client: pip install ./clients/python") from exc
+    try:
+        client = Client(server)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--server") from exc
+    out = sys.stdout.buffer
+    try:
+        with client:
+            for chunk in client.stream_chunks(scheme, count, format=fmt, **options):
+                out.write(("\n".join(chunk) + "\n").encode("ascii"))
+        out.flush()
+    except IdmintClientError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
 
