@@ -124,9 +124,10 @@ class SequenceBuffer:
                     segments.popleft()
                 self._issued(count)
                 return [(first, first + count - 1)]
-        if self.held < count:
+        held = self.held
+        if held < count:
             if self._load_task is None:
-                self._maybe_reserve(force=True)
+                self._maybe_reserve(at_least=count - held)
             return None
         runs: Runs = []
         need = count
@@ -189,12 +190,13 @@ class SequenceBuffer:
             retry_after=wait)
 
     # -- reserving ----------------------------------------------------------------------------------------
-    def _maybe_reserve(self, force: bool = False) -> None:
-        """Leaf's trigger: start the background reservation once the current range is PREFETCH_AT used."""
+    def _maybe_reserve(self, at_least: int = 0) -> None:
+        """Leaf's trigger: start the background reservation once the current range is PREFETCH_AT used (at once,
+        for ``at_least`` integers or more, when a request needs more than is held)."""
         if self.exhausted or self._stopped:
             return
         segments = self.segments
-        if not force:
+        if not at_least:
             if len(segments) >= 2:
                 return
             if segments:
@@ -203,7 +205,7 @@ class SequenceBuffer:
                     return
         if self.failure is not None and self.clock() < self._retry_at:
             return
-        self._start_reservation(0)
+        self._start_reservation(at_least)
 
     def _start_reservation(self, at_least: int) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(self._reserve(at_least), name=f"idmint-sequence-{self.name}")
