@@ -182,7 +182,7 @@ def too_many(limit: int) -> SequenceConflictError:
 
 
 def unknown(name: str) -> UnknownSequenceError:
-    return UnknownSequenceError(f"no sequence named {name!r}; create it with POST /v1/sequences")
+    return UnknownSequenceError(f"no sequence named {name!r}; create it first (POST /v1/sequences, or idmint sequence create)")
 
 
 class MemorySequenceStore(SequenceStore):
