@@ -114,8 +114,8 @@ class Issuer:
         if self.claims:
             now = time.monotonic()
             for claim in self.claims:
-                if claim.lost() or now >= claim.deadline:
-                    why = "lease lost" if claim.lost() else "lease deadline passed (refresh not confirmed in time)"
+                if claim.lost or now >= claim.deadline:
+                    why = "lease lost" if claim.lost else "lease deadline passed (refresh not confirmed in time)"
                     self._drop(f"{why} for {self.scheme.identity.kind if self.scheme.identity else 'identity'} "
                                f"{claim.identity}")
                     raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
@@ -342,24 +342,30 @@ class Node:
         s, clock = self.settings, self.clock
         by_name = schemes()
 
-        def pool(name: str, static: int | None, group: str = "", bounds: tuple[int, int] | None = None) -> PoolSpec:
+        def pool(name: str, static: int | None, group: str = "", bounds: tuple[int, int] | None = None,
+                 key_prefix: str = "", key_format: str = "{:d}", allowed_groups_key: str | None = None) -> PoolSpec:
             spec = by_name[name].identity
             assert spec is not None
             lo, hi = bounds if bounds else (spec.minimum, spec.maximum)
+            # etcd layout (app.lease.etcd): claims idmint/<scheme>/[<group>/]<id>, marks idmint/marks/<same rest>.
+            rest = f"{name}/{group}/" if group else f"{name}/"
             return PoolSpec(scheme=name, kind=spec.kind, minimum=lo, maximum=hi, draw=spec.draw,
                             candidates=None if static is None else (static,), group=group,
-                            static=static is not None)
+                            static=static is not None, key_prefix=key_prefix or f"idmint/{rest}",
+                            mark_prefix=f"idmint/marks/{rest}", key_format=key_format,
+                            allowed_groups_key=allowed_groups_key)
 
         self.issuers["muid"] = Issuer(
             self, by_name["muid"],
             lambda ids, floor: MuidGenerator(ids[0], clock=clock, floor=floor),
-            pool("muid", s.muid_medallion),
+            pool("muid", s.muid_medallion, key_format="{:011X}"),
         )
         self.issuers["eight-byte"] = Issuer(
             self, by_name["eight-byte"],
             lambda ids, floor: EightByteGenerator(ids, s.cluster_id, clock=clock, floor=floor,
                                                   lookback_ms=s.eight_byte_lookback_ms),
-            pool("eight-byte", s.eight_byte_generator_id, str(s.cluster_id), s.eight_byte_pool_bounds),
+            pool("eight-byte", s.eight_byte_generator_id, str(s.cluster_id), s.eight_byte_pool_bounds,
+                 key_prefix=f"pool/{s.cluster_id}:", allowed_groups_key="cluster-id"),  # java-uniqueid layout
             claims_wanted=s.eight_byte_generators,
         )
         self.issuers["hlc-ulid"] = Issuer(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -12,10 +13,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import aetcd
 import anyio
+import httpx
 import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
@@ -30,11 +32,25 @@ TTL_S = 2
 MARGIN_S = 0.5
 ROOT = Path(__file__).resolve().parents[2]
 
-EIGHT_BYTE = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0")
-MUID = PoolSpec(scheme="muid", kind="medallion", minimum=0x10000000000, maximum=0x1FFFFFFFFFF, draw="random")
-HLC_ULID = PoolSpec(scheme="hlc-ulid", kind="publisher_id", minimum=0, maximum=65535)
-SIQ = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, group="86ce1947")
-SHARDS_RANDOM = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=255, draw="random", group="00000000")
+
+
+def pool_spec(scheme: str, **fields: Any) -> PoolSpec:
+    """A PoolSpec with the etcd layout app/node.py gives ``scheme`` (the documented key layout)."""
+    group = fields.get("group", "")
+    rest = f"{scheme}/{group}/" if group else f"{scheme}/"
+    layout: dict[str, Any] = {"key_prefix": f"idmint/{rest}", "mark_prefix": f"idmint/marks/{rest}"}
+    if scheme == "eight-byte":
+        layout.update(key_prefix=f"pool/{group}:", allowed_groups_key="cluster-id")
+    if scheme == "muid":
+        layout["key_format"] = "{:011X}"
+    return PoolSpec(scheme=scheme, **layout, **fields)
+
+
+EIGHT_BYTE = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0")
+MUID = pool_spec("muid", kind="medallion", minimum=0x10000000000, maximum=0x1FFFFFFFFFF, draw="random")
+HLC_ULID = pool_spec("hlc-ulid", kind="publisher_id", minimum=0, maximum=65535)
+SIQ = pool_spec("siq", kind="shard", minimum=0, maximum=255, group="86ce1947")
+SHARDS_RANDOM = pool_spec("siq", kind="shard", minimum=0, maximum=255, draw="random", group="00000000")
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +60,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 async def one_event_loop() -> AsyncIterator[None]:
-    """Keep anyio's test runner, and so one event loop, for the whole module: grpc.aio objects belong to the
-    loop that made them, and events of calls cancelled just before a loop closes would reach a closed loop."""
+    """Keep anyio's test runner, and so one event loop, for the whole module."""
     yield
 
 
@@ -71,14 +86,56 @@ async def backend(server: EtcdServer, namespace: str, **overrides: Any) -> Async
         await b.close()
 
 
+@dataclass(frozen=True)
+class RawKV:
+    key: bytes
+    value: bytes
+    lease: int
+
+
+class RawEtcd:
+    """etcd's JSON gateway spoken by hand (no idmint code), for looking at (and meddling with) the keys."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.http = httpx.AsyncClient(base_url=endpoint, timeout=5)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.http.post(path, json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    @staticmethod
+    def _b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    async def get_prefix(self, prefix: bytes) -> list[RawKV]:
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        got = await self._post("/v3/kv/range", {"key": self._b64(prefix), "range_end": self._b64(end)})
+        return [RawKV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")), int(kv.get("lease", 0)))
+                for kv in got.get("kvs", [])]
+
+    async def get(self, key: bytes) -> RawKV | None:
+        got = await self._post("/v3/kv/range", {"key": self._b64(key)})
+        kvs = got.get("kvs", [])
+        return RawKV(key, base64.b64decode(kvs[0].get("value", "")), int(kvs[0].get("lease", 0))) if kvs else None
+
+    async def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
+        await self._post("/v3/kv/put", {"key": self._b64(key), "value": self._b64(value), "lease": str(lease)})
+
+    async def delete(self, key: bytes) -> None:
+        await self._post("/v3/kv/deleterange", {"key": self._b64(key)})
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        await self._post("/v3/lease/revoke", {"ID": str(lease_id)})
+
+
 @pytest.fixture
-async def raw(etcd_server: EtcdServer) -> AsyncIterator[aetcd.Client]:
-    """A plain aetcd client for looking at (and meddling with) the keys."""
-    client = aetcd.Client(host="127.0.0.1", port=etcd_server.client_port, timeout=5)
+async def raw(etcd_server: EtcdServer) -> AsyncIterator[RawEtcd]:
+    client = RawEtcd(etcd_server.endpoint)
     try:
         yield client
     finally:
-        await client.close()
+        await client.http.aclose()
 
 
 async def eventually(predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str) -> float:
@@ -95,7 +152,7 @@ async def eventually(predicate: Callable[[], bool | Awaitable[bool]], timeout: f
         await anyio.sleep(0.05)
 
 
-async def keys_under(raw: aetcd.Client, prefix: str) -> dict[str, tuple[dict[str, Any] | bytes, int]]:
+async def keys_under(raw: RawEtcd, prefix: str) -> dict[str, tuple[dict[str, Any] | bytes, int]]:
     """key -> (value as JSON when it is JSON, lease ID)."""
     out: dict[str, tuple[dict[str, Any] | bytes, int]] = {}
     for kv in await raw.get_prefix(prefix.encode()):
@@ -109,7 +166,7 @@ async def keys_under(raw: aetcd.Client, prefix: str) -> dict[str, tuple[dict[str
 
 # -- claims -------------------------------------------------------------------------------------------------------
 async def test_three_backends_claim_distinct_identities_visible_with_holders(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     ns = etcd_namespace
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b, backend(etcd_server, ns) as c:
         claims: dict[str, list[EtcdClaim]] = {}
@@ -153,32 +210,32 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
 
 
 async def test_pool_exhaustion_and_release(etcd_server: EtcdServer, etcd_namespace: str) -> None:
-    two = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=1, group="0")
+    two = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=1, group="0")
     async with backend(etcd_server, etcd_namespace) as a, backend(etcd_server, etcd_namespace) as b:
         first = await a.claim(two, holder(0))
         await b.claim(two, holder(1))
         with pytest.raises(PoolExhaustedError, match=r"no free generator_id in cluster 0: 2 of 2 held"):
             await b.claim(two, holder(1))
-        random_two = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=1, draw="random",
+        random_two = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=1, draw="random",
                               group="0")
         with pytest.raises(PoolExhaustedError):
             await b.claim(random_two, holder(1))
         await a.release(first, None)
-        assert first.lost() and not first.valid()
+        assert first.lost and not first.valid()
         again = await b.claim(two, holder(1))
         assert again.identity == first.identity
-        static = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+        static = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
                           candidates=(again.identity,), static=True)
         with pytest.raises(PoolExhaustedError, match=rf"static generator_id in cluster 0 unavailable: "
                                                      rf"{again.identity} is held by replica-1 pid 1001"):
             await a.claim(static, holder(0))
-        excluded = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=3, group="0",
+        excluded = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=3, group="0",
                             exclude=frozenset({2}))
         assert (await a.claim(excluded, holder(0))).identity == 3
 
 
 async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_namespace: str,
-                                                raw: aetcd.Client) -> None:
+                                                raw: RawEtcd) -> None:
     # java-uniqueid's ResourceClaim: Put(pool/<cluster>:<generator>, "", lease) -- here a plain put, no lease.
     ns = etcd_namespace
     for generator in (0, 1, 3):
@@ -187,11 +244,11 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
     async with backend(etcd_server, ns) as a:
         got = [(await a.claim(EIGHT_BYTE, holder(0))).identity for _ in range(3)]
         assert got == [2, 4, 5]
-        static = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+        static = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
                           candidates=(3,), static=True)
         with pytest.raises(PoolExhaustedError, match="java-uniqueid writes an empty value"):
             await a.claim(static, holder(0))
-        cluster1 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="1")
+        cluster1 = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="1")
         assert (await a.claim(cluster1, holder(0))).identity == 0
         found = await keys_under(raw, f"{ns}pool/")
         assert found[f"{ns}pool/0:3"] == (b"", 0)  # untouched
@@ -199,9 +256,9 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
 
 
 async def test_cluster_id_key_lists_allowed_cluster_ids(etcd_server: EtcdServer, etcd_namespace: str,
-                                                        raw: aetcd.Client) -> None:
+                                                        raw: RawEtcd) -> None:
     ns = etcd_namespace
-    cluster3 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="3")
+    cluster3 = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="3")
     async with backend(etcd_server, ns) as a:
         await raw.put(f"{ns}cluster-id".encode(), b"1, 3")  # as java-uniqueid's TestHelper writes it
         with pytest.raises(NotReadyError, match=r"cluster ID 0 is not listed in etcd key .*cluster-id \('1, 3'\)") \
@@ -217,7 +274,7 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(etcd_server: EtcdServer,
 
 
 async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease.
     async with backend(etcd_server, etcd_namespace) as a:
         assert a._session is not None
@@ -228,9 +285,9 @@ async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
 
 # -- high-water marks -----------------------------------------------------------------------------------------
 async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     ns = etcd_namespace
-    pool = PoolSpec(scheme="siq", kind="shard", minimum=0, maximum=0, group="86ce1947")
+    pool = pool_spec("siq", kind="shard", minimum=0, maximum=0, group="86ce1947")
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(pool, holder(0))
         assert claim.high_water_mark == -1
@@ -268,7 +325,8 @@ HOLDER_SCRIPT = textwrap.dedent("""
         backend = EtcdBackend(settings)
         await backend.start()
         pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
-                        candidates=(7,), static=True)
+                        candidates=(7,), static=True, key_prefix="pool/0:", mark_prefix="idmint/marks/eight-byte/0/",
+                        allowed_groups_key="cluster-id")
         holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
         await claim.record_mark(123_456)
@@ -280,7 +338,7 @@ HOLDER_SCRIPT = textwrap.dedent("""
 
 
 async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_expires(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     ns = etcd_namespace
     proc = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, etcd_server.endpoint, ns, str(TTL_S)],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
@@ -300,7 +358,7 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
                 stream.close()
     killed_at = time.monotonic()
 
-    static7 = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
+    static7 = pool_spec("eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
                        candidates=(7,), static=True)
     async with backend(etcd_server, ns) as b:
         refused = 0
@@ -322,16 +380,15 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
 async def test_holder_that_stops_refreshing_fails_closed_before_another_can_claim(
         etcd_server: EtcdServer, etcd_namespace: str) -> None:
     ns = etcd_namespace
-    static = PoolSpec(scheme="hlc-ulid", kind="publisher_id", minimum=0, maximum=65535, candidates=(42,),
+    static = pool_spec("hlc-ulid", kind="publisher_id", minimum=0, maximum=65535, candidates=(42,),
                       static=True)
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(static, holder(0))
-        assert a._task is not None
-        a._task.cancel()  # the keepalive stops: as if the process hung
-        await anyio.sleep(0)
+        assert a._session is not None
+        await a._session.stop()  # the keepalive stops: as if the process hung
         stopped = time.monotonic()
         invalid_after = await eventually(lambda: not claim.valid(), TTL_S, "claim invalid after keepalive stopped")
-        assert not claim.lost()  # unconfirmed, not known lost
+        assert not claim.lost  # unconfirmed, not known lost
         taken_after = invalid_after
         while True:
             try:
@@ -348,7 +405,7 @@ async def test_holder_that_stops_refreshing_fails_closed_before_another_can_clai
 
 # -- losing the claim -----------------------------------------------------------------------------------------
 async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     async with backend(etcd_server, etcd_namespace) as a:
         deleted = await a.claim(HLC_ULID, holder(0))
         overwritten = await a.claim(HLC_ULID, holder(0))
@@ -357,13 +414,13 @@ async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
         assert deleted.valid() and overwritten.valid()
 
         await raw.delete(deleted.key.encode())
-        await eventually(deleted.lost, 2, "deleted claim key noticed")
+        await eventually(lambda: deleted.lost, 2, "deleted claim key noticed")
         assert not deleted.valid() and "deleted" in (deleted.lost_reason or "")
         with pytest.raises(LeaseLostError, match="claim key deleted"):
             await deleted.record_mark(20)
 
         await raw.put(overwritten.key.encode(), b"mine now")
-        await eventually(overwritten.lost, 2, "overwritten claim key noticed")
+        await eventually(lambda: overwritten.lost, 2, "overwritten claim key noticed")
         assert "overwritten" in (overwritten.lost_reason or "")
         await a.release(overwritten, 30)  # never raises for a lost claim
         assert (await raw.get(overwritten.key.encode())).value == b"mine now"  # type: ignore[union-attr]
@@ -372,12 +429,12 @@ async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
 
 
 async def test_revoked_lease_loses_claims_and_a_new_lease_is_granted(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: aetcd.Client) -> None:
+        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     async with backend(etcd_server, etcd_namespace) as a:
         claim = await a.claim(SIQ, holder(0))
         old_lease = claim.lease_id
         await raw.revoke_lease(old_lease)
-        await eventually(claim.lost, 2, "revoked lease noticed")
+        await eventually(lambda: claim.lost, 2, "revoked lease noticed")
         again = await a.claim(SIQ, holder(0))
         assert again.valid() and again.lease_id != old_lease and again.identity == claim.identity
         with pytest.raises(LeaseLostError):
@@ -489,14 +546,3 @@ def test_tls_files_need_https_endpoints(tmp_path: Path) -> None:
         EtcdBackend(etcd_settings("http://127.0.0.1:2379", "x/", etcd_ca_cert=tmp_path / "ca.pem"))
     with pytest.raises(ConfigError, match="etcd_ca_cert .* cannot be read"):
         EtcdBackend(etcd_settings("https://127.0.0.1:2379", "x/", etcd_ca_cert=tmp_path / "missing.pem"))
-
-
-async def test_record_mark_sync_from_another_thread(etcd_server: EtcdServer, etcd_namespace: str,
-                                                    raw: aetcd.Client) -> None:
-    async with backend(etcd_server, etcd_namespace) as a:
-        claim = await a.claim(HLC_ULID, holder(0))
-        await anyio.to_thread.run_sync(claim.record_mark_sync, 77)
-        mark = await raw.get(mark_key(etcd_namespace, HLC_ULID, claim.identity).encode())
-        assert mark is not None and json.loads(mark.value)["high_water_mark"] == 77
-        with pytest.raises(RuntimeError, match="own event loop"):
-            claim.record_mark_sync(78)
