@@ -17,8 +17,8 @@ interface stays small and its doubles untouched; the two are chosen by the same 
 ``IDMINT_STATE_DIR``) through :func:`make_store`, beside :func:`app.lease.make_backend`.
 
 Implementations: :class:`app.lease.embedded_sequences.EmbeddedSequenceStore` (a file per sequence under the state
-directory), the etcd store (one key per sequence under the namespace), and :class:`MemorySequenceStore` (the test
-double: one process, optional injected outage).
+directory), :class:`app.lease.etcd.sequences.EtcdSequenceStore` (one key per sequence under the namespace), and
+:class:`MemorySequenceStore` (the test double: one process, optional injected outage).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ class MemorySequenceStore(SequenceStore):
 def make_store(settings: Settings) -> SequenceStore:
     """The etcd store when ``settings.etcd_endpoints`` is set, else the embedded one (state directory)."""
     if settings.etcd_endpoints:
-        from app.lease.etcd_sequences import EtcdSequenceStore
+        from app.lease.etcd.sequences import EtcdSequenceStore
 
         return EtcdSequenceStore(settings)
     from app.lease.embedded_sequences import EmbeddedSequenceStore
