@@ -19,6 +19,8 @@ class Served:
     """Everything handed out, per sequence: next integers (per client call, in order) and ranges."""
 
     calls: dict[str, list[tuple[str, int, list[int]]]] = field(default_factory=lambda: defaultdict(list))
+    times: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """Monotonic time at which each of ``calls`` was answered."""
     ranges: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: defaultdict(list))
     refused: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -26,10 +28,16 @@ class Served:
     def add_next(self, url: str, client: int, name: str, ids: list[int]) -> None:
         with self.lock:
             self.calls[name].append((url, client, ids))
+            self.times[name].append(time.monotonic())
 
     def add_range(self, name: str, first: int, last: int) -> None:
         with self.lock:
             self.ranges[name].append((first, last))
+
+    def served_between(self, start: float, end: float) -> int:
+        """Integers answered by next calls between two monotonic times (all sequences)."""
+        return sum(len(ids) for name in self.calls for (_, _, ids), t in zip(self.calls[name], self.times[name])
+                   if start <= t <= end)
 
     def integers(self, name: str) -> int:
         return sum(len(ids) for _, _, ids in self.calls[name]) + sum(b - a + 1 for a, b in self.ranges[name])

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 SEQUENCES_PREFIX = "idmint/sequences/"
+RETRY_BUDGET_S = 0.5
+"""Seconds one call keeps retrying the endpoints (each is tried once anyway). Short: a node's buffer rides out
+etcd trouble and retries in the background with backoff, so a request should learn of an outage quickly."""
 CONFLICT_PAUSE_START_S = 0.001
 CONFLICT_PAUSE_MAX_S = 0.02
 JITTER_EVERY = 4
@@ -58,7 +61,7 @@ def client_from_settings(settings: Settings) -> EtcdClient:
     tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
     tls = ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
     timeout = settings.etcd_request_timeout
-    return EtcdClient(settings.etcd_endpoints, timeout=timeout, budget=timeout * len(settings.etcd_endpoints),
+    return EtcdClient(settings.etcd_endpoints, timeout=timeout, budget=RETRY_BUDGET_S,
                       connect_timeout=settings.etcd_connect_timeout, tls=tls, user=settings.etcd_user,
                       password=settings.etcd_password)
 
