@@ -1,9 +1,10 @@
 """Sequence routes: ``/v1/sequences`` (create, list, show), ``/v1/sequences/{name}/next`` and ``.../range``.
 
-``GET /v1/sequences/{name}/next`` is also answered by :class:`SequenceFastPath`, a lean ASGI front placed before
-the app (FastAPI routing and dependency injection roughly halve single-request throughput): it serves a plain GET
-with at most a ``count`` parameter through the same service and the same count parser, and hands anything else
-(POST, other parameters, repeated ones) to FastAPI unchanged.
+``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are also answered by
+:class:`SequenceFastPath`, a lean ASGI front placed before the app (FastAPI routing and dependency injection
+roughly halve single-request throughput): it serves them when the query holds at most a ``count`` parameter,
+through the same service and the same count parser, and hands anything else (POST next, a body, other
+parameters, repeated ones) to FastAPI unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ router = APIRouter(tags=["sequences"])
 NEXT_ROUTE = "/v1/sequences/{name}/next"
 PREFIX = "/v1/sequences/"
 NEXT_SUFFIX = "/next"
+RANGE_SUFFIX = "/range"
+RANGE_ROUTE = "/v1/sequences/{name}/range"
 THREAD_ENCODE_MIN = 20_000
 """``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -155,6 +158,14 @@ def _count_param(raw: bytes) -> tuple[bool, str | None]:
     return True, unquote(value, errors="strict") if "%" in value else value
 
 
+def _has_body(scope: Scope) -> bool:
+    """True when the request may carry a body (then FastAPI answers it, reading the body as it should)."""
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 class SequenceFastPath:
     """ASGI app: serves ``GET /v1/sequences/{name}/next[?count=N]`` directly, everything else through ``inner``.
 
@@ -169,30 +180,43 @@ class SequenceFastPath:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
+        if scope["type"] == "http":
             path: str = scope["path"]
-            if path.startswith(PREFIX) and path.endswith(NEXT_SUFFIX):
+            method = scope["method"]
+            if path.startswith(PREFIX):
+                if method == "GET" and path.endswith(NEXT_SUFFIX):
+                    suffix, route = NEXT_SUFFIX, NEXT_ROUTE
+                elif method == "POST" and path.endswith(RANGE_SUFFIX) and not _has_body(scope):
+                    suffix, route = RANGE_SUFFIX, RANGE_ROUTE
+                else:
+                    suffix = route = ""
                 service = self.service_ref()
-                name = path[len(PREFIX):-len(NEXT_SUFFIX)]
+                name = path[len(PREFIX):-len(suffix)] if suffix else "/"
                 if service is not None and "/" not in name:
                     try:
                         handled, count_text = _count_param(scope["query_string"])
                     except UnicodeDecodeError:
                         handled, count_text = False, None
                     if handled:
-                        await self._next(service, name, count_text, send)
+                        await self._answer(service, route, method, name, count_text, send)
                         return
         await self.inner(scope, receive, send)
 
-    async def _next(self, service: SequenceService, name: str, count_text: str | None, send: Send) -> None:
+    async def _answer(self, service: SequenceService, route: str, method: str, name: str, count_text: str | None,
+                      send: Send) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
-            count = parse_count(count_text, service.max_count)
-            runs = service.next_now(name, count)
-            if runs is None:
-                runs = await service.next(name, count)
-            body = await next_body(name, runs, count)
+            if route is NEXT_ROUTE:
+                count = parse_count(count_text, service.max_count)
+                runs = service.next_now(name, count)
+                if runs is None:
+                    runs = await service.next(name, count)
+                body = await next_body(name, runs, count)
+            else:
+                count = parse_count(count_text, MAX_RANGE_COUNT)
+                first, last = await service.reserve_range(name, count)
+                body = (b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count))
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)
@@ -200,4 +224,4 @@ class SequenceFastPath:
         await send({"type": "http.response.start", "status": status,
                     "headers": headers + [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-        self.metrics.request(NEXT_ROUTE, "GET", status, time.perf_counter() - start)
+        self.metrics.request(route, method, status, time.perf_counter() - start)

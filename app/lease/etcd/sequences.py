@@ -81,6 +81,9 @@ class EtcdSequenceStore(SequenceStore):
         """name -> (record, mod revision) last read or written: the compare of the next reservation."""
         self._rng = random.Random()
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
+        self.reservations = 0
+        self.conflicts = 0
+        """Reservations made, and transactions that found the sequence advanced by another process (status)."""
 
     def key(self, name: str) -> bytes:
         return f"{self.prefix}{name}".encode()
@@ -171,7 +174,9 @@ class EtcdSequenceStore(SequenceStore):
                                                 [get(key)])
             if result.succeeded:
                 self._seen[name] = (after, result.revision)
+                self.reservations += 1
                 return first, last
+            self.conflicts += 1
             current = result.ranges[0] or []
             if not current:
                 self._seen.pop(name, None)
@@ -188,4 +193,5 @@ class EtcdSequenceStore(SequenceStore):
                 pause = min(pause * 2, CONFLICT_PAUSE_MAX_S)
 
     def status(self) -> dict[str, Any]:
-        return {"store": self.name, "prefix": self.prefix, "endpoints": [redact(e) for e in self._client.endpoints]}
+        return {"store": self.name, "prefix": self.prefix, "endpoints": [redact(e) for e in self._client.endpoints],
+                "reservations": self.reservations, "conflicts": self.conflicts}
