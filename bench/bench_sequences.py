@@ -31,7 +31,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_http import start, stop  # noqa: E402
+from bench.bench_http import start, stop
 
 SEQUENCE = "bench"
 
@@ -40,17 +40,12 @@ def wrk(url: str, seconds: int, connections: int, post: bool = False) -> float:
     import re
 
     args = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url]
-    script = None
-    if post:
-        script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)  # noqa: SIM115
-        script.write('wrk.method = "POST"\n')
-        script.close()
-        args[1:1] = ["-s", script.name]
-    try:
+    with tempfile.TemporaryDirectory() as scratch:
+        if post:
+            script = Path(scratch) / "post.lua"
+            script.write_text('wrk.method = "POST"\n')
+            args[1:1] = ["-s", str(script)]
         out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    finally:
-        if script is not None:
-            os.unlink(script.name)
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not match or "Non-2xx" in out:
         raise SystemExit(f"wrk output not understood or errors seen:\n{out}")

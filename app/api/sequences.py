@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -51,7 +52,7 @@ class CreateSequence(BaseModel):
     """``CREATE SEQUENCE name START start CACHE cache`` (increment 1)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(max_length=64, description=f"{NAME_PATTERN}", examples=["orders"])
+    name: str = Field(description=f"{NAME_PATTERN}", examples=["orders"])
     start: StrictInt = Field(DEFAULT_START, description="The first integer issued (0..2**63-1).")
     cache: StrictInt = Field(DEFAULT_CACHE, description="The smallest range a node reserves at once (1..1,000,000); "
                              "a node's buffer reserves between cache and 100 x cache.")
@@ -192,7 +193,7 @@ class SequenceFastPath:
                     suffix = route = ""
                 service = self.service_ref()
                 name = path[len(PREFIX):-len(suffix)] if suffix else "/"
-                if service is not None and "/" not in name:
+                if service is not None and name and "/" not in name:
                     try:
                         handled, count_text = _count_param(scope["query_string"])
                     except UnicodeDecodeError:
@@ -220,8 +221,8 @@ class SequenceFastPath:
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)
-            headers = JSON_HEADERS + extra
+            headers = [*JSON_HEADERS, *extra]
         await send({"type": "http.response.start", "status": status,
-                    "headers": headers + [(b"content-length", str(len(body)).encode())]})
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
         self.metrics.request(route, method, status, time.perf_counter() - start)

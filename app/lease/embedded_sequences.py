@@ -44,10 +44,8 @@ class EmbeddedSequenceStore(SequenceStore):
         self.max_sequences = max_sequences
 
     async def start(self) -> None:
-        try:
+        with contextlib.suppress(BackendUnavailableError):  # reported by every call until it can be created
             await asyncio.to_thread(self._ensure_dir)
-        except BackendUnavailableError:
-            pass  # reported by every call until it can be created
 
     def _ensure_dir(self) -> None:
         try:

@@ -104,7 +104,7 @@ class SequenceRecord:
             obj = json.loads(data)
             start, cache, nxt = obj["start"], obj["cache"], obj["next"]
             if not all(type(v) is int for v in (start, cache, nxt)) or not (
-                    MIN_START <= start <= nxt <= MAX_VALUE + 1 and CACHE_MIN <= cache):
+                    MIN_START <= start <= nxt <= MAX_VALUE + 1 and cache >= CACHE_MIN):
                 raise ValueError(f"values out of rule: {obj!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise BackendUnavailableError(f"sequence record {where} is unreadable: {exc}", retry_after=5) from exc
@@ -182,7 +182,8 @@ def too_many(limit: int) -> SequenceConflictError:
 
 
 def unknown(name: str) -> UnknownSequenceError:
-    return UnknownSequenceError(f"no sequence named {name!r}; create it first (POST /v1/sequences, or idmint sequence create)")
+    return UnknownSequenceError(
+        f"no sequence named {name!r}; create it first (POST /v1/sequences, or idmint sequence create)")
 
 
 class MemorySequenceStore(SequenceStore):

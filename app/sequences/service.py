@@ -173,13 +173,13 @@ class SequenceService:
                         for count, future in batch:
                             try:
                                 single = await self.store.reserve(name, count)
-                            except Exception as single_exc:  # noqa: BLE001 -- handed to the waiting request
+                            except Exception as single_exc:
                                 _fail([(count, future)], single_exc)
                             else:
                                 if not future.done():
                                     future.set_result(single)
                     continue
-                except Exception as exc:  # noqa: BLE001 -- handed to every waiting request
+                except Exception as exc:
                     _fail(batch, exc)
                     continue
                 for count, future in batch:

@@ -81,6 +81,14 @@ def test_bad_input_names_the_rule(tmp_path: Path, method: str, path: str, kwargs
         assert fragment in r.json()["detail"]
 
 
+def test_a_sequence_named_like_a_verb_is_shown_not_issued(tmp_path: Path) -> None:
+    with running_app(tmp_path) as c:
+        assert c.post("/v1/sequences", json={"name": "next"}).status_code == 201
+        assert c.get("/v1/sequences/next").json()["name"] == "next"
+        assert c.get("/v1/sequences/next/next").json() == {"name": "next", "ids": [1]}
+        assert c.get("/v1/sequences/orders/next/next").status_code == 404
+
+
 def test_overflow_past_the_maximum_is_refused_with_the_rule(tmp_path: Path) -> None:
     with running_app(tmp_path) as c:
         c.post("/v1/sequences", json={"name": "edge", "start": MAX_VALUE - 9, "cache": 4})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -91,5 +92,5 @@ async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path)
         assert proc.returncode == 0
         ranges += [tuple(r) for r in json.loads(out)]
     ranges.sort()
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), "two processes got overlapping ranges"
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), "two processes got overlapping ranges"
     assert ranges[-1][1] == (await store.get("orders")).next - 1

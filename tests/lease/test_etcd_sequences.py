@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from app.errors import BackendUnavailableError, SequenceConflictError, SequenceO
 from app.lease.etcd.sequences import EtcdSequenceStore
 from app.lease.sequences import MAX_VALUE
 from app.settings import Settings
+from tests.support.etcd import EtcdServer
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +28,7 @@ def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenc
     return EtcdSequenceStore(settings)
 
 
-async def test_create_reserve_and_the_stored_key(etcd_server, etcd_namespace: str) -> None:  # noqa: ANN001
+async def test_create_reserve_and_the_stored_key(etcd_server: EtcdServer, etcd_namespace: str) -> None:
     store = store_for(etcd_server.endpoint, etcd_namespace, max_sequences=2)
     try:
         record, created = await store.create("orders", 1, 1000)
@@ -51,7 +53,7 @@ async def test_create_reserve_and_the_stored_key(etcd_server, etcd_namespace: st
         await store.close()
 
 
-async def test_competing_stores_never_overlap(etcd_server, etcd_namespace: str) -> None:  # noqa: ANN001
+async def test_competing_stores_never_overlap(etcd_server: EtcdServer, etcd_namespace: str) -> None:
     stores = [store_for(etcd_server.endpoint, etcd_namespace) for _ in range(3)]
     try:
         await stores[0].create("orders", 1, 10)
@@ -61,7 +63,7 @@ async def test_competing_stores_never_overlap(etcd_server, etcd_namespace: str) 
 
         got = await asyncio.gather(*(worker(s, n) for n in range(4) for s in stores))
         spans = sorted(r for rs in got for r in rs)
-        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
         assert spans[-1][1] + 1 == (await stores[1].get("orders")).next
         assert spans[0][0] == 1 and sum(b - a + 1 for a, b in spans) == spans[-1][1]   # no integer lost either
     finally:
@@ -69,8 +71,8 @@ async def test_competing_stores_never_overlap(etcd_server, etcd_namespace: str) 
             await s.close()
 
 
-async def test_an_outage_is_a_503_and_a_value_written_by_someone_else_is_respected(etcd_server,  # noqa: ANN001
-                                                                                   etcd_namespace: str) -> None:
+async def test_an_outage_is_a_503_and_a_value_written_by_someone_else_is_respected(
+        etcd_server: EtcdServer, etcd_namespace: str) -> None:
     store = store_for(etcd_server.endpoint, etcd_namespace)
     try:
         await store.create("orders", 1, 10)

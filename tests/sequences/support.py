@@ -3,6 +3,7 @@ and ``range`` on real ``idmint serve`` processes, and the assertions every scena
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -36,8 +37,8 @@ class Served:
 
     def served_between(self, start: float, end: float) -> int:
         """Integers answered by next calls between two monotonic times (all sequences)."""
-        return sum(len(ids) for name in self.calls for (_, _, ids), t in zip(self.calls[name], self.times[name])
-                   if start <= t <= end)
+        return sum(len(ids) for name in self.calls
+                   for (_, _, ids), t in zip(self.calls[name], self.times[name], strict=True) if start <= t <= end)
 
     def integers(self, name: str) -> int:
         return sum(len(ids) for _, _, ids in self.calls[name]) + sum(b - a + 1 for a, b in self.ranges[name])
@@ -102,7 +103,7 @@ def run_clients(urls: list[str], per_replica: int, seconds: float, served: Serve
     def target(url: str, client: int) -> None:
         try:
             client_loop(url, client, served, stop, **kwargs)  # type: ignore[arg-type]
-        except BaseException as exc:  # noqa: BLE001 -- re-raised in the test thread
+        except BaseException as exc:
             errors.append(exc)
             stop.set()
 
@@ -136,7 +137,7 @@ def check(served: Served, url: str) -> None:
         spans = [(i, i) for _, _, ids in served.calls[name] for i in ids] + served.ranges[name]
         assert spans, f"{name}: nothing was served"
         spans.sort()
-        for a, b in zip(spans, spans[1:]):
+        for a, b in itertools.pairwise(spans):
             assert a[1] < b[0], f"{name}: {a} and {b} overlap: an integer was issued twice"
         top = allocation_point(url, name)
         assert spans[-1][1] < top, f"{name}: {spans[-1]} is not below the stored allocation point {top}"

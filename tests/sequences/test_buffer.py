@@ -91,7 +91,7 @@ async def test_requests_cross_ranges_in_rising_order_and_never_repeat() -> None:
 
 
 async def test_concurrent_takers_get_distinct_rising_integers() -> None:
-    store, buf, _, _ = await make(cache=5)
+    _, buf, _, _ = await make(cache=5)
     got = await asyncio.gather(*(buf.take(n) for n in [3, 9, 1, 20, 4, 4, 50] * 5))
     values = [v for runs in got for v in flat(runs)]
     assert len(set(values)) == len(values)
@@ -132,7 +132,7 @@ async def test_big_request_reserves_what_it_lacks_at_once() -> None:
 
 
 async def test_overflow_serves_up_to_the_maximum_then_names_the_rule() -> None:
-    store, buf, _, _ = await make(cache=10, start=MAX_VALUE - 24)
+    _, buf, _, _ = await make(cache=10, start=MAX_VALUE - 24)
     got: list[int] = []
     for _ in range(2):
         got += flat(await buf.take(10))
@@ -146,7 +146,7 @@ async def test_overflow_serves_up_to_the_maximum_then_names_the_rule() -> None:
 
 
 async def test_stop_counts_the_unused_integers_as_a_gap() -> None:
-    store, buf, _, metrics = await make(cache=100)
+    _, buf, _, metrics = await make(cache=100)
     await buf.take(30)
     await settle()
     held = buf.held

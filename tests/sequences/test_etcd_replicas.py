@@ -11,12 +11,13 @@ import httpx
 
 from tests.helpers import Replica
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
+from tests.support.etcd import EtcdServer
 from tests.test_replicas import etcd_env, replicas
 
 CLIENTS_PER_REPLICA = 8
 
 
-def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: Path, etcd_server,  # noqa: ANN001
+def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: Path, etcd_server: EtcdServer,
                                                                      etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     with replicas(tmp_path, 3, env) as nodes:
@@ -56,7 +57,7 @@ def probe(url: str, name: str, served: Served) -> int:
     return r.status_code
 
 
-def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp_path: Path, etcd_server,  # noqa: ANN001
+def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp_path: Path, etcd_server: EtcdServer,
                                                                        etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     with replicas(tmp_path, 3, env) as nodes:

@@ -8,8 +8,9 @@ A reservation is one transaction ``If(ModRevision(key) == seen) Then Put(key, ne
 applies only if nobody advanced the sequence since we read it, so two replicas never get the same range; the
 value is never written blindly. On a conflict the failure branch returns the current value and revision, and the
 reservation is tried again at once, with a short jittered pause every few conflicts in a row (replicas that
-collided do not collide again in step), within a time bound (``settings.etcd_request_timeout`` x ``CONFLICT_BUDGET_FACTOR``). The
-revision last seen per sequence is remembered, so an uncontended reservation is one round trip.
+collided do not collide again in step), within a time bound (``settings.etcd_request_timeout`` x
+``CONFLICT_BUDGET_FACTOR``). The revision last seen per sequence is remembered, so an uncontended reservation is
+one round trip.
 
 Creating is ``If(CreateRevision(key) == 0) Then Put(key, value) Else Get(key)``. The ``IDMINT_MAX_SEQUENCES`` cap is
 checked by counting the keys first (count-only range read); two replicas creating different names at the same
@@ -25,12 +26,23 @@ import asyncio
 import base64
 import random
 import re
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from app.errors import BackendUnavailableError, ConfigError
-from app.lease.etcd.client import EtcdCallError, EtcdClient, b64, compare, get, map_error, prefix_end, put, redact, \
-    ssl_context
+from app.lease.etcd.client import (
+    EtcdCallError,
+    EtcdClient,
+    b64,
+    compare,
+    get,
+    map_error,
+    prefix_end,
+    put,
+    redact,
+    ssl_context,
+)
 from app.lease.sequences import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
 
 if TYPE_CHECKING:
