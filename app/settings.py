@@ -117,7 +117,12 @@ class Settings(BaseSettings):
         for url in value:
             scheme, sep, rest = url.partition("://")
             if not sep or scheme not in ("http", "https") or not rest:
-                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {url!r}")
+                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {_redacted(url)!r}")
+            if "@" in rest.partition("/")[0]:
+                raise ValueError(
+                    f"etcd_endpoints must not carry a user or password ({_redacted(url)!r}): "
+                    "set IDMINT_ETCD_USER and IDMINT_ETCD_PASSWORD instead"
+                )
         return value
 
     @field_validator("eight_byte_pool")
@@ -161,6 +166,15 @@ class Settings(BaseSettings):
         return self
 
 
+def _redacted(url: str) -> str:
+    """``url`` with any user info replaced by ``***`` (never show a password, not even in an error)."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read settings from the environment (plus ``overrides``); raise ConfigError stating every broken rule."""
     try:
@@ -173,6 +187,8 @@ def load_settings(**overrides: object) -> Settings:
             bounds = _bounds(loc)
             if err["type"] in _RANGE_ERRORS and bounds is not None:
                 msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
+            if loc == "etcd_password":
+                msg = msg.replace(str(err.get("input")), "***")
             problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
         raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
 

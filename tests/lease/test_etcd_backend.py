@@ -325,8 +325,8 @@ HOLDER_SCRIPT = textwrap.dedent("""
         backend = EtcdBackend(settings)
         await backend.start()
         pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=2047, group="0",
-                        candidates=(7,), static=True, key_prefix="pool/0:", mark_prefix="idmint/marks/eight-byte/0/",
-                        allowed_groups_key="cluster-id")
+                        candidates=(7,), static=True, key_prefix="pool/0:",
+                        mark_prefix="idmint/marks/eight-byte/0/", allowed_groups_key="cluster-id")
         holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
         await claim.record_mark(123_456)

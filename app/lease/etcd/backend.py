@@ -9,13 +9,13 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
 from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
-from app.lease.draw import RANDOM_DRAW_TRIES, SMALL_POOL_SIZE, draw
-from app.lease.etcd import keys  # noqa: I001
+from app.lease.draw import SMALL_POOL_SIZE, draw
+from app.lease.etcd import keys
 from app.lease.etcd.client import (
     EtcdCallError,
     EtcdClient,
@@ -39,7 +39,7 @@ BACKOFF_MAX_S = 5.0
 MIN_ATTEMPT_TIMEOUT_S = 0.2
 WATCH_CREATE_TIMEOUT_S = 2.0
 
-__all__ = ["EtcdBackend", "EtcdClaim", "RANDOM_DRAW_TRIES"]
+__all__ = ["EtcdBackend", "EtcdClaim"]
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -295,8 +295,8 @@ class EtcdBackend(LeaseBackend):
             if session is None or session.lost:
                 log.warning("etcd: no lease: %s; retrying with backoff", exc.reason)
             else:
-                log.warning("etcd: lease %s refresh failed: %s; issuing stops in %.1f s unless a refresh succeeds",
-                            session.hex, exc.reason, max(0.0, session.deadline - now))
+                log.warning("etcd: %s; lease %s fails closed in %.1f s unless a refresh succeeds", exc.reason,
+                            session.hex, max(0.0, session.deadline - now))
             self._healthy = False
         if session is not None and not session.lost and now >= session.deadline and not self._deadline_logged:
             self._deadline_logged = True
@@ -464,14 +464,15 @@ class EtcdBackend(LeaseBackend):
     async def _follow(self, claim: EtcdClaim, start_revision: int, created: asyncio.Event) -> None:
         endpoint = self._client.endpoint
         try:
-            async for events in self._client.watch(claim.key.encode(), start_revision, created):
-                for event in events:
-                    if event.type == "DELETE":
-                        claim._set_lost("claim key deleted")
-                        return
-                    if event.kv.lease != claim.lease_id or event.kv.create_revision != claim._create_revision:
-                        claim._set_lost(f"claim key overwritten (now on lease {event.kv.lease:016x})")
-                        return
+            async with aclosing(self._client.watch(claim.key.encode(), start_revision, created)) as stream:
+                async for events in stream:
+                    for event in events:
+                        if event.type == "DELETE":
+                            claim._set_lost("claim key deleted")
+                            return
+                        if event.kv.lease != claim.lease_id or event.kv.create_revision != claim._create_revision:
+                            claim._set_lost(f"claim key overwritten (now on lease {event.kv.lease:016x})")
+                            return
         except EtcdCallError as exc:
             log.info("etcd: watch of %s on %s ended: %s", claim.key, exc.endpoint, exc.detail)
             if exc.code is None:

@@ -20,6 +20,8 @@ from app.lease.etcd.client import EtcdCallError, EtcdClient, map_error
 log = logging.getLogger("idmint.lease.etcd")
 
 RETRY_START_S = 0.05
+RETRY_MAX_S = 0.25
+"""Failed refreshes are retried at least this often: a leader election must not eat the safety margin."""
 LATE_FACTOR = 1.5
 """A refresh sent later than this many refresh intervals after the previous one counts as late."""
 
@@ -106,7 +108,7 @@ class Session:
                 if self.lost:
                     return
                 await asyncio.sleep(retry * random.uniform(0.5, 1.0))
-                retry = min(retry * 2, self.interval / 2)
+                retry = min(retry * 2, self.interval / 4, RETRY_MAX_S)
             except Exception as exc:  # noqa: BLE001 -- the keepalive must outlive any one failure
                 log.exception("etcd: keepalive of lease %s failed unexpectedly", self.hex)
                 self._report("failed", NotReadyError(f"etcd keepalive error: {exc!r}"))
