@@ -89,6 +89,19 @@ def test_a_sequence_named_like_a_verb_is_shown_not_issued(tmp_path: Path) -> Non
         assert c.get("/v1/sequences/orders/next/next").status_code == 404
 
 
+def test_requests_the_fast_path_hands_over_get_the_same_answers(tmp_path: Path) -> None:
+    with running_app(tmp_path) as c:
+        c.post("/v1/sequences", json={"name": "orders"})
+        assert c.get("/v1/sequences/orders/next?count=2&x=1").json()["ids"] == [1, 2]       # FastAPI route
+        assert c.get("/v1/sequences/orders/next?count=2").json()["ids"] == [3, 4]           # fast path
+        r = c.post("/v1/sequences/orders/range?count=5", json={})                           # a body: FastAPI
+        assert r.status_code == 200 and r.json()["count"] == 5
+        r2 = c.post("/v1/sequences/orders/range?count=5")                                   # fast path
+        assert r2.json()["first"] == r.json()["last"] + 1 and set(r2.json()) == {"name", "first", "last", "count"}
+        for path in ("/v1/sequences/orders/next?count=0&x=1", "/v1/sequences/orders/next?count=0"):
+            assert c.get(path).json()["detail"] == "count must be in 1..100000, got 0"
+
+
 def test_overflow_past_the_maximum_is_refused_with_the_rule(tmp_path: Path) -> None:
     with running_app(tmp_path) as c:
         c.post("/v1/sequences", json={"name": "edge", "start": MAX_VALUE - 9, "cache": 4})
