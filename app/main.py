@@ -14,12 +14,15 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import decode, ids, meta
+from app.api import sequences as sequence_routes
 from app.api.errors import install_error_handlers
 from app.api.fastpath import FastPath
 from app.lease import make_backend
+from app.lease.sequences import make_store
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
+from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 
 
@@ -29,14 +32,17 @@ def create_app(settings: Settings | None = None) -> FastPath:
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
+    sequences = SequenceService(make_store(settings), metrics, settings.max_count)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await node.start()
         app.state.node = node
+        await sequences.start()
         try:
             yield
         finally:
+            await sequences.stop()
             await node.stop()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
@@ -51,14 +57,16 @@ def create_app(settings: Settings | None = None) -> FastPath:
     )
     api.state.settings = settings
     api.state.node = node
+    api.state.sequences = sequences
     install_error_handlers(api)
     api.include_router(ids.router)
     api.include_router(decode.router)
     api.include_router(meta.router)
+    api.include_router(sequence_routes.router)
     _include_page(api)
 
     wrapper = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
-    return wrapper
+    return sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
 
 
 def _include_page(api: FastAPI) -> None:

@@ -37,6 +37,10 @@ class CoreSettings(BaseSettings):
     max_stream_count: int = Field(
         100_000_000, ge=1, le=10_000_000_000, description="Largest `count` for /v1/ids/{scheme}/stream."
     )
+    max_sequences: int = Field(
+        1000, ge=1, le=100_000,
+        description="How many sequences may exist (creating more is a 409); bounds the per-sequence metrics.",
+    )
     access_log: bool = Field(False, description="uvicorn access log (off by default: it costs throughput).")
     log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")

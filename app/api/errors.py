@@ -15,7 +15,9 @@ from app.errors import (
     InvalidIdError,
     InvalidOptionError,
     NotReadyError,
+    SequenceConflictError,
     UnknownSchemeError,
+    UnknownSequenceError,
 )
 
 JSON = "application/json"
@@ -25,8 +27,10 @@ def status_for(exc: IdmintError) -> int:
     """HTTP status of an idmint error."""
     if isinstance(exc, (InvalidIdError, InvalidOptionError)):
         return 422
-    if isinstance(exc, UnknownSchemeError):
+    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError)):
         return 404
+    if isinstance(exc, SequenceConflictError):
+        return 409
     if isinstance(exc, NotReadyError):
         return 503
     return 500  # ConfigError and anything else: a fault of ours, not of the request
