@@ -14,7 +14,8 @@
 #   IDMINT_MAX_CLOCK_WAIT       seconds to wait for the clock to pass a claimed high-water mark
 #   IDMINT_LOG_FORMAT=text|json, IDMINT_LOG_LEVEL, IDMINT_ACCESS_LOG=true|false (default false)
 #   IDMINT_STATE_DIR            embedded backend state (image default /var/lib/idmint)
-# Lint: hadolint Dockerfile (tests/ops runs it; the CMD and HEALTHCHECK commands are the ones tests/ops runs too).
+# Lint: hadolint Dockerfile. tests/ops/test_podman.py builds this file with podman (--format docker) on a Debian
+# base passed as PYTHON_IMAGE and runs the image: see the README, "Container, compose and Kubernetes".
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

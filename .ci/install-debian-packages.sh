@@ -5,13 +5,19 @@
 #                                                      for readable screenshots
 #   - prometheus                                       a real server scrapes idmint in tests/ops; promtool checks
 #                                                      the configs, rules and our /metrics output
-#   - docker-compose                                   validates docker-compose.yml with `config` (there is no
-#                                                      Docker engine here: nothing is started with it)
+#   - docker-compose                                   validates docker-compose.yml with `config`
+#   - podman, runc                                     build the Dockerfile and run the image and the compose
+#                                                      stack for real in tests/ops (no Docker engine is needed;
+#                                                      runc because crun refuses hybrid cgroup hosts). The
+#                                                      podman-compose that drives it comes from the dev extras:
+#                                                      Debian's 1.0.3 cannot run network_mode: host services
+#   - debootstrap                                      builds the tests' Debian base image (no registry pull)
 # Idempotent: installs only what is missing, with one `apt-get update`, via sudo when not root. Services are not
 # started by the install (the tests start their own Prometheus on a loopback port).
 set -euo pipefail
 
-packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose)
+packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose
+          podman runc debootstrap)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 
@@ -28,7 +34,7 @@ else
 fi
 
 status=0
-for tool in chromium prometheus promtool docker-compose; do
+for tool in chromium prometheus promtool docker-compose podman runc debootstrap; do
     if path=$(command -v "$tool"); then
         echo "install-debian-packages: $tool: $path: $("$tool" --version 2>/dev/null | head -n 1)"
     else

@@ -1,4 +1,4 @@
-"""The ``idmint`` command: ``serve``, ``mint`` and ``decode``."""
+"""The ``idmint`` command: ``serve``, ``mint``, ``decode`` and ``sequence`` (``create``, ``range``, ``show``)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def _settings(**overrides: Any) -> Any:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="idmint")
 def main() -> None:
-    """idmint: issue and decode IDs of every registered scheme (``idmint mint --help`` lists their options).
+    """idmint: issue and decode IDs of every registered scheme (``idmint mint --help`` lists their options);
+    reserve sequence ranges.
 
     Settings come from IDMINT_* environment variables (see README.md).
     """
@@ -87,10 +88,16 @@ def _scheme_options(command: Any) -> Any:
 @click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many IDs.")
 @click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
 @_scheme_options
-def mint(scheme: str, count: int, fmt: str | None, **options: str | None) -> None:
-    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases."""
-    settings = _settings()
+@click.option("--server", metavar="URL[,URL]",
+              help="Ask a running fleet (its stream route, with failover) instead of minting locally.")
+def mint(scheme: str, count: int, fmt: str | None, server: str | None, **options: str | None) -> None:
+    """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases
+    (or, with --server, streamed from a running fleet: another replica carries on if one fails)."""
     given = {name.removeprefix("opt_"): value for name, value in options.items() if value is not None}
+    if server is not None:
+        _mint_remote(server, scheme, count, fmt, given)
+        return
+    settings = _settings()
     try:
         asyncio.run(_mint(settings, scheme, count, fmt, given))
     except NotReadyError as exc:
@@ -99,6 +106,28 @@ def mint(scheme: str, count: int, fmt: str | None, **options: str | None) -> Non
         raise click.ClickException(str(exc)) from exc
     except BrokenPipeError:
         # `idmint mint ... | head`: the reader went away; not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
+    try:
+        from idmint_client import Client, IdmintClientError
+    except ImportError as exc:
+        raise click.ClickException("--server needs the Python client: pip install ./clients/python") from exc
+    try:
+        client = Client(server)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--server") from exc
+    out = sys.stdout.buffer
+    try:
+        with client:
+            for chunk in client.stream_chunks(scheme, count, format=fmt, **options):
+                out.write(("\n".join(chunk) + "\n").encode("ascii"))
+        out.flush()
+    except IdmintClientError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except BrokenPipeError:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
 
@@ -128,6 +157,73 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         out.flush()
     finally:
         await node.stop()
+
+
+@main.group()
+def sequence() -> None:
+    """Sequences (dense integers per name) in the configured storage: etcd, or the state directory."""
+
+
+def _run_sequences(work: Any) -> Any:
+    from app.lease.sequences import make_store
+
+    async def run() -> Any:
+        store = make_store(_settings())
+        await store.start()
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(run())
+    except NotReadyError as exc:
+        raise click.ClickException(f"not ready: {exc.reason}") from exc
+    except IdmintError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@sequence.command("range")
+@click.argument("name")
+@click.option("-n", "--count", type=click.IntRange(min=1, max=2**40), default=1, show_default=True,
+              help="How many integers (1..2**40).")
+def sequence_range(name: str, count: int) -> None:
+    """Reserve a fresh contiguous range of COUNT integers of NAME; print {"name", "first", "last", "count"}."""
+    from app.lease.sequences import check_name
+
+    first, last = _run_sequences(lambda store: store.reserve(check_name(name), count))
+    click.echo(json.dumps({"name": name, "first": first, "last": last, "count": count}))
+
+
+@sequence.command("create")
+@click.argument("name")
+@click.option("--start", type=int, default=1, show_default=True, help="The first integer (0..2**63-1).")
+@click.option("--cache", type=int, default=1000, show_default=True, help="Smallest range a node reserves.")
+def sequence_create(name: str, start: int, cache: int) -> None:
+    """Create sequence NAME (nothing happens if it exists with the same settings); print it."""
+    from app.lease.sequences import check_name, check_settings
+
+    async def work(store: Any) -> Any:
+        check_name(name)
+        check_settings(start, cache)
+        return await store.create(name, start, cache)
+
+    record, created = _run_sequences(work)
+    click.echo(json.dumps({**record.as_dict(), "created": created}))
+
+
+@sequence.command("show")
+@click.argument("name", required=False)
+def sequence_show(name: str | None) -> None:
+    """Print sequence NAME (or every sequence) with its allocation point."""
+    if name is None:
+        records = _run_sequences(lambda store: store.list())
+        click.echo(json.dumps([r.as_dict() for r in records], indent=2))
+        return
+    from app.lease.sequences import check_name
+
+    record = _run_sequences(lambda store: store.get(check_name(name)))
+    click.echo(json.dumps(record.as_dict(), indent=2))
 
 
 @main.command()

@@ -6,6 +6,9 @@
     ├── InvalidIdError          (ValueError) an ID string breaks a rule of its scheme      -> 422
     ├── InvalidOptionError      (ValueError) a count, format or scheme option is out of rule -> 422
     ├── UnknownSchemeError      (LookupError) no scheme of that name                         -> 404
+    ├── UnknownSequenceError    (LookupError) no sequence of that name                       -> 404
+    ├── SequenceConflictError   a sequence exists with other settings, or too many exist     -> 409
+    ├── SequenceOverflowError   (InvalidOptionError) a sequence would pass 2**63-1            -> 422
     ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
     │   ├── PoolExhaustedError      every identity of the pool is held by another node
@@ -33,6 +36,18 @@ class InvalidOptionError(IdmintError, ValueError):
 
 class UnknownSchemeError(IdmintError, LookupError):
     """No scheme of that name is served."""
+
+
+class UnknownSequenceError(IdmintError, LookupError):
+    """No sequence of that name exists in storage."""
+
+
+class SequenceConflictError(IdmintError):
+    """Creating a sequence failed: it exists with other settings, or IDMINT_MAX_SEQUENCES exist already."""
+
+
+class SequenceOverflowError(InvalidOptionError):
+    """The integers asked for would pass the sequence's maximum value (2**63-1); the message names the rule."""
 
 
 class NotReadyError(IdmintError):

@@ -14,6 +14,7 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import decode, ids, meta
+from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
@@ -21,9 +22,11 @@ from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
 from app.api.streams import StreamSlots
 from app.lease import make_backend
+from app.lease.sequences import make_store
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
+from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 
 
@@ -34,12 +37,14 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
+    sequences = SequenceService(make_store(settings), metrics, settings.max_count)
     keys: ApiKeys | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await node.start()
         app.state.node = node
+        await sequences.start()
         if keys is not None:
             keys.start()
         try:
@@ -48,6 +53,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
             if keys is not None:
                 keys.stop()
             decode.shutdown_text_pool()
+            await sequences.stop()
             await node.stop()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
@@ -64,14 +70,17 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.state.settings = settings
     api.state.streams = StreamSlots(settings.max_concurrent_streams)
     api.state.node = node
+    api.state.sequences = sequences
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
     api.include_router(decode.router)
     api.include_router(meta.router)
+    api.include_router(sequence_routes.router)
     _include_page(api)
 
     wrapper: Any = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
+    wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
         keys = wrapper = ApiKeys(wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of)

@@ -22,6 +22,14 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_api_key_requests_total{key,outcome}            counter    requests checked by API key (key names come from
                                                                      the key file, plus "public" and "unknown")
     idmint_api_key_ids_total{key}                         counter    IDs charged to each API key's quota
+    idmint_sequence_ids_issued_total{sequence}            counter    integers issued by `next` (one inc per request)
+    idmint_sequence_ranges_total{sequence,kind}           counter    ranges reserved in storage: buffer, range
+    idmint_sequence_range_ids_total{sequence}             counter    integers handed out by `range` requests
+    idmint_sequence_gap_total{sequence}                   counter    integers reserved and never issued (gaps)
+    idmint_sequence_buffered{sequence}                    gauge      integers held in this node's buffer, unused
+    idmint_sequence_reservation_size{sequence}            gauge      current buffer reservation size (adaptive)
+    idmint_sequence_storage_failures_total{sequence}      counter    reservations that failed (storage unreachable)
+    idmint_sequence_unavailable_total{sequence}           counter    `next` answered 503: buffer empty, storage down
     process_*, python_*                                   default process, platform and GC collectors
                                                           (single-process mode only, see below)
 
@@ -271,6 +279,44 @@ class _Collectors:
             "The last recorded high-water mark of the scheme's identity, as Unix seconds (0 = none yet).",
             ["scheme"], multiprocess_mode="livemax", registry=r,
         )
+        self.sequence_issued = Counter(
+            "idmint_sequence_ids_issued_total", "Integers issued by /v1/sequences/{name}/next, by sequence.",
+            ["sequence"], registry=r,
+        )
+        self.sequence_ranges = Counter(
+            "idmint_sequence_ranges_total",
+            "Ranges reserved in sequence storage, by sequence and kind (buffer: a node's own; range: a client's).",
+            ["sequence", "kind"], registry=r,
+        )
+        self.sequence_range_ids = Counter(
+            "idmint_sequence_range_ids_total", "Integers handed out by /v1/sequences/{name}/range, by sequence.",
+            ["sequence"], registry=r,
+        )
+        self.sequence_gap = Counter(
+            "idmint_sequence_gap_total",
+            "Integers reserved by this node and never issued (unused buffer discarded at stop), by sequence.",
+            ["sequence"], registry=r,
+        )
+        self.sequence_buffered = Gauge(
+            "idmint_sequence_buffered",
+            "Integers held in this node's in-memory ranges and not yet issued, by sequence.",
+            ["sequence"], multiprocess_mode="livesum", registry=r,
+        )
+        self.sequence_reservation_size = Gauge(
+            "idmint_sequence_reservation_size",
+            "Integers this node reserves at once for its buffer (adapts between cache and 100 x cache).",
+            ["sequence"], multiprocess_mode="livemax", registry=r,
+        )
+        self.sequence_storage_failures = Counter(
+            "idmint_sequence_storage_failures_total",
+            "Buffer reservations that failed because sequence storage was unreachable, by sequence.",
+            ["sequence"], registry=r,
+        )
+        self.sequence_unavailable = Counter(
+            "idmint_sequence_unavailable_total",
+            "next requests refused with 503: the buffer ran out while storage was unreachable, by sequence.",
+            ["sequence"], registry=r,
+        )
         self.build_info = Gauge(
             "idmint_build_info", "idmint build information; value 1.", ["version"],
             multiprocess_mode="livemax", registry=r,
@@ -297,6 +343,24 @@ def _shared_collectors() -> _Collectors:
         if _shared is None:
             _shared = _Collectors(None)
         return _shared
+
+
+class SequenceMetrics:
+    """One sequence's labelled children (every series initialised at 0 when the sequence is first used)."""
+
+    __slots__ = ("issued", "buffer_ranges", "client_ranges", "range_ids", "gap", "buffered", "reservation_size",
+                 "storage_failures", "unavailable")
+
+    def __init__(self, c: _Collectors, name: str) -> None:
+        self.issued = c.sequence_issued.labels(sequence=name)
+        self.buffer_ranges = c.sequence_ranges.labels(sequence=name, kind="buffer")
+        self.client_ranges = c.sequence_ranges.labels(sequence=name, kind="range")
+        self.range_ids = c.sequence_range_ids.labels(sequence=name)
+        self.gap = c.sequence_gap.labels(sequence=name)
+        self.buffered = c.sequence_buffered.labels(sequence=name)
+        self.reservation_size = c.sequence_reservation_size.labels(sequence=name)
+        self.storage_failures = c.sequence_storage_failures.labels(sequence=name)
+        self.unavailable = c.sequence_unavailable.labels(sequence=name)
 
 
 # -- facade -----------------------------------------------------------------------------------------------------
@@ -345,6 +409,7 @@ class Metrics:
         self._requests: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self._key_requests: dict[tuple[str, str], Any] = {}
         self._key_ids: dict[str, Any] = {}
+        self._sequences: dict[str, SequenceMetrics] = {}
         self._renewals = {outcome: c.lease_renewals.labels(outcome=outcome) for outcome in LEASE_RENEWAL_OUTCOMES}
         self._max_rollback_seconds = 0.0
         for scheme in scheme_names:
@@ -499,6 +564,18 @@ class Metrics:
         if scheme not in self._issued:
             self._scheme_children(scheme)
         self._refused[scheme].inc()
+
+    # -- sequences -------------------------------------------------------------------------------------------
+    def sequence(self, name: str) -> SequenceMetrics:
+        """The cached children of one sequence's metrics. Names come from storage, which caps how many exist
+        (IDMINT_MAX_SEQUENCES), so the label stays bounded."""
+        children = self._sequences.get(name)
+        if children is None:
+            with self._lock:
+                children = self._sequences.get(name)
+                if children is None:
+                    children = self._sequences[name] = SequenceMetrics(self._c, name)
+        return children
 
     # -- exposition ------------------------------------------------------------------------------------------
     @property

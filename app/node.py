@@ -164,8 +164,8 @@ class Issuer:
         if self.claims:
             now = time.monotonic()
             for claim in self.claims:
-                if claim.lost() or now >= claim.deadline:
-                    why = "lease lost" if claim.lost() else "lease deadline passed (refresh not confirmed in time)"
+                if claim.lost or now >= claim.deadline:
+                    why = "lease lost" if claim.lost else "lease deadline passed (refresh not confirmed in time)"
                     self._drop(f"{why} for {self.pool.kind if self.pool else 'identity'} "
                                f"{claim.identity}")
                     raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)

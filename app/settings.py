@@ -37,6 +37,10 @@ class CoreSettings(BaseSettings):
     max_stream_count: int = Field(
         100_000_000, ge=1, le=10_000_000_000, description="Largest `count` for /v1/ids/{scheme}/stream."
     )
+    max_sequences: int = Field(
+        1000, ge=1, le=100_000,
+        description="How many sequences may exist (creating more is a 409); bounds the per-sequence metrics.",
+    )
     access_log: bool = Field(False, description="uvicorn access log (off by default: it costs throughput).")
     log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
@@ -110,7 +114,12 @@ class CoreSettings(BaseSettings):
         for url in value:
             scheme, sep, rest = url.partition("://")
             if not sep or scheme not in ("http", "https") or not rest:
-                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {url!r}")
+                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {_redacted(url)!r}")
+            if "@" in rest.partition("/")[0]:
+                raise ValueError(
+                    f"etcd_endpoints must not carry a user or password ({_redacted(url)!r}): "
+                    "set IDMINT_ETCD_USER and IDMINT_ETCD_PASSWORD instead"
+                )
         return value
 
     @field_validator("public_scopes", mode="before")
@@ -151,6 +160,13 @@ class CoreSettings(BaseSettings):
         return self
 
 
+def _redacted(url: str) -> str:
+    """``url`` with any user info replaced by ``***`` (never show a password, not even in an error)."""
+    scheme, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return f"{scheme}{sep}{authority}{slash}{path}"
 def _compose() -> type[CoreSettings]:
     from app.schemes import schemes
 
@@ -182,6 +198,8 @@ def load_settings(**overrides: object) -> Settings:
             bounds = _bounds(loc)
             if err["type"] in _RANGE_ERRORS and bounds is not None:
                 msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
+            if loc == "etcd_password":
+                msg = msg.replace(str(err.get("input")), "***")
             problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
         raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
 

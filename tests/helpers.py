@@ -121,3 +121,25 @@ class Replica:
         self.proc.kill()
         self.proc.wait()
         self._log.close()
+
+
+class FakeClock:
+    """A settable clock for generators: ``clock()`` returns ns since the Unix epoch (like ``time.time_ns``).
+
+    Starts at ``ms`` milliseconds; ``step`` ns are added after every reading. Set :attr:`ns` (or call
+    :meth:`set_ms`) to jump it, backwards included (a clock rollback).
+    """
+
+    NS_IN_MS = 1_000_000
+
+    def __init__(self, ms: int = 1_645_557_742_000, step: int = 0) -> None:
+        self.ns = ms * self.NS_IN_MS
+        self.step = step
+
+    def __call__(self) -> int:
+        now = self.ns
+        self.ns += self.step
+        return now
+
+    def set_ms(self, ms: int) -> None:
+        self.ns = ms * self.NS_IN_MS

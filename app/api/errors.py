@@ -16,7 +16,9 @@ from app.errors import (
     InvalidOptionError,
     NotReadyError,
     TooManyRequestsError,
+    SequenceConflictError,
     UnknownSchemeError,
+    UnknownSequenceError,
 )
 
 JSON = "application/json"
@@ -26,8 +28,10 @@ def status_for(exc: IdmintError) -> int:
     """HTTP status of an idmint error."""
     if isinstance(exc, (InvalidIdError, InvalidOptionError)):
         return 422
-    if isinstance(exc, UnknownSchemeError):
+    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError)):
         return 404
+    if isinstance(exc, SequenceConflictError):
+        return 409
     if isinstance(exc, NotReadyError):
         return 503
     if isinstance(exc, TooManyRequestsError):

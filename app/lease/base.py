@@ -5,13 +5,13 @@ identity (generator ID, medallion, publisher ID, shard) bound to that lease, wit
 
 * :attr:`Claim.deadline` -- ``time.monotonic()`` seconds after which the claim must be treated as lost (fail
   closed). ``math.inf`` for the embedded backend, whose OS file lock cannot expire.
-* :meth:`Claim.lost` -- True once the lease expired, was revoked, or the claim key was deleted.
+* :attr:`Claim.lost` -- True once the lease expired, was revoked, or the claim key was deleted.
 * :meth:`Claim.record_mark` -- persist a high-water mark (native timestamp units of the scheme); the mark is a
   promise: the holder issues nothing above it before recording a higher one.
 * :meth:`LeaseBackend.release` -- write the final mark and give the identity back.
 
 Two implementations: :class:`app.lease.embedded.EmbeddedBackend` (OS file locks under a state directory; one
-machine) and :class:`app.lease.etcd.EtcdBackend` (etcd leases; any number of replicas). Tests of code above this
+machine) and :class:`app.lease.etcd.backend.EtcdBackend` (etcd leases; any number of replicas). Tests of code above this
 interface use the embedded one; tests of the etcd one use a real etcd.
 """
 
@@ -29,16 +29,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """Where a scheme's identity is claimed from: the node's :class:`~app.schemes.base.IdentityPlan`, made
-    concrete (:meth:`from_plan`), so no backend needs to know any scheme.
+    """Where a scheme's identity is claimed from (the node fills it from the scheme's identity plan).
 
     ``scheme``: scheme name (labels, logs, the embedded backend's folder); ``kind``: identity term
     ("generator_id", "medallion", "publisher_id", "shard"); ``candidates``: either an explicit sequence of
     identities tried in order (static assignment = one candidate) or None with ``minimum``/``maximum`` and
-    ``draw`` ("scan" or "random"). ``group`` qualifies the pool (the cluster ID for eight-byte, the SIQ domain hash
-    for siq, "" otherwise). The etcd layout: claim keys ``<namespace><key_prefix><key_format(identity)>``, marks
-    ``<namespace><mark_prefix><key_format(identity)>``; ``allowed_groups_key`` names a key listing the allowed
-    groups (comma list; java-uniqueid's ``cluster-id``), or None.
+    ``draw`` ("scan" or "random"). ``group`` qualifies the pool (a cluster ID, a domain hash; "" otherwise).
+
+    etcd key layout (under the namespace; the etcd backend knows no scheme, only these):
+    ``key_prefix`` + ``key_format.format(identity)`` is the claim key, ``mark_prefix`` + the same segment the
+    high-water-mark key; ``allowed_groups_key``, when set, names a key listing the allowed groups as a comma list
+    of integers (java-uniqueid's ``cluster-id``): a pool whose ``group`` is not listed is refused.
     """
 
     scheme: str
@@ -52,9 +53,13 @@ class PoolSpec:
     exclude: frozenset[int] = frozenset()
     """Identities not to take (refused earlier because their high-water mark was too far ahead)."""
     key_prefix: str = ""
+    """etcd claim-key prefix under the namespace: ``pool/3:``, ``idmint/siq/86ce1947/``."""
     mark_prefix: str = ""
+    """etcd high-water-mark key prefix under the namespace: ``idmint/marks/eight-byte/3/``."""
     key_format: str = "{:d}"
+    """Identity -> last key segment (``{:011X}`` for 11 uppercase hex digits)."""
     allowed_groups_key: str | None = None
+    """Key (under the namespace) listing the groups allowed to claim, as java-uniqueid's ``cluster-id``."""
 
     @classmethod
     def from_plan(cls, scheme: str, plan: IdentityPlan) -> PoolSpec:
@@ -95,20 +100,17 @@ class Claim(abc.ABC):
         """``time.monotonic()`` after which this claim must not be used. Default: never."""
         return math.inf
 
+    @property
     @abc.abstractmethod
     def lost(self) -> bool:
         """True once the claim can no longer be trusted (lease expired/revoked, key deleted, lock gone)."""
 
     def valid(self) -> bool:
-        return not self.lost() and time.monotonic() < self.deadline
+        return not self.lost and time.monotonic() < self.deadline
 
     @abc.abstractmethod
     async def record_mark(self, mark: int) -> None:
         """Persist ``mark`` (native units) as this identity's high-water mark. Raises NotReadyError on failure."""
-
-    @abc.abstractmethod
-    def record_mark_sync(self, mark: int) -> None:
-        """Blocking variant of :meth:`record_mark`, for a caller on another thread than the backend's loop."""
 
 
 class LeaseBackend(abc.ABC):

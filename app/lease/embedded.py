@@ -19,17 +19,14 @@ import fcntl
 import json
 import logging
 import os
-import secrets
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError
 from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
+from app.lease.draw import draw
 
 log = logging.getLogger("idmint.lease")
-
-RANDOM_DRAW_TRIES = 64
-"""Random draws (Muid medallions) tried before the pool counts as exhausted."""
 
 
 class EmbeddedClaim(Claim):
@@ -44,13 +41,11 @@ class EmbeddedClaim(Claim):
         self._mark_path = mark_path
         self._recorded = mark
 
+    @property
     def lost(self) -> bool:
         return self._fd is None
 
     async def record_mark(self, mark: int) -> None:
-        self.record_mark_sync(mark)
-
-    def record_mark_sync(self, mark: int) -> None:
         if self._fd is None:
             raise BackendUnavailableError(f"{self.scheme} identity {self.identity} was released")
         if mark <= self._recorded:
@@ -151,9 +146,9 @@ class EmbeddedBackend(LeaseBackend):
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise BackendUnavailableError(f"state directory {folder} cannot be created: {exc}") from exc
-        for identity in self._candidates(pool, folder):
-            if identity in pool.exclude:
-                continue
+        # Reuse identities this machine already used (their marks are known) before drawing new ones.
+        known = sorted(int(p.stem) for p in folder.glob("*.mark") if p.stem.isdigit())
+        for identity in draw(pool, prefer=known):
             claim = self._try_lock(pool, folder, identity, holder)
             if claim is not None:
                 self._claims.append(claim)
@@ -170,19 +165,6 @@ class EmbeddedBackend(LeaseBackend):
             f"(state directory {self.state_dir})",
             retry_after=5,
         )
-
-    def _candidates(self, pool: PoolSpec, folder: Path) -> Iterator[int]:
-        if pool.candidates is not None:
-            yield from pool.candidates
-            return
-        if pool.draw == "random":
-            # Reuse identities this machine already used (their marks are known) before drawing new ones.
-            known = sorted(int(p.stem) for p in folder.glob("*.mark") if p.stem.isdigit())
-            yield from (i for i in known if pool.minimum <= i <= pool.maximum)
-            for _ in range(RANDOM_DRAW_TRIES):
-                yield pool.minimum + secrets.randbelow(pool.maximum - pool.minimum + 1)
-            return
-        yield from range(pool.minimum, pool.maximum + 1)
 
     def _try_lock(self, pool: PoolSpec, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
         """The claim on ``identity``, or None when another process holds it or its mark file is unreadable (that
@@ -227,7 +209,7 @@ class EmbeddedBackend(LeaseBackend):
     def release_sync(self, claim: Claim, final_mark: int | None) -> None:
         assert isinstance(claim, EmbeddedClaim)
         try:
-            if final_mark is not None and not claim.lost():
+            if final_mark is not None and not claim.lost:
                 # The final mark is exact (the highest timestamp really issued), so it may lower the
                 # reservation recorded ahead of the clock: a clean restart then need not wait for it.
                 _write_mark(claim._mark_path, final_mark)

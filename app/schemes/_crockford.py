@@ -73,6 +73,8 @@ class Dialect:
     substitutions: tuple[tuple[str, str], ...]
     first_char_max: int
     first_char_rule: str
+    lowercase_only: bool = False
+    """True: only the lowercase alphabet is read (TypeID); False: any case."""
     _digits: dict[int, str] = field(init=False, repr=False, compare=False)
     _accepted: frozenset[str] = field(init=False, repr=False, compare=False)
 
@@ -81,7 +83,7 @@ class Dialect:
         python_digits = "0123456789abcdefghijklmnopqrstuv"
         digits: dict[int, str] = {}
         for value, char in enumerate(ALPHABET):
-            for variant in (char, char.lower()):
+            for variant in (char.lower(),) if self.lowercase_only else (char, char.lower()):
                 digits[ord(variant)] = python_digits[value]
         for alias, target in self.substitutions:
             for variant in (alias, alias.lower()):
@@ -91,7 +93,11 @@ class Dialect:
 
     @property
     def alphabet_rule(self) -> str:
+        if self.lowercase_only:
+            return f"the lowercase base32 alphabet {ALPHABET.lower()} (no uppercase, no substitutions)"
         readings = ", ".join(f"{alias} reads {target}" for alias, target in self.substitutions)
+        if not readings:
+            return f"the Crockford base32 alphabet {ALPHABET} (any case; no I, L, O or U)"
         return f"the Crockford base32 alphabet 0-9 A-H J K M N P-T V-Z (any case; {readings})"
 
 
@@ -112,6 +118,25 @@ WIJI = Dialect(
     ),
 )
 """Wiji v1 rules (WIJI_SPEC section 5.1/8): case-insensitive, O->0, I/L->1, U->V, first character 0 or 1."""
+
+STRICT_ULID = Dialect(
+    label="ULID",
+    substitutions=(),
+    first_char_max=7,
+    first_char_rule="ULID overflow: the first character must be 0..7 (26 characters carry 130 bits, a ULID 128)",
+)
+"""The ulid scheme's rules, as python-ulid reads ULIDs: any case, the 32 alphabet characters only, first 0..7."""
+
+TYPEID = Dialect(
+    label="TypeID suffix",
+    substitutions=(),
+    first_char_max=7,
+    first_char_rule=(
+        "TypeID suffix overflow: the first character must be 0..7 (26 characters carry 130 bits, a UUID 128)"
+    ),
+    lowercase_only=True,
+)
+"""TypeID spec v0.3 rules: lowercase only, no substitutions, first character 0..7."""
 
 
 def encode(value: int) -> str:

@@ -1,6 +1,6 @@
 """Dockerfile, .dockerignore, docker-compose.yml and Grafana provisioning, checked with the real tools that run here
-(hadolint, docker-compose config) and by running the commands the files contain. There is no Docker engine on
-this machine: nothing here builds or starts a container."""
+(hadolint, docker-compose config) and by running the commands the files contain. The image is built and run, and
+the compose stack brought up, by tests/ops/test_podman.py (podman; there is no Docker engine on this machine)."""
 
 from __future__ import annotations
 

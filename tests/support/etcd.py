@@ -8,6 +8,8 @@ Fixtures:
   (again on the same ports and data dir) and ``.etcdctl(*args)``. A test that stops it need not restart it: the
   ``etcd_namespace`` fixture restarts it afterwards.
 * ``etcd_namespace`` (function): a key prefix unique to the test (``test/<test name>-<random>/``).
+* ``etcd_cluster`` (function): a 3-member cluster (:class:`EtcdCluster`) on loopback, members killable,
+  restartable and pausable (SIGSTOP/SIGCONT) one by one; stopped by PID after the test.
 * ``etcd_factory`` (function): ``etcd_factory(*extra_args, tls=None)`` starts another etcd (e.g. to enable auth,
   or serving TLS with :func:`make_tls_material`'s certificates) that is stopped after the test.
 
@@ -115,7 +117,9 @@ def make_tls_material(directory: Path) -> TlsMaterial:
 
     key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
     run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=idmint test CA")
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+    # The server certificate is also a client one: etcd's JSON gateway dials etcd's own gRPC port with it, and
+    # with --client-cert-auth that inner connection must present a certificate valid for client auth.
+    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
                       ("client", "extendedKeyUsage=clientAuth")):
         run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=idmint test {name}")
         (directory / f"{name}.ext").write_text(ext + "\n")
@@ -123,6 +127,49 @@ def make_tls_material(directory: Path) -> TlsMaterial:
             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
     return TlsMaterial(directory / "ca.crt", directory / "server.crt", directory / "server.key",
                        directory / "client.crt", directory / "client.key")
+
+
+def _two_free_ports() -> tuple[int, int]:
+    client = free_port()
+    peer = free_port()
+    while peer == client:
+        peer = free_port()
+    return client, peer
+
+
+class EtcdCluster:
+    """``size`` etcd members on loopback forming one cluster (free ports, own data dirs), stopped by PID.
+
+    ``members[i]`` are :class:`EtcdServer` objects (``kill()``, ``start()`` again, ``pause()``/``resume()``);
+    ``endpoints`` is the comma list for IDMINT_ETCD_ENDPOINTS.
+    """
+
+    def __init__(self, workdir: Path, size: int = 3) -> None:
+        ports: list[tuple[int, int]] = []
+        used: set[int] = set()
+        while len(ports) < size:
+            pair = _two_free_ports()
+            if not used & set(pair):
+                used.update(pair)
+                ports.append(pair)
+        token = f"idmint-test-cluster-{ports[0][0]}"
+        initial = ",".join(f"idmint-test-{c}=http://127.0.0.1:{p}" for c, p in ports)
+        self.members = [EtcdServer(workdir / f"member-{i}", ports=pair, initial_cluster=initial, cluster_token=token)
+                        for i, pair in enumerate(ports)]
+        self.endpoints = ",".join(m.endpoint for m in self.members)
+
+    def start(self) -> None:
+        for member in self.members:
+            member.launch()
+        for member in self.members:
+            member.wait_healthy()
+
+    def stop(self) -> None:
+        for member in self.members:
+            member.stop()
+
+    def etcdctl(self, *args: str) -> str:
+        return next(m for m in self.members if m.running).etcdctl(*args)
 
 
 def free_port() -> int:
@@ -135,20 +182,21 @@ def free_port() -> int:
 class EtcdServer:
     """One single-member etcd process on loopback; restartable on the same ports and data dir."""
 
-    def __init__(self, workdir: Path, extra_args: tuple[str, ...] = (), tls: TlsMaterial | None = None) -> None:
+    def __init__(self, workdir: Path, extra_args: tuple[str, ...] = (), tls: TlsMaterial | None = None,
+                 ports: tuple[int, int] | None = None, initial_cluster: str | None = None,
+                 cluster_token: str | None = None) -> None:
         self.binary = find_etcd_binary()
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.log_path = workdir / "etcd.log"
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        while self.peer_port == self.client_port:
-            self.peer_port = free_port()
+        self.client_port, self.peer_port = ports or _two_free_ports()
         self.tls = tls
         self.endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{self.client_port}"
         self.peer_url = f"http://127.0.0.1:{self.peer_port}"
         self.extra_args = tuple(extra_args)
         self.name = f"idmint-test-{self.client_port}"
+        self.initial_cluster = initial_cluster or f"{self.name}={self.peer_url}"
+        self.cluster_token = cluster_token or self.name
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -170,9 +218,9 @@ class EtcdServer:
             "--advertise-client-urls", self.endpoint,
             "--listen-peer-urls", self.peer_url,
             "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", f"{self.name}={self.peer_url}",
+            "--initial-cluster", self.initial_cluster,
             "--initial-cluster-state", "new",
-            "--initial-cluster-token", self.name,
+            "--initial-cluster-token", self.cluster_token,
             "--unsafe-no-fsync",
             *self._tls_args(),
             *self.extra_args,
@@ -188,11 +236,22 @@ class EtcdServer:
         """Start etcd (no-op when running) and wait until it reports healthy."""
         if self.running:
             return
+        self.launch()
+        self.wait_healthy()
+
+    def launch(self) -> None:
+        """Start the process without waiting (a cluster member is healthy only once a quorum runs)."""
+        if self.running:
+            return
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
         _STARTED[self._proc.pid] = self._proc
+
+    def wait_healthy(self) -> None:
+        """Wait until etcd reports healthy (it has a leader); RuntimeError with its log when it does not."""
+        assert self._proc is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -221,12 +280,24 @@ class EtcdServer:
         """SIGKILL by PID and wait."""
         self._signal(signal.SIGKILL)
 
+    def pause(self) -> None:
+        """SIGSTOP by PID: the process keeps its sockets but answers nothing (a stalled member)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT by PID (after :meth:`pause`)."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.kill(self._proc.pid, signal.SIGCONT)
+
     def _signal(self, sig: signal.Signals) -> None:
         proc = self._proc
         if proc is None:
             return
         if proc.poll() is None:
             os.kill(proc.pid, sig)
+            if sig != signal.SIGKILL:
+                os.kill(proc.pid, signal.SIGCONT)  # a paused etcd must run to handle SIGTERM
             try:
                 proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -278,6 +349,17 @@ def etcd_namespace(request: pytest.FixtureRequest, etcd_server: EtcdServer) -> I
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]
     yield f"test/{name}-{secrets.token_hex(4)}/"
     etcd_server.start()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path: Path) -> Iterator[EtcdCluster]:
+    """A fresh 3-member etcd cluster on loopback for one test, stopped by PID afterwards."""
+    cluster = EtcdCluster(tmp_path / "etcd-cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,228 @@
+"""Sequence routes: ``/v1/sequences`` (create, list, show), ``/v1/sequences/{name}/next`` and ``.../range``.
+
+``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are also answered by
+:class:`SequenceFastPath`, a lean ASGI front placed before the app (FastAPI routing and dependency injection
+roughly halve single-request throughput): it serves them when the query holds at most a ``count`` parameter,
+through the same service and the same count parser, and hands anything else (POST next, a body, other
+parameters, repeated ones) to FastAPI unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+from urllib.parse import unquote
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from starlette.responses import Response
+
+from app.api.errors import error_parts
+from app.errors import IdmintError
+from app.lease.sequences import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
+from app.metrics import Metrics
+from app.sequences import SequenceService, parse_count
+from app.sequences.buffer import Runs
+from app.sequences.text import encode_runs
+
+router = APIRouter(tags=["sequences"])
+
+NEXT_ROUTE = "/v1/sequences/{name}/next"
+PREFIX = "/v1/sequences/"
+NEXT_SUFFIX = "/next"
+RANGE_SUFFIX = "/range"
+RANGE_ROUTE = "/v1/sequences/{name}/range"
+THREAD_ENCODE_MIN = 20_000
+"""``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def get_sequences(request: Request) -> SequenceService:
+    return request.app.state.sequences  # type: ignore[no-any-return]
+
+
+SequencesDep = Annotated[SequenceService, Depends(get_sequences)]
+
+CountQ = Query(None, description="How many integers: ASCII digits, 1..max count (next) or 1..2**40 (range).")
+
+
+class CreateSequence(BaseModel):
+    """``CREATE SEQUENCE name START start CACHE cache`` (increment 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description=f"{NAME_PATTERN}", examples=["orders"])
+    start: StrictInt = Field(DEFAULT_START, description="The first integer issued (0..2**63-1).")
+    cache: StrictInt = Field(DEFAULT_CACHE, description="The smallest range a node reserves at once (1..1,000,000); "
+                             "a node's buffer reserves between cache and 100 x cache.")
+
+
+class SequenceOut(BaseModel):
+    name: str
+    start: int
+    cache: int
+    next: int = Field(description="The allocation point: the first integer no node has reserved yet.")
+    node: dict[str, Any] = Field(description="This node's ranges (first, last still unissued), held count, "
+                                 "reservation size, integers issued.")
+
+
+class NextOut(BaseModel):
+    name: str
+    ids: list[int]
+
+
+class RangeOut(BaseModel):
+    name: str
+    first: int
+    last: int
+    count: int
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "unknown sequence"},
+    422: {"description": "bad name or count, or the sequence would pass 2**63-1 (detail names the rule)"},
+    503: {"description": "storage unreachable and this node holds no integers for it (Retry-After)"},
+}
+
+
+@router.post("/v1/sequences", status_code=201, response_model=SequenceOut,
+             responses={200: {"description": "exists with the same settings"},
+                        409: {"description": "exists with other settings, or too many sequences"}, **ERRORS})
+async def create_sequence(body: CreateSequence, sequences: SequencesDep) -> Response:
+    """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings)."""
+    record, created = await sequences.create(body.name, body.start, body.cache)
+    entry = await sequences.describe(record.name) if not created else {**record.as_dict(), "node": {"ranges": [],
+                                                                                                    "held": 0}}
+    return _json(entry, 201 if created else 200)
+
+
+@router.get("/v1/sequences")
+async def list_sequences(sequences: SequencesDep) -> dict[str, Any]:
+    """Every sequence (allocation point, cache, this node's ranges), the rules, and the storage in use."""
+    return {"sequences": await sequences.list(), "limits": sequences.limits(), "store": sequences.store.status()}
+
+
+@router.get("/v1/sequences/{name}", response_model=SequenceOut, responses=ERRORS)
+async def show_sequence(name: str, sequences: SequencesDep) -> dict[str, Any]:
+    """One sequence: allocation point, cache, and this node's ranges."""
+    return await sequences.describe(name)
+
+
+async def next_ids(name: str, sequences: SequencesDep, count: str | None = CountQ) -> Response:
+    """``count`` integers of ``name`` from this node's in-memory ranges, in rising order."""
+    n = parse_count(count, sequences.max_count)
+    runs = await sequences.next(name, n)
+    return Response(await next_body(name, runs, n), media_type="application/json")
+
+
+for _method in ("GET", "POST"):
+    router.add_api_route(NEXT_ROUTE, next_ids, methods=[_method], response_model=NextOut, responses=ERRORS,
+                         operation_id=f"sequence_next_{_method.lower()}")
+
+
+@router.post("/v1/sequences/{name}/range", response_model=RangeOut, responses=ERRORS)
+async def reserve_range(name: str, sequences: SequencesDep, count: str | None = CountQ) -> dict[str, Any]:
+    """A fresh contiguous range of ``count`` integers (1..2**40) reserved in storage, for offline jobs."""
+    n = parse_count(count, MAX_RANGE_COUNT)
+    first, last = await sequences.reserve_range(name, n)
+    return {"name": name, "first": first, "last": last, "count": n}
+
+
+async def next_body(name: str, runs: Runs, count: int) -> bytes:
+    """``{"name": ..., "ids": [...]}``; large answers are written in a worker thread."""
+    digits = encode_runs(runs) if count < THREAD_ENCODE_MIN else await asyncio.to_thread(encode_runs, runs)
+    return b'{"name":"' + name.encode() + b'","ids":[' + digits + b"]}"
+
+
+def _json(payload: dict[str, Any], status: int) -> Response:
+    import json
+
+    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+
+
+# -- the fast path -------------------------------------------------------------------------------------------------
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _count_param(raw: bytes) -> tuple[bool, str | None]:
+    """(handled here?, count text): only an empty query or a single ``count=`` parameter is handled."""
+    if not raw:
+        return True, None
+    text = raw.decode("latin-1")
+    if not text.startswith("count=") or "&" in text:
+        return False, None
+    value = text[6:]
+    return True, unquote(value, errors="strict") if "%" in value else value
+
+
+def _has_body(scope: Scope) -> bool:
+    """True when the request may carry a body (then FastAPI answers it, reading the body as it should)."""
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+class SequenceFastPath:
+    """ASGI app: serves ``GET /v1/sequences/{name}/next[?count=N]`` directly, everything else through ``inner``.
+
+    ``app`` is the FastAPI app behind (as on :class:`~app.api.fastpath.FastPath`), for callers that reach its state.
+    """
+
+    def __init__(self, inner: ASGIApp, app: Any, service_ref: Callable[[], SequenceService | None],
+                 metrics: Metrics) -> None:
+        self.inner = inner
+        self.app = app
+        self.service_ref = service_ref
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            method = scope["method"]
+            if path.startswith(PREFIX):
+                if method == "GET" and path.endswith(NEXT_SUFFIX):
+                    suffix, route = NEXT_SUFFIX, NEXT_ROUTE
+                elif method == "POST" and path.endswith(RANGE_SUFFIX) and not _has_body(scope):
+                    suffix, route = RANGE_SUFFIX, RANGE_ROUTE
+                else:
+                    suffix = route = ""
+                service = self.service_ref()
+                name = path[len(PREFIX):-len(suffix)] if suffix else "/"
+                if service is not None and name and "/" not in name:
+                    try:
+                        handled, count_text = _count_param(scope["query_string"])
+                    except UnicodeDecodeError:
+                        handled, count_text = False, None
+                    if handled:
+                        await self._answer(service, route, method, name, count_text, send)
+                        return
+        await self.inner(scope, receive, send)
+
+    async def _answer(self, service: SequenceService, route: str, method: str, name: str, count_text: str | None,
+                      send: Send) -> None:
+        start = time.perf_counter()
+        headers = JSON_HEADERS
+        try:
+            if route is NEXT_ROUTE:
+                count = parse_count(count_text, service.max_count)
+                runs = service.next_now(name, count)
+                if runs is None:
+                    runs = await service.next(name, count)
+                body = await next_body(name, runs, count)
+            else:
+                count = parse_count(count_text, MAX_RANGE_COUNT)
+                first, last = await service.reserve_range(name, count)
+                body = (b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count))
+            status = 200
+        except IdmintError as exc:
+            status, body, extra = error_parts(exc)
+            headers = [*JSON_HEADERS, *extra]
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.request(route, method, status, time.perf_counter() - start)

@@ -1,0 +1,115 @@
+"""The etcd key layout and values, as pure functions of a :class:`~app.lease.base.PoolSpec` (no scheme names).
+
+Claim key ``<namespace><pool.key_prefix><segment>``, mark key ``<namespace><pool.mark_prefix><segment>``, where
+``segment = pool.key_format.format(identity)``; registrations ``<namespace>idmint/<scheme>/<name>``. Values are
+JSON (UTF-8); see :mod:`app.lease.etcd` for the whole layout and its java-uniqueid compatibility.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from app.errors import BackendUnavailableError
+from app.lease.base import Holder, PoolSpec
+
+REGISTER_PREFIX = "idmint/"
+
+
+def pool_prefix(namespace: str, pool: PoolSpec) -> str:
+    """The key prefix under which ``pool``'s claims live (one range read lists them).
+
+    Raises ValueError for a pool without ``key_prefix`` (the node fills it from the scheme's identity plan).
+    """
+    if not pool.key_prefix or not pool.mark_prefix:
+        raise ValueError(f"{pool.scheme}: PoolSpec.key_prefix and mark_prefix are needed for etcd claims")
+    return namespace + pool.key_prefix
+
+
+def encode_identity(pool: PoolSpec, identity: int) -> str:
+    """The last key segment naming ``identity`` (``pool.key_format``: decimal, or e.g. 11 uppercase hex digits)."""
+    return pool.key_format.format(identity)
+
+
+def decode_identity(pool: PoolSpec, segment: str) -> int | None:
+    """Inverse of :func:`encode_identity`; None for a segment that is not one of ours (exact round trip only)."""
+    hexadecimal = pool.key_format.rstrip("}").endswith(("x", "X"))
+    try:
+        identity = int(segment, 16 if hexadecimal else 10)
+    except ValueError:
+        return None
+    return identity if identity >= 0 and encode_identity(pool, identity) == segment else None
+
+
+def claim_key(namespace: str, pool: PoolSpec, identity: int) -> str:
+    """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the holder's lease."""
+    return pool_prefix(namespace, pool) + encode_identity(pool, identity)
+
+
+def mark_key(namespace: str, pool: PoolSpec, identity: int) -> str:
+    """``<namespace><mark_prefix><segment>``: the lease-free key holding ``identity``'s high-water mark."""
+    pool_prefix(namespace, pool)
+    return namespace + pool.mark_prefix + encode_identity(pool, identity)
+
+
+def register_key(namespace: str, scheme: str, name: str) -> str:
+    """``idmint/<scheme>/<name>``: information published on the lease without exclusivity."""
+    return f"{namespace}{REGISTER_PREFIX}{scheme}/{name}"
+
+
+def parse_allowed_groups(value: str) -> list[int]:
+    """Parse a ``cluster-id`` value as java-uniqueid does (``ClusterID.parseIntegers``): comma list, trimmed.
+
+    Raises ValueError for anything else.
+    """
+    return [int(part.strip()) for part in value.split(",")]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def to_json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def claim_value(holder: Holder, pool: PoolSpec, identity: int, lease_hex: str, claimed_at: str,
+                mark: int = -1) -> bytes:
+    """The claim key's value: who holds it, on which lease, and the last mark it recorded (-1: none yet)."""
+    return to_json({
+        "holder": holder.as_dict(), "scheme": pool.scheme, "kind": pool.kind, "identity": identity,
+        "lease": lease_hex, "claimed_at": claimed_at, "high_water_mark": mark,
+    })
+
+
+def mark_value(holder: Holder, lease_hex: str, mark: int) -> bytes:
+    """The mark key's value: ``{"high_water_mark", "holder", "lease"}``."""
+    return to_json({"high_water_mark": mark, "holder": holder.as_dict(), "lease": lease_hex})
+
+
+def read_mark(value: bytes | None, key: str) -> int:
+    """The high-water mark stored in a mark key's ``value`` (-1 when the key is absent).
+
+    Raises BackendUnavailableError for a value that is not a mark: it must not be taken as "no mark".
+    """
+    if value is None:
+        return -1
+    try:
+        mark = json.loads(value)["high_water_mark"]
+        if not isinstance(mark, int) or isinstance(mark, bool):
+            raise TypeError(f"not an integer: {mark!r}")
+        return mark
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BackendUnavailableError(f"high-water mark key {key} is unreadable: {exc}") from exc
+
+
+def holder_of(value: bytes) -> str:
+    """A short description of who holds a key, from its value (empty for java-uniqueid)."""
+    if not value:
+        return "a client that left no holder details (java-uniqueid writes an empty value)"
+    try:
+        holder = json.loads(value)["holder"]
+        return f"{holder['host']} pid {holder['pid']}" + (f" ({holder['address']})" if holder.get("address") else "")
+    except (ValueError, KeyError, TypeError):
+        return "a client with an unrecognised value"

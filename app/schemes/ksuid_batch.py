@@ -1,0 +1,206 @@
+"""Column-wise (numpy) text encoding of KSUIDs: a general base62 encoder and the batch fast path.
+
+Two encoders, checked against :func:`app.schemes.ksuid.encode_base62` by the tests:
+
+* :func:`base62_rows` takes any KSUIDs as five 32-bit limbs per ID (``(5, n)`` uint64 columns, most significant
+  first) and runs long division by 62**5 across the whole column: each pass divides every limb, top to bottom,
+  carrying the remainder (``rem << 32 | limb`` < 2**62 fits a uint64) and yields 5 base62 digits; 6 passes give
+  the 27 digits. Limbs known to be zero after a pass (the quotient shrinks by log2(62**5) ~ 29.8 bits) are skipped.
+* :class:`KsuidBatch` holds the consecutive IDs ``first .. first + count - 1`` that one generate call issues and
+  uses that: split into runs of IDs sharing ``value // 62**3``, every ID of a run has the same first 24 base62
+  characters (its run's head, encoded once with Python ints and laid down by memcpy doubling) and its last 3
+  characters are the base62 digits of ``value % 62**3``, a contiguous slice of a 62**3-entry table (3 characters
+  and the newline: one 4-byte write per row). A 65,536-ID batch is one or two runs. Hex works the same way with
+  runs of 65,536 IDs and a 4-hex-digit table. Heads make carries (payload into timestamp included) exact.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from app.schemes import _crockford
+from app.schemes.base import Batch
+from app.schemes.ksuid import (
+    BASE62_ALPHABET,
+    BASE62_LEN,
+    BASE62_RADIX,
+    EPOCH_S,
+    HEX_LEN,
+    PACKED_BITS,
+    PACKED_BYTES,
+    SCHEME,
+    TIMESTAMP_SHIFT,
+    encode_base62,
+    encode_hex,
+)
+
+NEWLINE = 10
+LIMB_BITS = 32
+LIMBS = PACKED_BITS // LIMB_BITS  # 5
+LIMB_MASK = (1 << LIMB_BITS) - 1
+CHUNK_DIGITS = 5
+CHUNK = BASE62_RADIX**CHUNK_DIGITS
+"""62**5 = 916,132,832 < 2**30: one long-division pass yields 5 base62 digits."""
+CHUNKS = -(-BASE62_LEN // CHUNK_DIGITS)  # 6 passes -> 30 digits, the top 3 always zero
+PAIR_RADIX = BASE62_RADIX**2  # 3844: one table entry = 2 characters
+TAIL_DIGITS = 3
+"""Base62 digits a batch row takes from a table; the 24 above are its run's head (memcpy)."""
+TAIL_RADIX = BASE62_RADIX**TAIL_DIGITS  # 238,328 table entries of 4 bytes
+HEX4_DIGITS = 4
+HEX4_BITS = 16
+HEX_TAIL_RADIX = 1 << HEX4_BITS
+SCALAR_COUNT_MAX = 8
+"""Batches of at most this many IDs are encoded per ID with Python ints (faster than setting up numpy)."""
+
+
+@functools.cache
+def _alphabet() -> npt.NDArray[np.uint8]:
+    return np.frombuffer(BASE62_ALPHABET.encode("ascii"), dtype=np.uint8)
+
+
+@functools.cache
+def _tails() -> npt.NDArray[np.uint32]:
+    """(62**3,) little-endian uint32: bytes 0..2 = the three base62 digits of the index, byte 3 = newline."""
+    alphabet = _alphabet()
+    index = np.arange(TAIL_RADIX)
+    table = np.full((TAIL_RADIX, 4), NEWLINE, dtype=np.uint8)
+    for digit in range(TAIL_DIGITS):
+        table[:, digit] = alphabet[index // BASE62_RADIX ** (TAIL_DIGITS - 1 - digit) % BASE62_RADIX]
+    table.flags.writeable = False
+    return table.view("<u4").reshape(TAIL_RADIX)
+
+
+@functools.cache
+def _pairs() -> npt.NDArray[np.uint16]:
+    """(3844,) little-endian uint16: bytes 0, 1 = the two base62 digits of the index (most significant first)."""
+    alphabet = _alphabet()
+    index = np.arange(PAIR_RADIX)
+    table = np.empty((PAIR_RADIX, 2), dtype=np.uint8)
+    table[:, 0] = alphabet[index // BASE62_RADIX]
+    table[:, 1] = alphabet[index % BASE62_RADIX]
+    table.flags.writeable = False
+    return table.view("<u2").reshape(PAIR_RADIX)
+
+
+# --- general encoder: any KSUIDs --------------------------------------------------------------------------------
+
+
+def limbs(values: Sequence[int]) -> npt.NDArray[np.uint64]:
+    """``(5, n)`` uint64: row k holds bits ``159 - 32k .. 128 - 32k`` of each packed KSUID (ValueError if out of
+    range)."""
+    data = b"".join(value.to_bytes(PACKED_BYTES, "big") for value in values)
+    return np.frombuffer(data, dtype=">u4").reshape(len(values), LIMBS).T.astype(np.uint64)
+
+
+def base62_rows(columns: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
+    """The base62 text of KSUIDs given as ``(5, n)`` limbs (see :func:`limbs`): ``(n, 28)`` uint8 rows, each the
+    27 characters and a newline. Column-wise long division by 62**5; ``columns`` is not modified."""
+    count = columns.shape[1]
+    rows = np.empty((count, BASE62_LEN + 1), dtype=np.uint8)
+    rows[:, BASE62_LEN] = NEWLINE
+    if not count:
+        return rows
+    work = columns.copy()
+    chunk = np.uint64(CHUNK)
+    shift = np.uint64(LIMB_BITS)
+    alphabet, pairs = _alphabet(), _pairs()
+    for done in range(CHUNKS):
+        # After `done` passes the value is below 2**160 / 62**(5 * done): its top limbs are zero, skip them.
+        bits_left = PACKED_BITS - int(done * CHUNK_DIGITS * np.log2(BASE62_RADIX))
+        start = max(0, LIMBS - -(-bits_left // LIMB_BITS))
+        remainder = np.zeros(count, dtype=np.uint64)
+        for k in range(start, LIMBS):
+            current = (remainder << shift) | work[k]
+            work[k] = current // chunk  # floor division by a scalar is much faster than np.divmod
+            remainder = current - work[k] * chunk
+        end = BASE62_LEN - done * CHUNK_DIGITS  # digits end .. end - 5 (exclusive) from the right
+        if done == CHUNKS - 1:  # the last pass holds only the top 2 digits (the value is below 62**2 by now)
+            _crockford.char_view(rows, 0, "<u2")[:] = pairs[remainder]
+            continue
+        top = remainder // np.uint64(PAIR_RADIX * PAIR_RADIX)
+        rest = remainder - top * np.uint64(PAIR_RADIX * PAIR_RADIX)
+        high = rest // np.uint64(PAIR_RADIX)
+        low = rest - high * np.uint64(PAIR_RADIX)
+        rows[:, end - CHUNK_DIGITS] = alphabet[top]
+        _crockford.char_view(rows, end - 4, "<u2")[:] = pairs[high]
+        _crockford.char_view(rows, end - 2, "<u2")[:] = pairs[low]
+    return rows
+
+
+def hex_rows(columns: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
+    """The 40-digit lowercase hex text of KSUIDs given as ``(5, n)`` limbs: ``(n, 41)`` uint8 rows."""
+    count = columns.shape[1]
+    rows = np.empty((count, HEX_LEN + 1), dtype=np.uint8)
+    rows[:, HEX_LEN] = NEWLINE
+    if not count:
+        return rows
+    hex4 = _crockford.hex4_table()
+    mask = np.uint64((1 << HEX4_BITS) - 1)
+    for k in range(LIMBS):
+        column = k * 2 * HEX4_DIGITS
+        _crockford.char_view(rows, column)[:] = hex4[columns[k] >> np.uint64(HEX4_BITS)]
+        _crockford.char_view(rows, column + HEX4_DIGITS)[:] = hex4[columns[k] & mask]
+    return rows
+
+
+# --- the batch: consecutive KSUIDs ------------------------------------------------------------------------------
+
+
+class KsuidBatch(Batch):
+    """The KSUIDs ``first .. first + count - 1`` issued by one :meth:`KsuidGenerator.generate` call (count may be 0
+    before the clock passes the floor). Text is built column-wise on :meth:`encode`."""
+
+    def __init__(self, first: int, count: int) -> None:
+        self.first = first
+        self.count = count
+
+    def values(self) -> list[int]:
+        return list(range(self.first, self.first + self.count))
+
+    @property
+    def high_water(self) -> int:
+        """The Unix second of the last ID (-1 if empty)."""
+        if not self.count:
+            return -1
+        return ((self.first + self.count - 1) >> TIMESTAMP_SHIFT) + EPOCH_S
+
+    def encode(self, fmt: str) -> bytes:
+        """The batch as ``base62`` or ``hex`` lines; InvalidOptionError for another format."""
+        fmt = SCHEME.resolve_format(fmt)
+        if not self.count:
+            return b""
+        if self.count <= SCALAR_COUNT_MAX:
+            encoder = encode_hex if fmt == "hex" else encode_base62
+            return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
+        if fmt == "hex":
+            return self._hex()
+        return self._base62()
+
+    def _runs(self, radix: int) -> list[tuple[int, int, int]]:
+        """``(head, low, count)`` runs of the batch: ``count`` consecutive IDs ``head + low ..`` whose value divided
+        by ``radix`` is the same (``head`` = that quotient * radix, ``low`` < radix)."""
+        runs = []
+        done = 0
+        while done < self.count:
+            value = self.first + done
+            low = value % radix
+            taken = min(self.count - done, radix - low)
+            runs.append((value - low, low, taken))
+            done += taken
+        return runs
+
+    def _rows(self, radix: int, encoder: Callable[[int], str], column: int, table: npt.NDArray[np.uint32]) -> bytes:
+        runs = self._runs(radix)
+        rows = _crockford.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
+        _crockford.write_runs(rows, column, [(table, low, n) for _, low, n in runs])
+        return rows.tobytes()
+
+    def _base62(self) -> bytes:
+        return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails())
+
+    def _hex(self) -> bytes:
+        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _crockford.hex4_table())

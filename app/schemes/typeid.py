@@ -1,0 +1,434 @@
+"""TypeID: a type prefix and a UUID (a UUIDv7 when issued) in lowercase base32.
+
+Follows the TypeID specification v0.3 (``github.com/jetify-com/typeid``, ``spec/README.md``) and STANDARD_SCHEMES.md
+"typeid"::
+
+    text:   prefix _ suffix              e.g.  user_01h455vb4pex5vsknk084sn02q
+            |      | └ 26 characters of 0123456789abcdefghjkmnpqrstvwxyz: 2 zero bits + the UUID's 128 bits,
+            |      |   5 bits a character, most significant first (first character 0..7)
+            |      └ separator, omitted when the prefix is empty
+            └ 0..63 characters of a-z and '_', not starting or ending with '_'
+
+    suffix value (128 bits) = the UUID, as issued here a UUIDv7 (see app.schemes.uuidv7):
+    127                         80 79  76 75        64 63 62 61                                        0
+    +-----------------------------+------+------------+-----+------------------------------------------+
+    |   unix_ts_ms (48 bits)      | ver  |  rand_a    | var |  rand_b (62 bits)                        |
+    +-----------------------------+------+------------+-----+------------------------------------------+
+    typeid (canonical): prefix_suffix (or the bare suffix);   uuid: 8-4-4-4-12 lowercase hex of the UUID
+
+Any UUID version is accepted when decoding (the spec lets users encode other versions): ``timestamp_ms`` is the
+UUID's top 48 bits when its version is 7 and ``null`` otherwise. Nothing but the two spellings above is accepted:
+no uppercase, no hyphens, no Crockford substitutions (I, L, O, U), no whitespace.
+
+The packed value of a TypeID is its UUID's 128-bit integer; the prefix is part of the ID. :meth:`TypeIdScheme.parse`
+returns a :class:`TypeId`, an ``int`` (the UUID) that carries its ``prefix``, so code that treats the value as an
+integer keeps working while ``fields``/``format``/``canonical`` of that value give the prefix back.
+
+Issuing shares the uuidv7 generator of the node (``shares_generator_with = "uuidv7"``): :class:`TypeIdGenerator`
+wraps a :class:`~app.schemes.uuidv7.Uuidv7Generator`, and :class:`TypeIdBatch` wraps its batch, adding the prefix.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes import _columns, _crockford
+from app.schemes._uuid_text import uuid_text
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.uuidv7 import (
+    COUNTER_LOW_BITS,
+    COUNTER_LOW_MASK,
+    FLAGS,
+    NANOSECS_IN_MILLISECS,
+    PACKED_BYTES,
+    RAND_A_SHIFT,
+    TAIL_BITS,
+    TIMESTAMP_SHIFT,
+    VERSION,
+    VERSION_MASK,
+    VERSION_SHIFT,
+    Uuidv7Batch,
+    Uuidv7Generator,
+)
+
+# --- layout -------------------------------------------------------------------------------------------------------
+
+PREFIX_LEN_MAX = 63
+SEPARATOR = "_"
+SUFFIX_LEN = _crockford.ENCODED_LEN  # 26
+UUID_LEN = _columns.UUID_LEN  # 36
+VALUE_MAX = (1 << 128) - 1
+_PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
+PREFIX_RULE = "0..63 lowercase ASCII letters a-z and '_', not starting or ending with '_'"
+SCALAR_COUNT_MAX = 8
+"""Batches up to this size are formatted per ID (cheaper than setting up the columns)."""
+
+# Suffix characters of an issued TypeID (a UUIDv7 whose rand_a and rand_b top 30 bits are a 42-bit counter):
+#   0..9 the millisecond; 10..15 counter bits 41..18 (+ version, variant); 16..18 counter bits 17..3;
+#   19 counter bits 2..0 and tail bits 31..30; 20..22 tail bits 29..15; 23..25 tail bits 14..0.
+COUNTER_RUN_BITS = 18
+"""Along a run of counters agreeing above bit 17, characters 0..15 are constant (the template row)."""
+COUNTER_CHARS_COLUMN = 16
+COUNTER_CHARS_SHIFT = 3
+"""Characters 16..18 hold counter bits 17..3."""
+MIXED_CHAR_COLUMN = 19
+MIXED_COUNTER_MASK = (1 << COUNTER_CHARS_SHIFT) - 1
+TAIL_TOP_BITS = 2
+"""Character 19 holds counter bits 2..0, then tail bits 31..30."""
+TAIL_CHARS_COLUMNS = (20, 23)
+TRIPLE_FIRST_CHAR_SHIFT = 2 * _crockford.CHAR_BITS
+"""A 5-bit value v is the first character of triple-table entry ``v << 10``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _ramp() -> npt.NDArray[np.intp]:
+    """``0 .. 2**18 - 1`` (a run's counter offsets), read-only."""
+    ramp = np.arange(1 << COUNTER_RUN_BITS, dtype=np.intp)
+    ramp.flags.writeable = False
+    return ramp
+
+
+@functools.lru_cache(maxsize=1)
+def _counter_table() -> npt.NDArray[np.uint32]:
+    """Characters 16..18 (then a byte overwritten later) for every value of counter bits 17..0: 2**18 ``<u4``."""
+    table = np.repeat(_columns.base32_triples(lowercase=True), 1 << COUNTER_CHARS_SHIFT)
+    table.flags.writeable = False
+    return table
+
+
+def _lookup(
+    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
+) -> None:
+    looked_up = _crockford.scratch("typeid-chars", rows.shape[0], "<u4")
+    np.take(table, index, out=looked_up, mode="wrap")
+    _crockford.char_view(rows, column)[...] = looked_up
+
+
+# --- contract members the `struct` branch adds to app/schemes/base.py ------------------------------------------------
+# TODO(struct): SchemeOption moves to app/schemes/base.py; import it from there once the struct branch lands.
+
+
+@dataclass(frozen=True)
+class SchemeOption:
+    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
+
+    name: str
+    kwarg: str
+    description: str
+    choices: tuple[str, ...] = ()
+
+
+# --- the TypeID value ---------------------------------------------------------------------------------------------
+
+
+class TypeId(int):
+    """A parsed TypeID: the UUID's 128-bit integer (this int) and its ``prefix`` ("" when bare).
+
+    Arithmetic on it gives plain ints (the prefix does not travel); equality and hashing are the UUID's.
+    """
+
+    prefix: str
+
+    def __new__(cls, value: int, prefix: str = "") -> TypeId:
+        obj = super().__new__(cls, value)
+        obj.prefix = prefix
+        return obj
+
+    def __repr__(self) -> str:
+        return f"TypeId({int(self):#034x}, prefix={self.prefix!r})"
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """The rule ``prefix`` breaks as a TypeID prefix (spec v0.3, "Type Prefix"), or None."""
+    if len(prefix) > PREFIX_LEN_MAX:
+        return f"TypeID prefix must be at most {PREFIX_LEN_MAX} characters, got {len(prefix)}"
+    if not _PREFIX_CHARS.issuperset(prefix):
+        position, char = next((i, c) for i, c in enumerate(prefix) if c not in _PREFIX_CHARS)
+        return (
+            f"TypeID prefix must contain only lowercase ASCII letters a-z and '_', got {char!r} at position {position}"
+        )
+    if prefix.startswith(SEPARATOR):
+        return "TypeID prefix must not start with '_'"
+    if prefix.endswith(SEPARATOR):
+        return "TypeID prefix must not end with '_'"
+    return None
+
+
+# --- codec: value + prefix <-> text -------------------------------------------------------------------------------
+
+
+def encode_suffix(value: int) -> str:
+    """The 26-character lowercase base32 suffix of a 128-bit UUID value; ValueError outside 0 .. 2**128 - 1."""
+    return _crockford.encode(value).lower()
+
+
+def encode_typeid(value: int, prefix: str = "") -> str:
+    """The canonical text ``prefix_suffix`` (or the bare suffix); ValueError for a bad prefix or value."""
+    problem = prefix_problem(prefix)
+    if problem:
+        raise ValueError(problem)
+    suffix = encode_suffix(value)
+    return f"{prefix}{SEPARATOR}{suffix}" if prefix else suffix
+
+
+def decode_typeid(text: str) -> TypeId:
+    """Parse ``prefix_suffix`` or a bare suffix strictly (spec v0.3): returns the UUID value carrying its prefix.
+
+    Raises InvalidIdError naming the rule broken: empty text, a separator without a prefix, a prefix rule, the
+    suffix length, alphabet (lowercase only, no substitutions) or first character above 7.
+    """
+    if not text:
+        raise InvalidIdError("TypeID must not be empty")
+    prefix, separator, suffix = text.rpartition(SEPARATOR)
+    if separator and not prefix:
+        raise InvalidIdError("TypeID with an empty prefix must omit the '_' separator")
+    problem = prefix_problem(prefix)
+    if problem:
+        raise InvalidIdError(problem)
+    return TypeId(_crockford.decode(suffix, _crockford.TYPEID), prefix)
+
+
+def uuid_version(value: int) -> int:
+    """The UUID's version nibble (bits 79..76)."""
+    return (value >> VERSION_SHIFT) & VERSION_MASK
+
+
+# --- scheme -------------------------------------------------------------------------------------------------------
+
+
+class TypeIdScheme(Scheme):
+    """TypeID: metadata, strict parser, text forms, field decoding (jetify-com/typeid spec v0.3)."""
+
+    name = "typeid"
+    packed_bytes = PACKED_BYTES
+    formats = ("typeid", "uuid")
+    text_width = {"uuid": UUID_LEN}
+    """``typeid`` is 26 characters plus the prefix and separator: not a fixed width."""
+    timestamp_digits = 3
+    native_unit_ns = NANOSECS_IN_MILLISECS
+    layout = (
+        LayoutField("prefix", "text", "type prefix: 0..63 characters a-z and '_' (not part of the 128 bits)"),
+        LayoutField("timestamp_ms", "127..80", "the UUIDv7's unix_ts_ms (milliseconds since the Unix epoch)"),
+        LayoutField("version", "79..76", "the UUID's version: 7 when issued here"),
+        LayoutField("rand_a", "75..64", "the UUIDv7's rand_a"),
+        LayoutField("variant", "63..62", "binary 10 when issued here"),
+        LayoutField("rand_b", "61..0", "the UUIDv7's rand_b"),
+    )
+    identity = None
+    reference = "TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md \"typeid\""
+
+    # --- contract members the `struct` branch adds to Scheme (plain attributes until base.py has them) ---
+    title = "TypeID (jetify, spec v0.3)"
+    example = "user_01h455vb4pex5vsknk084sn02q"
+    captions = {
+        "prefix": "Type prefix (may be empty)",
+        "uuid": "UUID (8-4-4-4-12)",
+        "version": "UUID version (7 when issued by a UUIDv7 generator)",
+        "timestamp_ms": "Timestamp (milliseconds since the Unix epoch; only for UUID version 7)",
+    }
+    token_pattern: str | None = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
+    options: tuple[SchemeOption, ...] = (
+        SchemeOption(
+            "type",
+            "prefix",
+            f"The TypeID prefix (type): {PREFIX_RULE}; default none (the bare suffix).",
+        ),
+    )
+    shares_generator_with: str | None = "uuidv7"
+
+    def parse_option(self, name: str, text: str) -> Any:
+        """``type``: the prefix, returned as is when it follows the rules; InvalidOptionError naming the rule."""
+        if name != "type":
+            raise InvalidOptionError(f"{self.name} takes only the option 'type', got {name!r}")
+        problem = prefix_problem(text)
+        if problem:
+            raise InvalidOptionError(f"type: {problem}")
+        return text
+
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> TypeIdGenerator:
+        """A TypeID generator around a new uuidv7 generator (``floor`` in ms). A node sharing one uuidv7 generator
+        between the two schemes wraps it with :meth:`generator_around` instead."""
+        if identities:
+            raise ValueError(f"{self.name} leases no identity, got {identities}")
+        return TypeIdGenerator(Uuidv7Generator(clock=clock, rng=random, floor=floor))
+
+    def generator_around(self, shared: Generator) -> TypeIdGenerator:
+        """A TypeID generator issuing from ``shared``, the node's uuidv7 generator."""
+        if not isinstance(shared, Uuidv7Generator):
+            raise TypeError(f"typeid shares a uuidv7 generator, got {type(shared).__name__}")
+        return TypeIdGenerator(shared)
+
+    # --- codec ---
+
+    def parse(self, text: str) -> TypeId:
+        """``prefix_suffix`` or a bare suffix; returns a :class:`TypeId` (the UUID int carrying its prefix).
+
+        Raises InvalidIdError naming the rule broken.
+        """
+        return decode_typeid(text)
+
+    def format(self, value: int, fmt: str) -> str:
+        """``typeid`` (canonical; the prefix is ``value.prefix`` for a :class:`TypeId`, else none) or ``uuid``."""
+        if self.resolve_format(fmt) == "uuid":
+            _check_value(value)
+            return uuid_text(value)
+        return encode_typeid(int(value), getattr(value, "prefix", ""))
+
+    def fields(self, value: int) -> dict[str, Any]:
+        """``{"prefix": str, "uuid": "<8-4-4-4-12>", "version": int, "timestamp_ms": int | None}``."""
+        _check_value(value)
+        version = uuid_version(value)
+        return {
+            "prefix": getattr(value, "prefix", ""),
+            "uuid": uuid_text(value),
+            "version": version,
+            "timestamp_ms": value >> TIMESTAMP_SHIFT if version == VERSION else None,
+        }
+
+    def timestamp_ns(self, value: int) -> int | None:
+        """The UUIDv7 timestamp as ns since the epoch; None for another UUID version."""
+        _check_value(value)
+        if uuid_version(value) != VERSION:
+            return None
+        return (value >> TIMESTAMP_SHIFT) * NANOSECS_IN_MILLISECS
+
+
+def _check_value(value: int) -> None:
+    if not 0 <= value <= VALUE_MAX:
+        raise ValueError(f"a TypeID's UUID must be in 0..2**128-1, got {value}")
+
+
+SCHEME = TypeIdScheme()
+
+
+# --- batch encoding -----------------------------------------------------------------------------------------------
+
+
+class TypeIdBatch(Batch):
+    """TypeIDs issued together: a uuidv7 batch and one prefix.
+
+    ``typeid`` text: rows start as ``prefix_`` plus the suffix characters 0..9 of the run's millisecond; suffix
+    characters 10..25 are laid down column-wise from the UUIDs' low 80 bits (see :mod:`app.schemes._columns`).
+    ``uuid`` text is the uuidv7 batch's own.
+    """
+
+    def __init__(self, uuids: Uuidv7Batch, prefix: str = "") -> None:
+        self.uuids = uuids
+        self.prefix = prefix
+        self.count = uuids.count
+
+    def encode(self, fmt: str) -> bytes:
+        """The batch as ``typeid`` or ``uuid`` lines; InvalidOptionError for another format."""
+        if SCHEME.resolve_format(fmt) == "uuid":
+            return self.uuids.encode("uuid")
+        if self.count <= SCALAR_COUNT_MAX:
+            return "".join(encode_typeid(value, self.prefix) + "\n" for value in self.uuids.values()).encode("ascii")
+        lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
+        runs = self._runs()
+        rows = _columns.template_rows(
+            [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
+        )
+        start = len(lead)
+        triples = _columns.base32_triples(lowercase=True)
+        # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
+        _crockford.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
+        count = self.count
+        tails = _crockford.scratch("typeid-tails", count, np.intp)
+        np.copyto(tails, np.frombuffer(self.uuids.tails, dtype=">u4", count=count), casting="safe")
+        index = _crockford.scratch("typeid-index", count, np.intp)
+        # Character 19: counter bits 2..0 and tail bits 31..30, as the first character of a triple entry.
+        done = 0
+        for _, first, n in runs:
+            np.add(_ramp()[:n], first, out=index[done : done + n])  # a run holds at most 2**18 counters
+            done += n
+        np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
+        np.left_shift(index, TAIL_TOP_BITS, out=index)
+        other = _crockford.scratch("typeid-other", count, np.intp)
+        np.right_shift(tails, TAIL_BITS - TAIL_TOP_BITS, out=other)
+        np.bitwise_or(index, other, out=index)
+        np.left_shift(index, TRIPLE_FIRST_CHAR_SHIFT, out=index)
+        _lookup(rows, start + MIXED_CHAR_COLUMN, triples, index)
+        # Characters 20..22 and 23..25 (then the newline): tail bits 29..15 and 14..0.
+        np.right_shift(tails, _columns.TRIPLE_BITS, out=index)
+        np.bitwise_and(index, _columns.TRIPLE_MASK, out=index)
+        _lookup(rows, start + TAIL_CHARS_COLUMNS[0], triples, index)
+        np.bitwise_and(tails, _columns.TRIPLE_MASK, out=index)
+        _lookup(rows, start + TAIL_CHARS_COLUMNS[1], triples, index)
+        return rows.tobytes()
+
+    def _runs(self) -> list[tuple[int, int, int]]:
+        """``(UUID with counter bits 17..0 and the tail zero, first counter bits 17..0, count)`` per run of IDs
+        whose counters agree above bit 17: suffix characters 0..15 are constant along a run."""
+        out: list[tuple[int, int, int]] = []
+        for seg in self.uuids.segments:
+            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first_counter, seg.first_counter + seg.count
+            while counter < end:
+                high = counter >> COUNTER_RUN_BITS << COUNTER_RUN_BITS
+                taken = min(end, high + (1 << COUNTER_RUN_BITS)) - counter
+                value = base | (high >> COUNTER_LOW_BITS) << RAND_A_SHIFT | (high & COUNTER_LOW_MASK) << TAIL_BITS
+                out.append((value, counter - high, taken))
+                counter += taken
+        return out
+
+    def values(self) -> list[int]:
+        """The UUIDs' packed integers (the prefix is :attr:`prefix`)."""
+        return self.uuids.values()
+
+    @property
+    def high_water(self) -> int:
+        return self.uuids.high_water
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class TypeIdGenerator(Generator):
+    """Issues TypeIDs from a uuidv7 generator (shared with the node's uuidv7 scheme: one monotonic sequence).
+
+    Clock, randomness, floor, high-water mark and stats are the wrapped generator's.
+    """
+
+    def __init__(self, uuids: Uuidv7Generator) -> None:
+        self.uuids = uuids
+
+    @property
+    def stats(self) -> GeneratorStats:  # type: ignore[override]
+        return self.uuids.stats
+
+    def generate(self, count: int, prefix: str | None = "", **options: Any) -> TypeIdBatch:
+        """Issue ``count`` (1 .. 2**24) TypeIDs with ``prefix`` (None or "" = none); never partial, never waits.
+
+        Raises InvalidOptionError for a prefix breaking the rules, any other option or a bad count;
+        OverflowError past the last 48-bit millisecond.
+        """
+        if options:
+            raise InvalidOptionError(f"typeid takes only the option 'type', got {', '.join(sorted(options))}")
+        if prefix is None:
+            prefix = ""
+        if not isinstance(prefix, str):
+            raise InvalidOptionError(f"type must be a string, got {type(prefix).__name__}")
+        problem = prefix_problem(prefix)
+        if problem:
+            raise InvalidOptionError(f"type: {problem}")
+        try:
+            return TypeIdBatch(self.uuids.generate(count), prefix)
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(str(exc).replace("uuidv7", "typeid")) from None
+
+    def wait_ns(self) -> int:
+        return self.uuids.wait_ns()
+
+    @property
+    def high_water(self) -> int:
+        """The wrapped uuidv7 generator's last millisecond issued (or its floor), in ms."""
+        return self.uuids.high_water

@@ -1,0 +1,290 @@
+"""A node's in-memory ranges of one sequence: Meituan Leaf's double buffer ("segment mode") with its dynamic step.
+
+Leaf's rule (Meituan tech blog "Leaf: Meituan distributed ID generation system", segment mode, double buffer):
+the node issues from the current range; once that range is ``PREFETCH_AT`` (10 %) used, the next range is
+reserved in the background, so a request never waits on storage while the buffer holds integers. When storage is
+unreachable the node keeps issuing from what it holds and refuses (503 + Retry-After) only once it runs out.
+
+Reservation size (Leaf's dynamic step, stated as a rate rule): each background reservation aims to last
+``TARGET_RANGE_S`` (15 minutes, Leaf's target) at the rate seen since the previous reservation::
+
+    rate = integers issued since the previous reservation / seconds since it
+    size = clamp(ceil(rate * 900 s), cache, 100 * cache)        # grow at once
+    size = max(size, previous size // 2)   when it shrinks          # shrink by at most half per reservation
+
+The first reservation is ``cache``. So a node issuing 1,000 integers/s with the default cache (1,000) reserves
+100,000 at a time from its second reservation on, holding up to 190,000 integers (over three minutes of service
+without storage), while an idle sequence costs ``cache`` integers per restart. A request larger than what is held
+reserves what it lacks at once (never split over many small reservations).
+
+Order: integers leave in rising order within one process (ranges are reserved one at a time, and storage's
+allocation point only rises), and never twice anywhere (storage hands out each range once). Integers held when the
+node stops are lost (a gap, as with SQL sequences' cache), counted in ``idmint_sequence_gap_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from app.errors import BackendUnavailableError, IdmintError, NotReadyError, SequenceOverflowError
+from app.lease.sequences import MAX_VALUE, SequenceStore
+from app.metrics import SequenceMetrics
+
+log = logging.getLogger("idmint.sequences")
+
+PREFETCH_AT = 0.10
+"""Reserve the next range once the current one is this fraction used (Leaf)."""
+TARGET_RANGE_S = 900.0
+"""Seconds one reservation should last at the recent rate (Leaf's dynamic step aims at 15 minutes)."""
+MAX_CACHE_FACTOR = 100
+"""The reservation size stays within cache .. MAX_CACHE_FACTOR x cache."""
+RETRY_START_S = 0.25
+RETRY_MAX_S = 4.0
+"""Backoff between reservation attempts while storage is unreachable."""
+RESERVE_TIMEOUT_S = 8.0
+"""Upper bound on one reservation (the stores bound each call more tightly)."""
+SLOW_ROUNDS = 8
+"""Reservations one request may wait for before giving up (demand outrunning reservations)."""
+
+
+def next_reservation_size(cache: int, previous: int, issued: int, elapsed_s: float) -> int:
+    """The next reservation size (integers) from the rate seen since the previous reservation; see the module."""
+    low, high = cache, cache * MAX_CACHE_FACTOR
+    want = high if elapsed_s <= 0 else math.ceil(issued / elapsed_s * TARGET_RANGE_S)
+    want = min(max(want, low), high)
+    if want < previous:
+        want = max(want, previous // 2, low)
+    return want
+
+
+class Segment:
+    """One reserved range ``first..last``; ``pos`` is the next integer to issue."""
+
+    __slots__ = ("first", "last", "pos")
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first = first
+        self.last = last
+        self.pos = first
+
+    @property
+    def remaining(self) -> int:
+        return self.last - self.pos + 1
+
+
+Runs = list[tuple[int, int]]
+"""Contiguous runs ``(first, last)`` in issue order."""
+
+
+class SequenceBuffer:
+    """The ranges this node holds for one sequence, and the background reservation that refills them."""
+
+    def __init__(self, name: str, cache: int, store: SequenceStore, metrics: SequenceMetrics,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.cache = cache
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.segments: deque[Segment] = deque()
+        self.size = cache
+        self.issued = 0
+        self.failure: NotReadyError | None = None
+        self.exhausted = False
+        self._load_task: asyncio.Task[None] | None = None
+        self._retry_at = 0.0
+        self._backoff = RETRY_START_S
+        self._last_reserve_at: float | None = None
+        self._issued_since = 0
+        self._slow = asyncio.Lock()
+        self._stopped = False
+        metrics.reservation_size.set(self.size)
+
+    @property
+    def held(self) -> int:
+        """Integers held and not yet issued."""
+        return sum(s.remaining for s in self.segments)
+
+    # -- issuing ------------------------------------------------------------------------------------------
+    def take_now(self, count: int) -> Runs | None:
+        """``count`` integers from the held ranges, or None (nothing taken) when fewer are held. Never waits."""
+        segments = self.segments
+        if segments:
+            seg = segments[0]
+            if seg.last - seg.pos + 1 >= count:
+                first = seg.pos
+                seg.pos = first + count
+                if seg.pos > seg.last:
+                    segments.popleft()
+                self._issued(count)
+                return [(first, first + count - 1)]
+        held = self.held
+        if held < count:
+            if self._load_task is None:
+                self._maybe_reserve(at_least=count - held)
+            return None
+        runs: Runs = []
+        need = count
+        while need:
+            seg = segments[0]
+            n = min(need, seg.remaining)
+            runs.append((seg.pos, seg.pos + n - 1))
+            seg.pos += n
+            need -= n
+            if seg.pos > seg.last:
+                segments.popleft()
+        self._issued(count)
+        return runs
+
+    async def take(self, count: int) -> Runs:
+        """``count`` integers, waiting for a reservation when too few are held.
+
+        Raises BackendUnavailableError (503) when too few are held and storage cannot be reached,
+        SequenceOverflowError (422) when the sequence has fewer than ``count`` integers left before 2**63-1.
+        """
+        runs = self.take_now(count)
+        if runs is not None:
+            return runs
+        async with self._slow:
+            for _ in range(SLOW_ROUNDS):
+                runs = self.take_now(count)
+                if runs is not None:
+                    return runs
+                if self.exhausted:
+                    raise SequenceOverflowError(
+                        f"sequence {self.name}: {count} integers asked for, but only {self.held} remain on this "
+                        f"node before the maximum value 2**63-1 ({MAX_VALUE}) and none are left in storage")
+                task = self._load_task
+                if task is None:
+                    if self.failure is not None and self.clock() < self._retry_at:
+                        raise self._unavailable()
+                    task = self._start_reservation(count - self.held)
+                await asyncio.shield(task)
+                if self.failure is not None and self.held < count:
+                    raise self._unavailable()
+        raise BackendUnavailableError(
+            f"sequence {self.name}: demand outran {SLOW_ROUNDS} reservations for one request; try again",
+            retry_after=1)
+
+    def _issued(self, count: int) -> None:
+        self.issued += count
+        self._issued_since += count
+        m = self.metrics
+        m.issued.inc(count)
+        m.buffered.dec(count)
+        if self._load_task is None:
+            self._maybe_reserve()
+
+    def _unavailable(self) -> BackendUnavailableError:
+        self.metrics.unavailable.inc()
+        reason = self.failure.reason if self.failure is not None else "storage unreachable"
+        wait = max(1, math.ceil(self._retry_at - self.clock()))
+        return BackendUnavailableError(
+            f"sequence {self.name}: this node's ranges ran out and storage cannot be reached ({reason})",
+            retry_after=wait)
+
+    # -- reserving ----------------------------------------------------------------------------------------
+    def _maybe_reserve(self, at_least: int = 0) -> None:
+        """Leaf's trigger: start the background reservation once the current range is PREFETCH_AT used (at once,
+        for ``at_least`` integers or more, when a request needs more than is held)."""
+        if self.exhausted or self._stopped:
+            return
+        segments = self.segments
+        if not at_least:
+            if len(segments) >= 2:
+                return
+            if segments:
+                seg = segments[0]
+                if (seg.pos - seg.first) < PREFETCH_AT * (seg.last - seg.first + 1):
+                    return
+        if self.failure is not None and self.clock() < self._retry_at:
+            return
+        self._start_reservation(at_least)
+
+    def _start_reservation(self, at_least: int) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(self._reserve(at_least), name=f"idmint-sequence-{self.name}")
+        self._load_task = task
+        return task
+
+    async def _reserve(self, at_least: int) -> None:
+        """One reservation appended to the buffer. Never raises: a failure is kept in ``failure`` (with a
+        backoff before the next attempt) and reported by :meth:`take` when the buffer runs dry."""
+        try:
+            now = self.clock()
+            if self._last_reserve_at is not None:
+                self.size = next_reservation_size(self.cache, self.size, self._issued_since,
+                                                  now - self._last_reserve_at)
+            count = max(self.size, at_least)
+            try:
+                async with asyncio.timeout(RESERVE_TIMEOUT_S):
+                    first, last = await self.store.reserve(self.name, count, partial=True)
+            except SequenceOverflowError:
+                self.exhausted = True
+                log.warning("sequence %s: no integers left before 2**63-1; this node issues what it holds", self.name)
+                return
+            except (NotReadyError, TimeoutError) as exc:
+                error = exc if isinstance(exc, NotReadyError) else BackendUnavailableError(
+                    f"sequence storage did not answer within {RESERVE_TIMEOUT_S:g} s")
+                if self.failure is None:
+                    log.warning("sequence %s: reserving the next range failed (%d integers held): %s",
+                                self.name, self.held, error.reason)
+                self.failure = error
+                self._retry_at = self.clock() + self._backoff
+                self._backoff = min(self._backoff * 2, RETRY_MAX_S)
+                self.metrics.storage_failures.inc()
+                return
+            except IdmintError as exc:  # unknown sequence (deleted by an operator?) and the like
+                self.failure = BackendUnavailableError(f"sequence {self.name}: {exc}", retry_after=5)
+                self._retry_at = self.clock() + RETRY_MAX_S
+                return
+            if self._stopped:
+                self.metrics.gap.inc(last - first + 1)
+                return
+            if self.failure is not None:
+                log.info("sequence %s: reserving ranges again", self.name)
+            self.failure = None
+            self._backoff = RETRY_START_S
+            self._retry_at = 0.0
+            self._last_reserve_at = now
+            self._issued_since = 0
+            self.segments.append(Segment(first, last))
+            m = self.metrics
+            m.buffered.inc(last - first + 1)
+            m.buffer_ranges.inc()
+            m.reservation_size.set(self.size)
+        finally:
+            self._load_task = None
+
+    # -- lifecycle / description ----------------------------------------------------------------------------
+    async def stop(self) -> int:
+        """Stop reserving and drop the held ranges; returns how many integers were dropped (the gap)."""
+        self._stopped = True
+        task = self._load_task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        dropped = self.held
+        self.segments.clear()
+        if dropped:
+            self.metrics.gap.inc(dropped)
+            self.metrics.buffered.dec(dropped)
+        return dropped
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ranges": [[s.pos, s.last] for s in self.segments],
+            "held": self.held,
+            "reservation_size": self.size,
+            "issued": self.issued,
+        }
+        if self.failure is not None:
+            out["storage"] = self.failure.reason
+        if self.exhausted:
+            out["exhausted"] = True
+        return out

@@ -1,0 +1,50 @@
+"""idmint-client: IDs from an idmint fleet at in-process speed, with failover, streams and decode.
+
+::
+
+    from idmint_client import Client
+
+    with Client(["http://idmint-1:8000", "http://idmint-2:8000"]) as ids:
+        order_id = ids.new_id("hlc-ulid")             # from a local buffer, refilled in the background
+        batch = ids.ids("eight-byte", 250_000)         # split above the server's max count
+        for line in ids.stream("wiji", 10_000_000):    # flat memory, carries on from another replica
+            ...
+        print(ids.decode(order_id).best.timestamp)
+
+:class:`AsyncClient` has the same surface with coroutines. Errors: :mod:`idmint_client._exceptions` (one tree,
+rooted at :class:`IdmintClientError`).
+"""
+
+from __future__ import annotations
+
+from idmint_client._async_client import AsyncClient
+from idmint_client._client import Client
+from idmint_client._exceptions import (
+    BadRequest,
+    ClientClosed,
+    IdmintClientError,
+    NoReplicaAvailable,
+    RequestRejected,
+    Unauthorized,
+    UnknownScheme,
+)
+from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "BadRequest",
+    "BufferStats",
+    "Candidates",
+    "Client",
+    "ClientClosed",
+    "Decoded",
+    "IdmintClientError",
+    "NoReplicaAvailable",
+    "RequestRejected",
+    "SchemeInfo",
+    "Unauthorized",
+    "UnknownScheme",
+    "__version__",
+]

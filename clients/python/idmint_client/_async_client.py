@@ -1,0 +1,295 @@
+"""The asyncio client: :class:`AsyncClient`, the same surface as :class:`~idmint_client.Client` with coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Self, TypeVar, overload
+
+import httpx
+
+from idmint_client._base import (
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MAX_REFILL,
+    DEFAULT_MIN_REFILL,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Key,
+    buffer_key,
+    decode_path,
+    issue_params,
+    issue_path,
+    parse_ids,
+    split_lines,
+)
+from idmint_client._buffer import Buffer
+from idmint_client._client import _guarded, _ordered
+from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable
+from idmint_client._models import Candidates, Decoded, SchemeInfo
+from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+
+T = TypeVar("T")
+_monotonic = time.monotonic
+
+
+class AsyncClient(BaseClient[asyncio.Event]):
+    """An asyncio client of an idmint fleet: the settings, errors and behaviour of :class:`~idmint_client.Client`,
+    with coroutine methods (``stream`` is an async iterator). Task-safe within one event loop: the buffer is only
+    touched between awaits, and concurrent tasks that find a buffer empty share one refill request. Background
+    refills are tasks of the loop that calls ``new_id``. Fork-safe like ``Client``. Use ``async with`` or
+    ``await aclose()``."""
+
+    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
+                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(replicas, timeout=timeout, api_key=api_key, max_age=max_age, buffer=buffer,
+                         min_refill=min_refill, max_refill=max_refill, transport=transport)
+
+    def _fresh_state(self) -> None:
+        super()._fresh_state()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _make_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=self.timeout, headers=self._headers(), transport=self._transport)
+
+    async def aclose(self) -> None:
+        """Cancel background refills and close connections. Buffered IDs are dropped. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._heads.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- new_id: the hot path ----------------------------------------------------------------------------------
+    async def new_id(self, scheme: str, /, format: str | None = None, **options: str) -> str:
+        """One fresh ID of ``scheme`` from this process's buffer for (scheme, options, format); see
+        :meth:`Client.new_id <idmint_client.Client.new_id>` (same rules, units and errors)."""
+        key = scheme if format is None and not options else buffer_key(scheme, format, options)
+        head = self._heads.get(key)
+        if head is not None and _monotonic() < head[0]:
+            try:
+                return head[1]()
+            except StopIteration:
+                pass
+        return await self._new_id_slow(key, scheme, format, options)
+
+    async def _new_id_slow(self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]) -> str:
+        if self._closed:
+            raise ClientClosed("client is closed")
+        if not self.buffered:
+            return (await self._issue(scheme, 1, fmt, options))[0]
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = self._new_buffer(scheme, fmt, options)
+        # No await between reading and changing the buffer below, so no other task sees it half-changed.
+        missed = False
+        while True:
+            now = _monotonic()
+            head = self._heads.get(key)
+            if head is not None:
+                if now < head[0]:
+                    try:
+                        return head[1]()
+                    except StopIteration:
+                        pass
+                self._heads.pop(key, None)
+                buf.retire_current(now)
+            seg = buf.next_segment(now)
+            if seg is not None:
+                self._heads[key] = seg.head()
+                if buf.wants_refill(self._max_count):
+                    self._schedule(key, buf)
+                continue
+            if not missed:
+                missed = True
+                buf.note_miss()
+            if buf.refilling:  # a refill is on its way: wait for it (its failure is ours)
+                generation = buf.generation
+                await self._locks[key].wait()
+                if buf.generation != generation and not buf.queue and buf.last_error is not None:
+                    raise buf.last_error
+                continue
+            self._begin(key, buf)
+            ids, started, latency = await self._fetch(key, buf)
+            buf._note_drawn(1, _monotonic())
+            buf.add(ids[1:], started, latency)
+            return ids[0]
+
+    def _begin(self, key: Key, buf: Buffer) -> None:
+        """Mark a refill of ``buf`` as under way; tasks finding the buffer empty wait on its event."""
+        buf.refilling = True
+        self._locks[key] = asyncio.Event()
+
+    def _end(self, key: Key, buf: Buffer, error: BaseException | None) -> None:
+        buf.refilling = False
+        buf.generation += 1
+        buf.last_error = error
+        self._locks[key].set()
+
+    async def _fetch(self, key: Key, buf: Buffer) -> tuple[list[str], float, float]:
+        """One refill request for ``buf`` (begun by :meth:`_begin`). Raises its error (also kept in
+        ``buf.last_error`` for the waiters)."""
+        size = buf.refill_size(self._max_count)
+        started = _monotonic()
+        error: BaseException | None = None
+        ids: list[str] = []
+        try:
+            async for chunk in self.stream_chunks(buf.scheme, size, format=buf.format, **buf.options):
+                ids.extend(chunk)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
+            error = exc
+        finally:
+            self._end(key, buf, error)
+        if error is not None:
+            raise error
+        return ids, started, _monotonic() - started
+
+    def _schedule(self, key: Key, buf: Buffer) -> None:
+        self._begin(key, buf)  # claimed now, so no other task starts a second refill before the task runs
+        task = asyncio.get_running_loop().create_task(self._refill(key, buf))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refill(self, key: Key, buf: Buffer) -> None:
+        if self._buffers.get(key) is not buf or self._closed:
+            self._end(key, buf, None)
+            return
+        try:
+            ids, started, latency = await self._fetch(key, buf)
+        except Exception:  # noqa: BLE001 -- kept in buf.last_error; the next empty draw asks again itself
+            return
+        buf.add(ids, started, latency)
+        if buf.wants_refill(self._max_count) and not self._closed:
+            self._schedule(key, buf)
+
+    # -- batches, streams, decode, schemes ---------------------------------------------------------------------
+    async def ids(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> list[str]:
+        """``count`` fresh IDs, split above the server's max count; see :meth:`Client.ids
+        <idmint_client.Client.ids>`."""
+        cap = self._max_count
+        if cap is None or count <= cap:
+            try:
+                return await self._issue(scheme, count, format, options)
+            except BadRequest as exc:
+                cap = self._learn_from(exc, count)
+                if cap is None:
+                    raise
+        out: list[str] = []
+        while len(out) < count:
+            out.extend(await self._issue(scheme, min(cap, count - len(out)), format, options))
+        return out
+
+    async def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
+        return await self._call(issue_path(scheme), scheme, issue_params(count, fmt, options),
+                                lambda r: parse_ids(r, count), f"issue {count} {scheme}")
+
+    async def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str
+                     ) -> AsyncIterator[str]:
+        """``count`` IDs from the stream route, carried on from another replica on failure; see
+        :meth:`Client.stream <idmint_client.Client.stream>`."""
+        async for chunk in self.stream_chunks(scheme, count, format=format, **options):
+            for one in chunk:
+                yield one
+
+    async def stream_chunks(self, scheme: str, count: int, /, format: str | None = None, **options: str
+                            ) -> AsyncIterator[list[str]]:
+        """Like :meth:`stream`, yielding lists of IDs as they arrive."""
+        path = issue_path(scheme, stream=True)
+        delivered = 0
+        reasons: dict[str, str] = {}
+        while True:
+            plan, skipped = self._replicas.plan(scheme)
+            reasons.update(skipped)
+            progress = False
+            for url in plan:
+                if self._closed:
+                    raise ClientClosed("client is closed")
+                before = delivered
+                try:
+                    async with self._http.stream("GET", url + path,
+                                                 params=issue_params(count - delivered, format, options)) as response:
+                        if response.status_code >= 300:
+                            await response.aread()
+                            check(response)
+                        partial = ""
+                        async for raw in response.aiter_bytes():
+                            lines, partial = split_lines(partial, raw)
+                            if lines:
+                                if delivered + len(lines) > count:
+                                    raise Failed(f"stream sent more than the {count - before} IDs asked for")
+                                delivered += len(lines)
+                                yield lines
+                        if delivered < count or partial:
+                            raise Failed(f"stream ended after {delivered - before} of {count - before} IDs")
+                except Refused as exc:
+                    self._replicas.refused(url, scheme, exc)
+                    reasons[url] = exc.reason
+                except Failed as exc:
+                    self._replicas.failed(url, exc.reason)
+                    reasons[url] = exc.reason
+                except httpx.HTTPError as exc:
+                    reason = transport_reason(exc) + f" (after {delivered - before} IDs)"
+                    self._replicas.failed(url, reason)
+                    reasons[url] = reason
+                else:
+                    self._replicas.succeeded(url, scheme)
+                    return
+                progress = progress or delivered > before
+            if not progress:
+                raise NoReplicaAvailable(f"stream {count} {scheme} ({delivered} delivered)",
+                                         _ordered(self.urls, reasons), delivered)
+
+    @overload
+    async def decode(self, id: str, scheme: None = None) -> Candidates: ...
+    @overload
+    async def decode(self, id: str, scheme: str) -> Decoded: ...
+
+    async def decode(self, id: str, scheme: str | None = None) -> Decoded | Candidates:
+        """Decode ``id``; see :meth:`Client.decode <idmint_client.Client.decode>`."""
+        parse: Callable[[httpx.Response], Any] = (
+            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json())))
+        return await self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse), f"decode {id!r}")
+
+    async def schemes(self) -> list[SchemeInfo]:
+        """The schemes the fleet serves; see :meth:`Client.schemes <idmint_client.Client.schemes>`."""
+        infos = await self._call("/v1/schemes", ALL_SCOPES, None,
+                                 _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
+                                 "schemes")
+        self._learn(infos)
+        return infos
+
+    async def _call(self, path: str, scope: str, params: dict[str, str] | None,
+                    parse: Callable[[httpx.Response], T], what: str) -> T:
+        if self._closed:
+            raise ClientClosed("client is closed")
+        plan, reasons = self._replicas.plan(scope)
+        for url in plan:
+            try:
+                response = await self._http.get(url + path, params=params)
+                check(response)
+                result = parse(response)
+            except Refused as exc:
+                self._replicas.refused(url, scope, exc)
+                reasons[url] = exc.reason
+            except Failed as exc:
+                self._replicas.failed(url, exc.reason)
+                reasons[url] = exc.reason
+            except httpx.HTTPError as exc:
+                reasons[url] = transport_reason(exc)
+                self._replicas.failed(url, reasons[url])
+            else:
+                self._replicas.succeeded(url, scope)
+                return result
+        raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
+

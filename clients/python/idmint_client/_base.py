@@ -1,0 +1,155 @@
+"""What both clients share: settings, request building, answer parsing, buffers keyed by (scheme, options, format),
+and fork safety. The I/O lives in :mod:`idmint_client._client` (threads) and :mod:`idmint_client._async_client`."""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from idmint_client._buffer import Buffer
+from idmint_client._exceptions import BadRequest
+from idmint_client._models import BufferStats, SchemeInfo
+from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MAX_AGE_S = 1.0
+DEFAULT_MIN_REFILL = 64
+DEFAULT_MAX_REFILL = 100_000
+"""The server's default IDMINT_MAX_COUNT; a smaller server limit is learned and honoured."""
+
+Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
+"""A buffer's key: the bare scheme name (no options, canonical format: the common case, cheapest to build) or
+(scheme, format, sorted options)."""
+
+LockT = TypeVar("LockT")
+
+
+def buffer_key(scheme: str, fmt: str | None, options: Mapping[str, object]) -> Key:
+    if not options and fmt is None:
+        return scheme
+    return (scheme, fmt, tuple(sorted((k, str(v)) for k, v in options.items())))
+
+
+def issue_path(scheme: str, stream: bool = False) -> str:
+    return f"/v1/ids/{quote(scheme, safe='')}" + ("/stream" if stream else "")
+
+
+def decode_path(id_text: str, scheme: str | None) -> str:
+    if scheme is None:
+        return f"/v1/decode/{quote(id_text, safe='')}"
+    return f"/v1/decode/{quote(scheme, safe='')}/{quote(id_text, safe='')}"
+
+
+def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> dict[str, str]:
+    params = {"count": str(count)}
+    if fmt is not None:
+        params["format"] = fmt
+    for name, value in options.items():
+        params[name] = str(value)
+    return params
+
+
+def parse_ids(response: httpx.Response, count: int) -> list[str]:
+    """The ``ids`` of a batch answer; Failed when the answer is not what the API promises."""
+    try:
+        ids = response.json()["ids"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Failed(f"unreadable batch answer: {exc!r}") from exc
+    if not isinstance(ids, list) or len(ids) != count:
+        raise Failed(f"batch answer holds {len(ids) if isinstance(ids, list) else '?'} IDs, asked for {count}")
+    return ids
+
+
+def split_lines(partial: str, chunk: bytes) -> tuple[list[str], str]:
+    """Complete lines of ``partial + chunk`` and the incomplete rest (kept until more arrives, or discarded)."""
+    try:
+        text = partial + chunk.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise Failed(f"stream is not ASCII text: {exc}") from exc
+    lines = text.split("\n")
+    return lines, lines.pop()
+
+
+class BaseClient(Generic[LockT]):
+    """Settings, replicas, buffers and fork safety. Subclasses add the I/O."""
+
+    _http: Any
+
+    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
+                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
+                 transport: Any = None) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
+        if max_age is not None and max_age <= 0:
+            raise ValueError(f"max_age must be > 0 seconds or None, got {max_age}")
+        if not 1 <= min_refill <= max_refill:
+            raise ValueError(f"refill bounds must satisfy 1 <= min_refill <= max_refill, got {min_refill}, {max_refill}")
+        self.urls = normalise_urls(replicas)
+        self.timeout = timeout
+        self.max_age = max_age
+        self.buffered = buffer
+        self.min_refill = min_refill
+        self.max_refill = max_refill
+        self._api_key = api_key
+        self._transport = transport
+        self._closed = False
+        self._max_count: int | None = None
+        """The server's max batch count, once learned (/v1/schemes or a 422 naming the count range)."""
+        self._fresh_state()
+        ref = weakref.ref(self)
+
+        def after_fork_in_child() -> None:
+            client = ref()
+            if client is not None:
+                client._fresh_state()
+
+        # The child of os.fork() starts with empty buffers, new locks and new connections: a buffered ID is never
+        # handed out by two processes, and no socket is shared. Cheaper than a getpid() check on every new_id().
+        os.register_at_fork(after_in_child=after_fork_in_child)
+
+    def _fresh_state(self) -> None:
+        """Empty buffers, new locks, a new HTTP connection pool (at start, and in the child after a fork)."""
+        self.pid = os.getpid()
+        self._replicas = ReplicaSet(self.urls)
+        self._heads: dict[Key, tuple[float, Callable[[], str]]] = {}
+        """key -> (deadline, next) of the buffer's head segment: all the hot path reads."""
+        self._buffers: dict[Key, Buffer] = {}
+        self._locks: dict[Key, LockT] = {}
+        self._http = self._make_http()
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"user-agent": "idmint-client/0.1"}
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _make_http(self) -> Any:
+        raise NotImplementedError
+
+    def _new_buffer(self, scheme: str, fmt: str | None, options: Mapping[str, object]) -> Buffer:
+        return Buffer(scheme, {k: str(v) for k, v in options.items()}, fmt, self.min_refill, self.max_refill,
+                      self.max_age, time.monotonic())
+
+    def _learn(self, infos: list[SchemeInfo]) -> None:
+        counts = [i.max_count for i in infos if i.max_count]
+        if counts:
+            self._max_count = min(counts)
+
+    def _learn_from(self, exc: BadRequest, count: int) -> int | None:
+        """The max count named by a count-range 422, when splitting would help; None otherwise."""
+        maximum = count_range(exc)
+        if maximum is not None and 1 <= maximum < count:
+            self._max_count = maximum
+            return maximum
+        return None
+
+    def stats(self) -> list[BufferStats]:
+        """The state of every ``new_id`` buffer of this process (sizes, refills, IDs discarded as expired)."""
+        return [b.stats(self._max_count) for b in list(self._buffers.values())]

@@ -1,0 +1,374 @@
+"""The synchronous client: :class:`Client` (thread-safe; background refills run on one daemon thread)."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Self, TypeVar, overload
+
+import httpx
+
+from idmint_client._base import (
+    DEFAULT_MAX_AGE_S,
+    DEFAULT_MAX_REFILL,
+    DEFAULT_MIN_REFILL,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Key,
+    buffer_key,
+    decode_path,
+    issue_params,
+    issue_path,
+    parse_ids,
+    split_lines,
+)
+from idmint_client._buffer import Buffer
+from idmint_client._exceptions import (
+    BadRequest,
+    ClientClosed,
+    IdmintClientError,
+    NoReplicaAvailable,
+)
+from idmint_client._models import Candidates, Decoded, SchemeInfo
+from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+
+T = TypeVar("T")
+_monotonic = time.monotonic
+WORKER_IDLE_S = 5.0
+"""The refill thread checks this often whether its client still exists."""
+
+
+class Client(BaseClient[threading.Condition]):
+    """A thread-safe client of an idmint fleet.
+
+    ``replicas``: base URLs (a list, or one comma-separated string), tried round-robin with failover.
+    ``timeout``: seconds for each HTTP operation (connect, each read) to one replica. ``api_key``: sent as
+    ``Authorization: Bearer <key>``. ``max_age``: seconds a buffered ID may wait before ``new_id`` discards it
+    (None: no limit). ``buffer=False``: ``new_id`` asks the server every time. ``min_refill`` / ``max_refill``:
+    bounds (IDs) of the adaptive refill size (``max_refill`` is also capped by the server's max count).
+    ``transport``: an httpx transport (tests).
+
+    Raises ValueError for bad settings. Every call raises only :class:`~idmint_client.IdmintClientError`
+    subclasses: :class:`~idmint_client.NoReplicaAvailable` when every replica refused or failed,
+    :class:`~idmint_client.RequestRejected` subclasses (never retried) when the request itself is wrong.
+
+    Fork-safe: in the child of ``os.fork()`` every buffer starts empty and connections are new. Use it as a
+    context manager or call :meth:`close`.
+    """
+
+    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
+                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
+                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        super().__init__(replicas, timeout=timeout, api_key=api_key, max_age=max_age, buffer=buffer,
+                         min_refill=min_refill, max_refill=max_refill, transport=transport)
+
+    def _fresh_state(self) -> None:
+        super()._fresh_state()
+        self._meta_lock = threading.Lock()
+        self._refill_queue: queue.SimpleQueue[tuple[Key, Buffer] | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+
+    def _make_http(self) -> httpx.Client:
+        return httpx.Client(timeout=self.timeout, headers=self._headers(), transport=self._transport)
+
+    # -- lifecycle -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the refill thread and close connections. Buffered IDs are dropped. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._refill_queue.put(None)
+        self._heads.clear()
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- new_id: the hot path ----------------------------------------------------------------------------------
+    def new_id(self, scheme: str, /, format: str | None = None, **options: str) -> str:
+        """One fresh ID of ``scheme`` (text form ``format``, default canonical; scheme ``options`` such as
+        ``mode="time_sequential"``), from this process's buffer for (scheme, options, format).
+
+        The buffer is refilled in the background before it runs dry; IDs older than ``max_age`` seconds are
+        discarded unused. Thread-safe: no two calls ever return the same ID. Raises NoReplicaAvailable when the
+        buffer is empty and no replica can issue, BadRequest / UnknownScheme for a bad scheme, option or format.
+        """
+        key = scheme if format is None and not options else buffer_key(scheme, format, options)
+        head = self._heads.get(key)
+        if head is not None and _monotonic() < head[0]:
+            try:
+                return head[1]()  # list_iterator.__next__: one C call, atomic under the GIL
+            except StopIteration:
+                pass
+        return self._new_id_slow(key, scheme, format, options)
+
+    def _lock_for(self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]
+                  ) -> tuple[threading.Condition, Buffer]:
+        lock = self._locks.get(key)
+        if lock is None:
+            with self._meta_lock:
+                if key not in self._locks:
+                    self._buffers[key] = self._new_buffer(scheme, fmt, options)
+                    self._locks[key] = threading.Condition(threading.Lock())
+                lock = self._locks[key]
+        return lock, self._buffers[key]
+
+    def _new_id_slow(self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]) -> str:
+        if self._closed:
+            raise ClientClosed("client is closed")
+        if not self.buffered:
+            return self._issue(scheme, 1, fmt, options)[0]
+        lock, buf = self._lock_for(key, scheme, fmt, options)
+        missed = False
+        with lock:
+            while True:
+                now = _monotonic()
+                head = self._heads.get(key)
+                if head is not None:
+                    if now < head[0]:
+                        try:
+                            return head[1]()
+                        except StopIteration:
+                            pass
+                    self._heads.pop(key, None)
+                    buf.retire_current(now)
+                seg = buf.next_segment(now)
+                if seg is not None:
+                    self._heads[key] = seg.head()
+                    if buf.wants_refill(self._max_count):
+                        self._schedule(key, buf)
+                    continue
+                if not missed:
+                    missed = True
+                    buf.note_miss()
+                if buf.refilling:  # a refill is on its way: wait for it (its failure is ours)
+                    generation = buf.generation
+                    while buf.refilling and buf.generation == generation:
+                        if self._closed:
+                            raise ClientClosed("client is closed")
+                        lock.wait(self.timeout)
+                    if buf.generation != generation and not buf.queue and buf.last_error is not None:
+                        raise buf.last_error
+                    continue
+                buf.refilling = True
+                ids, started, latency = self._fetch(lock, buf)
+                buf._note_drawn(1, _monotonic())
+                buf.add(ids[1:], started, latency)
+                return ids[0]
+
+    def _fetch(self, lock: threading.Condition, buf: Buffer) -> tuple[list[str], float, float]:
+        """One refill request for ``buf`` (``buf.refilling`` set, ``lock`` held). The lock is released during the
+        request and held again on return. Wakes waiters; raises the request's error (also kept for waiters)."""
+        size = buf.refill_size(self._max_count)
+        started = _monotonic()
+        error: BaseException | None = None
+        ids: list[str] = []
+        lock.release()
+        try:
+            # The stream route: its text costs the client a third less CPU per ID than a JSON batch.
+            for chunk in self.stream_chunks(buf.scheme, size, format=buf.format, **buf.options):
+                ids.extend(chunk)
+        except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
+            error = exc
+        finally:
+            lock.acquire()
+            buf.refilling = False
+            buf.generation += 1
+            buf.last_error = error
+            lock.notify_all()
+        if error is not None:
+            raise error
+        return ids, started, _monotonic() - started
+
+    def _schedule(self, key: Key, buf: Buffer) -> None:
+        """Ask the refill thread for a refill of ``buf`` (lock held)."""
+        buf.refilling = True
+        if self._worker is None or not self._worker.is_alive():
+            with self._meta_lock:
+                if self._worker is None or not self._worker.is_alive():
+                    self._worker = threading.Thread(target=_refill_worker, args=(weakref.ref(self),
+                                                    self._refill_queue), name="idmint-client-refill", daemon=True)
+                    self._worker.start()
+        self._refill_queue.put((key, buf))
+
+    def _refill(self, key: Key, buf: Buffer) -> None:
+        lock = self._locks.get(key)
+        if lock is None or self._buffers.get(key) is not buf:  # fork or close in between
+            return
+        with lock:
+            try:
+                ids, started, latency = self._fetch(lock, buf)
+            except Exception:  # noqa: BLE001 -- kept in buf.last_error; the next empty draw asks again itself
+                return
+            buf.add(ids, started, latency)
+            if buf.wants_refill(self._max_count) and not self._closed:
+                self._schedule(key, buf)
+
+    # -- batches, streams, decode, schemes ---------------------------------------------------------------------
+    def ids(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> list[str]:
+        """``count`` fresh IDs of ``scheme`` (unbuffered), in issue order. Above the server's max count the
+        request is split into several batch calls (the max is learned from /v1/schemes or a 422 naming the
+        count range). Raises BadRequest (bad count, option or format), UnknownScheme, NoReplicaAvailable."""
+        cap = self._max_count
+        if cap is None or count <= cap:
+            try:
+                return self._issue(scheme, count, format, options)
+            except BadRequest as exc:
+                cap = self._learn_from(exc, count)
+                if cap is None:
+                    raise
+        out: list[str] = []
+        while len(out) < count:
+            out.extend(self._issue(scheme, min(cap, count - len(out)), format, options))
+        return out
+
+    def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
+        return self._call(issue_path(scheme), scheme, issue_params(count, fmt, options),
+                          lambda r: parse_ids(r, count), f"issue {count} {scheme}")
+
+    def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> Iterator[str]:
+        """``count`` IDs of ``scheme`` from the stream route, one at a time, with memory that does not grow with
+        ``count``. When a replica fails mid-way (refusal, connection lost, truncated transfer), the stream carries
+        on from another replica for the remaining count; only complete lines are yielded (a partial last line is
+        discarded), so every ID yielded was fully issued and none twice. Raises BadRequest / UnknownScheme at
+        once; NoReplicaAvailable (``delivered`` = IDs already yielded) when no replica can go on."""
+        for chunk in self.stream_chunks(scheme, count, format=format, **options):
+            yield from chunk
+
+    def stream_chunks(self, scheme: str, count: int, /, format: str | None = None, **options: str
+                      ) -> Iterator[list[str]]:
+        """Like :meth:`stream`, yielding lists of IDs as they arrive (cheaper per ID for bulk jobs)."""
+        path = issue_path(scheme, stream=True)
+        delivered = 0
+        reasons: dict[str, str] = {}
+        while True:
+            plan, skipped = self._replicas.plan(scheme)
+            reasons.update(skipped)
+            progress = False
+            for url in plan:
+                if self._closed:
+                    raise ClientClosed("client is closed")
+                before = delivered
+                try:
+                    with self._http.stream("GET", url + path,
+                                           params=issue_params(count - delivered, format, options)) as response:
+                        if response.status_code >= 300:
+                            response.read()
+                            check(response)
+                        partial = ""
+                        for raw in response.iter_bytes():
+                            lines, partial = split_lines(partial, raw)
+                            if lines:
+                                if delivered + len(lines) > count:
+                                    raise Failed(f"stream sent more than the {count - before} IDs asked for")
+                                delivered += len(lines)
+                                yield lines
+                        if delivered < count or partial:
+                            raise Failed(f"stream ended after {delivered - before} of {count - before} IDs")
+                except Refused as exc:
+                    self._replicas.refused(url, scheme, exc)
+                    reasons[url] = exc.reason
+                except Failed as exc:
+                    self._replicas.failed(url, exc.reason)
+                    reasons[url] = exc.reason
+                except httpx.HTTPError as exc:
+                    reason = transport_reason(exc) + f" (after {delivered - before} IDs)"
+                    self._replicas.failed(url, reason)
+                    reasons[url] = reason
+                else:
+                    self._replicas.succeeded(url, scheme)
+                    return
+                progress = progress or delivered > before
+            if not progress:
+                raise NoReplicaAvailable(f"stream {count} {scheme} ({delivered} delivered)",
+                                         _ordered(self.urls, reasons), delivered)
+
+    @overload
+    def decode(self, id: str, scheme: None = None) -> Candidates: ...
+    @overload
+    def decode(self, id: str, scheme: str) -> Decoded: ...
+
+    def decode(self, id: str, scheme: str | None = None) -> Decoded | Candidates:
+        """Decode ``id`` (any accepted text form). With ``scheme``: a :class:`Decoded`; without: the
+        :class:`Candidates` of every scheme that accepts it (plausible readings first). Raises BadRequest naming
+        the rule the ID breaks, UnknownScheme, NoReplicaAvailable."""
+        parse: Callable[[httpx.Response], Any] = (
+            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json())))
+        result: Decoded | Candidates = self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse),
+                                                  f"decode {id!r}")
+        return result
+
+    def schemes(self) -> list[SchemeInfo]:
+        """The schemes the fleet serves (``GET /v1/schemes`` of one replica), with their formats and limits."""
+        infos = self._call("/v1/schemes", ALL_SCOPES, None,
+                           _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]), "schemes")
+        self._learn(infos)
+        return infos
+
+    # -- failover ----------------------------------------------------------------------------------------------
+    def _call(self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T],
+              what: str) -> T:
+        """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
+        if self._closed:
+            raise ClientClosed("client is closed")
+        plan, reasons = self._replicas.plan(scope)
+        for url in plan:
+            try:
+                response = self._http.get(url + path, params=params)
+                check(response)
+                result = parse(response)
+            except Refused as exc:
+                self._replicas.refused(url, scope, exc)
+                reasons[url] = exc.reason
+            except Failed as exc:
+                self._replicas.failed(url, exc.reason)
+                reasons[url] = exc.reason
+            except httpx.HTTPError as exc:
+                reasons[url] = transport_reason(exc)
+                self._replicas.failed(url, reasons[url])
+            else:
+                self._replicas.succeeded(url, scope)
+                return result
+        raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
+
+
+def _ordered(urls: tuple[str, ...], reasons: Mapping[str, str]) -> dict[str, str]:
+    return {u: reasons.get(u, "not tried") for u in urls}
+
+
+def _guarded(parse: Callable[[httpx.Response], T]) -> Callable[[httpx.Response], T]:
+    """``parse`` with malformed answers turned into Failed (move on to another replica)."""
+
+    def run(response: httpx.Response) -> T:
+        try:
+            return parse(response)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise Failed(f"unreadable answer: {exc!r}") from exc
+
+    return run
+
+
+def _refill_worker(ref: weakref.ReferenceType[Client], jobs: queue.SimpleQueue[tuple[Key, Buffer] | None]) -> None:
+    """The refill thread: fetches batches for buffers below their low-water mark, one at a time."""
+    while True:
+        try:
+            job = jobs.get(timeout=WORKER_IDLE_S)
+        except queue.Empty:
+            if ref() is None:
+                return
+            continue
+        client = ref()
+        if job is None or client is None or client._closed:
+            return
+        try:
+            client._refill(*job)
+        except IdmintClientError:
+            pass
+        del client

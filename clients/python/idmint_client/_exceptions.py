@@ -1,0 +1,68 @@
+"""The exception tree of the idmint client.
+
+::
+
+    IdmintClientError
+    ├── RequestRejected         a replica answered 4xx (not 429/503): the request itself is wrong; never retried
+    │   ├── BadRequest          (ValueError) 422: ``detail`` names the rule broken (count range, option, ID rule)
+    │   ├── UnknownScheme       (LookupError) 404: no scheme of that name on the server
+    │   └── Unauthorized        401/403: the API key is missing or not accepted
+    ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, broken or truncated
+    │                           answer) or could not be reached; ``reasons`` maps each replica URL to its reason
+    └── ClientClosed            the client was closed
+
+Errors of httpx never leave the client: they are mapped here, in one place (the ``reason`` of a replica, or
+``raise ... from exc``), so callers catch :class:`IdmintClientError` and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class IdmintClientError(Exception):
+    """Base of every error the idmint client raises."""
+
+
+class RequestRejected(IdmintClientError):
+    """A replica rejected the request itself (HTTP 4xx other than 429): asking another replica would not help.
+
+    ``status`` is the HTTP status, ``detail`` the server's ``detail`` text, ``url`` the request URL.
+    """
+
+    def __init__(self, status: int, detail: str, url: str) -> None:
+        super().__init__(f"{status} from {url}: {detail}")
+        self.status = status
+        self.detail = detail
+        self.url = url
+
+
+class BadRequest(RequestRejected, ValueError):
+    """HTTP 422: a count, format, option or ID breaks a rule; ``detail`` names it (``count must be in 1..100000``)."""
+
+
+class UnknownScheme(RequestRejected, LookupError):
+    """HTTP 404: the server has no scheme of that name."""
+
+
+class Unauthorized(RequestRejected):
+    """HTTP 401 or 403: the API key is missing, wrong, or not allowed to do this."""
+
+
+class NoReplicaAvailable(IdmintClientError):
+    """Every replica refused or failed; nothing was issued by this call (streams: see ``delivered``).
+
+    ``reasons`` maps each replica's base URL to why it was not used (``503 not ready: lease lost (Retry-After 2
+    s)``, ``connection refused``, ``kept out for 1.4 s more after 503``). ``delivered`` is how many IDs a stream
+    had already yielded when it gave up (0 for other calls).
+    """
+
+    def __init__(self, what: str, reasons: Mapping[str, str], delivered: int = 0) -> None:
+        listed = "; ".join(f"{url}: {reason}" for url, reason in reasons.items())
+        super().__init__(f"{what}: no replica available ({listed})")
+        self.reasons = dict(reasons)
+        self.delivered = delivered
+
+
+class ClientClosed(IdmintClientError):
+    """The client was closed; create a new one."""

@@ -1,0 +1,96 @@
+"""The embedded sequence store: one file per sequence under the state directory, advanced under an flock."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
+from app.lease.embedded_sequences import EmbeddedSequenceStore
+from app.lease.sequences import MAX_VALUE
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_create_is_idempotent_and_settings_never_change(tmp_path: Path) -> None:
+    store = EmbeddedSequenceStore(tmp_path, max_sequences=2)
+    await store.start()
+    record, created = await store.create("orders", 1, 1000)
+    assert created and record.next == 1
+    again, created = await store.create("orders", 1, 1000)
+    assert not created and again == record
+    with pytest.raises(SequenceConflictError, match="other settings"):
+        await store.create("orders", 1, 50)
+    await store.create("invoices", 100, 10)
+    with pytest.raises(SequenceConflictError, match="at most 2 sequences"):
+        await store.create("third", 1, 1)
+    assert [r.name for r in await store.list()] == ["invoices", "orders"]
+    with pytest.raises(UnknownSequenceError):
+        await store.get("nope")
+    with pytest.raises(UnknownSequenceError):
+        await store.reserve("nope", 1)
+
+
+async def test_ranges_are_contiguous_durable_and_refused_past_the_maximum(tmp_path: Path) -> None:
+    store = EmbeddedSequenceStore(tmp_path)
+    await store.create("orders", 5, 10)
+    assert await store.reserve("orders", 3) == (5, 7)
+    assert await store.reserve("orders", 2**40) == (8, 2**40 + 7)
+    reopened = EmbeddedSequenceStore(tmp_path)
+    assert (await reopened.get("orders")).next == 2**40 + 8
+    assert json.loads((tmp_path / "sequences" / "orders.json").read_text()) == {
+        "start": 5, "cache": 10, "next": 2**40 + 8}
+
+    await store.create("edge", MAX_VALUE - 9, 10)
+    with pytest.raises(SequenceOverflowError, match=r"would pass the maximum value 2\*\*63-1"):
+        await store.reserve("edge", 11)
+    assert await store.reserve("edge", 100, partial=True) == (MAX_VALUE - 9, MAX_VALUE)
+    with pytest.raises(SequenceOverflowError, match="0 remain"):
+        await store.reserve("edge", 1, partial=True)
+
+
+async def test_an_unreadable_record_is_never_taken_as_empty(tmp_path: Path) -> None:
+    store = EmbeddedSequenceStore(tmp_path)
+    await store.create("orders", 1, 10)
+    (tmp_path / "sequences" / "orders.json").write_text('{"start": 1, "cache": 10}')
+    with pytest.raises(BackendUnavailableError, match="unreadable"):
+        await store.reserve("orders", 1)
+
+
+WORKER = """
+import asyncio, json, random, sys
+from app.lease.embedded_sequences import EmbeddedSequenceStore
+async def main():
+    store = EmbeddedSequenceStore(sys.argv[1])
+    out = []
+    for _ in range(int(sys.argv[2])):
+        out.append(await store.reserve("orders", random.randint(1, 50)))
+    print(json.dumps(out))
+asyncio.run(main())
+"""
+
+
+async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path) -> None:
+    store = EmbeddedSequenceStore(tmp_path)
+    await store.create("orders", 1, 10)
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "150"], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    ranges = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0
+        ranges += [tuple(r) for r in json.loads(out)]
+    ranges.sort()
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), "two processes got overlapping ranges"
+    assert ranges[-1][1] == (await store.get("orders")).next - 1

@@ -1,0 +1,95 @@
+"""The etcd client and session on their own, against a real etcd; deadlines driven by an injected clock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+
+from app.errors import BackendUnavailableError, LeaseLostError
+from app.lease.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
+from app.lease.etcd.session import Session
+from tests.support.etcd import EtcdServer, free_port
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class ManualClock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def client(etcd_server: EtcdServer) -> AsyncIterator[EtcdClient]:
+    etcd_server.start()
+    c = EtcdClient([etcd_server.endpoint], timeout=1.0, budget=1.0, connect_timeout=1.0)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def test_deadline_counts_from_when_the_refresh_was_sent(client: EtcdClient) -> None:
+    clock = ManualClock()
+    session = await Session.grant(client, 6, 1.0, clock, 1.0)
+    try:
+        await session.stop()  # refreshes driven by hand below
+        assert session.ttl == 6 and session.deadline == 1000.0 + 6 - 1.0
+        clock.now = 1003.5
+        await session.refresh()
+        assert session.deadline == 1003.5 + 6 - 1.0 and not session.lost
+        clock.now = 1001.0  # a refresh never moves the deadline back
+        await session.refresh()
+        assert session.deadline == 1008.5
+        await client.revoke(session.lease_id)
+        with pytest.raises(LeaseLostError):
+            await session.refresh()
+        assert session.lost and session.lost_event.is_set()
+    finally:
+        await session.close(1.0)
+
+
+async def test_close_revokes_the_lease(client: EtcdClient) -> None:
+    session = await Session.grant(client, 30, 1.0, ManualClock(), 1.0)
+    assert await client.time_to_live(session.lease_id) > 0
+    await session.close(1.0)
+    assert session.lost and await client.time_to_live(session.lease_id) == -1
+
+
+async def test_errors_map_by_code_never_by_text(client: EtcdClient) -> None:
+    with pytest.raises(EtcdCallError) as info:
+        await client.revoke(0x7FFF_FFFF_FFFF)
+    assert info.value.code == 5
+    assert isinstance(map_error(info.value, "revoking"), LeaseLostError)
+    # The same text with another code means something else: only the code counts.
+    assert isinstance(map_error(EtcdCallError(7, info.value.detail, "http://x"), "x"), BackendUnavailableError)
+    assert all(code is None or 0 < code < 17 for code in ERRORS)
+
+
+async def test_a_dead_endpoint_is_passed_over_at_once(etcd_server: EtcdServer) -> None:
+    class InOrder(random.Random):
+        def shuffle(self, x: list[str]) -> None:  # type: ignore[override]
+            """Keep the given order: the dead endpoint first."""
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    c = EtcdClient([dead, etcd_server.endpoint], timeout=1.0, budget=1.0, connect_timeout=1.0, rng=InOrder())
+    assert c.endpoint == dead
+    try:
+        for _ in range(3):
+            await c.put(b"test/session/dead-endpoint", b"1")
+        assert c.endpoint == etcd_server.endpoint
+        kvs, revision = await c.range(b"test/session/dead-endpoint")
+        assert kvs[0].value == b"1" and revision >= kvs[0].mod_revision
+    finally:
+        await c.close()
