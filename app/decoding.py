@@ -9,6 +9,7 @@ The decode object (``GET /v1/decode/{scheme}/{id}``)::
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -139,8 +140,9 @@ def _line_tokens(line: str, finders: tuple[re.Pattern[str], ...]) -> list[str]:
     return out
 
 
-def extract_tokens(text: str, registry: Registry | None = None) -> list[tuple[int, str]]:
-    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance.
+def extract_tokens(text: str, registry: Registry | None = None, limit: int | None = None) -> list[tuple[int, str]]:
+    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance; at most ``limit``
+    of them (the scan stops there).
 
     A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID of some scheme
     (its :attr:`~app.schemes.base.Scheme.token_pattern`: a did:siq: form, hyphenated hex groups, ~26 mixed base32
@@ -161,6 +163,8 @@ def extract_tokens(text: str, registry: Registry | None = None) -> list[tuple[in
         if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
             hits.append(stripped)
         found.extend((lineno, t) for t in hits)
+        if limit is not None and len(found) >= limit:
+            return found[:limit]
     return found
 
 
@@ -172,6 +176,25 @@ def _parses(scheme: Scheme, token: str) -> bool:
     return True
 
 
+def decode_text_json(text: str, limit: int, settings: Any = None) -> bytes:
+    """:func:`decode_text` as the JSON body of ``POST /v1/decode``, with every scheme configured by ``settings``
+    as the node's are (run in a worker process: plain, picklable arguments and result)."""
+    return json.dumps(decode_text(text, limit, _configured(settings)), separators=(",", ":")).encode()
+
+
+_configured_cache: dict[str, Registry] = {}
+
+
+def _configured(settings: Any) -> Registry | None:
+    """The registry as a node with ``settings`` configures it (:meth:`Scheme.configured`), built once per settings."""
+    if settings is None:
+        return None
+    key = settings.model_dump_json()
+    if key not in _configured_cache:
+        _configured_cache[key] = {name: s.configured(settings) for name, s in schemes().items()}
+    return _configured_cache[key]
+
+
 def decode_text(text: str, limit: int = 5000, registry: Registry | None = None) -> dict[str, Any]:
     """Pick the ID-shaped tokens out of free text and decode each (candidates with their words and summary).
 
@@ -179,7 +202,7 @@ def decode_text(text: str, limit: int = 5000, registry: Registry | None = None) 
     rule broken (None when at least one scheme parsed it).
     """
     items = []
-    tokens = extract_tokens(text, registry)
+    tokens = extract_tokens(text, registry, limit + 1)  # one more than shown: tells whether the text was truncated
     for lineno, token in tokens[:limit]:
         try:
             result = decode_any(token, registry=registry, described=True)

@@ -13,6 +13,7 @@
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
     │   ├── PoolExhaustedError      every identity of the pool is held by another node
     │   └── BackendUnavailableError the lease backend cannot be reached or refused us
+    ├── TooManyRequestsError    a per-node or per-key limit is reached (streams, quotas)     -> 429 + Retry-After
     └── ConfigError             (ValueError) a setting breaks its rule; raised at start-up
 
 HTTP status codes are assigned in exactly one place, :mod:`app.api.errors`; route functions carry no try blocks.
@@ -71,6 +72,15 @@ class PoolExhaustedError(NotReadyError):
 
 class BackendUnavailableError(NotReadyError):
     """The lease backend (etcd) is unreachable, timed out, or rejected our credentials."""
+
+
+class TooManyRequestsError(IdmintError):
+    """A limit of this node (concurrent streams) or of the caller's API key is reached; ``retry_after`` seconds."""
+
+    def __init__(self, reason: str, retry_after: int = 1) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = max(1, int(retry_after))
 
 
 class ConfigError(IdmintError, ValueError):

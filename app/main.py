@@ -7,7 +7,7 @@ lifespan owns the node's background tasks and cancels them.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
@@ -15,8 +15,12 @@ from fastapi_offline import FastAPIOffline
 from app import __version__
 from app.api import decode, ids, meta
 from app.api import sequences as sequence_routes
+from app.api.auth import ApiKeys
+from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.fastpath import FastPath
+from app.api.guard import BodyLimit, route_finder
+from app.api.streams import StreamSlots
 from app.lease import make_backend
 from app.lease.sequences import make_store
 from app.metrics import Metrics
@@ -26,22 +30,29 @@ from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None) -> FastPath:
-    """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
-    around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
+def create_app(settings: Settings | None = None) -> BodyLimit:
+    """Build the ASGI app for ``settings`` (default: from the environment). Returns the outermost ASGI layer
+    (body limit, then API keys when a key file is set, then the fast path, then FastAPI); the FastAPI app itself is
+    its ``.app`` attribute. Raises ConfigError for a key file that does not load."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
     sequences = SequenceService(make_store(settings), metrics, settings.max_count)
+    keys: ApiKeys | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await node.start()
         app.state.node = node
         await sequences.start()
+        if keys is not None:
+            keys.start()
         try:
             yield
         finally:
+            if keys is not None:
+                keys.stop()
+            decode.shutdown_text_pool()
             await sequences.stop()
             await node.stop()
 
@@ -54,19 +65,26 @@ def create_app(settings: Settings | None = None) -> FastPath:
                 "via etcd.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
+        max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
     )
     api.state.settings = settings
+    api.state.streams = StreamSlots(settings.max_concurrent_streams)
     api.state.node = node
     api.state.sequences = sequences
     install_error_handlers(api)
+    install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
     api.include_router(decode.router)
     api.include_router(meta.router)
     api.include_router(sequence_routes.router)
     _include_page(api)
 
-    wrapper = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
-    return sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
+    wrapper: Any = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
+    wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
+    route_of = route_finder(api)
+    if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
+        keys = wrapper = ApiKeys(wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of)
+    return BodyLimit(wrapper, api, settings.max_body_bytes, metrics, route_of)
 
 
 def _include_page(api: FastAPI) -> None:

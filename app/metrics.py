@@ -19,6 +19,9 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_issue_wait_seconds{scheme}                     histogram  time spent waiting for the clock
     idmint_high_water_mark_timestamp_seconds{scheme}      gauge      last recorded high-water mark, Unix seconds
     idmint_build_info{version}                            gauge = 1
+    idmint_api_key_requests_total{key,outcome}            counter    requests checked by API key (key names come from
+                                                                     the key file, plus "public" and "unknown")
+    idmint_api_key_ids_total{key}                         counter    IDs charged to each API key's quota
     idmint_sequence_ids_issued_total{sequence}            counter    integers issued by `next` (one inc per request)
     idmint_sequence_ranges_total{sequence,kind}           counter    ranges reserved in storage: buffer, range
     idmint_sequence_range_ids_total{sequence}             counter    integers handed out by `range` requests
@@ -85,6 +88,10 @@ ISSUE_WAIT_BUCKETS_SECONDS = (
 
 LEASE_RENEWAL_OUTCOMES = ("ok", "late", "failed", "lost")
 """Bounded values of ``idmint_lease_renewals_total{outcome}``."""
+
+HTTP_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"))
+"""Methods counted under their own name in the request metrics; any other is counted as ``other``."""
+OTHER_METHOD = "other"
 
 NS_PER_SECOND = 1_000_000_000
 
@@ -314,6 +321,15 @@ class _Collectors:
             "idmint_build_info", "idmint build information; value 1.", ["version"],
             multiprocess_mode="livemax", registry=r,
         )
+        self.api_key_requests = Counter(
+            "idmint_api_key_requests_total",
+            "Requests checked against the API keys, by key name (from the key file; \"public\" = served without "
+            "a key, \"unknown\" = refused with 401) and outcome (allowed, unauthorized, forbidden, over_quota).",
+            ["key", "outcome"], registry=r,
+        )
+        self.api_key_ids = Counter(
+            "idmint_api_key_ids_total", "IDs charged to each API key's quota, by key name.", ["key"], registry=r,
+        )
 
 
 _shared_lock = threading.Lock()
@@ -391,6 +407,8 @@ class Metrics:
         self._refused: dict[str, Any] = {}
         self._identities: dict[str, set[int]] = {}
         self._requests: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._key_requests: dict[tuple[str, str], Any] = {}
+        self._key_ids: dict[str, Any] = {}
         self._sequences: dict[str, SequenceMetrics] = {}
         self._renewals = {outcome: c.lease_renewals.labels(outcome=outcome) for outcome in LEASE_RENEWAL_OUTCOMES}
         self._max_rollback_seconds = 0.0
@@ -455,6 +473,8 @@ class Metrics:
         ``route`` must be the matched route's template (``/v1/ids/{scheme}``), never the raw path; requests that
         match no route should pass one fixed placeholder, so that the label stays bounded.
         """
+        if method not in HTTP_METHODS:
+            method = OTHER_METHOD
         key = (route, method, status)
         children = self._requests.get(key)
         if children is None:
@@ -469,6 +489,26 @@ class Metrics:
         counter, histogram = children
         counter.inc()
         histogram.observe(seconds)
+
+    # -- API keys --------------------------------------------------------------------------------------------
+    def api_keys(self, names: list[str], outcomes: tuple[str, ...]) -> None:
+        """Initialise the per-key series for ``names`` (the key file's names: a bounded set) at 0."""
+        c = self._c
+        with self._lock:
+            for name in names:
+                for outcome in outcomes:
+                    if (name, outcome) not in self._key_requests:
+                        self._key_requests[(name, outcome)] = c.api_key_requests.labels(key=name, outcome=outcome)
+                if name not in self._key_ids:
+                    self._key_ids[name] = c.api_key_ids.labels(key=name)
+
+    def api_key_request(self, name: str, outcome: str) -> None:
+        """One request checked for key ``name`` (initialised by :meth:`api_keys`) with ``outcome``."""
+        self._key_requests[(name, outcome)].inc()
+
+    def api_key_ids(self, name: str, count: int) -> None:
+        """``count`` IDs charged to key ``name``."""
+        self._key_ids[name].inc(count)
 
     # -- leases ----------------------------------------------------------------------------------------------
     def lease_held(self, scheme: str, held: bool, identity: int | None) -> None:

@@ -11,7 +11,14 @@ Safety rules enforced here, above any lease backend:
   After a crash the next holder starts above the mark; a clean stop records the exact final mark.
 * **Clock behind a mark.** A claimed identity whose mark is ahead of our clock by more than
   ``settings.max_clock_wait`` is refused (released, excluded, logged, counted) and another is claimed; a smaller
-  gap is waited out by the generator (or, for HLC-ULID and Muid, carried by their logical clock).
+  gap is waited out by the generator (or, for HLC-ULID and Muid, carried by their logical clock). While that wait
+  is longer than ``INHERITED_WAIT_READY_S``, the scheme is not ready (503 + Retry-After) rather than hanging.
+* **Bounded clock waits.** No request sleeps on the clock for longer than ``settings.max_clock_wait`` at a time:
+  past it the answer is 503 + Retry-After, and when the issuer holds a claimed identity (the clock was stepped
+  back further than that while running), the identity is refused and another claimed, as at start-up.
+* **Storage faults.** A high-water mark that cannot be recorded (disk full, read-only state directory, etcd
+  refusing) makes the scheme not ready, naming why, until a retry succeeds; the background task survives any
+  exception, retrying with backoff.
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ log = logging.getLogger("idmint.node")
 
 BACKOFF_START_S = 0.5
 BACKOFF_MAX_S = 10.0
+FAULT_RETRY_MAX_S = 2.0
+"""Longest pause between retries of a failed high-water-mark record (the disk may recover at any moment)."""
 MIN_WAIT_S = 0.0001
+INHERITED_WAIT_READY_S = 1.0
+"""A scheme whose generator must wait longer than this for the clock to pass an inherited mark is not ready."""
 
 GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
@@ -71,6 +82,35 @@ class Issued:
         return [v for b in self.batches for v in b.values()]
 
 
+class PriorityGate:
+    """Single and batch requests ahead of streams on one generator.
+
+    A request that has to wait for the clock (its scheme's per-tick sequence is used up) enters the gate while it
+    waits (:meth:`enter`); a stream's chunk, before each ``generate``, defers while any such request is waiting,
+    so at the next tick the waiting requests take their IDs first and the streams share what is left."""
+
+    __slots__ = ("waiting", "_clear")
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self._clear: asyncio.Event | None = None
+
+    def enter(self) -> None:
+        self.waiting += 1
+
+    def leave(self) -> None:
+        self.waiting -= 1
+        if not self.waiting and self._clear is not None:
+            self._clear.set()
+
+    async def defer(self) -> None:
+        """Return once no single or batch request is waiting on this generator."""
+        while self.waiting:
+            if self._clear is None or self._clear.is_set():
+                self._clear = asyncio.Event()
+            await self._clear.wait()
+
+
 class Issuer:
     """Issues one scheme's IDs for this node; owns the claim(s) and the generator built on them."""
 
@@ -98,13 +138,29 @@ class Issuer:
         self._wake = asyncio.Event()
         self._stats_seen = (0, 0, 0)
         self._was_ready = False
+        self.fault: str | None = None
+        """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
+        self._ready_at_ns = 0
+        """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
+        self.gate = PriorityGate()
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
-        """The generator, if every claim behind it is still valid; else raise NotReadyError."""
+        """The generator, if every claim behind it is still valid, its mark can be recorded and it need not wait
+        long for an inherited mark; else raise NotReadyError."""
         gen = self.generator
         if gen is None:
             raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+        if self.fault is not None:
+            raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after)
+        if self._ready_at_ns:
+            self._check_inherited_wait()
+        if self.claims:
+            self._check_claims()
+        return gen
+
+    def _check_claims(self) -> None:
+        """Raise NotReadyError (dropping the claims) when any claim is lost or past its deadline."""
         if self.claims:
             now = time.monotonic()
             for claim in self.claims:
@@ -113,10 +169,76 @@ class Issuer:
                     self._drop(f"{why} for {self.pool.kind if self.pool else 'identity'} "
                                f"{claim.identity}")
                     raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
-        return gen
 
-    async def issue(self, count: int, options: dict[str, Any]) -> Issued:
-        """Issue ``count`` IDs. Raises NotReadyError (fail closed) or InvalidOptionError."""
+    def _check_inherited_wait(self) -> None:
+        left_s = (self._ready_at_ns - self.node.clock()) / 1e9
+        if left_s <= INHERITED_WAIT_READY_S:
+            self._ready_at_ns = 0
+            return
+        raise NotReadyError(f"{self.name}: waiting {left_s:.1f} s for the clock to pass the high-water mark "
+                            f"inherited with {self._identity_words()}", math.ceil(left_s))
+
+    def _identity_words(self) -> str:
+        kind = self.pool.kind if self.pool is not None else "identity"
+        return f"{kind} {', '.join(str(c.identity) for c in self.claims)}"
+
+    async def _wait_for_clock(self, gen: Generator) -> float:
+        """Sleep until ``gen`` can issue again; returns the seconds slept. A wait longer than max_clock_wait is not
+        slept: it raises NotReadyError, after refusing the claimed identity (the clock was stepped back)."""
+        wait = max(gen.wait_ns() / 1e9, MIN_WAIT_S)
+        limit = self.node.settings.max_clock_wait
+        if wait > limit:
+            retry = math.ceil(min(wait, BACKOFF_MAX_S))
+            if self.claims and self.generator is gen:
+                self._refuse_running(wait, limit)
+            elif self.pool is None and not self.claims and self.generator is gen:
+                self._renew_unclaimed(wait, limit)  # nothing to claim: a fresh generator serves at once
+                return 0.0
+            raise NotReadyError(f"{self.name}: the clock is {wait:.3f} s behind the last timestamp issued "
+                                f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)", retry)
+        await asyncio.sleep(wait)
+        return wait
+
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
+        identity is its random part): start a fresh one, as a new process would, and publish it."""
+        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
+                    "fresh generator", self.name, wait, limit)
+        self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+        gen = self.generator = self.factory([], -1)
+        published = self.scheme.registration(gen)
+        if published:
+            asyncio.get_running_loop().create_task(self.node.register(self, published))
+
+    def _refuse_running(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under the running generator: give the identity up
+        (its exact final mark recorded) and let the background task claim another, as at start-up."""
+        gen, claims = self.generator, list(self.claims)
+        words = self._identity_words()
+        log.warning("%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); "
+                    "claiming another", self.name, words, wait, limit)
+        for claim in claims:
+            self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+        if self.pool is not None and not self.pool.static:
+            self.excluded.update(c.identity for c in claims)
+        final = gen.high_water if gen is not None else None
+        self.generator, self.claims = None, []
+        self.reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
+        self.retry_after = 1
+        for claim in claims:
+            asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
+        self.node.metrics.lease_held(self.name, False, None)
+        self._wake.set()
+
+    async def issue(self, count: int, options: dict[str, Any], stream: bool = False) -> Issued:
+        """Issue ``count`` IDs. Raises NotReadyError (fail closed, a clock wait over max_clock_wait, a mark that
+        cannot be recorded) or InvalidOptionError.
+
+        ``stream=True`` marks a stream's chunk: it yields the generator to single and batch requests waiting for the
+        same clock tick (:class:`PriorityGate`), so a capacity-capped scheme serves them first."""
+        gate = self.gate
+        if stream and gate.waiting:
+            await gate.defer()
         gen = self.check()
         batch = gen.generate(count, **options)
         if batch.count == count and batch.high_water <= self.recorded_mark:
@@ -125,21 +247,33 @@ class Issuer:
         batches = [batch] if batch.count else []
         remaining = count - batch.count
         waited = 0.0
-        while remaining:
-            wait = max(gen.wait_ns() / 1e9, MIN_WAIT_S)
-            waited += wait
-            await asyncio.sleep(wait)
-            gen = self.check()
-            batch = gen.generate(remaining, **options)
-            if batch.count:
-                batches.append(batch)
-                remaining -= batch.count
+        if not stream:
+            gate.enter()
+        try:
+            while remaining:
+                waited += await self._wait_for_clock(gen)
+                if stream and gate.waiting:
+                    await gate.defer()
+                gen = self.check()
+                batch = gen.generate(remaining, **options)
+                if batch.count:
+                    batches.append(batch)
+                    remaining -= batch.count
+        finally:
+            if not stream:
+                gate.leave()
         high = max(b.high_water for b in batches)
         if high > self.recorded_mark:
             await self.record_mark(high)
         self.check()
         self._account(gen, count, waited)
         return Issued(self.scheme, batches)
+
+    def capacity_per_second(self) -> float | None:
+        """The most IDs per second this issuer's generator can issue (its scheme's cap times the identities held),
+        or None when the clock does not bound it. Read from the generator's ``capacity_per_second``."""
+        gen = self.generator
+        return None if gen is None else getattr(gen, "capacity_per_second", None)
 
     def _account(self, gen: Generator, count: int, waited: float) -> None:
         metrics = self.node.metrics
@@ -164,10 +298,26 @@ class Issuer:
             target = max(at_least, horizon)
             if target <= self.recorded_mark or not self.claims:
                 return
-            for claim in list(self.claims):
-                await claim.record_mark(target)
+            try:
+                for claim in list(self.claims):
+                    await claim.record_mark(target)
+            except NotReadyError as exc:
+                self._fault(exc.reason)
+                raise
+            except OSError as exc:  # a backend that let one through: the same fault
+                self._fault(f"recording the high-water mark failed: {exc}")
+                raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after) from exc
+            if self.fault is not None:
+                log.warning("%s: high-water mark recorded again; issuing", self.name)
+                self.fault = None
             self.recorded_mark = target
             node.metrics.high_water_mark(self.name, target * self.scheme.native_unit_ns / 1e9)
+
+    def _fault(self, reason: str) -> None:
+        if self.fault is None:
+            log.error("%s: stopped issuing: %s", self.name, reason)
+        self.fault = reason
+        self.retry_after = 2
 
     # -- claiming ------------------------------------------------------------------------------------------
     def _drop(self, reason: str) -> None:
@@ -236,7 +386,9 @@ class Issuer:
                 for claim in claims:
                     await self._release_quietly(claim, None)
                 raise
+            self._ready_at_ns = self._inherited_wait_until([c.identity for c in claims], floor)
             self.generator = self.factory([c.identity for c in claims], floor)
+            self.fault = None
             self._stats_seen = (0, 0, 0)
             self.reason = ""
             ids = [c.identity for c in claims]
@@ -246,32 +398,59 @@ class Issuer:
                 node.metrics.lease_held(self.name, True, identity)
             return
 
+    def _inherited_wait_until(self, identities: list[int], floor: int) -> int:
+        """The clock reading (ns) until which a generator on ``floor`` must wait before it can issue (0 = none).
+
+        Asked of a throwaway generator (its ID is never used): logical-clock schemes (Muid, HLC-ULID) issue at
+        once, the others report how long they must wait."""
+        probe = self.factory(identities, floor)
+        if probe.generate(1).count:
+            return 0
+        wait_ns = probe.wait_ns()
+        return self.node.clock() + wait_ns if wait_ns > INHERITED_WAIT_READY_S * 1e9 else 0
+
     async def run(self) -> None:
-        """Background task: claim (with backoff), keep the mark ahead of the clock, re-claim after a loss."""
+        """Background task: claim (with backoff), keep the mark ahead of the clock, re-claim after a loss.
+
+        Survives any exception: each is logged once per distinct reason and retried with backoff (a failed mark
+        record at most every FAULT_RETRY_MAX_S, so issuing resumes soon after the disk recovers)."""
         backoff = BACKOFF_START_S
-        last_reason = None
+        last_reason: str | None = None
         interval = self.node.backend.mark_interval
         while True:
-            if self.generator is None:
-                try:
-                    await self.acquire()
-                    backoff = BACKOFF_START_S
-                    last_reason = None
-                except NotReadyError as exc:
-                    self.reason, self.retry_after = exc.reason, exc.retry_after
-                    if exc.reason != last_reason:
-                        log.warning("%s: not ready: %s", self.name, exc.reason)
-                        last_reason = exc.reason
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
-                    continue
             try:
-                self.check()
-                if self.claims:
+                if self.generator is None:
+                    await self.acquire()
+                elif self.claims:
+                    self._check_claims()
                     await self.record_mark()
-            except NotReadyError as exc:
-                if self.generator is not None:
-                    log.warning("%s: recording the high-water mark failed: %s", self.name, exc.reason)
+                backoff = BACKOFF_START_S
+                last_reason = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- the task must outlive any fault; each is logged
+                if isinstance(exc, NotReadyError):
+                    reason = exc.reason
+                    if self.generator is None:
+                        self.reason, self.retry_after = exc.reason, exc.retry_after
+                else:
+                    reason = f"internal error: {exc!r}"
+                    if self.generator is None:
+                        self.reason, self.retry_after = reason, 2
+                    if reason != last_reason:
+                        log.exception("%s: background task: %s", self.name, reason)
+                if reason != last_reason:
+                    if reason != self.fault:  # a mark fault was logged where it happened
+                        log.warning("%s: not ready: %s", self.name, reason)
+                    last_reason = reason
+                pause = min(backoff, FAULT_RETRY_MAX_S) if self.fault is not None else backoff
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
+                except asyncio.TimeoutError:
+                    pass
+                continue
             self._wake.clear()
             deadline = min((c.deadline for c in self.claims), default=math.inf)
             sleep = min(interval, max(deadline - time.monotonic(), 0.01))
@@ -292,9 +471,12 @@ class Issuer:
         self.node.metrics.lease_held(self.name, False, None)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ready": self.generator is not None}
-        if self.generator is None:
-            out["reason"] = self.reason
+        out: dict[str, Any] = {"ready": True}
+        try:
+            self.check()
+        except NotReadyError as exc:  # no identity, a storage fault, a long wait for an inherited mark...
+            out["ready"] = False
+            out["reason"] = exc.reason.removeprefix(f"{self.name}: ")
         if self.pool is not None:
             out["kind"] = self.pool.kind
             out["identities"] = [c.identity for c in self.claims]
@@ -311,6 +493,7 @@ class SharedIssuer(Issuer):
     def __init__(self, base: Issuer, scheme: Scheme) -> None:
         super().__init__(base.node, scheme, base.factory, None)
         self.base = base
+        self.gate = base.gate  # one generator, one queue: streams of either scheme defer to requests of both
         self._base_generator: Generator | None = None
         self._own_generator: Generator | None = None
 
@@ -351,6 +534,12 @@ class SharedIssuer(Issuer):
 
     async def record_mark(self, at_least: int = -1) -> None:
         await self.base.record_mark(at_least)
+
+    def _refuse_running(self, wait: float, limit: float) -> None:
+        self.base._refuse_running(wait, limit)
+
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
+        self.base._renew_unclaimed(wait, limit)
 
     async def acquire(self) -> None:
         """Nothing to claim: the base issuer does."""
@@ -431,10 +620,14 @@ class Node:
         for issuer in self.issuers.values():
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
-                try:
-                    await self.backend.register(issuer.name, published, {"holder": self.holder.as_dict()})
-                except NotReadyError as exc:
-                    log.warning("%s: registering %s failed: %s", issuer.name, published, exc.reason)
+                await self.register(issuer, published)
+
+    async def register(self, issuer: Issuer, published: str) -> None:
+        """Publish what ``issuer``'s generator registers (Wiji's random part); a failure is logged, not raised."""
+        try:
+            await self.backend.register(issuer.name, published, {"holder": self.holder.as_dict()})
+        except NotReadyError as exc:
+            log.warning("%s: registering %s failed: %s", issuer.name, published, exc.reason)
 
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""

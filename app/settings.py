@@ -45,6 +45,27 @@ class CoreSettings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
+    # -- limits and API keys (app/api/auth.py, app/api/guard.py) --------------------------------------------
+    max_body_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+        description="Largest request body in bytes; larger bodies are refused with 413 before they are read.",
+    )
+    max_concurrent_streams: int = Field(
+        16, ge=1, le=10_000, description="Streams this node serves at once; more are answered 429 + Retry-After.",
+    )
+    max_stream_seconds: float = Field(
+        300.0, gt=0, description="Longest a stream may take at its scheme's cap (count / IDs per second); longer "
+        "ones are refused up front with 422 naming the figure.",
+    )
+    api_keys_file: Path | None = Field(
+        None, description="TOML file of API keys, scopes and quotas (README \"API keys\"); unset = no keys, "
+        "every route open. Re-read on SIGHUP.",
+    )
+    public_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="With API keys on: comma-separated scopes that need no key (e.g. decode, for the decode page).",
+    )
+
     # -- node identity: embedded backend --------------------------------------------------------------------
     state_dir: Path = Field(
         default_factory=_default_state_dir,
@@ -55,7 +76,7 @@ class CoreSettings(BaseSettings):
     max_clock_wait: float = Field(
         5.0, ge=0, le=300,
         description="Seconds a node waits for its clock to pass a claimed identity's high-water mark before "
-        "refusing that identity and claiming another.",
+        "refusing that identity and claiming another; also the longest a request waits on the clock (past it: 503).",
     )
 
     clock_offset_ms: int = Field(
@@ -99,6 +120,23 @@ class CoreSettings(BaseSettings):
                     f"etcd_endpoints must not carry a user or password ({_redacted(url)!r}): "
                     "set IDMINT_ETCD_USER and IDMINT_ETCD_PASSWORD instead"
                 )
+        return value
+
+    @field_validator("public_scopes", mode="before")
+    @classmethod
+    def _split_scopes(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("public_scopes")
+    @classmethod
+    def _check_scopes(cls, value: list[str]) -> list[str]:
+        from app.api.auth import SCOPES
+
+        unknown = [s for s in value if s not in SCOPES]
+        if unknown:
+            raise ValueError(f"public_scopes must be among {', '.join(SCOPES)}, got {', '.join(unknown)}")
         return value
 
     @field_validator("etcd_namespace")

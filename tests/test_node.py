@@ -72,6 +72,11 @@ def test_crash_then_clock_set_back_never_repeats(tmp_path: Path) -> None:
 
         nxt = new_node(tmp_path, offset_s=-0.5)
         await nxt.start()
+        # Up to 1.5 s of wait for the inherited marks: not ready (503) while it is over a second, then issuing.
+        deadline = time.monotonic() + 5
+        while not nxt.readiness()[0]:
+            assert time.monotonic() < deadline, nxt.readiness()
+            await asyncio.sleep(0.05)
         for name, values in old.items():
             new = await issue_values(nxt, name, 2000)
             assert min(timestamps(name, new)) > max(timestamps(name, values)), name

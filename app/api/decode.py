@@ -2,18 +2,51 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 from app.api.deps import NodeDep
 from app.api.params import query_params
-from app.decoding import decode_any, decode_one, decode_text
+from app.decoding import decode_any, decode_one, decode_text, decode_text_json
 
 router = APIRouter(tags=["decode"])
 
 MAX_TEXT_CHARS = 1_000_000
+MAX_TEXT_ITEMS = 5000
+"""IDs decoded from one text at most; the scan stops there (``truncated`` says so)."""
+INLINE_TEXT_CHARS = 1000
+"""Texts up to this long (about ten log lines, under a millisecond of work) are decoded on the event loop."""
+TEXT_DECODE_PROCESSES = 1
+"""Longer texts are decoded in this many worker processes (a thread would still hold the event loop's GIL); more
+requests queue for them. The pool starts on first use and stops with the app (:func:`shutdown_text_pool`)."""
+
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _text_pool() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ProcessPoolExecutor(TEXT_DECODE_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+        return _pool
+
+
+def shutdown_text_pool() -> None:
+    """Stop the decode worker processes (the app's lifespan calls this on shutdown)."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DecodeObject(BaseModel):
@@ -35,6 +68,8 @@ class Candidates(BaseModel):
 
 
 class TextRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # an unknown member is a 422, never silently ignored
+
     text: str = Field(max_length=MAX_TEXT_CHARS, description="Any text: IDs, log lines, one or many lines.")
 
 
@@ -67,7 +102,13 @@ async def decode_detect(id: str, node: NodeDep) -> dict[str, Any]:
 
 
 @router.post("/v1/decode", response_model=TextResponse)
-async def decode_free_text(body: TextRequest, node: NodeDep) -> dict[str, Any]:
+async def decode_free_text(body: TextRequest, node: NodeDep) -> Response:
     """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each, with each reading's
-    fields in words and a one-line summary (what the decode page shows)."""
-    return decode_text(body.text, registry=node.schemes)
+    fields in words and a one-line summary (what the decode page shows): at most 5,000 (then ``truncated`` is
+    true). Texts over a thousand characters are decoded in a worker process, off the event loop."""
+    if len(body.text) <= INLINE_TEXT_CHARS:
+        payload = json.dumps(decode_text(body.text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
+        return Response(payload, media_type="application/json")
+    payload = await asyncio.get_running_loop().run_in_executor(_text_pool(), decode_text_json, body.text,
+                                                                MAX_TEXT_ITEMS, node.settings)
+    return Response(payload, media_type="application/json")

@@ -15,6 +15,7 @@ from app.errors import (
     InvalidIdError,
     InvalidOptionError,
     NotReadyError,
+    TooManyRequestsError,
     SequenceConflictError,
     UnknownSchemeError,
     UnknownSequenceError,
@@ -33,6 +34,8 @@ def status_for(exc: IdmintError) -> int:
         return 409
     if isinstance(exc, NotReadyError):
         return 503
+    if isinstance(exc, TooManyRequestsError):
+        return 429
     return 500  # ConfigError and anything else: a fault of ours, not of the request
 
 
@@ -41,7 +44,7 @@ def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]
     status = status_for(exc)
     headers: list[tuple[bytes, bytes]] = []
     payload: dict[str, Any] = {"detail": str(exc)}
-    if isinstance(exc, NotReadyError):
+    if isinstance(exc, (NotReadyError, TooManyRequestsError)):
         headers.append((b"retry-after", str(exc.retry_after).encode()))
         payload["retry_after"] = exc.retry_after
     return status, json.dumps(payload).encode(), headers
@@ -73,7 +76,19 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         return Response(json.dumps({"detail": _describe_validation(exc)}), status_code=422, media_type=JSON)
 
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        # Starlette's ServerErrorMiddleware sends this, then re-raises for the server to log the traceback.
+        return Response(json.dumps({"detail": "internal error"}), status_code=500, media_type=JSON)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return Response(json.dumps({"detail": exc.detail}), status_code=exc.status_code, media_type=JSON,
-                        headers=getattr(exc, "headers", None))
+        status, detail, headers = exc.status_code, exc.detail, getattr(exc, "headers", None)
+        if status == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8): bad input is a 422
+            status, detail = 422, "request body must be a JSON object in UTF-8"
+        if status == 413:  # FastAPI's max_body_size, counting a body sent without a length
+            from app.api.guard import body_too_large
+
+            detail = body_too_large(request.app.state.settings.max_body_bytes)
+            headers = {**(headers or {}), "Connection": "close"}  # the rest of the body is not read
+        return Response(json.dumps({"detail": detail}), status_code=status, media_type=JSON, headers=headers)

@@ -9,6 +9,7 @@ request go to FastAPI through :class:`RequestMetrics`, which counts it by route 
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Awaitable, Callable
 from urllib.parse import unquote_plus
@@ -26,9 +27,13 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+log = logging.getLogger("idmint.api")
+
+INTERNAL_ERROR = b'{"detail": "internal error"}'
 PREFIX = "/v1/ids/"
 ROUTE = "/v1/ids/{scheme}"
-JSON_HEADERS = [(b"content-type", b"application/json")]
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 def split_query(raw: bytes) -> list[tuple[str, str]]:
@@ -78,6 +83,9 @@ class FastPath:
         except IdmintError as exc:
             status, body, extra = error_parts(exc)
             headers = JSON_HEADERS + extra
+        except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
+            log.exception("GET %s failed", ROUTE)
+            status, body = 500, INTERNAL_ERROR
         await send({"type": "http.response.start", "status": status,
                     "headers": headers + [(b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -102,6 +110,7 @@ class RequestMetrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]  # every response: no MIME sniffing
             await send(message)
 
         try:

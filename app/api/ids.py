@@ -9,18 +9,18 @@ object body with the same members.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, AsyncIterator
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 
+from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import issue_body, issue_lines, prepare
+from app.api.issuing import issue_body, prepare
 from app.api.params import MAX_BODY_BYTES, IssueParams, merge_body, option_owners, query_params
-from app.errors import IdmintError
-from app.node import Issuer
+from app.api.streams import open_stream
 from app.schemes import schemes
 
 log = logging.getLogger("idmint.api")
@@ -38,6 +38,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "unknown scheme"}, 413: {"description": "request body too large"},
     422: {"description": "bad count or option (detail names the rule)"},
     503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"},
+}
+STREAM_ERRORS: dict[int | str, dict[str, Any]] = {
+    429: {"description": "this node already serves IDMINT_MAX_CONCURRENT_STREAMS streams (Retry-After)"},
 }
 
 
@@ -65,35 +68,26 @@ async def request_params(request: Request) -> dict[str, Any]:
 ParamsDep = Annotated[dict[str, Any], Depends(request_params)]
 
 
-async def issue(scheme: str, params: ParamsDep, node: NodeDep, settings: SettingsDep) -> Response:
+async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, settings: SettingsDep) -> Response:
     """Issue ``count`` fresh IDs of ``scheme``."""
     issuer, request = prepare(node, scheme, params, settings.max_count)
+    charge_ids(http.scope, request.count)
     issued = await issuer.issue(request.count, request.options)
     return Response(issue_body(scheme, request.format, issued), media_type="application/json")
 
 
-async def _stream(issuer: Issuer, count: int, fmt: str, options: dict[str, object]) -> AsyncIterator[bytes]:
-    sent = 0
-    try:
-        async for chunk in issue_lines(issuer, count, fmt, options):
-            sent += chunk.count(b"\n")
-            yield chunk
-    except IdmintError as exc:
-        # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
-        log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, sent, count, exc)
-        raise
-
-
-async def stream(scheme: str, params: ParamsDep, node: NodeDep, settings: SettingsDep) -> StreamingResponse:
+async def stream(scheme: str, params: ParamsDep, http: Request, node: NodeDep,
+                 settings: SettingsDep) -> StreamingResponse:
     """Stream ``count`` IDs as text, one per line, with memory that does not grow with ``count``.
 
-    If the node stops being sure of its identity mid-stream, the response ends without its final chunk, so the
-    client sees a truncated transfer rather than a short, clean list.
+    Everything is checked before the first byte (parameters, the expected duration at the scheme's cap, the node's
+    stream cap, and a first chunk issued); a client that goes away ends the stream within one chunk. If the node
+    stops being sure of its identity mid-stream, the response ends without its final chunk, so the client sees a
+    truncated transfer rather than a short, clean list.
     """
     issuer, request = prepare(node, scheme, params, settings.max_stream_count)
-    issuer.check()
-    return StreamingResponse(_stream(issuer, request.count, request.format, request.options),
-                             media_type="text/plain; charset=us-ascii", headers={"x-idmint-count": str(request.count)})
+    return await open_stream(http, issuer, request.count, request.format, request.options, http.app.state.streams,
+                             settings.max_stream_seconds)
 
 
 def _documented_parameters() -> list[dict[str, Any]]:
@@ -128,5 +122,6 @@ for _method in ("GET", "POST"):
     router.add_api_route("/v1/ids/{scheme}", issue, methods=[_method], response_model=IssueResponse,
                          responses=ERRORS, operation_id=f"issue_{_method.lower()}", openapi_extra=_openapi(_method))
     router.add_api_route("/v1/ids/{scheme}/stream", stream, methods=[_method], response_class=StreamingResponse,
-                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS},
+                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS,
+                                    **STREAM_ERRORS},
                          operation_id=f"stream_{_method.lower()}", openapi_extra=_openapi(_method))

@@ -14,6 +14,7 @@ once; its mark file stays, and the next holder never issues at or below that mar
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import logging
@@ -61,26 +62,51 @@ class EmbeddedClaim(Claim):
                 os.close(fd)
 
 
+class MarkUnreadableError(BackendUnavailableError):
+    """A high-water mark file exists but does not hold ``{"high_water_mark": <integer >= -1>}`` (-1: released
+    before anything was issued)."""
+
+
 def _read_mark(path: Path) -> int:
+    """The mark recorded in ``path`` (-1 when there is none). Strict: the file must be a JSON object whose
+    ``high_water_mark`` is an integer >= -1 (not a boolean, a float or a string). Raises MarkUnreadableError naming
+    the file otherwise, and BackendUnavailableError when the file cannot be read at all."""
     try:
-        return int(json.loads(path.read_text())["high_water_mark"])
+        text = path.read_bytes()
     except FileNotFoundError:
         return -1
+    except OSError as exc:
+        raise BackendUnavailableError(f"high-water mark file {path} cannot be read: {exc}") from exc
+    try:
+        value = json.loads(text)["high_water_mark"]
     except (ValueError, KeyError, TypeError) as exc:
         # A mark we cannot read must not be taken as "no mark": that could repeat IDs.
-        raise BackendUnavailableError(f"high-water mark file {path} is unreadable: {exc}") from exc
+        raise MarkUnreadableError(f"high-water mark file {path} is unreadable: {exc!r}") from exc
+    if type(value) is not int or value < -1:  # noqa: E721 -- bool is an int subclass, and must not pass
+        raise MarkUnreadableError(f"high-water mark file {path} must hold an integer >= -1, got {value!r}")
+    return value
 
 
 def _write_mark(path: Path, mark: int) -> None:
+    """Replace ``path`` atomically with ``mark`` (fsync'd). Raises BackendUnavailableError naming the file on
+    any OSError (disk full, read-only file system, permissions); the old mark then stays as it was."""
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     data = json.dumps({"high_water_mark": mark}).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise BackendUnavailableError(f"high-water mark file {path} cannot be written: {exc}") from exc
 
 
 class EmbeddedBackend(LeaseBackend):
@@ -93,9 +119,16 @@ class EmbeddedBackend(LeaseBackend):
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
         self._claims: list[EmbeddedClaim] = []
+        self.refused: dict[Path, str] = {}
+        """Mark files found unreadable (path -> reason): their identities are never claimed by this process."""
 
     async def start(self) -> None:
+        fresh = not self.state_dir.is_dir() or not any(self.state_dir.iterdir())
         self._ensure_dir()
+        if fresh:
+            log.warning("state directory %s is empty: starting without high-water marks, so IDs this machine issued "
+                        "earlier (under another state directory, or before it was wiped) cannot be protected from "
+                        "repetition; keep this directory on persistent storage", self.state_dir)
 
     def _ensure_dir(self) -> None:
         try:
@@ -121,6 +154,12 @@ class EmbeddedBackend(LeaseBackend):
                 self._claims.append(claim)
                 return claim
         what = "the statically assigned" if pool.static else "every"
+        bad = [reason for path, reason in self.refused.items() if path.parent == folder]
+        if bad:
+            raise BackendUnavailableError(
+                f"{pool.scheme}: no {pool.kind} can be claimed; refused for an unreadable mark: " + "; ".join(bad),
+                retry_after=5,
+            )
         raise PoolExhaustedError(
             f"{pool.scheme}: {what} {pool.kind} is held by another process on this machine "
             f"(state directory {self.state_dir})",
@@ -128,8 +167,14 @@ class EmbeddedBackend(LeaseBackend):
         )
 
     def _try_lock(self, pool: PoolSpec, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
+        """The claim on ``identity``, or None when another process holds it or its mark file is unreadable (that
+        identity is refused: logged with the file named, and named again if the whole pool turns out refused).
+        Raises BackendUnavailableError when the lock file cannot be opened or written."""
         lock_path = folder / f"{identity}.lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BackendUnavailableError(f"lock file {lock_path} cannot be opened: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -139,10 +184,21 @@ class EmbeddedBackend(LeaseBackend):
             mark = _read_mark(folder / f"{identity}.mark")
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"holder": holder.as_dict(), "identity": identity}).encode(), 0)
+        except MarkUnreadableError as exc:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            log.error("%s: refused %s %d: %s", pool.scheme, pool.kind, identity, exc.reason)
+            self.refused[lock_path.with_suffix(".mark")] = exc.reason
+            return None
+        except OSError as exc:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise BackendUnavailableError(f"lock file {lock_path} cannot be written: {exc}") from exc
         except BaseException:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
             raise
+        self.refused.pop(lock_path.with_suffix(".mark"), None)
         key = str(lock_path.relative_to(self.state_dir))
         log.debug("claimed %s %s %d (mark %d)", pool.scheme, pool.kind, identity, mark)
         return EmbeddedClaim(pool.scheme, identity, key, fd, folder / f"{identity}.mark", mark)

@@ -1,0 +1,461 @@
+"""API keys and per-key quotas: an ASGI middleware in front of every route, the fast path included.
+
+Off unless ``IDMINT_API_KEYS_FILE`` names a key file; then every request to a route that needs a scope must carry
+``Authorization: Bearer <key>`` for a key holding that scope, unless the scope is listed in
+``IDMINT_PUBLIC_SCOPES``. The key file is TOML, one ``[[key]]`` table per key::
+
+    [[key]]
+    name = "batch-jobs"                # [a-z0-9][a-z0-9_.-]{0,63}; shown in logs and as a metric label
+    sha256 = "5e88489...d1542d8"       # SHA-256 of the key text, lowercase hex: printf %s "$KEY" | sha256sum
+    scopes = ["issue", "stream"]       # among issue, stream, decode, sequences, admin, metrics
+    requests_per_second = 50           # optional quotas; absent or 0 = unlimited
+    ids_per_second = 1000000
+    concurrent_streams = 2
+
+Scopes by route (``required_scope``): ``issue`` /v1/ids/{scheme}; ``stream`` /v1/ids/{scheme}/stream;
+``decode`` /v1/decode..., the decode page (/ and /decode); ``sequences`` /v1/sequences...; ``admin`` creating a
+sequence (POST /v1/sequences) and /v1/admin/...; ``metrics`` /metrics. Health, readiness, /v1/schemes, the
+OpenAPI documents and static files need no key.
+
+Answers: 401 (no key, or a key that matches none; ``WWW-Authenticate: Bearer``), 403 (the key lacks the scope),
+429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. The presented key is hashed
+with SHA-256 and compared with every stored digest by :func:`hmac.compare_digest`, without stopping at a match,
+so the time taken does not depend on which key (or how much of a digest) matched.
+
+Quotas are token buckets (:class:`TokenBucket`) holding one second of the rate: ``requests_per_second`` counts
+requests; ``ids_per_second`` counts the ``count`` of an issue request up front (a batch larger than one second's
+worth passes when the bucket is full and the key then waits it off), and paces a stream as its chunks are sent.
+The bucket was measured side by side with the ``limits`` library (bench/bench_abuse.py) and kept: see there.
+
+``SIGHUP`` re-reads the file (:meth:`ApiKeys.reload`): the new table replaces the old one in one assignment; a
+file that does not load leaves the old keys in force and logs why. Quota state survives a reload for keys whose
+name and rates are unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import signal
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+from urllib.parse import parse_qsl
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.errors import ConfigError, TooManyRequestsError
+
+log = logging.getLogger("idmint.auth")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics")
+"""Every scope a key may hold."""
+
+PUBLIC = "public"
+"""Metric label of requests served without a key (their scope is public)."""
+UNKNOWN = "unknown"
+"""Metric label of requests refused with 401 (no key, or one that matches no stored digest)."""
+OUTCOMES = ("allowed", "unauthorized", "forbidden", "over_quota")
+"""Bounded values of ``idmint_api_key_requests_total{outcome}``."""
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
+COUNTED_PARAM = "count"
+CHARGE_KEY = "idmint.charge_ids"
+"""ASGI scope key: set for a POST issue request by a key with quotas; the route calls it with the parsed count."""
+
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+
+
+def required_scope(method: str, path: str) -> str | None:
+    """The scope a request needs, or None for routes open to everyone (health, readiness, catalogue, docs)."""
+    if path.startswith("/v1/ids/"):
+        return "stream" if path.endswith("/stream") else "issue"
+    if path.startswith("/v1/decode") or path in ("/", "/decode"):
+        return "decode"
+    if path == "/v1/sequences" and method == "POST" or path.startswith("/v1/admin"):
+        return "admin"
+    if path.startswith("/v1/sequences"):
+        return "sequences"
+    if path == "/metrics":
+        return "metrics"
+    return None
+
+
+def counts_ids(path: str) -> bool:
+    """Whether the request's ``count`` is charged to the key's ``ids_per_second``."""
+    return path.startswith("/v1/ids/") or (path.startswith("/v1/sequences/") and path.endswith("/next"))
+
+
+def charge_ids(scope: Scope, count: int) -> None:
+    """Charge ``count`` IDs to the request's API key when its count was not known up front (a POST issue request,
+    whose count may be in the JSON body). Raises TooManyRequestsError (429) over the key's IDs/s quota; does
+    nothing without API keys."""
+    charge = scope.get(CHARGE_KEY)
+    if charge is not None:
+        charge(count)
+
+
+# -- the key file ---------------------------------------------------------------------------------------------------
+
+
+class KeyEntry(BaseModel):
+    """One ``[[key]]`` table of the key file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    sha256: str
+    scopes: tuple[str, ...]
+    requests_per_second: float = Field(0, ge=0)
+    ids_per_second: float = Field(0, ge=0)
+    concurrent_streams: int = Field(0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not NAME_RE.fullmatch(value):
+            raise ValueError(f"name must match {NAME_RE.pattern}, got {value!r}")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _check_digest(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not SHA256_HEX_RE.fullmatch(value):
+            raise ValueError("sha256 must be 64 hex digits (the SHA-256 of the key text, not the key)")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _check_scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [s for s in value if s not in SCOPES]
+        if unknown:
+            raise ValueError(f"scopes must be among {', '.join(SCOPES)}, got {', '.join(unknown)}")
+        return value
+
+
+class KeyFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: list[KeyEntry] = Field(default_factory=list)
+
+
+def load_key_file(path: Path) -> list[KeyEntry]:
+    """The keys of ``path``. Raises ConfigError naming the file and the rule broken (unreadable, not TOML, a bad
+    entry, a repeated name or digest)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"API key file {path}: {exc}") from exc
+    try:
+        entries = KeyFile.model_validate(data).key
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            problems.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+        raise ConfigError(f"API key file {path}: " + "; ".join(problems)) from exc
+    for attr in ("name", "sha256"):
+        seen: set[str] = set()
+        for entry in entries:
+            value = getattr(entry, attr)
+            if value in seen:
+                raise ConfigError(f"API key file {path}: {attr} must be unique, {value!r} appears twice")
+            seen.add(value)
+    return entries
+
+
+# -- quotas ---------------------------------------------------------------------------------------------------------
+
+
+class TokenBucket:
+    """A token bucket of ``rate`` tokens per second holding at most one second's worth (``rate`` tokens).
+
+    :meth:`take` admits a cost when the bucket holds ``min(cost, capacity)`` tokens and then removes the whole cost,
+    so the balance may go negative (a debt the key waits off); it returns 0.0 when admitted, else the seconds until
+    it would be. :meth:`charge` removes a cost unconditionally and returns the seconds of debt to wait off.
+    """
+
+    __slots__ = ("rate", "capacity", "tokens", "stamp")
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = float(rate)
+        self.capacity = max(self.rate, 1.0)
+        self.tokens = self.capacity
+        self.stamp = clock()
+
+    def _refill(self, now: float) -> float:
+        tokens = self.tokens + (now - self.stamp) * self.rate
+        if tokens > self.capacity:
+            tokens = self.capacity
+        self.stamp = now
+        self.tokens = tokens
+        return tokens
+
+    def take(self, cost: float, now: float) -> float:
+        need = cost if cost < self.capacity else self.capacity
+        tokens = self._refill(now)
+        if tokens >= need:
+            self.tokens = tokens - cost
+            return 0.0
+        return (need - tokens) / self.rate
+
+    def charge(self, cost: float, now: float) -> float:
+        self.tokens = self._refill(now) - cost
+        return -self.tokens / self.rate if self.tokens < 0 else 0.0
+
+
+@dataclass
+class KeyState:
+    """A loaded key: its entry, digest bytes, and live quota state."""
+
+    entry: KeyEntry
+    digest: bytes
+    requests: TokenBucket | None = None
+    ids: TokenBucket | None = None
+    streams: int = 0
+    scopes: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def build(cls, entry: KeyEntry, previous: KeyState | None) -> KeyState:
+        state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes))
+        same_rates = previous is not None and (
+            previous.entry.requests_per_second, previous.entry.ids_per_second
+        ) == (entry.requests_per_second, entry.ids_per_second)
+        if same_rates and previous is not None:
+            state.requests, state.ids, state.streams = previous.requests, previous.ids, previous.streams
+        else:
+            state.requests = TokenBucket(entry.requests_per_second) if entry.requests_per_second else None
+            state.ids = TokenBucket(entry.ids_per_second) if entry.ids_per_second else None
+            if previous is not None:
+                state.streams = previous.streams
+        return state
+
+
+class Refusal(Exception):
+    """A request refused by the key check: status, outcome label, reason, Retry-After seconds."""
+
+    def __init__(self, status: int, outcome: str, reason: str, retry_after: float | None = None,
+                 key: str = UNKNOWN) -> None:
+        super().__init__(reason)
+        self.key = key
+        self.status = status
+        self.outcome = outcome
+        self.reason = reason
+        self.retry_after = None if retry_after is None else max(1, math.ceil(retry_after))
+
+
+# -- the middleware -------------------------------------------------------------------------------------------------
+
+
+class ApiKeys:
+    """ASGI middleware: authenticate, authorise by scope, and apply per-key quotas, in front of ``app``.
+
+    ``metrics`` is the app's :class:`~app.metrics.Metrics`; ``route_of(scope)`` gives the route template used to
+    count a refused request in the request metrics.
+    """
+
+    def __init__(self, app: ASGIApp, path: Path, public_scopes: list[str], metrics: Any,
+                 route_of: Callable[[Scope], str]) -> None:
+        self.app = app
+        self.path = Path(path)
+        self.public = frozenset(public_scopes)
+        self.metrics = metrics
+        self.route_of = route_of
+        self.keys: tuple[KeyState, ...] = ()
+        self._install(load_key_file(self.path))
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- loading -----------------------------------------------------------------------------------------
+    def _install(self, entries: list[KeyEntry]) -> None:
+        previous = {k.entry.name: k for k in self.keys}
+        keys = tuple(KeyState.build(e, previous.get(e.name)) for e in entries)
+        self.metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
+        self.keys = keys  # one assignment: a request sees the old table or the new one, never a mix
+
+    def reload(self) -> bool:
+        """Re-read the key file; on any error keep the keys in force and log why. Returns True when replaced."""
+        try:
+            entries = load_key_file(self.path)
+        except ConfigError as exc:
+            log.error("API keys not reloaded, the %d keys in force stay: %s", len(self.keys), exc)
+            return False
+        self._install(entries)
+        log.info("API keys reloaded from %s: %d keys", self.path, len(entries))
+        return True
+
+    def start(self) -> None:
+        """Re-read the key file on SIGHUP (main thread only: a server in another thread gets no signals)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, self.reload)
+        except (ValueError, RuntimeError, NotImplementedError) as exc:
+            log.debug("no SIGHUP handler for API key reloads: %s", exc)
+            return
+        self._loop = loop
+        log.info("API keys on: %d keys from %s (SIGHUP re-reads it); public scopes: %s", len(self.keys),
+                 self.path, ", ".join(sorted(self.public)) or "none")
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_signal_handler(signal.SIGHUP)
+            self._loop = None
+
+    # -- checking ----------------------------------------------------------------------------------------
+    def identify(self, token: bytes) -> KeyState | None:
+        """The key whose stored digest equals SHA-256(token). Every digest is compared (constant time each,
+        no early exit), so timing does not tell which one matched."""
+        digest = hashlib.sha256(token).digest()
+        found = None
+        for key in self.keys:
+            if hmac.compare_digest(digest, key.digest):
+                found = key
+        return found
+
+    def authorise(self, scope_name: str, headers: list[tuple[bytes, bytes]]) -> KeyState | None:
+        """The key to charge (None for a public request). Raises Refusal (401/403)."""
+        auth = None
+        for name, value in headers:
+            if name == b"authorization":
+                auth = value
+                break
+        if auth is None:
+            if scope_name in self.public:
+                return None
+            raise Refusal(401, "unauthorized", f"this route needs an API key with scope {scope_name!r}: send "
+                                               "Authorization: Bearer <key>")
+        kind, _, token = auth.strip().partition(b" ")
+        token = token.strip()
+        if kind.lower() != b"bearer" or not token:
+            raise Refusal(401, "unauthorized", "Authorization must be 'Bearer <key>'")
+        key = self.identify(token)
+        if key is None:
+            raise Refusal(401, "unauthorized", "unknown API key")
+        if scope_name not in key.scopes and scope_name not in self.public:
+            raise Refusal(403, "forbidden", f"API key {key.entry.name!r} lacks scope {scope_name!r} "
+                                            f"(it has: {', '.join(key.entry.scopes) or 'none'})",
+                          key=key.entry.name)
+        return key
+
+    @staticmethod
+    def requested_ids(query: bytes) -> int:
+        """The ``count`` of an issue request's query string (1 when absent or not a number: the route's own
+        validation then answers 422)."""
+        if b"count=" not in query:
+            return 1
+        best = 1
+        for name, value in parse_qsl(query.decode("latin-1")):
+            if name == COUNTED_PARAM and value.isdigit():
+                best = max(best, int(value))
+        return best
+
+    def admit(self, key: KeyState, scope: Scope, is_stream: bool, now: float) -> None:
+        """Apply the request and ID quotas up front. Raises Refusal (429)."""
+        name = key.entry.name
+        if is_stream and key.entry.concurrent_streams and key.streams >= key.entry.concurrent_streams:
+            raise Refusal(429, "over_quota", f"API key {name!r} already runs {key.streams} streams "
+                                             f"(its limit is {key.entry.concurrent_streams})", 1, name)
+        cost = self.requested_ids(scope["query_string"]) if counts_ids(scope["path"]) else 0
+        if cost and not is_stream and scope["method"] == "POST" and scope["path"].startswith("/v1/ids/"):
+            # The count may be in the JSON body: the route charges it once parsed (charge_ids).
+            scope[CHARGE_KEY] = lambda count: self._charge_parsed(key, count)
+            cost = 0
+        if key.ids is not None and cost:
+            # A stream is paced as it is sent; up front it needs only a bucket that is not in debt.
+            wait = key.ids.take(1 if is_stream else cost, now)
+            if wait:
+                raise Refusal(429, "over_quota", f"API key {name!r} is over its quota of "
+                                                 f"{key.entry.ids_per_second:g} IDs/s", wait, name)
+        if key.requests is not None:
+            wait = key.requests.take(1, now)
+            if wait:
+                if cost and not is_stream and key.ids is not None:
+                    key.ids.tokens += cost  # refund: the request is not served
+                raise Refusal(429, "over_quota", f"API key {name!r} is over its quota of "
+                                                 f"{key.entry.requests_per_second:g} requests/s", wait, name)
+        if cost and not is_stream:
+            self.metrics.api_key_ids(name, cost)
+
+    def _charge_parsed(self, key: KeyState, count: int) -> None:
+        name = key.entry.name
+        if key.ids is not None:
+            wait = key.ids.take(count, time.monotonic())
+            if wait:
+                self.metrics.api_key_request(name, "over_quota")
+                raise TooManyRequestsError(f"API key {name!r} is over its quota of "
+                                           f"{key.entry.ids_per_second:g} IDs/s", math.ceil(wait))
+        self.metrics.api_key_ids(name, count)
+
+    # -- ASGI ---------------------------------------------------------------------------------------------
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope_name = required_scope(scope["method"], scope["path"])
+        if scope_name is None:
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        is_stream = scope_name == "stream"
+        try:
+            key = self.authorise(scope_name, scope["headers"])
+            if key is not None:
+                self.admit(key, scope, is_stream, time.monotonic())
+        except Refusal as refusal:
+            self.metrics.api_key_request(refusal.key, refusal.outcome)
+            await self._refuse(scope, send, refusal, start)
+            return
+        self.metrics.api_key_request(key.entry.name if key else PUBLIC, "allowed")
+        if key is None or not is_stream:
+            await self.app(scope, receive, send)
+            return
+        key.streams += 1
+        try:
+            await self.app(scope, receive, self._paced(key, send))
+        finally:
+            key.streams -= 1
+
+    def _paced(self, key: KeyState, send: Send) -> Send:
+        """``send`` that counts each streamed chunk's IDs (lines) for the key and, with an IDs/s quota, charges
+        them and waits off any debt before the next chunk."""
+        bucket = key.ids
+        metrics, name = self.metrics, key.entry.name
+
+        async def paced_send(message: dict[str, Any]) -> None:
+            await send(message)
+            if message["type"] == "http.response.body":
+                lines = message.get("body", b"").count(b"\n")
+                if lines:
+                    metrics.api_key_ids(name, lines)
+                    wait = bucket.charge(lines, time.monotonic()) if bucket is not None else 0.0
+                    if wait:
+                        await asyncio.sleep(wait)
+
+        return paced_send
+
+    async def _refuse(self, scope: Scope, send: Send, refusal: Refusal, start: float) -> None:
+        payload: dict[str, Any] = {"detail": refusal.reason}
+        headers = list(JSON_HEADERS)
+        if refusal.status == 401:
+            headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
+        if refusal.retry_after is not None:
+            payload["retry_after"] = refusal.retry_after
+            headers.append((b"retry-after", str(refusal.retry_after).encode()))
+        body = json.dumps(payload).encode()
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.request(self.route_of(scope), scope["method"], refusal.status, time.perf_counter() - start)

@@ -1,0 +1,93 @@
+"""The outermost ASGI layer: request bodies over ``IDMINT_MAX_BODY_BYTES`` are refused before anything reads them.
+
+A request that declares a larger ``Content-Length`` is answered 413 here, without calling the app and without
+reading a byte of its body. A body sent without a length (chunked) is counted as the app reads it, by FastAPI's
+own ``max_body_size`` (Starlette's ``RequestBodyLimitMiddleware``), which stops reading at the limit and answers
+413 the same way. Both answers are JSON ``{"detail": ...}`` naming the limit, and both are counted in the request
+metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Awaitable, Callable
+
+from starlette.routing import Match
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+UNMATCHED = "unmatched"
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+
+
+def body_too_large(limit: int) -> str:
+    """The 413 reason, the same from both layers."""
+    return f"request body must be at most {limit} bytes (IDMINT_MAX_BODY_BYTES)"
+
+
+def route_finder(api: Any) -> Callable[[Scope], str]:
+    """``route_of(scope)``: the template of the FastAPI route a request would reach (``/v1/ids/{scheme}``), or
+    ``"unmatched"``: the bounded route label for requests answered before routing."""
+
+    def find(routes: Any, scope: Scope) -> str | None:
+        for candidate in routes:
+            included = getattr(candidate, "original_router", None)  # FastAPI wraps each include_router()
+            if included is not None:
+                found = find(included.routes, scope)
+                if found is not None:
+                    return found
+                continue
+            match, _ = candidate.matches(scope)
+            if match == Match.FULL:
+                return str(getattr(candidate, "path", UNMATCHED))
+        return None
+
+    def route_of(scope: Scope) -> str:
+        route = scope.get("route")
+        if route is not None:
+            return str(getattr(route, "path", UNMATCHED))
+        return find(api.router.routes, scope) or UNMATCHED
+
+    return route_of
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a declared ``Content-Length`` over ``limit`` bytes, before the body is read.
+
+    ``.app`` is the FastAPI app (as on every idmint wrapper); requests go on to ``next_app``.
+    """
+
+    def __init__(self, next_app: ASGIApp, api: Any, limit: int, metrics: Any,
+                 route_of: Callable[[Scope], str]) -> None:
+        self.next = next_app
+        self.app = api
+        self.limit = limit
+        self.metrics = metrics
+        self.route_of = route_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    try:
+                        declared = int(value)
+                    except ValueError:
+                        break  # the server itself refuses a malformed length
+                    if declared > self.limit:
+                        await self._refuse(scope, send)
+                        return
+                    break
+        await self.next(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, send: Send) -> None:
+        start = time.perf_counter()
+        body = json.dumps({"detail": body_too_large(self.limit)}).encode()
+        # Connection: close -- the unread body must not be taken for the next request on this connection.
+        headers = JSON_HEADERS + [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.request(self.route_of(scope), scope["method"], 413, time.perf_counter() - start)

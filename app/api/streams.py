@@ -1,0 +1,132 @@
+"""Streams that hostile clients cannot turn against the node (the ``/v1/ids/{scheme}/stream`` route's machinery).
+
+* **Checked before the first byte.** Besides the parameters (parsed like every issue request), the first chunk is
+  generated before the response starts, so whatever the generator refuses (an ``after`` too far ahead, a node that
+  stopped being ready) is a 422 or 503, never a truncated 200. A stream whose expected duration at its scheme's cap
+  (``count`` / :meth:`~app.node.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is refused with
+  the figures.
+* **Bounded in number.** At most ``IDMINT_MAX_CONCURRENT_STREAMS`` run at once per node (:class:`StreamSlots`);
+  beyond, 429 with Retry-After.
+* **Ended by a client that goes.** Between chunks the stream yields to the event loop and asks whether the client
+  disconnected: a stream of a scheme that never waits would otherwise never suspend (uvicorn's ``send`` returns at
+  once after a disconnect) and would generate its whole count for nobody while starving every other request. An
+  aborted stream stops within one chunk.
+* **Behind single requests.** Chunks are issued with ``stream=True``, which yields a capacity-capped generator to
+  single and batch requests waiting for the same tick (:class:`app.node.PriorityGate`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.errors import IdmintError, InvalidOptionError, TooManyRequestsError
+from app.node import Issued, Issuer
+
+log = logging.getLogger("idmint.api")
+
+STREAM_CHUNK = 65_536
+"""IDs per generated chunk of a stream (one shared timestamp prefix; ~1.7 MB of text for 26-char forms)."""
+CHUNK_SECONDS_AT_CAP = 0.1
+"""For a capacity-capped scheme a chunk holds at most this many seconds of the cap (eight-byte: 6,400 IDs per
+generator ID), so its client gets a steady flow and an abort is seen within a tenth of a second of generation."""
+FIRST_CHUNK = 4096
+"""IDs generated before the response starts (validates the request against the generator itself)."""
+MEDIA_TYPE = "text/plain; charset=us-ascii"
+
+
+class StreamSlots:
+    """The node's cap on concurrent streams. :meth:`take` raises TooManyRequestsError when all are in use."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+
+    def take(self) -> None:
+        if self.active >= self.limit:
+            raise TooManyRequestsError(f"this node already serves {self.active} streams (IDMINT_MAX_CONCURRENT_STREAMS"
+                                       f" = {self.limit}); retry shortly or ask for a batch", 1)
+        self.active += 1
+
+    def give_back(self) -> None:
+        self.active -= 1
+
+
+def check_duration(issuer: Issuer, count: int, max_seconds: float) -> None:
+    """Refuse (InvalidOptionError) a stream that would take longer than ``max_seconds`` at the scheme's cap."""
+    cap = issuer.capacity_per_second()
+    if cap and count / cap > max_seconds:
+        raise InvalidOptionError(
+            f"a stream of {count:,} {issuer.name} IDs would take {count / cap:.0f} s at this node's cap of "
+            f"{cap:,.0f} IDs/s, over IDMINT_MAX_STREAM_SECONDS ({max_seconds:g} s); ask for at most "
+            f"{int(cap * max_seconds):,} per stream")
+
+
+async def lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
+                first: Issued | None = None) -> AsyncIterator[bytes]:
+    """``count`` IDs as newline-terminated text in form ``fmt`` (the first ``first.count`` already issued), in
+    chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), so memory does not grow
+    with ``count``. Raises what
+    :meth:`Issuer.issue` raises."""
+    remaining = count
+    if first is not None:
+        remaining -= first.count
+        yield first.encode(fmt)
+    cap = issuer.capacity_per_second()
+    chunk = STREAM_CHUNK if not cap else max(1, min(STREAM_CHUNK, int(cap * CHUNK_SECONDS_AT_CAP)))
+    while remaining:
+        issued = await issuer.issue(min(remaining, chunk), options, stream=True)
+        remaining -= issued.count
+        yield issued.encode(fmt)
+
+
+class IdStream(StreamingResponse):
+    """A stream of IDs that holds one of the node's stream slots until it ends, however it ends."""
+
+    def __init__(self, body: AsyncIterator[bytes], slots: StreamSlots, count: int) -> None:
+        super().__init__(body, media_type=MEDIA_TYPE, headers={"x-idmint-count": str(count)})
+        self.slots = slots
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slots.give_back()
+
+
+async def open_stream(request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
+                      slots: StreamSlots, max_seconds: float) -> IdStream:
+    """Validate a stream completely, take a slot, issue its first chunk, and return the response.
+
+    Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
+    """
+    check_duration(issuer, count, max_seconds)
+    slots.take()
+    try:
+        first = await issuer.issue(min(count, FIRST_CHUNK), options, stream=True)
+    except BaseException:
+        slots.give_back()
+        raise
+    return IdStream(_body(request, issuer, count, fmt, options, first), slots, count)
+
+
+async def _body(request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
+                first: Issued) -> AsyncIterator[bytes]:
+    sent = 0
+    try:
+        async for chunk in lines(issuer, count, fmt, options, first):
+            yield chunk
+            sent += chunk.count(b"\n")
+            await asyncio.sleep(0)  # let the disconnect listener, and every other request, run
+            if sent < count and await request.is_disconnected():
+                log.debug("%s: stream aborted by its client after %d of %d IDs", issuer.name, sent, count)
+                return
+    except IdmintError as exc:
+        # Headers are gone: end the response early (no final chunk) so the client sees a truncated body.
+        log.warning("%s: stream stopped after %d of %d IDs: %s", issuer.name, sent, count, exc)
+        raise

@@ -1,0 +1,264 @@
+"""API keys and quotas against a real ``idmint serve``: 401/403/429, public scopes, pacing, SIGHUP reloads."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from app.api import auth
+from app.api.auth import ApiKeys, TokenBucket, load_key_file, required_scope
+from app.errors import ConfigError
+from tests.helpers import Replica, make_settings
+
+ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limited", "k-streamer", "k-watcher"
+
+
+def entry(name: str, key: str, scopes: list[str], **quotas: Any) -> str:
+    lines = ["[[key]]", f'name = "{name}"', f'sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"',
+             "scopes = [" + ", ".join(f'"{s}"' for s in scopes) + "]"]
+    lines += [f"{k} = {v}" for k, v in quotas.items()]
+    return "\n".join(lines) + "\n\n"
+
+
+def key_file(path: Path, *entries: str) -> Path:
+    path.write_text("".join(entries))
+    return path
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    tmp = tmp_path_factory.mktemp("auth")
+    keys = key_file(
+        tmp / "keys.toml",
+        entry(ISSUER, ISSUER, ["issue", "stream"]),
+        entry(DECODER, DECODER, ["decode"]),
+        entry(LIMITED, LIMITED, ["issue"], requests_per_second=5, ids_per_second=1000),
+        entry(STREAMER, STREAMER, ["stream"], ids_per_second=40000, concurrent_streams=1),
+        entry(WATCHER, WATCHER, ["metrics"]),
+    )
+    replica = Replica(tmp, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
+    try:
+        replica.wait("/readyz")
+        yield replica
+    finally:
+        replica.stop()
+
+
+def test_probes_and_catalogue_need_no_key(server: Replica) -> None:
+    for path in ("/healthz", "/readyz", "/v1/schemes", "/openapi.json"):
+        assert server.get(path).status_code == 200, path
+
+
+def test_issue_without_a_key_is_401_with_a_json_reason(server: Replica) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"}):
+        r = httpx.get(f"{server.url}/v1/ids/wiji", headers=headers)
+        assert r.status_code == 401, headers
+        assert r.headers["content-type"] == "application/json"
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        assert r.json()["detail"]
+    r = httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(ISSUER))
+    assert r.status_code == 200 and len(r.json()["ids"]) == 1
+
+
+def test_a_key_without_the_scope_is_403(server: Replica) -> None:
+    r = httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(DECODER))
+    assert r.status_code == 403
+    assert "lacks scope 'issue'" in r.json()["detail"]
+    r = httpx.get(f"{server.url}/v1/ids/wiji/stream?count=3", headers=bearer(LIMITED))
+    assert r.status_code == 403 and "'stream'" in r.json()["detail"]
+
+
+def test_public_scope_serves_the_decode_api_and_page_without_a_key(server: Replica) -> None:
+    ids = httpx.get(f"{server.url}/v1/ids/eight-byte?count=1", headers=bearer(ISSUER)).json()["ids"]
+    r = httpx.get(f"{server.url}/v1/decode/eight-byte/{ids[0]}")
+    assert r.status_code == 200 and r.json()["scheme"] == "eight-byte"
+    assert httpx.get(f"{server.url}/").status_code == 200
+    assert httpx.post(f"{server.url}/v1/decode", json={"text": ids[0]}).status_code == 200
+
+
+def test_requests_per_second_quota_answers_429_with_retry_after(server: Replica) -> None:
+    statuses = []
+    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
+        for _ in range(20):
+            r = client.get("/v1/ids/wiji")
+            statuses.append(r.status_code)
+            if r.status_code == 429:
+                assert int(r.headers["retry-after"]) >= 1
+                assert "requests/s" in r.json()["detail"]
+    assert statuses.count(200) >= 5 and 429 in statuses
+    time.sleep(1.2)
+    assert httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(LIMITED)).status_code == 200
+
+
+def test_ids_per_second_quota_counts_the_batch(server: Replica) -> None:
+    time.sleep(1.2)  # refill after the previous test
+    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
+        assert client.get("/v1/ids/wiji?count=1000").status_code == 200
+        r = client.get("/v1/ids/wiji?count=500")  # the bucket refills at 1000/s: not 500 in a few ms
+        assert r.status_code == 429
+        assert "IDs/s" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+
+
+def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
+    started = threading.Event()
+    result: dict[str, Any] = {}
+
+    def long_stream() -> None:
+        t0 = time.monotonic()
+        with httpx.stream("GET", f"{server.url}/v1/ids/wiji/stream?count=100000", headers=bearer(STREAMER),
+                          timeout=30) as r:
+            result["status"] = r.status_code
+            lines = 0
+            for chunk in r.iter_bytes():
+                started.set()
+                lines += chunk.count(b"\n")
+            result["lines"] = lines
+        result["seconds"] = time.monotonic() - t0
+
+    thread = threading.Thread(target=long_stream)
+    thread.start()
+    assert started.wait(10)
+    second = httpx.get(f"{server.url}/v1/ids/wiji/stream?count=10", headers=bearer(STREAMER))
+    assert second.status_code == 429 and "streams" in second.json()["detail"]
+    assert second.headers["retry-after"] == "1"
+    thread.join(30)
+    assert result["status"] == 200 and result["lines"] == 100000
+    # 100,000 IDs at 40,000 IDs/s with one second's burst: at least ~1.5 s of pacing.
+    assert result["seconds"] >= 1.2, result
+
+
+def test_metrics_need_their_scope_and_count_per_key(server: Replica) -> None:
+    assert httpx.get(f"{server.url}/metrics").status_code == 401
+    assert httpx.get(f"{server.url}/v1/ids/wiji?count=7", headers=bearer(ISSUER)).status_code == 200
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 401
+    assert httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(DECODER)).status_code == 403
+    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
+        assert 429 in {client.get("/v1/ids/wiji?count=1000").status_code for _ in range(3)}
+    text = httpx.get(f"{server.url}/metrics", headers=bearer(WATCHER)).text
+    assert f'idmint_api_key_requests_total{{key="{ISSUER}",outcome="allowed"}}' in text
+    assert 'idmint_api_key_requests_total{key="unknown",outcome="unauthorized"}' in text
+    assert f'idmint_api_key_requests_total{{key="{DECODER}",outcome="forbidden"}}' in text
+    assert f'idmint_api_key_requests_total{{key="{LIMITED}",outcome="over_quota"}}' in text
+    assert 'route="/v1/ids/{scheme}",status="401"' in text  # refusals are counted as requests too
+    ids = [line for line in text.splitlines() if line.startswith(f'idmint_api_key_ids_total{{key="{ISSUER}"}}')]
+    assert ids and float(ids[0].split()[-1]) >= 7
+
+
+def test_sighup_reloads_the_key_file_and_a_broken_file_keeps_the_old_keys(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys.toml", entry("first", "first-key", ["issue"]))
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    try:
+        replica.wait("/readyz")
+        url = f"{replica.url}/v1/ids/wiji"
+        assert httpx.get(url, headers=bearer("first-key")).status_code == 200
+        assert httpx.get(url, headers=bearer("second-key")).status_code == 401
+
+        key_file(keys, entry("second", "second-key", ["issue"]))
+        os.kill(replica.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while httpx.get(url, headers=bearer("second-key")).status_code != 200:
+            assert time.monotonic() < deadline, replica.log()
+            time.sleep(0.05)
+        assert httpx.get(url, headers=bearer("first-key")).status_code == 401
+
+        keys.write_text("[[key]]\nname = 'broken'\nsha256 = 'not hex'\nscopes = ['issue']\n")
+        os.kill(replica.pid, signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        while "API keys not reloaded" not in replica.log():
+            assert time.monotonic() < deadline, replica.log()
+            time.sleep(0.05)
+        assert httpx.get(url, headers=bearer("second-key")).status_code == 200
+        assert "sha256 must be 64 hex digits" in replica.log()
+    finally:
+        replica.stop()
+
+
+def test_a_broken_key_file_stops_start_up_with_the_rule(tmp_path: Path) -> None:
+    bad = key_file(tmp_path / "keys.toml", entry("a", "x", ["issue", "fly"]))
+    with pytest.raises(ConfigError, match="scopes must be among"):
+        load_key_file(bad)
+    twice = key_file(tmp_path / "twice.toml", entry("a", "x", ["issue"]), entry("a", "y", ["issue"]))
+    with pytest.raises(ConfigError, match="name must be unique"):
+        load_key_file(twice)
+    with pytest.raises(ConfigError, match="missing.toml"):
+        load_key_file(tmp_path / "missing.toml")
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(entry("a", "x", ["issue"]) + "rate = 3\n")
+    with pytest.raises(ConfigError, match="rate"):
+        load_key_file(unknown)
+
+
+def test_every_stored_digest_is_compared_in_constant_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = [f"k{i}" for i in range(8)]
+    path = key_file(tmp_path / "keys.toml", *(entry(n, f"secret-{n}", ["issue"]) for n in names))
+    from app.metrics import Metrics
+
+    middleware = ApiKeys(lambda *a: None, path, [], Metrics([], "test"), lambda scope: "x")  # type: ignore[arg-type]
+    calls: list[tuple[bytes, bytes]] = []
+    real = auth.hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", counting)
+    for presented in ("secret-k0", "secret-k7", "wrong"):
+        calls.clear()
+        found = middleware.identify(presented.encode())
+        assert len(calls) == len(names)  # no early exit on a match, first or last
+        assert all(len(a) == len(b) == 32 for a, b in calls)  # digests, never the key text
+        assert (found.entry.name if found else None) == {"secret-k0": "k0", "secret-k7": "k7"}.get(presented)
+
+
+def test_token_bucket_admits_a_large_batch_once_and_then_waits() -> None:
+    bucket = TokenBucket(100, clock=lambda: 0.0)
+    assert bucket.take(500, 0.0) == 0.0  # full bucket: admitted, 400 tokens of debt
+    assert bucket.take(1, 0.0) == pytest.approx(4.01)
+    assert bucket.take(1, 4.02) == 0.0
+    assert bucket.charge(150, 5.0) == pytest.approx(0.51)  # 1 + 98 refilled - 150
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "scope"),
+    [("GET", "/v1/ids/wiji", "issue"), ("POST", "/v1/ids/siq", "issue"), ("GET", "/v1/ids/muid/stream", "stream"),
+     ("GET", "/v1/decode/x", "decode"), ("POST", "/v1/decode", "decode"), ("GET", "/", "decode"),
+     ("GET", "/decode", "decode"), ("POST", "/v1/sequences", "admin"), ("GET", "/v1/sequences", "sequences"),
+     ("POST", "/v1/sequences/orders/next", "sequences"), ("GET", "/metrics", "metrics"), ("GET", "/healthz", None),
+     ("GET", "/readyz", None), ("GET", "/v1/schemes", None), ("GET", "/docs", None), ("GET", "/static/app.js", None)],
+)
+def test_required_scope_by_route(method: str, path: str, scope: str | None) -> None:
+    assert required_scope(method, path) == scope
+
+
+def test_public_scopes_setting_is_validated(tmp_path: Path) -> None:
+    from pydantic import ValidationError
+
+    assert make_settings(tmp_path, public_scopes="decode, metrics").public_scopes == ["decode", "metrics"]
+    with pytest.raises(ValidationError, match="public_scopes must be among"):
+        make_settings(tmp_path, public_scopes="decode,everything")
+
+
+def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys.toml", entry("poster", "poster-key", ["issue"], ids_per_second=1000))
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    try:
+        replica.wait("/readyz")
+        with httpx.Client(base_url=replica.url, headers=bearer("poster-key")) as client:
+            assert client.post("/v1/ids/wiji", json={"count": 1000}).status_code == 200
+            r = client.post("/v1/ids/wiji", json={"count": 500})
+            assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+            assert "IDs/s" in r.json()["detail"]
+    finally:
+        replica.stop()

@@ -1,0 +1,132 @@
+"""Bounded work per request, tried as a hostile client against a real ``idmint serve``: huge bodies (declared and
+chunked), unknown JSON members, free-text decoding that must neither block the event loop nor run past its limit."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.helpers import Replica
+
+MB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    replica = Replica(tmp_path_factory.mktemp("limits"), {})
+    try:
+        replica.wait("/readyz")
+        yield replica
+    finally:
+        replica.stop()
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def read_response(sock: socket.socket) -> tuple[int, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), None)
+    while length is not None and len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(head.split()[1]), body
+
+
+def test_a_declared_100_mb_body_is_refused_before_it_is_read(server: Replica) -> None:
+    before = rss_kib(server.pid)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (100 * MB))
+        sock.sendall(b'{"text": "' + b"A" * 65536)  # a little of it; the answer must not wait for the rest
+        status, body = read_response(sock)
+    assert status == 413
+    assert b"at most 2097152 bytes" in body
+    assert rss_kib(server.pid) - before < 10 * 1024
+
+
+def test_a_chunked_100_mb_body_is_cut_off_at_the_limit_with_flat_memory(server: Replica) -> None:
+    before = rss_kib(server.pid)
+    peak = before
+    sent = 0
+    chunk = b"A" * 65536
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        try:
+            while sent < 100 * MB:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+                if sent % (4 * MB) == 0:
+                    peak = max(peak, rss_kib(server.pid))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed: the rest is never read
+        status, body = read_response(sock)
+    assert status == 413, body
+    assert b"at most 2097152 bytes" in body
+    assert sent < 100 * MB  # cut off, not swallowed
+    assert peak - before < 20 * 1024, (before, peak)
+
+
+def test_413_is_json_and_counted(server: Replica) -> None:
+    r = httpx.post(f"{server.url}/v1/decode", content=b"x" * (3 * MB), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.headers["content-type"] == "application/json"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'route="/v1/decode",status="413"' in metrics
+
+
+def test_unknown_json_members_are_a_422_naming_them(server: Replica) -> None:
+    r = httpx.post(f"{server.url}/v1/decode", json={"text": "x", "txet": "y"})
+    assert r.status_code == 422
+    assert "txet" in r.json()["detail"]
+
+
+def test_free_text_decoding_stops_at_its_item_limit(server: Replica) -> None:
+    ids = httpx.get(f"{server.url}/v1/ids/wiji?count=6000").json()["ids"]
+    r = httpx.post(f"{server.url}/v1/decode", json={"text": "\n".join(ids)}, timeout=60)
+    body = r.json()
+    assert r.status_code == 200 and len(body["items"]) == 5000 and body["truncated"] is True
+
+
+def test_free_text_decoding_leaves_the_event_loop_free(server: Replica) -> None:
+    line = "2026-11-21 12:00:01 ERROR order 01FZ11RQKT000002NAM48H248H failed for 5D5EAC793E61F-1BFC71B112D-0000000B\n"
+    text = line * (900_000 // len(line))
+    finished: list[float] = []
+
+    def post() -> None:
+        httpx.post(f"{server.url}/v1/decode", json={"text": text}, timeout=60).raise_for_status()
+        finished.append(time.monotonic())
+
+    posters = [threading.Thread(target=post) for _ in range(2)]
+    for t in posters:
+        t.start()
+    time.sleep(0.2)  # both bodies are in; decoding is under way
+    answered = []
+    while not finished and len(answered) < 200:
+        r = httpx.get(f"{server.url}/v1/ids/wiji")
+        assert r.status_code == 200
+        answered.append(time.monotonic())
+    for t in posters:
+        t.join(60)
+    # Single-ID requests were answered while the two decodes ran (not queued behind them).
+    assert len([t for t in answered if t < min(finished)]) >= 3, (len(answered), finished)
