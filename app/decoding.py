@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import re
 import time
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from app.errors import InvalidIdError, UnknownSchemeError
 from app.schemes import get_scheme, schemes
@@ -31,7 +32,7 @@ def rfc3339(ns: int | None, digits: int) -> str | None:
         return None
     seconds, rem = divmod(ns, 1_000_000_000)
     try:
-        base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        base = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     except (OverflowError, OSError, ValueError):
         return None
     frac = f"{rem:09d}"[:digits]

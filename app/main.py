@@ -6,8 +6,8 @@ lifespan owns the node's background tasks and cancels them.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline

@@ -22,9 +22,10 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
@@ -219,7 +220,7 @@ class Issuer:
                 ids = ", ".join(str(c.identity) for c in refused)
                 log.warning("%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock "
                             "(limit %g s)", self.name, self.pool.kind, ids, ahead_s, node.settings.max_clock_wait)
-                for claim in refused:
+                for _claim in refused:
                     node.metrics.identity_refused(self.name, "high_water_mark_ahead")
                 if self.pool.static:
                     raise NotReadyError(
@@ -277,7 +278,7 @@ class Issuer:
             sleep = min(interval, max(deadline - time.monotonic(), 0.01))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=sleep)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def stop(self) -> None:
@@ -383,7 +384,7 @@ class Node:
         self.clock: Clock = clock
         self.holder = Holder(
             host=socket.gethostname(), pid=os.getpid(), version=__version__,
-            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            started_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
         )
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}

@@ -10,7 +10,8 @@ request go to FastAPI through :class:`RequestMetrics`, which counts it by route 
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import unquote_plus
 
 from fastapi import FastAPI

@@ -9,7 +9,8 @@ object body with the same members.
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field

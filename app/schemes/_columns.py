@@ -26,7 +26,8 @@ Groups are written left to right, so each 4-byte write's spill is overwritten by
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt

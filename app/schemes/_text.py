@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt

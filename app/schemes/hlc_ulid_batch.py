@@ -17,6 +17,7 @@ from app.errors import InvalidOptionError
 from app.schemes import _crockford, _text
 from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, RandomSource, scalar_lines
 from app.schemes.hlc_ulid import (
+    _RANDOM_WORD_DTYPE,
     BATCH_COUNT_MAX,
     CHARS_PER_GROUP,
     COUNTER_CHAR,
@@ -42,20 +43,18 @@ from app.schemes.hlc_ulid import (
     RANDOM_HEAD_SHIFT,
     RANDOM_HEX_COLUMN,
     RANDOM_SHIFT,
-    RANDOM_WORDS,
     RANDOM_WORD_BITS,
+    RANDOM_WORDS,
     SCHEME,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     W0_OFFSET_BITS,
     WORD_TOP_SHIFT,
-    _RANDOM_WORD_DTYPE,
     encode_hex,
     encode_ulid,
     pack,
     unpack,
 )
-
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
 

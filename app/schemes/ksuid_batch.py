@@ -17,7 +17,7 @@ Two encoders, checked against :func:`app.schemes.ksuid.encode_base62` by the tes
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt

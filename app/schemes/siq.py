@@ -24,15 +24,14 @@ The did form starts with the checksum, so only the hex form (and the packed byte
 
 from __future__ import annotations
 
-import os
 import base64
 import hashlib
+import os
 import re
 import zlib
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
-
 
 from app.errors import InvalidIdError
 from app.schemes.base import (
@@ -522,9 +521,9 @@ from app.schemes.siq_batch import (  # noqa: E402, F401 (re-exported)
     CRC_BITS,
     SCRATCH_ROWS,
     SPIN_BUDGET_NS,
+    WORD_BYTES,
     SiqBatch,
     SiqGenerator,
-    WORD_BYTES,
     crc32_position_table,
     crc32_rows,
 )

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes import _text
 from app.schemes._text import NEWLINE
+from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes.siq import (
     BASE32_ALPHABET,
     BASE32_CHAR_BITS,
@@ -45,7 +45,6 @@ from app.schemes.siq import (
     qualifier_width,
     tick_from_ns,
 )
-
 
 # --- batch encoding: lookup tables (built once, lazily) -----------------------------------------------------------
 

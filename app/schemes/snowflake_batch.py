@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt

@@ -31,7 +31,6 @@ import os
 import time
 from typing import Any, NamedTuple
 
-
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
 from app.schemes.base import (
