@@ -96,7 +96,9 @@ def decode_any(text: str, now_ns: int | None = None, registry: Registry | None =
     """
     cleaned = _clean(text)
     horizon = (time.time_ns() if now_ns is None else now_ns) + FUTURE_SLACK_NS
-    plausible, future, reasons = [], [], []
+    plausible: list[dict[str, Any]] = []
+    future: list[dict[str, Any]] = []
+    reasons: list[str] = []
     for scheme in (schemes() if registry is None else registry).values():
         try:
             value = scheme.parse(cleaned)

@@ -240,10 +240,10 @@ class Issuer:
             self.generator = self.factory([c.identity for c in claims], floor)
             self._stats_seen = (0, 0, 0)
             self.reason = ""
-            ids = [c.identity for c in claims]
+            held = [c.identity for c in claims]
             log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
-                     ", ".join(map(str, ids)), floor)
-            for identity in ids:
+                     ", ".join(map(str, held)), floor)
+            for identity in held:
                 node.metrics.lease_held(self.name, True, identity)
             return
 
@@ -315,7 +315,7 @@ class SharedIssuer(Issuer):
         self._base_generator: Generator | None = None
         self._own_generator: Generator | None = None
 
-    @property  # type: ignore[override]
+    @property
     def generator(self) -> Generator | None:
         gen = self.base.generator
         if gen is None:
@@ -328,7 +328,7 @@ class SharedIssuer(Issuer):
     def generator(self, value: Generator | None) -> None:
         pass  # set by the base issuer only
 
-    @property  # type: ignore[override]
+    @property
     def recorded_mark(self) -> int:
         return self.base.recorded_mark
 
@@ -336,7 +336,7 @@ class SharedIssuer(Issuer):
     def recorded_mark(self, value: int) -> None:
         pass
 
-    @property  # type: ignore[override]
+    @property
     def claims(self) -> list[Claim]:
         return self.base.claims
 
@@ -459,7 +459,7 @@ class Node:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, per-scheme state): ready only when every scheme can issue right now."""
-        detail = {}
+        detail: dict[str, dict[str, Any]] = {}
         ready = True
         for name, issuer in self.issuers.items():
             try:

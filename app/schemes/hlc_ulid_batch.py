@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -64,7 +64,7 @@ class Segment(NamedTuple):
 
     timestamp_ms: int
     first_counter: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
@@ -96,7 +96,7 @@ def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chu
     np.left_shift(w1, RANDOM_WORD_BITS - GROUP_OFFSET_BITS, out=low)
     np.bitwise_and(w2, RANDOM_GROUP_MASK, out=bits)
     np.bitwise_or(low, bits, out=low)
-    return chunks
+    return cast("npt.NDArray[np.uint16]", chunks)
 
 
 def random_field(words: npt.NDArray[np.uint16]) -> list[int]:

@@ -92,7 +92,8 @@ def _crc_low_table() -> npt.NDArray[np.uint32]:
     """(65536,) uint32: the CRC-32 contribution of every value of the serial field (packed bytes 12 and 13)."""
     table = crc32_position_table()
     high, low = table[PACKED_BYTES - 2], table[PACKED_BYTES - 1]
-    return (high[:, None] ^ low[None, :]).ravel()
+    low_table: npt.NDArray[np.uint32] = (high[:, None] ^ low[None, :]).ravel()
+    return low_table
 
 
 @functools.cache

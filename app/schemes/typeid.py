@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +40,7 @@ import numpy.typing as npt
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, SchemeOption
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
     COUNTER_LOW_MASK,
@@ -109,20 +108,6 @@ def _lookup(
     looked_up = _text.scratch("typeid-chars", rows.shape[0], "<u4")
     np.take(table, index, out=looked_up, mode="wrap")
     _text.char_view(rows, column)[...] = looked_up
-
-
-# --- contract members the `struct` branch adds to app/schemes/base.py ------------------------------------------------
-# TODO(struct): SchemeOption moves to app/schemes/base.py; import it from there once the struct branch lands.
-
-
-@dataclass(frozen=True)
-class SchemeOption:
-    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
-
-    name: str
-    kwarg: str
-    description: str
-    choices: tuple[str, ...] = ()
 
 
 # --- the TypeID value ---------------------------------------------------------------------------------------------
@@ -233,15 +218,15 @@ class TypeIdScheme(Scheme):
         "version": "UUID version (7 when issued by a UUIDv7 generator)",
         "timestamp_ms": "Timestamp (milliseconds since the Unix epoch; only for UUID version 7)",
     }
-    token_pattern: str | None = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
-    options: tuple[SchemeOption, ...] = (
+    token_pattern: ClassVar[str | None] = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
+    options: ClassVar[tuple[SchemeOption, ...]] = (
         SchemeOption(
             "type",
             "prefix",
             f"The TypeID prefix (type): {PREFIX_RULE}; default none (the bare suffix).",
         ),
     )
-    shares_generator_with: str | None = "uuidv7"
+    shares_generator_with: ClassVar[str | None] = "uuidv7"
 
     def parse_option(self, name: str, text: str) -> Any:
         """``type``: the prefix, returned as is when it follows the rules; InvalidOptionError naming the rule."""

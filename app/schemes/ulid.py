@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
@@ -177,9 +177,9 @@ class UlidScheme(Scheme):
         "timestamp_ms": "Timestamp (milliseconds since the Unix epoch)",
         "random": "Randomness (80 bits, hex)",
     }
-    token_pattern: str | None = r"[0-9A-Za-z]{26}"
-    options: tuple[Any, ...] = ()
-    shares_generator_with: str | None = None
+    token_pattern: ClassVar[str | None] = r"[0-9A-Za-z]{26}"
+    options: ClassVar[tuple[Any, ...]] = ()
+    shares_generator_with: ClassVar[str | None] = None
 
     def parse_option(self, name: str, text: str) -> Any:
         """ulid has no options: InvalidOptionError for any."""
@@ -230,7 +230,7 @@ class Segment(NamedTuple):
 
     timestamp_ms: int
     first_random: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 def split_runs(segments: tuple[Segment, ...], low_bits: int) -> list[tuple[int, int, int]]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -229,11 +229,11 @@ class Uuidv7Scheme(Scheme):
         "rand_a": "rand_a (12 bits: the counter's top bits when issued by a monotonic generator)",
         "rand_b": "rand_b (62 bits, hex: counter low bits and random)",
     }
-    token_pattern: str | None = (
+    token_pattern: ClassVar[str | None] = (
         r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
     )
-    options: tuple[Any, ...] = ()
-    shares_generator_with: str | None = None
+    options: ClassVar[tuple[Any, ...]] = ()
+    shares_generator_with: ClassVar[str | None] = None
 
     def parse_option(self, name: str, text: str) -> Any:
         """uuidv7 has no options: InvalidOptionError for any."""
@@ -279,7 +279,7 @@ class Segment(NamedTuple):
 
     timestamp_ms: int
     first_counter: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 class _Ramp(threading.local):

@@ -344,7 +344,7 @@ class Segment(NamedTuple):
 
     timestamp_us: int
     first_sequence: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 class WijiBatch(Batch):
