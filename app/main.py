@@ -26,7 +26,7 @@ from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 
 
-def create_app(settings: Settings | None = None) -> FastPath:
+def create_app(settings: Settings | None = None) -> sequence_routes.SequenceFastPath:
     """Build the ASGI app for ``settings`` (default: from the environment). Returns the fast-path ASGI wrapper
     around the FastAPI app; the FastAPI app itself is its ``.app`` attribute."""
     settings = settings or load_settings()
