@@ -12,8 +12,9 @@ import functools
 import json
 import re
 import time
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 from app.errors import InvalidIdError, UnknownSchemeError
 from app.schemes import get_scheme, schemes
@@ -32,7 +33,7 @@ def rfc3339(ns: int | None, digits: int) -> str | None:
         return None
     seconds, rem = divmod(ns, 1_000_000_000)
     try:
-        base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        base = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     except (OverflowError, OSError, ValueError):
         return None
     frac = f"{rem:09d}"[:digits]
@@ -96,7 +97,9 @@ def decode_any(text: str, now_ns: int | None = None, registry: Registry | None =
     """
     cleaned = _clean(text)
     horizon = (time.time_ns() if now_ns is None else now_ns) + FUTURE_SLACK_NS
-    plausible, future, reasons = [], [], []
+    plausible: list[dict[str, Any]] = []
+    future: list[dict[str, Any]] = []
+    reasons: list[str] = []
     for scheme in (schemes() if registry is None else registry).values():
         try:
             value = scheme.parse(cleaned)

@@ -6,11 +6,12 @@ lifespan owns the node's background tasks and cancels them.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from starlette.types import ASGIApp
 
 from app import __version__
 from app.api import decode, ids, meta
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.include_router(sequence_routes.router)
     _include_page(api)
 
-    wrapper: Any = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
+    wrapper: ASGIApp = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
     wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)

@@ -29,9 +29,10 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
@@ -217,7 +218,7 @@ class Issuer:
         words = self._identity_words()
         log.warning("%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); "
                     "claiming another", self.name, words, wait, limit)
-        for claim in claims:
+        for _claim in claims:
             self.node.metrics.identity_refused(self.name, "clock_stepped_back")
         if self.pool is not None and not self.pool.static:
             self.excluded.update(c.identity for c in claims)
@@ -369,7 +370,7 @@ class Issuer:
                 ids = ", ".join(str(c.identity) for c in refused)
                 log.warning("%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock "
                             "(limit %g s)", self.name, self.pool.kind, ids, ahead_s, node.settings.max_clock_wait)
-                for claim in refused:
+                for _claim in refused:
                     node.metrics.identity_refused(self.name, "high_water_mark_ahead")
                 if self.pool.static:
                     raise NotReadyError(
@@ -391,10 +392,10 @@ class Issuer:
             self.fault = None
             self._stats_seen = (0, 0, 0)
             self.reason = ""
-            ids = [c.identity for c in claims]
+            held = [c.identity for c in claims]
             log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
-                     ", ".join(map(str, ids)), floor)
-            for identity in ids:
+                     ", ".join(map(str, held)), floor)
+            for identity in held:
                 node.metrics.lease_held(self.name, True, identity)
             return
 
@@ -448,7 +449,7 @@ class Issuer:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=pause)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             self._wake.clear()
@@ -456,7 +457,7 @@ class Issuer:
             sleep = min(interval, max(deadline - time.monotonic(), 0.01))
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=sleep)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def stop(self) -> None:
@@ -497,7 +498,7 @@ class SharedIssuer(Issuer):
         self._base_generator: Generator | None = None
         self._own_generator: Generator | None = None
 
-    @property  # type: ignore[override]
+    @property
     def generator(self) -> Generator | None:
         gen = self.base.generator
         if gen is None:
@@ -510,7 +511,7 @@ class SharedIssuer(Issuer):
     def generator(self, value: Generator | None) -> None:
         pass  # set by the base issuer only
 
-    @property  # type: ignore[override]
+    @property
     def recorded_mark(self) -> int:
         return self.base.recorded_mark
 
@@ -518,7 +519,7 @@ class SharedIssuer(Issuer):
     def recorded_mark(self, value: int) -> None:
         pass
 
-    @property  # type: ignore[override]
+    @property
     def claims(self) -> list[Claim]:
         return self.base.claims
 
@@ -572,7 +573,7 @@ class Node:
         self.clock: Clock = clock
         self.holder = Holder(
             host=socket.gethostname(), pid=os.getpid(), version=__version__,
-            started_at=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            started_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
         )
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
@@ -651,7 +652,7 @@ class Node:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, per-scheme state): ready only when every scheme can issue right now."""
-        detail = {}
+        detail: dict[str, dict[str, Any]] = {}
         ready = True
         for name, issuer in self.issuers.items():
             try:

@@ -24,7 +24,7 @@ import argparse
 import os
 import random
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

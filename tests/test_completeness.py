@@ -10,8 +10,8 @@ with an identity plan holds a claim on the embedded backend, and its etcd keys f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from fastapi.testclient import TestClient

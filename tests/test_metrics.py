@@ -10,8 +10,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,10 @@ import pytest
 from app import __version__
 from app.main import create_app
 from app.metrics import (
-    LEASE_RENEWAL_OUTCOMES, MULTIPROC_ENV, REQUEST_DURATION_BUCKETS_SECONDS, Metrics,
+    LEASE_RENEWAL_OUTCOMES,
+    MULTIPROC_ENV,
+    REQUEST_DURATION_BUCKETS_SECONDS,
+    Metrics,
 )
 from app.settings import Settings
 

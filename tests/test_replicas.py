@@ -10,8 +10,8 @@ import concurrent.futures
 import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -99,7 +99,7 @@ def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(tmp_path: Pa
             # Concurrent clients: each replica serves one stream and several batches at the same time.
             jobs = []
             with concurrent.futures.ThreadPoolExecutor(max_workers=9) as pool:
-                for i, node in enumerate(nodes):
+                for _i, node in enumerate(nodes):
                     jobs.append(pool.submit(ids_of, node, scheme, 233_334, True))
                     for _ in range(10):
                         jobs.append(pool.submit(ids_of, node, scheme, 10_000, False))

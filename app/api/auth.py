@@ -44,21 +44,19 @@ import re
 import signal
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import ConfigError, TooManyRequestsError
 
 log = logging.getLogger("idmint.auth")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics")
 """Every scope a key may hold."""
@@ -434,7 +432,7 @@ class ApiKeys:
         bucket = key.ids
         metrics, name = self.metrics, key.entry.name
 
-        async def paced_send(message: dict[str, Any]) -> None:
+        async def paced_send(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body":
                 lines = message.get("body", b"").count(b"\n")

@@ -107,8 +107,8 @@ async def decode_free_text(body: TextRequest, node: NodeDep) -> Response:
     fields in words and a one-line summary (what the decode page shows): at most 5,000 (then ``truncated`` is
     true). Texts over a thousand characters are decoded in a worker process, off the event loop."""
     if len(body.text) <= INLINE_TEXT_CHARS:
-        payload = json.dumps(decode_text(body.text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
-        return Response(payload, media_type="application/json")
+        text = json.dumps(decode_text(body.text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
+        return Response(text, media_type="application/json")
     payload = await asyncio.get_running_loop().run_in_executor(_text_pool(), decode_text_json, body.text,
                                                                 MAX_TEXT_ITEMS, node.settings)
     return Response(payload, media_type="application/json")

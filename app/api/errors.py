@@ -15,8 +15,8 @@ from app.errors import (
     InvalidIdError,
     InvalidOptionError,
     NotReadyError,
-    TooManyRequestsError,
     SequenceConflictError,
+    TooManyRequestsError,
     UnknownSchemeError,
     UnknownSequenceError,
 )

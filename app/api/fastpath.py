@@ -11,21 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Callable
 from urllib.parse import unquote_plus
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.errors import error_parts
 from app.api.issuing import issue_body
 from app.api.params import parse_issue, query_params
 from app.errors import IdmintError
 from app.node import Issuer, Node
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("idmint.api")
 
@@ -106,7 +102,7 @@ class RequestMetrics:
         start = time.perf_counter()
         status = 500
 
-        async def send_wrapper(message: dict[str, Any]) -> None:
+        async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

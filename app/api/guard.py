@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.routing import Match
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 UNMATCHED = "unmatched"
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]

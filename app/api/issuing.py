@@ -5,7 +5,8 @@ Parameters are parsed by :mod:`app.api.params` (one pydantic model per scheme); 
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 from app.api.params import IssueRequest, parse_issue
 from app.errors import InvalidOptionError

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
@@ -58,7 +59,7 @@ class IssueParams(BaseModel):
     format: str | None = Field(None, description="Text form; default the scheme's canonical form. See /v1/schemes.")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def issue_model(scheme: Scheme) -> type[IssueParams]:
     """The parameter model of ``scheme``'s issue routes: count, format, and one optional text field per option."""
     fields: dict[str, Any] = {

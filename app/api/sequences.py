@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import unquote
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.errors import error_parts
 from app.errors import IdmintError
@@ -142,10 +143,6 @@ def _json(payload: dict[str, Any], status: int) -> Response:
 
 
 # -- the fast path -------------------------------------------------------------------------------------------------
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _count_param(raw: bytes) -> tuple[bool, str | None]:
@@ -173,7 +170,7 @@ class SequenceFastPath:
     ``app`` is the FastAPI app behind (as on :class:`~app.api.fastpath.FastPath`), for callers that reach its state.
     """
 
-    def __init__(self, inner: ASGIApp, app: Any, service_ref: Callable[[], SequenceService | None],
+    def __init__(self, inner: ASGIApp, app: FastAPI, service_ref: Callable[[], SequenceService | None],
                  metrics: Metrics) -> None:
         self.inner = inner
         self.app = app

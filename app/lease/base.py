@@ -20,8 +20,9 @@ from __future__ import annotations
 import abc
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from app.schemes.base import IdentityPlan

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -73,7 +74,7 @@ def text_rows(parts: Sequence[tuple[bytes, int]], key: str = "rows") -> npt.NDAr
     """
     width = len(parts[0][0])
     total = sum(count for _, count in parts)
-    flat = scratch(key, total * width, np.uint8)
+    flat = cast("npt.NDArray[np.uint8]", scratch(key, total * width, np.uint8))
     start = 0
     for row, count in parts:
         if len(row) != width:

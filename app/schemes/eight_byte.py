@@ -28,14 +28,13 @@ mode: (timestamp, sequence) order.
 
 from __future__ import annotations
 
-import os
 import enum
+import os
 from typing import Any
-
-from pydantic import BaseModel, Field, field_validator, model_validator
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (

@@ -7,15 +7,16 @@ the column-wise batch encoder and the generator). Everything here is re-exported
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes import _text
 from app.schemes._text import NEWLINE
+from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes.eight_byte import (
     CLUSTER_ID_MAX,
     GENERATOR_ID_MAX,
@@ -34,7 +35,6 @@ from app.schemes.eight_byte import (
     _low_bits,
     reverse_bits_array,
 )
-
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
 

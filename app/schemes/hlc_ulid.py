@@ -37,7 +37,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford
 from app.schemes.base import (

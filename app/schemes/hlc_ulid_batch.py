@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -17,6 +17,7 @@ from app.errors import InvalidOptionError
 from app.schemes import _crockford, _text
 from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, RandomSource, scalar_lines
 from app.schemes.hlc_ulid import (
+    _RANDOM_WORD_DTYPE,
     BATCH_COUNT_MAX,
     CHARS_PER_GROUP,
     COUNTER_CHAR,
@@ -42,20 +43,18 @@ from app.schemes.hlc_ulid import (
     RANDOM_HEAD_SHIFT,
     RANDOM_HEX_COLUMN,
     RANDOM_SHIFT,
-    RANDOM_WORDS,
     RANDOM_WORD_BITS,
+    RANDOM_WORDS,
     SCHEME,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     W0_OFFSET_BITS,
     WORD_TOP_SHIFT,
-    _RANDOM_WORD_DTYPE,
     encode_hex,
     encode_ulid,
     pack,
     unpack,
 )
-
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
@@ -65,7 +64,7 @@ class Segment(NamedTuple):
 
     timestamp_ms: int
     first_counter: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
@@ -97,7 +96,7 @@ def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chu
     np.left_shift(w1, RANDOM_WORD_BITS - GROUP_OFFSET_BITS, out=low)
     np.bitwise_and(w2, RANDOM_GROUP_MASK, out=bits)
     np.bitwise_or(low, bits, out=low)
-    return chunks
+    return cast("npt.NDArray[np.uint16]", chunks)
 
 
 def random_field(words: npt.NDArray[np.uint16]) -> list[int]:

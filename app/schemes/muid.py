@@ -29,10 +29,9 @@ import threading
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, Field
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _text
@@ -279,7 +278,8 @@ class MuidScheme(Scheme):
             "medallion": ("every medallion (the all-F sentinel)" if medallion == SENTINEL
                           else f"medallion {hex_word(medallion, MEDALLION_HEX_LEN)}"),
             "offset": ("offset 0: the bundle itself" if offset == 0
-                       else f"ID number {grouped(offset)} of its bundle" if offset > 0 else f"offset {offset} (negative)"),
+                       else f"ID number {grouped(offset)} of its bundle" if offset > 0
+                       else f"offset {offset} (negative)"),
         }
 
     def summary(self, fields: dict[str, Any]) -> str:
@@ -431,8 +431,9 @@ class MuidGenerator(Generator):
     Each :meth:`generate` call is one bundle whose timestamp is ``max(now_us, last + 1)``, ``last`` being the
     previous bundle's timestamp (or ``floor``, in µs, after a restart): strictly increasing, never blocking, so a
     clock that steps back or a floor above the clock only pushes timestamps ahead of the clock. A clock reading
-    in an earlier µs than the highest earlier reading counts as a clock rollback in :attr:`stats` (timestamps running ahead of
-    the clock because requests come faster than one per µs, or because of the floor, do not). Raises ValueError unless ``medallion`` is in 0x10000000000..0x1FFFFFFFFFF and ``floor >= -1``.
+    in an earlier µs than the highest earlier reading counts as a clock rollback in :attr:`stats` (timestamps
+    running ahead of the clock because requests come faster than one per µs, or because of the floor, do not).
+    Raises ValueError unless ``medallion`` is in 0x10000000000..0x1FFFFFFFFFF and ``floor >= -1``.
     """
 
     def __init__(self, medallion: int, *, clock: Clock = time.time_ns, floor: int = -1) -> None:

@@ -24,15 +24,14 @@ The did form starts with the checksum, so only the hex form (and the packed byte
 
 from __future__ import annotations
 
-import os
 import base64
 import hashlib
+import os
 import re
 import zlib
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
-
 
 from app.errors import InvalidIdError
 from app.schemes.base import (
@@ -122,7 +121,7 @@ _SUFFIX4_PATTERN_MASK = 0b111
 # --- text ---------------------------------------------------------------------------------------------------------
 
 DID_PREFIX = "did:siq:"
-DID_PREFIX_LEN = len(DID_PREFIX)  # 8
+DID_PREFIX_LEN: int = len(DID_PREFIX)  # 8
 CRC_FIELD_BYTES = 6
 """The CRC-32 is written as a 6-byte big-endian field (its top 16 bits are always zero)."""
 DID_DROPPED_CHARS = 3
@@ -130,10 +129,10 @@ DID_DROPPED_CHARS = 3
 DID_BLOCK_BYTES = CRC_FIELD_BYTES + PACKED_BYTES  # 20 bytes = 160 bits = 32 base32 characters
 BASE32_CHAR_BITS = 5
 DID_BODY_LEN = DID_BLOCK_BYTES * BYTE_BITS // BASE32_CHAR_BITS - DID_DROPPED_CHARS  # 29
-DID_LEN = DID_PREFIX_LEN + DID_BODY_LEN  # 37
+DID_LEN: int = DID_PREFIX_LEN + DID_BODY_LEN  # 37
 DID_FIRST_CHAR_MAX = "p"
 """The first body character carries one more always-zero bit of the CRC field, so it is one of a..p."""
-HEX_LEN = PACKED_BITS // HEX_DIGIT_BITS  # 28
+HEX_LEN: int = PACKED_BITS // HEX_DIGIT_BITS  # 28
 DECIMAL_LEN_MAX = len(str(PACKED_MAX))  # 34
 
 BASE32_ALPHABET = b"abcdefghijklmnopqrstuvwxyz234567"
@@ -522,9 +521,9 @@ from app.schemes.siq_batch import (  # noqa: E402, F401 (re-exported)
     CRC_BITS,
     SCRATCH_ROWS,
     SPIN_BUDGET_NS,
+    WORD_BYTES,
     SiqBatch,
     SiqGenerator,
-    WORD_BYTES,
     crc32_position_table,
     crc32_rows,
 )

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes import _text
 from app.schemes._text import NEWLINE
+from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
 from app.schemes.siq import (
     BASE32_ALPHABET,
     BASE32_CHAR_BITS,
@@ -45,7 +45,6 @@ from app.schemes.siq import (
     qualifier_width,
     tick_from_ns,
 )
-
 
 # --- batch encoding: lookup tables (built once, lazily) -----------------------------------------------------------
 
@@ -93,7 +92,8 @@ def _crc_low_table() -> npt.NDArray[np.uint32]:
     """(65536,) uint32: the CRC-32 contribution of every value of the serial field (packed bytes 12 and 13)."""
     table = crc32_position_table()
     high, low = table[PACKED_BYTES - 2], table[PACKED_BYTES - 1]
-    return (high[:, None] ^ low[None, :]).ravel()
+    low_table: npt.NDArray[np.uint32] = (high[:, None] ^ low[None, :]).ravel()
+    return low_table
 
 
 @functools.cache

@@ -47,48 +47,16 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
     Clock,
     Generator,
+    IdentityPlan,
     IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeOption,
 )
 
 if TYPE_CHECKING:
     from app.schemes.snowflake_batch import SnowflakeGenerator
-
-# --- contract additions (CONTRACT.md "The scheme contract") ----------------------------------------------------------
-# TODO(struct): SchemeOption and IdentityPlan move to app/schemes/base.py on the struct branch; once merged, delete
-# this block and import them from there (fields and defaults are copied from CONTRACT.md unchanged).
-
-
-@dataclass(frozen=True)
-class SchemeOption:
-    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
-
-    name: str
-    kwarg: str
-    description: str
-    choices: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class IdentityPlan:
-    """How a node claims this scheme's identity, decided once from settings (None from identity_plan = no claim)."""
-
-    kind: str
-    minimum: int
-    maximum: int
-    key_prefix: str
-    mark_prefix: str
-    key_format: str = "{:d}"
-    draw: str = "scan"
-    static: int | None = None
-    group: str = ""
-    claims: int = 1
-    allowed_groups_key: str | None = None
-
-
-# --- end of the block that moves to base.py -----------------------------------------------------------------------
 
 # --- layout -------------------------------------------------------------------------------------------------------
 

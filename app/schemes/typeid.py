@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _columns, _crockford
+from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, SchemeOption
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
     COUNTER_LOW_MASK,
@@ -106,23 +105,9 @@ def _counter_table() -> npt.NDArray[np.uint32]:
 def _lookup(
     rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
 ) -> None:
-    looked_up = _crockford.scratch("typeid-chars", rows.shape[0], "<u4")
+    looked_up = _text.scratch("typeid-chars", rows.shape[0], "<u4")
     np.take(table, index, out=looked_up, mode="wrap")
-    _crockford.char_view(rows, column)[...] = looked_up
-
-
-# --- contract members the `struct` branch adds to app/schemes/base.py ------------------------------------------------
-# TODO(struct): SchemeOption moves to app/schemes/base.py; import it from there once the struct branch lands.
-
-
-@dataclass(frozen=True)
-class SchemeOption:
-    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
-
-    name: str
-    kwarg: str
-    description: str
-    choices: tuple[str, ...] = ()
+    _text.char_view(rows, column)[...] = looked_up
 
 
 # --- the TypeID value ---------------------------------------------------------------------------------------------
@@ -233,15 +218,15 @@ class TypeIdScheme(Scheme):
         "version": "UUID version (7 when issued by a UUIDv7 generator)",
         "timestamp_ms": "Timestamp (milliseconds since the Unix epoch; only for UUID version 7)",
     }
-    token_pattern: str | None = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
-    options: tuple[SchemeOption, ...] = (
+    token_pattern: ClassVar[str | None] = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
+    options: ClassVar[tuple[SchemeOption, ...]] = (
         SchemeOption(
             "type",
             "prefix",
             f"The TypeID prefix (type): {PREFIX_RULE}; default none (the bare suffix).",
         ),
     )
-    shares_generator_with: str | None = "uuidv7"
+    shares_generator_with: ClassVar[str | None] = "uuidv7"
 
     def parse_option(self, name: str, text: str) -> Any:
         """``type``: the prefix, returned as is when it follows the rules; InvalidOptionError naming the rule."""
@@ -340,11 +325,11 @@ class TypeIdBatch(Batch):
         start = len(lead)
         triples = _columns.base32_triples(lowercase=True)
         # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
-        _crockford.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
+        _text.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
         count = self.count
-        tails = _crockford.scratch("typeid-tails", count, np.intp)
+        tails = _text.scratch("typeid-tails", count, np.intp)
         np.copyto(tails, np.frombuffer(self.uuids.tails, dtype=">u4", count=count), casting="safe")
-        index = _crockford.scratch("typeid-index", count, np.intp)
+        index = _text.scratch("typeid-index", count, np.intp)
         # Character 19: counter bits 2..0 and tail bits 31..30, as the first character of a triple entry.
         done = 0
         for _, first, n in runs:
@@ -352,7 +337,7 @@ class TypeIdBatch(Batch):
             done += n
         np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
         np.left_shift(index, TAIL_TOP_BITS, out=index)
-        other = _crockford.scratch("typeid-other", count, np.intp)
+        other = _text.scratch("typeid-other", count, np.intp)
         np.right_shift(tails, TAIL_BITS - TAIL_TOP_BITS, out=other)
         np.bitwise_or(index, other, out=index)
         np.left_shift(index, TRIPLE_FIRST_CHAR_SHIFT, out=index)

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _columns, _crockford
+from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 
@@ -177,9 +177,9 @@ class UlidScheme(Scheme):
         "timestamp_ms": "Timestamp (milliseconds since the Unix epoch)",
         "random": "Randomness (80 bits, hex)",
     }
-    token_pattern: str | None = r"[0-9A-Za-z]{26}"
-    options: tuple[Any, ...] = ()
-    shares_generator_with: str | None = None
+    token_pattern: ClassVar[str | None] = r"[0-9A-Za-z]{26}"
+    options: ClassVar[tuple[Any, ...]] = ()
+    shares_generator_with: ClassVar[str | None] = None
 
     def parse_option(self, name: str, text: str) -> Any:
         """ulid has no options: InvalidOptionError for any."""
@@ -230,7 +230,7 @@ class Segment(NamedTuple):
 
     timestamp_ms: int
     first_random: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 def split_runs(segments: tuple[Segment, ...], low_bits: int) -> list[tuple[int, int, int]]:
@@ -267,13 +267,13 @@ class UlidBatch(Batch):
         if fmt == "ulid":
             encoder, bits, column, table = encode_ulid, BASE32_TAIL_BITS, BASE32_TAIL_CHAR, _columns.base32_triples()
         elif fmt == "uuid":
-            encoder, bits, column, table = encode_uuid, HEX_TAIL_BITS, UUID_TAIL_COLUMN, _crockford.hex4_table()
+            encoder, bits, column, table = encode_uuid, HEX_TAIL_BITS, UUID_TAIL_COLUMN, _text.hex4_table()
         else:
-            encoder, bits, column, table = encode_hex, HEX_TAIL_BITS, HEX_TAIL_COLUMN, _crockford.hex4_table()
+            encoder, bits, column, table = encode_hex, HEX_TAIL_BITS, HEX_TAIL_COLUMN, _text.hex4_table()
         runs = split_runs(self.segments, bits)
         rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
         # One <u4 per ID: base32 characters 23..25 and the newline (the table's 4th byte), or the last 4 hex digits.
-        _crockford.write_runs(rows, column, [(table, first, count) for _, first, count in runs])
+        _text.write_runs(rows, column, [(table, first, count) for _, first, count in runs])
         return rows.tobytes()
 
     def values(self) -> list[int]:

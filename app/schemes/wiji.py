@@ -31,7 +31,6 @@ import os
 import time
 from typing import Any, NamedTuple
 
-
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
 from app.schemes.base import (
@@ -345,7 +344,7 @@ class Segment(NamedTuple):
 
     timestamp_us: int
     first_sequence: int
-    count: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 class WijiBatch(Batch):

@@ -30,7 +30,7 @@ def test_schemes_catalogue_names_layout_forms_limits_and_identity(client: TestCl
     body = client.get("/v1/schemes").json()
     cat = {s["name"]: s for s in body["schemes"]}
     assert list(cat) == list(SCHEMES)
-    for name, entry in cat.items():
+    for _name, entry in cat.items():
         assert entry["layout"] and entry["formats"] and entry["limits"]["max_count"] == 100_000
     assert cat["eight-byte"]["node"]["cluster_id"] == 3
     assert len(cat["eight-byte"]["node"]["identities"]) == 1

@@ -3,7 +3,8 @@ answer odd input identically, with a 422 naming the rule, never a 500."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient

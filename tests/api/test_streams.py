@@ -8,8 +8,8 @@ import asyncio
 import re
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

@@ -5,8 +5,9 @@ Used by ``tests/e2e/conftest.py`` (as pytest fixtures) and by ``python -m tests.
 * :func:`run_server` starts ``python -m uvicorn --factory app.main:create_app`` on 127.0.0.1 and a free port,
   with ``IDMINT_STATE_DIR`` in a directory of the caller's and every other ``IDMINT_*`` variable removed (so the
   embedded lease backend is used), waits for ``/healthz`` and stops the process afterwards.
-* :func:`launch_browser` launches ``/usr/bin/chromium`` (Debian's package, installed by ``.ci/install-debian-packages.sh``)
-  through Playwright's ``executable_path``: no browser is downloaded. Playwright gives every launch a new, empty
+* :func:`launch_browser` launches ``/usr/bin/chromium`` (Debian's package, installed by
+  ``.ci/install-debian-packages.sh``) through Playwright's ``executable_path``: no browser is downloaded. Playwright
+  gives every launch a new, empty
   ``--user-data-dir`` of its own; the flags below keep Chromium off the network, which this machine does not have.
 """
 

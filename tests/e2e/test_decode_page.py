@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Page, expect  # dev extra; a missing package fails here, it is never skipped
 
 from tests.e2e.harness import Server
-
-from playwright.sync_api import Page, expect  # dev extra; a missing package fails here, it is never skipped
 
 SCHEMES = ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")
 INPUT_LABEL = "IDs, log lines or ticket text"

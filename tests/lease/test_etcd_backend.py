@@ -12,8 +12,8 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -308,7 +308,8 @@ HOLDER_SCRIPT = textwrap.dedent("""
     from tests.helpers import pool_spec
 
     async def main():
-        settings = load_settings(etcd_endpoints=sys.argv[1], etcd_namespace=sys.argv[2], etcd_lease_ttl=int(sys.argv[3]),
+        settings = load_settings(etcd_endpoints=sys.argv[1], etcd_namespace=sys.argv[2],
+                                 etcd_lease_ttl=int(sys.argv[3]),
                                  etcd_safety_margin=0.5, etcd_connect_timeout=1, etcd_request_timeout=1)
         backend = EtcdBackend(settings)
         await backend.start()

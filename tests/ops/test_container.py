@@ -10,10 +10,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomllib
 import yaml
 
 from app.settings import Settings

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from tests.support.prometheus import (
-    DEPLOY, IdmintServer, PrometheusServer, find_tool, process_environ, run_tool,
+    DEPLOY,
+    IdmintServer,
+    PrometheusServer,
+    find_tool,
+    process_environ,
+    run_tool,
 )
 
 # scheme -> list of (method, count): GETs go through the fast path, POSTs through the router.

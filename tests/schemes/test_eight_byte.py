@@ -191,7 +191,7 @@ def test_batch_encode_equals_format_of_values(
             expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
             assert batch.encode(fmt) == expected
         assert batch.encode("canonical") == batch.encode("hex")
-        for timestamp_ms, sequence, generator_id, got_cluster, got_mode in map(eight_byte.unpack, values):
+        for timestamp_ms, _sequence, generator_id, got_cluster, got_mode in map(eight_byte.unpack, values):
             assert got_cluster == cluster_id and got_mode.name.lower() == mode and generator_id in ids
             assert timestamp_ms <= max(clock.ns // MS, generator.high_water)
 

@@ -190,7 +190,7 @@ def test_peer_ids_decode_here() -> None:
 
 
 def test_peer_made_with_time_and_payload_decodes_here() -> None:
-    made = datetime.datetime(2025, 11, 23, 9, 0, 0, tzinfo=datetime.timezone.utc)
+    made = datetime.datetime(2025, 11, 23, 9, 0, 0, tzinfo=datetime.UTC)
     peer = Ksuid(datetime=made, payload=bytes(range(16)))
     assert SCHEME.fields(SCHEME.parse(str(peer))) == {"timestamp_s": int(made.timestamp()),
                                                       "payload": bytes(range(16)).hex()}

@@ -70,7 +70,7 @@ def test_discord_vector() -> None:
     """Discord's API reference: 175928847299117063 = 2016-04-30T11:18:25.796Z, worker 1 process 0, increment 7."""
     scheme = SCHEME.with_decode_options(layout="discord")
     value = scheme.parse("175928847299117063")
-    made = datetime.datetime(2016, 4, 30, 11, 18, 25, 796000, tzinfo=datetime.timezone.utc)
+    made = datetime.datetime(2016, 4, 30, 11, 18, 25, 796000, tzinfo=datetime.UTC)
     assert scheme.fields(value) == {
         "layout": "discord", "timestamp_ms": int(made.timestamp() * 1000), "worker_id": 32, "sequence": 7,
     }
@@ -365,7 +365,7 @@ def test_ids_issued_here_are_accepted_by_snowflake_id(layout: Layout) -> None:
 
 
 def test_sonyflake_peer_ids_decode_here() -> None:
-    start = datetime.datetime(2014, 9, 1, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2014, 9, 1, tzinfo=datetime.UTC)
     peer = Sonyflake(machine_id=4242, start_time=start)
     scheme = SnowflakeScheme(SONYFLAKE)
     for _ in range(2000):
@@ -379,7 +379,7 @@ def test_sonyflake_peer_ids_decode_here() -> None:
 
 
 def test_ids_issued_here_are_accepted_by_sonyflake() -> None:
-    start = datetime.datetime(2014, 9, 1, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2014, 9, 1, tzinfo=datetime.UTC)
     peer = Sonyflake(machine_id=1, start_time=start)
     generator = SnowflakeGenerator(SONYFLAKE, [7, 300], clock=FakeClock(NOW_MS))
     batch = generator.generate(512)

@@ -21,7 +21,7 @@ import base64
 import json
 import random
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -324,7 +324,7 @@ class EtcdClient:
         return int(data.get("TTL", 0))
 
     # -- watches -----------------------------------------------------------------------------------------------
-    async def watch(self, key: bytes, start_revision: int, created: asyncio.Event) -> AsyncIterator[list[Event]]:
+    async def watch(self, key: bytes, start_revision: int, created: asyncio.Event) -> AsyncGenerator[list[Event], None]:
         """Events on ``key`` from ``start_revision`` on, on the current endpoint (one streamed POST).
 
         Sets ``created`` once etcd confirms the watch. Never returns normally: any end of the stream (cancelled

@@ -8,7 +8,7 @@ JSON (UTF-8); see :mod:`app.lease.etcd` for the whole layout and its java-unique
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError
@@ -67,7 +67,7 @@ def parse_allowed_groups(value: str) -> list[int]:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def to_json(value: dict[str, Any]) -> bytes:

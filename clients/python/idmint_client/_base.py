@@ -90,7 +90,8 @@ class BaseClient(Generic[LockT]):
         if max_age is not None and max_age <= 0:
             raise ValueError(f"max_age must be > 0 seconds or None, got {max_age}")
         if not 1 <= min_refill <= max_refill:
-            raise ValueError(f"refill bounds must satisfy 1 <= min_refill <= max_refill, got {min_refill}, {max_refill}")
+            raise ValueError(
+                f"refill bounds must satisfy 1 <= min_refill <= max_refill, got {min_refill}, {max_refill}")
         self.urls = normalise_urls(replicas)
         self.timeout = timeout
         self.max_age = max_age

@@ -13,7 +13,8 @@ get the same item). Everything else happens on a segment change (the slow path, 
 Sizing (the refill size adapts to the rate of use): the draw rate is measured over windows of at least
 ``RATE_WINDOW_S`` (EWMA); a refill asks for ``rate * horizon`` IDs (``horizon`` = ``max_age / 2``, at most
 ``MAX_HORIZON_S``) clamped to ``[min_refill, max_refill]``, so a batch is normally used up well inside ``max_age``
-(IDs expiring unused halve the rate estimate, a draw finding the buffer empty doubles it); refills use the stream route. The low-water mark is half a refill or three fetch latencies of use, whichever is more, but at most
+(IDs expiring unused halve the rate estimate, a draw finding the buffer empty doubles it); refills use the stream
+route. The low-water mark is half a refill or three fetch latencies of use, whichever is more, but at most
 ``horizon`` seconds of use.
 """
 

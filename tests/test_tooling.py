@@ -1,0 +1,30 @@
+"""The linters are part of the test command: ruff (lint rules from pyproject's ``[tool.ruff]``) and mypy (strict, on
+``app`` and the Python client, from ``[tool.mypy]``) must pass.
+
+Both run as subprocesses of this virtualenv's interpreter (the versions the dev extra pins) from the repository
+root, so they read pyproject.toml exactly as a developer's ``ruff check`` / ``mypy`` would. ``ruff format --check``
+is not enforced yet.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINTED = ["app", "clients/python", "tests", "bench"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_check_passes() -> None:
+    result = _run("ruff", "check", "--no-cache", *LINTED)
+    assert result.returncode == 0, f"ruff check {' '.join(LINTED)} failed:\n{result.stdout}{result.stderr}"
+
+
+def test_mypy_strict_passes() -> None:
+    result = _run("mypy")
+    assert result.returncode == 0, f"mypy (files, strict: pyproject.toml) failed:\n{result.stdout}{result.stderr}"
