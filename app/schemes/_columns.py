@@ -14,7 +14,7 @@ of every ID then starts as a copy of its run's template row (the timestamp chara
 the varying characters are laid down column-wise, one table lookup and one 4-byte write per group of characters:
 
 * hex forms (``uuid`` 8-4-4-4-12, ``hex`` 32 digits): the low 80 bits are 20 hex digits = 5 chunks of 16 bits,
-  each looked up in :func:`app.schemes._crockford.hex4_table`;
+  each looked up in :func:`app.schemes._text.hex4_table`;
 * base32 (Crockford, 26 characters; the top 48 bits + 2 pad bits are characters 0..9): characters 10..25 are
   character 10 (bits 79..75) and five groups of 3 characters (15 bits each: 74..60, 59..45, 44..30, 29..15,
   14..0), each looked up in a 32768-entry table whose 4th byte is a newline (overwritten by the next group, and
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.schemes import _crockford
+from app.schemes import _crockford, _text
 
 LOW_BITS = 80
 """Bits that vary per ID (below the 48-bit timestamp)."""
@@ -84,17 +84,17 @@ def _lookup(
     rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
 ) -> None:
     """Write ``table[index]`` (one ``<u4`` per row) into ``rows`` at byte ``column``."""
-    looked_up = _crockford.scratch("columns-chars", rows.shape[0], "<u4")
+    looked_up = _text.scratch("columns-chars", rows.shape[0], "<u4")
     np.take(table, index.view(np.int64), out=looked_up, mode="wrap")
-    _crockford.char_view(rows, column)[...] = looked_up
+    _text.char_view(rows, column)[...] = looked_up
 
 
 def write_hex_chunks(
     rows: npt.NDArray[np.uint8], columns: Sequence[int], hi16: npt.NDArray[Any], lo64: npt.NDArray[Any]
 ) -> None:
     """Lay the 20 lowercase hex digits of the low 80 bits down as 5 chunks of 4 at ``columns`` (see the module)."""
-    hex4 = _crockford.hex4_table()
-    index = _crockford.scratch("columns-index", rows.shape[0], np.uint64)
+    hex4 = _text.hex4_table()
+    index = _text.scratch("columns-index", rows.shape[0], np.uint64)
     np.bitwise_and(hi16, CHUNK_MASK, out=index)
     _lookup(rows, columns[0], hex4, index)
     for column, shift in zip(columns[1:], (48, 32, 16, 0)):
@@ -116,8 +116,8 @@ def write_base32_low80(
     and that byte, which it sets to a newline.
     """
     table = base32_triples(lowercase)
-    index = _crockford.scratch("columns-index", rows.shape[0], np.uint64)
-    other = _crockford.scratch("columns-other", rows.shape[0], np.uint64)
+    index = _text.scratch("columns-index", rows.shape[0], np.uint64)
+    other = _text.scratch("columns-other", rows.shape[0], np.uint64)
     np.right_shift(hi16, np.uint64(HEAD_CHAR_SHIFT), out=index)
     np.left_shift(index, np.uint64(HEAD_CHAR_SHIFT_IN_TRIPLE), out=index)
     _lookup(rows, text_column + BASE32_FIRST_VARYING_CHAR, table, index)
@@ -134,5 +134,5 @@ def write_base32_low80(
 
 
 def template_rows(templates: Sequence[tuple[bytes, int]], key: str = "columns-rows") -> npt.NDArray[np.uint8]:
-    """Rows of text: each ``(row, count)`` repeated ``count`` times (see :func:`app.schemes._crockford.text_rows`)."""
-    return _crockford.text_rows([(row, count) for row, count in templates if count], key)
+    """Rows of text: each ``(row, count)`` repeated ``count`` times (see :func:`app.schemes._text.text_rows`)."""
+    return _text.text_rows([(row, count) for row, count in templates if count], key)

@@ -187,12 +187,6 @@ def decode(text: str) -> int:
     )
 
 
-# --- scheme contract additions --------------------------------------------------------------------------------------
-# TODO(struct): IdentityPlan and SchemeOption move to app/schemes/base.py (CONTRACT.md "The scheme contract"); until
-# the struct branch lands, the snowflake module defines them and this module needs neither (ksuid claims no
-# identity and has no options).
-
-
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
@@ -212,7 +206,7 @@ class KsuidScheme(Scheme):
     identity = None
     reference = "segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md \"ksuid\""
 
-    # Contract members of CONTRACT.md (declared here until base.py gains them on the struct branch).
+    # What the service learns from the scheme (app/schemes/base.py).
     title: ClassVar[str] = "KSUID (Segment)"
     example: ClassVar[str] = "0ujtsYcgvSTl8PAuAdqWYSMnLOv"
     captions: ClassVar[dict[str, str]] = {

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.schemes import _crockford
+from app.schemes import _text
 from app.schemes.base import Batch
 from app.schemes.ksuid import (
     BASE62_ALPHABET,
@@ -119,15 +119,15 @@ def base62_rows(columns: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
             remainder = current - work[k] * chunk
         end = BASE62_LEN - done * CHUNK_DIGITS  # digits end .. end - 5 (exclusive) from the right
         if done == CHUNKS - 1:  # the last pass holds only the top 2 digits (the value is below 62**2 by now)
-            _crockford.char_view(rows, 0, "<u2")[:] = pairs[remainder]
+            _text.char_view(rows, 0, "<u2")[:] = pairs[remainder]
             continue
         top = remainder // np.uint64(PAIR_RADIX * PAIR_RADIX)
         rest = remainder - top * np.uint64(PAIR_RADIX * PAIR_RADIX)
         high = rest // np.uint64(PAIR_RADIX)
         low = rest - high * np.uint64(PAIR_RADIX)
         rows[:, end - CHUNK_DIGITS] = alphabet[top]
-        _crockford.char_view(rows, end - 4, "<u2")[:] = pairs[high]
-        _crockford.char_view(rows, end - 2, "<u2")[:] = pairs[low]
+        _text.char_view(rows, end - 4, "<u2")[:] = pairs[high]
+        _text.char_view(rows, end - 2, "<u2")[:] = pairs[low]
     return rows
 
 
@@ -138,12 +138,12 @@ def hex_rows(columns: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
     rows[:, HEX_LEN] = NEWLINE
     if not count:
         return rows
-    hex4 = _crockford.hex4_table()
+    hex4 = _text.hex4_table()
     mask = np.uint64((1 << HEX4_BITS) - 1)
     for k in range(LIMBS):
         column = k * 2 * HEX4_DIGITS
-        _crockford.char_view(rows, column)[:] = hex4[columns[k] >> np.uint64(HEX4_BITS)]
-        _crockford.char_view(rows, column + HEX4_DIGITS)[:] = hex4[columns[k] & mask]
+        _text.char_view(rows, column)[:] = hex4[columns[k] >> np.uint64(HEX4_BITS)]
+        _text.char_view(rows, column + HEX4_DIGITS)[:] = hex4[columns[k] & mask]
     return rows
 
 
@@ -195,12 +195,12 @@ class KsuidBatch(Batch):
 
     def _rows(self, radix: int, encoder: Callable[[int], str], column: int, table: npt.NDArray[np.uint32]) -> bytes:
         runs = self._runs(radix)
-        rows = _crockford.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
-        _crockford.write_runs(rows, column, [(table, low, n) for _, low, n in runs])
+        rows = _text.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
+        _text.write_runs(rows, column, [(table, low, n) for _, low, n in runs])
         return rows.tobytes()
 
     def _base62(self) -> bytes:
         return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails())
 
     def _hex(self) -> bytes:
-        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _crockford.hex4_table())
+        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table())

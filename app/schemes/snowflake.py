@@ -47,48 +47,18 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
     Clock,
     Generator,
+    IdentityPlan,
     IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeOption,
+    idmint_plan,
 )
 
 if TYPE_CHECKING:
     from app.schemes.snowflake_batch import SnowflakeGenerator
 
-# --- contract additions (CONTRACT.md "The scheme contract") ----------------------------------------------------------
-# TODO(struct): SchemeOption and IdentityPlan move to app/schemes/base.py on the struct branch; once merged, delete
-# this block and import them from there (fields and defaults are copied from CONTRACT.md unchanged).
-
-
-@dataclass(frozen=True)
-class SchemeOption:
-    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
-
-    name: str
-    kwarg: str
-    description: str
-    choices: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class IdentityPlan:
-    """How a node claims this scheme's identity, decided once from settings (None from identity_plan = no claim)."""
-
-    kind: str
-    minimum: int
-    maximum: int
-    key_prefix: str
-    mark_prefix: str
-    key_format: str = "{:d}"
-    draw: str = "scan"
-    static: int | None = None
-    group: str = ""
-    claims: int = 1
-    allowed_groups_key: str | None = None
-
-
-# --- end of the block that moves to base.py -----------------------------------------------------------------------
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -462,7 +432,8 @@ class SnowflakeScheme(Scheme):
     reference = ("Twitter Snowflake, Discord API reference (Snowflakes), Instagram sharded IDs, sony/sonyflake; "
                  "STANDARD_SCHEMES.md \"snowflake\"")
 
-    # Contract members of CONTRACT.md (declared here until base.py gains them on the struct branch).
+    identity: ClassVar[IdentitySpec | None] = IdentitySpec("worker_id", 0, TWITTER.worker_max)
+    """The default layout's worker IDs; an instance in another layout sets its own (0..2**W-1)."""
     title: ClassVar[str] = "Snowflake (Twitter, Discord, Instagram, Sonyflake, custom layouts)"
     example: ClassVar[str] = "175928847299117063"
     captions: ClassVar[dict[str, str]] = {
@@ -544,16 +515,8 @@ class SnowflakeScheme(Scheme):
         or the static ``snowflake_worker_id``; keys ``idmint/snowflake/<layout>/<id>``."""
         layout = self.configured(settings).snowflake_layout
         low, high = settings.snowflake_pool_bounds
-        return IdentityPlan(
-            kind="worker_id",
-            minimum=low,
-            maximum=high,
-            key_prefix=f"idmint/snowflake/{layout.key_name}/",
-            mark_prefix=f"idmint/marks/snowflake/{layout.key_name}/",
-            static=settings.snowflake_worker_id,
-            group=layout.key_name,
-            claims=settings.snowflake_workers,
-        )
+        return idmint_plan(self.name, "worker_id", low, high, group=layout.key_name,
+                           static=settings.snowflake_worker_id, claims=settings.snowflake_workers)
 
     def new_generator(
         self,

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
-from app.schemes import _crockford
+from app.schemes import _text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats
 from app.schemes.snowflake import (
     BATCH_COUNT_MAX,
@@ -81,11 +81,11 @@ def decimal_text(values: npt.NDArray[np.uint64]) -> bytes:
     rest = values - top * np.uint64(TOP_RADIX)
     # The top group's entry is "0ddd": write it shifted by one byte (3 digits at columns 0..2); column 3 is then
     # overwritten by the first 4-digit group.
-    _crockford.char_view(rows, 0)[:] = dec4[top] >> np.uint32(8)
+    _text.char_view(rows, 0)[:] = dec4[top] >> np.uint32(8)
     radix = np.uint64(GROUP_RADIX)
     for column in range(DECIMAL_LEN_MAX - GROUP_DIGITS, TOP_DIGITS - 1, -GROUP_DIGITS):  # 15, 11, 7, 3
         high = rest // radix
-        _crockford.char_view(rows, column)[:] = dec4[rest - high * radix]
+        _text.char_view(rows, column)[:] = dec4[rest - high * radix]
         rest = high
     digits = np.searchsorted(_POWERS_OF_TEN, values, side="right") + 1  # decimal digits of each value
     widest, narrowest = int(digits.max()), int(digits.min())
@@ -102,12 +102,12 @@ def hex_text(values: npt.NDArray[np.uint64]) -> bytes:
         return b""
     rows = np.empty((count, HEX_LEN + 1), dtype=np.uint8)
     rows[:, HEX_LEN] = NEWLINE
-    hex4 = _crockford.hex4_table()
+    hex4 = _text.hex4_table()
     mask = np.uint64((1 << HEX4_BITS) - 1)
     groups = HEX_LEN // 4
     for group in range(groups):
         shift = np.uint64(HEX4_BITS * (groups - 1 - group))
-        _crockford.char_view(rows, 4 * group)[:] = hex4[(values >> shift) & mask]
+        _text.char_view(rows, 4 * group)[:] = hex4[(values >> shift) & mask]
     return rows.tobytes()
 
 
@@ -158,8 +158,8 @@ def decimal_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
     high = tail // np.uint64(GROUP_RADIX)
     dec4 = _dec4()
     width = rows.shape[1]
-    _crockford.char_view(rows, width - 1 - DECIMAL_TAIL_DIGITS)[:] = dec4[high]
-    _crockford.char_view(rows, width - 1 - GROUP_DIGITS)[:] = dec4[tail - high * np.uint64(GROUP_RADIX)]
+    _text.char_view(rows, width - 1 - DECIMAL_TAIL_DIGITS)[:] = dec4[high]
+    _text.char_view(rows, width - 1 - GROUP_DIGITS)[:] = dec4[tail - high * np.uint64(GROUP_RADIX)]
     return rows.tobytes()
 
 
@@ -175,7 +175,7 @@ def hex_text_sorted(values: npt.NDArray[np.uint64]) -> bytes:
         return hex_text(values)
     rows = _repeated_rows([((encode_hex(int(values[start])) + "\n").encode("ascii"), rows) for start, rows in segments])
     mask = np.uint64((1 << HEX4_BITS) - 1)
-    _crockford.char_view(rows, HEX_LEN - HEX_TAIL_DIGITS)[:] = _crockford.hex4_table()[values & mask]
+    _text.char_view(rows, HEX_LEN - HEX_TAIL_DIGITS)[:] = _text.hex4_table()[values & mask]
     return rows.tobytes()
 
 
@@ -219,7 +219,7 @@ def _runs_text(
     if len(parts[-1][0]) != width:
         return None  # ascending values: the first and last heads bound every width
     rows = _repeated_rows(parts)
-    _crockford.write_runs(rows, width - 1 - TAIL_CHARS, tails)
+    _text.write_runs(rows, width - 1 - TAIL_CHARS, tails)
     return rows.tobytes()
 
 
@@ -281,7 +281,7 @@ class SnowflakeBatch(Batch):
             return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
         runs = self._consecutive_runs()
         if fmt == "hex":
-            hex4 = _crockford.hex4_table()
+            hex4 = _text.hex4_table()
             text = None if runs is None else _runs_text(runs, self.count, HEX_TAIL_RADIX, _hex_head, hex4)
             return hex_text_sorted(self.array()) if text is None else text
         text = None if runs is None else _runs_text(runs, self.count, GROUP_RADIX, _decimal_head, _dec4())

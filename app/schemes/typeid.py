@@ -32,16 +32,25 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _columns, _crockford
+from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Scheme,
+    SchemeOption,
+)
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
     COUNTER_LOW_MASK,
@@ -67,7 +76,7 @@ UUID_LEN = _columns.UUID_LEN  # 36
 VALUE_MAX = (1 << 128) - 1
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
 PREFIX_RULE = "0..63 lowercase ASCII letters a-z and '_', not starting or ending with '_'"
-SCALAR_COUNT_MAX = 8
+SCALAR_COUNT_MAX = SMALL_BATCH
 """Batches up to this size are formatted per ID (cheaper than setting up the columns)."""
 
 # Suffix characters of an issued TypeID (a UUIDv7 whose rand_a and rand_b top 30 bits are a 42-bit counter):
@@ -106,23 +115,9 @@ def _counter_table() -> npt.NDArray[np.uint32]:
 def _lookup(
     rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
 ) -> None:
-    looked_up = _crockford.scratch("typeid-chars", rows.shape[0], "<u4")
+    looked_up = _text.scratch("typeid-chars", rows.shape[0], "<u4")
     np.take(table, index, out=looked_up, mode="wrap")
-    _crockford.char_view(rows, column)[...] = looked_up
-
-
-# --- contract members the `struct` branch adds to app/schemes/base.py ------------------------------------------------
-# TODO(struct): SchemeOption moves to app/schemes/base.py; import it from there once the struct branch lands.
-
-
-@dataclass(frozen=True)
-class SchemeOption:
-    """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes."""
-
-    name: str
-    kwarg: str
-    description: str
-    choices: tuple[str, ...] = ()
+    _text.char_view(rows, column)[...] = looked_up
 
 
 # --- the TypeID value ---------------------------------------------------------------------------------------------
@@ -224,7 +219,7 @@ class TypeIdScheme(Scheme):
     identity = None
     reference = "TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md \"typeid\""
 
-    # --- contract members the `struct` branch adds to Scheme (plain attributes until base.py has them) ---
+    # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "TypeID (jetify, spec v0.3)"
     example = "user_01h455vb4pex5vsknk084sn02q"
     captions = {
@@ -266,6 +261,11 @@ class TypeIdScheme(Scheme):
         if not isinstance(shared, Uuidv7Generator):
             raise TypeError(f"typeid shares a uuidv7 generator, got {type(shared).__name__}")
         return TypeIdGenerator(shared)
+
+    def share_generator(self, generator: Generator) -> TypeIdGenerator:
+        """The node's TypeID generator on top of its uuidv7 generator (:attr:`shares_generator_with`): one
+        monotonic sequence for both schemes; the prefix stays here (the uuidv7 generator never sees it)."""
+        return self.generator_around(generator)
 
     # --- codec ---
 
@@ -340,11 +340,11 @@ class TypeIdBatch(Batch):
         start = len(lead)
         triples = _columns.base32_triples(lowercase=True)
         # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
-        _crockford.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
+        _text.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
         count = self.count
-        tails = _crockford.scratch("typeid-tails", count, np.intp)
+        tails = _text.scratch("typeid-tails", count, np.intp)
         np.copyto(tails, np.frombuffer(self.uuids.tails, dtype=">u4", count=count), casting="safe")
-        index = _crockford.scratch("typeid-index", count, np.intp)
+        index = _text.scratch("typeid-index", count, np.intp)
         # Character 19: counter bits 2..0 and tail bits 31..30, as the first character of a triple entry.
         done = 0
         for _, first, n in runs:
@@ -352,7 +352,7 @@ class TypeIdBatch(Batch):
             done += n
         np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
         np.left_shift(index, TAIL_TOP_BITS, out=index)
-        other = _crockford.scratch("typeid-other", count, np.intp)
+        other = _text.scratch("typeid-other", count, np.intp)
         np.right_shift(tails, TAIL_BITS - TAIL_TOP_BITS, out=other)
         np.bitwise_or(index, other, out=index)
         np.left_shift(index, TRIPLE_FIRST_CHAR_SHIFT, out=index)

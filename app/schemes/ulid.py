@@ -31,7 +31,7 @@ import time
 from typing import Any, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _columns, _crockford
+from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 
@@ -170,7 +170,7 @@ class UlidScheme(Scheme):
     identity = None
     reference = "ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; STANDARD_SCHEMES.md \"ulid\""
 
-    # --- contract members the `struct` branch adds to Scheme (plain attributes until base.py has them) ---
+    # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "ULID"
     example = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
     captions = {
@@ -267,13 +267,13 @@ class UlidBatch(Batch):
         if fmt == "ulid":
             encoder, bits, column, table = encode_ulid, BASE32_TAIL_BITS, BASE32_TAIL_CHAR, _columns.base32_triples()
         elif fmt == "uuid":
-            encoder, bits, column, table = encode_uuid, HEX_TAIL_BITS, UUID_TAIL_COLUMN, _crockford.hex4_table()
+            encoder, bits, column, table = encode_uuid, HEX_TAIL_BITS, UUID_TAIL_COLUMN, _text.hex4_table()
         else:
-            encoder, bits, column, table = encode_hex, HEX_TAIL_BITS, HEX_TAIL_COLUMN, _crockford.hex4_table()
+            encoder, bits, column, table = encode_hex, HEX_TAIL_BITS, HEX_TAIL_COLUMN, _text.hex4_table()
         runs = split_runs(self.segments, bits)
         rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
         # One <u4 per ID: base32 characters 23..25 and the newline (the table's 4th byte), or the last 4 hex digits.
-        _crockford.write_runs(rows, column, [(table, first, count) for _, first, count in runs])
+        _text.write_runs(rows, column, [(table, first, count) for _, first, count in runs])
         return rows.tobytes()
 
     def values(self) -> list[int]:

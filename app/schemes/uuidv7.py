@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import _columns, _crockford
+from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
 
@@ -221,7 +221,7 @@ class Uuidv7Scheme(Scheme):
     identity = None
     reference = "RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); STANDARD_SCHEMES.md \"uuidv7\""
 
-    # --- contract members the `struct` branch adds to Scheme (plain attributes until base.py has them) ---
+    # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "UUIDv7 (RFC 9562)"
     example = "017f22e2-79b0-7cc3-98c4-dc0c0c07398f"
     captions = {
@@ -321,9 +321,9 @@ class Uuidv7Batch(Batch):
         Built in per-thread scratch buffers: valid until the next call on this thread.
         """
         count = self.count
-        counters = _crockford.scratch("uuidv7-counters", count, np.uint64)
-        hi16 = _crockford.scratch("uuidv7-hi16", count, np.uint64)
-        lo64 = _crockford.scratch("uuidv7-lo64", count, np.uint64)
+        counters = _text.scratch("uuidv7-counters", count, np.uint64)
+        hi16 = _text.scratch("uuidv7-hi16", count, np.uint64)
+        lo64 = _text.scratch("uuidv7-lo64", count, np.uint64)
         start = 0
         for seg in self.segments:
             np.add(ramp(seg.count), np.uint64(seg.first_counter), out=counters[start : start + seg.count])
@@ -367,16 +367,16 @@ class Uuidv7Batch(Batch):
         )
         runs = self.runs16()
         rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
-        hex4 = _crockford.hex4_table()
-        _crockford.write_runs(rows, counter_column, [(hex4, first, count) for _, first, count in runs])
+        hex4 = _text.hex4_table()
+        _text.write_runs(rows, counter_column, [(hex4, first, count) for _, first, count in runs])
         count = self.count
         halves = np.frombuffer(self.tails, dtype=">u2", count=2 * count).reshape(count, 2)
-        index = _crockford.scratch("uuidv7-tail-index", 2 * count, np.intp).reshape(2, count)
+        index = _text.scratch("uuidv7-tail-index", 2 * count, np.intp).reshape(2, count)
         np.copyto(index, halves.T, casting="safe")
-        looked_up = _crockford.scratch("uuidv7-chars", count, "<u4")
+        looked_up = _text.scratch("uuidv7-chars", count, "<u4")
         for half, column in enumerate(tail_columns):
             np.take(hex4, index[half], out=looked_up, mode="wrap")
-            _crockford.char_view(rows, column)[...] = looked_up
+            _text.char_view(rows, column)[...] = looked_up
         return rows.tobytes()
 
     def values(self) -> list[int]:
