@@ -53,6 +53,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    grouped,
     idmint_plan,
 )
 
@@ -534,12 +535,13 @@ class SnowflakeScheme(Scheme):
         return SnowflakeGenerator(layout, identities, clock=clock, floor=floor, lookback_units=lookback_units)
 
     def describe(self, settings: Any) -> dict[str, Any]:
-        """``{"layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",
-        "ids_per_second"}}`` for the node's layout and worker count."""
+        """``{"snowflake_layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",
+        "ids_per_second"}}`` for the node's layout and worker count (not "layout": that member of the
+        ``/v1/schemes`` entry is the bit layout every scheme has)."""
         layout = self.configured(settings).snowflake_layout
         workers = settings.snowflake_workers
         return {
-            "layout": layout.describe(),
+            "snowflake_layout": layout.describe(),
             "limits": {
                 "ids_per_unit_per_worker_id": layout.ids_per_unit,
                 "unit_ms": layout.unit_ms,
@@ -553,6 +555,20 @@ class SnowflakeScheme(Scheme):
 
     def registration(self, generator: Generator) -> str | None:
         return None
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        """``worker_id`` as "worker 421", ``sequence`` as "sequence 7 of 0..4095 in its unit", ``layout`` named."""
+        layout = self.snowflake_layout
+        return {
+            "layout": f"layout {fields['layout']}",
+            "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
+            "worker_id": f"worker {fields['worker_id']}",
+            "sequence": f"sequence {fields['sequence']} of 0..{layout.sequence_max} in its unit",
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        """"worker 421, sequence 7 (twitter layout)"."""
+        return f"worker {fields['worker_id']}, sequence {fields['sequence']} ({fields['layout']} layout)"
 
 
 SCHEME = SnowflakeScheme()

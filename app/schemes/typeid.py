@@ -267,6 +267,17 @@ class TypeIdScheme(Scheme):
         monotonic sequence for both schemes; the prefix stays here (the uuidv7 generator never sees it)."""
         return self.generator_around(generator)
 
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        """``prefix`` as 'type "user"' (or "no type prefix"), ``version`` as "UUID version 7"."""
+        prefix = fields["prefix"]
+        return {"prefix": f'type "{prefix}"' if prefix else "no type prefix",
+                "version": f"UUID version {fields['version']}"}
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        """'type "user", UUID version 7'."""
+        words = self.words(fields)
+        return f"{words['prefix']}, {words['version']}"
+
     # --- codec ---
 
     def parse(self, text: str) -> TypeId:
