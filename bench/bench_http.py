@@ -12,8 +12,16 @@
     revision's app is served too (same interpreter, its own state dir) and joins the alternation; the ratio of
     this revision to the baseline is printed.
 
+(c) single-ID requests/s of each scheme in ``--request-schemes`` (default: the standard schemes uuidv7, ulid,
+    typeid, ksuid, snowflake) beside wiji's, on one idmint server, rounds alternating wiji and the scheme; the
+    ratio of medians (scheme / wiji) is printed.
+
+Streams (b) cover ``--schemes`` (default: every registered scheme) and print each rate beside wiji's as a ratio;
+snowflake is also reported as a fraction of its cap (2^S IDs per time unit per worker ID held).
+
 Usage: python bench/bench_http.py [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
-                                  [--baseline DIR] [--skip-streams]
+                                  [--baseline DIR] [--skip-streams] [--skip-requests] [--schemes a,b,...]
+                                  [--request-schemes a,b,...]
 Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
 """
 
@@ -39,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from app.schemes import schemes  # noqa: E402
 
 SCHEMES = tuple(schemes())
+STANDARD = ("uuidv7", "ulid", "typeid", "ksuid", "snowflake")
 
 
 def free_port() -> int:
@@ -121,7 +130,13 @@ def main() -> None:
     ap.add_argument("--skip-requests", action="store_true")
     ap.add_argument("--skip-streams", action="store_true")
     ap.add_argument("--baseline", type=Path, help="another idmint checkout to compare single-ID requests/s with")
+    ap.add_argument("--schemes", default=",".join(SCHEMES), help="schemes to stream, comma-separated (wiji is "
+                    "always included for the ratio)")
+    ap.add_argument("--request-schemes", default=",".join(STANDARD),
+                    help="schemes whose single-ID requests/s are compared with wiji's ('' = none)")
     args = ap.parse_args()
+    streamed = [name for name in SCHEMES if name in {"wiji", *args.schemes.split(",")}]
+    compared = [name for name in args.request_schemes.split(",") if name]
     for tool in ("wrk", "curl"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is needed: apt-get install {tool}")
@@ -162,20 +177,47 @@ def main() -> None:
             if base is not None:
                 stop(base)
 
+    if not args.skip_requests and compared:
+        idm, idm_url = start(["--factory", "app.main:create_app"], env)
+        try:
+            print(f"(c) single-ID GET /v1/ids/{{scheme}} beside wiji, one idmint server (medians of {args.rounds} "
+                  f"alternating {args.seconds}s wrk rounds, {args.connections} connections):")
+            for scheme in compared:
+                urls = {name: f"{idm_url}/v1/ids/{name}" for name in ("wiji", scheme)}
+                for url in urls.values():
+                    wrk(url, 1, args.connections)  # warm-up
+                rps: dict[str, list[float]] = {"wiji": [], scheme: []}
+                for _ in range(args.rounds):
+                    for name, url in urls.items():
+                        rps[name].append(wrk(url, args.seconds, args.connections))
+                w, x = statistics.median(rps["wiji"]), statistics.median(rps[scheme])
+                print(f"    {scheme:10s} {x:10,.0f} req/s  wiji {w:10,.0f} req/s  ratio {x / w:.3f}  "
+                      f"(all: {[round(v) for v in rps[scheme]]} vs {[round(v) for v in rps['wiji']]})", flush=True)
+        finally:
+            stop(idm)
+
     if args.skip_streams:
         return
     idm, idm_url = start(["--factory", "app.main:create_app"], env)
     try:
         print(f"(b) streams of {args.count:,} IDs, one worker:")
-        for scheme in SCHEMES:
+        wiji_rate = None
+        for scheme in sorted(streamed, key=lambda name: name != "wiji"):  # wiji first: the others' reference
             count = args.count
             seconds, size, before, peak = stream(idm_url, scheme, count, idm.pid)
             rate = count / seconds
+            wiji_rate = wiji_rate or rate
             line = (f"    {scheme:10s} {rate / 1e6:7.2f} M IDs/s  {size / seconds / 1e6:7.1f} MB/s  "
-                    f"{seconds:6.2f} s  rss {before / 1024:.0f} -> peak {peak / 1024:.0f} MiB")
+                    f"{seconds:6.2f} s  rss {before / 1024:.0f} -> peak {peak / 1024:.0f} MiB  "
+                    f"x{rate / wiji_rate:.2f} of wiji")
             if scheme == "eight-byte":
                 cap = 64_000 * args.eight_byte_generators
                 line += f"  ({rate / cap:.1%} of the format cap for {args.eight_byte_generators} generator IDs)"
+            if scheme == "snowflake":
+                described = {s["name"]: s for s in httpx.get(idm_url + "/v1/schemes").json()["schemes"]}
+                cap = described["snowflake"].get("limits", {}).get("ids_per_second")
+                if cap:
+                    line += f"  ({rate / cap:.1%} of its cap, {cap:,} IDs/s for the worker IDs held)"
             print(line, flush=True)
     finally:
         stop(idm)

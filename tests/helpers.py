@@ -23,6 +23,8 @@ from app.settings import Settings
 
 SCHEMES = tuple(schemes())
 HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
+CLAIMING = tuple(name for name, scheme in schemes().items() if scheme.identity_plan(Settings()) is not None)
+"""The schemes whose node claims an identity (muid, eight-byte, hlc-ulid, siq, snowflake)."""
 
 
 def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> PoolSpec:

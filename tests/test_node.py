@@ -34,7 +34,8 @@ async def issue_values(node: Node, scheme: str, n: int) -> list[int]:
 def timestamps(scheme: str, values: list[int]) -> list[int]:
     s = get_scheme(scheme)
     key = {"muid": "timestamp_us", "eight-byte": "timestamp_ms", "hlc-ulid": "timestamp_ms",
-           "siq": "seconds", "wiji": "timestamp_us"}[scheme]
+           "siq": "seconds", "wiji": "timestamp_us", "uuidv7": "timestamp_ms", "ulid": "timestamp_ms",
+           "typeid": "timestamp_ms", "ksuid": "timestamp_s", "snowflake": "timestamp_ms"}[scheme]
     return [s.fields(v)[key] for v in values]
 
 

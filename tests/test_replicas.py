@@ -16,13 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import SCHEMES, Replica
+from tests.helpers import CLAIMING, SCHEMES, Replica
 
 TTL_S = 3
 MARGIN_S = 1.0
-CLAIMED = ("muid", "eight-byte", "hlc-ulid", "siq")
+CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake
 TIMESTAMP_FIELD = {"muid": "timestamp_us", "eight-byte": "timestamp_ms", "hlc-ulid": "timestamp_ms",
-                   "siq": "seconds", "wiji": "timestamp_us"}
+                   "siq": "seconds", "wiji": "timestamp_us", "uuidv7": "timestamp_ms", "ulid": "timestamp_ms",
+                   "typeid": "timestamp_ms", "ksuid": "timestamp_s", "snowflake": "timestamp_ms"}
 
 
 def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # noqa: ANN001
@@ -72,7 +73,7 @@ def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path,
                                                                  ) -> None:
     with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
         held = [identities(r) for r in nodes]
-        for scheme in SCHEMES:
+        for scheme in CLAIMED + ("wiji",):
             sets = [set(h[scheme]) for h in held]
             assert all(sets) and len(set().union(*sets)) == sum(map(len, sets)), (scheme, sets)
         dump = etcd_server.etcdctl("get", "--prefix", etcd_namespace, "-w", "json")
@@ -86,8 +87,12 @@ def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path,
         for key in eight:
             holder = json.loads(claims[key])["holder"]
             assert holder["pid"] in pids and holder["host"]
-        for scheme in ("muid", "hlc-ulid", "siq", "wiji"):
+        for scheme in ("muid", "hlc-ulid", "siq", "wiji", "snowflake"):
             assert sum(1 for k in claims if k.startswith(f"{etcd_namespace}idmint/{scheme}/")) == 3, scheme
+        # Snowflake worker IDs: one key per replica under idmint/snowflake/<layout>/, no worker ID twice.
+        workers = [k.rsplit("/", 1)[1] for k in claims if k.startswith(f"{etcd_namespace}idmint/snowflake/twitter/")]
+        assert len(workers) == len(set(workers)) == 3, workers
+        assert sorted(int(w) for w in workers) == sorted(h["snowflake"][0] for h in held)
 
 
 def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(tmp_path: Path, etcd_server,
@@ -161,6 +166,7 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
               "IDMINT_MUID_MEDALLION": str(held["muid"][0]),
               "IDMINT_HLC_ULID_PUBLISHER_ID": str(held["hlc-ulid"][0]),
               "IDMINT_SIQ_SHARD": str(held["siq"][0]),
+              "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
               "IDMINT_CLOCK_OFFSET_MS": "-1500"}
     nxt = Replica(tmp_path, {**env, **static})
     try:

@@ -53,6 +53,8 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    grouped,
+    idmint_plan,
 )
 
 if TYPE_CHECKING:
@@ -430,7 +432,8 @@ class SnowflakeScheme(Scheme):
     reference = ("Twitter Snowflake, Discord API reference (Snowflakes), Instagram sharded IDs, sony/sonyflake; "
                  "STANDARD_SCHEMES.md \"snowflake\"")
 
-    # Contract members of CONTRACT.md (declared here until base.py gains them on the struct branch).
+    identity: ClassVar[IdentitySpec | None] = IdentitySpec("worker_id", 0, TWITTER.worker_max)
+    """The default layout's worker IDs; an instance in another layout sets its own (0..2**W-1)."""
     title: ClassVar[str] = "Snowflake (Twitter, Discord, Instagram, Sonyflake, custom layouts)"
     example: ClassVar[str] = "175928847299117063"
     captions: ClassVar[dict[str, str]] = {
@@ -512,16 +515,8 @@ class SnowflakeScheme(Scheme):
         or the static ``snowflake_worker_id``; keys ``idmint/snowflake/<layout>/<id>``."""
         layout = self.configured(settings).snowflake_layout
         low, high = settings.snowflake_pool_bounds
-        return IdentityPlan(
-            kind="worker_id",
-            minimum=low,
-            maximum=high,
-            key_prefix=f"idmint/snowflake/{layout.key_name}/",
-            mark_prefix=f"idmint/marks/snowflake/{layout.key_name}/",
-            static=settings.snowflake_worker_id,
-            group=layout.key_name,
-            claims=settings.snowflake_workers,
-        )
+        return idmint_plan(self.name, "worker_id", low, high, group=layout.key_name,
+                           static=settings.snowflake_worker_id, claims=settings.snowflake_workers)
 
     def new_generator(
         self,
@@ -539,12 +534,13 @@ class SnowflakeScheme(Scheme):
         return SnowflakeGenerator(layout, identities, clock=clock, floor=floor, lookback_units=lookback_units)
 
     def describe(self, settings: Any) -> dict[str, Any]:
-        """``{"layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",
-        "ids_per_second"}}`` for the node's layout and worker count."""
+        """``{"snowflake_layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",
+        "ids_per_second"}}`` for the node's layout and worker count (not "layout": that member of the
+        ``/v1/schemes`` entry is the bit layout every scheme has)."""
         layout = self.configured(settings).snowflake_layout
         workers = settings.snowflake_workers
         return {
-            "layout": layout.describe(),
+            "snowflake_layout": layout.describe(),
             "limits": {
                 "ids_per_unit_per_worker_id": layout.ids_per_unit,
                 "unit_ms": layout.unit_ms,
@@ -558,6 +554,20 @@ class SnowflakeScheme(Scheme):
 
     def registration(self, generator: Generator) -> str | None:
         return None
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        """``worker_id`` as "worker 421", ``sequence`` as "sequence 7 of 0..4095 in its unit", ``layout`` named."""
+        layout = self.snowflake_layout
+        return {
+            "layout": f"layout {fields['layout']}",
+            "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
+            "worker_id": f"worker {fields['worker_id']}",
+            "sequence": f"sequence {fields['sequence']} of 0..{layout.sequence_max} in its unit",
+        }
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        """"worker 421, sequence 7 (twitter layout)"."""
+        return f"worker {fields['worker_id']}, sequence {fields['sequence']} ({fields['layout']} layout)"
 
 
 SCHEME = SnowflakeScheme()

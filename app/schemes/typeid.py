@@ -31,7 +31,7 @@ wraps a :class:`~app.schemes.uuidv7.Uuidv7Generator`, and :class:`TypeIdBatch` w
 from __future__ import annotations
 
 import functools
-import os
+import ssl
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,7 +40,17 @@ import numpy.typing as npt
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, SchemeOption
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Scheme,
+    SchemeOption,
+)
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
     COUNTER_LOW_MASK,
@@ -66,7 +76,7 @@ UUID_LEN = _columns.UUID_LEN  # 36
 VALUE_MAX = (1 << 128) - 1
 _PREFIX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz_")
 PREFIX_RULE = "0..63 lowercase ASCII letters a-z and '_', not starting or ending with '_'"
-SCALAR_COUNT_MAX = 8
+SCALAR_COUNT_MAX = SMALL_BATCH
 """Batches up to this size are formatted per ID (cheaper than setting up the columns)."""
 
 # Suffix characters of an issued TypeID (a UUIDv7 whose rand_a and rand_b top 30 bits are a 42-bit counter):
@@ -209,7 +219,7 @@ class TypeIdScheme(Scheme):
     identity = None
     reference = "TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md \"typeid\""
 
-    # --- contract members the `struct` branch adds to Scheme (plain attributes until base.py has them) ---
+    # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "TypeID (jetify, spec v0.3)"
     example = "user_01h455vb4pex5vsknk084sn02q"
     captions = {
@@ -238,10 +248,15 @@ class TypeIdScheme(Scheme):
         return text
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
     ) -> TypeIdGenerator:
         """A TypeID generator around a new uuidv7 generator (``floor`` in ms). A node sharing one uuidv7 generator
-        between the two schemes wraps it with :meth:`generator_around` instead."""
+        between the two schemes wraps it with :meth:`generator_around` instead.
+
+        ``random`` defaults to :func:`ssl.RAND_bytes` (OpenSSL's CSPRNG, reseeded after fork): measured 8x
+        faster than :func:`os.urandom` for 4 KiB draws and 23x for 256 KiB (column-wise batches), about 2x
+        slower for a 16-byte draw; both are cryptographically secure.
+        """
         if identities:
             raise ValueError(f"{self.name} leases no identity, got {identities}")
         return TypeIdGenerator(Uuidv7Generator(clock=clock, rng=random, floor=floor))
@@ -251,6 +266,22 @@ class TypeIdScheme(Scheme):
         if not isinstance(shared, Uuidv7Generator):
             raise TypeError(f"typeid shares a uuidv7 generator, got {type(shared).__name__}")
         return TypeIdGenerator(shared)
+
+    def share_generator(self, generator: Generator) -> TypeIdGenerator:
+        """The node's TypeID generator on top of its uuidv7 generator (:attr:`shares_generator_with`): one
+        monotonic sequence for both schemes; the prefix stays here (the uuidv7 generator never sees it)."""
+        return self.generator_around(generator)
+
+    def words(self, fields: dict[str, Any]) -> dict[str, str]:
+        """``prefix`` as 'type "user"' (or "no type prefix"), ``version`` as "UUID version 7"."""
+        prefix = fields["prefix"]
+        return {"prefix": f'type "{prefix}"' if prefix else "no type prefix",
+                "version": f"UUID version {fields['version']}"}
+
+    def summary(self, fields: dict[str, Any]) -> str:
+        """'type "user", UUID version 7'."""
+        words = self.words(fields)
+        return f"{words['prefix']}, {words['version']}"
 
     # --- codec ---
 

@@ -15,10 +15,16 @@ FIELDS = {
     "hlc-ulid": {"timestamp_ms", "counter", "publisher_id", "random"},
     "siq": {"seconds", "fraction", "shard", "domain_hash", "serial", "qualifier"},
     "wiji": {"timestamp_us", "sequence", "version", "random"},
+    "uuidv7": {"timestamp_ms", "rand_a", "rand_b"},
+    "ulid": {"timestamp_ms", "random"},
+    "typeid": {"prefix", "uuid", "version", "timestamp_ms"},
+    "ksuid": {"timestamp_s", "payload"},
+    "snowflake": {"layout", "timestamp_ms", "worker_id", "sequence"},
 }
 RFC3339 = {3: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"),
            6: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")}
-PRECISION = {"muid": 6, "eight-byte": 3, "hlc-ulid": 3, "siq": 6, "wiji": 6}
+PRECISION = {"muid": 6, "eight-byte": 3, "hlc-ulid": 3, "siq": 6, "wiji": 6, "uuidv7": 3, "ulid": 3, "typeid": 3,
+             "ksuid": 3, "snowflake": 3}
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +62,41 @@ def test_spec_vectors_decode(client: TestClient) -> None:
 
 
 def test_detection_lists_every_candidate(client: TestClient) -> None:
-    # 26 Crockford characters can be both an HLC-ULID and a Wiji ID.
+    # 26 Crockford characters can be a Wiji ID, an HLC-ULID and a ULID.
     text = client.get("/v1/ids/wiji").json()["ids"][0]
     names = [c["scheme"] for c in client.get(f"/v1/decode/{text}").json()["candidates"]]
-    # Both readings are listed; the plausible one (wiji, made now) before the HLC-ULID reading dated ~2192.
-    assert names == ["wiji", "hlc-ulid"]
+    # Every reading is listed; the plausible one (wiji, made now) before the readings dated ~2192.
+    assert names[0] == "wiji" and set(names) == {"wiji", "hlc-ulid", "ulid"}
     text = client.get("/v1/ids/hlc-ulid").json()["ids"][0]
     names = [c["scheme"] for c in client.get(f"/v1/decode/{text}").json()["candidates"]]
-    assert names[0] == "hlc-ulid"
+    assert names[0] in ("hlc-ulid", "ulid") and {"hlc-ulid", "ulid"} <= set(names)
+
+
+def test_a_ulid_also_reads_as_an_hlc_ulid(client: TestClient) -> None:
+    text = client.get("/v1/ids/ulid").json()["ids"][0]
+    candidates = client.get(f"/v1/decode/{text}").json()["candidates"]
+    names = [c["scheme"] for c in candidates]
+    assert {"ulid", "hlc-ulid"} <= set(names)
+    by_name = {c["scheme"]: c for c in candidates}
+    assert by_name["ulid"]["fields"]["timestamp_ms"] == by_name["hlc-ulid"]["fields"]["timestamp_ms"]
+
+
+def test_a_bare_decimal_lists_every_reading_that_parses(client: TestClient) -> None:
+    snowflake = client.get("/v1/ids/snowflake").json()["ids"][0]
+    names = [c["scheme"] for c in client.get(f"/v1/decode/{snowflake}").json()["candidates"]]
+    assert {"eight-byte", "siq", "snowflake"} <= set(names), names
+    # The snowflake reading is in the node's layout (twitter by default).
+    by_name = {c["scheme"]: c for c in client.get(f"/v1/decode/{snowflake}").json()["candidates"]}
+    assert by_name["snowflake"]["fields"]["layout"] == "twitter"
+
+
+def test_snowflake_decodes_with_another_layout(client: TestClient) -> None:
+    # Discord's documented example: 2016-04-30T11:18:25.796Z, worker 1, process 0, increment 7.
+    d = client.get("/v1/decode/snowflake/175928847299117063", params={"layout": "discord"}).json()
+    assert d["fields"]["layout"] == "discord" and d["fields"]["timestamp_ms"] == 1462015105796
+    assert d["fields"]["sequence"] == 7
+    r = client.get("/v1/decode/snowflake/175928847299117063", params={"layout": "martian"})
+    assert r.status_code == 422 and "layout" in r.json()["detail"]
 
 
 def test_surrounding_whitespace_is_ignored(client: TestClient) -> None:

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect  # dev extra; a missing package fails here, it is never skipped
 
+from app.schemes import schemes
 from tests.e2e.harness import Server
 
-SCHEMES = ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")
+SCHEMES = tuple(schemes())
 INPUT_LABEL = "IDs, log lines or ticket text"
 LOCAL_ZONE = re.compile(r"\((Asia/Kolkata|Asia/Calcutta), UTC\+05:30\)$")  # ICU may name the zone either way
 LOCAL_OFFSET = timedelta(hours=5, minutes=30)
@@ -98,7 +99,16 @@ def expected_words(scheme: str, fields: dict[str, Any]) -> dict[str, str]:
     if scheme == "siq":
         return {"qualifier": f'qualifier "{fields["qualifier"]}": a {fields["qualifier"]}',
                 "shard": f"shard {fields['shard']}"}
-    return {"version": "version 1 (Wiji v1)", "random": f"process 0x{fields['random']:013X}"}
+    if scheme == "wiji":
+        return {"version": "version 1 (Wiji v1)", "random": f"process 0x{fields['random']:013X}"}
+    if scheme == "snowflake":
+        return {"worker_id": f"worker {fields['worker_id']}", "sequence": f"sequence {fields['sequence']} of 0..",
+                "layout": f"layout {fields['layout']}"}
+    if scheme == "typeid":
+        return {"prefix": f'type "{fields["prefix"]}"' if fields["prefix"] else "no type prefix",
+                "version": f"UUID version {fields['version']}"}
+    # uuidv7, ulid, ksuid: no node in the ID; each field is shown as its value.
+    return {name: str(value) for name, value in fields.items() if name.startswith(("rand", "payload"))}
 
 
 _TABLE_ROWS_JS = """
@@ -297,7 +307,7 @@ def test_a_log_line_decodes_the_id_in_it(page: Page, server: Server) -> None:
 
 
 def test_log_excerpt_gives_one_row_per_id_with_line_numbers(page: Page, server: Server) -> None:
-    ids = {scheme: server.issue(scheme)[0] for scheme in SCHEMES}
+    ids = {scheme: server.issue(scheme)[0] for scheme in ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")}
     lines = [
         f"10:00:01 INFO  checkout order={ids['eight-byte']} paid",
         "10:00:02 DEBUG nothing to see here",
@@ -317,7 +327,7 @@ def test_log_excerpt_gives_one_row_per_id_with_line_numbers(page: Page, server: 
 
 def test_a_thousand_lines_give_a_thousand_rows(page: Page, server: Server, artifacts_dir: Path) -> None:
     per_scheme = {scheme: server.issue(scheme, count=200) for scheme in SCHEMES}
-    lines = [f"{i:04d} {per_scheme[SCHEMES[i % 5]][i // 5]}" for i in range(1000)]
+    lines = [f"{i:04d} {per_scheme[SCHEMES[i % len(SCHEMES)]][i // len(SCHEMES)]}" for i in range(1000)]
     open_page(page)
     decode(page, "\n".join(lines))
     expect(page.locator("#id-table-body tr[data-line]")).to_have_count(1000)
@@ -426,7 +436,7 @@ def test_csv_download_holds_every_row(page: Page, server: Server, artifacts_dir:
     _, invalid = server.status_and_json(f"/v1/decode/{urllib.parse.quote(INVALID)}")
     open_page(page)
     decode(page, text)
-    expect(page.locator("#id-table-body tr[data-line]")).to_have_count(6)
+    expect(page.locator("#id-table-body tr[data-line]")).to_have_count(len(SCHEMES) + 1)
     page.get_by_role("button", name="Created").click()
 
     with page.expect_download() as info:
@@ -449,7 +459,7 @@ def test_csv_download_holds_every_row(page: Page, server: Server, artifacts_dir:
         for name, value in decoded["fields"].items():
             assert f"{name}={value}" in row["fields"].split("; ")
     [bad] = [r for r in rows if r["input"] == INVALID]
-    assert bad["line"] == "6" and bad["scheme"] == "" and bad["error"] == invalid["detail"]
+    assert bad["line"] == str(len(SCHEMES) + 1) and bad["scheme"] == "" and bad["error"] == invalid["detail"]
     # rows come in the order on screen: sorted by time, oldest first (an ID several schemes read sorts by its
     # earliest reading), invalid rows last
     earliest: dict[str, str] = {}

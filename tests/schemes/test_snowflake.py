@@ -300,7 +300,7 @@ def test_describe_and_new_generator() -> None:
     described = SCHEME.describe(settings_)
     assert described["limits"] == {"ids_per_unit_per_worker_id": 256, "unit_ms": 10, "worker_ids": 3,
                                    "ids_per_second": 76800}
-    assert described["layout"]["name"] == "sonyflake"
+    assert described["snowflake_layout"]["name"] == "sonyflake"
     generator = SCHEME.new_generator(settings_, [9, 4, 6], -1, FakeClock(NOW_MS))
     assert isinstance(generator, Generator) and generator.layout == SONYFLAKE
     assert generator.worker_ids == (4, 6, 9)
