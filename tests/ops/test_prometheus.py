@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from app.schemes import schemes
 from tests.support.prometheus import (
     DEPLOY,
     IdmintServer,
@@ -22,14 +23,17 @@ from tests.support.prometheus import (
     run_tool,
 )
 
-# scheme -> list of (method, count): GETs go through the fast path, POSTs through the router.
-ISSUES: dict[str, list[tuple[str, int]]] = {
+# scheme -> list of (method, count): GETs go through the fast path, POSTs through the router. Every scheme is
+# issued (those without an entry here get OTHER_CALLS), so the first scrape shows one series per scheme.
+CALLS: dict[str, list[tuple[str, int]]] = {
     "eight-byte": [("GET", 1), ("GET", 64), ("POST", 1000), ("GET", 313)],
     "muid": [("POST", 7), ("GET", 2500)],
     "hlc-ulid": [("GET", 11), ("POST", 11)],
     "siq": [("GET", 3)],
     "wiji": [("POST", 4096), ("GET", 5)],
 }
+OTHER_CALLS = [("GET", 17), ("POST", 129)]
+ISSUES: dict[str, list[tuple[str, int]]] = {name: CALLS.get(name, OTHER_CALLS) for name in schemes()}
 ALERTS = {"IdmintDown", "IdmintReplicaNotReady", "IdmintLeaseLost", "IdmintLeaseRenewalsFailing",
           "IdmintClockRollback", "IdmintIdentityRefused", "IdmintSequenceExhausted", "IdmintNoIdsIssued"}
 
