@@ -109,8 +109,11 @@ def test_container_is_ready_issues_and_decodes_every_scheme_as_uid_10001(contain
         name = entry["name"]
         formats = entry.get("formats") or []
         for fmt in formats:  # every text form the scheme lists decodes back to the same ID
+            # TypeID's `uuid` output form is a plain UUID, which the TypeID parser refuses by its spec: it decodes
+            # as the uuidv7 it is.
+            reader = "uuidv7" if (name, fmt) == ("typeid", "uuid") else name
             for text in issue(container, name, 3, format=fmt):
-                body = decoded(container, name, text)
+                body = decoded(container, reader, text)
                 if fmt == entry.get("canonical_format", formats[0]):
                     assert body["id"] == text
         canonical = issue(container, name, 1)[0]
