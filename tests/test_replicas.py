@@ -87,7 +87,9 @@ def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path,
         for key in eight:
             holder = json.loads(claims[key])["holder"]
             assert holder["pid"] in pids and holder["host"]
-        for scheme in ("muid", "hlc-ulid", "siq", "wiji", "snowflake"):
+        # Keys under idmint/<scheme>/: every claiming scheme but eight-byte (its pool/ keys, above), and wiji's
+        # registered random part.
+        for scheme in sorted({*CLAIMING, "wiji"} - {"eight-byte"}):
             assert sum(1 for k in claims if k.startswith(f"{etcd_namespace}idmint/{scheme}/")) == 3, scheme
         # Snowflake worker IDs: one key per replica under idmint/snowflake/<layout>/, no worker ID twice.
         workers = [k.rsplit("/", 1)[1] for k in claims if k.startswith(f"{etcd_namespace}idmint/snowflake/twitter/")]
