@@ -50,8 +50,9 @@ def running_app(state_dir: Path, **overrides: Any) -> Iterator[TestClient]:
         yield client
 
 
-def new_node(state_dir: Path, clock: FakeClock, **overrides: Any) -> Node:
-    """A :class:`Node` (not started) on the real embedded backend in ``state_dir``, ``clock`` injected."""
+def new_node(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) -> Node:
+    """A :class:`Node` (not started) on the real embedded backend in ``state_dir``, ``clock`` injected (None: the
+    node's own, the real clock)."""
     settings = make_settings(state_dir, **overrides)
     return Node(settings, EmbeddedBackend(state_dir), Metrics(list(SCHEMES), __version__), clock=clock)
 

@@ -19,6 +19,8 @@ from tests.client.conftest import issued_total, replica_on
 from tests.helpers import Replica
 from tests.test_replicas import etcd_env
 
+pytestmark = pytest.mark.anyio
+
 SCHEME = "hlc-ulid"
 """A scheme whose node identity (publisher ID) is leased, so two replicas' IDs differ by construction."""
 
@@ -111,12 +113,11 @@ def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_
         b.stop()
 
 
-def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
-                                                         etcd_namespace: str) -> None:
+async def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
+                                                               etcd_namespace: str) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 300_000
-
-    async def scenario() -> None:
+    try:
         async with AsyncClient([a.url, b.url], timeout=10, max_age=0.5) as client:
             seen: list[str] = [await client.new_id(SCHEME) for _ in range(1000)]
             count = 0
@@ -129,9 +130,6 @@ def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_s
             await asyncio.sleep(0.6)  # the buffer's batch (maybe from a) expires; refills go to b
             seen.extend(await asyncio.gather(*(client.new_id(SCHEME) for _ in range(5000))))
             assert len(set(seen)) == len(seen)
-
-    try:
-        asyncio.run(scenario())
     finally:
         a.stop()
         b.stop()
