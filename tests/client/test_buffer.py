@@ -8,7 +8,6 @@ import threading
 import time
 
 import pytest
-
 from idmint_client import AsyncClient, Client
 
 from tests.helpers import Replica

@@ -16,11 +16,6 @@ from app.sequences.buffer import MAX_CACHE_FACTOR, TARGET_RANGE_S, SequenceBuffe
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class FakeClock:
     def __init__(self) -> None:
         self.now = 1000.0
