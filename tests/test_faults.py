@@ -164,9 +164,11 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
 def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_issue(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
-    first.wait("/readyz")
-    assert first.get("/v1/ids/eight-byte").status_code == 200
-    first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
+    try:
+        first.wait("/readyz")
+        assert first.get("/v1/ids/eight-byte").status_code == 200
+    finally:
+        first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
     # 8 s behind (a start-up takes a few seconds on a loaded machine), within a 30 s max_clock_wait: waited out.
     nxt = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_CLOCK_OFFSET_MS": "-8000",
                              "IDMINT_MAX_CLOCK_WAIT": "30"})
