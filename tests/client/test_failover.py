@@ -26,11 +26,18 @@ SCHEME = "hlc-ulid"
 
 
 def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]:
+    """Two ready replicas holding different identities; both stopped when they do not get there."""
     a, b = replica_on(tmp_path, env), replica_on(tmp_path, env)
-    a.wait("/readyz")
-    b.wait("/readyz")
-    held = [{s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]} for r in (a, b)]
-    assert held[0][SCHEME] != held[1][SCHEME], held
+    try:
+        a.wait("/readyz")
+        b.wait("/readyz")
+        held = [{s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]}
+                for r in (a, b)]
+        assert held[0][SCHEME] != held[1][SCHEME], held
+    except BaseException:
+        a.stop()
+        b.stop()
+        raise
     return a, b
 
 
@@ -139,9 +146,10 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp
                                                                              etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID for two replicas
     holder = replica_on(tmp_path, env)
-    holder.wait("/readyz")
-    refuser = replica_on(tmp_path, env)
+    refuser: Replica | None = None
     try:
+        holder.wait("/readyz")
+        refuser = replica_on(tmp_path, env)
         refuser.wait("/healthz")
         assert refuser.get("/v1/ids/eight-byte").status_code == 503
         with Client([refuser.url, holder.url]) as client:
@@ -158,5 +166,6 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp
                 client.ids("hlc-ulid", 10)
             assert issued_total(refuser, "hlc-ulid") > 0 and issued_total(holder, "hlc-ulid") > 0
     finally:
-        refuser.stop()
+        if refuser is not None:
+            refuser.stop()
         holder.stop()
