@@ -210,3 +210,7 @@ class FakeClock:
 
     def set_s(self, s: float) -> None:
         self.ns = round(s * self.NS_IN_S)
+
+    def advance_s(self, s: float) -> None:
+        """Move the clock ``s`` seconds on (back when negative)."""
+        self.ns += round(s * self.NS_IN_S)
