@@ -446,6 +446,9 @@ async def test_etcd_stopped_fails_closed_and_recovers_after_restart(
         # No refresh can reach etcd now: fail closed TTL - margin after the last one sent, on the injected clock.
         assert session.deadline <= stopped + TTL_S - MARGIN_S
         await eventually(lambda: not claim.valid(), TTL_S + 5, "claim invalid while etcd is down")  # generous
+        # The failed refresh is reported once its retry budget is spent, which can come after the deadline: wait
+        # for it, so that the error below can name etcd rather than only the passed deadline.
+        await eventually(lambda: not a.status()["healthy"], TTL_S + 5, "etcd reported unreachable")
         with pytest.raises(BackendUnavailableError, match=r"etcd at http://127\.0\.0\.1:\d+ .*") as info:
             await a.claim(EIGHT_BYTE, holder(0))
         assert info.value.retry_after >= 1
