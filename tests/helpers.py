@@ -149,7 +149,7 @@ class Replica:
 
 class FakeClock:
     """The tests' one clock: inject it wherever the code under test takes a clock (generators, nodes, lease
-    sessions and backends), so no test needs a time-freezing library or a wall-clock bound.
+    sessions and backends, sequence buffers, token buckets), so no test needs a time-freezing library.
 
     ``clock()`` returns ns since the Unix epoch (like ``time.time_ns``); :meth:`seconds` returns the same reading
     in seconds (float, like ``time.monotonic``: pass ``clock.seconds`` where seconds are taken). It starts at
