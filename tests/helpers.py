@@ -9,15 +9,19 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from fastapi.testclient import TestClient
 
+from app import __version__
 from app.lease.base import PoolSpec
+from app.lease.embedded import EmbeddedBackend
 from app.main import create_app
+from app.metrics import Metrics
+from app.node import Node
 from app.schemes import get_scheme, schemes
 from app.settings import Settings
 
@@ -44,6 +48,23 @@ def running_app(state_dir: Path, **overrides: Any) -> Iterator[TestClient]:
     """The real ASGI app, lifespan started (claims made), driven over HTTP semantics by TestClient."""
     with TestClient(create_app(make_settings(state_dir, **overrides))) as client:
         yield client
+
+
+def new_node(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) -> Node:
+    """A :class:`Node` (not started) on the real embedded backend in ``state_dir``, ``clock`` injected (None: the
+    node's own, the real clock)."""
+    settings = make_settings(state_dir, **overrides)
+    return Node(settings, EmbeddedBackend(state_dir), Metrics(list(SCHEMES), __version__), clock=clock)
+
+
+@contextlib.asynccontextmanager
+async def started(node: Node) -> AsyncIterator[Node]:
+    """``node`` started (first claims made); stopped on exit (final marks, claims released), whatever happened."""
+    try:
+        await node.start()
+        yield node
+    finally:
+        await node.stop()
 
 
 def free_port() -> int:
@@ -127,22 +148,69 @@ class Replica:
 
 
 class FakeClock:
-    """A settable clock for generators: ``clock()`` returns ns since the Unix epoch (like ``time.time_ns``).
+    """The tests' one clock: inject it wherever the code under test takes a clock (generators, nodes, lease
+    sessions and backends, sequence buffers, token buckets), so no test needs a time-freezing library.
 
-    Starts at ``ms`` milliseconds; ``step`` ns are added after every reading. Set :attr:`ns` (or call
-    :meth:`set_ms`) to jump it, backwards included (a clock rollback).
+    ``clock()`` returns ns since the Unix epoch (like ``time.time_ns``); :meth:`seconds` returns the same reading
+    in seconds (float, like ``time.monotonic``: pass ``clock.seconds`` where seconds are taken). It starts at
+    ``ms`` milliseconds (or use :meth:`from_ns`, :meth:`from_us`, :meth:`from_s`); ``step`` ns are added after every
+    reading (0: frozen); :attr:`readings` counts the readings. Set :attr:`ns` (or call :meth:`set_ms` /
+    :meth:`set_s`) to jump it, backwards included (a clock rollback).
+
+    ``running=True``: every reading also adds the real time elapsed since the clock was made
+    (``time.monotonic_ns``), for code that sleeps in real time between readings (a node's background tasks);
+    jumps (``clock.ns -= ...``) still shift it. :meth:`running_from_now` makes one that reads the wall-clock time
+    plus ``offset_s``.
     """
 
+    NS_IN_US = 1_000
     NS_IN_MS = 1_000_000
+    NS_IN_S = 1_000_000_000
 
-    def __init__(self, ms: int = 1_645_557_742_000, step: int = 0) -> None:
+    def __init__(self, ms: int = 1_645_557_742_000, step: int = 0, *, running: bool = False) -> None:
         self.ns = ms * self.NS_IN_MS
         self.step = step
+        self.readings = 0
+        self._made_at: int | None = time.monotonic_ns() if running else None
+
+    @classmethod
+    def from_ns(cls, ns: int, step: int = 0, *, running: bool = False) -> FakeClock:
+        clock = cls(0, step, running=running)
+        clock.ns = ns
+        return clock
+
+    @classmethod
+    def from_us(cls, us: int, step: int = 0) -> FakeClock:
+        return cls.from_ns(us * cls.NS_IN_US, step)
+
+    @classmethod
+    def from_s(cls, s: float, step: int = 0) -> FakeClock:
+        clock = cls(0, step)
+        clock.set_s(s)
+        return clock
+
+    @classmethod
+    def running_from_now(cls, offset_s: float = 0.0) -> FakeClock:
+        return cls.from_ns(time.time_ns() + round(offset_s * cls.NS_IN_S), running=True)
 
     def __call__(self) -> int:
         now = self.ns
         self.ns += self.step
+        self.readings += 1
+        if self._made_at is not None:
+            now += time.monotonic_ns() - self._made_at
         return now
+
+    def seconds(self) -> float:
+        """A reading in seconds (``ns / 1e9``): the clock for code that takes monotonic seconds."""
+        return self() / self.NS_IN_S
 
     def set_ms(self, ms: int) -> None:
         self.ns = ms * self.NS_IN_MS
+
+    def set_s(self, s: float) -> None:
+        self.ns = round(s * self.NS_IN_S)
+
+    def advance_s(self, s: float) -> None:
+        """Move the clock ``s`` seconds on (back when negative)."""
+        self.ns += round(s * self.NS_IN_S)

@@ -5,7 +5,6 @@ injected clock where the clock must move under a running process."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -13,19 +12,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
-from app import __version__
 from app.errors import NotReadyError
 from app.lease.base import Holder, PoolSpec
 from app.lease.embedded import EmbeddedBackend, MarkUnreadableError, _read_mark
-from app.metrics import Metrics
-from app.node import Node
-from tests.helpers import SCHEMES, Replica, make_settings
+from tests.helpers import CLAIMING, FakeClock, Replica, new_node, started
 
-MARKED = ("muid", "eight-byte", "hlc-ulid", "siq")
-"""Schemes whose issuers record high-water marks (wiji claims nothing)."""
+pytestmark = pytest.mark.anyio
+
+MARKED = CLAIMING
+"""Schemes whose issuers record high-water marks: those that claim an identity."""
 
 
 @pytest.fixture()
@@ -165,9 +164,11 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
 def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_issue(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
-    first.wait("/readyz")
-    assert first.get("/v1/ids/eight-byte").status_code == 200
-    first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
+    try:
+        first.wait("/readyz")
+        assert first.get("/v1/ids/eight-byte").status_code == 200
+    finally:
+        first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
     # 8 s behind (a start-up takes a few seconds on a loaded machine), within a 30 s max_clock_wait: waited out.
     nxt = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_CLOCK_OFFSET_MS": "-8000",
                              "IDMINT_MAX_CLOCK_WAIT": "30"})
@@ -188,28 +189,13 @@ def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_is
 # -- the clock stepped back under a running node (injected clock; real embedded backend and generators) -------------
 
 
-class SteppedClock:
-    def __init__(self) -> None:
-        self.offset_ns = 0
-
-    def __call__(self) -> int:
-        return time.time_ns() + self.offset_ns
-
-
-def node_with(state: Path, clock: SteppedClock, **overrides: object) -> Node:
-    settings = make_settings(state, max_clock_wait=1.0, **overrides)
-    return Node(settings, EmbeddedBackend(state), Metrics(list(SCHEMES), __version__), clock=clock)
-
-
-def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claims_another(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        clock = SteppedClock()
-        node = node_with(tmp_path, clock)
-        await node.start()
+async def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claims_another(tmp_path: Path) -> None:
+    clock = FakeClock.running_from_now()
+    async with started(new_node(tmp_path, clock, max_clock_wait=1.0)) as node:
         issuer = node.issuers["eight-byte"]
         before = set((await issuer.issue(5000, {})).values())
         held = issuer.claims[0].identity
-        clock.offset_ns = -8 * 3600 * 10**9  # eight hours back
+        clock.ns -= 8 * 3600 * 10**9  # eight hours back
         t0 = time.monotonic()
         with pytest.raises(NotReadyError, match="IDMINT_MAX_CLOCK_WAIT") as caught:
             for _ in range(200):  # the current millisecond's slots run out within a few requests
@@ -220,40 +206,30 @@ def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claims_anot
         for _ in range(100):  # the background task claims another generator ID
             if issuer.generator is not None:
                 break
-            await asyncio.sleep(0.05)
+            await anyio.sleep(0.05)
         assert issuer.claims and issuer.claims[0].identity != held
         after = set((await issuer.issue(5000, {})).values())
         assert not before & after
         refused = node.metrics.registry.get_sample_value("idmint_identity_refused_total", {"scheme": "eight-byte"})
         assert refused == 1
-        await node.stop()
-
-    asyncio.run(scenario())
 
 
-def test_a_static_identity_under_a_clock_stepped_back_stays_not_ready(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        clock = SteppedClock()
-        node = node_with(tmp_path, clock, eight_byte_generator_id=9)
-        await node.start()
+async def test_a_static_identity_under_a_clock_stepped_back_stays_not_ready(tmp_path: Path) -> None:
+    clock = FakeClock.running_from_now()
+    async with started(new_node(tmp_path, clock, max_clock_wait=1.0, eight_byte_generator_id=9)) as node:
         issuer = node.issuers["eight-byte"]
         await issuer.issue(100, {})
-        clock.offset_ns = -3600 * 10**9
+        clock.ns -= 3600 * 10**9
         with pytest.raises(NotReadyError):
             for _ in range(200):
                 await issuer.issue(64, {})
-        await asyncio.sleep(1.0)
+        await anyio.sleep(1.0)
         ready, detail = node.readiness()
         assert not ready and "static generator_id 9" in detail["eight-byte"]["reason"]
-        await node.stop()
-
-    asyncio.run(scenario())
 
 
-def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        node = node_with(tmp_path, SteppedClock())
-        await node.start()
+async def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) -> None:
+    async with started(new_node(tmp_path, FakeClock.running_from_now(), max_clock_wait=1.0)) as node:
         issuer = node.issuers["siq"]
         claim = issuer.claims[0]
         real = claim.record_mark
@@ -270,16 +246,13 @@ def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) ->
         for _ in range(200):
             if not failures["left"] and issuer.fault is None and issuer.recorded_mark > claim.high_water_mark:
                 break
-            await asyncio.sleep(0.05)
+            await anyio.sleep(0.05)
         assert not task.done()
         assert failures["left"] == 0 and issuer.fault is None
         await issuer.issue(10, {})
-        await node.stop()
-
-    asyncio.run(scenario())
 
 
-def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Path) -> None:
+async def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Path) -> None:
     (tmpfs / "eight-byte" / "0").mkdir(parents=True)
     read_only(tmpfs)
     backend = EmbeddedBackend(tmpfs)
@@ -287,9 +260,9 @@ def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Path) ->
     holder = Holder(host="t", pid=os.getpid(), version="0", started_at="2026-01-01T00:00:00Z")
     try:
         with pytest.raises(NotReadyError, match=f"lock file {tmpfs}/eight-byte/0/0.lock cannot be opened"):
-            asyncio.run(backend.claim(pool, holder))
+            await backend.claim(pool, holder)
     finally:
-        subprocess.run(["umount", str(tmpfs)], check=True)
+        await anyio.run_process(["umount", str(tmpfs)])
 
 
 def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_protected(tmp_path: Path) -> None:
@@ -308,20 +281,15 @@ def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_
         again.stop()
 
 
-def test_a_clock_stepped_back_under_wiji_starts_a_fresh_generator_at_once(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        clock = SteppedClock()
-        node = node_with(tmp_path, clock)
-        await node.start()
+async def test_a_clock_stepped_back_under_wiji_starts_a_fresh_generator_at_once(tmp_path: Path) -> None:
+    clock = FakeClock.running_from_now()
+    async with started(new_node(tmp_path, clock, max_clock_wait=1.0)) as node:
         issuer = node.issuers["wiji"]
         old_part = issuer.generator.random_part  # type: ignore[union-attr]
         before = set((await issuer.issue(1000, {})).values())
-        clock.offset_ns = -8 * 3600 * 10**9
+        clock.ns -= 8 * 3600 * 10**9
         t0 = time.monotonic()
         after = set((await issuer.issue(200_000, {})).values())  # more than one microsecond's 65,536 sequences
         assert time.monotonic() - t0 < 2.0
         assert len(after) == 200_000 and not before & after
         assert issuer.generator.random_part != old_part  # type: ignore[union-attr]
-        await node.stop()
-
-    asyncio.run(scenario())

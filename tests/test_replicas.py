@@ -87,7 +87,9 @@ def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path,
         for key in eight:
             holder = json.loads(claims[key])["holder"]
             assert holder["pid"] in pids and holder["host"]
-        for scheme in ("muid", "hlc-ulid", "siq", "wiji", "snowflake"):
+        # Keys under idmint/<scheme>/: every claiming scheme but eight-byte (its pool/ keys, above), and wiji's
+        # registered random part.
+        for scheme in sorted({*CLAIMING, "wiji"} - {"eight-byte"}):
             assert sum(1 for k in claims if k.startswith(f"{etcd_namespace}idmint/{scheme}/")) == 3, scheme
         # Snowflake worker IDs: one key per replica under idmint/snowflake/<layout>/, no worker ID twice.
         workers = [k.rsplit("/", 1)[1] for k in claims if k.startswith(f"{etcd_namespace}idmint/snowflake/twitter/")]
@@ -152,13 +154,15 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
         tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     first = Replica(tmp_path, env)
-    first.wait("/readyz")
-    held = identities(first)
-    last = {}
-    for scheme in CLAIMED:
-        texts = ids_of(first, scheme, 5000, False)
-        last[scheme] = max(native_timestamp(first, scheme, t) for t in texts[-3:])
-    first.kill()
+    try:
+        first.wait("/readyz")
+        held = identities(first)
+        last = {}
+        for scheme in CLAIMED:
+            texts = ids_of(first, scheme, 5000, False)
+            last[scheme] = max(native_timestamp(first, scheme, t) for t in texts[-3:])
+    finally:
+        first.kill()  # no clean release: its lease must expire
     killed = time.monotonic()
 
     # The next holder asks for exactly the same identities, with its clock set 1.5 s behind the first's.
@@ -187,10 +191,11 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
 def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
     a, b = Replica(tmp_path, env), Replica(tmp_path, env)
-    a.wait("/readyz")
-    b.wait("/readyz")
-    c = Replica(tmp_path, env)
+    c: Replica | None = None
     try:
+        a.wait("/readyz")
+        b.wait("/readyz")
+        c = Replica(tmp_path, env)
         c.wait("/healthz")
         r = c.wait("/readyz", 503, timeout=20)
         reason = r.json()["schemes"]["eight-byte"]["reason"]
@@ -203,7 +208,8 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
         assert c.get("/v1/ids/eight-byte").status_code == 200
     finally:
         for r in (a, b, c):
-            r.stop()
+            if r is not None:
+                r.stop()
 
 
 def test_a_stream_that_loses_its_lease_ends_truncated_not_short(tmp_path: Path, etcd_server,

@@ -3,7 +3,6 @@ one claim, one generator, its own text through its own Batch (small batches too)
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,9 @@ from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Batch, Generator
 from app.schemes.hlc_ulid import HlcUlidScheme
-from tests.helpers import make_settings
+from tests.helpers import make_settings, started
+
+pytestmark = pytest.mark.anyio
 
 
 class PrefixedBatch(Batch):
@@ -59,26 +60,21 @@ class PrefixedHlcUlid(HlcUlidScheme):
         return PrefixedGenerator(generator)
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("count", [1, 5, 40_000])
-def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                 count: int) -> None:
+async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
     registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
     monkeypatch.setattr("app.node.schemes", lambda: registry)
 
-    async def main() -> None:
-        node = Node(make_settings(tmp_path), EmbeddedBackend(tmp_path), Metrics(list(registry), __version__))
-        await node.start()
-        try:
-            base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
-            assert shared.claims is base.claims and len(base.claims) == 1
-            assert shared.describe()["identities"] == base.describe()["identities"]
-            issued = await shared.issue(count, {"prefix": "doc"})
-            lines = issued.encode("ulid").decode().splitlines()
-            assert len(lines) == count and all(line.startswith("doc_") for line in lines)
-            assert len(set(lines)) == count
-            plain = (await base.issue(1, {})).encode("ulid").decode().strip()
-            assert plain > lines[-1].removeprefix("doc_")  # one generator: monotonic across both schemes
-        finally:
-            await node.stop()
-
-    asyncio.run(main())
+    node = Node(make_settings(tmp_path), EmbeddedBackend(tmp_path), Metrics(list(registry), __version__))
+    async with started(node):
+        base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
+        assert shared.claims is base.claims and len(base.claims) == 1
+        assert shared.describe()["identities"] == base.describe()["identities"]
+        issued = await shared.issue(count, {"prefix": "doc"})
+        lines = issued.encode("ulid").decode().splitlines()
+        assert len(lines) == count and all(line.startswith("doc_") for line in lines)
+        assert len(set(lines)) == count
+        plain = (await base.issue(1, {})).encode("ulid").decode().strip()
+        assert plain > lines[-1].removeprefix("doc_")  # one generator: monotonic across both schemes

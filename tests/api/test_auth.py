@@ -17,7 +17,7 @@ import pytest
 from app.api import auth
 from app.api.auth import ApiKeys, TokenBucket, load_key_file, required_scope
 from app.errors import ConfigError
-from tests.helpers import Replica, make_settings
+from tests.helpers import FakeClock, Replica, make_settings
 
 ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limited", "k-streamer", "k-watcher"
 
@@ -224,7 +224,7 @@ def test_every_stored_digest_is_compared_in_constant_time(tmp_path: Path, monkey
 
 
 def test_token_bucket_admits_a_large_batch_once_and_then_waits() -> None:
-    bucket = TokenBucket(100, clock=lambda: 0.0)
+    bucket = TokenBucket(100, clock=FakeClock.from_s(0).seconds)
     assert bucket.take(500, 0.0) == 0.0  # full bucket: admitted, 400 tokens of debt
     assert bucket.take(1, 0.0) == pytest.approx(4.01)
     assert bucket.take(1, 4.02) == 0.0

@@ -63,7 +63,8 @@ def test_every_format_decodes_to_the_same_id(client: TestClient, scheme: str) ->
 
 
 def test_ids_are_monotonic_per_node(client: TestClient) -> None:
-    for scheme in ("muid", "hlc-ulid", "wiji"):
+    # Not eight-byte: its default mode (spread) stores the timestamp bit-reversed, so its IDs do not sort.
+    for scheme in (s for s in SCHEMES if s != "eight-byte"):
         ids = []
         for _ in range(5):
             ids += client.get(f"/v1/ids/{scheme}", params={"count": 50}).json()["ids"]

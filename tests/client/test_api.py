@@ -27,6 +27,8 @@ from idmint_client import (
 
 from tests.helpers import Replica, free_port
 
+pytestmark = pytest.mark.anyio
+
 
 def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_names: list[str]) -> None:
     with Client(server.url) as client:
@@ -173,42 +175,35 @@ def test_bad_settings_are_rejected_up_front(replicas: object) -> None:
         Client(replicas)  # type: ignore[arg-type]
 
 
-def test_async_client_every_method(server: Replica, scheme_names: list[str]) -> None:
-    async def scenario() -> None:
-        async with AsyncClient(server.url) as client:
-            for scheme in scheme_names:
-                got = await asyncio.gather(*(client.new_id(scheme) for _ in range(500)))
-                assert len(set(got)) == 500, scheme
-                assert (await client.decode(got[0], scheme=scheme)).scheme == scheme
-                batch = await client.ids(scheme, 300)
-                streamed = [i async for i in client.stream(scheme, 1500)]
-                assert len(set(got) | set(batch) | set(streamed)) == 2300, scheme
-            found = await client.decode(await client.new_id("wiji"))
-            assert found.best.scheme == "wiji"
-            assert [s.name for s in await client.schemes()] == scheme_names
-            with pytest.raises(UnknownScheme):
-                await client.new_id("no-such-scheme")
-            with pytest.raises(BadRequest):
-                await client.ids("wiji", 2, type="user")
-            assert len({await client.new_id("hlc-ulid", format="hex") for _ in range(100)}) == 100
-        async with AsyncClient(server.url, buffer=False) as client:
-            assert len({await client.new_id("wiji") for _ in range(20)}) == 20 and client.stats() == []
-
-    asyncio.run(scenario())
+async def test_async_client_every_method(server: Replica, scheme_names: list[str]) -> None:
+    async with AsyncClient(server.url) as client:
+        for scheme in scheme_names:
+            got = await asyncio.gather(*(client.new_id(scheme) for _ in range(500)))
+            assert len(set(got)) == 500, scheme
+            assert (await client.decode(got[0], scheme=scheme)).scheme == scheme
+            batch = await client.ids(scheme, 300)
+            streamed = [i async for i in client.stream(scheme, 1500)]
+            assert len(set(got) | set(batch) | set(streamed)) == 2300, scheme
+        found = await client.decode(await client.new_id("wiji"))
+        assert found.best.scheme == "wiji"
+        assert [s.name for s in await client.schemes()] == scheme_names
+        with pytest.raises(UnknownScheme):
+            await client.new_id("no-such-scheme")
+        with pytest.raises(BadRequest):
+            await client.ids("wiji", 2, type="user")
+        assert len({await client.new_id("hlc-ulid", format="hex") for _ in range(100)}) == 100
+    async with AsyncClient(server.url, buffer=False) as client:
+        assert len({await client.new_id("wiji") for _ in range(20)}) == 20 and client.stats() == []
 
 
-def test_async_client_failover_and_error_naming_every_replica(server: Replica) -> None:
+async def test_async_client_failover_and_error_naming_every_replica(server: Replica) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-
-    async def scenario() -> None:
-        async with AsyncClient([dead, server.url], timeout=2) as client:
-            assert len(await client.ids("wiji", 10)) == 10  # the dead one is skipped
-            assert len([i async for i in client.stream("wiji", 10)]) == 10
-        async with AsyncClient([dead], timeout=2) as client:
-            with pytest.raises(NoReplicaAvailable, match=dead):
-                await client.new_id("wiji")
-
-    asyncio.run(scenario())
+    async with AsyncClient([dead, server.url], timeout=2) as client:
+        assert len(await client.ids("wiji", 10)) == 10  # the dead one is skipped
+        assert len([i async for i in client.stream("wiji", 10)]) == 10
+    async with AsyncClient([dead], timeout=2) as client:
+        with pytest.raises(NoReplicaAvailable, match=dead):
+            await client.new_id("wiji")
 
 
 def test_refused_replica_is_kept_out_for_its_retry_after() -> None:

@@ -7,9 +7,12 @@ import os
 import threading
 import time
 
+import pytest
 from idmint_client import AsyncClient, Client
 
 from tests.helpers import Replica
+
+pytestmark = pytest.mark.anyio
 
 
 def wiji_time_us(client: Client, text: str) -> int:
@@ -117,24 +120,21 @@ def test_forked_child_starts_with_an_empty_buffer(server: Replica) -> None:
         assert len(set(everything)) == len(everything), "a buffered ID was handed out by two processes"
 
 
-def test_async_tasks_share_one_buffer_without_duplicates(server: Replica) -> None:
-    async def scenario() -> None:
-        async with AsyncClient(server.url, max_age=0.3, min_refill=100) as client:
+async def test_async_tasks_share_one_buffer_without_duplicates(server: Replica) -> None:
+    async with AsyncClient(server.url, max_age=0.3, min_refill=100) as client:
 
-            async def worker() -> list[str]:
-                out = []
-                for i in range(5000):
-                    out.append(await client.new_id("wiji"))
-                    if i % 1000 == 0:
-                        await asyncio.sleep(0.01)
-                return out
+        async def worker() -> list[str]:
+            out = []
+            for i in range(5000):
+                out.append(await client.new_id("wiji"))
+                if i % 1000 == 0:
+                    await asyncio.sleep(0.01)
+            return out
 
-            results = await asyncio.gather(*(worker() for _ in range(8)))
-            everything = [i for r in results for i in r]
-            assert len(set(everything)) == 40_000
-            await asyncio.sleep(0.4)
-            await client.new_id("wiji")
-            (stats,) = client.stats()
-            assert stats.expired > 0 and stats.refills >= 3, stats
-
-    asyncio.run(scenario())
+        results = await asyncio.gather(*(worker() for _ in range(8)))
+        everything = [i for r in results for i in r]
+        assert len(set(everything)) == 40_000
+        await asyncio.sleep(0.4)
+        await client.new_id("wiji")
+        (stats,) = client.stats()
+        assert stats.expired > 0 and stats.refills >= 3, stats

@@ -19,16 +19,25 @@ from tests.client.conftest import issued_total, replica_on
 from tests.helpers import Replica
 from tests.test_replicas import etcd_env
 
+pytestmark = pytest.mark.anyio
+
 SCHEME = "hlc-ulid"
 """A scheme whose node identity (publisher ID) is leased, so two replicas' IDs differ by construction."""
 
 
 def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]:
+    """Two ready replicas holding different identities; both stopped when they do not get there."""
     a, b = replica_on(tmp_path, env), replica_on(tmp_path, env)
-    a.wait("/readyz")
-    b.wait("/readyz")
-    held = [{s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]} for r in (a, b)]
-    assert held[0][SCHEME] != held[1][SCHEME], held
+    try:
+        a.wait("/readyz")
+        b.wait("/readyz")
+        held = [{s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]}
+                for r in (a, b)]
+        assert held[0][SCHEME] != held[1][SCHEME], held
+    except BaseException:
+        a.stop()
+        b.stop()
+        raise
     return a, b
 
 
@@ -111,12 +120,11 @@ def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_
         b.stop()
 
 
-def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
-                                                         etcd_namespace: str) -> None:
+async def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
+                                                               etcd_namespace: str) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 300_000
-
-    async def scenario() -> None:
+    try:
         async with AsyncClient([a.url, b.url], timeout=10, max_age=0.5) as client:
             seen: list[str] = [await client.new_id(SCHEME) for _ in range(1000)]
             count = 0
@@ -129,9 +137,6 @@ def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_s
             await asyncio.sleep(0.6)  # the buffer's batch (maybe from a) expires; refills go to b
             seen.extend(await asyncio.gather(*(client.new_id(SCHEME) for _ in range(5000))))
             assert len(set(seen)) == len(seen)
-
-    try:
-        asyncio.run(scenario())
     finally:
         a.stop()
         b.stop()
@@ -141,9 +146,10 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp
                                                                              etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID for two replicas
     holder = replica_on(tmp_path, env)
-    holder.wait("/readyz")
-    refuser = replica_on(tmp_path, env)
+    refuser: Replica | None = None
     try:
+        holder.wait("/readyz")
+        refuser = replica_on(tmp_path, env)
         refuser.wait("/healthz")
         assert refuser.get("/v1/ids/eight-byte").status_code == 503
         with Client([refuser.url, holder.url]) as client:
@@ -160,5 +166,6 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp
                 client.ids("hlc-ulid", 10)
             assert issued_total(refuser, "hlc-ulid") > 0 and issued_total(holder, "hlc-ulid") > 0
     finally:
-        refuser.stop()
+        if refuser is not None:
+            refuser.stop()
         holder.stop()

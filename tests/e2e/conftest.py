@@ -52,7 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path) -> Ite
 @pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     """Chromium for the tests of this package only: sync_playwright runs an event loop in the main thread while
-    it is open, so it must be closed before tests outside tests/e2e call asyncio.run()."""
+    it is open, so it must be closed before tests outside tests/e2e run theirs (anyio tests)."""
     reason = browser_missing_reason()
     if reason is not None:
         pytest.fail(f"end-to-end tests cannot run: {reason} (run .ci/install-debian-packages.sh)")

@@ -40,6 +40,7 @@ def take(out: Path, single: bool) -> None:
 
     with tempfile.TemporaryDirectory(prefix="idmint-screenshot-") as tmp, \
             run_server(Path(tmp) / "state", Path(tmp) / "server.log") as server:
+        # The seed five: log_excerpt() places each by name.
         ids = {scheme: server.issue(scheme, count=1) for scheme in ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")}
         text = ids["eight-byte"][0] if single else log_excerpt(ids)
         with sync_playwright() as playwright:

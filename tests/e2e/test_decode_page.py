@@ -307,6 +307,7 @@ def test_a_log_line_decodes_the_id_in_it(page: Page, server: Server) -> None:
 
 
 def test_log_excerpt_gives_one_row_per_id_with_line_numbers(page: Page, server: Server) -> None:
+    # The seed five, each placed by name in the log lines below.
     ids = {scheme: server.issue(scheme)[0] for scheme in ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")}
     lines = [
         f"10:00:01 INFO  checkout order={ids['eight-byte']} paid",
@@ -401,7 +402,7 @@ def _row_times(page: Page) -> list[str]:
 
 
 def test_table_sorts_by_time_with_keyboard_operable_header_buttons(page: Page, server: Server) -> None:
-    fresh = [server.issue(scheme)[0] for scheme in ("eight-byte", "siq", "muid")]
+    fresh = [server.issue(scheme)[0] for scheme in ("eight-byte", "siq", "muid")]  # placed by hand among the vectors
     texts = [fresh[0], SIQ_VECTOR, EIGHT_BYTE_VECTOR, fresh[1], MUID_VECTOR, HLC_ULID_VECTOR, fresh[2]]
     open_page(page)
     decode(page, "\n".join(texts))

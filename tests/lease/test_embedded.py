@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from app.errors import PoolExhaustedError
 from app.lease.base import Holder
@@ -19,42 +19,40 @@ from tests.helpers import CLAIMING, SCHEMES, pool_spec, serve_process
 HOLDER = Holder(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
 POOL = pool_spec("eight-byte", minimum=0, maximum=2, settings={"cluster_id": 0})
 
-
-def run(coro):  # noqa: ANN001, ANN201
-    return asyncio.run(coro)
+pytestmark = pytest.mark.anyio
 
 
-def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
+async def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
     a, b = EmbeddedBackend(tmp_path), EmbeddedBackend(tmp_path)
-    c1 = run(a.claim(POOL, HOLDER))
-    c2 = run(b.claim(POOL, HOLDER))
-    c3 = run(a.claim(POOL, HOLDER))
+    c1 = await a.claim(POOL, HOLDER)
+    c2 = await b.claim(POOL, HOLDER)
+    c3 = await a.claim(POOL, HOLDER)
     assert sorted([c1.identity, c2.identity, c3.identity]) == [0, 1, 2]
     with pytest.raises(PoolExhaustedError, match="held by another process"):
-        run(b.claim(POOL, HOLDER))
-    run(a.release(c1, 123))
-    again = run(b.claim(POOL, HOLDER))
+        await b.claim(POOL, HOLDER)
+    await a.release(c1, 123)
+    again = await b.claim(POOL, HOLDER)
     assert again.identity == c1.identity and again.high_water_mark == 123
 
 
-def test_static_assignment_conflict(tmp_path: Path) -> None:
+async def test_static_assignment_conflict(tmp_path: Path) -> None:
     static = pool_spec("siq", minimum=0, maximum=255, candidates=(9,), static=True)
     backend = EmbeddedBackend(tmp_path)
-    assert run(backend.claim(static, HOLDER)).identity == 9
+    assert (await backend.claim(static, HOLDER)).identity == 9
     with pytest.raises(PoolExhaustedError, match="statically assigned"):
-        run(EmbeddedBackend(tmp_path).claim(static, HOLDER))
+        await EmbeddedBackend(tmp_path).claim(static, HOLDER)
 
 
-def test_marks_only_rise_until_the_exact_final_mark(tmp_path: Path) -> None:
+async def test_marks_only_rise_until_the_exact_final_mark(tmp_path: Path) -> None:
     backend = EmbeddedBackend(tmp_path)
-    claim = run(backend.claim(POOL, HOLDER))
-    run(claim.record_mark(500))
-    run(claim.record_mark(400))  # a lower reservation never lowers the mark
-    run(backend.release(claim, None))
-    assert run(backend.claim(POOL, HOLDER)).high_water_mark == 500
+    claim = await backend.claim(POOL, HOLDER)
+    await claim.record_mark(500)
+    await claim.record_mark(400)  # a lower reservation never lowers the mark
+    await backend.release(claim, None)
+    assert (await backend.claim(POOL, HOLDER)).high_water_mark == 500
 
 
-def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) -> None:
+async def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         from pathlib import Path
@@ -68,18 +66,18 @@ def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: Path) 
         print(c.identity, flush=True)
         time.sleep(60)
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
-    try:
-        held = int(proc.stdout.readline())
-        backend = EmbeddedBackend(tmp_path)
-        mine = run(backend.claim(POOL, HOLDER))
-        assert mine.identity != held
-    finally:
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    async with await anyio.open_process([sys.executable, "-c", script]) as proc:
+        try:
+            assert proc.stdout is not None
+            held = int(await BufferedByteReceiveStream(proc.stdout).receive_until(b"\n", 100))
+            backend = EmbeddedBackend(tmp_path)
+            mine = await backend.claim(POOL, HOLDER)
+            assert mine.identity != held
+        finally:
+            proc.kill()
+            await proc.wait()
     pool = pool_spec("eight-byte", minimum=held, maximum=held, settings={"cluster_id": 0})
-    taken = run(EmbeddedBackend(tmp_path).claim(pool, HOLDER))
+    taken = await EmbeddedBackend(tmp_path).claim(pool, HOLDER)
     assert taken.identity == held and taken.high_water_mark == 777
 
 
@@ -118,7 +116,7 @@ def test_uvicorn_workers_hold_distinct_identities(tmp_path: Path) -> None:
                     held.setdefault(lock.parts[-3], []).append(lock.stem)
                 finally:
                     os.close(fd)
-            if all(len(held.get(s, [])) == 2 for s in ("muid", "eight-byte", "hlc-ulid", "siq")):
+            if all(len(held.get(s, [])) == 2 for s in CLAIMING):
                 break
             assert time.monotonic() < deadline, f"two workers should each hold one identity per scheme: {held}"
             time.sleep(0.2)

@@ -18,28 +18,26 @@ pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def test_create_is_idempotent_and_settings_never_change(tmp_path: Path) -> None:
     store = EmbeddedSequenceStore(tmp_path, max_sequences=2)
-    await store.start()
-    record, created = await store.create("orders", 1, 1000)
-    assert created and record.next == 1
-    again, created = await store.create("orders", 1, 1000)
-    assert not created and again == record
-    with pytest.raises(SequenceConflictError, match="other settings"):
-        await store.create("orders", 1, 50)
-    await store.create("invoices", 100, 10)
-    with pytest.raises(SequenceConflictError, match="at most 2 sequences"):
-        await store.create("third", 1, 1)
-    assert [r.name for r in await store.list()] == ["invoices", "orders"]
-    with pytest.raises(UnknownSequenceError):
-        await store.get("nope")
-    with pytest.raises(UnknownSequenceError):
-        await store.reserve("nope", 1)
+    try:
+        await store.start()
+        record, created = await store.create("orders", 1, 1000)
+        assert created and record.next == 1
+        again, created = await store.create("orders", 1, 1000)
+        assert not created and again == record
+        with pytest.raises(SequenceConflictError, match="other settings"):
+            await store.create("orders", 1, 50)
+        await store.create("invoices", 100, 10)
+        with pytest.raises(SequenceConflictError, match="at most 2 sequences"):
+            await store.create("third", 1, 1)
+        assert [r.name for r in await store.list()] == ["invoices", "orders"]
+        with pytest.raises(UnknownSequenceError):
+            await store.get("nope")
+        with pytest.raises(UnknownSequenceError):
+            await store.reserve("nope", 1)
+    finally:
+        await store.close()
 
 
 async def test_ranges_are_contiguous_durable_and_refused_past_the_maximum(tmp_path: Path) -> None:
@@ -87,10 +85,17 @@ async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path)
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "150"], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True) for _ in range(4)]
     ranges = []
-    for proc in procs:
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0
-        ranges += [tuple(r) for r in json.loads(out)]
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0
+            ranges += [tuple(r) for r in json.loads(out)]
+    finally:
+        for proc in procs:  # a worker left running by a failure above
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
     ranges.sort()
     assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), "two processes got overlapping ranges"
     assert ranges[-1][1] == (await store.get("orders")).next - 1

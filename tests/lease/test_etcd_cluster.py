@@ -26,11 +26,6 @@ MARGIN_S = 1.0
 (etcd's worst case with its default election timeout is 2 s) and the retries after it."""
 
 
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def backend(endpoints: str, namespace: str, **overrides: Any) -> AsyncIterator[EtcdBackend]:
     settings = load_settings(etcd_endpoints=endpoints, etcd_namespace=namespace, etcd_lease_ttl=TTL_S,

@@ -17,11 +17,6 @@ from tests.support.etcd import EtcdServer
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenceStore:
     settings = Settings(etcd_endpoints=endpoint, etcd_namespace=namespace, etcd_request_timeout=1.0,
                         etcd_connect_timeout=1.0, **overrides)  # type: ignore[arg-type]

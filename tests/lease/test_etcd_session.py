@@ -10,24 +10,10 @@ import pytest
 from app.errors import BackendUnavailableError, LeaseLostError
 from app.lease.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
 from app.lease.etcd.session import Session
+from tests.helpers import FakeClock
 from tests.support.etcd import EtcdServer, free_port
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class ManualClock:
-    """Monotonic seconds that move only when the test says so."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -41,15 +27,15 @@ async def client(etcd_server: EtcdServer) -> AsyncIterator[EtcdClient]:
 
 
 async def test_deadline_counts_from_when_the_refresh_was_sent(client: EtcdClient) -> None:
-    clock = ManualClock()
-    session = await Session.grant(client, 6, 1.0, clock, 1.0)
+    clock = FakeClock.from_s(1000)  # monotonic seconds (clock.seconds) that move only when the test says so
+    session = await Session.grant(client, 6, 1.0, clock.seconds, 1.0)
     try:
         await session.stop()  # refreshes driven by hand below
         assert session.ttl == 6 and session.deadline == 1000.0 + 6 - 1.0
-        clock.now = 1003.5
+        clock.set_s(1003.5)
         await session.refresh()
         assert session.deadline == 1003.5 + 6 - 1.0 and not session.lost
-        clock.now = 1001.0  # a refresh never moves the deadline back
+        clock.set_s(1001.0)  # a refresh never moves the deadline back
         await session.refresh()
         assert session.deadline == 1008.5
         await client.revoke(session.lease_id)
@@ -61,9 +47,11 @@ async def test_deadline_counts_from_when_the_refresh_was_sent(client: EtcdClient
 
 
 async def test_close_revokes_the_lease(client: EtcdClient) -> None:
-    session = await Session.grant(client, 30, 1.0, ManualClock(), 1.0)
-    assert await client.time_to_live(session.lease_id) > 0
-    await session.close(1.0)
+    session = await Session.grant(client, 30, 1.0, FakeClock.from_s(1000).seconds, 1.0)
+    try:
+        assert await client.time_to_live(session.lease_id) > 0
+    finally:
+        await session.close(1.0)
     assert session.lost and await client.time_to_live(session.lease_id) == -1
 
 
@@ -84,8 +72,8 @@ async def test_a_dead_endpoint_is_passed_over_at_once(etcd_server: EtcdServer) -
 
     dead = f"http://127.0.0.1:{free_port()}"
     c = EtcdClient([dead, etcd_server.endpoint], timeout=1.0, budget=1.0, connect_timeout=1.0, rng=InOrder())
-    assert c.endpoint == dead
     try:
+        assert c.endpoint == dead
         for _ in range(3):
             await c.put(b"test/session/dead-endpoint", b"1")
         assert c.endpoint == etcd_server.endpoint

@@ -11,6 +11,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import eight_byte
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.eight_byte import SCHEME, EightByteGenerator, Mode
+from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
 SPREAD, TIME_SEQUENTIAL = Mode.SPREAD, Mode.TIME_SEQUENTIAL
@@ -21,19 +22,6 @@ generator_ids = st.integers(min_value=0, max_value=eight_byte.GENERATOR_ID_MAX)
 cluster_ids = st.integers(min_value=0, max_value=eight_byte.CLUSTER_ID_MAX)
 modes = st.sampled_from(list(Mode))
 packed = st.integers(min_value=0, max_value=(1 << 64) - 1)
-
-
-class FakeClock:
-    """A settable clock in ns."""
-
-    def __init__(self, ms: int) -> None:
-        self.ns = ms * MS
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def set_ms(self, ms: int) -> None:
-        self.ns = ms * MS
 
 
 def decoded(batch: eight_byte.EightByteBatch) -> list[tuple[int, int, int, int, Mode]]:

@@ -15,6 +15,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import hlc_ulid
 from app.schemes.base import IdentitySpec
 from app.schemes.hlc_ulid import SCHEME, HlcUlidGenerator, pack, unpack
+from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
 NOW_MS = 1_648_229_113_466  # the document's A1 millisecond (2022-03-25)
@@ -26,25 +27,12 @@ RANDOMS = st.integers(0, hlc_ulid.RANDOM_MAX)
 FIELDS = st.tuples(TIMESTAMPS, COUNTERS, PUBLISHERS, RANDOMS)
 
 
-class FakeClock:
-    """A settable clock in ns; ``step`` ns are added after every reading."""
-
-    def __init__(self, ms: int = NOW_MS, step: int = 0) -> None:
-        self.ns = ms * MS
-        self.step = step
-
-    def __call__(self) -> int:
-        now = self.ns
-        self.ns += self.step
-        return now
-
-
 def seeded_rng(seed: int = 0) -> stdlib_random.Random:
     return stdlib_random.Random(seed)
 
 
 def make(publisher_id: int = 10, clock: FakeClock | None = None, **kwargs: int) -> HlcUlidGenerator:
-    return HlcUlidGenerator(publisher_id, clock=clock or FakeClock(), rng=seeded_rng().randbytes, **kwargs)
+    return HlcUlidGenerator(publisher_id, clock=clock or FakeClock(NOW_MS), rng=seeded_rng().randbytes, **kwargs)
 
 
 def slots(values: list[int]) -> list[tuple[int, int]]:
@@ -271,7 +259,7 @@ def test_batch_spanning_many_milliseconds_encodes_like_format() -> None:
 def test_random_field_layout_of_the_drawn_words() -> None:
     # Words (little-endian planes) w0 = 0xFFFF, w1 = 0x8000, w2 = 0x0001 for a 1-ID batch.
     drawn = (0xFFFF).to_bytes(2, "little") + (0x8000).to_bytes(2, "little") + (0x0001).to_bytes(2, "little")
-    generator = HlcUlidGenerator(3, clock=FakeClock(), rng=lambda n: drawn)
+    generator = HlcUlidGenerator(3, clock=FakeClock(NOW_MS), rng=lambda n: drawn)
     (value,) = generator.generate(1).values()
     assert unpack(value)[3] == 1 << 46 | 0xFFFF << 30 | 0x0001
     words = np.array([[0x8000], [0x0000], [0x0000]], dtype=np.uint16)
@@ -294,7 +282,7 @@ def test_random_field_is_the_documented_bijection(triples: list[tuple[int, int, 
 
 
 def test_counter_per_millisecond() -> None:
-    clock = FakeClock()
+    clock = FakeClock(NOW_MS)
     generator = make(clock=clock)
     assert slots(generator.generate(3).values()) == [(NOW_MS, 0), (NOW_MS, 1), (NOW_MS, 2)]
     assert slots(generator.generate(2).values()) == [(NOW_MS, 3), (NOW_MS, 4)]  # now == last: counter + 1
@@ -306,7 +294,7 @@ def test_counter_per_millisecond() -> None:
 
 
 def test_clock_rollback_keeps_last_millisecond() -> None:
-    clock = FakeClock()
+    clock = FakeClock(NOW_MS)
     generator = make(clock=clock)
     first = generator.generate(4).values()
     clock.ns -= 5 * MS + 123
@@ -406,12 +394,12 @@ def test_rng_is_asked_for_six_fresh_bytes_per_id() -> None:
         asked.append(n)
         return os.urandom(n)
 
-    generator = HlcUlidGenerator(1, clock=FakeClock(), rng=rng)
+    generator = HlcUlidGenerator(1, clock=FakeClock(NOW_MS), rng=rng)
     generator.generate(1)
     generator.generate(1000)
     assert asked == [6, 6000]
     with pytest.raises(ValueError, match="rng returned 5 bytes, asked for 6"):
-        HlcUlidGenerator(1, clock=FakeClock(), rng=lambda n: bytes(n - 1)).generate(1)
+        HlcUlidGenerator(1, clock=FakeClock(NOW_MS), rng=lambda n: bytes(n - 1)).generate(1)
 
 
 # --- after: the HLC receive rule ----------------------------------------------------------------------------------
@@ -438,7 +426,7 @@ def test_after_in_the_same_millisecond_continues_its_counter() -> None:
 
 
 def test_after_ahead_of_the_clock_pulls_logical_time_forward() -> None:
-    clock = FakeClock()
+    clock = FakeClock(NOW_MS)
     generator = make(clock=clock)
     after = pack(NOW_MS + 1_000, 41, 0xFFFF, 0xFFFFFFFFFFFF)
     values = generator.generate(3, after=after).values()
@@ -494,7 +482,7 @@ def test_every_id_sorts_after_after(
     after_rest: tuple[int, int],
     count: int,
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(NOW_MS)
     generator = make(clock=clock, publisher_id=0)
     if warmup:
         generator.generate(warmup)
@@ -512,7 +500,7 @@ def test_every_id_sorts_after_after(
 
 
 def test_no_duplicate_in_a_million_ids_with_a_stuck_clock_and_rollbacks() -> None:
-    clock = FakeClock()
+    clock = FakeClock(NOW_MS)
     generator = make(clock=clock)
     lines: list[bytes] = []
     readings_below_earlier_ones = 0
@@ -541,6 +529,6 @@ def test_no_duplicate_in_a_million_ids_with_the_real_clock() -> None:
 
 
 def test_two_publishers_in_the_same_millisecond_never_collide() -> None:
-    a = HlcUlidGenerator(1, clock=FakeClock(), rng=lambda n: bytes(n))
-    b = HlcUlidGenerator(2, clock=FakeClock(), rng=lambda n: bytes(n))
+    a = HlcUlidGenerator(1, clock=FakeClock(NOW_MS), rng=lambda n: bytes(n))
+    b = HlcUlidGenerator(2, clock=FakeClock(NOW_MS), rng=lambda n: bytes(n))
     assert not set(a.generate(1000).values()) & set(b.generate(1000).values())

@@ -16,25 +16,13 @@ from app.schemes import ksuid, ksuid_batch
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.ksuid import SCHEME, KsuidGenerator
 from app.schemes.ksuid_batch import KsuidBatch
+from tests.helpers import FakeClock
 
 S = 1_000_000_000  # ns per s
 NOW_S = 1_763_888_400  # 2025-11-23T09:00:00Z
 packed = st.integers(min_value=0, max_value=ksuid.PACKED_MAX)
 timestamps = st.integers(min_value=ksuid.TIMESTAMP_S_MIN, max_value=ksuid.TIMESTAMP_S_MAX)
 payloads = st.integers(min_value=0, max_value=ksuid.PAYLOAD_MAX)
-
-
-class FakeClock:
-    """A settable clock in ns."""
-
-    def __init__(self, s: int) -> None:
-        self.ns = s * S
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def set_s(self, s: float) -> None:
-        self.ns = int(s * S)
 
 
 def fixed_random(payload: int):  # type: ignore[no-untyped-def]
@@ -102,7 +90,7 @@ def test_scheme_metadata_and_contract_members() -> None:
     assert SCHEME.with_decode_options() is SCHEME
     with pytest.raises(InvalidOptionError, match="ksuid takes no decode options, got layout"):
         SCHEME.with_decode_options(layout="twitter")
-    generator = SCHEME.new_generator(object(), [], -1, FakeClock(NOW_S), fixed_random(5))
+    generator = SCHEME.new_generator(object(), [], -1, FakeClock.from_s(NOW_S), fixed_random(5))
     assert isinstance(generator, Generator)
     assert SCHEME.fields(generator.generate(1).values()[0]) == {"timestamp_s": NOW_S, "payload": f"{5:032x}"}
     with pytest.raises(InvalidOptionError, match="format must be one of canonical, base62, hex for ksuid"):
@@ -197,7 +185,7 @@ def test_peer_made_with_time_and_payload_decodes_here() -> None:
 
 
 def test_ids_issued_here_are_accepted_by_the_peer() -> None:
-    generator = KsuidGenerator(clock=FakeClock(NOW_S))
+    generator = KsuidGenerator(clock=FakeClock.from_s(NOW_S))
     batch = generator.generate(1000)
     for value, text in zip(batch.values(), batch.encode("base62").decode().split()):
         peer = Ksuid.from_base62(text)
@@ -215,7 +203,7 @@ def test_peer_text_equals_ours(value: int) -> None:
 
 
 def test_new_second_draws_a_fresh_payload_same_second_adds_one() -> None:
-    clock = FakeClock(NOW_S)
+    clock = FakeClock.from_s(NOW_S)
     draws = iter([7, 1000])
     generator = KsuidGenerator(clock=clock, random=lambda n: next(draws).to_bytes(n, "big"))
     assert [ksuid.unpack(v) for v in generator.generate(3).values()] == [(NOW_S, 7), (NOW_S, 8), (NOW_S, 9)]
@@ -227,7 +215,7 @@ def test_new_second_draws_a_fresh_payload_same_second_adds_one() -> None:
 
 
 def test_clock_rollback_keeps_the_last_second() -> None:
-    clock = FakeClock(NOW_S)
+    clock = FakeClock.from_s(NOW_S)
     generator = KsuidGenerator(clock=clock, random=fixed_random(50))
     generator.generate(2)
     clock.set_s(NOW_S - 30)
@@ -238,7 +226,7 @@ def test_clock_rollback_keeps_the_last_second() -> None:
 
 
 def test_payload_overflow_advances_the_second_and_never_fails() -> None:
-    clock = FakeClock(NOW_S)
+    clock = FakeClock.from_s(NOW_S)
     generator = KsuidGenerator(clock=clock, random=fixed_random(ksuid.PAYLOAD_MAX - 1))
     values = generator.generate(4).values()
     assert [ksuid.unpack(v) for v in values] == [
@@ -251,7 +239,7 @@ def test_payload_overflow_advances_the_second_and_never_fails() -> None:
 
 
 def test_floor_is_respected() -> None:
-    clock = FakeClock(NOW_S)
+    clock = FakeClock.from_s(NOW_S)
     generator = KsuidGenerator(clock=clock, floor=NOW_S + 2)
     batch = generator.generate(5)
     assert batch.count == 0 and batch.encode("base62") == b"" and batch.high_water == -1
@@ -265,10 +253,10 @@ def test_floor_is_respected() -> None:
 
 def test_timestamp_limits() -> None:
     with pytest.raises(OverflowError, match="before the KSUID epoch"):
-        KsuidGenerator(clock=FakeClock(ksuid.EPOCH_S - 1)).generate(1)
+        KsuidGenerator(clock=FakeClock.from_s(ksuid.EPOCH_S - 1)).generate(1)
     with pytest.raises(OverflowError, match="KSUID timestamp would pass 5694967295 s"):
-        KsuidGenerator(clock=FakeClock(ksuid.TIMESTAMP_S_MAX + 1)).generate(1)
-    last = KsuidGenerator(clock=FakeClock(ksuid.TIMESTAMP_S_MAX), random=fixed_random(ksuid.PAYLOAD_MAX - 1))
+        KsuidGenerator(clock=FakeClock.from_s(ksuid.TIMESTAMP_S_MAX + 1)).generate(1)
+    last = KsuidGenerator(clock=FakeClock.from_s(ksuid.TIMESTAMP_S_MAX), random=fixed_random(ksuid.PAYLOAD_MAX - 1))
     assert last.generate(2).values()[-1] == ksuid.PACKED_MAX
     with pytest.raises(OverflowError):
         last.generate(1)
@@ -285,18 +273,18 @@ def test_timestamp_limits() -> None:
 )
 def test_generate_arguments_validated(count: int, options: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidOptionError, match=re.escape(message)):
-        KsuidGenerator(clock=FakeClock(NOW_S)).generate(count, **options)
+        KsuidGenerator(clock=FakeClock.from_s(NOW_S)).generate(count, **options)
 
 
 def test_generator_configuration_validated() -> None:
     with pytest.raises(ValueError, match="floor must be -1 or in"):
         KsuidGenerator(floor=5)
     with pytest.raises(ValueError, match="random returned 3 bytes, asked for 16"):
-        KsuidGenerator(clock=FakeClock(NOW_S), random=lambda n: b"abc").generate(1)
+        KsuidGenerator(clock=FakeClock.from_s(NOW_S), random=lambda n: b"abc").generate(1)
 
 
 def test_a_million_ids_monotonic_with_overflow_and_rollback_no_duplicate() -> None:
-    clock = FakeClock(NOW_S)
+    clock = FakeClock.from_s(NOW_S)
     draws = iter([ksuid.PAYLOAD_MAX - 300_000, 5, ksuid.PAYLOAD_MAX - 10])
     generator = KsuidGenerator(clock=clock, random=lambda n: next(draws).to_bytes(n, "big"))
     issued: list[int] = []

@@ -10,6 +10,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import muid
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.muid import SCHEME, MuidBatch, MuidGenerator
+from tests.helpers import FakeClock
 
 MEDALLION = 0x1BFC71B112D
 US = 1_000  # ns per µs
@@ -19,19 +20,6 @@ medallions = st.integers(min_value=-1, max_value=muid.MEDALLION_MAX)
 offsets = st.integers(min_value=muid.OFFSET_MIN, max_value=muid.OFFSET_MAX)
 packed = st.integers(min_value=0, max_value=(1 << 128) - 1)
 new_medallions = st.integers(min_value=muid.NEW_MEDALLION_MIN, max_value=muid.NEW_MEDALLION_MAX)
-
-
-class FakeClock:
-    """A settable clock in ns; ``tick`` moves it after every reading."""
-
-    def __init__(self, ns: int, tick: int = 0) -> None:
-        self.ns = ns
-        self.tick = tick
-
-    def __call__(self) -> int:
-        now = self.ns
-        self.ns += self.tick
-        return now
 
 
 # --- vectors (SPEC_NOTES.md "Muid", Vectors) ----------------------------------------------------------------------
@@ -165,7 +153,7 @@ def test_batch_encode_equals_format_of_values(timestamp_us: int, medallion: int,
 )
 def test_generator_batches_encode_equals_format(medallion: int, start_us: int, steps: list[tuple[int, int]]) -> None:
     """Consecutive bundles of one generator (which reuses its text rows) encode exactly as format()."""
-    clock = FakeClock(start_us * US)
+    clock = FakeClock.from_ns(start_us * US)
     generator = MuidGenerator(medallion, clock=clock)
     for advance_us, count in steps:
         clock.ns = min(max(0, clock.ns + advance_us * US), muid.TIMESTAMP_US_MAX * US // 2)
@@ -181,7 +169,7 @@ def test_large_batch_encode(count: int, cached: bool) -> None:
     """Past 65536 offsets the high four offset digits change per run of 65536."""
     timestamp_us = 0x5D5EAC793E61F
     if cached:
-        generator = MuidGenerator(0x1FFFFFFFFFF, clock=FakeClock(timestamp_us * US))
+        generator = MuidGenerator(0x1FFFFFFFFFF, clock=FakeClock.from_ns(timestamp_us * US))
         generator.generate(10).encode("canonical")
         batch = generator.generate(count)
     else:
@@ -299,7 +287,7 @@ def test_codec_rejects_bad_packed_values() -> None:
 
 
 def test_generator_issues_one_bundle_per_call() -> None:
-    clock = FakeClock(1_700_000_000_000_000 * US)
+    clock = FakeClock.from_ns(1_700_000_000_000_000 * US)
     generator = MuidGenerator(MEDALLION, clock=clock)
     assert isinstance(generator, Generator)
     batch = generator.generate(5)
@@ -312,7 +300,7 @@ def test_generator_issues_one_bundle_per_call() -> None:
 
 
 def test_generator_is_monotonic_on_a_stopped_clock() -> None:
-    clock = FakeClock(5_000 * US)
+    clock = FakeClock.from_ns(5_000 * US)
     generator = MuidGenerator(MEDALLION, clock=clock)
     stamps = [muid.unpack(generator.generate(1).values()[0])[0] for _ in range(100)]
     assert stamps == list(range(5_000, 5_100))
@@ -322,7 +310,7 @@ def test_generator_is_monotonic_on_a_stopped_clock() -> None:
 
 
 def test_generator_follows_the_clock_when_it_moves_on() -> None:
-    clock = FakeClock(5_000 * US, tick=7 * US)
+    clock = FakeClock.from_ns(5_000 * US, step=7 * US)
     generator = MuidGenerator(MEDALLION, clock=clock)
     stamps = [generator.generate(3).timestamp_us for _ in range(4)]
     assert stamps == [5_000, 5_007, 5_014, 5_021]
@@ -330,7 +318,7 @@ def test_generator_follows_the_clock_when_it_moves_on() -> None:
 
 
 def test_clock_rollback_never_repeats() -> None:
-    clock = FakeClock(10_000 * US + 123)
+    clock = FakeClock.from_ns(10_000 * US + 123)
     generator = MuidGenerator(MEDALLION, clock=clock)
     first = generator.generate(10)
     clock.ns = 9_000 * US  # steps back 1 ms
@@ -345,7 +333,7 @@ def test_clock_rollback_never_repeats() -> None:
 
 
 def test_floor_is_respected() -> None:
-    clock = FakeClock(1_000 * US)
+    clock = FakeClock.from_ns(1_000 * US)
     generator = MuidGenerator(MEDALLION, clock=clock, floor=50_000)
     assert generator.high_water == 50_000
     assert generator.generate(1).timestamp_us == 50_001
@@ -357,7 +345,7 @@ def test_floor_is_respected() -> None:
 
 
 def test_bundle_count_limits() -> None:
-    generator = MuidGenerator(MEDALLION, clock=FakeClock(1_000 * US))
+    generator = MuidGenerator(MEDALLION, clock=FakeClock.from_ns(1_000 * US))
     with pytest.raises(InvalidOptionError, match="count must be in 1..2147483647 for muid, got 0"):
         generator.generate(0)
     with pytest.raises(InvalidOptionError, match="got 2147483648"):
@@ -372,7 +360,7 @@ def test_bundle_count_limits() -> None:
 
 
 def test_timestamp_overflow_is_refused() -> None:
-    generator = MuidGenerator(MEDALLION, clock=FakeClock(0), floor=muid.TIMESTAMP_US_MAX)
+    generator = MuidGenerator(MEDALLION, clock=FakeClock.from_ns(0), floor=muid.TIMESTAMP_US_MAX)
     with pytest.raises(OverflowError):
         generator.generate(1)
 
@@ -401,7 +389,7 @@ def test_default_clock_is_wall_time() -> None:
 
 
 def test_no_duplicate_in_a_million_ids() -> None:
-    clock = FakeClock(1_700_000_000_000_000 * US, tick=3 * US)
+    clock = FakeClock.from_ns(1_700_000_000_000_000 * US, step=3 * US)
     generator = MuidGenerator(MEDALLION, clock=clock)
     seen: set[int] = set()
     issued = 0

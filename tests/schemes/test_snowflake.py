@@ -30,23 +30,11 @@ from app.schemes.snowflake import (
     SnowflakeSettings,
 )
 from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
+from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
 NOW_MS = 1_763_888_400_000  # 2025-11-23T09:00:00Z
 packed = st.integers(min_value=0, max_value=snowflake.PACKED_MAX)
-
-
-class FakeClock:
-    """A settable clock in ns."""
-
-    def __init__(self, ms: int) -> None:
-        self.ns = ms * MS
-
-    def __call__(self) -> int:
-        return self.ns
-
-    def set_ms(self, ms: int) -> None:
-        self.ns = ms * MS
 
 
 @st.composite

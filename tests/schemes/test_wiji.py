@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import wiji
 from app.schemes.wiji import SCHEME, WijiGenerator, pack, unpack
+from tests.helpers import FakeClock
 
 US = 1_000  # ns per µs
 NOW_US = 1_774_397_000_000_000  # 2026-03-25T00:03:20Z, the date vector 2 meant
@@ -22,26 +23,11 @@ RANDOMS = st.integers(0, wiji.RANDOM_MAX)
 FIELDS = st.tuples(TIMESTAMPS, SEQUENCES, RANDOMS)
 
 
-class FakeClock:
-    """A settable clock in ns; ``step`` ns are added after every reading."""
-
-    def __init__(self, us: int = NOW_US, step: int = 0) -> None:
-        self.ns = us * US
-        self.step = step
-        self.readings = 0
-
-    def __call__(self) -> int:
-        now = self.ns
-        self.ns += self.step
-        self.readings += 1
-        return now
-
-
 RANDOM_BYTES = bytes.fromhex("f123456789abcd")  # top nibble dropped: random part 0x123456789ABCD
 
 
 def make(clock: FakeClock | None = None, floor: int = -1) -> WijiGenerator:
-    return WijiGenerator(clock=clock or FakeClock(), rng=lambda n: RANDOM_BYTES[:n], floor=floor)
+    return WijiGenerator(clock=clock or FakeClock.from_us(NOW_US), rng=lambda n: RANDOM_BYTES[:n], floor=floor)
 
 
 def sequences(values: list[int]) -> list[tuple[int, int]]:
@@ -254,7 +240,7 @@ def test_orders_agree(a: tuple[int, int, int], b: tuple[int, int, int]) -> None:
 )
 def test_batch_encode_equals_format_of_values(start_us: int, warmup: int, count: int, random_bytes: bytes) -> None:
     # The clock moves 300 ns per reading, so a warm-up leaves the sequence anywhere and batches may span 2 µs.
-    generator = WijiGenerator(clock=FakeClock(start_us, step=300), rng=lambda n: random_bytes)
+    generator = WijiGenerator(clock=FakeClock.from_us(start_us, step=300), rng=lambda n: random_bytes)
     if warmup:
         generator.generate(warmup)
     batch = generator.generate(count)
@@ -268,7 +254,7 @@ def test_batch_encode_equals_format_of_values(start_us: int, warmup: int, count:
 
 
 def test_batch_spanning_microseconds_encodes_like_format() -> None:
-    generator = WijiGenerator(clock=FakeClock(step=100), rng=lambda n: b"\xff" * n)
+    generator = WijiGenerator(clock=FakeClock.from_us(NOW_US, step=100), rng=lambda n: b"\xff" * n)
     generator.generate(100)
     batch = generator.generate(2 * wiji.SEQUENCE_SLOTS)
     assert len(batch.segments) == 3
@@ -298,7 +284,7 @@ def test_random_part_is_drawn_once_from_rng() -> None:
         asked.append(n)
         return RANDOM_BYTES[:n]
 
-    generator = WijiGenerator(clock=FakeClock(), rng=rng)
+    generator = WijiGenerator(clock=FakeClock.from_us(NOW_US), rng=rng)
     assert generator.random_part == 0x123456789ABCD
     values = generator.generate(10).values() + generator.generate(10).values()
     assert asked == [7]
@@ -308,7 +294,7 @@ def test_random_part_is_drawn_once_from_rng() -> None:
 
 
 def test_sequence_per_microsecond() -> None:
-    clock = FakeClock()
+    clock = FakeClock.from_us(NOW_US)
     generator = make(clock=clock)
     assert sequences(generator.generate(3).values()) == [(NOW_US, 0), (NOW_US, 1), (NOW_US, 2)]
     clock.ns += 999  # same microsecond: sequence + 1
@@ -322,7 +308,7 @@ def test_sequence_per_microsecond() -> None:
 
 
 def test_clock_rollback_keeps_last_microsecond() -> None:
-    clock = FakeClock()
+    clock = FakeClock.from_us(NOW_US)
     generator = make(clock=clock)
     first = generator.generate(3).values()
     clock.ns -= 250 * US
@@ -335,13 +321,15 @@ def test_clock_rollback_keeps_last_microsecond() -> None:
 
 
 def test_overflow_with_a_stuck_clock_returns_a_partial_batch_and_a_wait() -> None:
-    clock = FakeClock()
+    clock = FakeClock.from_us(NOW_US)
     clock.ns += 400  # 400 ns into the microsecond
     generator = make(clock=clock)
     assert generator.generate(wiji.SEQUENCE_SLOTS - 4).count == wiji.SEQUENCE_SLOTS - 4
     started = time.perf_counter()
     partial = generator.generate(10)
-    assert time.perf_counter() - started < 0.5  # spun at most ~50 µs (generous bound for a loaded machine)
+    # The spin's budget is SPIN_LIMIT_NS of real time (time.perf_counter_ns in WijiGenerator, not the injected
+    # clock), so only a real-time bound can show it ended; 10,000 times the budget, for a loaded machine.
+    assert time.perf_counter() - started < 0.5
     assert sequences(partial.values()) == [(NOW_US, s) for s in range(65532, 65536)]
     assert generator.stats.sequence_exhausted == 1
     assert generator.wait_ns() == 600
@@ -353,7 +341,7 @@ def test_overflow_with_a_stuck_clock_returns_a_partial_batch_and_a_wait() -> Non
 
 
 def test_overflow_spins_for_a_real_clock() -> None:
-    clock = FakeClock(step=50)  # 20 readings per microsecond
+    clock = FakeClock.from_us(NOW_US, step=50)  # 20 readings per microsecond
     generator = make(clock=clock)
     batch = generator.generate(wiji.SEQUENCE_SLOTS + 5)
     assert batch.count == wiji.SEQUENCE_SLOTS + 5
@@ -363,13 +351,13 @@ def test_overflow_spins_for_a_real_clock() -> None:
 
 
 def test_overflow_during_a_rollback_waits_instead_of_repeating() -> None:
-    clock = FakeClock()
+    clock = FakeClock.from_us(NOW_US)
     generator = make(clock=clock)
     generator.generate(wiji.SEQUENCE_SLOTS)
     clock.ns -= 2_000_000_000  # 2 s back: too far to spin
-    started = time.perf_counter()
+    readings = clock.readings
     assert generator.generate(5).count == 0
-    assert time.perf_counter() - started < 0.5  # no spinning at all: the wait is far beyond the limit
+    assert clock.readings == readings + 1  # no spinning at all: read once, the wait is far beyond the limit
     assert generator.wait_ns() == 2_000_000_000 + US
     assert generator.stats.clock_rollbacks == 1
 
@@ -383,7 +371,7 @@ def test_floor_below_the_clock(floor: int) -> None:
 
 @pytest.mark.parametrize("floor", [NOW_US, NOW_US + 3])
 def test_floor_at_or_above_the_clock_waits(floor: int) -> None:
-    clock = FakeClock()
+    clock = FakeClock.from_us(NOW_US)
     generator = make(clock=clock, floor=floor)
     assert generator.generate(5).count == 0
     assert generator.wait_ns() == (floor + 1 - NOW_US) * US
@@ -422,7 +410,7 @@ def test_constructor_validates_floor(floor: int) -> None:
 
 
 def test_no_duplicate_in_a_million_ids_with_a_fake_clock_and_rollbacks() -> None:
-    clock = FakeClock(step=7)
+    clock = FakeClock.from_us(NOW_US, step=7)
     generator = make(clock=clock)
     lines: list[bytes] = []
     for round_ in range(1_000):
@@ -451,7 +439,7 @@ def test_no_duplicate_in_a_million_ids_with_the_real_clock() -> None:
 
 def test_two_generators_in_the_same_microsecond_differ_by_random_part() -> None:
     seeded = stdlib_random.Random(1)
-    a = WijiGenerator(clock=FakeClock(), rng=seeded.randbytes)
-    b = WijiGenerator(clock=FakeClock(), rng=seeded.randbytes)
+    a = WijiGenerator(clock=FakeClock.from_us(NOW_US), rng=seeded.randbytes)
+    b = WijiGenerator(clock=FakeClock.from_us(NOW_US), rng=seeded.randbytes)
     assert a.random_part != b.random_part
     assert not set(a.generate(1000).values()) & set(b.generate(1000).values())

@@ -12,21 +12,9 @@ from app.errors import BackendUnavailableError, SequenceOverflowError
 from app.lease.sequences import MAX_VALUE, MemorySequenceStore
 from app.metrics import Metrics
 from app.sequences.buffer import MAX_CACHE_FACTOR, TARGET_RANGE_S, SequenceBuffer, next_reservation_size
+from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def settle() -> None:
@@ -38,8 +26,8 @@ async def make(cache: int = 100, start: int = 1) -> tuple[MemorySequenceStore, S
     store = MemorySequenceStore()
     await store.create("orders", start, cache)
     metrics = Metrics([], __version__)
-    clock = FakeClock()
-    return store, SequenceBuffer("orders", cache, store, metrics.sequence("orders"), clock), clock, metrics
+    clock = FakeClock.from_s(1000)  # monotonic seconds: clock.seconds
+    return store, SequenceBuffer("orders", cache, store, metrics.sequence("orders"), clock.seconds), clock, metrics
 
 
 def flat(runs: list[tuple[int, int]]) -> list[int]:
@@ -66,7 +54,7 @@ async def test_first_range_then_next_reserved_in_background_at_ten_percent() -> 
     assert flat(await buf.take(8)) == list(range(2, 10))     # 9 of 100 used: below 10 %
     await settle()
     assert store.reservations == 1
-    clock.now += 1.0
+    clock.advance_s(1.0)
     assert flat(await buf.take(1)) == [10]                   # 10 % used: the next range is reserved
     await settle()
     assert store.reservations == 2
@@ -83,7 +71,7 @@ async def test_requests_cross_ranges_in_rising_order_and_never_repeat() -> None:
     store, buf, clock, _ = await make(cache=7)
     seen: list[int] = []
     for count in (1, 3, 5, 7, 2, 11, 30, 1, 64):
-        clock.now += 0.5
+        clock.advance_s(0.5)
         seen += flat(await buf.take(count))
         await settle()
     assert seen == sorted(seen) and len(set(seen)) == len(seen)
@@ -119,7 +107,7 @@ async def test_storage_down_serves_held_ranges_then_503_then_resumes() -> None:
     assert metrics.registry.get_sample_value("idmint_sequence_unavailable_total", name) == 1
     assert metrics.registry.get_sample_value("idmint_sequence_storage_failures_total", name) >= 1
     store.unavailable = None
-    clock.now += 10
+    clock.advance_s(10)
     after = flat(await buf.take(3))
     assert after[0] > buf.segments[0].first - 1 and after == sorted(after)
 
