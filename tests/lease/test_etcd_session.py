@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import AsyncIterator
 
+import anyio
 import pytest
 
 from app.errors import BackendUnavailableError, LeaseLostError
@@ -81,3 +82,34 @@ async def test_a_dead_endpoint_is_passed_over_at_once(etcd_server: EtcdServer) -
         assert kvs[0].value == b"1" and revision >= kvs[0].mod_revision
     finally:
         await c.close()
+
+
+async def test_a_closed_client_refuses_calls_and_opens_no_connection(etcd_server: EtcdServer) -> None:
+    """A task that outlives close() (a keepalive waking late) gets an error at once, not a new connection that
+    nothing would close."""
+    etcd_server.start()
+    c = EtcdClient([etcd_server.endpoint], timeout=1.0, budget=5.0, connect_timeout=1.0)
+    await c.put(b"test/session/closed", b"1")
+    await c.close()
+    with pytest.raises(EtcdCallError) as info:
+        await c.put(b"test/session/closed", b"2")
+    assert info.value.code == 1 and "closed" in info.value.detail
+    assert c._http is None
+
+
+async def test_a_session_lost_while_asleep_ends_its_keepalive_without_a_call(client: EtcdClient) -> None:
+    clock = FakeClock.from_s(1000)
+    outcomes: list[str] = []
+    session = await Session.grant(client, 3, 0.5, clock.seconds, 1.0, lambda _s, outcome, _e: outcomes.append(outcome))
+    try:
+        await anyio.sleep(0.1)  # the keepalive task is now asleep until its next refresh
+        session.set_lost("a watch saw the lease go")
+        clock.advance_s(1.0)  # its sleep ends; it must notice the loss rather than refresh
+        task = session._task
+        assert task is not None
+        with anyio.fail_after(5):
+            await task
+        assert session.lost_reason == "a watch saw the lease go"
+        assert outcomes == []  # no keepalive was sent for a lease known lost
+    finally:
+        await session.close(1.0)

@@ -237,7 +237,9 @@ class EtcdBackend(LeaseBackend):
         async with self._etcd("granting a lease"):
             session = await Session.grant(self._client, self._ttl, self._margin, self._clock,
                                           self._attempt_timeout, self._outcome)
-        self._session = session
+        old, self._session = self._session, session
+        if old is not None:
+            await old.stop()  # the lost lease's keepalive task ends here, not whenever it next wakes
         log.info("etcd: lease %s granted by %s (TTL %g s, refresh every %.1f s, fail closed %.1f s after a "
                  "refresh)", session.hex, redact(self._client.endpoint), session.ttl, session.interval,
                  session.ttl - self._margin)

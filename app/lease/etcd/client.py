@@ -184,6 +184,7 @@ class EtcdClient:
         self._token: str | None = None
         self._auth_lock = asyncio.Lock()
         self._http: httpx.AsyncClient | None = None
+        self._closed = False
 
     @property
     def endpoint(self) -> str:
@@ -191,12 +192,16 @@ class EtcdClient:
         return self.endpoints[self._current]
 
     def _client(self) -> httpx.AsyncClient:
+        if self._closed:  # a straggling task after close() must not open a connection nothing will close
+            raise EtcdCallError(1, "the etcd client is closed", self.endpoint)
         if self._http is None:
             self._http = httpx.AsyncClient(verify=self._tls or True, timeout=self._timeout,
                                            limits=httpx.Limits(max_keepalive_connections=32))
         return self._http
 
     async def close(self) -> None:
+        """Close the connections; every later call raises EtcdCallError (code 1, cancelled)."""
+        self._closed = True
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()
@@ -223,7 +228,7 @@ class EtcdClient:
             try:
                 return await self._call_one(endpoint, path, body, timeout)
             except EtcdCallError as exc:
-                if not ERRORS.get(exc.code, ERRORS[2])[2]:
+                if self._closed or not ERRORS.get(exc.code, ERRORS[2])[2]:
                     raise
                 tries += 1
                 self.failed(endpoint)

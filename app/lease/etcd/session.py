@@ -100,6 +100,8 @@ class Session:
             delay = max(0.0, self.last_sent + self.interval - self._clock())
             if delay:
                 await asyncio.sleep(delay)
+                if self.lost:  # lost while asleep (a watch or a claim saw it first): nothing to keep alive
+                    return
             try:
                 await self.refresh()
                 retry = RETRY_START_S
