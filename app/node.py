@@ -37,7 +37,7 @@ from typing import Any
 from app import __version__
 from app.errors import NotReadyError
 from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
-from app.metrics import Metrics
+from app.metrics import Metrics, SchemeMetrics
 from app.schemes import schemes
 from app.schemes.base import Batch, Clock, Generator, Scheme
 from app.settings import Settings
@@ -144,6 +144,8 @@ class Issuer:
         self._ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
         self.gate = PriorityGate()
+        self.metrics: SchemeMetrics = node.metrics.scheme(self.name)
+        """This scheme's metrics (a sharing scheme meters under its own name)."""
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
@@ -205,7 +207,7 @@ class Issuer:
         identity is its random part): start a fresh one, as a new process would, and publish it."""
         log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
                     "fresh generator", self.name, wait, limit)
-        self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+        self.metrics.identity_refused("clock_stepped_back")
         gen = self.generator = self.factory([], -1)
         published = self.scheme.registration(gen)
         if published:
@@ -219,7 +221,7 @@ class Issuer:
         log.warning("%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); "
                     "claiming another", self.name, words, wait, limit)
         for _claim in claims:
-            self.node.metrics.identity_refused(self.name, "clock_stepped_back")
+            self.metrics.identity_refused("clock_stepped_back")
         if self.pool is not None and not self.pool.static:
             self.excluded.update(c.identity for c in claims)
         final = gen.high_water if gen is not None else None
@@ -228,7 +230,7 @@ class Issuer:
         self.retry_after = 1
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
-        self.node.metrics.lease_held(self.name, False, None)
+        self.metrics.lease_held(False, None)
         self._wake.set()
 
     async def issue(self, count: int, options: dict[str, Any], stream: bool = False) -> Issued:
@@ -277,18 +279,18 @@ class Issuer:
         return None if gen is None else getattr(gen, "capacity_per_second", None)
 
     def _account(self, gen: Generator, count: int, waited: float) -> None:
-        metrics = self.node.metrics
-        metrics.ids_issued(self.name, count)
+        metrics = self.metrics
+        metrics.ids_issued(count)
         st = gen.stats
         seen = (st.clock_rollbacks, st.max_rollback_ns, st.sequence_exhausted)
         if seen != self._stats_seen:
             last = self._stats_seen
             if seen[0] > last[0]:
                 log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, st.max_rollback_ns / 1e9)
-            metrics.generator_stats(self.name, seen[0] - last[0], seen[1], seen[2] - last[2])
+            metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
             self._stats_seen = seen
         if waited:
-            metrics.issue_wait(self.name, waited)
+            metrics.issue_wait(waited)
 
     # -- high-water marks ----------------------------------------------------------------------------------
     async def record_mark(self, at_least: int = -1) -> None:
@@ -312,7 +314,7 @@ class Issuer:
                 log.warning("%s: high-water mark recorded again; issuing", self.name)
                 self.fault = None
             self.recorded_mark = target
-            node.metrics.high_water_mark(self.name, target * self.scheme.native_unit_ns / 1e9)
+            self.metrics.high_water_mark(target * self.scheme.native_unit_ns / 1e9)
 
     def _fault(self, reason: str) -> None:
         if self.fault is None:
@@ -330,7 +332,7 @@ class Issuer:
         claims, self.claims = self.claims, []
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
-        self.node.metrics.lease_held(self.name, False, None)
+        self.metrics.lease_held(False, None)
         self._was_ready = False
         self._wake.set()
 
@@ -347,7 +349,7 @@ class Issuer:
             self.generator = self.factory([], -1)
             self.recorded_mark = NO_MARK_NEEDED
             self.reason = ""
-            node.metrics.lease_held(self.name, True, None)
+            self.metrics.lease_held(True, None)
             return
         while True:
             claims: list[Claim] = []
@@ -371,7 +373,7 @@ class Issuer:
                 log.warning("%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock "
                             "(limit %g s)", self.name, self.pool.kind, ids, ahead_s, node.settings.max_clock_wait)
                 for _claim in refused:
-                    node.metrics.identity_refused(self.name, "high_water_mark_ahead")
+                    self.metrics.identity_refused("high_water_mark_ahead")
                 if self.pool.static:
                     raise NotReadyError(
                         f"static {self.pool.kind} {ids} has a high-water mark {ahead_s:.3f} s ahead of this "
@@ -396,7 +398,7 @@ class Issuer:
             log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
                      ", ".join(map(str, held)), floor)
             for identity in held:
-                node.metrics.lease_held(self.name, True, identity)
+                self.metrics.lease_held(True, identity)
             return
 
     def _inherited_wait_until(self, identities: list[int], floor: int) -> int:
@@ -469,7 +471,7 @@ class Issuer:
         for claim in claims:
             valid = claim.valid()
             await self._release_quietly(claim, final if valid else None)
-        self.node.metrics.lease_held(self.name, False, None)
+        self.metrics.lease_held(False, None)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ready": True}
