@@ -208,7 +208,7 @@ def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claims_anot
         await node.start()
         issuer = node.issuers["eight-byte"]
         before = set((await issuer.issue(5000, {})).values())
-        held = issuer.claims[0].identity
+        held = issuer.identity.claims[0].identity
         clock.offset_ns = -8 * 3600 * 10**9  # eight hours back
         t0 = time.monotonic()
         with pytest.raises(NotReadyError, match="IDMINT_MAX_CLOCK_WAIT") as caught:
@@ -216,12 +216,12 @@ def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claims_anot
                 await issuer.issue(64, {})
         assert time.monotonic() - t0 < 2.0  # no 28,800 s wait
         assert caught.value.retry_after >= 1
-        assert held in issuer.excluded
+        assert held in issuer.identity.excluded
         for _ in range(100):  # the background task claims another generator ID
             if issuer.generator is not None:
                 break
             await asyncio.sleep(0.05)
-        assert issuer.claims and issuer.claims[0].identity != held
+        assert issuer.identity.claims and issuer.identity.claims[0].identity != held
         after = set((await issuer.issue(5000, {})).values())
         assert not before & after
         refused = node.metrics.registry.get_sample_value("idmint_identity_refused_total", {"scheme": "eight-byte"})
@@ -255,7 +255,8 @@ def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) ->
         node = node_with(tmp_path, SteppedClock())
         await node.start()
         issuer = node.issuers["siq"]
-        claim = issuer.claims[0]
+        identity = issuer.identity
+        claim = identity.claims[0]
         real = claim.record_mark
         failures = {"left": 3}
 
@@ -268,11 +269,11 @@ def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) ->
         claim.record_mark = flaky  # type: ignore[method-assign]
         task = next(t for t in node._tasks if t.get_name() == "idmint-issuer-siq")
         for _ in range(200):
-            if not failures["left"] and issuer.fault is None and issuer.recorded_mark > claim.high_water_mark:
+            if not failures["left"] and identity.fault is None and identity.recorded_mark > claim.high_water_mark:
                 break
             await asyncio.sleep(0.05)
         assert not task.done()
-        assert failures["left"] == 0 and issuer.fault is None
+        assert failures["left"] == 0 and identity.fault is None
         await issuer.issue(10, {})
         await node.stop()
 
