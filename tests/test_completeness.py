@@ -135,18 +135,18 @@ def test_leased(client: TestClient, scheme: str) -> None:
     issuer = node.issuers[scheme]
     plan = declared.identity_plan(node.settings)
     if declared.shares_generator_with is not None:
-        assert issuer.claims is node.issuers[declared.shares_generator_with].claims
+        assert issuer.identity.claims is node.issuers[declared.shares_generator_with].identity.claims
         return
     if plan is None:
-        assert issuer.pool is None and not issuer.claims
+        assert issuer.identity.pool is None and not issuer.identity.claims
         return
-    assert len(issuer.claims) == plan.claims
-    assert issuer.pool == PoolSpec.from_plan(scheme, plan)
-    for claim in issuer.claims:
+    assert len(issuer.identity.claims) == plan.claims
+    assert issuer.identity.pool == PoolSpec.from_plan(scheme, plan)
+    for claim in issuer.identity.claims:
         assert claim.valid() and plan.minimum <= claim.identity <= plan.maximum
         segment = plan.key_format.format(claim.identity)
-        assert claim_key(NS, issuer.pool, claim.identity) == NS + plan.key_prefix + segment
-        assert mark_key(NS, issuer.pool, claim.identity) == NS + plan.mark_prefix + segment
+        assert claim_key(NS, issuer.identity.pool, claim.identity) == NS + plan.key_prefix + segment
+        assert mark_key(NS, issuer.identity.pool, claim.identity) == NS + plan.mark_prefix + segment
         assert plan.mark_prefix.startswith(f"idmint/marks/{scheme}/")
 
 

@@ -1,4 +1,4 @@
-"""app/metrics.py: the metric set, exact counts through the ASGI app, and multiprocess mode as the
+"""app/metrics/: the metric set, exact counts through the ASGI app, and multiprocess mode as the
 prometheus-client docs set it up (in subprocesses, since the mode is chosen when prometheus_client is imported)."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_known_label_values_are_initialised_up_front() -> None:
 
 def test_each_instance_has_its_own_registry() -> None:
     a, b = Metrics(SCHEMES, __version__), Metrics(SCHEMES, __version__)
-    a.ids_issued("wiji", 10)
+    a.scheme("wiji").ids_issued(10)
     assert sample(a, "idmint_ids_issued_total", scheme="wiji") == 10
     assert sample(b, "idmint_ids_issued_total", scheme="wiji") == 0
     assert a.registry is not b.registry
@@ -73,9 +73,9 @@ def test_each_instance_has_its_own_registry() -> None:
 
 def test_generator_stats_add_deltas_and_keep_the_largest_rollback() -> None:
     m = Metrics(SCHEMES, __version__)
-    m.generator_stats("muid", rollbacks=2, max_rollback_ns=1_500_000, exhausted=3)
-    m.generator_stats("muid", rollbacks=1, max_rollback_ns=500_000, exhausted=0)
-    m.generator_stats("siq", rollbacks=0, max_rollback_ns=0, exhausted=5)
+    m.scheme("muid").generator_stats(rollbacks=2, max_rollback_ns=1_500_000, exhausted=3)
+    m.scheme("muid").generator_stats(rollbacks=1, max_rollback_ns=500_000, exhausted=0)
+    m.scheme("siq").generator_stats(rollbacks=0, max_rollback_ns=0, exhausted=5)
     assert sample(m, "idmint_clock_rollback_total", scheme="muid") == 3
     assert sample(m, "idmint_sequence_exhausted_total", scheme="muid") == 3
     assert sample(m, "idmint_sequence_exhausted_total", scheme="siq") == 5
@@ -84,29 +84,29 @@ def test_generator_stats_add_deltas_and_keep_the_largest_rollback() -> None:
 
 def test_issue_wait_and_high_water_mark() -> None:
     m = Metrics(SCHEMES, __version__)
-    m.issue_wait("eight-byte", 0.0008)
-    m.issue_wait("eight-byte", 0.003)
+    m.scheme("eight-byte").issue_wait(0.0008)
+    m.scheme("eight-byte").issue_wait(0.003)
     assert sample(m, "idmint_issue_wait_seconds_count", scheme="eight-byte") == 2
     assert sample(m, "idmint_issue_wait_seconds_bucket", scheme="eight-byte", le="0.001") == 1
     assert sample(m, "idmint_issue_wait_seconds_sum", scheme="eight-byte") == pytest.approx(0.0038)
-    m.high_water_mark("hlc-ulid", 1_795_000_000.25)
+    m.scheme("hlc-ulid").high_water_mark(1_795_000_000.25)
     assert sample(m, "idmint_high_water_mark_timestamp_seconds", scheme="hlc-ulid") == 1_795_000_000.25
 
 
 def test_lease_held_tracks_identities_per_claim() -> None:
     m = Metrics(SCHEMES, __version__)
-    m.lease_held("eight-byte", True, 7)
-    m.lease_held("eight-byte", True, 8)  # a node holding two generator IDs
+    m.scheme("eight-byte").lease_held(True, 7)
+    m.scheme("eight-byte").lease_held(True, 8)  # a node holding two generator IDs
     assert sample(m, "idmint_lease_held", scheme="eight-byte") == 1
     assert sample(m, "idmint_node_identity_info", scheme="eight-byte", identity="7") == 1
     assert sample(m, "idmint_node_identity_info", scheme="eight-byte", identity="8") == 1
-    m.lease_held("eight-byte", False, 7)
+    m.scheme("eight-byte").lease_held(False, 7)
     assert sample(m, "idmint_lease_held", scheme="eight-byte") == 1
     assert sample(m, "idmint_node_identity_info", scheme="eight-byte", identity="7") is None
-    m.lease_held("eight-byte", False, None)
+    m.scheme("eight-byte").lease_held(False, None)
     assert sample(m, "idmint_lease_held", scheme="eight-byte") == 0
     assert sample(m, "idmint_node_identity_info", scheme="eight-byte", identity="8") is None
-    m.lease_held("wiji", True, None)  # no identity to claim, but ready to issue
+    m.scheme("wiji").lease_held(True, None)  # no identity to claim, but ready to issue
     assert sample(m, "idmint_lease_held", scheme="wiji") == 1
 
 
@@ -125,7 +125,7 @@ def test_lease_renewals_deadline_and_refusals() -> None:
     assert sample(m, "idmint_lease_deadline_seconds") == 0
     m.lease_deadline(float("inf"))
     assert sample(m, "idmint_lease_deadline_seconds") == float("inf")
-    m.identity_refused("siq", "high_water_mark_ahead: 12.5 s")  # free text: not a label
+    m.scheme("siq").identity_refused("high_water_mark_ahead: 12.5 s")  # free text: not a label
     assert sample(m, "idmint_identity_refused_total", scheme="siq") == 1
 
 
@@ -146,7 +146,7 @@ def test_request_histogram_resolves_sub_millisecond_latency() -> None:
 
 def test_render_is_prometheus_text() -> None:
     m = Metrics(SCHEMES, __version__)
-    m.ids_issued("muid", 3)
+    m.scheme("muid").ids_issued(3)
     body, content_type = m.render()
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     assert b'idmint_ids_issued_total{scheme="muid"} 3.0' in body
@@ -295,11 +295,11 @@ WORKER = """
     import os
     from app.metrics import Metrics
     m = Metrics(["muid", "siq"], "9.9.9")
-    m.ids_issued("muid", {count})
-    m.lease_held("muid", True, {identity})
-    m.lease_held("siq", {siq_held}, None)
+    m.scheme("muid").ids_issued({count})
+    m.scheme("muid").lease_held(True, {identity})
+    m.scheme("siq").lease_held({siq_held}, None)
     m.lease_deadline({deadline})
-    m.generator_stats("muid", 1, {rollback_ns}, 0)
+    m.scheme("muid").generator_stats(1, {rollback_ns}, 0)
     m.request("/v1/ids/{{scheme}}", "GET", 200, 0.0003)
     print(os.getpid())
 """
@@ -352,16 +352,16 @@ def test_multiprocess_live_gauges_combine_across_live_workers(tmp_path: Path) ->
         import json, os, subprocess, sys, textwrap
         from app.metrics import Metrics, worker_exit
         me = Metrics(["muid", "siq"], "9.9.9")
-        me.lease_held("muid", True, 5)
-        me.lease_held("siq", True, None)
+        me.scheme("muid").lease_held(True, 5)
+        me.scheme("siq").lease_held(True, None)
         me.lease_deadline(7.5)
         # a second live worker
         child = subprocess.Popen([sys.executable, "-c", textwrap.dedent('''
             import sys
             from app.metrics import Metrics
             m = Metrics(["muid", "siq"], "9.9.9")
-            m.lease_held("muid", True, 6)
-            m.lease_held("siq", False, None)
+            m.scheme("muid").lease_held(True, 6)
+            m.scheme("siq").lease_held(False, None)
             m.lease_deadline(3.0)
             print("ready", flush=True)
             sys.stdin.read()
@@ -376,7 +376,7 @@ def test_multiprocess_live_gauges_combine_across_live_workers(tmp_path: Path) ->
         worker_exit(child.pid)  # what the supervisor calls after reaping a worker
         after = {"held_siq": g("idmint_lease_held", scheme="siq"), "deadline": g("idmint_lease_deadline_seconds"),
                  "id6": g("idmint_node_identity_info", scheme="muid", identity="6")}
-        me.lease_held("muid", False, 5)  # remove() is unsupported in multiprocess mode: the series drops to 0
+        me.scheme("muid").lease_held(False, 5)  # remove() is unsupported in multiprocess mode: the series drops to 0
         dropped = g("idmint_node_identity_info", scheme="muid", identity="5")
         print(json.dumps({"live": live, "after": after, "dropped": dropped}))
     """

@@ -162,7 +162,7 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
 def _exposed_names() -> set[str]:
     m = Metrics(["muid"], "0")
     m.request("/r", "GET", 200, 0.001)
-    m.lease_held("muid", True, 1)
+    m.scheme("muid").lease_held(True, 1)
     names = set()
     for family in m.registry.collect():
         names.update(sample.name for sample in family.samples)

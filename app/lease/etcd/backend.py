@@ -652,7 +652,7 @@ class EtcdBackend(LeaseBackend):
 
     def _metrics_held(self, scheme: str, held: bool, identity: int | None) -> None:
         if self.metrics is not None:
-            self.metrics.lease_held(scheme, held, identity)
+            self.metrics.scheme(scheme).lease_held(held, identity)
 
     def status(self) -> dict[str, Any]:
         session = self._session

@@ -1,0 +1,317 @@
+"""The identity behind one scheme's generator: :class:`IdentityHolder` claims it, records its high-water marks,
+keeps it (the background task), and gives it up (stop, drop). The :class:`~app.node.Issuer` on top only checks
+that it is still valid and issues from the generator built on it.
+
+Claiming follows the refusal policy of :mod:`app.node`: an identity whose high-water mark is ahead of this node's
+clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
+static, logged, counted) and another is claimed; the same happens to a running identity when the clock is stepped
+back that far (:meth:`IdentityHolder.refuse_running`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from app.errors import NotReadyError
+from app.lease.base import Claim, PoolSpec
+from app.metrics import SchemeMetrics
+from app.schemes.base import Generator, Scheme
+
+if TYPE_CHECKING:
+    from app.node import Node
+
+log = logging.getLogger("idmint.node")  # the logger these lines always had (operators filter on it)
+
+BACKOFF_START_S = 0.5
+BACKOFF_MAX_S = 10.0
+FAULT_RETRY_MAX_S = 2.0
+"""Longest pause between retries of a failed high-water-mark record (the disk may recover at any moment)."""
+INHERITED_WAIT_READY_S = 1.0
+"""A scheme whose generator must wait longer than this for the clock to pass an inherited mark is not ready."""
+
+GeneratorFactory = Callable[[list[int], int], Generator]
+"""(claimed identities, floor in native units) -> generator."""
+
+NO_MARK_NEEDED = 1 << 128
+"""The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
+
+
+class IdentityHolder:
+    """One scheme's claimed identities (``claims_wanted`` of them from ``pool``; none when ``pool`` is None), their
+    recorded high-water mark, and the generator built on them (``generator``, None while nothing valid is held).
+
+    ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
+    until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
+    inherited mark (0 = none). ``on_claim`` is called each time a newly claimed identity's generator is built.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        scheme: Scheme,
+        factory: GeneratorFactory,
+        pool: PoolSpec | None,
+        metrics: SchemeMetrics,
+        claims_wanted: int = 1,
+    ) -> None:
+        self.node = node
+        self.scheme = scheme
+        self.name = scheme.name
+        self.factory = factory
+        self.pool = pool
+        self.metrics = metrics
+        self.claims_wanted = claims_wanted
+        self.generator: Generator | None = None
+        self.claims: list[Claim] = []
+        self.recorded_mark = -1
+        self.reason = "starting: no identity claimed yet"
+        self.retry_after = 1
+        self.excluded: set[int] = set()
+        """Identities refused by this node (high-water mark too far ahead, clock stepped back): not claimed again."""
+        self.fault: str | None = None
+        """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
+        self.ready_at_ns = 0
+        """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
+        self.on_claim: Callable[[], None] | None = None
+        self._mark_lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    def identity_words(self) -> str:
+        """The claimed identities for a message: ``"generator ID 3, 4"``."""
+        kind = self.pool.kind if self.pool is not None else "identity"
+        return f"{kind} {', '.join(str(c.identity) for c in self.claims)}"
+
+    # -- validity ------------------------------------------------------------------------------------------
+    def drop_lost_claims(self) -> bool:
+        """Drop every claim (:meth:`drop`) when any is lost or past its deadline; True when they were dropped."""
+        if self.claims:
+            now = time.monotonic()
+            for claim in self.claims:
+                if claim.lost or now >= claim.deadline:
+                    why = "lease lost" if claim.lost else "lease deadline passed (refresh not confirmed in time)"
+                    self.drop(f"{why} for {self.pool.kind if self.pool else 'identity'} {claim.identity}")
+                    return True
+        return False
+
+    # -- clock stepped back --------------------------------------------------------------------------------
+    def renew_unclaimed(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
+        identity is its random part): start a fresh one, as a new process would, and publish it."""
+        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
+                    "fresh generator", self.name, wait, limit)
+        self.metrics.identity_refused("clock_stepped_back")
+        gen = self.generator = self.factory([], -1)
+        published = self.scheme.registration(gen)
+        if published:
+            asyncio.get_running_loop().create_task(self.node.register(self.name, published))
+
+    def refuse_running(self, wait: float, limit: float) -> None:
+        """The clock stepped back more than max_clock_wait under the running generator: give the identity up
+        (its exact final mark recorded) and let the background task claim another, as at start-up."""
+        gen, claims = self.generator, list(self.claims)
+        words = self.identity_words()
+        log.warning("%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); "
+                    "claiming another", self.name, words, wait, limit)
+        for _claim in claims:
+            self.metrics.identity_refused("clock_stepped_back")
+        if self.pool is not None and not self.pool.static:
+            self.excluded.update(c.identity for c in claims)
+        final = gen.high_water if gen is not None else None
+        self.generator, self.claims = None, []
+        self.reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
+        self.retry_after = 1
+        for claim in claims:
+            asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
+        self.metrics.lease_held(False, None)
+        self._wake.set()
+
+    # -- high-water marks ----------------------------------------------------------------------------------
+    async def record_mark(self, at_least: int = -1) -> None:
+        """Record a mark ``mark_horizon`` seconds ahead of the clock (and at or above ``at_least``)."""
+        async with self._mark_lock:
+            node = self.node
+            horizon = self.scheme.native_from_ns(node.clock() + int(node.backend.mark_horizon * 1e9))
+            target = max(at_least, horizon)
+            if target <= self.recorded_mark or not self.claims:
+                return
+            try:
+                for claim in list(self.claims):
+                    await claim.record_mark(target)
+            except NotReadyError as exc:
+                self._fault(exc.reason)
+                raise
+            except OSError as exc:  # a backend that let one through: the same fault
+                self._fault(f"recording the high-water mark failed: {exc}")
+                raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after) from exc
+            if self.fault is not None:
+                log.warning("%s: high-water mark recorded again; issuing", self.name)
+                self.fault = None
+            self.recorded_mark = target
+            self.metrics.high_water_mark(target * self.scheme.native_unit_ns / 1e9)
+
+    def _fault(self, reason: str) -> None:
+        if self.fault is None:
+            log.error("%s: stopped issuing: %s", self.name, reason)
+        self.fault = reason
+        self.retry_after = 2
+
+    # -- claiming ------------------------------------------------------------------------------------------
+    def drop(self, reason: str) -> None:
+        """Stop issuing for ``reason`` (a claim is lost or past its deadline): release every claim without a final
+        mark and wake the background task to claim again."""
+        if self.generator is not None:
+            log.error("%s: stopped issuing: %s", self.name, reason)
+        self.generator = None
+        self.reason = reason
+        self.retry_after = 1
+        claims, self.claims = self.claims, []
+        for claim in claims:
+            asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
+        self.metrics.lease_held(False, None)
+        self._wake.set()
+
+    async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
+        try:
+            await self.node.backend.release(claim, final_mark)
+        except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
+            log.warning("%s: releasing %s failed: %s", self.name, claim.key, exc)
+
+    async def acquire(self) -> None:
+        """Claim identities and build the generator. Raises NotReadyError when it cannot."""
+        node = self.node
+        if self.pool is None:
+            self.generator = self.factory([], -1)
+            self.recorded_mark = NO_MARK_NEEDED
+            self.reason = ""
+            self.metrics.lease_held(True, None)
+            return
+        while True:
+            claims: list[Claim] = []
+            try:
+                for _ in range(self.claims_wanted):
+                    pool = replace(self.pool, exclude=frozenset(self.excluded | {c.identity for c in claims}))
+                    claims.append(await node.backend.claim(pool, node.holder))
+            except BaseException:
+                for claim in claims:
+                    await self._release_quietly(claim, None)
+                raise
+            floor = max(c.high_water_mark for c in claims)
+            now_native = self.scheme.native_from_ns(node.clock())
+            ahead_s = (floor - now_native) * self.scheme.native_unit_ns / 1e9
+            if ahead_s > node.settings.max_clock_wait:
+                refused = [c for c in claims if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
+                           > node.settings.max_clock_wait]
+                for claim in claims:
+                    await self._release_quietly(claim, None)
+                ids = ", ".join(str(c.identity) for c in refused)
+                log.warning("%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock "
+                            "(limit %g s)", self.name, self.pool.kind, ids, ahead_s, node.settings.max_clock_wait)
+                for _claim in refused:
+                    self.metrics.identity_refused("high_water_mark_ahead")
+                if self.pool.static:
+                    raise NotReadyError(
+                        f"static {self.pool.kind} {ids} has a high-water mark {ahead_s:.3f} s ahead of this "
+                        f"node's clock (limit {node.settings.max_clock_wait:g} s)", retry_after=5)
+                self.excluded.update(c.identity for c in refused)
+                continue
+            self.claims = claims
+            self.recorded_mark = floor
+            try:
+                await self.record_mark(floor)
+            except BaseException:
+                self.claims = []
+                for claim in claims:
+                    await self._release_quietly(claim, None)
+                raise
+            self.ready_at_ns = self._inherited_wait_until([c.identity for c in claims], floor)
+            self.generator = self.factory([c.identity for c in claims], floor)
+            self.fault = None
+            if self.on_claim is not None:
+                self.on_claim()
+            self.reason = ""
+            held = [c.identity for c in claims]
+            log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
+                     ", ".join(map(str, held)), floor)
+            for identity in held:
+                self.metrics.lease_held(True, identity)
+            return
+
+    def _inherited_wait_until(self, identities: list[int], floor: int) -> int:
+        """The clock reading (ns) until which a generator on ``floor`` must wait before it can issue (0 = none).
+
+        Asked of a throwaway generator (its ID is never used): logical-clock schemes (Muid, HLC-ULID) issue at
+        once, the others report how long they must wait."""
+        probe = self.factory(identities, floor)
+        if probe.generate(1).count:
+            return 0
+        wait_ns = probe.wait_ns()
+        return self.node.clock() + wait_ns if wait_ns > INHERITED_WAIT_READY_S * 1e9 else 0
+
+    # -- background task -----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Background task: claim (with backoff), keep the mark ahead of the clock, re-claim after a loss.
+
+        Survives any exception: each is logged once per distinct reason and retried with backoff (a failed mark
+        record at most every FAULT_RETRY_MAX_S, so issuing resumes soon after the disk recovers)."""
+        backoff = BACKOFF_START_S
+        last_reason: str | None = None
+        interval = self.node.backend.mark_interval
+        while True:
+            try:
+                if self.generator is None:
+                    await self.acquire()
+                elif self.claims:
+                    if self.drop_lost_claims():
+                        raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+                    await self.record_mark()
+                backoff = BACKOFF_START_S
+                last_reason = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- the task must outlive any fault; each is logged
+                if isinstance(exc, NotReadyError):
+                    reason = exc.reason
+                    if self.generator is None:
+                        self.reason, self.retry_after = exc.reason, exc.retry_after
+                else:
+                    reason = f"internal error: {exc!r}"
+                    if self.generator is None:
+                        self.reason, self.retry_after = reason, 2
+                    if reason != last_reason:
+                        log.exception("%s: background task: %s", self.name, reason)
+                if reason != last_reason:
+                    if reason != self.fault:  # a mark fault was logged where it happened
+                        log.warning("%s: not ready: %s", self.name, reason)
+                    last_reason = reason
+                pause = min(backoff, FAULT_RETRY_MAX_S) if self.fault is not None else backoff
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
+                except TimeoutError:
+                    pass
+                continue
+            self._wake.clear()
+            deadline = min((c.deadline for c in self.claims), default=math.inf)
+            sleep = min(interval, max(deadline - time.monotonic(), 0.01))
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=sleep)
+            except TimeoutError:
+                pass
+
+    async def stop(self) -> None:
+        """Record the exact final mark and release every claim."""
+        gen, claims = self.generator, self.claims
+        self.generator, self.claims = None, []
+        self.reason = "stopping"
+        final = gen.high_water if gen is not None else None
+        for claim in claims:
+            valid = claim.valid()
+            await self._release_quietly(claim, final if valid else None)
+        self.metrics.lease_held(False, None)
