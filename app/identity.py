@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from app.errors import NotReadyError
 from app.lease.base import Claim, PoolSpec
 from app.metrics import SchemeMetrics
-from app.schemes.base import Generator, Scheme
+from app.schemes.base import Generator, GeneratorStats, Scheme
 
 if TYPE_CHECKING:
     from app.node import Node
@@ -48,7 +48,8 @@ class IdentityHolder:
 
     ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
     until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
-    inherited mark (0 = none). ``on_claim`` is called each time a newly claimed identity's generator is built.
+    inherited mark (0 = none). ``sharers`` are the metrics of schemes issuing from this holder's generator
+    (TypeID on UUIDv7's): their lease gauge follows this one's.
     """
 
     def __init__(
@@ -78,9 +79,28 @@ class IdentityHolder:
         """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
         self.ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
-        self.on_claim: Callable[[], None] | None = None
+        self.sharers: list[SchemeMetrics] = []
+        self._stats_of: GeneratorStats | None = None
+        self._stats_seen = (0, 0, 0)
         self._mark_lock = asyncio.Lock()
         self._wake = asyncio.Event()
+
+    def _lease_held(self, held: bool, identity: int | None) -> None:
+        for metrics in (self.metrics, *self.sharers):
+            metrics.lease_held(held, identity)
+
+    def account_stats(self, stats: GeneratorStats) -> None:
+        """Meter what ``stats`` (the generator's) counted since the last call, on this holder's scheme: once per
+        event however many schemes issue from the generator. A new generator's stats count from zero."""
+        if stats is not self._stats_of:
+            self._stats_of, self._stats_seen = stats, (0, 0, 0)
+        seen = (stats.clock_rollbacks, stats.max_rollback_ns, stats.sequence_exhausted)
+        last = self._stats_seen
+        if seen != last:
+            if seen[0] > last[0]:
+                log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, stats.max_rollback_ns / 1e9)
+            self.metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
+            self._stats_seen = seen
 
     def identity_words(self) -> str:
         """The claimed identities for a message: ``"generator ID 3, 4"``."""
@@ -128,7 +148,7 @@ class IdentityHolder:
         self.retry_after = 1
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
-        self.metrics.lease_held(False, None)
+        self._lease_held(False, None)
         self._wake.set()
 
     # -- high-water marks ----------------------------------------------------------------------------------
@@ -173,7 +193,7 @@ class IdentityHolder:
         claims, self.claims = self.claims, []
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
-        self.metrics.lease_held(False, None)
+        self._lease_held(False, None)
         self._wake.set()
 
     async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
@@ -189,7 +209,7 @@ class IdentityHolder:
             self.generator = self.factory([], -1)
             self.recorded_mark = NO_MARK_NEEDED
             self.reason = ""
-            self.metrics.lease_held(True, None)
+            self._lease_held(True, None)
             return
         while True:
             claims: list[Claim] = []
@@ -232,14 +252,12 @@ class IdentityHolder:
             self.ready_at_ns = self._inherited_wait_until([c.identity for c in claims], floor)
             self.generator = self.factory([c.identity for c in claims], floor)
             self.fault = None
-            if self.on_claim is not None:
-                self.on_claim()
             self.reason = ""
             held = [c.identity for c in claims]
             log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
                      ", ".join(map(str, held)), floor)
             for identity in held:
-                self.metrics.lease_held(True, identity)
+                self._lease_held(True, identity)
             return
 
     def _inherited_wait_until(self, identities: list[int], floor: int) -> int:
@@ -314,4 +332,4 @@ class IdentityHolder:
         for claim in claims:
             valid = claim.valid()
             await self._release_quietly(claim, final if valid else None)
-        self.metrics.lease_held(False, None)
+        self._lease_held(False, None)

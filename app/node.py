@@ -112,16 +112,11 @@ class Issuer:
         self.metrics = metrics
         """This scheme's metrics (a sharing scheme meters under its own name)."""
         self.gate = PriorityGate()
-        self._stats_seen = (0, 0, 0)
 
     @property
     def generator(self) -> Generator | None:
         """The generator IDs are issued from, or None while no valid identity is held."""
         return self.identity.generator
-
-    def forget_stats(self) -> None:
-        """A new generator replaced the last: its stats count from zero."""
-        self._stats_seen = (0, 0, 0)
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
@@ -215,14 +210,7 @@ class Issuer:
     def _account(self, gen: Generator, count: int, waited: float) -> None:
         metrics = self.metrics
         metrics.ids_issued(count)
-        st = gen.stats
-        seen = (st.clock_rollbacks, st.max_rollback_ns, st.sequence_exhausted)
-        if seen != self._stats_seen:
-            last = self._stats_seen
-            if seen[0] > last[0]:
-                log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, st.max_rollback_ns / 1e9)
-            metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
-            self._stats_seen = seen
+        self.identity.account_stats(gen.stats)
         if waited:
             metrics.issue_wait(waited)
 
@@ -316,14 +304,14 @@ class Node:
 
             metrics = self.metrics.scheme(name)
             identity = IdentityHolder(self, scheme, factory, pool, metrics, claims_wanted=plan.claims if plan else 1)
-            issuer = self.issuers[name] = Issuer(scheme, identity, metrics)
-            identity.on_claim = issuer.forget_stats
+            self.issuers[name] = Issuer(scheme, identity, metrics)
         for name, scheme in self.schemes.items():
             base = scheme.shares_generator_with
             if base is not None:
                 if base not in self.issuers:
                     raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
+                self.issuers[base].identity.sharers.append(self.metrics.scheme(name))
 
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""

@@ -26,7 +26,9 @@ from app.metrics import (
     Metrics,
 )
 from app.schemes import schemes
+from app.schemes.base import GeneratorStats
 from app.settings import Settings
+from tests.helpers import new_node, started
 
 SCHEMES = list(schemes())
 REPO = Path(__file__).resolve().parents[1]
@@ -250,9 +252,7 @@ async def test_lease_state_and_identities_after_startup(tmp_path: Path) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://idmint") as client:
             assert (await client.get("/readyz")).status_code == 200
             catalogue = (await client.get("/v1/schemes")).json()["schemes"]
-        # Not typeid: it shares uuidv7's generator (app/node.py SharedIssuer), which never sets its gauge, so
-        # idmint_lease_held{scheme="typeid"} stays 0 while it issues (reported; app/ is out of this change).
-        for scheme in (s for s in SCHEMES if s != "typeid"):
+        for scheme in SCHEMES:  # typeid too: its gauge follows uuidv7's, whose generator it issues from
             assert sample(m, "idmint_lease_held", scheme=scheme) == 1, scheme
         identities = {}
         for family in m.registry.collect():
@@ -425,3 +425,24 @@ def test_prepare_process_environment_refuses_after_prometheus_client_import() ->
     """
     out = python(code, {})
     assert "PROMETHEUS_MULTIPROC_DIR must be set before prometheus_client is imported" in out
+
+
+async def test_generator_stats_count_once_per_generator_and_from_zero_for_a_new_one(tmp_path: Path) -> None:
+    """A new generator (fresh claim, or a scheme without claims starting over) counts from zero: its first events
+    are metered, never a negative step (which prometheus refuses, failing the request). Events of a generator that
+    two schemes issue from (uuidv7 and typeid) are counted once, under the scheme that owns it."""
+    async with started(new_node(tmp_path)) as node:
+        m = node.metrics
+        holder = node.issuers["wiji"].identity
+        holder.account_stats(GeneratorStats(clock_rollbacks=3, max_rollback_ns=2_000_000, sequence_exhausted=2))
+        holder.account_stats(GeneratorStats(clock_rollbacks=1, max_rollback_ns=1_000))  # a fresh generator
+        assert sample(m, "idmint_clock_rollback_total", scheme="wiji") == 4
+        assert sample(m, "idmint_sequence_exhausted_total", scheme="wiji") == 2
+
+        uuids = node.issuers["uuidv7"].generator
+        assert uuids is not None
+        uuids.stats.clock_rollbacks += 1  # as the generator counts a rollback
+        await node.issuers["typeid"].issue(1, {})
+        await node.issuers["uuidv7"].issue(1, {})
+        assert sample(m, "idmint_clock_rollback_total", scheme="uuidv7") == 1
+        assert sample(m, "idmint_clock_rollback_total", scheme="typeid") == 0
