@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -105,8 +106,32 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def stream(base: str, scheme: str, count: int, pid: int) -> tuple[float, int, int, int]:
-    """(seconds, bytes, rss before KiB, peak rss KiB during)."""
+def sched_ns(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) summed over the process's threads (/proc/PID/task/*/schedstat)."""
+    on_cpu = waiting = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:  # a thread that just ended
+            continue
+        on_cpu += int(fields[0])
+        waiting += int(fields[1])
+    return on_cpu, waiting
+
+
+class Streamed(NamedTuple):
+    seconds: float
+    size: int
+    rss_before_kib: int
+    rss_peak_kib: int
+    cpu_s: float
+    """Seconds the server spent on a CPU during the stream (all its threads)."""
+    wait_s: float
+    """Seconds the server was runnable but waited for a CPU (other processes on the shared cores)."""
+
+
+def stream(base: str, scheme: str, count: int, pid: int) -> Streamed:
+    """One stream read by curl into /dev/null, with the server's resident memory and CPU figures."""
     before = rss_kib(pid)
     peak = [before]
     done = threading.Event()
@@ -118,14 +143,16 @@ def stream(base: str, scheme: str, count: int, pid: int) -> tuple[float, int, in
 
     t = threading.Thread(target=sample, daemon=True)
     t.start()
+    cpu0, wait0 = sched_ns(pid)
     out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_total}",
                           f"{base}/v1/ids/{scheme}/stream?count={count}"], capture_output=True, text=True,
                          check=True).stdout.split()
+    cpu1, wait1 = sched_ns(pid)
     done.set()
     t.join()
     if out[0] != "200":
         raise SystemExit(f"stream {scheme} answered {out[0]}")
-    return float(out[2]), int(out[1]), before, peak[0]
+    return Streamed(float(out[2]), int(out[1]), before, peak[0], (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9)
 
 
 def main() -> None:
@@ -228,6 +255,8 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
     rates: dict[str, list[float]] = {name: [] for name in others}
     ratios: dict[str, list[float]] = {name: [] for name in others}
     ceilings: dict[str, list[float]] = {name: [] for name in others}
+    cpu: dict[str, list[float]] = {name: [] for name in ["wiji", *others]}
+    waits: dict[str, list[float]] = {name: [] for name in ["wiji", *others]}
     widths: dict[str, float] = {}
     peaks: dict[str, tuple[int, int]] = {}
     wiji_rates: list[float] = []
@@ -236,8 +265,13 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
           f"path's ceiling, no ID generated); load average {os.getloadavg()[0]:.1f} at start", flush=True)
     for _ in range(args.stream_rounds):
         for scheme in others:
-            wiji_seconds, _, _, _ = stream(idm_url, "wiji", count, idm.pid)
-            seconds, size, before, peak = stream(idm_url, scheme, count, idm.pid)
+            wiji_run = stream(idm_url, "wiji", count, idm.pid)
+            run = stream(idm_url, scheme, count, idm.pid)
+            wiji_seconds, seconds, size = wiji_run.seconds, run.seconds, run.size
+            before, peak = run.rss_before_kib, run.rss_peak_kib
+            for name, got in (("wiji", wiji_run), (scheme, run)):
+                cpu[name].append(got.cpu_s)
+                waits[name].append(got.wait_s / got.seconds)
             wiji_rates.append(count / wiji_seconds)
             rates[scheme].append(count / seconds)
             ratios[scheme].append(wiji_seconds / seconds)
@@ -247,10 +281,14 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
                 bare_seconds, _ = bare_stream(bare_url, count, round(size / count))
                 ceilings[scheme].append(count / bare_seconds)
     w = statistics.median(wiji_rates)
+    print("    M IDs/s (median, best of the rounds); x wiji / x ceiling: median of the per-round ratios; per CPU-s: "
+          "IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours disturb "
+          "less; cpu wait: share of the stream's wall time the server was runnable but had no CPU")
     print(f"    {'scheme':10s} {'median':>8s} {'best':>8s}  {'x wiji':>6s}  {'x ceiling':>9s}  {'ceiling':>8s}  "
-          f"line  target")
-    print(f"    {'wiji':10s} {w / 1e6:8.2f} {max(wiji_rates) / 1e6:8.2f}  {1:6.2f}  {'':9s}  {'':8s}  27 B  "
-          f"(M IDs/s; {len(wiji_rates)} streams)")
+          f"{'per CPU-s':>9s}  {'cpu wait':>8s}  line  target")
+    print(f"    {'wiji':10s} {w / 1e6:8.2f} {max(wiji_rates) / 1e6:8.2f}  {1:6.2f}  {'':9s}  {'':8s}  "
+          f"{count / statistics.median(cpu['wiji']) / 1e6:9.2f}  {statistics.median(waits['wiji']):8.0%}  27 B  "
+          f"({len(wiji_rates)} streams)")
     for scheme in others:
         rate = statistics.median(rates[scheme])
         ceiling = statistics.median(ceilings[scheme]) if ceilings[scheme] else None
@@ -258,6 +296,7 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
         line = (f"    {scheme:10s} {rate / 1e6:8.2f} {max(rates[scheme]) / 1e6:8.2f}  "
                 f"{statistics.median(ratios[scheme]):6.2f}  "
                 f"{f'{per_ceiling:9.2f}' if per_ceiling else '':9s}  {f'{ceiling / 1e6:8.2f}' if ceiling else '':8s}  "
+                f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f}  {statistics.median(waits[scheme]):8.0%}  "
                 f"{widths[scheme]:4.1f} B")
         target = TARGETS.get(scheme)
         if scheme == "snowflake":
