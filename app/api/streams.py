@@ -39,6 +39,11 @@ generator ID), so its client gets a steady flow and an abort is seen within a te
 FIRST_CHUNK = 4096
 """IDs generated before the response starts (validates the request against the generator itself)."""
 MEDIA_TYPE = "text/plain; charset=us-ascii"
+SEND_PIECE_BYTES = 262_144
+"""A chunk's text goes to the server in pieces of at most this many bytes. Handing uvicorn a whole 1.7-2.4 MB chunk
+made it join a second copy of that size (chunked framing) beside the chunk and the chunk's random draw; glibc then
+gave the freed heap top back to the kernel after every chunk and faulted it in again on the next (88,000 minor
+faults per 10M-ID uuidv7 stream, measured). Pieces keep the transient copies small and cache-resident."""
 
 
 class StreamSlots:
@@ -128,7 +133,9 @@ async def _body(request: Request, issuer: Issuer, count: int, fmt: str, options:
     sent = 0
     try:
         async for issued in _chunks(issuer, count, options, first):
-            yield issued.encode(fmt)
+            text = issued.encode(fmt)
+            for start in range(0, len(text), SEND_PIECE_BYTES):
+                yield text[start : start + SEND_PIECE_BYTES]
             sent += issued.count  # not chunk.count(b"\n"): that byte scan cost ~3 ms per 1.7 MB chunk
             await asyncio.sleep(0)  # let the disconnect listener, and every other request, run
             if sent < count and await request.is_disconnected():
