@@ -39,6 +39,11 @@ generator ID), so its client gets a steady flow and an abort is seen within a te
 FIRST_CHUNK = 4096
 """IDs generated before the response starts (validates the request against the generator itself)."""
 MEDIA_TYPE = "text/plain; charset=us-ascii"
+SEND_PIECE_BYTES = 262_144
+"""A chunk's text goes to the server in pieces of at most this many bytes. Handing uvicorn a whole 1.7-2.4 MB chunk
+made it join a second copy of that size (chunked framing) beside the chunk and the chunk's random draw; glibc then
+gave the freed heap top back to the kernel after every chunk and faulted it in again on the next (88,000 minor
+faults per 10M-ID uuidv7 stream, measured). Pieces keep the transient copies small and cache-resident."""
 
 
 class StreamSlots:
@@ -74,16 +79,23 @@ async def lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
     chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), so memory does not grow
     with ``count``. Raises what
     :meth:`Issuer.issue` raises."""
+    async for issued in _chunks(issuer, count, options, first):
+        yield issued.encode(fmt)
+
+
+async def _chunks(issuer: Issuer, count: int, options: dict[str, Any],
+                  first: Issued | None = None) -> AsyncIterator[Issued]:
+    """The issued chunks behind :func:`lines` (their ``count`` is known, so nobody has to count newlines)."""
     remaining = count
     if first is not None:
         remaining -= first.count
-        yield first.encode(fmt)
+        yield first
     cap = issuer.capacity_per_second()
     chunk = STREAM_CHUNK if not cap else max(1, min(STREAM_CHUNK, int(cap * CHUNK_SECONDS_AT_CAP)))
     while remaining:
         issued = await issuer.issue(min(remaining, chunk), options, stream=True)
         remaining -= issued.count
-        yield issued.encode(fmt)
+        yield issued
 
 
 class IdStream(StreamingResponse):
@@ -120,9 +132,11 @@ async def _body(request: Request, issuer: Issuer, count: int, fmt: str, options:
                 first: Issued) -> AsyncIterator[bytes]:
     sent = 0
     try:
-        async for chunk in lines(issuer, count, fmt, options, first):
-            yield chunk
-            sent += chunk.count(b"\n")
+        async for issued in _chunks(issuer, count, options, first):
+            text = issued.encode(fmt)
+            for start in range(0, len(text), SEND_PIECE_BYTES):
+                yield text[start : start + SEND_PIECE_BYTES]
+            sent += issued.count  # not chunk.count(b"\n"): that byte scan cost ~3 ms per 1.7 MB chunk
             await asyncio.sleep(0)  # let the disconnect listener, and every other request, run
             if sent < count and await request.is_disconnected():
                 log.debug("%s: stream aborted by its client after %d of %d IDs", issuer.name, sent, count)

@@ -386,7 +386,11 @@ class Uuidv7Batch(Batch):
         return rows.tobytes()
 
     def values(self) -> list[int]:
-        tails = np.frombuffer(self.tails, dtype=">u4", count=self.count).tolist()
+        if self.count <= SCALAR_COUNT_MAX:  # a single-ID request: numpy's set-up costs more than the work
+            raw, ends = self.tails, range(TAIL_BYTES, TAIL_BYTES * self.count + 1, TAIL_BYTES)
+            tails = [int.from_bytes(raw[end - TAIL_BYTES : end], "big") for end in ends]
+        else:
+            tails = np.frombuffer(self.tails, dtype=">u4", count=self.count).tolist()
         out: list[int] = []
         start = 0
         for seg in self.segments:
