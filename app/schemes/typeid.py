@@ -346,9 +346,9 @@ class TypeIdBatch(Batch):
         """The batch as ``typeid`` or ``uuid`` lines; InvalidOptionError for another format."""
         if SCHEME.resolve_format(fmt) == "uuid":
             return self.uuids.encode("uuid")
+        lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""  # the prefix was checked when the batch was made
         if self.count <= SCALAR_COUNT_MAX:
-            return "".join(encode_typeid(value, self.prefix) + "\n" for value in self.uuids.values()).encode("ascii")
-        lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
+            return "".join([f"{lead}{encode_suffix(value)}\n" for value in self.uuids.values()]).encode("ascii")
         runs = self._runs()
         rows = _columns.template_rows(
             [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
@@ -433,7 +433,7 @@ class TypeIdGenerator(Generator):
             prefix = ""
         if not isinstance(prefix, str):
             raise InvalidOptionError(f"type must be a string, got {type(prefix).__name__}")
-        problem = prefix_problem(prefix)
+        problem = prefix_problem(prefix) if prefix else None
         if problem:
             raise InvalidOptionError(f"type: {problem}")
         try:
