@@ -61,8 +61,15 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     if log_config is not None:
         kwargs["log_config"] = log_config
     uvicorn.run(
-        "app.main:create_app", factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-        access_log=settings.access_log, log_level=settings.log_level, server_header=False, **kwargs,
+        "app.main:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        access_log=settings.access_log,
+        log_level=settings.log_level,
+        server_header=False,
+        **kwargs,
     )
 
 
@@ -78,8 +85,9 @@ def _scheme_options(command: Any) -> Any:
             owners.setdefault(option.name, []).append(scheme.name)
             helps.setdefault(option.name, option.description)
     for name in reversed(list(owners)):
-        command = click.option(f"--{name}", f"opt_{name}", metavar="TEXT",
-                               help=f"{', '.join(owners[name])} only: {helps[name]}")(command)
+        command = click.option(
+            f"--{name}", f"opt_{name}", metavar="TEXT", help=f"{', '.join(owners[name])} only: {helps[name]}"
+        )(command)
     return command
 
 
@@ -88,8 +96,11 @@ def _scheme_options(command: Any) -> Any:
 @click.option("-n", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="How many IDs.")
 @click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
 @_scheme_options
-@click.option("--server", metavar="URL[,URL]",
-              help="Ask a running fleet (its stream route, with failover) instead of minting locally.")
+@click.option(
+    "--server",
+    metavar="URL[,URL]",
+    help="Ask a running fleet (its stream route, with failover) instead of minting locally.",
+)
 def mint(scheme: str, count: int, fmt: str | None, server: str | None, **options: str | None) -> None:
     """Write COUNT fresh IDs of SCHEME to stdout, one per line, with the same generators and local leases
     (or, with --server, streamed from a running fleet: another replica carries on if one fails)."""
@@ -185,8 +196,14 @@ def _run_sequences(work: Any) -> Any:
 
 @sequence.command("range")
 @click.argument("name")
-@click.option("-n", "--count", type=click.IntRange(min=1, max=2**40), default=1, show_default=True,
-              help="How many integers (1..2**40).")
+@click.option(
+    "-n",
+    "--count",
+    type=click.IntRange(min=1, max=2**40),
+    default=1,
+    show_default=True,
+    help="How many integers (1..2**40).",
+)
 def sequence_range(name: str, count: int) -> None:
     """Reserve a fresh contiguous range of COUNT integers of NAME; print {"name", "first", "last", "count"}."""
     from app.lease.sequences import check_name

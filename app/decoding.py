@@ -66,8 +66,9 @@ def decode_value(scheme: Scheme, value: int, described: bool = False) -> dict[st
     return out
 
 
-def decode_one(scheme_name: str, text: str, registry: Registry | None = None,
-               options: Mapping[str, str] | None = None) -> dict[str, Any]:
+def decode_one(
+    scheme_name: str, text: str, registry: Registry | None = None, options: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Decode ``text`` as ``scheme_name``, read with the scheme's decode ``options`` (its
     :attr:`~app.schemes.base.Scheme.decode_options`). Raises UnknownSchemeError, InvalidOptionError for an
     undeclared or bad option, or InvalidIdError naming the rule broken."""
@@ -86,8 +87,9 @@ FUTURE_SLACK_NS = 24 * 3600 * 1_000_000_000
 """A reading dated more than a day ahead of now is implausible (the issuing clock cannot be that far off)."""
 
 
-def decode_any(text: str, now_ns: int | None = None, registry: Registry | None = None,
-               described: bool = False) -> dict[str, Any]:
+def decode_any(
+    text: str, now_ns: int | None = None, registry: Registry | None = None, described: bool = False
+) -> dict[str, Any]:
     """Every scheme whose parser accepts ``text``: ``{"input", "candidates": [decode objects]}``.
 
     Candidates dated in the future (more than a day past ``now_ns``, default the current time) come last: a

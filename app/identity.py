@@ -123,8 +123,13 @@ class IdentityHolder:
     def renew_unclaimed(self, wait: float, limit: float) -> None:
         """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
         identity is its random part): start a fresh one, as a new process would, and publish it."""
-        log.warning("%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
-                    "fresh generator", self.name, wait, limit)
+        log.warning(
+            "%s: the clock stepped back %.3f s behind the last timestamp issued (limit %g s); starting a "
+            "fresh generator",
+            self.name,
+            wait,
+            limit,
+        )
         self.metrics.identity_refused("clock_stepped_back")
         gen = self.generator = self.factory([], -1)
         published = self.scheme.registration(gen)
@@ -136,8 +141,13 @@ class IdentityHolder:
         (its exact final mark recorded) and let the background task claim another, as at start-up."""
         gen, claims = self.generator, list(self.claims)
         words = self.identity_words()
-        log.warning("%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); "
-                    "claiming another", self.name, words, wait, limit)
+        log.warning(
+            "%s: refused %s: the clock stepped back %.3f s behind its last timestamp (limit %g s); claiming another",
+            self.name,
+            words,
+            wait,
+            limit,
+        )
         for _claim in claims:
             self.metrics.identity_refused("clock_stepped_back")
         if self.pool is not None and not self.pool.static:
@@ -225,19 +235,31 @@ class IdentityHolder:
             now_native = self.scheme.native_from_ns(node.clock())
             ahead_s = (floor - now_native) * self.scheme.native_unit_ns / 1e9
             if ahead_s > node.settings.max_clock_wait:
-                refused = [c for c in claims if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
-                           > node.settings.max_clock_wait]
+                refused = [
+                    c
+                    for c in claims
+                    if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
+                    > node.settings.max_clock_wait
+                ]
                 for claim in claims:
                     await self._release_quietly(claim, None)
                 ids = ", ".join(str(c.identity) for c in refused)
-                log.warning("%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock "
-                            "(limit %g s)", self.name, self.pool.kind, ids, ahead_s, node.settings.max_clock_wait)
+                log.warning(
+                    "%s: refused %s %s: its high-water mark is %.3f s ahead of this node's clock (limit %g s)",
+                    self.name,
+                    self.pool.kind,
+                    ids,
+                    ahead_s,
+                    node.settings.max_clock_wait,
+                )
                 for _claim in refused:
                     self.metrics.identity_refused("high_water_mark_ahead")
                 if self.pool.static:
                     raise NotReadyError(
                         f"static {self.pool.kind} {ids} has a high-water mark {ahead_s:.3f} s ahead of this "
-                        f"node's clock (limit {node.settings.max_clock_wait:g} s)", retry_after=5)
+                        f"node's clock (limit {node.settings.max_clock_wait:g} s)",
+                        retry_after=5,
+                    )
                 self.excluded.update(c.identity for c in refused)
                 continue
             self.claims = claims
@@ -254,8 +276,13 @@ class IdentityHolder:
             self.fault = None
             self.reason = ""
             held = [c.identity for c in claims]
-            log.info("%s: claimed %s %s (high-water mark %d); issuing", self.name, self.pool.kind,
-                     ", ".join(map(str, held)), floor)
+            log.info(
+                "%s: claimed %s %s (high-water mark %d); issuing",
+                self.name,
+                self.pool.kind,
+                ", ".join(map(str, held)),
+                floor,
+            )
             for identity in held:
                 self._lease_held(True, identity)
             return

@@ -29,7 +29,10 @@ LOGGER_NAME = "idmint"
 """Root of idmint's logger tree (``idmint.lease``, ``idmint.api`` ...)."""
 
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
-    "message", "asctime", "color_message", "taskName",
+    "message",
+    "asctime",
+    "color_message",
+    "taskName",
 }
 """LogRecord attributes that are not ``extra=`` members (``color_message`` is uvicorn's ANSI copy of msg)."""
 
@@ -58,8 +61,7 @@ def _access_fields(record: logging.LogRecord) -> dict[str, Any]:
     args = record.args
     if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
         client, method, path, http_version, status = args
-        return {"client": client, "method": method, "path": path, "http_version": http_version,
-                "status": status}
+        return {"client": client, "method": method, "path": path, "http_version": http_version, "status": status}
     return {}
 
 
@@ -83,7 +85,7 @@ class TextFormatter(logging.Formatter):
 
 def _text_value(value: Any) -> str:
     text = str(value)
-    if not text or any(ch.isspace() or ch in "\"=" for ch in text):
+    if not text or any(ch.isspace() or ch in '"=' for ch in text):
         return json.dumps(text)
     return text
 

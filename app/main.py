@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
         title="idmint",
         version=__version__,
         summary=f"Issue and decode {', '.join(s.title for s in schemes().values())} IDs; node identities leased "
-                "via etcd.",
+        "via etcd.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read

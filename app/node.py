@@ -140,8 +140,11 @@ class Issuer:
         if left_s <= INHERITED_WAIT_READY_S:
             holder.ready_at_ns = 0
             return
-        raise NotReadyError(f"{holder.name}: waiting {left_s:.1f} s for the clock to pass the high-water mark "
-                            f"inherited with {holder.identity_words()}", math.ceil(left_s))
+        raise NotReadyError(
+            f"{holder.name}: waiting {left_s:.1f} s for the clock to pass the high-water mark "
+            f"inherited with {holder.identity_words()}",
+            math.ceil(left_s),
+        )
 
     async def _wait_for_clock(self, gen: Generator) -> float:
         """Sleep until ``gen`` can issue again; returns the seconds slept. A wait longer than max_clock_wait is not
@@ -156,8 +159,11 @@ class Issuer:
             elif holder.pool is None and not holder.claims and self.generator is gen:
                 holder.renew_unclaimed(wait, limit)  # nothing to claim: a fresh generator serves at once
                 return 0.0
-            raise NotReadyError(f"{self.name}: the clock is {wait:.3f} s behind the last timestamp issued "
-                                f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)", retry)
+            raise NotReadyError(
+                f"{self.name}: the clock is {wait:.3f} s behind the last timestamp issued "
+                f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)",
+                retry,
+            )
         await asyncio.sleep(wait)
         return wait
 
@@ -266,8 +272,14 @@ class SharedIssuer(Issuer):
 class Node:
     """All issuers of this process, the lease backend behind them, and the clock they share."""
 
-    def __init__(self, settings: Settings, backend: LeaseBackend, metrics: Metrics,
-                 clock: Clock | None = None, only: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: LeaseBackend,
+        metrics: Metrics,
+        clock: Clock | None = None,
+        only: list[str] | None = None,
+    ) -> None:
         self.settings = settings
         self.backend = backend
         self.metrics = metrics
@@ -276,7 +288,9 @@ class Node:
             clock = time.time_ns if not offset_ns else (lambda: time.time_ns() + offset_ns)
         self.clock: Clock = clock
         self.holder = Holder(
-            host=socket.gethostname(), pid=os.getpid(), version=__version__,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            version=__version__,
             started_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
         )

@@ -38,7 +38,9 @@ class CoreSettings(BaseSettings):
         100_000_000, ge=1, le=10_000_000_000, description="Largest `count` for /v1/ids/{scheme}/stream."
     )
     max_sequences: int = Field(
-        1000, ge=1, le=100_000,
+        1000,
+        ge=1,
+        le=100_000,
         description="How many sequences may exist (creating more is a 409); bounds the per-sequence metrics.",
     )
     access_log: bool = Field(False, description="uvicorn access log (off by default: it costs throughput).")
@@ -47,18 +49,26 @@ class CoreSettings(BaseSettings):
 
     # -- limits and API keys (app/api/auth.py, app/api/guard.py) --------------------------------------------
     max_body_bytes: int = Field(
-        2 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+        2 * 1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
         description="Largest request body in bytes; larger bodies are refused with 413 before they are read.",
     )
     max_concurrent_streams: int = Field(
-        16, ge=1, le=10_000, description="Streams this node serves at once; more are answered 429 + Retry-After.",
+        16,
+        ge=1,
+        le=10_000,
+        description="Streams this node serves at once; more are answered 429 + Retry-After.",
     )
     max_stream_seconds: float = Field(
-        300.0, gt=0, description="Longest a stream may take at its scheme's cap (count / IDs per second); longer "
+        300.0,
+        gt=0,
+        description="Longest a stream may take at its scheme's cap (count / IDs per second); longer "
         "ones are refused up front with 422 naming the figure.",
     )
     api_keys_file: Path | None = Field(
-        None, description="TOML file of API keys, scopes and quotas (README \"API keys\"); unset = no keys, "
+        None,
+        description='TOML file of API keys, scopes and quotas (README "API keys"); unset = no keys, '
         "every route open. Re-read on SIGHUP.",
     )
     public_scopes: Annotated[list[str], NoDecode] = Field(
@@ -74,13 +84,16 @@ class CoreSettings(BaseSettings):
 
     # -- clock --------------------------------------------------------------------------------------------
     max_clock_wait: float = Field(
-        5.0, ge=0, le=300,
+        5.0,
+        ge=0,
+        le=300,
         description="Seconds a node waits for its clock to pass a claimed identity's high-water mark before "
         "refusing that identity and claiming another; also the longest a request waits on the clock (past it: 503).",
     )
 
     clock_offset_ms: int = Field(
-        0, description="Test hook: shifts this node's clock by this many ms (fault-injection tests). Leave 0.",
+        0,
+        description="Test hook: shifts this node's clock by this many ms (fault-injection tests). Leave 0.",
     )
 
     # -- etcd backend --------------------------------------------------------------------------------------
@@ -167,16 +180,22 @@ def _redacted(url: str) -> str:
     if "@" in authority:
         authority = "***@" + authority.rpartition("@")[2]
     return f"{scheme}{sep}{authority}{slash}{path}"
+
+
 def _compose() -> type[CoreSettings]:
     from app.schemes import schemes
 
     models = tuple(dict.fromkeys(s.settings_model for s in schemes().values() if s.settings_model is not None))
     # Bases in reverse so the fields come in the order: CoreSettings, then the schemes in registry order.
-    return type("Settings", (*reversed(models), CoreSettings), {
-        "__module__": __name__,
-        "__doc__": "idmint configuration: :class:`CoreSettings` plus every scheme's settings model. Each field "
-                   "reads ``IDMINT_<FIELD>`` (case-insensitive).",
-    })
+    return type(
+        "Settings",
+        (*reversed(models), CoreSettings),
+        {
+            "__module__": __name__,
+            "__doc__": "idmint configuration: :class:`CoreSettings` plus every scheme's settings model. Each field "
+            "reads ``IDMINT_<FIELD>`` (case-insensitive).",
+        },
+    )
 
 
 if TYPE_CHECKING:

@@ -109,9 +109,25 @@ class Server:
     def __init__(self, target: list[str], env: dict[str, str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "uvicorn", *target, "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", "1", "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http",
-               "httptools"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            *target,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+        ]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env})
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -174,17 +190,27 @@ def latencies(url: str, n: int, headers: dict[str, str] | None = None) -> tuple[
 
 def part_keys(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
     keys = tmp / "keys.toml"
-    keys.write_text(f'[[key]]\nname = "bench"\nsha256 = "{hashlib.sha256(BENCH_KEY.encode()).hexdigest()}"\n'
-                    'scopes = ["issue"]\nrequests_per_second = 100000000\nids_per_second = 1000000000\n')
+    keys.write_text(
+        f'[[key]]\nname = "bench"\nsha256 = "{hashlib.sha256(BENCH_KEY.encode()).hexdigest()}"\n'
+        'scopes = ["issue"]\nrequests_per_second = 100000000\nids_per_second = 1000000000\n'
+    )
     auth = [f"Authorization: Bearer {BENCH_KEY}"]
     variants = [
         ("fast path alone (before)", ["--factory", "bench.bench_abuse:fastpath_only"], {}, []),
         ("default, no key file", ["--factory", "app.main:create_app"], {}, []),
         ("keys, our token bucket", ["--factory", "app.main:create_app"], {"IDMINT_API_KEYS_FILE": str(keys)}, auth),
-        ("keys, limits moving window", ["--factory", "bench.bench_abuse:keys_limits_moving"],
-         {"IDMINT_API_KEYS_FILE": str(keys)}, auth),
-        ("keys, limits fixed window", ["--factory", "bench.bench_abuse:keys_limits_fixed"],
-         {"IDMINT_API_KEYS_FILE": str(keys)}, auth),
+        (
+            "keys, limits moving window",
+            ["--factory", "bench.bench_abuse:keys_limits_moving"],
+            {"IDMINT_API_KEYS_FILE": str(keys)},
+            auth,
+        ),
+        (
+            "keys, limits fixed window",
+            ["--factory", "bench.bench_abuse:keys_limits_fixed"],
+            {"IDMINT_API_KEYS_FILE": str(keys)},
+            auth,
+        ),
     ]
     servers = []
     try:
@@ -200,8 +226,10 @@ def part_keys(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
         for server in servers:
             server.stop()
     base = statistics.median(results[0])
-    print(f"keys: single-ID GET /v1/ids/wiji, medians of {args.rounds} alternating {args.seconds} s wrk rounds, "
-          f"{args.connections} connections, one worker (ratio to the first line):")
+    print(
+        f"keys: single-ID GET /v1/ids/wiji, medians of {args.rounds} alternating {args.seconds} s wrk rounds, "
+        f"{args.connections} connections, one worker (ratio to the first line):"
+    )
     for (label, *_), rps in zip(variants, results):
         med = statistics.median(rps)
         print(f"    {label:30s} {med:9,.0f} req/s  ratio {med / base:.3f}  all {[round(x) for x in rps]}")
@@ -240,8 +268,10 @@ def part_body(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
         for chunked in (False, True):
             before, peak, status = _post_huge(server.port, chunked, 100 * MB, server.pid)
             kind = "chunked" if chunked else "declared"
-            print(f"    {kind:9s} {before / 1024:6.1f} -> {peak / 1024:6.1f} MiB  (+{(peak - before) / 1024:.1f})  "
-                  f"{status}")
+            print(
+                f"    {kind:9s} {before / 1024:6.1f} -> {peak / 1024:6.1f} MiB  (+{(peak - before) / 1024:.1f})  "
+                f"{status}"
+            )
     finally:
         server.stop()
 
@@ -271,9 +301,11 @@ def part_decode(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> Non
         stop.set()
         for t in threads:
             t.join()
-        print(f"decode: single-ID latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; while two clients POST "
-              f"1 MB texts ({posted[0]} decoded) p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms "
-              f"({args.samples} sequential requests each)")
+        print(
+            f"decode: single-ID latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; while two clients POST "
+            f"1 MB texts ({posted[0]} decoded) p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms "
+            f"({args.samples} sequential requests each)"
+        )
     finally:
         server.stop()
 
@@ -299,8 +331,10 @@ def part_streams(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> No
                     break
             except httpx.TransportError:
                 pass
-        print(f"streams: /healthz answered {time.monotonic() - t0:.3f} s after 50 clients aborted "
-              "stream?count=100000000 (each having read 1 MB)")
+        print(
+            f"streams: /healthz answered {time.monotonic() - t0:.3f} s after 50 clients aborted "
+            "stream?count=100000000 (each having read 1 MB)"
+        )
         cpu = _cpu_seconds(server.pid)
         time.sleep(2)
         print(f"    server CPU in the 2 s after that: {_cpu_seconds(server.pid) - cpu:.2f} s")
@@ -315,16 +349,33 @@ def part_streams(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> No
         # The streams are read by curl processes (Python readers would compete with the latency client for the
         # GIL); each runs for a fixed time and reports the bytes it received (17 per eight-byte hex line).
         seconds = 3.0 + args.samples * 0.004
-        curls = [subprocess.Popen(["curl", "-s", "-o", "/dev/null", "--max-time", f"{seconds:.1f}", "-w",
-                                   "%{size_download}", f"{server.url}/v1/ids/eight-byte/stream?count=19000000"],
-                                  stdout=subprocess.PIPE, text=True) for _ in range(4)]
+        curls = [
+            subprocess.Popen(
+                [
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "--max-time",
+                    f"{seconds:.1f}",
+                    "-w",
+                    "%{size_download}",
+                    f"{server.url}/v1/ids/eight-byte/stream?count=19000000",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
         time.sleep(1.0)
         beside = latencies(url, args.samples)
         received = sum(int(c.communicate()[0] or 0) for c in curls)
-        print(f"    single-ID eight-byte latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; beside four "
-              f"eight-byte streams p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms (non-200: {beside[2]}); the "
-              f"streams got {received / 17 / seconds / 1000:.1f} IDs/ms together over {seconds:.1f} s "
-              f"(cap 64; {args.samples} sequential single requests each)")
+        print(
+            f"    single-ID eight-byte latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; beside four "
+            f"eight-byte streams p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms (non-200: {beside[2]}); the "
+            f"streams got {received / 17 / seconds / 1000:.1f} IDs/ms together over {seconds:.1f} s "
+            f"(cap 64; {args.samples} sequential single requests each)"
+        )
     finally:
         server.stop()
 

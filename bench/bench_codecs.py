@@ -63,8 +63,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=65536)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--rng", choices=sorted(RANDOM_SOURCES), default="ssl.RAND_bytes",
-                        help="random source (default: the served generators', Scheme.new_generator's default)")
+    parser.add_argument(
+        "--rng",
+        choices=sorted(RANDOM_SOURCES),
+        default="ssl.RAND_bytes",
+        help="random source (default: the served generators', Scheme.new_generator's default)",
+    )
     args = parser.parse_args()
 
     generators = [make(RANDOM_SOURCES[args.rng]) for _, _, make, _ in CASES]
@@ -87,9 +91,7 @@ def main() -> None:
     print(f"{'scheme':<10}{'form':<14}{'encode IDs/s':>16}{'ratio':>8}{'issue+encode IDs/s':>22}{'ratio':>8}")
     for (scheme, fmt, _, opts), e, s in zip(CASES, enc, iss):
         label = fmt + (f" ({opts['prefix']}_)" if opts.get("prefix") else "")
-        print(
-            f"{scheme:<10}{label:<14}{e:>16,.0f}{e / enc[REFERENCE]:>8.2f}{s:>22,.0f}{s / iss[REFERENCE]:>8.2f}"
-        )
+        print(f"{scheme:<10}{label:<14}{e:>16,.0f}{e / enc[REFERENCE]:>8.2f}{s:>22,.0f}{s / iss[REFERENCE]:>8.2f}")
 
 
 if __name__ == "__main__":

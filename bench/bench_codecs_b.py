@@ -60,9 +60,7 @@ def cases(size: int) -> dict[str, Callable[[], object]]:
         assert batch.count == size, batch.count
 
     ksuid_generator = ksuid.KsuidGenerator(clock=SteppingClock(1_000_000_000))
-    twitter_generator = snowflake_batch.SnowflakeGenerator(
-        snowflake.TWITTER, range(16), clock=SteppingClock(1_000_000)
-    )
+    twitter_generator = snowflake_batch.SnowflakeGenerator(snowflake.TWITTER, range(16), clock=SteppingClock(1_000_000))
     return {
         "wiji base32": lambda: wiji_batch.encode("base32"),
         "wiji hex": lambda: wiji_batch.encode("hex"),
@@ -105,8 +103,10 @@ def main() -> None:
         for name, function in table.items():
             best[name] = max(best[name], rate(function, args.size, args.seconds))
     reference = best["wiji base32"]
-    print(f"batch size {args.size:,}, best of {args.rounds} interleaved rounds of {args.seconds:g} s, "
-          f"{os.cpu_count()} CPUs (shared), load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"batch size {args.size:,}, best of {args.rounds} interleaved rounds of {args.seconds:g} s, "
+        f"{os.cpu_count()} CPUs (shared), load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"{'case':44} {'IDs/s':>15} {'x wiji base32':>14}")
     for name, ids_per_second in best.items():
         print(f"{name:44} {ids_per_second:15,.0f} {ids_per_second / reference:14.2f}")

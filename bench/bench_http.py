@@ -68,8 +68,25 @@ def free_port() -> int:
 
 def start(target: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "uvicorn", *target, "--host", "127.0.0.1", "--port", str(port),
-           "--workers", "1", "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        *target,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+    ]
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -92,8 +109,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def wrk(url: str, seconds: int, connections: int) -> float:
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+    ).stdout
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not match or "Non-2xx" in out:
         raise SystemExit(f"wrk output not understood or errors seen:\n{out}")
@@ -103,8 +121,9 @@ def wrk(url: str, seconds: int, connections: int) -> float:
 def wrk_cpu(url: str, seconds: int, connections: int, pid: int) -> tuple[float, float]:
     """(requests/s, requests per second the server spent on a CPU) of one wrk round against server ``pid``."""
     cpu0, _ = sched_ns(pid)
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+    ).stdout
     cpu1, _ = sched_ns(pid)
     rate, done = re.search(r"Requests/sec:\s+([\d.]+)", out), re.search(r"(\d+) requests in", out)
     if not rate or not done or "Non-2xx" in out:
@@ -157,9 +176,20 @@ def stream(base: str, scheme: str, count: int, pid: int) -> Streamed:
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     cpu0, wait0 = sched_ns(pid)
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_total}",
-                          f"{base}/v1/ids/{scheme}/stream?count={count}"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{size_download} %{time_total}",
+            f"{base}/v1/ids/{scheme}/stream?count={count}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     cpu1, wait1 = sched_ns(pid)
     done.set()
     t.join()
@@ -180,10 +210,16 @@ def main() -> None:
     ap.add_argument("--skip-requests", action="store_true")
     ap.add_argument("--skip-streams", action="store_true")
     ap.add_argument("--baseline", type=Path, help="another idmint checkout to compare single-ID requests/s with")
-    ap.add_argument("--schemes", default=",".join(SCHEMES), help="schemes to stream, comma-separated (wiji is "
-                    "always included for the ratio)")
-    ap.add_argument("--request-schemes", default=",".join(STANDARD),
-                    help="schemes whose single-ID requests/s are compared with wiji's ('' = none)")
+    ap.add_argument(
+        "--schemes",
+        default=",".join(SCHEMES),
+        help="schemes to stream, comma-separated (wiji is always included for the ratio)",
+    )
+    ap.add_argument(
+        "--request-schemes",
+        default=",".join(STANDARD),
+        help="schemes whose single-ID requests/s are compared with wiji's ('' = none)",
+    )
     args = ap.parse_args()
     streamed = [name for name in SCHEMES if name in {"wiji", *args.schemes.split(",")}]
     compared = [name for name in args.request_schemes.split(",") if name]
@@ -192,8 +228,11 @@ def main() -> None:
             raise SystemExit(f"{tool} is needed: apt-get install {tool}")
 
     state = tempfile.mkdtemp(prefix="idmint-bench-")
-    env = {"IDMINT_STATE_DIR": state, "IDMINT_EIGHT_BYTE_GENERATORS": str(args.eight_byte_generators),
-           "IDMINT_MAX_STREAM_COUNT": str(max(args.count, 100_000_000))}
+    env = {
+        "IDMINT_STATE_DIR": state,
+        "IDMINT_EIGHT_BYTE_GENERATORS": str(args.eight_byte_generators),
+        "IDMINT_MAX_STREAM_COUNT": str(max(args.count, 100_000_000)),
+    }
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
     if not args.skip_requests:
@@ -213,14 +252,18 @@ def main() -> None:
                 if base_url:
                     base_rps.append(wrk(base_url + "/v1/ids/wiji", args.seconds, args.connections))
             b, i = statistics.median(bare_rps), statistics.median(idm_rps)
-            print(f"(a) single-ID GET /v1/ids/wiji: idmint {i:,.0f} req/s, bare ASGI {b:,.0f} req/s, "
-                  f"ratio {i / b:.2f}  (medians of {args.rounds} alternating {args.seconds}s wrk rounds, "
-                  f"{args.connections} connections; all: idmint {[round(x) for x in idm_rps]}, "
-                  f"bare {[round(x) for x in bare_rps]})")
+            print(
+                f"(a) single-ID GET /v1/ids/wiji: idmint {i:,.0f} req/s, bare ASGI {b:,.0f} req/s, "
+                f"ratio {i / b:.2f}  (medians of {args.rounds} alternating {args.seconds}s wrk rounds, "
+                f"{args.connections} connections; all: idmint {[round(x) for x in idm_rps]}, "
+                f"bare {[round(x) for x in bare_rps]})"
+            )
             if base_rps:
                 m = statistics.median(base_rps)
-                print(f"    baseline {args.baseline}: {m:,.0f} req/s; this revision / baseline = {i / m:.3f} "
-                      f"(all: {[round(x) for x in base_rps]})")
+                print(
+                    f"    baseline {args.baseline}: {m:,.0f} req/s; this revision / baseline = {i / m:.3f} "
+                    f"(all: {[round(x) for x in base_rps]})"
+                )
         finally:
             stop(bare)
             stop(idm)
@@ -230,8 +273,10 @@ def main() -> None:
     if not args.skip_requests and compared:
         idm, idm_url = start(["--factory", "app.main:create_app"], env)
         try:
-            print(f"(c) single-ID GET /v1/ids/{{scheme}} beside wiji, one idmint server (medians of {args.rounds} "
-                  f"alternating {args.seconds}s wrk rounds, {args.connections} connections):")
+            print(
+                f"(c) single-ID GET /v1/ids/{{scheme}} beside wiji, one idmint server (medians of {args.rounds} "
+                f"alternating {args.seconds}s wrk rounds, {args.connections} connections):"
+            )
             for scheme in compared:
                 urls = {name: f"{idm_url}/v1/ids/{name}" for name in ("wiji", scheme)}
                 for url in urls.values():
@@ -245,10 +290,12 @@ def main() -> None:
                         per_cpu[name].append(cpu_rate)
                 w, x = statistics.median(rps["wiji"]), statistics.median(rps[scheme])
                 wc, xc = statistics.median(per_cpu["wiji"]), statistics.median(per_cpu[scheme])
-                print(f"    {scheme:10s} {x:10,.0f} req/s  wiji {w:10,.0f} req/s  ratio {x / w:.3f};  per server "
-                      f"CPU-s {xc:8,.0f} vs {wc:8,.0f}  ratio {xc / wc:.3f}  "
-                      f"(all req/s: {[round(v) for v in rps[scheme]]} vs {[round(v) for v in rps['wiji']]})",
-                      flush=True)
+                print(
+                    f"    {scheme:10s} {x:10,.0f} req/s  wiji {w:10,.0f} req/s  ratio {x / w:.3f};  per server "
+                    f"CPU-s {xc:8,.0f} vs {wc:8,.0f}  ratio {xc / wc:.3f}  "
+                    f"(all req/s: {[round(v) for v in rps[scheme]]} vs {[round(v) for v in rps['wiji']]})",
+                    flush=True,
+                )
         finally:
             stop(idm)
 
@@ -265,8 +312,9 @@ def main() -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.Popen[bytes], idm_url: str,
-                bare_url: str) -> None:
+def run_streams(
+    args: argparse.Namespace, streamed: list[str], idm: subprocess.Popen[bytes], idm_url: str, bare_url: str
+) -> None:
     """(b): rounds of (wiji, scheme, bare ceiling at the scheme's line width) per scheme; medians printed."""
     count = args.count
     described = {s["name"]: s for s in httpx.get(idm_url + "/v1/schemes").json()["schemes"]}
@@ -279,9 +327,12 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
     widths: dict[str, float] = {}
     peaks: dict[str, tuple[int, int]] = {}
     wiji_rates: list[float] = []
-    print(f"(b) streams of {count:,} IDs, one worker, {args.stream_rounds} rounds; per scheme and round: wiji, the "
-          f"scheme, then the bare ASGI app (bench/bare_app.py) streaming lines of the scheme's width (the HTTP "
-          f"path's ceiling, no ID generated); load average {os.getloadavg()[0]:.1f} at start", flush=True)
+    print(
+        f"(b) streams of {count:,} IDs, one worker, {args.stream_rounds} rounds; per scheme and round: wiji, the "
+        f"scheme, then the bare ASGI app (bench/bare_app.py) streaming lines of the scheme's width (the HTTP "
+        f"path's ceiling, no ID generated); load average {os.getloadavg()[0]:.1f} at start",
+        flush=True,
+    )
     for _ in range(args.stream_rounds):
         for scheme in others:
             wiji_run = stream(idm_url, "wiji", count, idm.pid)
@@ -300,29 +351,39 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
                 bare_seconds, _ = bare_stream(bare_url, count, round(size / count))
                 ceilings[scheme].append(count / bare_seconds)
     w = statistics.median(wiji_rates)
-    print("    M IDs/s (median, best of the rounds); x wiji / x ceiling: median of the per-round ratios; per CPU-s: "
-          "IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours disturb "
-          "less; cpu wait: share of the stream's wall time the server was runnable but had no CPU")
-    print(f"    {'scheme':10s} {'median':>8s} {'best':>8s}  {'x wiji':>6s}  {'x ceiling':>9s}  {'ceiling':>8s}  "
-          f"{'per CPU-s':>9s}  {'cpu wait':>8s}  line  target")
-    print(f"    {'wiji':10s} {w / 1e6:8.2f} {max(wiji_rates) / 1e6:8.2f}  {1:6.2f}  {'':9s}  {'':8s}  "
-          f"{count / statistics.median(cpu['wiji']) / 1e6:9.2f}  {statistics.median(waits['wiji']):8.0%}  27 B  "
-          f"({len(wiji_rates)} streams)")
+    print(
+        "    M IDs/s (median, best of the rounds); x wiji / x ceiling: median of the per-round ratios; per CPU-s: "
+        "IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours disturb "
+        "less; cpu wait: share of the stream's wall time the server was runnable but had no CPU"
+    )
+    print(
+        f"    {'scheme':10s} {'median':>8s} {'best':>8s}  {'x wiji':>6s}  {'x ceiling':>9s}  {'ceiling':>8s}  "
+        f"{'per CPU-s':>9s}  {'cpu wait':>8s}  line  target"
+    )
+    print(
+        f"    {'wiji':10s} {w / 1e6:8.2f} {max(wiji_rates) / 1e6:8.2f}  {1:6.2f}  {'':9s}  {'':8s}  "
+        f"{count / statistics.median(cpu['wiji']) / 1e6:9.2f}  {statistics.median(waits['wiji']):8.0%}  27 B  "
+        f"({len(wiji_rates)} streams)"
+    )
     for scheme in others:
         rate = statistics.median(rates[scheme])
         ceiling = statistics.median(ceilings[scheme]) if ceilings[scheme] else None
         per_ceiling = statistics.median(r / c for r, c in zip(rates[scheme], ceilings[scheme])) if ceiling else None
-        line = (f"    {scheme:10s} {rate / 1e6:8.2f} {max(rates[scheme]) / 1e6:8.2f}  "
-                f"{statistics.median(ratios[scheme]):6.2f}  "
-                f"{f'{per_ceiling:9.2f}' if per_ceiling else '':9s}  {f'{ceiling / 1e6:8.2f}' if ceiling else '':8s}  "
-                f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f}  {statistics.median(waits[scheme]):8.0%}  "
-                f"{widths[scheme]:4.1f} B")
+        line = (
+            f"    {scheme:10s} {rate / 1e6:8.2f} {max(rates[scheme]) / 1e6:8.2f}  "
+            f"{statistics.median(ratios[scheme]):6.2f}  "
+            f"{f'{per_ceiling:9.2f}' if per_ceiling else '':9s}  {f'{ceiling / 1e6:8.2f}' if ceiling else '':8s}  "
+            f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f}  {statistics.median(waits[scheme]):8.0%}  "
+            f"{widths[scheme]:4.1f} B"
+        )
         target = TARGETS.get(scheme)
         if scheme == "snowflake":
             cap = described["snowflake"].get("limits", {}).get("ids_per_second")
             if cap:
-                line += (f"  {rate / cap:.1%} of its cap ({cap:,} IDs/s, {args.snowflake_workers} worker ID(s)); "
-                         f"target 95%: {'met' if rate >= 0.95 * cap else 'MISSED'}")
+                line += (
+                    f"  {rate / cap:.1%} of its cap ({cap:,} IDs/s, {args.snowflake_workers} worker ID(s)); "
+                    f"target 95%: {'met' if rate >= 0.95 * cap else 'MISSED'}"
+                )
         elif scheme == "eight-byte":
             cap = 64_000 * args.eight_byte_generators
             line += f"  {rate / cap:.1%} of the format cap for {args.eight_byte_generators} generator IDs"
@@ -334,9 +395,20 @@ def run_streams(args: argparse.Namespace, streamed: list[str], idm: subprocess.P
 
 def bare_stream(base: str, count: int, width: int) -> tuple[float, int]:
     """(seconds, bytes) of the bare app's stream of ``count`` lines of ``width`` bytes."""
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_total}",
-                          f"{base}/stream?count={count}&width={width}"], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run(
+        [
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{size_download} %{time_total}",
+            f"{base}/stream?count={count}&width={width}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     if out[0] != "200":
         raise SystemExit(f"bare stream answered {out[0]}")
     return float(out[2]), int(out[1])

@@ -72,9 +72,12 @@ def bench_next(args: argparse.Namespace) -> None:
             wiji.append(wrk(wiji_url, args.seconds, args.connections))
             nxt.append(wrk(next_url, args.seconds, args.connections))
         w, n = statistics.median(wiji), statistics.median(nxt)
-        print(f"(a) next?count=1 {n:,.0f} req/s vs wiji single ID {w:,.0f} req/s: ratio {n / w:.2f}  (medians of "
-              f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections, one worker; "
-              f"all: next {[round(x) for x in nxt]}, wiji {[round(x) for x in wiji]})", flush=True)
+        print(
+            f"(a) next?count=1 {n:,.0f} req/s vs wiji single ID {w:,.0f} req/s: ratio {n / w:.2f}  (medians of "
+            f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections, one worker; "
+            f"all: next {[round(x) for x in nxt]}, wiji {[round(x) for x in wiji]})",
+            flush=True,
+        )
     finally:
         stop(proc)
         shutil.rmtree(state, ignore_errors=True)
@@ -90,8 +93,9 @@ def etcd_replicas(workdir: Path, count: int, extra: dict[str, str]) -> tuple[obj
     nodes = []
     try:
         for i in range(count):
-            nodes.append(start(["--factory", "app.main:create_app"],
-                               {**env, "IDMINT_STATE_DIR": str(workdir / f"state-{i}")}))
+            nodes.append(
+                start(["--factory", "app.main:create_app"], {**env, "IDMINT_STATE_DIR": str(workdir / f"state-{i}")})
+            )
     except BaseException:
         for proc, _ in nodes:
             stop(proc)  # type: ignore[arg-type]
@@ -145,11 +149,14 @@ def bench_range(args: argparse.Namespace) -> None:
         for t in threads:
             t.join()
         stores = [httpx.get(f"{base}/v1/sequences", timeout=10).json()["store"] for _, base in nodes]
-        print(f"(b) range?count=1000 on a real etcd, {len(urls)} replica(s) loaded at once: "
-              f"{', '.join(f'{r:,.0f}' for r in results)} req/s per replica (min {min(results):,.0f}; "
-              f"{args.seconds}s wrk, {args.connections // 2} connections each); etcd transactions per replica "
-              f"(reservations + conflicts): "
-              f"{', '.join(str(st['reservations']) + ' + ' + str(st['conflicts']) for st in stores)}", flush=True)
+        print(
+            f"(b) range?count=1000 on a real etcd, {len(urls)} replica(s) loaded at once: "
+            f"{', '.join(f'{r:,.0f}' for r in results)} req/s per replica (min {min(results):,.0f}; "
+            f"{args.seconds}s wrk, {args.connections // 2} connections each); etcd transactions per replica "
+            f"(reservations + conflicts): "
+            f"{', '.join(str(st['reservations']) + ' + ' + str(st['conflicts']) for st in stores)}",
+            flush=True,
+        )
     finally:
         for proc, _ in nodes:
             stop(proc)  # type: ignore[arg-type]
@@ -158,8 +165,9 @@ def bench_range(args: argparse.Namespace) -> None:
 
 
 # -- (c) ---------------------------------------------------------------------------------------------------------
-async def open_loop(host: str, port: int, path: str, rate: int, seconds: float, connections: int,
-                    marks: dict[str, float]) -> list[tuple[float, int, float]]:
+async def open_loop(
+    host: str, port: int, path: str, rate: int, seconds: float, connections: int, marks: dict[str, float]
+) -> list[tuple[float, int, float]]:
     """Send GET ``path`` at ``rate`` per second for ``seconds`` over keep-alive connections, on schedule (a
     request whose turn comes while every connection is busy waits for one: its latency counts from its turn).
     Returns (scheduled time, status, latency s); status 0 = no answer within 5 s."""
@@ -234,8 +242,15 @@ def bench_outage(args: argparse.Namespace) -> None:
                 marks["up"] = loop.time()
 
             task = asyncio.create_task(fault())
-            got = await open_loop(host, port, f"/v1/sequences/{SEQUENCE}/next?count=1", args.rate,
-                                  warmup + outage + after, args.connections, marks)
+            got = await open_loop(
+                host,
+                port,
+                f"/v1/sequences/{SEQUENCE}/next?count=1",
+                args.rate,
+                warmup + outage + after,
+                args.connections,
+                marks,
+            )
             await task
             return got
 
@@ -247,16 +262,19 @@ def bench_outage(args: argparse.Namespace) -> None:
             ok = [r for r in part if r[1] == 200]
             lat = sorted(r[2] for r in ok) or [0.0]
             p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            return (f"{len(ok):,}/{len(part):,} = {len(ok) / max(len(part), 1):.2%} answered 200 "
-                    f"(p99 {p99 * 1000:.1f} ms)")
+            return (
+                f"{len(ok):,}/{len(part):,} = {len(ok) / max(len(part), 1):.2%} answered 200 (p99 {p99 * 1000:.1f} ms)"
+            )
 
         t0, down, up = marks["t0"], marks["down"], marks["up"]
         end = max(r[0] for r in results) + 1
-        print(f"(c) next?count=1 at a steady {args.rate:,}/s, default cache, etcd stopped for "
-              f"{up - down:.1f} s after a {down - t0:.1f} s warm-up:\n"
-              f"    before {share(t0, down)}\n    during {share(down, up)}\n    after  {share(up, end)}\n"
-              f"    reservation size at the end {node.get('reservation_size')}, held {node.get('held')}",
-              flush=True)
+        print(
+            f"(c) next?count=1 at a steady {args.rate:,}/s, default cache, etcd stopped for "
+            f"{up - down:.1f} s after a {down - t0:.1f} s warm-up:\n"
+            f"    before {share(t0, down)}\n    during {share(down, up)}\n    after  {share(up, end)}\n"
+            f"    reservation size at the end {node.get('reservation_size')}, held {node.get('held')}",
+            flush=True,
+        )
     finally:
         stop(proc)  # type: ignore[arg-type]
         etcd.stop()  # type: ignore[attr-defined]

@@ -74,8 +74,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_process(state_dir: Path, *args: str, env: dict[str, str] | None = None,
-                  timeout: float = 20.0) -> Iterator[str]:
+def serve_process(
+    state_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20.0
+) -> Iterator[str]:
     """A ready ``idmint serve`` using ``state_dir`` itself as its state dir; yields its base URL; stops it by PID."""
     replica = Replica(state_dir, {"IDMINT_STATE_DIR": str(state_dir), **(env or {})}, *args)
     try:
@@ -100,7 +101,9 @@ class Replica:
         full_env = {**os.environ, "IDMINT_STATE_DIR": str(state_dir / f"state-{self.port}"), **env}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
-            env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
 
     @property

@@ -11,8 +11,7 @@ from pathlib import Path
 
 def idmint(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "IDMINT_STATE_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, timeout=60)
 
 
 def test_mint_writes_unique_ids_that_decode(tmp_path: Path) -> None:
@@ -37,6 +36,10 @@ def test_errors_are_clear(tmp_path: Path) -> None:
     assert r.returncode != 0 and "unknown scheme 'uuid7'" in r.stderr
     r = idmint(tmp_path, "decode", "definitely-not-an-id")
     assert r.returncode != 0 and "not an ID of any scheme" in r.stderr
-    env_bad = subprocess.run([sys.executable, "-m", "app.cli", "mint", "wiji"], capture_output=True, text=True,
-                             env={**os.environ, "IDMINT_CLUSTER_ID": "17", "IDMINT_STATE_DIR": str(tmp_path)})
+    env_bad = subprocess.run(
+        [sys.executable, "-m", "app.cli", "mint", "wiji"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "IDMINT_CLUSTER_ID": "17", "IDMINT_STATE_DIR": str(tmp_path)},
+    )
     assert env_bad.returncode != 0 and "cluster_id must be in 0..15" in env_bad.stderr

@@ -68,8 +68,7 @@ def test_issued_on_every_path_and_metered(client: TestClient, routed: TestClient
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
-def test_every_option_and_format_is_accepted_on_both_paths(client: TestClient, routed: TestClient,
-                                                          scheme: str) -> None:
+def test_every_option_and_format_is_accepted_on_both_paths(client: TestClient, routed: TestClient, scheme: str) -> None:
     entry = {s["name"]: s for s in client.get("/v1/schemes").json()["schemes"]}[scheme]
     for fmt in entry["formats"]:
         for c in (client, routed):
@@ -77,9 +76,11 @@ def test_every_option_and_format_is_accepted_on_both_paths(client: TestClient, r
             assert r.status_code == 200 and r.json()["format"] == fmt, r.text
     for name, option in entry.get("options", {}).items():
         for choice in option.get("choices", []):
-            for r in (client.get(f"/v1/ids/{scheme}", params={name: choice}),
-                      routed.get(f"/v1/ids/{scheme}", params={name: choice}),
-                      client.post(f"/v1/ids/{scheme}", json={name: choice})):
+            for r in (
+                client.get(f"/v1/ids/{scheme}", params={name: choice}),
+                routed.get(f"/v1/ids/{scheme}", params={name: choice}),
+                client.post(f"/v1/ids/{scheme}", json={name: choice}),
+            ):
                 assert r.status_code == 200, (name, choice, r.text)
 
 

@@ -62,10 +62,14 @@ class Load:
 
 
 @pytest.mark.parametrize("fault", ["kill", "pause"])
-def test_losing_any_one_etcd_member_under_load_is_invisible(tmp_path: Path, etcd_cluster: EtcdCluster,
-                                                            fault: str) -> None:
-    env = {"IDMINT_ETCD_ENDPOINTS": etcd_cluster.endpoints, "IDMINT_ETCD_NAMESPACE": f"member-loss-{fault}/",
-           "IDMINT_SIQ_DOMAIN": "example.com"}
+def test_losing_any_one_etcd_member_under_load_is_invisible(
+    tmp_path: Path, etcd_cluster: EtcdCluster, fault: str
+) -> None:
+    env = {
+        "IDMINT_ETCD_ENDPOINTS": etcd_cluster.endpoints,
+        "IDMINT_ETCD_NAMESPACE": f"member-loss-{fault}/",
+        "IDMINT_SIQ_DOMAIN": "example.com",
+    }
     with replicas(tmp_path, 3, env) as nodes:
         held = [identities(r) for r in nodes]
         in_use = Counter(r.get("/readyz").json()["backend"]["endpoint"] for r in nodes)

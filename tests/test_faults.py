@@ -32,8 +32,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted on a fresh directory (the tests run as root, as CI does); unmounted afterwards."""
     mount_point = tmp_path / "state"
     mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True, text=True
+    )
     assert done.returncode == 0, f"these tests need to mount a tmpfs (root): {done.stderr}"
     try:
         yield mount_point
@@ -115,8 +116,21 @@ def test_a_storage_fault_is_503_naming_it_and_issuing_resumes_when_it_clears(tmp
         replica.stop()
 
 
-@pytest.mark.parametrize("content", ["true", "1.5", '"7"', '{"high_water_mark": true}', '{"high_water_mark": 1.5}',
-                                     '{"high_water_mark": "7"}', '{"high_water_mark": -2}', "{}", "", "not json"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "true",
+        "1.5",
+        '"7"',
+        '{"high_water_mark": true}',
+        '{"high_water_mark": 1.5}',
+        '{"high_water_mark": "7"}',
+        '{"high_water_mark": -2}',
+        "{}",
+        "",
+        "not json",
+    ],
+)
 def test_marks_are_read_strictly(tmp_path: Path, content: str) -> None:
     path = tmp_path / "3.mark"
     path.write_text(content)
@@ -170,8 +184,9 @@ def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_is
     finally:
         first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
     # 8 s behind (a start-up takes a few seconds on a loaded machine), within a 30 s max_clock_wait: waited out.
-    nxt = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_CLOCK_OFFSET_MS": "-8000",
-                             "IDMINT_MAX_CLOCK_WAIT": "30"})
+    nxt = Replica(
+        tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_CLOCK_OFFSET_MS": "-8000", "IDMINT_MAX_CLOCK_WAIT": "30"}
+    )
     try:
         r = nxt.wait("/readyz", status=503, timeout=20)
         reason = r.json()["schemes"]["eight-byte"]["reason"]

@@ -164,8 +164,9 @@ async def lifespan(app: Any) -> AsyncIterator[None]:
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     await inbox.put({"type": "lifespan.startup"})
-    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}},
-                                   inbox.get, outbox.put))
+    task = asyncio.create_task(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, inbox.get, outbox.put)
+    )
     message = await outbox.get()
     assert message["type"] == "lifespan.startup.complete", message
     try:
@@ -192,9 +193,15 @@ async def test_counts_move_by_exactly_the_ids_issued(tmp_path: Path) -> None:
             before = {s: sample(m, "idmint_ids_issued_total", scheme=s) for s in SCHEMES}
             assert before == dict.fromkeys(SCHEMES, 0.0)
             expected = dict.fromkeys(SCHEMES, 0)
-            for scheme, method, count in [("eight-byte", "GET", 7), ("eight-byte", "POST", 130),
-                                          ("muid", "GET", 1), ("muid", "POST", 999), ("wiji", "GET", 42),
-                                          ("siq", "POST", 5), ("hlc-ulid", "GET", 64)]:
+            for scheme, method, count in [
+                ("eight-byte", "GET", 7),
+                ("eight-byte", "POST", 130),
+                ("muid", "GET", 1),
+                ("muid", "POST", 999),
+                ("wiji", "GET", 42),
+                ("siq", "POST", 5),
+                ("hlc-ulid", "GET", 64),
+            ]:
                 r = await client.request(method, f"/v1/ids/{scheme}", params={"count": count})
                 assert r.status_code == 200, r.text
                 assert len(r.json()["ids"]) == count
@@ -285,8 +292,15 @@ async def test_several_apps_in_one_process_keep_separate_counts(tmp_path: Path) 
 def python(code: str, env: dict[str, str]) -> str:
     full_env = {k: v for k, v in os.environ.items() if k != MULTIPROC_ENV}
     full_env.update(env)
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, env=full_env,
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -307,10 +321,8 @@ WORKER = """
 
 def test_multiprocess_workers_aggregate_as_the_docs_say(tmp_path: Path) -> None:
     env = {MULTIPROC_ENV: str(tmp_path)}
-    pid_a = int(python(WORKER.format(count=100, identity=5, siq_held=True, deadline=7.5, rollback_ns=2_000_000),
-                       env))
-    pid_b = int(python(WORKER.format(count=23, identity=6, siq_held=False, deadline=3.0, rollback_ns=9_000_000),
-                       env))
+    pid_a = int(python(WORKER.format(count=100, identity=5, siq_held=True, deadline=7.5, rollback_ns=2_000_000), env))
+    pid_b = int(python(WORKER.format(count=23, identity=6, siq_held=False, deadline=3.0, rollback_ns=9_000_000), env))
     reader = """
         import json, os
         from app.metrics import Metrics
@@ -338,9 +350,19 @@ def test_multiprocess_workers_aggregate_as_the_docs_say(tmp_path: Path) -> None:
     # left are the reader's own, initialised at 0. Custom collectors (process metrics) do not work in this mode.
     out = json.loads(python(reader, env))
     assert out == {
-        "issued": 123.0, "requests": 2.0, "held_muid": 0.0, "held_siq": 0.0, "deadline": 0.0,
-        "rollback": 0.009, "rollbacks": 2.0, "id5": None, "id6": None, "build": 1.0, "process": None,
-        "mode": "multiprocess", "body_has_pid": False,
+        "issued": 123.0,
+        "requests": 2.0,
+        "held_muid": 0.0,
+        "held_siq": 0.0,
+        "deadline": 0.0,
+        "rollback": 0.009,
+        "rollbacks": 2.0,
+        "id5": None,
+        "id6": None,
+        "build": 1.0,
+        "process": None,
+        "mode": "multiprocess",
+        "body_has_pid": False,
     }
     assert pid_a != pid_b
 
@@ -408,8 +430,10 @@ def test_prepare_process_environment_creates_and_wipes_the_directory(tmp_path: P
     for stale in ("counter_123.db", "gauge_livemin_123.db", "histogram_9.db"):
         (preset / stale).write_bytes(b"stale")
     (preset / "keep.txt").write_text("not ours")
-    python("from app.metrics import prepare_process_environment; prepare_process_environment(1)",
-           {MULTIPROC_ENV: str(preset)})
+    python(
+        "from app.metrics import prepare_process_environment; prepare_process_environment(1)",
+        {MULTIPROC_ENV: str(preset)},
+    )
     assert sorted(p.name for p in preset.iterdir()) == ["keep.txt"]
 
 

@@ -38,9 +38,18 @@ async def issue_values(node: Node, scheme: str, n: int) -> list[int]:
 
 def timestamps(scheme: str, values: list[int]) -> list[int]:
     s = get_scheme(scheme)
-    key = {"muid": "timestamp_us", "eight-byte": "timestamp_ms", "hlc-ulid": "timestamp_ms",
-           "siq": "seconds", "wiji": "timestamp_us", "uuidv7": "timestamp_ms", "ulid": "timestamp_ms",
-           "typeid": "timestamp_ms", "ksuid": "timestamp_s", "snowflake": "timestamp_ms"}[scheme]
+    key = {
+        "muid": "timestamp_us",
+        "eight-byte": "timestamp_ms",
+        "hlc-ulid": "timestamp_ms",
+        "siq": "seconds",
+        "wiji": "timestamp_us",
+        "uuidv7": "timestamp_ms",
+        "ulid": "timestamp_ms",
+        "typeid": "timestamp_ms",
+        "ksuid": "timestamp_s",
+        "snowflake": "timestamp_ms",
+    }[scheme]
     return [s.fields(v)[key] for v in values]
 
 
@@ -105,4 +114,3 @@ async def test_several_eight_byte_generator_ids(tmp_path: Path) -> None:
         values = await issue_values(node, "eight-byte", 1000)
         gens = {get_scheme("eight-byte").fields(v)["generator_id"] for v in values}
         assert gens == {0, 1, 2} and len(set(values)) == 1000
-

@@ -21,15 +21,29 @@ from tests.helpers import CLAIMING, SCHEMES, Replica
 TTL_S = 3
 MARGIN_S = 1.0
 CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake
-TIMESTAMP_FIELD = {"muid": "timestamp_us", "eight-byte": "timestamp_ms", "hlc-ulid": "timestamp_ms",
-                   "siq": "seconds", "wiji": "timestamp_us", "uuidv7": "timestamp_ms", "ulid": "timestamp_ms",
-                   "typeid": "timestamp_ms", "ksuid": "timestamp_s", "snowflake": "timestamp_ms"}
+TIMESTAMP_FIELD = {
+    "muid": "timestamp_us",
+    "eight-byte": "timestamp_ms",
+    "hlc-ulid": "timestamp_ms",
+    "siq": "seconds",
+    "wiji": "timestamp_us",
+    "uuidv7": "timestamp_ms",
+    "ulid": "timestamp_ms",
+    "typeid": "timestamp_ms",
+    "ksuid": "timestamp_s",
+    "snowflake": "timestamp_ms",
+}
 
 
 def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # noqa: ANN001
-    return {"IDMINT_ETCD_ENDPOINTS": etcd_server.endpoint, "IDMINT_ETCD_NAMESPACE": namespace,
-            "IDMINT_ETCD_LEASE_TTL": str(TTL_S), "IDMINT_ETCD_SAFETY_MARGIN": str(MARGIN_S),
-            "IDMINT_SIQ_DOMAIN": "example.com", **extra}
+    return {
+        "IDMINT_ETCD_ENDPOINTS": etcd_server.endpoint,
+        "IDMINT_ETCD_NAMESPACE": namespace,
+        "IDMINT_ETCD_LEASE_TTL": str(TTL_S),
+        "IDMINT_ETCD_SAFETY_MARGIN": str(MARGIN_S),
+        "IDMINT_SIQ_DOMAIN": "example.com",
+        **extra,
+    }
 
 
 @contextlib.contextmanager
@@ -69,8 +83,9 @@ def native_timestamp(replica: Replica, scheme: str, text: bytes) -> int:
     return fields[TIMESTAMP_FIELD[scheme]]
 
 
-def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path, etcd_server, etcd_namespace: str
-                                                                 ) -> None:
+def test_three_replicas_hold_distinct_identities_visible_in_etcd(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
         held = [identities(r) for r in nodes]
         for scheme in CLAIMED + ("wiji",):
@@ -97,8 +112,9 @@ def test_three_replicas_hold_distinct_identities_visible_in_etcd(tmp_path: Path,
         assert sorted(int(w) for w in workers) == sorted(h["snowflake"][0] for h in held)
 
 
-def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(tmp_path: Path, etcd_server,
-                                                                    etcd_namespace: str) -> None:
+def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_GENERATORS="8")
     per_scheme = 1_000_000
     with replicas(tmp_path, 3, env) as nodes:
@@ -120,8 +136,9 @@ def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(tmp_path: Pa
             assert len(seen) == total, f"{scheme}: {total - len(seen)} duplicates"
 
 
-def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(tmp_path: Path, etcd_server,
-                                                                             etcd_namespace: str) -> None:
+def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
         before = {s: set() for s in SCHEMES}
         for node in nodes:
@@ -151,7 +168,8 @@ def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(tm
 
 
 def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_stays_above_its_mark(
-        tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     first = Replica(tmp_path, env)
     try:
@@ -166,12 +184,14 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
     killed = time.monotonic()
 
     # The next holder asks for exactly the same identities, with its clock set 1.5 s behind the first's.
-    static = {"IDMINT_EIGHT_BYTE_GENERATOR_ID": str(held["eight-byte"][0]),
-              "IDMINT_MUID_MEDALLION": str(held["muid"][0]),
-              "IDMINT_HLC_ULID_PUBLISHER_ID": str(held["hlc-ulid"][0]),
-              "IDMINT_SIQ_SHARD": str(held["siq"][0]),
-              "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
-              "IDMINT_CLOCK_OFFSET_MS": "-1500"}
+    static = {
+        "IDMINT_EIGHT_BYTE_GENERATOR_ID": str(held["eight-byte"][0]),
+        "IDMINT_MUID_MEDALLION": str(held["muid"][0]),
+        "IDMINT_HLC_ULID_PUBLISHER_ID": str(held["hlc-ulid"][0]),
+        "IDMINT_SIQ_SHARD": str(held["siq"][0]),
+        "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
+        "IDMINT_CLOCK_OFFSET_MS": "-1500",
+    }
     nxt = Replica(tmp_path, {**env, **static})
     try:
         nxt.wait("/healthz")
@@ -212,13 +232,13 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
                 r.stop()
 
 
-def test_a_stream_that_loses_its_lease_ends_truncated_not_short(tmp_path: Path, etcd_server,
-                                                                 etcd_namespace: str) -> None:
+def test_a_stream_that_loses_its_lease_ends_truncated_not_short(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     # One generator ID: 640,000 eight-byte IDs take ten seconds at the format's cap, so etcd stops mid-stream.
     with replicas(tmp_path, 1, etcd_env(etcd_server, etcd_namespace)) as (node,):
         received = bytearray()
-        with httpx.stream("GET", f"{node.url}/v1/ids/eight-byte/stream", params={"count": 640_000},
-                          timeout=60) as r:
+        with httpx.stream("GET", f"{node.url}/v1/ids/eight-byte/stream", params={"count": 640_000}, timeout=60) as r:
             assert r.status_code == 200
             stopped = False
             with pytest.raises(httpx.RemoteProtocolError):

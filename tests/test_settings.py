@@ -33,10 +33,11 @@ def test_endpoints_are_a_comma_list(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().etcd_endpoints == ["http://a:2379", "https://b:2379"]
 
 
-@pytest.mark.parametrize("url", ["http://root:secret@127.0.0.1:2379", "https://root:secret@etcd.example:2379/",
-                                 "http://secret@127.0.0.1:2379"])
-def test_a_password_in_an_endpoint_url_is_refused_and_never_shown(monkeypatch: pytest.MonkeyPatch,
-                                                                  url: str) -> None:
+@pytest.mark.parametrize(
+    "url",
+    ["http://root:secret@127.0.0.1:2379", "https://root:secret@etcd.example:2379/", "http://secret@127.0.0.1:2379"],
+)
+def test_a_password_in_an_endpoint_url_is_refused_and_never_shown(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("IDMINT_ETCD_ENDPOINTS", f"http://127.0.0.1:2379,{url}")
     with pytest.raises(ConfigError, match="IDMINT_ETCD_USER and IDMINT_ETCD_PASSWORD") as info:
         load_settings()

@@ -63,7 +63,8 @@ class PrefixedHlcUlid(HlcUlidScheme):
 @pytest.mark.anyio
 @pytest.mark.parametrize("count", [1, 5, 40_000])
 async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
     registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
     monkeypatch.setattr("app.node.schemes", lambda: registry)
 

@@ -1,9 +1,8 @@
-"""The linters are part of the test command: ruff (lint rules from pyproject's ``[tool.ruff]``) and mypy (strict, on
-``app`` and the Python client, from ``[tool.mypy]``) must pass.
+"""The linters are part of the test command: ruff (lint rules and formatting from pyproject's ``[tool.ruff]``) and
+mypy (strict, on ``app`` and the Python client, from ``[tool.mypy]``) must pass.
 
 Both run as subprocesses of this virtualenv's interpreter (the versions the dev extra pins) from the repository
-root, so they read pyproject.toml exactly as a developer's ``ruff check`` / ``mypy`` would. ``ruff format --check``
-is not enforced yet.
+root, so they read pyproject.toml exactly as a developer's ``ruff check`` / ``ruff format`` / ``mypy`` would.
 """
 
 from __future__ import annotations
@@ -23,6 +22,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_ruff_check_passes() -> None:
     result = _run("ruff", "check", "--no-cache", *LINTED)
     assert result.returncode == 0, f"ruff check {' '.join(LINTED)} failed:\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_format_leaves_nothing_to_change() -> None:
+    result = _run("ruff", "format", "--check", "--no-cache", *LINTED)
+    assert result.returncode == 0, f"ruff format --check failed (run: ruff format {' '.join(LINTED)}):\n{result.stdout}"
 
 
 def test_mypy_strict_passes() -> None:

@@ -230,9 +230,10 @@ class KeyState:
     @classmethod
     def build(cls, entry: KeyEntry, previous: KeyState | None) -> KeyState:
         state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes))
-        same_rates = previous is not None and (
-            previous.entry.requests_per_second, previous.entry.ids_per_second
-        ) == (entry.requests_per_second, entry.ids_per_second)
+        same_rates = previous is not None and (previous.entry.requests_per_second, previous.entry.ids_per_second) == (
+            entry.requests_per_second,
+            entry.ids_per_second,
+        )
         if same_rates and previous is not None:
             state.requests, state.ids, state.streams = previous.requests, previous.ids, previous.streams
         else:
@@ -246,8 +247,9 @@ class KeyState:
 class Refusal(Exception):
     """A request refused by the key check: status, outcome label, reason, Retry-After seconds."""
 
-    def __init__(self, status: int, outcome: str, reason: str, retry_after: float | None = None,
-                 key: str = UNKNOWN) -> None:
+    def __init__(
+        self, status: int, outcome: str, reason: str, retry_after: float | None = None, key: str = UNKNOWN
+    ) -> None:
         super().__init__(reason)
         self.key = key
         self.status = status
@@ -266,8 +268,9 @@ class ApiKeys:
     count a refused request in the request metrics.
     """
 
-    def __init__(self, app: ASGIApp, path: Path, public_scopes: list[str], metrics: Any,
-                 route_of: Callable[[Scope], str]) -> None:
+    def __init__(
+        self, app: ASGIApp, path: Path, public_scopes: list[str], metrics: Any, route_of: Callable[[Scope], str]
+    ) -> None:
         self.app = app
         self.path = Path(path)
         self.public = frozenset(public_scopes)
@@ -304,8 +307,12 @@ class ApiKeys:
             log.debug("no SIGHUP handler for API key reloads: %s", exc)
             return
         self._loop = loop
-        log.info("API keys on: %d keys from %s (SIGHUP re-reads it); public scopes: %s", len(self.keys),
-                 self.path, ", ".join(sorted(self.public)) or "none")
+        log.info(
+            "API keys on: %d keys from %s (SIGHUP re-reads it); public scopes: %s",
+            len(self.keys),
+            self.path,
+            ", ".join(sorted(self.public)) or "none",
+        )
 
     def stop(self) -> None:
         if self._loop is not None:
@@ -333,8 +340,11 @@ class ApiKeys:
         if auth is None:
             if scope_name in self.public:
                 return None
-            raise Refusal(401, "unauthorized", f"this route needs an API key with scope {scope_name!r}: send "
-                                               "Authorization: Bearer <key>")
+            raise Refusal(
+                401,
+                "unauthorized",
+                f"this route needs an API key with scope {scope_name!r}: send Authorization: Bearer <key>",
+            )
         kind, _, token = auth.strip().partition(b" ")
         token = token.strip()
         if kind.lower() != b"bearer" or not token:
@@ -343,9 +353,13 @@ class ApiKeys:
         if key is None:
             raise Refusal(401, "unauthorized", "unknown API key")
         if scope_name not in key.scopes and scope_name not in self.public:
-            raise Refusal(403, "forbidden", f"API key {key.entry.name!r} lacks scope {scope_name!r} "
-                                            f"(it has: {', '.join(key.entry.scopes) or 'none'})",
-                          key=key.entry.name)
+            raise Refusal(
+                403,
+                "forbidden",
+                f"API key {key.entry.name!r} lacks scope {scope_name!r} "
+                f"(it has: {', '.join(key.entry.scopes) or 'none'})",
+                key=key.entry.name,
+            )
         return key
 
     @staticmethod
@@ -364,8 +378,13 @@ class ApiKeys:
         """Apply the request and ID quotas up front. Raises Refusal (429)."""
         name = key.entry.name
         if is_stream and key.entry.concurrent_streams and key.streams >= key.entry.concurrent_streams:
-            raise Refusal(429, "over_quota", f"API key {name!r} already runs {key.streams} streams "
-                                             f"(its limit is {key.entry.concurrent_streams})", 1, name)
+            raise Refusal(
+                429,
+                "over_quota",
+                f"API key {name!r} already runs {key.streams} streams (its limit is {key.entry.concurrent_streams})",
+                1,
+                name,
+            )
         cost = self.requested_ids(scope["query_string"]) if counts_ids(scope["path"]) else 0
         if cost and not is_stream and scope["method"] == "POST" and scope["path"].startswith("/v1/ids/"):
             # The count may be in the JSON body: the route charges it once parsed (charge_ids).
@@ -375,15 +394,25 @@ class ApiKeys:
             # A stream is paced as it is sent; up front it needs only a bucket that is not in debt.
             wait = key.ids.take(1 if is_stream else cost, now)
             if wait:
-                raise Refusal(429, "over_quota", f"API key {name!r} is over its quota of "
-                                                 f"{key.entry.ids_per_second:g} IDs/s", wait, name)
+                raise Refusal(
+                    429,
+                    "over_quota",
+                    f"API key {name!r} is over its quota of {key.entry.ids_per_second:g} IDs/s",
+                    wait,
+                    name,
+                )
         if key.requests is not None:
             wait = key.requests.take(1, now)
             if wait:
                 if cost and not is_stream and key.ids is not None:
                     key.ids.tokens += cost  # refund: the request is not served
-                raise Refusal(429, "over_quota", f"API key {name!r} is over its quota of "
-                                                 f"{key.entry.requests_per_second:g} requests/s", wait, name)
+                raise Refusal(
+                    429,
+                    "over_quota",
+                    f"API key {name!r} is over its quota of {key.entry.requests_per_second:g} requests/s",
+                    wait,
+                    name,
+                )
         if cost and not is_stream:
             self.metrics.api_key_ids(name, cost)
 
@@ -393,8 +422,9 @@ class ApiKeys:
             wait = key.ids.take(count, time.monotonic())
             if wait:
                 self.metrics.api_key_request(name, "over_quota")
-                raise TooManyRequestsError(f"API key {name!r} is over its quota of "
-                                           f"{key.entry.ids_per_second:g} IDs/s", math.ceil(wait))
+                raise TooManyRequestsError(
+                    f"API key {name!r} is over its quota of {key.entry.ids_per_second:g} IDs/s", math.ceil(wait)
+                )
         self.metrics.api_key_ids(name, count)
 
     # -- ASGI ---------------------------------------------------------------------------------------------

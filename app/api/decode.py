@@ -85,8 +85,11 @@ class TextResponse(BaseModel):
     truncated: bool
 
 
-@router.get("/v1/decode/{scheme}/{id}", response_model=DecodeObject,
-            responses={404: {"description": "unknown scheme"}, 422: {"description": "the rule the ID breaks"}})
+@router.get(
+    "/v1/decode/{scheme}/{id}",
+    response_model=DecodeObject,
+    responses={404: {"description": "unknown scheme"}, 422: {"description": "the rule the ID breaks"}},
+)
 async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -> dict[str, Any]:
     """Decode ``id`` (any accepted text form of ``scheme``) into its fields. Query parameters are the scheme's
     decode options (see ``decode_options`` in /v1/schemes); any other is a 422."""
@@ -94,8 +97,7 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     return decode_one(scheme, id, node.schemes, options)
 
 
-@router.get("/v1/decode/{id}", response_model=Candidates,
-            responses={422: {"description": "no scheme accepts the ID"}})
+@router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
 async def decode_detect(id: str, node: NodeDep) -> dict[str, Any]:
     """Decode ``id`` as every scheme whose parser accepts it (an ID can be valid in more than one)."""
     return decode_any(id, registry=node.schemes)
@@ -109,6 +111,7 @@ async def decode_free_text(body: TextRequest, node: NodeDep) -> Response:
     if len(body.text) <= INLINE_TEXT_CHARS:
         text = json.dumps(decode_text(body.text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
         return Response(text, media_type="application/json")
-    payload = await asyncio.get_running_loop().run_in_executor(_text_pool(), decode_text_json, body.text,
-                                                                MAX_TEXT_ITEMS, node.settings)
+    payload = await asyncio.get_running_loop().run_in_executor(
+        _text_pool(), decode_text_json, body.text, MAX_TEXT_ITEMS, node.settings
+    )
     return Response(payload, media_type="application/json")

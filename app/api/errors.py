@@ -52,8 +52,7 @@ def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]
 
 def error_response(exc: IdmintError) -> Response:
     status, body, headers = error_parts(exc)
-    return Response(body, status_code=status, media_type=JSON,
-                    headers={k.decode(): v.decode() for k, v in headers})
+    return Response(body, status_code=status, media_type=JSON, headers={k.decode(): v.decode() for k, v in headers})
 
 
 def _describe_validation(exc: RequestValidationError) -> str:

@@ -61,7 +61,7 @@ class FastPath:
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"].startswith(PREFIX):
             node = self.node_ref()
             if node is not None:
-                issuer = node.issuers.get(scope["path"][len(PREFIX):])
+                issuer = node.issuers.get(scope["path"][len(PREFIX) :])
                 if issuer is not None:
                     await self._issue(node, issuer, scope["query_string"], send)
                     return
@@ -82,8 +82,13 @@ class FastPath:
         except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
             log.exception("GET %s failed", ROUTE)
             status, body = 500, INTERNAL_ERROR
-        await send({"type": "http.response.start", "status": status,
-                    "headers": headers + [(b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": headers + [(b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         node.metrics.request(ROUTE, "GET", status, time.perf_counter() - start)
 

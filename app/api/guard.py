@@ -58,8 +58,7 @@ class BodyLimit:
     ``.app`` is the FastAPI app (as on every idmint wrapper); requests go on to ``next_app``.
     """
 
-    def __init__(self, next_app: ASGIApp, api: Any, limit: int, metrics: Any,
-                 route_of: Callable[[Scope], str]) -> None:
+    def __init__(self, next_app: ASGIApp, api: Any, limit: int, metrics: Any, route_of: Callable[[Scope], str]) -> None:
         self.next = next_app
         self.app = api
         self.limit = limit

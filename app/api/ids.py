@@ -35,7 +35,8 @@ class IssueResponse(BaseModel):
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"description": "unknown scheme"}, 413: {"description": "request body too large"},
+    404: {"description": "unknown scheme"},
+    413: {"description": "request body too large"},
     422: {"description": "bad count or option (detail names the rule)"},
     503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"},
 }
@@ -76,8 +77,9 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
     return Response(issue_body(scheme, request.format, issued), media_type="application/json")
 
 
-async def stream(scheme: str, params: ParamsDep, http: Request, node: NodeDep,
-                 settings: SettingsDep) -> StreamingResponse:
+async def stream(
+    scheme: str, params: ParamsDep, http: Request, node: NodeDep, settings: SettingsDep
+) -> StreamingResponse:
     """Stream ``count`` IDs as text, one per line, with memory that does not grow with ``count``.
 
     Everything is checked before the first byte (parameters, the expected duration at the scheme's cap, the node's
@@ -86,16 +88,30 @@ async def stream(scheme: str, params: ParamsDep, http: Request, node: NodeDep,
     truncated transfer rather than a short, clean list.
     """
     issuer, request = prepare(node, scheme, params, settings.max_stream_count)
-    return await open_stream(http, issuer, request.count, request.format, request.options, http.app.state.streams,
-                             settings.max_stream_seconds)
+    return await open_stream(
+        http,
+        issuer,
+        request.count,
+        request.format,
+        request.options,
+        http.app.state.streams,
+        settings.max_stream_seconds,
+    )
 
 
 def _documented_parameters() -> list[dict[str, Any]]:
     """OpenAPI query parameters: count, format, and every scheme's options (each saying which schemes take it)."""
     out: list[dict[str, Any]] = []
     for name, field in IssueParams.model_fields.items():
-        out.append({"name": name, "in": "query", "required": False, "description": field.description,
-                    "schema": {"type": "integer" if name == "count" else "string"}})
+        out.append(
+            {
+                "name": name,
+                "in": "query",
+                "required": False,
+                "description": field.description,
+                "schema": {"type": "integer" if name == "count" else "string"},
+            }
+        )
     seen: set[str] = set()
     for scheme in schemes().values():
         for option in scheme.options:
@@ -103,8 +119,15 @@ def _documented_parameters() -> list[dict[str, Any]]:
                 continue
             seen.add(option.name)
             schema: dict[str, Any] = {"type": "string"}
-            out.append({"name": option.name, "in": "query", "required": False, "schema": schema,
-                        "description": f"{', '.join(option_owners(option.name))} only: {option.description}"})
+            out.append(
+                {
+                    "name": option.name,
+                    "in": "query",
+                    "required": False,
+                    "schema": schema,
+                    "description": f"{', '.join(option_owners(option.name))} only: {option.description}",
+                }
+            )
     return out
 
 
@@ -112,16 +135,32 @@ def _openapi(method: str) -> dict[str, Any]:
     extra: dict[str, Any] = {"parameters": _documented_parameters()}
     if method == "POST":
         members = {p["name"]: {**p["schema"], "description": p["description"]} for p in extra["parameters"]}
-        extra["requestBody"] = {"required": False, "content": {"application/json": {"schema": {
-            "type": "object", "properties": members, "additionalProperties": False}}},
-            "description": "The same parameters as the query, as a JSON object (each given once in all)."}
+        extra["requestBody"] = {
+            "required": False,
+            "content": {
+                "application/json": {"schema": {"type": "object", "properties": members, "additionalProperties": False}}
+            },
+            "description": "The same parameters as the query, as a JSON object (each given once in all).",
+        }
     return extra
 
 
 for _method in ("GET", "POST"):
-    router.add_api_route("/v1/ids/{scheme}", issue, methods=[_method], response_model=IssueResponse,
-                         responses=ERRORS, operation_id=f"issue_{_method.lower()}", openapi_extra=_openapi(_method))
-    router.add_api_route("/v1/ids/{scheme}/stream", stream, methods=[_method], response_class=StreamingResponse,
-                         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS,
-                                    **STREAM_ERRORS},
-                         operation_id=f"stream_{_method.lower()}", openapi_extra=_openapi(_method))
+    router.add_api_route(
+        "/v1/ids/{scheme}",
+        issue,
+        methods=[_method],
+        response_model=IssueResponse,
+        responses=ERRORS,
+        operation_id=f"issue_{_method.lower()}",
+        openapi_extra=_openapi(_method),
+    )
+    router.add_api_route(
+        "/v1/ids/{scheme}/stream",
+        stream,
+        methods=[_method],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS, **STREAM_ERRORS},
+        operation_id=f"stream_{_method.lower()}",
+        openapi_extra=_openapi(_method),
+    )

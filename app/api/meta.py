@@ -15,8 +15,9 @@ router = APIRouter(tags=["node"])
 
 
 def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
-    return {o.name: {"description": o.description, **({"choices": list(o.choices)} if o.choices else {})}
-            for o in options}
+    return {
+        o.name: {"description": o.description, **({"choices": list(o.choices)} if o.choices else {})} for o in options
+    }
 
 
 def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
@@ -43,8 +44,11 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
     if scheme.shares_generator_with:
         entry["shares_generator_with"] = scheme.shares_generator_with
     if scheme.identity is not None:
-        entry["identity"] = {"kind": scheme.identity.kind, "minimum": scheme.identity.minimum,
-                             "maximum": scheme.identity.maximum}
+        entry["identity"] = {
+            "kind": scheme.identity.kind,
+            "minimum": scheme.identity.minimum,
+            "maximum": scheme.identity.maximum,
+        }
     extra = dict(scheme.describe(settings))
     entry["limits"].update(extra.pop("limits", {}))
     entry.update(extra)
@@ -82,8 +86,7 @@ async def readyz(node: NodeDep) -> Response:
     ready, detail = node.readiness()
     body = {"status": "ready" if ready else "not ready", "schemes": detail, "backend": node.backend.status()}
     headers = {} if ready else {"Retry-After": "1"}
-    return Response(json.dumps(body), status_code=200 if ready else 503, media_type="application/json",
-                    headers=headers)
+    return Response(json.dumps(body), status_code=200 if ready else 503, media_type="application/json", headers=headers)
 
 
 @router.get("/metrics", include_in_schema=False)

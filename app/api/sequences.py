@@ -55,8 +55,11 @@ class CreateSequence(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(description=f"{NAME_PATTERN}", examples=["orders"])
     start: StrictInt = Field(DEFAULT_START, description="The first integer issued (0..2**63-1).")
-    cache: StrictInt = Field(DEFAULT_CACHE, description="The smallest range a node reserves at once (1..1,000,000); "
-                             "a node's buffer reserves between cache and 100 x cache.")
+    cache: StrictInt = Field(
+        DEFAULT_CACHE,
+        description="The smallest range a node reserves at once (1..1,000,000); "
+        "a node's buffer reserves between cache and 100 x cache.",
+    )
 
 
 class SequenceOut(BaseModel):
@@ -64,8 +67,9 @@ class SequenceOut(BaseModel):
     start: int
     cache: int
     next: int = Field(description="The allocation point: the first integer no node has reserved yet.")
-    node: dict[str, Any] = Field(description="This node's ranges (first, last still unissued), held count, "
-                                 "reservation size, integers issued.")
+    node: dict[str, Any] = Field(
+        description="This node's ranges (first, last still unissued), held count, reservation size, integers issued."
+    )
 
 
 class NextOut(BaseModel):
@@ -87,14 +91,24 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/v1/sequences", status_code=201, response_model=SequenceOut,
-             responses={200: {"description": "exists with the same settings"},
-                        409: {"description": "exists with other settings, or too many sequences"}, **ERRORS})
+@router.post(
+    "/v1/sequences",
+    status_code=201,
+    response_model=SequenceOut,
+    responses={
+        200: {"description": "exists with the same settings"},
+        409: {"description": "exists with other settings, or too many sequences"},
+        **ERRORS,
+    },
+)
 async def create_sequence(body: CreateSequence, sequences: SequencesDep) -> Response:
     """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings)."""
     record, created = await sequences.create(body.name, body.start, body.cache)
-    entry = await sequences.describe(record.name) if not created else {**record.as_dict(), "node": {"ranges": [],
-                                                                                                    "held": 0}}
+    entry = (
+        await sequences.describe(record.name)
+        if not created
+        else {**record.as_dict(), "node": {"ranges": [], "held": 0}}
+    )
     return _json(entry, 201 if created else 200)
 
 
@@ -118,8 +132,14 @@ async def next_ids(name: str, sequences: SequencesDep, count: str | None = Count
 
 
 for _method in ("GET", "POST"):
-    router.add_api_route(NEXT_ROUTE, next_ids, methods=[_method], response_model=NextOut, responses=ERRORS,
-                         operation_id=f"sequence_next_{_method.lower()}")
+    router.add_api_route(
+        NEXT_ROUTE,
+        next_ids,
+        methods=[_method],
+        response_model=NextOut,
+        responses=ERRORS,
+        operation_id=f"sequence_next_{_method.lower()}",
+    )
 
 
 @router.post("/v1/sequences/{name}/range", response_model=RangeOut, responses=ERRORS)
@@ -170,8 +190,9 @@ class SequenceFastPath:
     ``app`` is the FastAPI app behind (as on :class:`~app.api.fastpath.FastPath`), for callers that reach its state.
     """
 
-    def __init__(self, inner: ASGIApp, app: FastAPI, service_ref: Callable[[], SequenceService | None],
-                 metrics: Metrics) -> None:
+    def __init__(
+        self, inner: ASGIApp, app: FastAPI, service_ref: Callable[[], SequenceService | None], metrics: Metrics
+    ) -> None:
         self.inner = inner
         self.app = app
         self.service_ref = service_ref
@@ -189,7 +210,7 @@ class SequenceFastPath:
                 else:
                     suffix = route = ""
                 service = self.service_ref()
-                name = path[len(PREFIX):-len(suffix)] if suffix else "/"
+                name = path[len(PREFIX) : -len(suffix)] if suffix else "/"
                 if service is not None and name and "/" not in name:
                     try:
                         handled, count_text = _count_param(scope["query_string"])
@@ -200,8 +221,9 @@ class SequenceFastPath:
                         return
         await self.inner(scope, receive, send)
 
-    async def _answer(self, service: SequenceService, route: str, method: str, name: str, count_text: str | None,
-                      send: Send) -> None:
+    async def _answer(
+        self, service: SequenceService, route: str, method: str, name: str, count_text: str | None, send: Send
+    ) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
@@ -214,12 +236,17 @@ class SequenceFastPath:
             else:
                 count = parse_count(count_text, MAX_RANGE_COUNT)
                 first, last = await service.reserve_range(name, count)
-                body = (b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count))
+                body = b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count)
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)
             headers = [*JSON_HEADERS, *extra]
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*headers, (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
         self.metrics.request(route, method, status, time.perf_counter() - start)

@@ -55,8 +55,11 @@ class StreamSlots:
 
     def take(self) -> None:
         if self.active >= self.limit:
-            raise TooManyRequestsError(f"this node already serves {self.active} streams (IDMINT_MAX_CONCURRENT_STREAMS"
-                                       f" = {self.limit}); retry shortly or ask for a batch", 1)
+            raise TooManyRequestsError(
+                f"this node already serves {self.active} streams (IDMINT_MAX_CONCURRENT_STREAMS"
+                f" = {self.limit}); retry shortly or ask for a batch",
+                1,
+            )
         self.active += 1
 
     def give_back(self) -> None:
@@ -70,11 +73,13 @@ def check_duration(issuer: Issuer, count: int, max_seconds: float) -> None:
         raise InvalidOptionError(
             f"a stream of {count:,} {issuer.name} IDs would take {count / cap:.0f} s at this node's cap of "
             f"{cap:,.0f} IDs/s, over IDMINT_MAX_STREAM_SECONDS ({max_seconds:g} s); ask for at most "
-            f"{int(cap * max_seconds):,} per stream")
+            f"{int(cap * max_seconds):,} per stream"
+        )
 
 
-async def lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
-                first: Issued | None = None) -> AsyncIterator[bytes]:
+async def lines(
+    issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued | None = None
+) -> AsyncIterator[bytes]:
     """``count`` IDs as newline-terminated text in form ``fmt`` (the first ``first.count`` already issued), in
     chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), so memory does not grow
     with ``count``. Raises what
@@ -83,8 +88,9 @@ async def lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
         yield issued.encode(fmt)
 
 
-async def _chunks(issuer: Issuer, count: int, options: dict[str, Any],
-                  first: Issued | None = None) -> AsyncIterator[Issued]:
+async def _chunks(
+    issuer: Issuer, count: int, options: dict[str, Any], first: Issued | None = None
+) -> AsyncIterator[Issued]:
     """The issued chunks behind :func:`lines` (their ``count`` is known, so nobody has to count newlines)."""
     remaining = count
     if first is not None:
@@ -112,8 +118,15 @@ class IdStream(StreamingResponse):
             self.slots.give_back()
 
 
-async def open_stream(request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
-                      slots: StreamSlots, max_seconds: float) -> IdStream:
+async def open_stream(
+    request: Request,
+    issuer: Issuer,
+    count: int,
+    fmt: str,
+    options: dict[str, Any],
+    slots: StreamSlots,
+    max_seconds: float,
+) -> IdStream:
     """Validate a stream completely, take a slot, issue its first chunk, and return the response.
 
     Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
@@ -128,8 +141,9 @@ async def open_stream(request: Request, issuer: Issuer, count: int, fmt: str, op
     return IdStream(_body(request, issuer, count, fmt, options, first), slots, count)
 
 
-async def _body(request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any],
-                first: Issued) -> AsyncIterator[bytes]:
+async def _body(
+    request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued
+) -> AsyncIterator[bytes]:
     sent = 0
     try:
         async for issued in _chunks(issuer, count, options, first):

@@ -65,10 +65,20 @@ class PoolSpec:
     @classmethod
     def from_plan(cls, scheme: str, plan: IdentityPlan) -> PoolSpec:
         """The pool of ``plan`` for scheme ``scheme`` (a static identity becomes the only candidate)."""
-        return cls(scheme=scheme, kind=plan.kind, minimum=plan.minimum, maximum=plan.maximum, draw=plan.draw,
-                   candidates=None if plan.static is None else (plan.static,), group=plan.group,
-                   static=plan.static is not None, key_prefix=plan.key_prefix, mark_prefix=plan.mark_prefix,
-                   key_format=plan.key_format, allowed_groups_key=plan.allowed_groups_key)
+        return cls(
+            scheme=scheme,
+            kind=plan.kind,
+            minimum=plan.minimum,
+            maximum=plan.maximum,
+            draw=plan.draw,
+            candidates=None if plan.static is None else (plan.static,),
+            group=plan.group,
+            static=plan.static is not None,
+            key_prefix=plan.key_prefix,
+            mark_prefix=plan.mark_prefix,
+            key_format=plan.key_format,
+            allowed_groups_key=plan.allowed_groups_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +92,13 @@ class Holder:
     address: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "version": self.version, "started_at": self.started_at,
-                "address": self.address}
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": self.started_at,
+            "address": self.address,
+        }
 
 
 class Claim(abc.ABC):

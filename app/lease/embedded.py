@@ -126,9 +126,12 @@ class EmbeddedBackend(LeaseBackend):
         fresh = not self.state_dir.is_dir() or not any(self.state_dir.iterdir())
         self._ensure_dir()
         if fresh:
-            log.warning("state directory %s is empty: starting without high-water marks, so IDs this machine issued "
-                        "earlier (under another state directory, or before it was wiped) cannot be protected from "
-                        "repetition; keep this directory on persistent storage", self.state_dir)
+            log.warning(
+                "state directory %s is empty: starting without high-water marks, so IDs this machine issued "
+                "earlier (under another state directory, or before it was wiped) cannot be protected from "
+                "repetition; keep this directory on persistent storage",
+                self.state_dir,
+            )
 
     def _ensure_dir(self) -> None:
         try:

@@ -74,8 +74,8 @@ class EmbeddedSequenceStore(SequenceStore):
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         raise BackendUnavailableError(
-                            f"sequence lock {path} held by another process for over {LOCK_TIMEOUT_S:g} s",
-                            retry_after=2) from None
+                            f"sequence lock {path} held by another process for over {LOCK_TIMEOUT_S:g} s", retry_after=2
+                        ) from None
                     time.sleep(LOCK_POLL_S)
             try:
                 yield

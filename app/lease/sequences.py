@@ -58,8 +58,10 @@ def check_name(name: str) -> str:
     """``name`` if it matches ``[a-z0-9_-]{1,64}``; else InvalidOptionError naming the rule."""
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         shown = name if isinstance(name, str) and len(name) <= 80 else f"{str(name)[:80]}..."
-        raise InvalidOptionError(f"sequence name must match {NAME_PATTERN} (lowercase ASCII letters, digits, "
-                                 f"'_' and '-', 1 to 64 characters), got {shown!r}")
+        raise InvalidOptionError(
+            f"sequence name must match {NAME_PATTERN} (lowercase ASCII letters, digits, "
+            f"'_' and '-', 1 to 64 characters), got {shown!r}"
+        )
     return name
 
 
@@ -93,8 +95,7 @@ class SequenceRecord:
 
     def to_json(self) -> bytes:
         """The stored value: ``{"start", "cache", "next"}`` (the name is the key)."""
-        return json.dumps({"start": self.start, "cache": self.cache, "next": self.next},
-                          separators=(",", ":")).encode()
+        return json.dumps({"start": self.start, "cache": self.cache, "next": self.next}, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, name: str, data: bytes | str, where: str) -> SequenceRecord:
@@ -104,7 +105,8 @@ class SequenceRecord:
             obj = json.loads(data)
             start, cache, nxt = obj["start"], obj["cache"], obj["next"]
             if not all(type(v) is int for v in (start, cache, nxt)) or not (
-                    MIN_START <= start <= nxt <= MAX_VALUE + 1 and cache >= CACHE_MIN):
+                MIN_START <= start <= nxt <= MAX_VALUE + 1 and cache >= CACHE_MIN
+            ):
                 raise ValueError(f"values out of rule: {obj!r}")
         except (ValueError, KeyError, TypeError) as exc:
             raise BackendUnavailableError(f"sequence record {where} is unreadable: {exc}", retry_after=5) from exc
@@ -121,7 +123,8 @@ class SequenceRecord:
             if not partial or remaining <= 0:
                 raise SequenceOverflowError(
                     f"sequence {self.name}: {count} more integers would pass the maximum value 2**63-1 "
-                    f"({MAX_VALUE}); {max(remaining, 0)} remain (allocation point {self.next})")
+                    f"({MAX_VALUE}); {max(remaining, 0)} remain (allocation point {self.next})"
+                )
             count = remaining
         first = self.next
         last = first + count - 1
@@ -174,7 +177,8 @@ class SequenceStore(abc.ABC):
 def conflict(existing: SequenceRecord, start: int, cache: int) -> SequenceConflictError:
     return SequenceConflictError(
         f"sequence {existing.name} exists with other settings (start {existing.start}, cache {existing.cache}); "
-        f"asked for start {start}, cache {cache}: a sequence's settings never change")
+        f"asked for start {start}, cache {cache}: a sequence's settings never change"
+    )
 
 
 def too_many(limit: int) -> SequenceConflictError:
@@ -183,7 +187,8 @@ def too_many(limit: int) -> SequenceConflictError:
 
 def unknown(name: str) -> UnknownSequenceError:
     return UnknownSequenceError(
-        f"no sequence named {name!r}; create it first (POST /v1/sequences, or idmint sequence create)")
+        f"no sequence named {name!r}; create it first (POST /v1/sequences, or idmint sequence create)"
+    )
 
 
 class MemorySequenceStore(SequenceStore):

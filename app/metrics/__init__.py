@@ -154,8 +154,9 @@ class Metrics:
         with self._lock:
             metrics = self._schemes.get(name)
             if metrics is None:
-                metrics = self._schemes[name] = SchemeMetrics(self._c, name, self._largest_rollback,
-                                                              self._multiprocess_dir is not None)
+                metrics = self._schemes[name] = SchemeMetrics(
+                    self._c, name, self._largest_rollback, self._multiprocess_dir is not None
+                )
             return metrics
 
     # -- requests --------------------------------------------------------------------------------------------

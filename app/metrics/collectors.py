@@ -14,13 +14,47 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 REQUEST_DURATION_BUCKETS_SECONDS = (
-    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0, 30.0, 60.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.00075,
+    0.001,
+    0.0025,
+    0.005,
+    0.0075,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
 )
 """Request latency buckets: four below one millisecond, so sub-millisecond quantiles resolve."""
 
 ISSUE_WAIT_BUCKETS_SECONDS = (
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 """Clock-wait buckets: from one 64-ID eight-byte millisecond up to the default max_clock_wait (5 s) and beyond."""
 
@@ -32,123 +66,157 @@ class Collectors:
         from prometheus_client import Counter, Gauge, Histogram
 
         r = registry
-        self.ids_issued = Counter(
-            "idmint_ids_issued_total", "IDs issued, by scheme.", ["scheme"], registry=r
-        )
+        self.ids_issued = Counter("idmint_ids_issued_total", "IDs issued, by scheme.", ["scheme"], registry=r)
         self.requests = Counter(
             "idmint_requests_total",
             "Finished HTTP requests, by route template, method and status code.",
-            ["route", "method", "status"], registry=r,
+            ["route", "method", "status"],
+            registry=r,
         )
         self.request_duration = Histogram(
             "idmint_request_duration_seconds",
             "HTTP request duration in seconds, by route template and method.",
-            ["route", "method"], buckets=REQUEST_DURATION_BUCKETS_SECONDS, registry=r,
+            ["route", "method"],
+            buckets=REQUEST_DURATION_BUCKETS_SECONDS,
+            registry=r,
         )
         self.lease_held = Gauge(
             "idmint_lease_held",
             "1 when this node holds an identity for the scheme and may issue, else 0 "
             "(several workers: the minimum over live workers).",
-            ["scheme"], multiprocess_mode="livemin", registry=r,
+            ["scheme"],
+            multiprocess_mode="livemin",
+            registry=r,
         )
         self.lease_renewals = Counter(
             "idmint_lease_renewals_total",
             "Lease keepalive/refresh attempts, by outcome (ok, late, failed, lost).",
-            ["outcome"], registry=r,
+            ["outcome"],
+            registry=r,
         )
         self.lease_deadline = Gauge(
             "idmint_lease_deadline_seconds",
             "Seconds left before this node fails closed (stops issuing); +Inf when the backend cannot expire "
             "(several workers: the minimum over live workers).",
-            multiprocess_mode="livemin", registry=r,
+            multiprocess_mode="livemin",
+            registry=r,
         )
         self.node_identity = Gauge(
             "idmint_node_identity_info",
             "The node identity held per scheme (generator ID, medallion, publisher ID or shard); value 1 "
             "(0 for an identity given up, in multiprocess mode).",
-            ["scheme", "identity"], multiprocess_mode="livemax", registry=r,
+            ["scheme", "identity"],
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.identity_refused = Counter(
             "idmint_identity_refused_total",
             "Identities refused because their high-water mark was too far ahead of this node's clock.",
-            ["scheme"], registry=r,
+            ["scheme"],
+            registry=r,
         )
         self.clock_rollbacks = Counter(
             "idmint_clock_rollback_total",
             "Times the clock was seen below the last timestamp used, by scheme.",
-            ["scheme"], registry=r,
+            ["scheme"],
+            registry=r,
         )
         self.clock_rollback_max = Gauge(
             "idmint_clock_rollback_seconds",
             "The largest backwards clock step seen, in seconds.",
-            multiprocess_mode="max", registry=r,
+            multiprocess_mode="max",
+            registry=r,
         )
         self.sequence_exhausted = Counter(
             "idmint_sequence_exhausted_total",
             "Times a per-tick sequence ran out and the generator had to wait or move time on, by scheme.",
-            ["scheme"], registry=r,
+            ["scheme"],
+            registry=r,
         )
         self.issue_wait = Histogram(
             "idmint_issue_wait_seconds",
             "Time spent waiting for the clock before issuing (sequence exhausted, clock behind the "
             "high-water mark), in seconds.",
-            ["scheme"], buckets=ISSUE_WAIT_BUCKETS_SECONDS, registry=r,
+            ["scheme"],
+            buckets=ISSUE_WAIT_BUCKETS_SECONDS,
+            registry=r,
         )
         self.high_water_mark = Gauge(
             "idmint_high_water_mark_timestamp_seconds",
             "The last recorded high-water mark of the scheme's identity, as Unix seconds (0 = none yet).",
-            ["scheme"], multiprocess_mode="livemax", registry=r,
+            ["scheme"],
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.sequence_issued = Counter(
-            "idmint_sequence_ids_issued_total", "Integers issued by /v1/sequences/{name}/next, by sequence.",
-            ["sequence"], registry=r,
+            "idmint_sequence_ids_issued_total",
+            "Integers issued by /v1/sequences/{name}/next, by sequence.",
+            ["sequence"],
+            registry=r,
         )
         self.sequence_ranges = Counter(
             "idmint_sequence_ranges_total",
             "Ranges reserved in sequence storage, by sequence and kind (buffer: a node's own; range: a client's).",
-            ["sequence", "kind"], registry=r,
+            ["sequence", "kind"],
+            registry=r,
         )
         self.sequence_range_ids = Counter(
-            "idmint_sequence_range_ids_total", "Integers handed out by /v1/sequences/{name}/range, by sequence.",
-            ["sequence"], registry=r,
+            "idmint_sequence_range_ids_total",
+            "Integers handed out by /v1/sequences/{name}/range, by sequence.",
+            ["sequence"],
+            registry=r,
         )
         self.sequence_gap = Counter(
             "idmint_sequence_gap_total",
             "Integers reserved by this node and never issued (unused buffer discarded at stop), by sequence.",
-            ["sequence"], registry=r,
+            ["sequence"],
+            registry=r,
         )
         self.sequence_buffered = Gauge(
             "idmint_sequence_buffered",
             "Integers held in this node's in-memory ranges and not yet issued, by sequence.",
-            ["sequence"], multiprocess_mode="livesum", registry=r,
+            ["sequence"],
+            multiprocess_mode="livesum",
+            registry=r,
         )
         self.sequence_reservation_size = Gauge(
             "idmint_sequence_reservation_size",
             "Integers this node reserves at once for its buffer (adapts between cache and 100 x cache).",
-            ["sequence"], multiprocess_mode="livemax", registry=r,
+            ["sequence"],
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.sequence_storage_failures = Counter(
             "idmint_sequence_storage_failures_total",
             "Buffer reservations that failed because sequence storage was unreachable, by sequence.",
-            ["sequence"], registry=r,
+            ["sequence"],
+            registry=r,
         )
         self.sequence_unavailable = Counter(
             "idmint_sequence_unavailable_total",
             "next requests refused with 503: the buffer ran out while storage was unreachable, by sequence.",
-            ["sequence"], registry=r,
+            ["sequence"],
+            registry=r,
         )
         self.build_info = Gauge(
-            "idmint_build_info", "idmint build information; value 1.", ["version"],
-            multiprocess_mode="livemax", registry=r,
+            "idmint_build_info",
+            "idmint build information; value 1.",
+            ["version"],
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.api_key_requests = Counter(
             "idmint_api_key_requests_total",
-            "Requests checked against the API keys, by key name (from the key file; \"public\" = served without "
-            "a key, \"unknown\" = refused with 401) and outcome (allowed, unauthorized, forbidden, over_quota).",
-            ["key", "outcome"], registry=r,
+            'Requests checked against the API keys, by key name (from the key file; "public" = served without '
+            'a key, "unknown" = refused with 401) and outcome (allowed, unauthorized, forbidden, over_quota).',
+            ["key", "outcome"],
+            registry=r,
         )
         self.api_key_ids = Counter(
-            "idmint_api_key_ids_total", "IDs charged to each API key's quota, by key name.", ["key"], registry=r,
+            "idmint_api_key_ids_total",
+            "IDs charged to each API key's quota, by key name.",
+            ["key"],
+            registry=r,
         )
 
 

@@ -30,8 +30,21 @@ class SchemeMetrics:
     """One scheme's labelled children (``{scheme="..."}``), every one created by the constructor, so that each
     series exists at 0 from the first scrape and each call is one add or set on a child."""
 
-    __slots__ = ("scheme", "_issued", "_rollbacks", "_exhausted", "_wait", "_held", "_hwm", "_refused",
-                 "_node_identity", "_identities", "_largest_rollback", "_multiprocess", "_lock")
+    __slots__ = (
+        "scheme",
+        "_issued",
+        "_rollbacks",
+        "_exhausted",
+        "_wait",
+        "_held",
+        "_hwm",
+        "_refused",
+        "_node_identity",
+        "_identities",
+        "_largest_rollback",
+        "_multiprocess",
+        "_lock",
+    )
 
     def __init__(self, c: Collectors, scheme: str, largest_rollback: LargestRollback, multiprocess: bool) -> None:
         self.scheme = scheme

@@ -11,8 +11,17 @@ if TYPE_CHECKING:
 class SequenceMetrics:
     """One sequence's labelled children (every series initialised at 0 when the sequence is first used)."""
 
-    __slots__ = ("issued", "buffer_ranges", "client_ranges", "range_ids", "gap", "buffered", "reservation_size",
-                 "storage_failures", "unavailable")
+    __slots__ = (
+        "issued",
+        "buffer_ranges",
+        "client_ranges",
+        "range_ids",
+        "gap",
+        "buffered",
+        "reservation_size",
+        "storage_failures",
+        "unavailable",
+    )
 
     def __init__(self, c: Collectors, name: str) -> None:
         self.issued = c.sequence_issued.labels(sequence=name)

@@ -9,8 +9,9 @@ from app.schemes.base import Scheme
 def _load() -> dict[str, Scheme]:
     from app.schemes import eight_byte, hlc_ulid, ksuid, muid, siq, snowflake, typeid, ulid, uuidv7, wiji
 
-    return {m.SCHEME.name: m.SCHEME
-            for m in (muid, eight_byte, hlc_ulid, siq, wiji, uuidv7, ulid, typeid, ksuid, snowflake)}
+    return {
+        m.SCHEME.name: m.SCHEME for m in (muid, eight_byte, hlc_ulid, siq, wiji, uuidv7, ulid, typeid, ksuid, snowflake)
+    }
 
 
 _SCHEMES: dict[str, Scheme] | None = None
@@ -30,6 +31,4 @@ def get_scheme(name: str) -> Scheme:
     try:
         return schemes()[name]
     except KeyError:
-        raise UnknownSchemeError(
-            f"unknown scheme {name!r}; known schemes: {', '.join(schemes())}"
-        ) from None
+        raise UnknownSchemeError(f"unknown scheme {name!r}; known schemes: {', '.join(schemes())}") from None

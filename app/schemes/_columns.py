@@ -81,9 +81,7 @@ def base32_triples(lowercase: bool = False) -> npt.NDArray[np.uint32]:
     return chars.view("<u4")
 
 
-def _lookup(
-    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
-) -> None:
+def _lookup(rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]) -> None:
     """Write ``table[index]`` (one ``<u4`` per row) into ``rows`` at byte ``column``."""
     looked_up = _text.scratch("columns-chars", rows.shape[0], "<u4")
     np.take(table, index.view(np.int64), out=looked_up, mode="wrap")

@@ -149,7 +149,6 @@ def encode(value: int) -> str:
     return "".join([_PAIRS[(value >> shift) & PAIR_MASK] for shift in _PAIR_SHIFTS])
 
 
-
 def decode(text: str, dialect: Dialect) -> int:
     """The 128-bit value of 26 Crockford characters read with ``dialect``'s rules.
 
@@ -187,9 +186,7 @@ def column_table(
 
 
 @functools.lru_cache(maxsize=64)
-def _column_table(
-    window: int, shift: int, first: int, chars: int, pad: int, index_bits: int
-) -> npt.NDArray[np.uint32]:
+def _column_table(window: int, shift: int, first: int, chars: int, pad: int, index_bits: int) -> npt.NDArray[np.uint32]:
     rows = 1 << index_bits
     values = np.arange(rows, dtype=np.uint64)
     table = np.full((rows, TABLE_ENTRY_CHARS), pad, dtype=np.uint8)

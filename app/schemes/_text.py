@@ -100,9 +100,7 @@ def char_view(rows: npt.NDArray[np.uint8], column: int, dtype: npt.DTypeLike = "
     item = np.dtype(dtype).itemsize
     if column + item > rows.shape[1]:
         raise ValueError(f"a {item}-byte write at column {column} overruns a {rows.shape[1]}-byte row")
-    return np.ndarray(
-        (rows.shape[0],), dtype=dtype, buffer=rows, offset=column, strides=(rows.strides[0],)
-    )
+    return np.ndarray((rows.shape[0],), dtype=dtype, buffer=rows, offset=column, strides=(rows.strides[0],))
 
 
 def write_runs(

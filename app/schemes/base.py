@@ -128,8 +128,15 @@ def idmint_plan(scheme: str, kind: str, minimum: int, maximum: int, *, group: st
     """The usual plan: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
     ``idmint/marks/<scheme>/[<group>/]<identity>``. ``more`` sets the other :class:`IdentityPlan` fields."""
     rest = f"{scheme}/{group}/" if group else f"{scheme}/"
-    return IdentityPlan(kind, minimum, maximum, key_prefix=IDMINT_KEY_PREFIX + rest,
-                        mark_prefix=MARKS_KEY_PREFIX + rest, group=group, **more)
+    return IdentityPlan(
+        kind,
+        minimum,
+        maximum,
+        key_prefix=IDMINT_KEY_PREFIX + rest,
+        mark_prefix=MARKS_KEY_PREFIX + rest,
+        group=group,
+        **more,
+    )
 
 
 def grouped(value: int) -> str:
@@ -293,7 +300,8 @@ class Scheme(abc.ABC):
             if option.name == name:
                 if option.choices and text not in option.choices:
                     raise InvalidOptionError(
-                        f"{name} must be one of {', '.join(option.choices)} for {self.name}, got {text!r}")
+                        f"{name} must be one of {', '.join(option.choices)} for {self.name}, got {text!r}"
+                    )
                 return text
         raise InvalidOptionError(f"{self.name} has no option {name!r}")
 
@@ -301,8 +309,9 @@ class Scheme(abc.ABC):
         """How this node claims the scheme's identity under ``settings``; None = nothing to claim (Wiji)."""
         return None
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
         """A generator for the claimed ``identities`` (``IdentityPlan.claims`` of them; [] without a plan), that
         issues nothing at or below ``floor`` (native units; -1 = none), reading ``clock``. Must be overridden
         unless :attr:`shares_generator_with` is set."""
@@ -348,8 +357,10 @@ class Scheme(abc.ABC):
         if unknown:
             from app.errors import InvalidOptionError
 
-            raise InvalidOptionError(f"unknown decode option {', '.join(unknown)} for {self.name}"
-                                     + (f"; it takes {', '.join(sorted(declared))}" if declared else ""))
+            raise InvalidOptionError(
+                f"unknown decode option {', '.join(unknown)} for {self.name}"
+                + (f"; it takes {', '.join(sorted(declared))}" if declared else "")
+            )
         return self
 
     @functools.cached_property

@@ -174,12 +174,7 @@ def pack(timestamp_ms: int, sequence: int, generator_id: int, cluster_id: int, m
         timestamp_bits = reverse_bits(timestamp_ms)
     else:
         timestamp_bits = timestamp_ms << TIMESTAMP_SHIFT
-    return (
-        timestamp_bits
-        | sequence << SEQUENCE_SHIFT
-        | mode << MODE_SHIFT
-        | _low_bits(generator_id, cluster_id)
-    )
+    return timestamp_bits | sequence << SEQUENCE_SHIFT | mode << MODE_SHIFT | _low_bits(generator_id, cluster_id)
 
 
 def unpack(value: int) -> tuple[int, int, int, int, Mode]:
@@ -256,9 +251,7 @@ def encode_decimal(value: int) -> str:
 def decode_decimal(text: str) -> int:
     """An unsigned decimal of 1..20 ASCII digits, no leading zeros, at most 2**64 - 1; InvalidIdError otherwise."""
     if not 1 <= len(text) <= DECIMAL_LEN_MAX:
-        raise InvalidIdError(
-            f"eight-byte decimal ID must be 1 to {DECIMAL_LEN_MAX} digits long, got {len(text)}"
-        )
+        raise InvalidIdError(f"eight-byte decimal ID must be 1 to {DECIMAL_LEN_MAX} digits long, got {len(text)}")
     for position, char in enumerate(text):
         if char not in _DECIMAL_DIGITS:
             raise InvalidIdError(
@@ -303,23 +296,33 @@ class EightByteSettings(BaseModel):
         None, ge=0, le=GENERATOR_ID_MAX, description="Static eight-byte generator ID (0..2047); unset = claim one."
     )
     eight_byte_generators: int = Field(
-        1, ge=1, le=GENERATOR_ID_MAX + 1,
+        1,
+        ge=1,
+        le=GENERATOR_ID_MAX + 1,
         description="How many eight-byte generator IDs this node holds (each caps at 64 IDs/ms).",
     )
     eight_byte_lookback_ms: int = Field(
-        50, ge=0, le=1000,
+        50,
+        ge=0,
+        le=1000,
         description="Eight-byte: unused milliseconds up to this far back may be filled by a late batch (0..1000).",
     )
     eight_byte_pool: str = Field(
-        "0-2047", description="Eight-byte generator IDs this node may claim, as LOW-HIGH within 0..2047.",
+        "0-2047",
+        description="Eight-byte generator IDs this node may claim, as LOW-HIGH within 0..2047.",
     )
 
     @field_validator("eight_byte_pool")
     @classmethod
     def _check_pool(cls, value: str) -> str:
         low, sep, high = value.partition("-")
-        if not (sep and low.strip().isascii() and low.strip().isdigit() and high.strip().isascii()
-                and high.strip().isdigit()) or not (0 <= int(low) <= int(high) <= GENERATOR_ID_MAX):
+        if not (
+            sep
+            and low.strip().isascii()
+            and low.strip().isdigit()
+            and high.strip().isascii()
+            and high.strip().isdigit()
+        ) or not (0 <= int(low) <= int(high) <= GENERATOR_ID_MAX):
             raise ValueError(f"eight_byte_pool must be LOW-HIGH with 0 <= LOW <= HIGH <= 2047, got {value!r}")
         return f"{int(low)}-{int(high)}"
 
@@ -356,7 +359,7 @@ class EightByteScheme(Scheme):
         LayoutField("cluster_id", "3..0", "0..15"),
     )
     identity = IdentitySpec("generator_id", 0, GENERATOR_ID_MAX, draw="scan")
-    reference = "LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); SPEC_NOTES.md \"Eight-byte IDs\""
+    reference = 'LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); SPEC_NOTES.md "Eight-byte IDs"'
 
     def parse(self, text: str) -> int:
         return decode(text)
@@ -384,9 +387,13 @@ class EightByteScheme(Scheme):
     example = "cb54ecf2840a0015"
     settings_model = EightByteSettings
     options = (
-        SchemeOption("mode", "mode", "How the timestamp is stored: spread (bit-reversed, the default: IDs spread "
-                     "over the key space) or time_sequential (IDs sort by time).",
-                     choices=tuple(mode.label for mode in Mode)),
+        SchemeOption(
+            "mode",
+            "mode",
+            "How the timestamp is stored: spread (bit-reversed, the default: IDs spread "
+            "over the key space) or time_sequential (IDs sort by time).",
+            choices=tuple(mode.label for mode in Mode),
+        ),
     )
     captions = {
         "timestamp_ms": "Milliseconds since 1970-01-01 UTC (42 bits).",
@@ -394,7 +401,7 @@ class EightByteScheme(Scheme):
         "generator_id": "Generator ID (0..2047) of the node that made it, leased so no two nodes share one.",
         "cluster_id": "Cluster ID (0..15), set in the issuing node's configuration.",
         "mode": "Mode bit 0: the timestamp's bits are reversed so IDs spread evenly over keys (default); "
-                "1: the timestamp sits in the top bits, so IDs sort by time.",
+        "1: the timestamp sits in the top bits, so IDs sort by time.",
     }
 
     def identity_plan(self, settings: Any) -> IdentityPlan:
@@ -403,15 +410,23 @@ class EightByteScheme(Scheme):
         low, high = settings.eight_byte_pool_bounds
         cluster = settings.cluster_id
         return IdentityPlan(
-            "generator_id", low, high, key_prefix=f"pool/{cluster}:",
-            mark_prefix=f"{MARKS_KEY_PREFIX}{self.name}/{cluster}/", static=settings.eight_byte_generator_id,
-            group=str(cluster), claims=settings.eight_byte_generators, allowed_groups_key="cluster-id",
+            "generator_id",
+            low,
+            high,
+            key_prefix=f"pool/{cluster}:",
+            mark_prefix=f"{MARKS_KEY_PREFIX}{self.name}/{cluster}/",
+            static=settings.eight_byte_generator_id,
+            group=str(cluster),
+            claims=settings.eight_byte_generators,
+            allowed_groups_key="cluster-id",
         )
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
-        return EightByteGenerator(identities, settings.cluster_id, clock=clock, floor=floor,
-                                  lookback_ms=settings.eight_byte_lookback_ms)
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
+        return EightByteGenerator(
+            identities, settings.cluster_id, clock=clock, floor=floor, lookback_ms=settings.eight_byte_lookback_ms
+        )
 
     def describe(self, settings: Any) -> dict[str, Any]:
         return {"limits": {"ids_per_ms_per_generator_id": SEQUENCE_VALUES}}
@@ -426,14 +441,17 @@ class EightByteScheme(Scheme):
             "sequence": f"sequence {fields['sequence']} of 0..{SEQUENCE_MAX} in its millisecond",
             "generator_id": f"generator {fields['generator_id']} in cluster {fields['cluster_id']}",
             "cluster_id": f"cluster {fields['cluster_id']}",
-            "mode": ("SPREAD: time stored bit-reversed" if mode == Mode.SPREAD.label
-                     else "TIME_SEQUENTIAL: time in the top bits" if mode == Mode.TIME_SEQUENTIAL.label
-                     else f"mode {mode}"),
+            "mode": (
+                "SPREAD: time stored bit-reversed"
+                if mode == Mode.SPREAD.label
+                else "TIME_SEQUENTIAL: time in the top bits"
+                if mode == Mode.TIME_SEQUENTIAL.label
+                else f"mode {mode}"
+            ),
         }
 
     def summary(self, fields: dict[str, Any]) -> str:
-        return (f"{self.words(fields)['generator_id']}, sequence {fields['sequence']}, "
-                f"{str(fields['mode']).upper()}")
+        return f"{self.words(fields)['generator_id']}, sequence {fields['sequence']}, {str(fields['mode']).upper()}"
 
 
 SCHEME = EightByteScheme()

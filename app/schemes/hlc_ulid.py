@@ -246,7 +246,8 @@ class HlcUlidSettings(BaseModel):
         None, ge=0, le=PUBLISHER_ID_MAX, description="Static HLC-ULID publisher ID (0..65535); unset = claim one."
     )
     hlc_ulid_max_drift_ms: int = Field(
-        MAX_DRIFT_MS_DEFAULT, ge=0,
+        MAX_DRIFT_MS_DEFAULT,
+        ge=0,
         description="HLC-ULID: refuse `after` IDs more than this many ms ahead of our clock.",
     )
 
@@ -267,9 +268,7 @@ class HlcUlidScheme(Scheme):
         LayoutField("random", "47..0", "tie-breaker: 48 fresh bits from a CSPRNG per ID"),
     )
     identity = IdentitySpec("publisher_id", 0, PUBLISHER_ID_MAX, draw="scan")
-    reference = (
-        "HLC-ULID document and HlcUlid.scala (ajzawawi/flink-amps-source); SPEC_NOTES.md \"HLC-ULID, 128 bits\""
-    )
+    reference = 'HLC-ULID document and HlcUlid.scala (ajzawawi/flink-amps-source); SPEC_NOTES.md "HLC-ULID, 128 bits"'
 
     def parse(self, text: str) -> int:
         """ULID (26 characters) or hyphenated hex (35); InvalidIdError naming the rule broken."""
@@ -299,12 +298,18 @@ class HlcUlidScheme(Scheme):
     title = "HLC-ULID"
     example = "01FZ11RQKT000002NAM48H248H"
     # the hex form, and ~26 mixed base32 characters (a ULID-shaped token, also near misses)
-    token_pattern = (r"[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"
-                     r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}")
+    token_pattern = (
+        r"[0-9A-Fa-f]{11,13}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{11,13}"
+        r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}"
+    )
     settings_model = HlcUlidSettings
     options = (
-        SchemeOption("after", "after", "An HLC-ULID (any accepted form): every returned ID sorts after it (the HLC "
-                     "receive rule merges its time into this node's clock)."),
+        SchemeOption(
+            "after",
+            "after",
+            "An HLC-ULID (any accepted form): every returned ID sorts after it (the HLC "
+            "receive rule merges its time into this node's clock).",
+        ),
     )
     captions = {
         "timestamp_ms": "Hybrid logical clock time: milliseconds since 1970-01-01 UTC (48 bits).",
@@ -326,8 +331,9 @@ class HlcUlidScheme(Scheme):
         """Publisher IDs 0..65535 at ``idmint/hlc-ulid/<n>``."""
         return idmint_plan(self.name, "publisher_id", 0, PUBLISHER_ID_MAX, static=settings.hlc_ulid_publisher_id)
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
         return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
 
     def words(self, fields: dict[str, Any]) -> dict[str, str]:
@@ -335,8 +341,11 @@ class HlcUlidScheme(Scheme):
         before = "1 ID" if counter == 1 else f"{grouped(counter)} IDs"
         return {
             "timestamp_ms": f"{grouped(fields['timestamp_ms'])} ms since the Unix epoch",
-            "counter": ("counter 0: first ID of its logical millisecond" if counter == 0
-                        else f"counter {counter}: {before} before it in the same logical millisecond"),
+            "counter": (
+                "counter 0: first ID of its logical millisecond"
+                if counter == 0
+                else f"counter {counter}: {before} before it in the same logical millisecond"
+            ),
             "publisher_id": f"publisher {hex_word(fields['publisher_id'], PUBLISHER_ID_HEX_LEN)}",
             "random": f"random {hex_word(fields['random'], RANDOM_HEX_LEN)}",
         }

@@ -133,9 +133,7 @@ class HlcUlidBatch(Batch):
     ``random_words`` is the ``(3, count)`` uint16 draw the random fields are made of.
     """
 
-    def __init__(
-        self, publisher_id: int, segments: tuple[Segment, ...], random_words: npt.NDArray[np.uint16]
-    ) -> None:
+    def __init__(self, publisher_id: int, segments: tuple[Segment, ...], random_words: npt.NDArray[np.uint16]) -> None:
         self.publisher_id = publisher_id
         self.segments = segments
         self.random_words = random_words
@@ -153,8 +151,10 @@ class HlcUlidBatch(Batch):
         count, words = self.count, self.random_words
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
         rows = _text.text_rows(
-            [((encode_ulid(seg.timestamp_ms << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
-             for seg in self.segments]
+            [
+                ((encode_ulid(seg.timestamp_ms << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
+                for seg in self.segments
+            ]
         )
         counters = _counter_table(self.publisher_id)
         _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first_counter, seg.count) for seg in self.segments])
@@ -178,8 +178,10 @@ class HlcUlidBatch(Batch):
 
     def _encode_hex(self) -> bytes:
         rows = _text.text_rows(
-            [((encode_hex(pack(seg.timestamp_ms, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
-             for seg in self.segments]
+            [
+                ((encode_hex(pack(seg.timestamp_ms, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
+                for seg in self.segments
+            ]
         )
         hex4 = _text.hex4_table()
         _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first_counter, seg.count) for seg in self.segments])

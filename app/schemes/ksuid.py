@@ -155,9 +155,7 @@ def decode_base62(text: str) -> int:
             )
         value = value * BASE62_RADIX + digit
     if value > PACKED_MAX:
-        raise InvalidIdError(
-            f"KSUID base62 overflows 160 bits: the largest is {BASE62_MAX_TEXT}, got {text}"
-        )
+        raise InvalidIdError(f"KSUID base62 overflows 160 bits: the largest is {BASE62_MAX_TEXT}, got {text}")
     return value
 
 
@@ -205,7 +203,7 @@ class KsuidScheme(Scheme):
         LayoutField("payload", "127..0", "16 random bytes on a new second, then +1 per ID (monotonic)"),
     )
     identity = None
-    reference = "segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md \"ksuid\""
+    reference = 'segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md "ksuid"'
 
     # What the service learns from the scheme (app/schemes/base.py).
     title: ClassVar[str] = "KSUID (Segment)"
@@ -214,9 +212,7 @@ class KsuidScheme(Scheme):
         "timestamp_s": "Timestamp (Unix seconds)",
         "payload": "Payload (128 bits, hex)",
     }
-    token_pattern: ClassVar[str | None] = (
-        r"(?<![0-9A-Za-z])(?:[0-9A-Za-z]{27}|[0-9A-Fa-f]{40})(?![0-9A-Za-z])"
-    )
+    token_pattern: ClassVar[str | None] = r"(?<![0-9A-Za-z])(?:[0-9A-Za-z]{27}|[0-9A-Fa-f]{40})(?![0-9A-Za-z])"
     settings_model: ClassVar[Any] = None
     options: ClassVar[tuple[Any, ...]] = ()
     decode_options: ClassVar[tuple[Any, ...]] = ()

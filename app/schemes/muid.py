@@ -211,7 +211,9 @@ class MuidSettings(BaseModel):
     """Muid settings (joined into :class:`app.settings.Settings`; env ``IDMINT_MUID_*``)."""
 
     muid_medallion: int | None = Field(
-        None, ge=NEW_MEDALLION_MIN, le=NEW_MEDALLION_MAX,
+        None,
+        ge=NEW_MEDALLION_MIN,
+        le=NEW_MEDALLION_MAX,
         description="Static Muid medallion (0x10000000000..0x1FFFFFFFFFF); unset = draw and claim one.",
     )
 
@@ -226,12 +228,12 @@ class MuidScheme(Scheme):
     timestamp_digits = 6
     native_unit_ns = NANOSECS_IN_MICROSECS
     layout = (
-        LayoutField("timestamp_us", "127..76", "microseconds since the Unix epoch; all-F = -1 (\"global\")"),
+        LayoutField("timestamp_us", "127..76", 'microseconds since the Unix epoch; all-F = -1 ("global")'),
         LayoutField("medallion", "75..32", "node identity; new ones uniform in 0x10000000000..0x1FFFFFFFFFF"),
         LayoutField("offset", "31..0", "position in the bundle; signed 32-bit two's complement (bundle = 0)"),
     )
     identity = IdentitySpec("medallion", NEW_MEDALLION_MIN, NEW_MEDALLION_MAX, draw="random")
-    reference = "Gink Muid (x5e/gink, docs/muid.md); SPEC_NOTES.md \"Muid (Gink), 128 bits\""
+    reference = 'Gink Muid (x5e/gink, docs/muid.md); SPEC_NOTES.md "Muid (Gink), 128 bits"'
 
     def parse(self, text: str) -> int:
         return decode_canonical(text)
@@ -257,29 +259,44 @@ class MuidScheme(Scheme):
     captions = {
         "timestamp_us": "Microseconds since 1970-01-01 UTC: when the bundle was made (52 bits).",
         "medallion": "The node that made the ID: 44 bits drawn at random and held under a lease.",
-        "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the "
-                  "bundle).",
+        "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
     }
 
     def identity_plan(self, settings: Any) -> IdentityPlan:
         """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``."""
-        return idmint_plan(self.name, "medallion", NEW_MEDALLION_MIN, NEW_MEDALLION_MAX, key_format="{:011X}",
-                           draw="random", static=settings.muid_medallion)
+        return idmint_plan(
+            self.name,
+            "medallion",
+            NEW_MEDALLION_MIN,
+            NEW_MEDALLION_MAX,
+            key_format="{:011X}",
+            draw="random",
+            static=settings.muid_medallion,
+        )
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
         return MuidGenerator(identities[0], clock=clock, floor=floor)
 
     def words(self, fields: dict[str, Any]) -> dict[str, str]:
         ts, medallion, offset = fields["timestamp_us"], fields["medallion"], fields["offset"]
         return {
-            "timestamp_us": ("global: no time (the all-F sentinel)" if ts == SENTINEL
-                             else f"{grouped(ts)} µs since the Unix epoch"),
-            "medallion": ("every medallion (the all-F sentinel)" if medallion == SENTINEL
-                          else f"medallion {hex_word(medallion, MEDALLION_HEX_LEN)}"),
-            "offset": ("offset 0: the bundle itself" if offset == 0
-                       else f"ID number {grouped(offset)} of its bundle" if offset > 0
-                       else f"offset {offset} (negative)"),
+            "timestamp_us": (
+                "global: no time (the all-F sentinel)" if ts == SENTINEL else f"{grouped(ts)} µs since the Unix epoch"
+            ),
+            "medallion": (
+                "every medallion (the all-F sentinel)"
+                if medallion == SENTINEL
+                else f"medallion {hex_word(medallion, MEDALLION_HEX_LEN)}"
+            ),
+            "offset": (
+                "offset 0: the bundle itself"
+                if offset == 0
+                else f"ID number {grouped(offset)} of its bundle"
+                if offset > 0
+                else f"offset {offset} (negative)"
+            ),
         }
 
     def summary(self, fields: dict[str, Any]) -> str:
@@ -438,9 +455,7 @@ class MuidGenerator(Generator):
 
     def __init__(self, medallion: int, *, clock: Clock = time.time_ns, floor: int = -1) -> None:
         if not NEW_MEDALLION_MIN <= medallion <= NEW_MEDALLION_MAX:
-            raise ValueError(
-                f"medallion must be in {NEW_MEDALLION_MIN:#x}..{NEW_MEDALLION_MAX:#x}, got {medallion:#x}"
-            )
+            raise ValueError(f"medallion must be in {NEW_MEDALLION_MIN:#x}..{NEW_MEDALLION_MAX:#x}, got {medallion:#x}")
         if not SENTINEL <= floor <= TIMESTAMP_US_MAX:
             raise ValueError(f"floor must be in -1..{TIMESTAMP_US_MAX} microseconds, got {floor}")
         self.medallion = medallion
@@ -473,4 +488,3 @@ class MuidGenerator(Generator):
     @property
     def high_water(self) -> int:
         return self._floor if self._last_issued is None else max(self._floor, self._last_issued)
-

@@ -388,10 +388,21 @@ class SiqSettings(BaseModel):
 
 
 QUALIFIER_WORDS = {
-    "content": "a piece of content", "multi": "a multi-type object", "manytomany": "a many-to-many link",
-    "ternary": "a ternary relation", "thread": "a thread", "message": "a message", "user": "a user", "tag": "a tag",
-    "group": "a group", "event": "an event", "channel": "a channel", "invite": "an invite",
-    "application": "an application", "collection": "a collection", "premium": "a premium item",
+    "content": "a piece of content",
+    "multi": "a multi-type object",
+    "manytomany": "a many-to-many link",
+    "ternary": "a ternary relation",
+    "thread": "a thread",
+    "message": "a message",
+    "user": "a user",
+    "tag": "a tag",
+    "group": "a group",
+    "event": "an event",
+    "channel": "a channel",
+    "invite": "an invite",
+    "application": "an application",
+    "collection": "a collection",
+    "premium": "a premium item",
     UNASSIGNED: "a code no type has been given yet",
 }
 """What each qualifier names, in words (the decode page)."""
@@ -412,17 +423,19 @@ class SiqScheme(Scheme):
         LayoutField("shard", "55..48", "node identity, 0..255"),
         LayoutField("domain_hash", "47..16", "last 4 bytes of SHA-256(domain), big-endian; '' or '0' -> 0"),
         LayoutField(
-            "serial", "15..5",
+            "serial",
+            "15..5",
             "per-qualifier counter: 11 bits for 5-bit qualifiers; reaches down to bit 4 (12 bits) for thread and "
             "message, bit 3 (13 bits) for content, multi, manytomany and ternary",
         ),
         LayoutField(
-            "qualifier", "4..0",
+            "qualifier",
+            "4..0",
             "type suffix, 3, 4 or 5 bits: bit 0 = 1 -> 3 bits; low bits 110 -> 4 bits; otherwise 5 bits",
         ),
     )
     identity = IdentitySpec("shard", 0, SHARD_MAX, draw="scan")
-    reference = "SIQ (yusurko/suou src/suou/iding.py, https://yusur.moe/protocols/siq.html); SPEC_NOTES.md \"SIQ\""
+    reference = 'SIQ (yusurko/suou src/suou/iding.py, https://yusur.moe/protocols/siq.html); SPEC_NOTES.md "SIQ"'
 
     def parse(self, text: str) -> int:
         """did form (``did:siq:`` + 29 base32), 28 hex digits, or decimal; a 28-digit string is the hex form."""
@@ -471,8 +484,12 @@ class SiqScheme(Scheme):
     token_pattern = r"did:siq:[A-Za-z0-9]+"
     settings_model = SiqSettings
     options = (
-        SchemeOption("type", "qualifier", "The qualifier: what kind of object the IDs name (default user).",
-                     choices=tuple(QUALIFIERS)),
+        SchemeOption(
+            "type",
+            "qualifier",
+            "The qualifier: what kind of object the IDs name (default user).",
+            choices=tuple(QUALIFIERS),
+        ),
     )
     captions = {
         "seconds": "Whole seconds since 1970-01-01 UTC (40 bits).",
@@ -485,11 +502,13 @@ class SiqScheme(Scheme):
 
     def identity_plan(self, settings: Any) -> IdentityPlan:
         """Shards 0..255 per domain: ``idmint/siq/<domain hash, 8 hex>/<shard>``."""
-        return idmint_plan(self.name, "shard", 0, SHARD_MAX, group=f"{domain_hash(settings.siq_domain):08x}",
-                           static=settings.siq_shard)
+        return idmint_plan(
+            self.name, "shard", 0, SHARD_MAX, group=f"{domain_hash(settings.siq_domain):08x}", static=settings.siq_shard
+        )
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
         return SiqGenerator(identities[0], settings.siq_domain, clock=clock, floor=floor)
 
     def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
@@ -504,12 +523,13 @@ class SiqScheme(Scheme):
             "domain_hash": "no domain (hash 0)" if dhash == 0 else f"domain hash {hex_word(dhash, 8)}",
             "serial": f'serial {fields["serial"]} among "{qualifier}" IDs of its tick',
             "qualifier": f'qualifier "{qualifier}": '
-                         + QUALIFIER_WORDS.get(str(qualifier).lower(), "a type this page has no words for"),
+            + QUALIFIER_WORDS.get(str(qualifier).lower(), "a type this page has no words for"),
         }
 
     def summary(self, fields: dict[str, Any]) -> str:
-        return (f"{fields['qualifier']} #{fields['serial']} on shard {fields['shard']}, "
-                f"{self.words(fields)['domain_hash']}")
+        return (
+            f"{fields['qualifier']} #{fields['serial']} on shard {fields['shard']}, {self.words(fields)['domain_hash']}"
+        )
 
 
 SCHEME = SiqScheme()

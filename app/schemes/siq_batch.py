@@ -320,11 +320,13 @@ class SiqBatch(Batch):
             block = base64.b32encode(bytes(CRC_FIELD_BYTES) + packed).lower()
             tick_bits = tick >> (TICK_BITS - _DID_K9_TICK_BITS)
             # the word's bytes 6..7 (k9, k10) for each value of the CRC's low 3 bits
-            k9_words.append(tuple(
-                BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
-                | block[_DID_K10] << (BYTE_BITS * _DID_K10_BYTE)
-                for crc_bits in range(1 << _DID_K9_CRC_BITS)
-            ))
+            k9_words.append(
+                tuple(
+                    BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
+                    | block[_DID_K10] << (BYTE_BITS * _DID_K10_BYTE)
+                    for crc_bits in range(1 << _DID_K9_CRC_BITS)
+                )
+            )
             consts.append(block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START])
         low = self._low()
         crc32 = _crc_low_table().take(low)

@@ -108,22 +108,28 @@ class Layout:
 
     def __post_init__(self) -> None:
         if self.order not in (ORDER_TIME_WORKER_SEQUENCE, ORDER_TIME_SEQUENCE_WORKER):
-            raise ValueError(f"a snowflake layout's order must be time, worker, sequence or time, sequence, worker, "
-                             f"got {', '.join(self.order)}")
+            raise ValueError(
+                f"a snowflake layout's order must be time, worker, sequence or time, sequence, worker, "
+                f"got {', '.join(self.order)}"
+            )
         if self.epoch_ms < 0:
             raise ValueError(f"EPOCH_MS must be >= 0 (Unix ms), got {self.epoch_ms}")
         if self.unit_ms < 1:
             raise ValueError(f"UNIT_MS must be >= 1, got {self.unit_ms}")
         if self.time_bits < 1 or self.worker_bits < 0 or self.sequence_bits < 0:
-            raise ValueError(f"T must be >= 1 and W, S >= 0, got {self.time_bits}/{self.worker_bits}/"
-                             f"{self.sequence_bits}")
+            raise ValueError(
+                f"T must be >= 1 and W, S >= 0, got {self.time_bits}/{self.worker_bits}/{self.sequence_bits}"
+            )
         total = self.total_bits
         if total not in (FIELD_BITS, PACKED_BITS):
-            raise ValueError(f"T+W+S must be {FIELD_BITS}, got {self.time_bits}+{self.worker_bits}+"
-                             f"{self.sequence_bits} = {total}")
+            raise ValueError(
+                f"T+W+S must be {FIELD_BITS}, got {self.time_bits}+{self.worker_bits}+{self.sequence_bits} = {total}"
+            )
         if self.timestamp_ms(self.time_max) >= TIMESTAMP_MS_LIMIT:
-            raise ValueError(f"EPOCH_MS + (2**T - 1) x UNIT_MS must be below 2**53 ms (exact in JSON), got "
-                             f"{self.timestamp_ms(self.time_max)}")
+            raise ValueError(
+                f"EPOCH_MS + (2**T - 1) x UNIT_MS must be below 2**53 ms (exact in JSON), got "
+                f"{self.timestamp_ms(self.time_max)}"
+            )
 
     # -- parsing ---------------------------------------------------------------------------------------------------
 
@@ -140,12 +146,16 @@ class Layout:
         widths = parts[3].split(CUSTOM_WIDTH_SEPARATOR)
         numbers = [parts[1], parts[2], *widths]
         if len(widths) != 3 or not all(number and set(number) <= _ASCII_DIGITS for number in numbers):
-            raise ValueError(f"custom snowflake layout must be custom:EPOCH_MS:UNIT_MS:T/W/S with ASCII decimal "
-                             f"numbers, got {text!r}")
+            raise ValueError(
+                f"custom snowflake layout must be custom:EPOCH_MS:UNIT_MS:T/W/S with ASCII decimal "
+                f"numbers, got {text!r}"
+            )
         epoch_ms, unit_ms, time_bits, worker_bits, sequence_bits = (int(number) for number in numbers)
         if time_bits + worker_bits + sequence_bits != FIELD_BITS:
-            raise ValueError(f"T+W+S must be {FIELD_BITS}, got {time_bits}+{worker_bits}+{sequence_bits} = "
-                             f"{time_bits + worker_bits + sequence_bits}")
+            raise ValueError(
+                f"T+W+S must be {FIELD_BITS}, got {time_bits}+{worker_bits}+{sequence_bits} = "
+                f"{time_bits + worker_bits + sequence_bits}"
+            )
         name = f"{CUSTOM_PREFIX}:{epoch_ms}:{unit_ms}:{time_bits}/{worker_bits}/{sequence_bits}"
         return cls(name, epoch_ms, unit_ms, time_bits, worker_bits, sequence_bits)
 
@@ -198,8 +208,9 @@ class Layout:
         """The layout's name as an etcd key / folder segment: the name, or ``custom-EPOCH-UNIT-T-W-S``."""
         if self.name in NAMED_LAYOUTS:
             return self.name
-        return (f"{CUSTOM_PREFIX}-{self.epoch_ms}-{self.unit_ms}-{self.time_bits}-{self.worker_bits}-"
-                f"{self.sequence_bits}")
+        return (
+            f"{CUSTOM_PREFIX}-{self.epoch_ms}-{self.unit_ms}-{self.time_bits}-{self.worker_bits}-{self.sequence_bits}"
+        )
 
     @property
     def epoch_units(self) -> int:
@@ -211,16 +222,24 @@ class Layout:
         return self.epoch_ms + time_units * self.unit_ms
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "epoch_ms": self.epoch_ms, "unit_ms": self.unit_ms, "order": list(self.order),
-                "widths": self.widths}
+        return {
+            "name": self.name,
+            "epoch_ms": self.epoch_ms,
+            "unit_ms": self.unit_ms,
+            "order": list(self.order),
+            "widths": self.widths,
+        }
 
     # -- codec -----------------------------------------------------------------------------------------------------
 
     def pack(self, time_units: int, worker_id: int, sequence: int) -> int:
         """The 63-bit value of the fields: time (units since the epoch), worker ID, sequence. ValueError naming the
         field out of range. Inverse of :meth:`unpack`."""
-        for field, value, maximum in ((TIME, time_units, self.time_max), (WORKER, worker_id, self.worker_max),
-                                      (SEQUENCE, sequence, self.sequence_max)):
+        for field, value, maximum in (
+            (TIME, time_units, self.time_max),
+            (WORKER, worker_id, self.worker_max),
+            (SEQUENCE, sequence, self.sequence_max),
+        ):
             if not 0 <= value <= maximum:
                 raise ValueError(f"snowflake {field} must be in 0..{maximum} in layout {self.name}, got {value}")
         shifts = self.shifts
@@ -230,8 +249,11 @@ class Layout:
         """``(time_units, worker_id, sequence)`` of a snowflake (0 .. 2**63 - 1, else ValueError)."""
         _check_packed(value)
         shifts = self.shifts
-        return (value >> shifts[TIME] & self.time_max, value >> shifts[WORKER] & self.worker_max,
-                value >> shifts[SEQUENCE] & self.sequence_max)
+        return (
+            value >> shifts[TIME] & self.time_max,
+            value >> shifts[WORKER] & self.worker_max,
+            value >> shifts[SEQUENCE] & self.sequence_max,
+        )
 
     def fields(self) -> tuple[LayoutField, ...]:
         """The bit layout as :class:`LayoutField` rows, most significant first."""
@@ -244,8 +266,13 @@ class Layout:
         for field in self.order:
             low, width = self.shifts[field], self.widths[field]
             bits = f"{low + width - 1}..{low}" if width else "(none)"
-            rows.append(LayoutField("timestamp_ms" if field == TIME else f"{field}_id" if field == WORKER else field,
-                                    bits, descriptions[field]))
+            rows.append(
+                LayoutField(
+                    "timestamp_ms" if field == TIME else f"{field}_id" if field == WORKER else field,
+                    bits,
+                    descriptions[field],
+                )
+            )
         return tuple(rows)
 
 
@@ -303,20 +330,24 @@ def decode_decimal(text: str) -> int:
 
 def decode_hex(text: str) -> int:
     """16 hex digits (either case), or ``0x`` followed by 1..16 hex digits; InvalidIdError naming the rule."""
-    digits = text[len(HEX_PREFIX):] if text[:len(HEX_PREFIX)].lower() == HEX_PREFIX else None
+    digits = text[len(HEX_PREFIX) :] if text[: len(HEX_PREFIX)].lower() == HEX_PREFIX else None
     if digits is None and len(text) != HEX_LEN:
-        raise InvalidIdError(f"snowflake hex ID must be exactly {HEX_LEN} hex digits (or 0x and hex digits), "
-                             f"got {len(text)} characters")
+        raise InvalidIdError(
+            f"snowflake hex ID must be exactly {HEX_LEN} hex digits (or 0x and hex digits), got {len(text)} characters"
+        )
     body = text if digits is None else digits
     if not body:
         raise InvalidIdError("snowflake hex ID must have hex digits after 0x")
     for position, char in enumerate(body):
         if char not in _HEX_DIGITS:
-            raise InvalidIdError(f"snowflake hex ID must contain only hex digits 0-9 a-f, got {char!r} at position "
-                                 f"{position + (len(text) - len(body))}")
+            raise InvalidIdError(
+                f"snowflake hex ID must contain only hex digits 0-9 a-f, got {char!r} at position "
+                f"{position + (len(text) - len(body))}"
+            )
     if len(body.lstrip("0")) > HEX_LEN:
-        raise InvalidIdError(f"snowflake ID is too wide: at most {HEX_LEN} significant hex digits, got "
-                             f"{len(body.lstrip('0'))}")
+        raise InvalidIdError(
+            f"snowflake ID is too wide: at most {HEX_LEN} significant hex digits, got {len(body.lstrip('0'))}"
+        )
     return _checked(int(body, 16), text)
 
 
@@ -329,11 +360,12 @@ def decode(text: str) -> int:
         raise InvalidIdError(f"snowflake ID must not be negative, got {text}")
     if text and set(text) <= _ASCII_DIGITS:
         return decode_decimal(text)
-    if text[:len(HEX_PREFIX)].lower() == HEX_PREFIX or (len(text) == HEX_LEN and set(text) & _HEX_LETTERS):
+    if text[: len(HEX_PREFIX)].lower() == HEX_PREFIX or (len(text) == HEX_LEN and set(text) & _HEX_LETTERS):
         return decode_hex(text)
     if text and set(text) <= _HEX_DIGITS:
-        raise InvalidIdError(f"snowflake hex ID must be exactly {HEX_LEN} hex digits (or 0x and hex digits), "
-                             f"got {len(text)}")
+        raise InvalidIdError(
+            f"snowflake hex ID must be exactly {HEX_LEN} hex digits (or 0x and hex digits), got {len(text)}"
+        )
     bad = next((char for char in text if char not in _HEX_DIGITS), "")
     raise InvalidIdError(
         f"snowflake ID must be a decimal integer, {HEX_LEN} hex digits or 0x and hex digits, got {len(text)} "
@@ -399,18 +431,25 @@ class SnowflakeSettings(BaseModel):
         layout = self.snowflake_layout_spec
         low, high = self.snowflake_pool_bounds
         if high > layout.worker_max:
-            raise ValueError(f"snowflake_pool must lie within 0..{layout.worker_max} (layout {layout.name}), "
-                             f"got {self.snowflake_pool!r}")
+            raise ValueError(
+                f"snowflake_pool must lie within 0..{layout.worker_max} (layout {layout.name}), "
+                f"got {self.snowflake_pool!r}"
+            )
         if self.snowflake_worker_id is not None:
             if self.snowflake_worker_id > layout.worker_max:
-                raise ValueError(f"snowflake_worker_id must be in 0..{layout.worker_max} (layout {layout.name}), "
-                                 f"got {self.snowflake_worker_id}")
+                raise ValueError(
+                    f"snowflake_worker_id must be in 0..{layout.worker_max} (layout {layout.name}), "
+                    f"got {self.snowflake_worker_id}"
+                )
             if self.snowflake_workers != 1:
-                raise ValueError("snowflake_workers must be 1 when snowflake_worker_id is set statically, "
-                                 f"got {self.snowflake_workers}")
+                raise ValueError(
+                    "snowflake_workers must be 1 when snowflake_worker_id is set statically, "
+                    f"got {self.snowflake_workers}"
+                )
         elif self.snowflake_workers > high - low + 1:
-            raise ValueError(f"snowflake_workers must be at most the pool's size ({high - low + 1}), "
-                             f"got {self.snowflake_workers}")
+            raise ValueError(
+                f"snowflake_workers must be at most the pool's size ({high - low + 1}), got {self.snowflake_workers}"
+            )
         return self
 
 
@@ -429,8 +468,10 @@ class SnowflakeScheme(Scheme):
     formats = ("decimal", "hex")
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
-    reference = ("Twitter Snowflake, Discord API reference (Snowflakes), Instagram sharded IDs, sony/sonyflake; "
-                 "STANDARD_SCHEMES.md \"snowflake\"")
+    reference = (
+        "Twitter Snowflake, Discord API reference (Snowflakes), Instagram sharded IDs, sony/sonyflake; "
+        'STANDARD_SCHEMES.md "snowflake"'
+    )
 
     identity: ClassVar[IdentitySpec | None] = IdentitySpec("worker_id", 0, TWITTER.worker_max)
     """The default layout's worker IDs; an instance in another layout sets its own (0..2**W-1)."""
@@ -479,8 +520,12 @@ class SnowflakeScheme(Scheme):
         """``{"layout": name, "timestamp_ms": Unix ms, "worker_id": int, "sequence": int}``."""
         layout = self.snowflake_layout
         time_units, worker_id, sequence = layout.unpack(value)
-        return {"layout": layout.name, "timestamp_ms": layout.timestamp_ms(time_units), "worker_id": worker_id,
-                "sequence": sequence}
+        return {
+            "layout": layout.name,
+            "timestamp_ms": layout.timestamp_ms(time_units),
+            "worker_id": worker_id,
+            "sequence": sequence,
+        }
 
     def timestamp_ns(self, value: int) -> int:
         layout = self.snowflake_layout
@@ -515,8 +560,15 @@ class SnowflakeScheme(Scheme):
         or the static ``snowflake_worker_id``; keys ``idmint/snowflake/<layout>/<id>``."""
         layout = self.configured(settings).snowflake_layout
         low, high = settings.snowflake_pool_bounds
-        return idmint_plan(self.name, "worker_id", low, high, group=layout.key_name,
-                           static=settings.snowflake_worker_id, claims=settings.snowflake_workers)
+        return idmint_plan(
+            self.name,
+            "worker_id",
+            low,
+            high,
+            group=layout.key_name,
+            static=settings.snowflake_worker_id,
+            claims=settings.snowflake_workers,
+        )
 
     def new_generator(
         self,
@@ -566,7 +618,7 @@ class SnowflakeScheme(Scheme):
         }
 
     def summary(self, fields: dict[str, Any]) -> str:
-        """"worker 421, sequence 7 (twitter layout)"."""
+        """ "worker 421, sequence 7 (twitter layout)"."""
         return f"worker {fields['worker_id']}, sequence {fields['sequence']} ({fields['layout']} layout)"
 
 

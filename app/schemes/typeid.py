@@ -112,9 +112,7 @@ def _counter_table() -> npt.NDArray[np.uint32]:
     return table
 
 
-def _lookup(
-    rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]
-) -> None:
+def _lookup(rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]) -> None:
     looked_up = _text.scratch("typeid-chars", rows.shape[0], "<u4")
     np.take(table, index, out=looked_up, mode="wrap")
     _text.char_view(rows, column)[...] = looked_up
@@ -217,7 +215,7 @@ class TypeIdScheme(Scheme):
         LayoutField("rand_b", "61..0", "the UUIDv7's rand_b"),
     )
     identity = None
-    reference = "TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md \"typeid\""
+    reference = 'TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md "typeid"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "TypeID (jetify, spec v0.3)"
@@ -275,8 +273,10 @@ class TypeIdScheme(Scheme):
     def words(self, fields: dict[str, Any]) -> dict[str, str]:
         """``prefix`` as 'type "user"' (or "no type prefix"), ``version`` as "UUID version 7"."""
         prefix = fields["prefix"]
-        return {"prefix": f'type "{prefix}"' if prefix else "no type prefix",
-                "version": f"UUID version {fields['version']}"}
+        return {
+            "prefix": f'type "{prefix}"' if prefix else "no type prefix",
+            "version": f"UUID version {fields['version']}",
+        }
 
     def summary(self, fields: dict[str, Any]) -> str:
         """'type "user", UUID version 7'."""

@@ -169,7 +169,7 @@ class UlidScheme(Scheme):
         LayoutField("random", "79..0", "randomness: fresh per millisecond, + 1 per later ID of it (monotonic)"),
     )
     identity = None
-    reference = "ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; STANDARD_SCHEMES.md \"ulid\""
+    reference = 'ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; STANDARD_SCHEMES.md "ulid"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "ULID"

@@ -220,7 +220,7 @@ class Uuidv7Scheme(Scheme):
         LayoutField("rand_b", "61..0", "counter bits 29..0, then 32 fresh CSPRNG bits per ID"),
     )
     identity = None
-    reference = "RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); STANDARD_SCHEMES.md \"uuidv7\""
+    reference = 'RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); STANDARD_SCHEMES.md "uuidv7"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "UUIDv7 (RFC 9562)"
@@ -230,9 +230,7 @@ class Uuidv7Scheme(Scheme):
         "rand_a": "rand_a (12 bits: the counter's top bits when issued by a monotonic generator)",
         "rand_b": "rand_b (62 bits, hex: counter low bits and random)",
     }
-    token_pattern: ClassVar[str | None] = (
-        r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
-    )
+    token_pattern: ClassVar[str | None] = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
     options: ClassVar[tuple[Any, ...]] = ()
     shares_generator_with: ClassVar[str | None] = None
 

@@ -265,7 +265,7 @@ class WijiScheme(Scheme):
         LayoutField("random", "51..0", "52 bits drawn once per generator instance from a CSPRNG"),
     )
     identity = None
-    reference = "Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); SPEC_NOTES.md \"Wiji v1, 128 bits\""
+    reference = 'Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); SPEC_NOTES.md "Wiji v1, 128 bits"'
 
     def parse(self, text: str) -> int:
         """base32 (26 characters), uuid (36) or hex (32); InvalidIdError naming the rule broken."""
@@ -275,9 +275,7 @@ class WijiScheme(Scheme):
             return decode_hex(text)
         if len(text) == UUID_LEN:
             return decode_uuid(text)
-        raise InvalidIdError(
-            f"Wiji ID must be {BASE32_LEN}, {HEX_LEN} or {UUID_LEN} characters long, got {len(text)}"
-        )
+        raise InvalidIdError(f"Wiji ID must be {BASE32_LEN}, {HEX_LEN} or {UUID_LEN} characters long, got {len(text)}")
 
     def format(self, value: int, fmt: str) -> str:
         """``base32`` (canonical), ``uuid`` or ``hex`` text of a packed Wiji; InvalidOptionError for another format."""
@@ -299,8 +297,10 @@ class WijiScheme(Scheme):
     title = "Wiji v1"
     example = "000S94VR000002M6NWVVR14D2G"
     # the UUID-shaped form, and ~26 mixed base32 characters (also near misses)
-    token_pattern = (r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
-                     r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}")
+    token_pattern = (
+        r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
+        r"|(?=[0-9A-Za-z]*[0-9])(?=[0-9A-Za-z]*[A-Za-z])[0-9A-Za-z]{24,28}"
+    )
     captions = {
         "timestamp_us": "Microseconds since 1970-01-01 UTC (56 bits).",
         "sequence": "Counter within one microsecond for one process (16 bits).",
@@ -308,8 +308,9 @@ class WijiScheme(Scheme):
         "random": "52 random bits drawn once per generator process: IDs sharing them came from the same process.",
     }
 
-    def new_generator(self, settings: Any, identities: list[int], floor: int, clock: Clock,
-                      random: RandomSource = os.urandom) -> Generator:
+    def new_generator(
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+    ) -> Generator:
         """No claimed identity: a random part drawn once per generator (52 bits)."""
         return WijiGenerator(clock=clock, rng=random)
 
@@ -369,9 +370,7 @@ class WijiBatch(Batch):
         if not self.count:
             return b""
         encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
-        rows = _text.text_rows(
-            [((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments]
-        )
+        rows = _text.text_rows([((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments])
         hex4 = _text.hex4_table()
         if fmt == "base32":
             runs = [

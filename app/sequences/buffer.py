@@ -85,8 +85,14 @@ Runs = list[tuple[int, int]]
 class SequenceBuffer:
     """The ranges this node holds for one sequence, and the background reservation that refills them."""
 
-    def __init__(self, name: str, cache: int, store: SequenceStore, metrics: SequenceMetrics,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        name: str,
+        cache: int,
+        store: SequenceStore,
+        metrics: SequenceMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.cache = cache
         self.store = store
@@ -159,7 +165,8 @@ class SequenceBuffer:
                 if self.exhausted:
                     raise SequenceOverflowError(
                         f"sequence {self.name}: {count} integers asked for, but only {self.held} remain on this "
-                        f"node before the maximum value 2**63-1 ({MAX_VALUE}) and none are left in storage")
+                        f"node before the maximum value 2**63-1 ({MAX_VALUE}) and none are left in storage"
+                    )
                 task = self._load_task
                 if task is None:
                     if self.failure is not None and self.clock() < self._retry_at:
@@ -169,8 +176,8 @@ class SequenceBuffer:
                 if self.failure is not None and self.held < count:
                     raise self._unavailable()
         raise BackendUnavailableError(
-            f"sequence {self.name}: demand outran {SLOW_ROUNDS} reservations for one request; try again",
-            retry_after=1)
+            f"sequence {self.name}: demand outran {SLOW_ROUNDS} reservations for one request; try again", retry_after=1
+        )
 
     def _issued(self, count: int) -> None:
         self.issued += count
@@ -187,7 +194,8 @@ class SequenceBuffer:
         wait = max(1, math.ceil(self._retry_at - self.clock()))
         return BackendUnavailableError(
             f"sequence {self.name}: this node's ranges ran out and storage cannot be reached ({reason})",
-            retry_after=wait)
+            retry_after=wait,
+        )
 
     # -- reserving ----------------------------------------------------------------------------------------
     def _maybe_reserve(self, at_least: int = 0) -> None:
@@ -218,8 +226,9 @@ class SequenceBuffer:
         try:
             now = self.clock()
             if self._last_reserve_at is not None:
-                self.size = next_reservation_size(self.cache, self.size, self._issued_since,
-                                                  now - self._last_reserve_at)
+                self.size = next_reservation_size(
+                    self.cache, self.size, self._issued_since, now - self._last_reserve_at
+                )
             count = max(self.size, at_least)
             try:
                 async with asyncio.timeout(RESERVE_TIMEOUT_S):
@@ -229,11 +238,18 @@ class SequenceBuffer:
                 log.warning("sequence %s: no integers left before 2**63-1; this node issues what it holds", self.name)
                 return
             except (NotReadyError, TimeoutError) as exc:
-                error = exc if isinstance(exc, NotReadyError) else BackendUnavailableError(
-                    f"sequence storage did not answer within {RESERVE_TIMEOUT_S:g} s")
+                error = (
+                    exc
+                    if isinstance(exc, NotReadyError)
+                    else BackendUnavailableError(f"sequence storage did not answer within {RESERVE_TIMEOUT_S:g} s")
+                )
                 if self.failure is None:
-                    log.warning("sequence %s: reserving the next range failed (%d integers held): %s",
-                                self.name, self.held, error.reason)
+                    log.warning(
+                        "sequence %s: reserving the next range failed (%d integers held): %s",
+                        self.name,
+                        self.held,
+                        error.reason,
+                    )
                 self.failure = error
                 self._retry_at = self.clock() + self._backoff
                 self._backoff = min(self._backoff * 2, RETRY_MAX_S)

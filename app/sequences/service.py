@@ -100,8 +100,11 @@ class SequenceService:
             "max_next_count": self.max_count,
             "max_range_count": MAX_RANGE_COUNT,
             "max_sequences": self.store.max_sequences,
-            "buffer": {"prefetch_at_fraction_used": PREFETCH_AT, "target_range_seconds": TARGET_RANGE_S,
-                       "reservation_size": f"cache .. {MAX_CACHE_FACTOR} x cache"},
+            "buffer": {
+                "prefetch_at_fraction_used": PREFETCH_AT,
+                "target_range_seconds": TARGET_RANGE_S,
+                "reservation_size": f"cache .. {MAX_CACHE_FACTOR} x cache",
+            },
         }
 
     # -- next ---------------------------------------------------------------------------------------------

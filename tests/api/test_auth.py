@@ -23,8 +23,12 @@ ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limite
 
 
 def entry(name: str, key: str, scopes: list[str], **quotas: Any) -> str:
-    lines = ["[[key]]", f'name = "{name}"', f'sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"',
-             "scopes = [" + ", ".join(f'"{s}"' for s in scopes) + "]"]
+    lines = [
+        "[[key]]",
+        f'name = "{name}"',
+        f'sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"',
+        "scopes = [" + ", ".join(f'"{s}"' for s in scopes) + "]",
+    ]
     lines += [f"{k} = {v}" for k, v in quotas.items()]
     return "\n".join(lines) + "\n\n"
 
@@ -118,8 +122,9 @@ def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
 
     def long_stream() -> None:
         t0 = time.monotonic()
-        with httpx.stream("GET", f"{server.url}/v1/ids/wiji/stream?count=100000", headers=bearer(STREAMER),
-                          timeout=30) as r:
+        with httpx.stream(
+            "GET", f"{server.url}/v1/ids/wiji/stream?count=100000", headers=bearer(STREAMER), timeout=30
+        ) as r:
             result["status"] = r.status_code
             lines = 0
             for chunk in r.iter_bytes():
@@ -233,11 +238,24 @@ def test_token_bucket_admits_a_large_batch_once_and_then_waits() -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "scope"),
-    [("GET", "/v1/ids/wiji", "issue"), ("POST", "/v1/ids/siq", "issue"), ("GET", "/v1/ids/muid/stream", "stream"),
-     ("GET", "/v1/decode/x", "decode"), ("POST", "/v1/decode", "decode"), ("GET", "/", "decode"),
-     ("GET", "/decode", "decode"), ("POST", "/v1/sequences", "admin"), ("GET", "/v1/sequences", "sequences"),
-     ("POST", "/v1/sequences/orders/next", "sequences"), ("GET", "/metrics", "metrics"), ("GET", "/healthz", None),
-     ("GET", "/readyz", None), ("GET", "/v1/schemes", None), ("GET", "/docs", None), ("GET", "/static/app.js", None)],
+    [
+        ("GET", "/v1/ids/wiji", "issue"),
+        ("POST", "/v1/ids/siq", "issue"),
+        ("GET", "/v1/ids/muid/stream", "stream"),
+        ("GET", "/v1/decode/x", "decode"),
+        ("POST", "/v1/decode", "decode"),
+        ("GET", "/", "decode"),
+        ("GET", "/decode", "decode"),
+        ("POST", "/v1/sequences", "admin"),
+        ("GET", "/v1/sequences", "sequences"),
+        ("POST", "/v1/sequences/orders/next", "sequences"),
+        ("GET", "/metrics", "metrics"),
+        ("GET", "/healthz", None),
+        ("GET", "/readyz", None),
+        ("GET", "/v1/schemes", None),
+        ("GET", "/docs", None),
+        ("GET", "/static/app.js", None),
+    ],
 )
 def test_required_scope_by_route(method: str, path: str, scope: str | None) -> None:
     assert required_scope(method, path) == scope

@@ -31,9 +31,29 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
 
 
 def schemathesis(url: str, report: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "schemathesis.cli", "run", f"{url}/openapi.json", "--checks", CHECKS,
-           "--max-examples", "40", "--seed", "13", "--no-color", "--generation-database", "none",
-           "--request-timeout", "30", "--report", "junit", "--report-junit-path", str(report), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        CHECKS,
+        "--max-examples",
+        "40",
+        "--seed",
+        "13",
+        "--no-color",
+        "--generation-database",
+        "none",
+        "--request-timeout",
+        "30",
+        "--report",
+        "junit",
+        "--report-junit-path",
+        str(report),
+        *extra,
+    ]
     # Run in the report's directory: schemathesis keeps a cache (.schemathesis/) in its working directory.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=report.parent)
 
@@ -51,8 +71,10 @@ def test_schemathesis_finds_nothing_over_every_operation(server: Replica, tmp_pa
 
 def test_schemathesis_with_api_keys_on(tmp_path: Path) -> None:
     keys = tmp_path / "keys.toml"
-    keys.write_text(f'[[key]]\nname = "all"\nsha256 = "{hashlib.sha256(b"contract-key").hexdigest()}"\n'
-                    'scopes = ["issue", "stream", "decode", "sequences", "admin", "metrics"]\n')
+    keys.write_text(
+        f'[[key]]\nname = "all"\nsha256 = "{hashlib.sha256(b"contract-key").hexdigest()}"\n'
+        'scopes = ["issue", "stream", "decode", "sequences", "admin", "metrics"]\n'
+    )
     replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
     try:
         replica.wait("/readyz")
@@ -66,14 +88,25 @@ def test_schemathesis_with_api_keys_on(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("method", "path", "body", "status"),
-    [("GET", "/v1/ids/nope", None, 404), ("GET", "/v1/ids/wiji?count=0", None, 422),
-     ("GET", "/v1/ids/wiji?count=%C2%B2", None, 422), ("POST", "/v1/decode", b"\xff\xfe", 422),
-     ("POST", "/v1/decode", b'{"text": 3}', 422), ("GET", "/nowhere", None, 404), ("DELETE", "/healthz", None, 405)],
+    [
+        ("GET", "/v1/ids/nope", None, 404),
+        ("GET", "/v1/ids/wiji?count=0", None, 422),
+        ("GET", "/v1/ids/wiji?count=%C2%B2", None, 422),
+        ("POST", "/v1/decode", b"\xff\xfe", 422),
+        ("POST", "/v1/decode", b'{"text": 3}', 422),
+        ("GET", "/nowhere", None, 404),
+        ("DELETE", "/healthz", None, 405),
+    ],
 )
-def test_every_error_is_json_with_nosniff(server: Replica, method: str, path: str, body: bytes | None,
-                                          status: int) -> None:
-    r = httpx.request(method, f"{server.url}{path}", content=body,
-                      headers={"content-type": "application/json"} if body is not None else {})
+def test_every_error_is_json_with_nosniff(
+    server: Replica, method: str, path: str, body: bytes | None, status: int
+) -> None:
+    r = httpx.request(
+        method,
+        f"{server.url}{path}",
+        content=body,
+        headers={"content-type": "application/json"} if body is not None else {},
+    )
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/json"
     assert r.headers["x-content-type-options"] == "nosniff"
@@ -90,10 +123,23 @@ def test_unknown_methods_are_counted_as_other(server: Replica) -> None:
     for method in ("BREW", "PROPFIND", "X-Y"):
         httpx.request(method, f"{server.url}/healthz")
     text = httpx.get(f"{server.url}/metrics").text
-    methods = {line.split('method="')[1].split('"')[0] for line in text.splitlines()
-               if line.startswith("idmint_requests_total{")}
-    assert "other" in methods and not methods - {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
-                                                 "CONNECT", "TRACE", "other"}
+    methods = {
+        line.split('method="')[1].split('"')[0]
+        for line in text.splitlines()
+        if line.startswith("idmint_requests_total{")
+    }
+    assert "other" in methods and not methods - {
+        "GET",
+        "HEAD",
+        "POST",
+        "PUT",
+        "PATCH",
+        "DELETE",
+        "OPTIONS",
+        "CONNECT",
+        "TRACE",
+        "other",
+    }
 
 
 def test_an_internal_error_is_json_and_counted_on_both_paths(tmp_path: Path) -> None:
@@ -115,5 +161,6 @@ def test_an_internal_error_is_json_and_counted_on_both_paths(tmp_path: Path) -> 
             assert r.status_code == 500 and r.json() == {"detail": "internal error"}, (method, r.text)
             assert r.headers["content-type"] == "application/json"
             sample = node.metrics.registry.get_sample_value(
-                "idmint_requests_total", {"route": "/v1/ids/{scheme}", "method": method, "status": "500"})
+                "idmint_requests_total", {"route": "/v1/ids/{scheme}", "method": method, "status": "500"}
+            )
             assert sample == 1, method

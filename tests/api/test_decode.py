@@ -21,10 +21,22 @@ FIELDS = {
     "ksuid": {"timestamp_s", "payload"},
     "snowflake": {"layout", "timestamp_ms", "worker_id", "sequence"},
 }
-RFC3339 = {3: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"),
-           6: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")}
-PRECISION = {"muid": 6, "eight-byte": 3, "hlc-ulid": 3, "siq": 6, "wiji": 6, "uuidv7": 3, "ulid": 3, "typeid": 3,
-             "ksuid": 3, "snowflake": 3}
+RFC3339 = {
+    3: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$"),
+    6: re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"),
+}
+PRECISION = {
+    "muid": 6,
+    "eight-byte": 3,
+    "hlc-ulid": 3,
+    "siq": 6,
+    "wiji": 6,
+    "uuidv7": 3,
+    "ulid": 3,
+    "typeid": 3,
+    "ksuid": 3,
+    "snowflake": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +64,13 @@ def test_spec_vectors_decode(client: TestClient) -> None:
     assert d["id"] == "01FZ11RQKT000002NAM48H248H"
     assert d["timestamp"].startswith("2022-03-25")
     d = client.get("/v1/decode/eight-byte/cb54ecf2840a0015").json()
-    assert d["fields"] == {"timestamp_ms": 143062936275, "sequence": 10, "generator_id": 1, "cluster_id": 5,
-                           "mode": "spread"}
+    assert d["fields"] == {
+        "timestamp_ms": 143062936275,
+        "sequence": 10,
+        "generator_id": 1,
+        "cluster_id": 5,
+        "mode": "spread",
+    }
     d = client.get("/v1/decode/siq/did:siq:gm24tg4ago5efqaaaab4gzymuoaaa").json()
     assert d["timestamp"].startswith("2025-01-01T00:00:00")
     assert d["fields"]["shard"] == 7 and d["fields"]["qualifier"] == "user"

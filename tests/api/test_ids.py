@@ -102,7 +102,7 @@ def test_hlc_ulid_after_sorts_after(client: TestClient) -> None:
     remote = f"{ts:012x}-fff0-ffff-000000000000"
     body = client.get("/v1/ids/hlc-ulid", params={"after": remote, "count": 100}).json()
     remote_hex = client.get(f"/v1/decode/hlc-ulid/{remote}").json()["hex"]
-    hexes = [client.get(f"/v1/decode/hlc-ulid/{i}").json()["hex"] for i in body["ids"][:: 33]]
+    hexes = [client.get(f"/v1/decode/hlc-ulid/{i}").json()["hex"] for i in body["ids"][::33]]
     assert all(h > remote_hex for h in hexes)
 
 
@@ -124,8 +124,9 @@ def test_hlc_ulid_after_sorts_after(client: TestClient) -> None:
     ],
 )
 @pytest.mark.parametrize("method", ["GET", "POST"])
-def test_bad_requests_name_the_rule(client: TestClient, path: str, params: dict, status: int, fragment: str,
-                                    method: str) -> None:
+def test_bad_requests_name_the_rule(
+    client: TestClient, path: str, params: dict, status: int, fragment: str, method: str
+) -> None:
     r = client.request(method, path, params=params)
     assert r.status_code == status, r.text
     detail = r.json()["detail"]

@@ -42,8 +42,9 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
             break
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
-    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), None)
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), None
+    )
     while length is not None and len(body) < length:
         chunk = sock.recv(65536)
         if not chunk:
@@ -55,8 +56,10 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
 def test_a_declared_100_mb_body_is_refused_before_it_is_read(server: Replica) -> None:
     before = rss_kib(server.pid)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % (100 * MB))
+        sock.sendall(
+            b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % (100 * MB)
+        )
         sock.sendall(b'{"text": "' + b"A" * 65536)  # a little of it; the answer must not wait for the rest
         status, body = read_response(sock)
     assert status == 413
@@ -70,8 +73,10 @@ def test_a_chunked_100_mb_body_is_cut_off_at_the_limit_with_flat_memory(server: 
     sent = 0
     chunk = b"A" * 65536
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")
+        sock.sendall(
+            b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         try:
             while sent < 100 * MB:
                 sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))

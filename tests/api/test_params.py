@@ -35,28 +35,30 @@ def raw_post(c: TestClient, path: str, query: str) -> Any:
 
 
 ODD_COUNTS = [
-    ("count=%C2%B2", "'²'"),       # superscript two: isdigit() but not int()
-    ("count=%D9%A3", "'٣'"),       # Arabic-Indic three: int() reads it
-    ("count=+5", "' 5'"),          # '+' is a space in a query
-    ("count=%2B5", "'+5'"),        # a sign
+    ("count=%C2%B2", "'²'"),  # superscript two: isdigit() but not int()
+    ("count=%D9%A3", "'٣'"),  # Arabic-Indic three: int() reads it
+    ("count=+5", "' 5'"),  # '+' is a space in a query
+    ("count=%2B5", "'+5'"),  # a sign
     ("count=5.0", "'5.0'"),
     ("count=", "''"),
     ("count=0x10", "'0x10'"),
-    ("count=%EF%BC%95", "'５'"),   # fullwidth five
+    ("count=%EF%BC%95", "'５'"),  # fullwidth five
 ]
 
 
 @pytest.mark.parametrize(("query", "shown"), ODD_COUNTS)
 @pytest.mark.parametrize("path", ["/v1/ids/wiji", "/v1/ids/wiji/stream"])
-def test_counts_are_ascii_digits_only_on_every_path(client: TestClient, routed: TestClient, query: str,
-                                                    shown: str, path: str) -> None:
+def test_counts_are_ascii_digits_only_on_every_path(
+    client: TestClient, routed: TestClient, query: str, shown: str, path: str
+) -> None:
     for r in (raw_get(client, path, query), raw_get(routed, path, query), raw_post(client, path, query)):
         assert r.status_code == 422, (query, r.status_code, r.text)
         assert r.json()["detail"] == f"count must be a whole number written in ASCII digits 0-9, got {shown}"
 
 
-@pytest.mark.parametrize("body", [{"count": "٣"}, {"count": "+5"}, {"count": True}, {"count": 5.5},
-                                  {"count": "²"}, {"count": None}])
+@pytest.mark.parametrize(
+    "body", [{"count": "٣"}, {"count": "+5"}, {"count": True}, {"count": 5.5}, {"count": "²"}, {"count": None}]
+)
 def test_json_counts_follow_the_same_rule(client: TestClient, body: dict) -> None:
     r = client.post("/v1/ids/wiji", json=body)
     assert r.status_code == 422 and "count must be a whole number" in r.json()["detail"], r.text
@@ -76,8 +78,11 @@ def test_huge_digit_strings_are_refused_quickly(client: TestClient) -> None:
 @pytest.mark.parametrize("query", ["bogus=1", "count=2&bogus=1", "Count=2"])
 def test_unknown_parameters_are_named(client: TestClient, routed: TestClient, query: str) -> None:
     name = query.split("=")[-2].split("&")[-1]
-    for r in (raw_get(client, "/v1/ids/wiji", query), raw_get(routed, "/v1/ids/wiji", query),
-              raw_post(client, "/v1/ids/wiji", query)):
+    for r in (
+        raw_get(client, "/v1/ids/wiji", query),
+        raw_get(routed, "/v1/ids/wiji", query),
+        raw_post(client, "/v1/ids/wiji", query),
+    ):
         assert r.status_code == 422
         assert f"unknown parameter {name!r} for wiji" in r.json()["detail"]
 
@@ -88,9 +93,11 @@ def test_an_option_of_other_schemes_says_which(client: TestClient, routed: TestC
             others = [s for s in schemes() if s not in option_owners(option.name)]
             for other in others:
                 want = f"{option.name} applies only to {', '.join(option_owners(option.name))}, not {other}"
-                for r in (client.get(f"/v1/ids/{other}", params={option.name: "x"}),
-                          routed.get(f"/v1/ids/{other}", params={option.name: "x"}),
-                          client.post(f"/v1/ids/{other}", json={option.name: "x"})):
+                for r in (
+                    client.get(f"/v1/ids/{other}", params={option.name: "x"}),
+                    routed.get(f"/v1/ids/{other}", params={option.name: "x"}),
+                    client.post(f"/v1/ids/{other}", json={option.name: "x"}),
+                ):
                     assert r.status_code == 422 and r.json()["detail"] == want, (name, other, r.text)
 
 
@@ -115,9 +122,14 @@ def test_a_huge_body_is_413(client: TestClient) -> None:
 def test_get_and_post_agree_on_every_error(client: TestClient, routed: TestClient) -> None:
     for query in ("count=0", "count=100001", "format=nope", "mode=fast", "type=No-pe", "after=nope"):
         for scheme in schemes():
-            answers = {(r.status_code, r.text) for r in (raw_get(client, f"/v1/ids/{scheme}", query),
-                                                         raw_get(routed, f"/v1/ids/{scheme}", query),
-                                                         raw_post(client, f"/v1/ids/{scheme}", query))}
+            answers = {
+                (r.status_code, r.text)
+                for r in (
+                    raw_get(client, f"/v1/ids/{scheme}", query),
+                    raw_get(routed, f"/v1/ids/{scheme}", query),
+                    raw_post(client, f"/v1/ids/{scheme}", query),
+                )
+            }
             assert len(answers) == 1, (scheme, query, answers)
 
 

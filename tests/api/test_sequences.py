@@ -36,7 +36,7 @@ def test_create_show_next_range(tmp_path: Path) -> None:
 
         ids = c.get("/v1/sequences/orders/next", params={"count": 100_000}).json()["ids"]
         assert ids == sorted(set(ids)) and len(ids) == 100_000
-        assert ids[993:995] == [1000, body["last"] + 1]   # the rest of the first range, then past the range
+        assert ids[993:995] == [1000, body["last"] + 1]  # the rest of the first range, then past the range
 
         metrics = c.get("/metrics").text
         assert 'idmint_sequence_ids_issued_total{sequence="orders"} 100006.0' in metrics
@@ -44,36 +44,40 @@ def test_create_show_next_range(tmp_path: Path) -> None:
         assert 'idmint_requests_total{method="GET",route="/v1/sequences/{name}/next",status="200"}' in metrics
 
 
-@pytest.mark.parametrize(("method", "path", "kwargs", "status", "fragment"), [
-    ("GET", "/v1/sequences/nope/next", {}, 404, "no sequence named 'nope'"),
-    ("POST", "/v1/sequences/nope/range", {}, 404, "no sequence named 'nope'"),
-    ("GET", "/v1/sequences/nope", {}, 404, "no sequence named"),
-    ("GET", "/v1/sequences/Orders/next", {}, 422, "must match [a-z0-9_-]{1,64}"),
-    ("GET", "/v1/sequences/" + "a" * 65 + "/next", {}, 422, "must match"),
-    ("GET", "/v1/sequences/orders/next?count=%C2%B2", {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=%D9%A3", {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=0", {}, 422, "count must be in 1..100000"),
-    ("GET", "/v1/sequences/orders/next?count=100001", {}, 422, "count must be in 1..100000"),
-    ("GET", "/v1/sequences/orders/next?count=-1", {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=+1", {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=1e3", {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=" + "9" * 400, {}, 422, "ASCII digits"),
-    ("GET", "/v1/sequences/orders/next?count=%FF", {}, 422, "count"),
-    ("POST", "/v1/sequences/orders/next?count=%C2%B2", {}, 422, "ASCII digits"),
-    ("POST", "/v1/sequences/orders/range?count=1099511627777", {}, 422, "count must be in 1..1099511627776"),
-    ("POST", "/v1/sequences/orders/range?count=%EF%BC%95", {}, 422, "ASCII digits"),
-    ("POST", "/v1/sequences", {"json": {"name": "Bad Name"}}, 422, "must match"),
-    ("POST", "/v1/sequences", {"json": {"name": ""}}, 422, "must match"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "start": -1}}, 422, "start must be in 0..9223372036854775807"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "start": 2**63}}, 422, "start must be in"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "cache": 0}}, 422, "cache must be in 1..1000000"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "cache": "10"}}, 422, "cache"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "cache": 10.5}}, 422, "cache"),
-    ("POST", "/v1/sequences", {"json": {"name": "x", "step": 2}}, 422, "step"),
-    ("POST", "/v1/sequences", {"content": b"{", "headers": {"content-type": "application/json"}}, 422, ""),
-])
-def test_bad_input_names_the_rule(tmp_path: Path, method: str, path: str, kwargs: dict, status: int,
-                                  fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "status", "fragment"),
+    [
+        ("GET", "/v1/sequences/nope/next", {}, 404, "no sequence named 'nope'"),
+        ("POST", "/v1/sequences/nope/range", {}, 404, "no sequence named 'nope'"),
+        ("GET", "/v1/sequences/nope", {}, 404, "no sequence named"),
+        ("GET", "/v1/sequences/Orders/next", {}, 422, "must match [a-z0-9_-]{1,64}"),
+        ("GET", "/v1/sequences/" + "a" * 65 + "/next", {}, 422, "must match"),
+        ("GET", "/v1/sequences/orders/next?count=%C2%B2", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=%D9%A3", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=0", {}, 422, "count must be in 1..100000"),
+        ("GET", "/v1/sequences/orders/next?count=100001", {}, 422, "count must be in 1..100000"),
+        ("GET", "/v1/sequences/orders/next?count=-1", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=+1", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=1e3", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=" + "9" * 400, {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=%FF", {}, 422, "count"),
+        ("POST", "/v1/sequences/orders/next?count=%C2%B2", {}, 422, "ASCII digits"),
+        ("POST", "/v1/sequences/orders/range?count=1099511627777", {}, 422, "count must be in 1..1099511627776"),
+        ("POST", "/v1/sequences/orders/range?count=%EF%BC%95", {}, 422, "ASCII digits"),
+        ("POST", "/v1/sequences", {"json": {"name": "Bad Name"}}, 422, "must match"),
+        ("POST", "/v1/sequences", {"json": {"name": ""}}, 422, "must match"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "start": -1}}, 422, "start must be in 0..9223372036854775807"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "start": 2**63}}, 422, "start must be in"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "cache": 0}}, 422, "cache must be in 1..1000000"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "cache": "10"}}, 422, "cache"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "cache": 10.5}}, 422, "cache"),
+        ("POST", "/v1/sequences", {"json": {"name": "x", "step": 2}}, 422, "step"),
+        ("POST", "/v1/sequences", {"content": b"{", "headers": {"content-type": "application/json"}}, 422, ""),
+    ],
+)
+def test_bad_input_names_the_rule(
+    tmp_path: Path, method: str, path: str, kwargs: dict, status: int, fragment: str
+) -> None:
     with running_app(tmp_path) as c:
         assert c.post("/v1/sequences", json={"name": "orders"}).status_code == 201
         r = c.request(method, path, **kwargs)
@@ -92,11 +96,11 @@ def test_a_sequence_named_like_a_verb_is_shown_not_issued(tmp_path: Path) -> Non
 def test_requests_the_fast_path_hands_over_get_the_same_answers(tmp_path: Path) -> None:
     with running_app(tmp_path) as c:
         c.post("/v1/sequences", json={"name": "orders"})
-        assert c.get("/v1/sequences/orders/next?count=2&x=1").json()["ids"] == [1, 2]       # FastAPI route
-        assert c.get("/v1/sequences/orders/next?count=2").json()["ids"] == [3, 4]           # fast path
-        r = c.post("/v1/sequences/orders/range?count=5", json={})                           # a body: FastAPI
+        assert c.get("/v1/sequences/orders/next?count=2&x=1").json()["ids"] == [1, 2]  # FastAPI route
+        assert c.get("/v1/sequences/orders/next?count=2").json()["ids"] == [3, 4]  # fast path
+        r = c.post("/v1/sequences/orders/range?count=5", json={})  # a body: FastAPI
         assert r.status_code == 200 and r.json()["count"] == 5
-        r2 = c.post("/v1/sequences/orders/range?count=5")                                   # fast path
+        r2 = c.post("/v1/sequences/orders/range?count=5")  # fast path
         assert r2.json()["first"] == r.json()["last"] + 1 and set(r2.json()) == {"name", "first", "last", "count"}
         for path in ("/v1/sequences/orders/next?count=0&x=1", "/v1/sequences/orders/next?count=0"):
             assert c.get(path).json()["detail"] == "count must be in 1..100000, got 0"
@@ -135,5 +139,6 @@ def test_sequences_survive_a_restart_and_stop_counts_the_gap(tmp_path: Path) -> 
         again = c.get("/v1/sequences/orders/next", params={"count": 10}).json()["ids"]
     assert min(again) > max(first)
     gap = metrics_app.app.state.node.metrics.registry.get_sample_value(  # type: ignore[attr-defined]
-        "idmint_sequence_gap_total", {"sequence": "orders"})
+        "idmint_sequence_gap_total", {"sequence": "orders"}
+    )
     assert gap is not None and gap >= 40

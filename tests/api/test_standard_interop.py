@@ -80,8 +80,12 @@ def test_typeid_from_typeid_python_decodes(client: TestClient) -> None:
             their_uuid = uuid.UUID(str(theirs.uuid))
             d = decoded(client, "typeid", str(theirs))
             assert d["id"] == str(theirs)
-            assert d["fields"] == {"prefix": prefix, "uuid": str(their_uuid), "version": 7,
-                                   "timestamp_ms": their_uuid.int >> 80}
+            assert d["fields"] == {
+                "prefix": prefix,
+                "uuid": str(their_uuid),
+                "version": 7,
+                "timestamp_ms": their_uuid.int >> 80,
+            }
             # Its UUID, in every UUID spelling, is the same UUIDv7.
             for text in spellings_of_uuid(their_uuid):
                 assert decoded(client, "uuidv7", text)["fields"]["timestamp_ms"] == their_uuid.int >> 80
@@ -97,8 +101,7 @@ def test_ksuid_from_svix_ksuid_decodes_in_every_spelling(client: TestClient) -> 
 
 
 @pytest.mark.parametrize(("layout", "epoch_ms"), [("twitter", TWITTER_EPOCH_MS), ("discord", DISCORD_EPOCH_MS)])
-def test_snowflake_from_snowflake_id_decodes_in_every_spelling(client: TestClient, layout: str,
-                                                               epoch_ms: int) -> None:
+def test_snowflake_from_snowflake_id_decodes_in_every_spelling(client: TestClient, layout: str, epoch_ms: int) -> None:
     peer = PeerSnowflakeGenerator(421, epoch=epoch_ms)
     for _ in range(10):
         value = next(peer)
@@ -106,8 +109,12 @@ def test_snowflake_from_snowflake_id_decodes_in_every_spelling(client: TestClien
         for text in (str(value), f"{value:016x}", f"{value:016X}", hex(value)):
             d = decoded(client, "snowflake", text, layout=layout)
             assert d["id"] == str(value)
-            assert d["fields"] == {"layout": layout, "timestamp_ms": parsed.milliseconds, "worker_id": 421,
-                                   "sequence": parsed.seq}
+            assert d["fields"] == {
+                "layout": layout,
+                "timestamp_ms": parsed.milliseconds,
+                "worker_id": 421,
+                "sequence": parsed.seq,
+            }
 
 
 def test_snowflake_from_sonyflake_decodes(client: TestClient) -> None:
@@ -117,8 +124,12 @@ def test_snowflake_from_sonyflake_decodes(client: TestClient) -> None:
         time_units, sequence, machine_id = peer.decompose(value)
         for text in (str(value), f"{value:016x}"):
             d = decoded(client, "snowflake", text, layout="sonyflake")
-            assert d["fields"] == {"layout": "sonyflake", "timestamp_ms": SONYFLAKE_EPOCH_MS + time_units * 10,
-                                   "worker_id": 4242, "sequence": sequence}
+            assert d["fields"] == {
+                "layout": "sonyflake",
+                "timestamp_ms": SONYFLAKE_EPOCH_MS + time_units * 10,
+                "worker_id": 4242,
+                "sequence": sequence,
+            }
 
 
 # --- IDs issued here are accepted by the peers --------------------------------------------------------------------
@@ -210,8 +221,9 @@ def test_issued_sonyflake_layout_accepted_by_sonyflake(tmp_path: Path) -> None:
         ("snowflake", "175928847299117063", {"colour": "red"}, "layout"),
     ],
 )
-def test_bad_input_is_422_naming_the_rule(client: TestClient, scheme: str, text: str, params: dict[str, str],
-                                          fragment: str) -> None:
+def test_bad_input_is_422_naming_the_rule(
+    client: TestClient, scheme: str, text: str, params: dict[str, str], fragment: str
+) -> None:
     r = client.get(f"/v1/decode/{scheme}/{text}", params=params)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]

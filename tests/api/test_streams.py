@@ -64,11 +64,13 @@ def test_fifty_aborted_streams_stop_within_a_chunk(server: Replica) -> None:
 
 @pytest.mark.parametrize(
     ("path", "fragment"),
-    [("/v1/ids/siq/stream?type=bogus&count=1000", "bogus"),
-     ("/v1/ids/wiji/stream?count=0", "count"),
-     ("/v1/ids/wiji/stream?count=100000001", "count"),
-     ("/v1/ids/wiji/stream?mode=spread", "mode"),
-     ("/v1/ids/hlc-ulid/stream?count=10&after=7ZZZZZZZZZ0000000000000000", "after")],
+    [
+        ("/v1/ids/siq/stream?type=bogus&count=1000", "bogus"),
+        ("/v1/ids/wiji/stream?count=0", "count"),
+        ("/v1/ids/wiji/stream?count=100000001", "count"),
+        ("/v1/ids/wiji/stream?mode=spread", "mode"),
+        ("/v1/ids/hlc-ulid/stream?count=10&after=7ZZZZZZZZZ0000000000000000", "after"),
+    ],
 )
 def test_stream_options_are_refused_before_the_first_byte(server: Replica, path: str, fragment: str) -> None:
     r = httpx.get(f"{server.url}{path}")

@@ -14,8 +14,9 @@ import pytest
 try:
     import idmint_client  # noqa: F401
 except ImportError:  # pragma: no cover - a setup error, not a skip
-    pytest.fail("idmint_client is not installed: run scripts/test.sh, or .venv/bin/pip install -e clients/python",
-                pytrace=False)
+    pytest.fail(
+        "idmint_client is not installed: run scripts/test.sh, or .venv/bin/pip install -e clients/python", pytrace=False
+    )
 
 from tests.helpers import Replica
 
@@ -54,7 +55,10 @@ def replica_on(tmp_path: Path, env: dict[str, str], port: int | None = None) -> 
     full_env = {**os.environ, "IDMINT_STATE_DIR": str(tmp_path / f"state-{port}-restart"), **env}
     replica.proc = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=full_env, stdout=replica._log, stderr=subprocess.STDOUT)
+        env=full_env,
+        stdout=replica._log,
+        stderr=subprocess.STDOUT,
+    )
     return replica
 
 

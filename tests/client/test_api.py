@@ -37,8 +37,10 @@ def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_name
             assert len(set(got)) == 300, scheme
             decoded = client.decode(got[-1], scheme=scheme)
             assert isinstance(decoded, Decoded) and decoded.scheme == scheme and decoded.id == got[-1]
-            assert decoded.timestamp is None or abs(datetime.now(UTC) - decoded.timestamp) < timedelta(
-                seconds=60), (scheme, decoded)
+            assert decoded.timestamp is None or abs(datetime.now(UTC) - decoded.timestamp) < timedelta(seconds=60), (
+                scheme,
+                decoded,
+            )
 
 
 def test_new_id_formats_and_options_have_their_own_buffers(server: Replica) -> None:
@@ -50,7 +52,10 @@ def test_new_id_formats_and_options_have_their_own_buffers(server: Replica) -> N
         spread = client.new_id("eight-byte")
         assert client.decode(spread, scheme="eight-byte").fields["mode"] == "spread"
         assert {(s.scheme, s.format, tuple(s.options.items())) for s in client.stats()} == {
-            ("wiji", "hex", ()), ("eight-byte", None, (("mode", "time_sequential"),)), ("eight-byte", None, ())}
+            ("wiji", "hex", ()),
+            ("eight-byte", None, (("mode", "time_sequential"),)),
+            ("eight-byte", None, ()),
+        }
 
 
 def test_unbuffered_new_id_asks_the_server_every_time(server: Replica) -> None:
@@ -133,8 +138,13 @@ def test_bad_requests_raise_at_once_with_the_server_detail(server: Replica) -> N
 def test_no_replica_error_names_every_replica_and_its_reason(server: Replica) -> None:
     dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     with Client(dead, timeout=2) as client:
-        for call in (lambda: client.new_id("wiji"), lambda: client.ids("wiji", 5), lambda: client.schemes(),
-                     lambda: client.decode("x"), lambda: list(client.stream("wiji", 5))):
+        for call in (
+            lambda: client.new_id("wiji"),
+            lambda: client.ids("wiji", 5),
+            lambda: client.schemes(),
+            lambda: client.decode("x"),
+            lambda: list(client.stream("wiji", 5)),
+        ):
             with pytest.raises(NoReplicaAvailable) as caught:
                 call()
             assert set(caught.value.reasons) == set(dead)
@@ -151,11 +161,14 @@ def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
             return httpx.Response(401, json={"detail": "missing or unknown API key"})
         return httpx.Response(200, json={"scheme": "wiji", "format": "base32", "ids": ["A", "B"]})
 
-    with Client(["http://a.invalid", "http://b.invalid"], api_key="s3cret",
-                transport=httpx.MockTransport(handler)) as client:
+    with Client(
+        ["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=httpx.MockTransport(handler)
+    ) as client:
         assert client.ids("wiji", 2) == ["A", "B"]
-    with (Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client,
-          pytest.raises(Unauthorized, match="unknown API key")):
+    with (
+        Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client,
+        pytest.raises(Unauthorized, match="unknown API key"),
+    ):
         client.ids("wiji", 2)
     assert seen == ["Bearer s3cret", None]  # the 401 was not retried on the other replica
 

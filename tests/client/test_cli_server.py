@@ -10,8 +10,19 @@ from tests.test_cli import idmint
 
 def test_mint_from_a_server_with_a_dead_replica_listed_first(tmp_path: Path, server: Replica) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
-    r = idmint(tmp_path, "mint", "eight-byte", "-n", "150000", "--mode", "time_sequential", "--format", "decimal",
-               "--server", f"{dead},{server.url}")
+    r = idmint(
+        tmp_path,
+        "mint",
+        "eight-byte",
+        "-n",
+        "150000",
+        "--mode",
+        "time_sequential",
+        "--format",
+        "decimal",
+        "--server",
+        f"{dead},{server.url}",
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 150_000 and len(set(lines)) == 150_000 and all(x.isdigit() for x in lines)

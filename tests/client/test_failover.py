@@ -31,8 +31,9 @@ def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]
     try:
         a.wait("/readyz")
         b.wait("/readyz")
-        held = [{s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]}
-                for r in (a, b)]
+        held = [
+            {s["name"]: s["node"].get("identities") for s in r.get("/v1/schemes").json()["schemes"]} for r in (a, b)
+        ]
         assert held[0][SCHEME] != held[1][SCHEME], held
     except BaseException:
         a.stop()
@@ -41,8 +42,9 @@ def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]
     return a, b
 
 
-def test_sigkill_under_eight_threads_then_both_down_then_one_back(tmp_path: Path, etcd_server,
-                                                                  etcd_namespace: str) -> None:
+def test_sigkill_under_eight_threads_then_both_down_then_one_back(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     a, b = two_replicas(tmp_path, env)
     restarted: Replica | None = None
@@ -99,7 +101,8 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(tmp_path: Path
 
 
 def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_way(
-        tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 1_000_000
     try:
@@ -120,8 +123,9 @@ def test_stream_of_a_million_carries_on_from_the_other_replica_when_killed_half_
         b.stop()
 
 
-async def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, etcd_server,
-                                                               etcd_namespace: str) -> None:
+async def test_async_stream_and_new_id_survive_a_killed_replica(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     a, b = two_replicas(tmp_path, etcd_env(etcd_server, etcd_namespace))
     total = 300_000
     try:
@@ -142,8 +146,9 @@ async def test_async_stream_and_new_id_survive_a_killed_replica(tmp_path: Path, 
         b.stop()
 
 
-def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp_path: Path, etcd_server,
-                                                                             etcd_namespace: str) -> None:
+def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(
+    tmp_path: Path, etcd_server, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID for two replicas
     holder = replica_on(tmp_path, env)
     refuser: Replica | None = None
@@ -158,8 +163,11 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(tmp
             elapsed = time.monotonic() - started
             assert len(set(got)) == 2000
             assert issued_total(refuser, "eight-byte") == 0 and issued_total(holder, "eight-byte") == 2000
-            refused = [line for line in refuser.get("/metrics").text.splitlines()
-                       if line.startswith("idmint_requests_total{") and 'status="503"' in line]
+            refused = [
+                line
+                for line in refuser.get("/metrics").text.splitlines()
+                if line.startswith("idmint_requests_total{") and 'status="503"' in line
+            ]
             # the test's own probe, then the client's one ask; then kept out for its Retry-After (1 s here)
             assert sum(float(line.rsplit(" ", 1)[1]) for line in refused) <= 2 + elapsed // 1
             for _ in range(10):  # the refuser still serves the schemes it can issue

@@ -108,8 +108,18 @@ def free_port() -> int:
 
 def server_command(port: int) -> list[str]:
     return [
-        sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
-        "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "app.main:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
     ]
 
 
@@ -122,9 +132,7 @@ def run_server(state_dir: Path, log_path: Path) -> Iterator[Server]:
     env["PYTHONUNBUFFERED"] = "1"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            server_command(port), cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+        process = subprocess.Popen(server_command(port), cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = Server(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     try:
         _wait_healthy(server)
@@ -145,8 +153,7 @@ def _wait_healthy(server: Server) -> None:
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise ServerError(
-                f"idmint exited with status {server.process.returncode} before answering /healthz:\n"
-                f"{server.log_tail()}"
+                f"idmint exited with status {server.process.returncode} before answering /healthz:\n{server.log_tail()}"
             )
         try:
             with urllib.request.urlopen(f"{server.url}/healthz", timeout=1) as response:

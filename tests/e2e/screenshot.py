@@ -25,29 +25,34 @@ TIME_ZONE = "Europe/Berlin"
 
 def log_excerpt(ids: dict[str, list[str]]) -> str:
     """A short, plausible log excerpt with fresh IDs of every scheme in it."""
-    return "\n".join([
-        f"09:41:07.112 INFO  checkout  order {ids['eight-byte'][0]} paid, 3 items",
-        f"09:41:07.240 INFO  auth      user {ids['siq'][0]} signed in",
-        f"09:41:07.305 WARN  sync      doc {ids['muid'][0]} merged from {ids['hlc-ulid'][0]}",
-        f"09:41:07.318 DEBUG trace     span {ids['wiji'][0]} closed after 4 ms",
-        "09:41:07.402 ERROR import    row 17: bad id 5D5EAC793E61F-0000000000000-00000",
-        "5D5EAC793E61F-0000000000000-00000",
-    ])
+    return "\n".join(
+        [
+            f"09:41:07.112 INFO  checkout  order {ids['eight-byte'][0]} paid, 3 items",
+            f"09:41:07.240 INFO  auth      user {ids['siq'][0]} signed in",
+            f"09:41:07.305 WARN  sync      doc {ids['muid'][0]} merged from {ids['hlc-ulid'][0]}",
+            f"09:41:07.318 DEBUG trace     span {ids['wiji'][0]} closed after 4 ms",
+            "09:41:07.402 ERROR import    row 17: bad id 5D5EAC793E61F-0000000000000-00000",
+            "5D5EAC793E61F-0000000000000-00000",
+        ]
+    )
 
 
 def take(out: Path, single: bool) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    with tempfile.TemporaryDirectory(prefix="idmint-screenshot-") as tmp, \
-            run_server(Path(tmp) / "state", Path(tmp) / "server.log") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="idmint-screenshot-") as tmp,
+        run_server(Path(tmp) / "state", Path(tmp) / "server.log") as server,
+    ):
         # The seed five: log_excerpt() places each by name.
         ids = {scheme: server.issue(scheme, count=1) for scheme in ("muid", "eight-byte", "hlc-ulid", "siq", "wiji")}
         text = ids["eight-byte"][0] if single else log_excerpt(ids)
         with sync_playwright() as playwright:
             browser = launch_browser(playwright)
             try:
-                context = browser.new_context(base_url=server.url, viewport=VIEWPORT, timezone_id=TIME_ZONE,
-                                              locale="en-GB", device_scale_factor=1)
+                context = browser.new_context(
+                    base_url=server.url, viewport=VIEWPORT, timezone_id=TIME_ZONE, locale="en-GB", device_scale_factor=1
+                )
                 page = context.new_page()
                 page.goto("/decode")
                 expect(page.locator("#layout-list details").first).to_be_visible()
@@ -58,8 +63,11 @@ def take(out: Path, single: bool) -> None:
                     "() => Math.ceil(document.querySelector('#results').getBoundingClientRect().bottom + scrollY)"
                 )
                 out.parent.mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(out), clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": bottom + 24},
-                                full_page=True)
+                page.screenshot(
+                    path=str(out),
+                    clip={"x": 0, "y": 0, "width": VIEWPORT["width"], "height": bottom + 24},
+                    full_page=True,
+                )
             finally:
                 browser.close()
 

@@ -91,22 +91,33 @@ def expected_words(scheme: str, fields: dict[str, Any]) -> dict[str, str]:
     if scheme == "muid":
         return {"medallion": f"medallion 0x{fields['medallion']:011X}"}
     if scheme == "eight-byte":
-        return {"generator_id": f"generator {fields['generator_id']} in cluster {fields['cluster_id']}",
-                "cluster_id": f"cluster {fields['cluster_id']}"}
+        return {
+            "generator_id": f"generator {fields['generator_id']} in cluster {fields['cluster_id']}",
+            "cluster_id": f"cluster {fields['cluster_id']}",
+        }
     if scheme == "hlc-ulid":
-        return {"publisher_id": f"publisher 0x{fields['publisher_id']:04X}",
-                "random": f"random 0x{fields['random']:012X}"}
+        return {
+            "publisher_id": f"publisher 0x{fields['publisher_id']:04X}",
+            "random": f"random 0x{fields['random']:012X}",
+        }
     if scheme == "siq":
-        return {"qualifier": f'qualifier "{fields["qualifier"]}": a {fields["qualifier"]}',
-                "shard": f"shard {fields['shard']}"}
+        return {
+            "qualifier": f'qualifier "{fields["qualifier"]}": a {fields["qualifier"]}',
+            "shard": f"shard {fields['shard']}",
+        }
     if scheme == "wiji":
         return {"version": "version 1 (Wiji v1)", "random": f"process 0x{fields['random']:013X}"}
     if scheme == "snowflake":
-        return {"worker_id": f"worker {fields['worker_id']}", "sequence": f"sequence {fields['sequence']} of 0..",
-                "layout": f"layout {fields['layout']}"}
+        return {
+            "worker_id": f"worker {fields['worker_id']}",
+            "sequence": f"sequence {fields['sequence']} of 0..",
+            "layout": f"layout {fields['layout']}",
+        }
     if scheme == "typeid":
-        return {"prefix": f'type "{fields["prefix"]}"' if fields["prefix"] else "no type prefix",
-                "version": f"UUID version {fields['version']}"}
+        return {
+            "prefix": f'type "{fields["prefix"]}"' if fields["prefix"] else "no type prefix",
+            "version": f"UUID version {fields['version']}",
+        }
     # uuidv7, ulid, ksuid: no node in the ID; each field is shown as its value.
     return {name: str(value) for name, value in fields.items() if name.startswith(("rand", "payload"))}
 
@@ -149,9 +160,14 @@ def test_page_is_served_with_a_strict_content_security_policy(server: Server, pa
     assert '<label for="ids"' in html and 'src="static/decode.js"' in html
 
 
-@pytest.mark.parametrize(("asset", "content_type"), [
-    ("decode.js", "javascript"), ("decode.css", "text/css"), ("favicon.svg", "image/svg+xml"),
-])
+@pytest.mark.parametrize(
+    ("asset", "content_type"),
+    [
+        ("decode.js", "javascript"),
+        ("decode.css", "text/css"),
+        ("favicon.svg", "image/svg+xml"),
+    ],
+)
 def test_static_assets_are_served_from_the_package(server: Server, asset: str, content_type: str) -> None:
     with urllib.request.urlopen(f"{server.url}/static/{asset}") as response:
         assert response.status == 200
@@ -211,23 +227,46 @@ def test_one_fresh_id_of_each_scheme_shows_every_field(
         screenshot(page, artifacts_dir, "e2e-one-id.png")
 
 
-@pytest.mark.parametrize(("text", "scheme", "words", "utc"), [
-    (MUID_VECTOR, "muid",
-     {"medallion": "medallion 0x1BFC71B112D", "offset": "ID number 11 of its bundle"},
-     "2022-01-19T08:00:30.975519Z"),
-    (EIGHT_BYTE_VECTOR, "eight-byte",
-     {"generator_id": "generator 1 in cluster 5", "sequence": "sequence 10 of 0..63", "mode": "SPREAD"},
-     "1974-07-14T19:42:16.275Z"),
-    (HLC_ULID_VECTOR, "hlc-ulid", {"publisher_id": "publisher 0x000A", "counter": "counter 0"},
-     "2022-03-25T17:25:13.466Z"),
-    (SIQ_VECTOR, "siq",
-     {"qualifier": 'qualifier "user": a user', "shard": "shard 7", "domain_hash": "domain hash 0x86CE1947",
-      "serial": "serial 0"},
-     "2025-01-01T00:00:00.000000Z"),
-    (WIJI_VECTOR, "wiji",
-     {"sequence": "sequence 42", "random": "process 0xABCDEF0123450", "version": "version 1"},
-     "1970-03-22T10:42:43.610624Z"),
-])
+@pytest.mark.parametrize(
+    ("text", "scheme", "words", "utc"),
+    [
+        (
+            MUID_VECTOR,
+            "muid",
+            {"medallion": "medallion 0x1BFC71B112D", "offset": "ID number 11 of its bundle"},
+            "2022-01-19T08:00:30.975519Z",
+        ),
+        (
+            EIGHT_BYTE_VECTOR,
+            "eight-byte",
+            {"generator_id": "generator 1 in cluster 5", "sequence": "sequence 10 of 0..63", "mode": "SPREAD"},
+            "1974-07-14T19:42:16.275Z",
+        ),
+        (
+            HLC_ULID_VECTOR,
+            "hlc-ulid",
+            {"publisher_id": "publisher 0x000A", "counter": "counter 0"},
+            "2022-03-25T17:25:13.466Z",
+        ),
+        (
+            SIQ_VECTOR,
+            "siq",
+            {
+                "qualifier": 'qualifier "user": a user',
+                "shard": "shard 7",
+                "domain_hash": "domain hash 0x86CE1947",
+                "serial": "serial 0",
+            },
+            "2025-01-01T00:00:00.000000Z",
+        ),
+        (
+            WIJI_VECTOR,
+            "wiji",
+            {"sequence": "sequence 42", "random": "process 0xABCDEF0123450", "version": "version 1"},
+            "1970-03-22T10:42:43.610624Z",
+        ),
+    ],
+)
 def test_spec_vectors_are_worded_for_humans(
     page: Page, server: Server, text: str, scheme: str, words: dict[str, str], utc: str | None
 ) -> None:
@@ -449,8 +488,18 @@ def test_csv_download_holds_every_row(page: Page, server: Server, artifacts_dir:
     raw = path.read_bytes().decode("utf-8")
     rows = list(csv.DictReader(io.StringIO(raw, newline="")))
 
-    assert list(rows[0]) == ["line", "input", "scheme", "candidates", "id", "hex", "timestamp_utc", "summary",
-                             "fields", "error"]
+    assert list(rows[0]) == [
+        "line",
+        "input",
+        "scheme",
+        "candidates",
+        "id",
+        "hex",
+        "timestamp_utc",
+        "summary",
+        "fields",
+        "error",
+    ]
     for scheme, decoded in truth.items():
         [row] = [r for r in rows if r["input"] == ids[scheme] and r["scheme"] == scheme]
         assert row["id"] == decoded["id"]

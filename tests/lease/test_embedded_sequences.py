@@ -48,7 +48,10 @@ async def test_ranges_are_contiguous_durable_and_refused_past_the_maximum(tmp_pa
     reopened = EmbeddedSequenceStore(tmp_path)
     assert (await reopened.get("orders")).next == 2**40 + 8
     assert json.loads((tmp_path / "sequences" / "orders.json").read_text()) == {
-        "start": 5, "cache": 10, "next": 2**40 + 8}
+        "start": 5,
+        "cache": 10,
+        "next": 2**40 + 8,
+    }
 
     await store.create("edge", MAX_VALUE - 9, 10)
     with pytest.raises(SequenceOverflowError, match=r"would pass the maximum value 2\*\*63-1"):
@@ -82,8 +85,12 @@ asyncio.run(main())
 async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path) -> None:
     store = EmbeddedSequenceStore(tmp_path)
     await store.create("orders", 1, 10)
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "150"], cwd=ROOT,
-                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(tmp_path), "150"], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
     ranges = []
     try:
         for proc in procs:

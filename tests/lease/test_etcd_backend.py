@@ -47,20 +47,32 @@ async def one_event_loop() -> AsyncIterator[None]:
 
 
 def holder(n: int) -> Holder:
-    return Holder(host=f"replica-{n}", pid=1000 + n, version="test", started_at="2026-01-01T00:00:00Z",
-                  address=f"127.0.0.1:{8000 + n}")
+    return Holder(
+        host=f"replica-{n}",
+        pid=1000 + n,
+        version="test",
+        started_at="2026-01-01T00:00:00Z",
+        address=f"127.0.0.1:{8000 + n}",
+    )
 
 
 def etcd_settings(endpoint: str, namespace: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = dict(etcd_endpoints=endpoint, etcd_namespace=namespace, etcd_lease_ttl=TTL_S,
-                                  etcd_safety_margin=MARGIN_S, etcd_connect_timeout=1.0, etcd_request_timeout=1.0)
+    values: dict[str, Any] = dict(
+        etcd_endpoints=endpoint,
+        etcd_namespace=namespace,
+        etcd_lease_ttl=TTL_S,
+        etcd_safety_margin=MARGIN_S,
+        etcd_connect_timeout=1.0,
+        etcd_request_timeout=1.0,
+    )
     values.update(overrides)
     return load_settings(**values)
 
 
 @asynccontextmanager
-async def backend(server: EtcdServer, namespace: str, clock: Callable[[], float] = time.monotonic,
-                  **overrides: Any) -> AsyncIterator[EtcdBackend]:
+async def backend(
+    server: EtcdServer, namespace: str, clock: Callable[[], float] = time.monotonic, **overrides: Any
+) -> AsyncIterator[EtcdBackend]:
     """An EtcdBackend on ``server`` (deadlines on ``clock``, monotonic seconds), started; closed on exit."""
     b = EtcdBackend(etcd_settings(server.endpoint, namespace, **overrides), clock=clock)
     try:
@@ -95,8 +107,10 @@ class RawEtcd:
     async def get_prefix(self, prefix: bytes) -> list[RawKV]:
         end = prefix[:-1] + bytes([prefix[-1] + 1])
         got = await self._post("/v3/kv/range", {"key": self._b64(prefix), "range_end": self._b64(end)})
-        return [RawKV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")), int(kv.get("lease", 0)))
-                for kv in got.get("kvs", [])]
+        return [
+            RawKV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")), int(kv.get("lease", 0)))
+            for kv in got.get("kvs", [])
+        ]
 
     async def get(self, key: bytes) -> RawKV | None:
         got = await self._post("/v3/kv/range", {"key": self._b64(key)})
@@ -150,7 +164,8 @@ async def keys_under(raw: RawEtcd, prefix: str) -> dict[str, tuple[dict[str, Any
 
 # -- claims -------------------------------------------------------------------------------------------------------
 async def test_three_backends_claim_distinct_identities_visible_with_holders(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     ns = etcd_namespace
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b, backend(etcd_server, ns) as c:
         claims: dict[str, list[EtcdClaim]] = {}
@@ -167,8 +182,9 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
         assert [cl.key for cl in claims["eight-byte/scan"]] == [f"{ns}pool/0:{g}" for g in (0, 1, 2)]
         assert [cl.key for cl in claims["hlc-ulid/scan"]] == [f"{ns}idmint/hlc-ulid/{p}" for p in (0, 1, 2)]
         assert [cl.key for cl in claims["siq/scan"]] == [f"{ns}idmint/siq/86ce1947/{s}" for s in (0, 1, 2)]
-        assert [cl.key for cl in claims["muid/random"]] == [f"{ns}idmint/muid/{cl.identity:011X}"
-                                                            for cl in claims["muid/random"]]
+        assert [cl.key for cl in claims["muid/random"]] == [
+            f"{ns}idmint/muid/{cl.identity:011X}" for cl in claims["muid/random"]
+        ]
 
         found = await keys_under(raw, ns)
         every = [cl for got in claims.values() for cl in got]
@@ -200,26 +216,27 @@ async def test_pool_exhaustion_and_release(etcd_server: EtcdServer, etcd_namespa
         await b.claim(two, holder(1))
         with pytest.raises(PoolExhaustedError, match=r"no free generator_id in cluster 0: 2 of 2 held"):
             await b.claim(two, holder(1))
-        random_two = pool_spec("eight-byte", minimum=0, maximum=1, draw="random",
-                              settings={"cluster_id": 0})
+        random_two = pool_spec("eight-byte", minimum=0, maximum=1, draw="random", settings={"cluster_id": 0})
         with pytest.raises(PoolExhaustedError):
             await b.claim(random_two, holder(1))
         await a.release(first, None)
         assert first.lost and not first.valid()
         again = await b.claim(two, holder(1))
         assert again.identity == first.identity
-        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
-                          candidates=(again.identity,), static=True)
-        with pytest.raises(PoolExhaustedError, match=rf"static generator_id in cluster 0 unavailable: "
-                                                     rf"{again.identity} is held by replica-1 pid 1001"):
+        static = pool_spec(
+            "eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(again.identity,), static=True
+        )
+        with pytest.raises(
+            PoolExhaustedError,
+            match=rf"static generator_id in cluster 0 unavailable: "
+            rf"{again.identity} is held by replica-1 pid 1001",
+        ):
             await a.claim(static, holder(0))
-        excluded = pool_spec("eight-byte", minimum=0, maximum=3, settings={"cluster_id": 0},
-                            exclude=frozenset({2}))
+        excluded = pool_spec("eight-byte", minimum=0, maximum=3, settings={"cluster_id": 0}, exclude=frozenset({2}))
         assert (await a.claim(excluded, holder(0))).identity == 3
 
 
-async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_namespace: str,
-                                                raw: RawEtcd) -> None:
+async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     # java-uniqueid's ResourceClaim: Put(pool/<cluster>:<generator>, "", lease) -- here a plain put, no lease.
     ns = etcd_namespace
     for generator in (0, 1, 3):
@@ -228,8 +245,9 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
     async with backend(etcd_server, ns) as a:
         got = [(await a.claim(EIGHT_BYTE, holder(0))).identity for _ in range(3)]
         assert got == [2, 4, 5]
-        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
-                          candidates=(3,), static=True)
+        static = pool_spec(
+            "eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(3,), static=True
+        )
         with pytest.raises(PoolExhaustedError, match="java-uniqueid writes an empty value"):
             await a.claim(static, holder(0))
         cluster1 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 1})
@@ -239,14 +257,16 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
         assert set(found) == {f"{ns}pool/0:{g}" for g in range(6)} | {f"{ns}pool/1:0", f"{ns}pool/1:2"}
 
 
-async def test_cluster_id_key_lists_allowed_cluster_ids(etcd_server: EtcdServer, etcd_namespace: str,
-                                                        raw: RawEtcd) -> None:
+async def test_cluster_id_key_lists_allowed_cluster_ids(
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     ns = etcd_namespace
     cluster3 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 3})
     async with backend(etcd_server, ns) as a:
         await raw.put(f"{ns}cluster-id".encode(), b"1, 3")  # as java-uniqueid's TestHelper writes it
-        with pytest.raises(NotReadyError, match=r"cluster ID 0 is not listed in etcd key .*cluster-id \('1, 3'\)") \
-                as info:
+        with pytest.raises(
+            NotReadyError, match=r"cluster ID 0 is not listed in etcd key .*cluster-id \('1, 3'\)"
+        ) as info:
             await a.claim(EIGHT_BYTE, holder(0))
         assert not isinstance(info.value, PoolExhaustedError | BackendUnavailableError)
         assert (await a.claim(cluster3, holder(0))).key == f"{ns}pool/3:0"
@@ -258,7 +278,8 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(etcd_server: EtcdServer,
 
 
 async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease.
     async with backend(etcd_server, etcd_namespace) as a:
         assert a._session is not None
@@ -269,7 +290,8 @@ async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
 
 # -- high-water marks -----------------------------------------------------------------------------------------
 async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     ns = etcd_namespace
     pool = pool_spec("siq", minimum=0, maximum=0, settings={"siq_domain": "example.com"})
     async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
@@ -323,11 +345,17 @@ HOLDER_SCRIPT = textwrap.dedent("""
 
 
 async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_expires(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     ns = etcd_namespace
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER_SCRIPT, etcd_server.endpoint, ns, str(TTL_S)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_SCRIPT, etcd_server.endpoint, ns, str(TTL_S)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = await anyio.to_thread.run_sync(proc.stdout.readline)
@@ -343,8 +371,7 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
                 stream.close()
     killed_at = time.monotonic()
 
-    static7 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
-                       candidates=(7,), static=True)
+    static7 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(7,), static=True)
     async with backend(etcd_server, ns) as b:
         refused = 0
         while True:
@@ -365,10 +392,10 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
 
 
 async def test_holder_that_stops_refreshing_fails_closed_before_another_can_claim(
-        etcd_server: EtcdServer, etcd_namespace: str) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
     ns = etcd_namespace
-    static = pool_spec("hlc-ulid", minimum=0, maximum=65535, candidates=(42,),
-                      static=True)
+    static = pool_spec("hlc-ulid", minimum=0, maximum=65535, candidates=(42,), static=True)
     clock = FakeClock.running_from_now()  # the backend's deadlines are on this clock, and so are ours below
     async with backend(etcd_server, ns, clock=clock.seconds) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(static, holder(0))
@@ -396,7 +423,8 @@ async def test_holder_that_stops_refreshing_fails_closed_before_another_can_clai
 
 # -- losing the claim -----------------------------------------------------------------------------------------
 async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     async with backend(etcd_server, etcd_namespace) as a:
         deleted = await a.claim(HLC_ULID, holder(0))
         overwritten = await a.claim(HLC_ULID, holder(0))
@@ -420,7 +448,8 @@ async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
 
 
 async def test_revoked_lease_loses_claims_and_a_new_lease_is_granted(
-        etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
+) -> None:
     async with backend(etcd_server, etcd_namespace) as a:
         claim = await a.claim(SIQ, holder(0))
         old_lease = claim.lease_id
@@ -434,7 +463,8 @@ async def test_revoked_lease_loses_claims_and_a_new_lease_is_granted(
 
 # -- etcd faults ----------------------------------------------------------------------------------------------
 async def test_etcd_stopped_fails_closed_and_recovers_after_restart(
-        etcd_server: EtcdServer, etcd_namespace: str) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
     clock = FakeClock.running_from_now()  # the backend's deadlines are on this clock, and so are ours below
     async with backend(etcd_server, etcd_namespace, clock=clock.seconds) as a:
         claim = await a.claim(EIGHT_BYTE, holder(0))
@@ -529,8 +559,9 @@ async def test_tls_with_client_certificates(etcd_factory: Callable[..., EtcdServ
     tls = make_tls_material(tmp_path / "tls")
     server = etcd_factory(tls=tls)
     assert server.endpoint.startswith("https://")
-    async with backend(server, "tls/", etcd_ca_cert=tls.ca_cert, etcd_cert_cert=tls.client_cert,
-                       etcd_cert_key=tls.client_key) as secure:
+    async with backend(
+        server, "tls/", etcd_ca_cert=tls.ca_cert, etcd_cert_cert=tls.client_cert, etcd_cert_key=tls.client_key
+    ) as secure:
         claim = await secure.claim(SIQ, holder(0))
         await claim.record_mark(1)
         assert claim.key == "tls/idmint/siq/86ce1947/0"

@@ -28,9 +28,15 @@ MARGIN_S = 1.0
 
 @asynccontextmanager
 async def backend(endpoints: str, namespace: str, **overrides: Any) -> AsyncIterator[EtcdBackend]:
-    settings = load_settings(etcd_endpoints=endpoints, etcd_namespace=namespace, etcd_lease_ttl=TTL_S,
-                             etcd_safety_margin=MARGIN_S, etcd_connect_timeout=1.0, etcd_request_timeout=1.0,
-                             **overrides)
+    settings = load_settings(
+        etcd_endpoints=endpoints,
+        etcd_namespace=namespace,
+        etcd_lease_ttl=TTL_S,
+        etcd_safety_margin=MARGIN_S,
+        etcd_connect_timeout=1.0,
+        etcd_request_timeout=1.0,
+        **overrides,
+    )
     b = EtcdBackend(settings)
     await b.start()
     try:

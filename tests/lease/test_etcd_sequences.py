@@ -18,8 +18,13 @@ pytestmark = pytest.mark.anyio
 
 
 def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenceStore:
-    settings = Settings(etcd_endpoints=endpoint, etcd_namespace=namespace, etcd_request_timeout=1.0,
-                        etcd_connect_timeout=1.0, **overrides)  # type: ignore[arg-type]
+    settings = Settings(
+        etcd_endpoints=endpoint,
+        etcd_namespace=namespace,
+        etcd_request_timeout=1.0,
+        etcd_connect_timeout=1.0,
+        **overrides,
+    )  # type: ignore[arg-type]
     return EtcdSequenceStore(settings)
 
 
@@ -60,21 +65,23 @@ async def test_competing_stores_never_overlap(etcd_server: EtcdServer, etcd_name
         spans = sorted(r for rs in got for r in rs)
         assert all(a[1] < b[0] for a, b in itertools.pairwise(spans))
         assert spans[-1][1] + 1 == (await stores[1].get("orders")).next
-        assert spans[0][0] == 1 and sum(b - a + 1 for a, b in spans) == spans[-1][1]   # no integer lost either
+        assert spans[0][0] == 1 and sum(b - a + 1 for a, b in spans) == spans[-1][1]  # no integer lost either
     finally:
         for s in stores:
             await s.close()
 
 
 async def test_an_outage_is_a_503_and_a_value_written_by_someone_else_is_respected(
-        etcd_server: EtcdServer, etcd_namespace: str) -> None:
+    etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
     store = store_for(etcd_server.endpoint, etcd_namespace)
     try:
         await store.create("orders", 1, 10)
         assert await store.reserve("orders", 5) == (1, 5)
         # An operator moves the allocation point on: our cached revision is stale, the guarded write sees it.
-        etcd_server.etcdctl("put", f"{etcd_namespace}idmint/sequences/orders",
-                            json.dumps({"start": 1, "cache": 10, "next": 1000}))
+        etcd_server.etcdctl(
+            "put", f"{etcd_namespace}idmint/sequences/orders", json.dumps({"start": 1, "cache": 10, "next": 1000})
+        )
         assert await store.reserve("orders", 5) == (1000, 1004)
         etcd_server.stop()
         with pytest.raises(BackendUnavailableError, match="etcd"):

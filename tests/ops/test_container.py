@@ -105,7 +105,7 @@ def test_dockerignore_keeps_what_the_build_copies() -> None:
 
 def test_dockerfile_healthcheck_command_works_against_a_real_server(idmint_server) -> None:
     healthcheck = _one("HEALTHCHECK")
-    exec_form = json.loads(healthcheck[healthcheck.index("CMD ") + 4:])
+    exec_form = json.loads(healthcheck[healthcheck.index("CMD ") + 4 :])
     assert exec_form[0] == "python" and "/healthz" in exec_form[-1]
     command = [sys.executable, *exec_form[1:]]
     server = idmint_server(workers=1)
@@ -181,7 +181,8 @@ def test_compose_grafana_is_provisioned_from_deploy_grafana() -> None:
     datasource = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"][0]
     assert datasource["type"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
     assert "9090:9090" in str(services["prometheus"]["ports"]) or any(
-        p.get("target") == 9090 for p in services["prometheus"]["ports"])
+        p.get("target") == 9090 for p in services["prometheus"]["ports"]
+    )
     provider = yaml.safe_load((provisioning / "dashboards" / "idmint.yml").read_text())["providers"][0]
     assert provider["type"] == "file" and provider["options"]["path"] == "/var/lib/grafana/dashboards"
     dashboard = json.loads((dashboards_dir / "idmint.json").read_text())

@@ -34,21 +34,28 @@ def _record(name: str, msg: str, *args: object, **extra: object) -> logging.LogR
 
 
 def test_text_lines_carry_extras_as_key_value() -> None:
-    line = TextFormatter().format(_record("idmint.lease", "lease gained", scheme="eight-byte", identity=7,
-                                          holder="host-1 pid 9"))
+    line = TextFormatter().format(
+        _record("idmint.lease", "lease gained", scheme="eight-byte", identity=7, holder="host-1 pid 9")
+    )
     assert TEXT_LINE.match(line)
     assert line.endswith('idmint.lease: lease gained scheme=eight-byte identity=7 holder="host-1 pid 9"')
 
 
 def test_json_lines_are_one_object_with_extras_and_access_fields() -> None:
     fmt = JsonFormatter()
-    entry = json.loads(fmt.format(_record("idmint.lease", "lease lost: %s", "expired", scheme="muid",
-                                          color_message="\x1b[31mx")))
+    entry = json.loads(
+        fmt.format(_record("idmint.lease", "lease lost: %s", "expired", scheme="muid", color_message="\x1b[31mx"))
+    )
     assert set(entry) == {"ts", "level", "logger", "msg", "scheme"}
     assert entry["msg"] == "lease lost: expired" and entry["level"] == "INFO" and entry["logger"] == "idmint.lease"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", entry["ts"])
-    access = json.loads(fmt.format(_record("uvicorn.access", '%s - "%s %s HTTP/%s" %d',
-                                           "127.0.0.1:5000", "GET", "/v1/ids/muid?count=2", "1.1", 200)))
+    access = json.loads(
+        fmt.format(
+            _record(
+                "uvicorn.access", '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET", "/v1/ids/muid?count=2", "1.1", 200
+            )
+        )
+    )
     assert access["status"] == 200 and access["method"] == "GET" and access["path"] == "/v1/ids/muid?count=2"
     try:
         raise RuntimeError("boom")
@@ -75,15 +82,25 @@ def test_uvicorn_log_config_rejects_an_unknown_format() -> None:
 
 
 def test_configure_logging_applies_to_the_idmint_tree(capsys: pytest.CaptureFixture[str]) -> None:
-    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate,
-                    logging.getLogger(name).level) for name in ("idmint", "uvicorn", "uvicorn.access")}
+    saved = {
+        name: (logging.getLogger(name).handlers[:], logging.getLogger(name).propagate, logging.getLogger(name).level)
+        for name in ("idmint", "uvicorn", "uvicorn.access")
+    }
     try:
         configure_logging(LogSettings(log_format="json"))
         logging.getLogger("idmint.node").warning("clock rollback", extra={"scheme": "siq", "step_seconds": 0.25})
         logging.getLogger("uvicorn.access").info("dropped")
         lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-        assert lines == [{"ts": lines[0]["ts"], "level": "WARNING", "logger": "idmint.node", "msg": "clock rollback",
-                          "scheme": "siq", "step_seconds": 0.25}]
+        assert lines == [
+            {
+                "ts": lines[0]["ts"],
+                "level": "WARNING",
+                "logger": "idmint.node",
+                "msg": "clock rollback",
+                "scheme": "siq",
+                "step_seconds": 0.25,
+            }
+        ]
     finally:
         for name, (handlers, propagate, level) in saved.items():
             logger = logging.getLogger(name)
@@ -107,7 +124,9 @@ def test_serve_writes_json_lines_and_access_lines_when_enabled(idmint_server) ->
     assert any(e["logger"] == "uvicorn.error" and "Application startup complete" in e["msg"] for e in entries)
     access = [e for e in entries if e["logger"] == "uvicorn.access"]
     assert [(e["method"], e["path"].split("?")[0], e["status"]) for e in access if "/v1/ids" in e["path"]] == [
-        ("GET", "/v1/ids/wiji", 200), ("GET", "/v1/ids/nope", 404)]
+        ("GET", "/v1/ids/wiji", 200),
+        ("GET", "/v1/ids/nope", 404),
+    ]
 
 
 def test_serve_has_no_access_lines_by_default(idmint_server) -> None:

@@ -55,8 +55,9 @@ def issue(container: Container, scheme: str, count: int, **params: str) -> list[
 
 
 def stream(container: Container, scheme: str, count: int) -> list[str]:
-    with container.client.stream("GET", f"{container.base_url}/v1/ids/{scheme}/stream",
-                                 params={"count": count}, timeout=120) as response:
+    with container.client.stream(
+        "GET", f"{container.base_url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=120
+    ) as response:
         assert response.status_code == 200, f"{scheme}: {response.status_code}"
         lines = response.read().decode().splitlines()
     assert len(lines) == count, f"{scheme}: {len(lines)} of {count} IDs"
@@ -87,11 +88,14 @@ def can_write(container: Container, directory: str) -> bool:
 
 
 def test_image_is_built_from_the_dockerfile_and_declares_user_healthcheck_and_state_volume(
-        podman: Podman, idmint_image: Image) -> None:
+    podman: Podman, idmint_image: Image
+) -> None:
     data = json.loads(podman.run("image", "inspect", idmint_image.tag).stdout)[0]
     config = data["Config"]
-    print(f"\nidmint image {idmint_image.tag}: {idmint_image.size / 1e6:.0f} MB, built in "
-          f"{idmint_image.build_seconds:.0f} s")
+    print(
+        f"\nidmint image {idmint_image.tag}: {idmint_image.size / 1e6:.0f} MB, built in "
+        f"{idmint_image.build_seconds:.0f} s"
+    )
     assert config["User"] == "10001:10001"
     assert config["Cmd"] == ["idmint", "serve"]
     assert STATE_DIR in config["Volumes"]
@@ -128,10 +132,21 @@ def test_container_is_ready_issues_and_decodes_every_scheme_as_uid_10001(contain
 
     # The process can write its state directory and nothing of the image: not its code, not the system.
     assert can_write(container, STATE_DIR)
-    package_dir = container.exec("python", "-c", "import app, os; print(os.path.dirname(app.__file__))",
-                                 check=True).stdout.strip()
-    for directory in ("/", "/etc", "/usr", "/usr/local/bin", "/opt/idmint", "/opt/idmint/bin", package_dir, "/root",
-                      "/var/lib", "/home"):
+    package_dir = container.exec(
+        "python", "-c", "import app, os; print(os.path.dirname(app.__file__))", check=True
+    ).stdout.strip()
+    for directory in (
+        "/",
+        "/etc",
+        "/usr",
+        "/usr/local/bin",
+        "/opt/idmint",
+        "/opt/idmint/bin",
+        package_dir,
+        "/root",
+        "/var/lib",
+        "/home",
+    ):
         assert not can_write(container, directory), directory
 
     health = container.podman.run("healthcheck", "run", container.name, check=False)
@@ -140,7 +155,8 @@ def test_container_is_ready_issues_and_decodes_every_scheme_as_uid_10001(contain
 
 
 def test_read_only_container_stops_on_sigterm_and_restarts_above_its_marks_from_the_state_volume(
-        containers: ContainerFactory) -> None:
+    containers: ContainerFactory,
+) -> None:
     """Run as Kubernetes does (read-only root, no tmpfs): only the state volume is writable. SIGTERM ends the
     process within the grace period; a new container on the same volume, its clock 1.5 s behind, reclaims the same
     identities and issues above every earlier ID of the schemes that hold one."""
@@ -179,10 +195,14 @@ def etcd_lease_count(etcd: EtcdServer) -> int:
 
 
 def test_three_containers_on_etcd_hold_distinct_identities_and_never_repeat_an_id(
-        containers: ContainerFactory, etcd_factory: Any) -> None:
+    containers: ContainerFactory, etcd_factory: Any
+) -> None:
     etcd = etcd_factory()
-    env = {"IDMINT_ETCD_ENDPOINTS": etcd.endpoint, "IDMINT_ETCD_NAMESPACE": f"test/podman-{SESSION}/",
-           "IDMINT_ETCD_LEASE_TTL": "10"}
+    env = {
+        "IDMINT_ETCD_ENDPOINTS": etcd.endpoint,
+        "IDMINT_ETCD_NAMESPACE": f"test/podman-{SESSION}/",
+        "IDMINT_ETCD_LEASE_TTL": "10",
+    }
     replicas = [containers.start(env=env, ready=False) for _ in range(3)]
     for replica in replicas:
         replica.wait_ready()
@@ -221,13 +241,13 @@ def podman_compose() -> str:
     """podman-compose from the dev extras (Debian's 1.0.3 cannot run services with network_mode: host)."""
     script = Path(sys.executable).parent / "podman-compose"
     if not script.is_file():
-        pytest.fail("podman-compose is not installed: install the dev extras (pip install -e '.[dev]')",
-                    pytrace=False)
+        pytest.fail("podman-compose is not installed: install the dev extras (pip install -e '.[dev]')", pytrace=False)
     return str(script)
 
 
-def build_tool_image(podman: Podman, base_image: str, tag: str, workdir: Path, files: dict[str, Path],
-                     instructions: str) -> None:
+def build_tool_image(
+    podman: Podman, base_image: str, tag: str, workdir: Path, files: dict[str, Path], instructions: str
+) -> None:
     """An image FROM the base with ``files`` (name -> host path) copied to /usr/local/bin."""
     workdir.mkdir(parents=True, exist_ok=True)
     for name, source in files.items():
@@ -259,8 +279,9 @@ def compose_ports(podman: Podman) -> Iterator[None]:
 
 
 @pytest.fixture
-def compose_stack(podman: Podman, base_image: str, idmint_image: Image, compose_ports: None,
-                  tmp_path: Path) -> Iterator[dict[str, Any]]:
+def compose_stack(
+    podman: Podman, base_image: str, idmint_image: Image, compose_ports: None, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
     """docker-compose.yml + tests/ops/compose.podman.yml brought up with podman-compose (etcd, three replicas,
     Prometheus), torn down with ``down -v`` and every image made for it removed."""
     project = f"idmint-test-{SESSION}"
@@ -280,30 +301,50 @@ def compose_stack(podman: Podman, base_image: str, idmint_image: Image, compose_
     config.write_text(yaml.safe_dump(deployed, sort_keys=False))
     config.chmod(0o644)
 
-    env = {**podman.env, "IDMINT_TEST_IMAGE": idmint_image.tag, "IDMINT_TEST_ETCD_IMAGE": etcd_tag,
-           "IDMINT_TEST_PROMETHEUS_IMAGE": prometheus_tag, "IDMINT_TEST_PROMETHEUS_CONFIG": str(config),
-           "IDMINT_TEST_PROMETHEUS_PORT": str(prometheus_port)}
+    env = {
+        **podman.env,
+        "IDMINT_TEST_IMAGE": idmint_image.tag,
+        "IDMINT_TEST_ETCD_IMAGE": etcd_tag,
+        "IDMINT_TEST_PROMETHEUS_IMAGE": prometheus_tag,
+        "IDMINT_TEST_PROMETHEUS_CONFIG": str(config),
+        "IDMINT_TEST_PROMETHEUS_PORT": str(prometheus_port),
+    }
     base = [podman_compose(), "--project-name", project, "-f", str(COMPOSE_FILE), "-f", str(COMPOSE_OVERRIDE)]
 
     def compose(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return subprocess.run(
+            [*base, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     try:
-        build_tool_image(podman, base_image, etcd_tag, tmp_path / "etcd-image",
-                         {"etcd": find_etcd_binary("etcd"), "etcdctl": find_etcd_binary("etcdctl")}, "")
-        build_tool_image(podman, base_image, prometheus_tag, tmp_path / "prometheus-image",
-                         {"prometheus": Path(find_tool("prometheus"))},
-                         'ENTRYPOINT ["/usr/local/bin/prometheus"]')
+        build_tool_image(
+            podman,
+            base_image,
+            etcd_tag,
+            tmp_path / "etcd-image",
+            {"etcd": find_etcd_binary("etcd"), "etcdctl": find_etcd_binary("etcdctl")},
+            "",
+        )
+        build_tool_image(
+            podman,
+            base_image,
+            prometheus_tag,
+            tmp_path / "prometheus-image",
+            {"prometheus": Path(find_tool("prometheus"))},
+            'ENTRYPOINT ["/usr/local/bin/prometheus"]',
+        )
         up = compose("up", "-d", "etcd", *COMPOSE_REPLICAS, "prometheus")
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         yield {"compose": compose, "prometheus": f"http://127.0.0.1:{prometheus_port}", "project": project}
     finally:
         label = f"label=io.podman.compose.project={project}"
         members = podman.run("ps", "-aq", "--filter", label, check=False).stdout.split()
-        anonymous = [mount["Name"] for info in (json.loads(podman.run("container", "inspect", *members).stdout)
-                                                 if members else [])
-                     for mount in info["Mounts"] if mount.get("Type") == "volume"]
+        anonymous = [
+            mount["Name"]
+            for info in (json.loads(podman.run("container", "inspect", *members).stdout) if members else [])
+            for mount in info["Mounts"]
+            if mount.get("Type") == "volume"
+        ]
         down = compose("down", "-v", "-t", str(GRACE_S))
         leftover = podman.run("ps", "-aq", "--filter", label, check=False).stdout.split()
         if leftover:
@@ -331,7 +372,8 @@ def wait_for(what: str, check: Any, timeout: float, on_timeout: Any = None) -> N
 
 
 def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
-        podman: Podman, compose_stack: dict[str, Any]) -> None:
+    podman: Podman, compose_stack: dict[str, Any]
+) -> None:
     compose = compose_stack["compose"]
     client = httpx.Client(timeout=10)
 
@@ -341,8 +383,12 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
 
     try:
         for name, port in COMPOSE_REPLICAS.items():
-            wait_for(f"{name} ready on :{port}",
-                     lambda port=port: client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200, 90, logs)
+            wait_for(
+                f"{name} ready on :{port}",
+                lambda port=port: client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200,
+                90,
+                logs,
+            )
 
         schemes = [e["name"] for e in client.get("http://127.0.0.1:8001/v1/schemes").json()["schemes"]]
         for name in schemes:
@@ -352,8 +398,10 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
                 assert response.status_code == 200, response.text
                 seen += response.json()["ids"]
             assert len(set(seen)) == len(seen) == 3000, name
-        backends = {client.get(f"http://127.0.0.1:{port}/readyz").json()["backend"]["backend"]
-                    for port in COMPOSE_REPLICAS.values()}
+        backends = {
+            client.get(f"http://127.0.0.1:{port}/readyz").json()["backend"]["backend"]
+            for port in COMPOSE_REPLICAS.values()
+        }
         assert backends == {"etcd"}, backends
 
         prometheus = compose_stack["prometheus"]
@@ -367,8 +415,9 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
 
         wait_for("Prometheus to scrape the three replicas", all_up, 60, logs)
         targets = client.get(f"{prometheus}/api/v1/targets").json()["data"]["activeTargets"]
-        assert sorted(t["labels"]["instance"] for t in targets if t["labels"]["job"] == IDMINT_JOB) == \
-            sorted(f"127.0.0.1:{port}" for port in COMPOSE_REPLICAS.values())
+        assert sorted(t["labels"]["instance"] for t in targets if t["labels"]["job"] == IDMINT_JOB) == sorted(
+            f"127.0.0.1:{port}" for port in COMPOSE_REPLICAS.values()
+        )
         rules = client.get(f"{prometheus}/api/v1/rules").json()["data"]["groups"]
         assert rules, "the alert rules of deploy/prometheus-rules.yml were not loaded"
 
@@ -378,8 +427,14 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
         assert stop.returncode == 0, stop.stdout[-3000:] + stop.stderr[-3000:]
         assert time.monotonic() - started < GRACE_S * len(COMPOSE_REPLICAS)
         for name in COMPOSE_REPLICAS:
-            ids = podman.run("ps", "-aq", "--filter", f"label=com.docker.compose.service={name}", "--filter",
-                             f"label=io.podman.compose.project={compose_stack['project']}").stdout.split()
+            ids = podman.run(
+                "ps",
+                "-aq",
+                "--filter",
+                f"label=com.docker.compose.service={name}",
+                "--filter",
+                f"label=io.podman.compose.project={compose_stack['project']}",
+            ).stdout.split()
             assert len(ids) == 1, (name, ids)
             info = json.loads(podman.run("container", "inspect", ids[0]).stdout)[0]
             state = info["State"]

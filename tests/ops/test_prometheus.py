@@ -34,8 +34,16 @@ CALLS: dict[str, list[tuple[str, int]]] = {
 }
 OTHER_CALLS = [("GET", 17), ("POST", 129)]
 ISSUES: dict[str, list[tuple[str, int]]] = {name: CALLS.get(name, OTHER_CALLS) for name in schemes()}
-ALERTS = {"IdmintDown", "IdmintReplicaNotReady", "IdmintLeaseLost", "IdmintLeaseRenewalsFailing",
-          "IdmintClockRollback", "IdmintIdentityRefused", "IdmintSequenceExhausted", "IdmintNoIdsIssued"}
+ALERTS = {
+    "IdmintDown",
+    "IdmintReplicaNotReady",
+    "IdmintLeaseLost",
+    "IdmintLeaseRenewalsFailing",
+    "IdmintClockRollback",
+    "IdmintIdentityRefused",
+    "IdmintSequenceExhausted",
+    "IdmintNoIdsIssued",
+}
 
 
 def _issue(base_url: str, scheme: str, method: str, count: int) -> int:
@@ -49,8 +57,9 @@ def _issue(base_url: str, scheme: str, method: str, count: int) -> int:
 
 
 def _issue_all(server: IdmintServer, repeat: int) -> dict[str, int]:
-    jobs = [(scheme, method, count) for _ in range(repeat) for scheme, calls in ISSUES.items()
-            for method, count in calls]
+    jobs = [
+        (scheme, method, count) for _ in range(repeat) for scheme, calls in ISSUES.items() for method, count in calls
+    ]
     with ThreadPoolExecutor(max_workers=8) as pool:
         received = list(pool.map(lambda job: _issue(server.base_url, *job), jobs))
     totals: dict[str, int] = {}
@@ -60,13 +69,17 @@ def _issue_all(server: IdmintServer, repeat: int) -> dict[str, int]:
 
 
 def _issued(prometheus: PrometheusServer) -> dict[str, float]:
-    return {r["metric"]["scheme"]: float(r["value"][1])
-            for r in prometheus.query('idmint_ids_issued_total{job="idmint"}')}
+    return {
+        r["metric"]["scheme"]: float(r["value"][1]) for r in prometheus.query('idmint_ids_issued_total{job="idmint"}')
+    }
 
 
-def _scrape_and_count(server: IdmintServer, prometheus_server: Callable[[dict[str, Any]], PrometheusServer],
-                      scrape_config: Callable[..., dict[str, Any]], repeat: int) -> tuple[dict[str, int],
-                                                                                          PrometheusServer]:
+def _scrape_and_count(
+    server: IdmintServer,
+    prometheus_server: Callable[[dict[str, Any]], PrometheusServer],
+    scrape_config: Callable[..., dict[str, Any]],
+    repeat: int,
+) -> tuple[dict[str, int], PrometheusServer]:
     prometheus = prometheus_server(scrape_config(server.target))
     selector = 'idmint_ids_issued_total{job="idmint"}'
     prometheus.wait_until("the first scrape of every scheme", lambda: len(_issued(prometheus)) == len(ISSUES))
@@ -144,12 +157,23 @@ def test_promtool_check_metrics_passes_on_our_metrics(idmint_server) -> None:
         _issue(server.base_url, scheme, *calls[0])
     httpx.get(f"{server.base_url}/no/such/path", timeout=5)
     text = server.metrics_text()
-    for name in ("idmint_ids_issued_total", "idmint_requests_total", "idmint_request_duration_seconds_bucket",
-                 "idmint_lease_held", "idmint_lease_renewals_total", "idmint_lease_deadline_seconds",
-                 "idmint_node_identity_info", "idmint_clock_rollback_total", "idmint_clock_rollback_seconds",
-                 "idmint_sequence_exhausted_total", "idmint_issue_wait_seconds_bucket",
-                 "idmint_high_water_mark_timestamp_seconds", "idmint_build_info", "process_cpu_seconds_total",
-                 "process_resident_memory_bytes"):
+    for name in (
+        "idmint_ids_issued_total",
+        "idmint_requests_total",
+        "idmint_request_duration_seconds_bucket",
+        "idmint_lease_held",
+        "idmint_lease_renewals_total",
+        "idmint_lease_deadline_seconds",
+        "idmint_node_identity_info",
+        "idmint_clock_rollback_total",
+        "idmint_clock_rollback_seconds",
+        "idmint_sequence_exhausted_total",
+        "idmint_issue_wait_seconds_bucket",
+        "idmint_high_water_mark_timestamp_seconds",
+        "idmint_build_info",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+    ):
         assert f"\n{name}" in text, f"{name} missing from /metrics"
     _check_metrics(text)
 

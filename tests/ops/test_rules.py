@@ -43,7 +43,7 @@ def _expected(alert: str, labels: dict[str, str]) -> dict[str, Any]:
 def _unit_tests() -> list[dict[str, Any]]:
     muid_a, siq_a, muid_b = {**A, "scheme": "muid"}, {**A, "scheme": "siq"}, {**B, "scheme": "muid"}
     return [
-        {   # a replica that stops answering scrapes; the other keeps answering
+        {  # a replica that stops answering scrapes; the other keeps answering
             "interval": "1m",
             "input_series": [_series("up", A, "1 1 0 0 0 0"), _series("up", B, "1x6")],
             "alert_rule_test": [
@@ -51,78 +51,113 @@ def _unit_tests() -> list[dict[str, Any]]:
                 {"eval_time": "4m", "alertname": "IdmintDown", "exp_alerts": [_expected("IdmintDown", A)]},
             ],
         },
-        {   # one scheme of replica a loses its identity for good; b stays ready
+        {  # one scheme of replica a loses its identity for good; b stays ready
             "interval": "1m",
-            "input_series": [_series("idmint_lease_held", muid_a, "1 1 0 0 0 0"),
-                             _series("idmint_lease_held", siq_a, "1x6"),
-                             _series("idmint_lease_held", muid_b, "1x6")],
+            "input_series": [
+                _series("idmint_lease_held", muid_a, "1 1 0 0 0 0"),
+                _series("idmint_lease_held", siq_a, "1x6"),
+                _series("idmint_lease_held", muid_b, "1x6"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "2m", "alertname": "IdmintReplicaNotReady", "exp_alerts": []},
-                {"eval_time": "4m", "alertname": "IdmintReplicaNotReady",
-                 "exp_alerts": [_expected("IdmintReplicaNotReady", A)]},
+                {
+                    "eval_time": "4m",
+                    "alertname": "IdmintReplicaNotReady",
+                    "exp_alerts": [_expected("IdmintReplicaNotReady", A)],
+                },
             ],
         },
-        {   # a lost lease on a; keepalives keep succeeding on b
+        {  # a lost lease on a; keepalives keep succeeding on b
             "interval": "1m",
-            "input_series": [_series("idmint_lease_renewals_total", {**A, "outcome": "lost"}, "0 0 0 1 1 1"),
-                             _series("idmint_lease_renewals_total", {**A, "outcome": "failed"}, "0 0 0 1 1 1"),
-                             _series("idmint_lease_renewals_total", {**B, "outcome": "ok"}, "0+20x6"),
-                             _series("idmint_lease_renewals_total", {**B, "outcome": "lost"}, "0x6")],
+            "input_series": [
+                _series("idmint_lease_renewals_total", {**A, "outcome": "lost"}, "0 0 0 1 1 1"),
+                _series("idmint_lease_renewals_total", {**A, "outcome": "failed"}, "0 0 0 1 1 1"),
+                _series("idmint_lease_renewals_total", {**B, "outcome": "ok"}, "0+20x6"),
+                _series("idmint_lease_renewals_total", {**B, "outcome": "lost"}, "0x6"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "2m", "alertname": "IdmintLeaseLost", "exp_alerts": []},
-                {"eval_time": "4m", "alertname": "IdmintLeaseLost",
-                 "exp_alerts": [_expected("IdmintLeaseLost", {**A, "outcome": "lost"})]},
+                {
+                    "eval_time": "4m",
+                    "alertname": "IdmintLeaseLost",
+                    "exp_alerts": [_expected("IdmintLeaseLost", {**A, "outcome": "lost"})],
+                },
                 # one failure is not "trouble renewing"
                 {"eval_time": "4m", "alertname": "IdmintLeaseRenewalsFailing", "exp_alerts": []},
             ],
         },
-        {   # keepalives failing again and again on a
+        {  # keepalives failing again and again on a
             "interval": "1m",
-            "input_series": [_series("idmint_lease_renewals_total", {**A, "outcome": "late"}, "0+1x10"),
-                             _series("idmint_lease_renewals_total", {**B, "outcome": "ok"}, "0+20x10")],
+            "input_series": [
+                _series("idmint_lease_renewals_total", {**A, "outcome": "late"}, "0+1x10"),
+                _series("idmint_lease_renewals_total", {**B, "outcome": "ok"}, "0+20x10"),
+            ],
             "alert_rule_test": [
-                {"eval_time": "8m", "alertname": "IdmintLeaseRenewalsFailing",
-                 "exp_alerts": [_expected("IdmintLeaseRenewalsFailing", {**A, "outcome": "late"})]},
+                {
+                    "eval_time": "8m",
+                    "alertname": "IdmintLeaseRenewalsFailing",
+                    "exp_alerts": [_expected("IdmintLeaseRenewalsFailing", {**A, "outcome": "late"})],
+                },
             ],
         },
-        {   # a clock rollback and a refused identity on a's muid; nothing on b
+        {  # a clock rollback and a refused identity on a's muid; nothing on b
             "interval": "1m",
-            "input_series": [_series("idmint_clock_rollback_total", muid_a, "0 0 1 1 1"),
-                             _series("idmint_clock_rollback_total", muid_b, "0x5"),
-                             _series("idmint_identity_refused_total", muid_a, "0 0 0 2 2"),
-                             _series("idmint_identity_refused_total", muid_b, "0x5")],
+            "input_series": [
+                _series("idmint_clock_rollback_total", muid_a, "0 0 1 1 1"),
+                _series("idmint_clock_rollback_total", muid_b, "0x5"),
+                _series("idmint_identity_refused_total", muid_a, "0 0 0 2 2"),
+                _series("idmint_identity_refused_total", muid_b, "0x5"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "1m", "alertname": "IdmintClockRollback", "exp_alerts": []},
-                {"eval_time": "3m", "alertname": "IdmintClockRollback",
-                 "exp_alerts": [_expected("IdmintClockRollback", muid_a)]},
-                {"eval_time": "4m", "alertname": "IdmintIdentityRefused",
-                 "exp_alerts": [_expected("IdmintIdentityRefused", muid_a)]},
+                {
+                    "eval_time": "3m",
+                    "alertname": "IdmintClockRollback",
+                    "exp_alerts": [_expected("IdmintClockRollback", muid_a)],
+                },
+                {
+                    "eval_time": "4m",
+                    "alertname": "IdmintIdentityRefused",
+                    "exp_alerts": [_expected("IdmintIdentityRefused", muid_a)],
+                },
             ],
         },
-        {   # sustained exhaustion (2/s) on a, occasional (0.5/s) on b
+        {  # sustained exhaustion (2/s) on a, occasional (0.5/s) on b
             "interval": "1m",
-            "input_series": [_series("idmint_sequence_exhausted_total", {**A, "scheme": "eight-byte"}, "0+120x20"),
-                             _series("idmint_sequence_exhausted_total", {**B, "scheme": "eight-byte"}, "0+30x20")],
+            "input_series": [
+                _series("idmint_sequence_exhausted_total", {**A, "scheme": "eight-byte"}, "0+120x20"),
+                _series("idmint_sequence_exhausted_total", {**B, "scheme": "eight-byte"}, "0+30x20"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": "IdmintSequenceExhausted", "exp_alerts": []},
-                {"eval_time": "14m", "alertname": "IdmintSequenceExhausted",
-                 "exp_alerts": [_expected("IdmintSequenceExhausted", {**A, "scheme": "eight-byte"})]},
+                {
+                    "eval_time": "14m",
+                    "alertname": "IdmintSequenceExhausted",
+                    "exp_alerts": [_expected("IdmintSequenceExhausted", {**A, "scheme": "eight-byte"})],
+                },
             ],
         },
-        {   # issuing stops on every replica at minute 20: 15 minutes without increase, then 15 more (for)
+        {  # issuing stops on every replica at minute 20: 15 minutes without increase, then 15 more (for)
             "interval": "1m",
-            "input_series": [_series("idmint_ids_issued_total", muid_a, "0+10x20 200x40"),
-                             _series("idmint_ids_issued_total", muid_b, "0+1x20 20x40")],
+            "input_series": [
+                _series("idmint_ids_issued_total", muid_a, "0+10x20 200x40"),
+                _series("idmint_ids_issued_total", muid_b, "0+1x20 20x40"),
+            ],
             "alert_rule_test": [
                 {"eval_time": "45m", "alertname": "IdmintNoIdsIssued", "exp_alerts": []},
-                {"eval_time": "52m", "alertname": "IdmintNoIdsIssued",
-                 "exp_alerts": [_expected("IdmintNoIdsIssued", {"job": "idmint"})]},
+                {
+                    "eval_time": "52m",
+                    "alertname": "IdmintNoIdsIssued",
+                    "exp_alerts": [_expected("IdmintNoIdsIssued", {"job": "idmint"})],
+                },
             ],
         },
-        {   # ...but one replica issuing is enough
+        {  # ...but one replica issuing is enough
             "interval": "1m",
-            "input_series": [_series("idmint_ids_issued_total", muid_a, "0+10x20 200x40"),
-                             _series("idmint_ids_issued_total", muid_b, "0+10x60")],
+            "input_series": [
+                _series("idmint_ids_issued_total", muid_a, "0+10x20 200x40"),
+                _series("idmint_ids_issued_total", muid_b, "0+10x60"),
+            ],
             "alert_rule_test": [{"eval_time": "52m", "alertname": "IdmintNoIdsIssued", "exp_alerts": []}],
         },
     ]
@@ -151,8 +186,14 @@ def test_dashboard_queries_parse(tmp_path: Path) -> None:
     """Grafana's variables replaced by what Grafana sends, each query checked as a recording rule by promtool."""
     exprs = [e.replace("$__rate_interval", "1m").replace("$instance", ".*") for e in _dashboard_exprs()]
     assert exprs and not [e for e in exprs if "$" in e]
-    rules = {"groups": [{"name": "dashboard", "rules": [
-        {"record": f"dashboard:query_{i}", "expr": expr} for i, expr in enumerate(exprs)]}]}
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [{"record": f"dashboard:query_{i}", "expr": expr} for i, expr in enumerate(exprs)],
+            }
+        ]
+    }
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False))
     result = run_tool([find_tool("promtool"), "check", "rules", str(path)])
@@ -180,9 +221,17 @@ def test_rules_and_dashboard_use_only_exposed_metric_names() -> None:
 def test_dashboard_covers_the_operators_questions() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = " ".join(_dashboard_exprs())
-    for needle in ("rate(idmint_ids_issued_total", "histogram_quantile(0.99", "idmint_request_duration_seconds_bucket",
-                   "idmint_lease_held", "idmint_lease_deadline_seconds", "idmint_node_identity_info",
-                   "idmint_clock_rollback_total", "idmint_clock_rollback_seconds", "idmint_sequence_exhausted_total"):
+    for needle in (
+        "rate(idmint_ids_issued_total",
+        "histogram_quantile(0.99",
+        "idmint_request_duration_seconds_bucket",
+        "idmint_lease_held",
+        "idmint_lease_deadline_seconds",
+        "idmint_node_identity_info",
+        "idmint_clock_rollback_total",
+        "idmint_clock_rollback_seconds",
+        "idmint_sequence_exhausted_total",
+    ):
         assert needle in exprs, needle
     assert "sum by (scheme) (rate(idmint_ids_issued_total" in exprs  # issue rate per scheme
     assert dashboard["uid"] and dashboard["title"] == "idmint"

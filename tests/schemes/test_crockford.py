@@ -132,9 +132,7 @@ def table_specs(draw: st.DrawFn) -> tuple[int, int, int, int, int]:
 
 @settings(max_examples=60, deadline=None)
 @given(table_specs(), st.lists(st.integers(0, (1 << 18) - 1), min_size=1, max_size=20), st.integers(0, 255))
-def test_column_table_matches_encode(
-    spec: tuple[int, int, int, int, int], probes: list[int], pad: int
-) -> None:
+def test_column_table_matches_encode(spec: tuple[int, int, int, int, int], probes: list[int], pad: int) -> None:
     base, shift, first, chars, index_bits = spec
     table = _crockford.column_table(base, shift, first, chars, pad=pad, index_bits=index_bits)
     assert table.shape == (1 << index_bits,) and table.dtype == np.dtype("<u4")

@@ -97,7 +97,11 @@ def test_scheme_metadata() -> None:
     assert SCHEME.native_unit_ns == 1_000_000
     assert SCHEME.identity is not None
     assert (SCHEME.identity.kind, SCHEME.identity.minimum, SCHEME.identity.maximum, SCHEME.identity.draw) == (
-        "generator_id", 0, 2047, "scan")
+        "generator_id",
+        0,
+        2047,
+        "scan",
+    )
     assert SCHEME.resolve_format("canonical") == "hex"
     with pytest.raises(InvalidOptionError, match="format must be one of canonical, hex, decimal"):
         SCHEME.format(0, "base32")
@@ -224,8 +228,10 @@ def test_hex_text_order_equals_packed_order(values: list[int]) -> None:
         ("0123", "must not have leading zeros"),
         ("00", "must not have leading zeros"),
         ("\u0661\u0662\u0663", "including '\u0661'"),  # Arabic-Indic digits are not ASCII digits
-        ("\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18",
-         "got '\uff11' at position 0"),  # 16 full-width digits
+        (
+            "\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18\uff11\uff12\uff13\uff14\uff15\uff16\uff17\uff18",
+            "got '\uff11' at position 0",
+        ),  # 16 full-width digits
     ],
 )
 def test_rejects(text: str, message: str) -> None:

@@ -272,8 +272,7 @@ def test_random_field_layout_of_the_drawn_words() -> None:
 def test_random_field_is_the_documented_bijection(triples: list[tuple[int, int, int]]) -> None:
     words = np.array(triples, dtype=np.uint16).T.copy()
     expected = [
-        (w2 >> 15) << 47 | (w1 >> 15) << 46 | w0 << 30 | (w1 & 0x7FFF) << 15 | (w2 & 0x7FFF)
-        for w0, w1, w2 in triples
+        (w2 >> 15) << 47 | (w1 >> 15) << 46 | w0 << 30 | (w1 & 0x7FFF) << 15 | (w2 & 0x7FFF) for w0, w1, w2 in triples
     ]
     assert hlc_ulid.random_field(words) == expected
 
@@ -452,9 +451,7 @@ def test_after_too_far_ahead_is_refused(ahead_ms: int, limit: int) -> None:
     generator.generate(1)
     with pytest.raises(InvalidOptionError) as excinfo:
         generator.generate(1, after=pack(NOW_MS + ahead_ms, 0, 0, 0))
-    assert f"after is {ahead_ms} ms ahead of this node's clock; the limit is max_drift_ms={limit}" in str(
-        excinfo.value
-    )
+    assert f"after is {ahead_ms} ms ahead of this node's clock; the limit is max_drift_ms={limit}" in str(excinfo.value)
     assert generator.high_water == NOW_MS  # refused before anything moved
     assert slots(generator.generate(1).values()) == [(NOW_MS, 1)]
 

@@ -34,10 +34,18 @@ def fixed_random(payload: int):  # type: ignore[no-untyped-def]
 
 VECTORS = [
     # (base62, raw hex, stored timestamp, payload) -- README's `ksuid -f inspect` and template examples
-    ("0ujtsYcgvSTl8PAuAdqWYSMnLOv", "0669F7EFB5A1CD34B5F99D1154FB6853345C9735", 107608047,
-     "B5A1CD34B5F99D1154FB6853345C9735"),
-    ("0ujzPyRiIAffKhBux4PvQdDqMHY", "066A029C73FC1AA3B2446246D6E89FCD909E8FE8", 107610780,
-     "73FC1AA3B2446246D6E89FCD909E8FE8"),
+    (
+        "0ujtsYcgvSTl8PAuAdqWYSMnLOv",
+        "0669F7EFB5A1CD34B5F99D1154FB6853345C9735",
+        107608047,
+        "B5A1CD34B5F99D1154FB6853345C9735",
+    ),
+    (
+        "0ujzPyRiIAffKhBux4PvQdDqMHY",
+        "066A029C73FC1AA3B2446246D6E89FCD909E8FE8",
+        107610780,
+        "73FC1AA3B2446246D6E89FCD909E8FE8",
+    ),
     ("0uk1Hbc9dQ9pxyTqJ93IUrfhdGq", None, 107611700, "9850EEEC191BF4FF26F99315CE43B0C8"),
     ("0uk1HdCJ6hUZKDgcxhpJwUl5ZEI", None, 107611700, "CC55072555316F45B8CA2D2979D3ED0A"),
     ("0uk1HcdvF0p8C20KtTfdRSB9XIm", None, 107611700, "BA1C205D6177F0992D15EE606AE32238"),
@@ -136,14 +144,18 @@ REJECTS = [
     ("aaaaaaaaaaaaaaaaaaaaaaaaaaa", "KSUID base62 overflows 160 bits: the largest is aWgEPTl1tmebfsQzFP4bxwgy80V"),
     ("aWgEPTl1tmebfsQzFP4bxwgy80W", "KSUID base62 overflows 160 bits"),  # the largest + 1
     ("zzzzzzzzzzzzzzzzzzzzzzzzzzz", "KSUID base62 overflows 160 bits"),
-    ("aWgEPTl1tmebfsQzFP4bxwgy80!",
-     "KSUID base62 must contain only 0-9 A-Z a-z (case-sensitive), got '!' at position 26"),
+    (
+        "aWgEPTl1tmebfsQzFP4bxwgy80!",
+        "KSUID base62 must contain only 0-9 A-Z a-z (case-sensitive), got '!' at position 26",
+    ),
     ("0" + "?" * 26, "got '?' at position 1"),
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO-", "got '-' at position 26"),
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO\u0661", "got '\u0661' at position 26"),  # an Arabic-Indic digit one
     ("0ujtsYcgvSTl8PAuAdqWYSMnLO\u00e9", "got '\u00e9' at position 26"),
-    ("0669F7EFB5A1CD34B5F99D1154FB6853345C973G",
-     "KSUID hex must contain only hex digits 0-9 a-f, got 'G' at position 39"),
+    (
+        "0669F7EFB5A1CD34B5F99D1154FB6853345C973G",
+        "KSUID hex must contain only hex digits 0-9 a-f, got 'G' at position 39",
+    ),
     ("0669f7efb5a1cd34b5f99d1154fb6853345c973", "KSUID must be 27 base62 characters or 40 hex digits, got 39"),
 ]
 
@@ -180,8 +192,10 @@ def test_peer_ids_decode_here() -> None:
 def test_peer_made_with_time_and_payload_decodes_here() -> None:
     made = datetime.datetime(2025, 11, 23, 9, 0, 0, tzinfo=datetime.UTC)
     peer = Ksuid(datetime=made, payload=bytes(range(16)))
-    assert SCHEME.fields(SCHEME.parse(str(peer))) == {"timestamp_s": int(made.timestamp()),
-                                                      "payload": bytes(range(16)).hex()}
+    assert SCHEME.fields(SCHEME.parse(str(peer))) == {
+        "timestamp_s": int(made.timestamp()),
+        "payload": bytes(range(16)).hex(),
+    }
 
 
 def test_ids_issued_here_are_accepted_by_the_peer() -> None:
@@ -230,7 +244,10 @@ def test_payload_overflow_advances_the_second_and_never_fails() -> None:
     generator = KsuidGenerator(clock=clock, random=fixed_random(ksuid.PAYLOAD_MAX - 1))
     values = generator.generate(4).values()
     assert [ksuid.unpack(v) for v in values] == [
-        (NOW_S, ksuid.PAYLOAD_MAX - 1), (NOW_S, ksuid.PAYLOAD_MAX), (NOW_S + 1, 0), (NOW_S + 1, 1)
+        (NOW_S, ksuid.PAYLOAD_MAX - 1),
+        (NOW_S, ksuid.PAYLOAD_MAX),
+        (NOW_S + 1, 0),
+        (NOW_S + 1, 1),
     ]
     assert generator.stats.sequence_exhausted == 1
     assert generator.high_water == NOW_S + 1

@@ -32,8 +32,11 @@ VECTORS = [
     ((-1, -1, -1), "FFFFFFFFFFFFF-FFFFFFFFFFF-FFFFFFFF", "ff" * 16),
     ((0, 0, 0), "0000000000000-00000000000-00000000", "00" * 16),
     ((0, 0, muid.OFFSET_MIN), "0000000000000-00000000000-80000000", "00" * 12 + "80000000"),
-    ((muid.TIMESTAMP_US_MAX, muid.MEDALLION_MAX, muid.OFFSET_MAX),
-     "FFFFFFFFFFFFE-FFFFFFFFFFE-7FFFFFFF", "ffffffffffffeffffffffffe7fffffff"),
+    (
+        (muid.TIMESTAMP_US_MAX, muid.MEDALLION_MAX, muid.OFFSET_MAX),
+        "FFFFFFFFFFFFE-FFFFFFFFFFE-7FFFFFFF",
+        "ffffffffffffeffffffffffe7fffffff",
+    ),
 ]
 
 
@@ -89,7 +92,11 @@ def test_scheme_metadata() -> None:
     assert SCHEME.native_unit_ns == 1_000
     assert SCHEME.identity is not None
     assert (SCHEME.identity.kind, SCHEME.identity.minimum, SCHEME.identity.maximum, SCHEME.identity.draw) == (
-        "medallion", 0x10000000000, 0x1FFFFFFFFFF, "random")
+        "medallion",
+        0x10000000000,
+        0x1FFFFFFFFFF,
+        "random",
+    )
     assert [f.bits for f in SCHEME.layout] == ["127..76", "75..32", "31..0"]
     assert SCHEME.resolve_format(None) == "canonical"
     with pytest.raises(InvalidOptionError, match="format must be one of canonical"):

@@ -60,7 +60,10 @@ def test_discord_vector() -> None:
     value = scheme.parse("175928847299117063")
     made = datetime.datetime(2016, 4, 30, 11, 18, 25, 796000, tzinfo=datetime.UTC)
     assert scheme.fields(value) == {
-        "layout": "discord", "timestamp_ms": int(made.timestamp() * 1000), "worker_id": 32, "sequence": 7,
+        "layout": "discord",
+        "timestamp_ms": int(made.timestamp() * 1000),
+        "worker_id": 32,
+        "sequence": 7,
     }
     assert scheme.timestamp_ns(value) == int(made.timestamp() * 1000) * MS
     assert DISCORD.pack(int(made.timestamp() * 1000) - DISCORD.epoch_ms, 32, 7) == value
@@ -79,7 +82,12 @@ def test_layout_table() -> None:
     for name, (epoch_ms, unit_ms, widths, order) in rows.items():
         layout = Layout.parse(name)
         assert (layout.name, layout.epoch_ms, layout.unit_ms, layout.widths, layout.order) == (
-            name, epoch_ms, unit_ms, widths, order)
+            name,
+            epoch_ms,
+            unit_ms,
+            widths,
+            order,
+        )
         assert layout.key_name == name
     assert SONYFLAKE.shifts == {"time": 24, "sequence": 16, "worker": 0}
     assert TWITTER.shifts == {"time": 22, "worker": 12, "sequence": 0}
@@ -93,13 +101,21 @@ def test_custom_layout_name_and_key_name() -> None:
     assert layout.name == "custom:1288834974657:5:40/11/12"
     assert layout.key_name == "custom-1288834974657-5-40-11-12"
     assert (layout.epoch_ms, layout.unit_ms, layout.time_bits, layout.worker_bits, layout.sequence_bits) == (
-        1288834974657, 5, 40, 11, 12)
+        1288834974657,
+        5,
+        40,
+        11,
+        12,
+    )
     assert layout.shifts == {"time": 23, "worker": 12, "sequence": 0}
 
 
 LAYOUT_REJECTS = [
-    ("", "snowflake layout must be twitter, discord, instagram, sonyflake or custom:EPOCH_MS:UNIT_MS:T/W/S with "
-         "T+W+S = 63, got ''"),
+    (
+        "",
+        "snowflake layout must be twitter, discord, instagram, sonyflake or custom:EPOCH_MS:UNIT_MS:T/W/S with "
+        "T+W+S = 63, got ''",
+    ),
     ("Twitter", "snowflake layout must be twitter, discord"),
     ("custom:1:1:41/10", "custom snowflake layout must be custom:EPOCH_MS:UNIT_MS:T/W/S with ASCII decimal numbers"),
     ("custom:1:1:41/10/12/0", "ASCII decimal numbers"),
@@ -129,8 +145,12 @@ def test_pack_unpack_round_trip_every_layout(layout: Layout, data: st.DataObject
     assert 0 <= value <= snowflake.PACKED_MAX
     assert layout.unpack(value) == (time_units, worker_id, sequence)
     fields = SnowflakeScheme(layout).fields(value)
-    assert fields == {"layout": layout.name, "timestamp_ms": layout.epoch_ms + time_units * layout.unit_ms,
-                      "worker_id": worker_id, "sequence": sequence}
+    assert fields == {
+        "layout": layout.name,
+        "timestamp_ms": layout.epoch_ms + time_units * layout.unit_ms,
+        "worker_id": worker_id,
+        "sequence": sequence,
+    }
     assert fields["timestamp_ms"] < 2**53
 
 
@@ -187,8 +207,10 @@ REJECTS = [
     ("", "snowflake ID must be a decimal integer, 16 hex digits or 0x and hex digits, got 0 characters"),
     ("-1", "snowflake ID must not be negative, got -1"),
     ("-0x5", "snowflake ID must not be negative"),
-    ("9223372036854775808", "snowflake ID must not have bit 63 set (it fits a signed 64-bit integer), "
-                            "got 9223372036854775808"),
+    (
+        "9223372036854775808",
+        "snowflake ID must not have bit 63 set (it fits a signed 64-bit integer), got 9223372036854775808",
+    ),
     ("18446744073709551615", "snowflake ID must not have bit 63 set"),
     ("18446744073709551616", "snowflake ID is too wide: it must fit in 63 bits (at most 9223372036854775807)"),
     ("1" * 25, "snowflake ID is too wide: at most 19 decimal digits, got 25"),
@@ -202,8 +224,10 @@ REJECTS = [
     ("0175928847299117063", "snowflake decimal ID must not have leading zeros"),
     ("abc", "snowflake hex ID must be exactly 16 hex digits (or 0x and hex digits), got 3"),
     ("00000000000000abc", "snowflake hex ID must be exactly 16 hex digits (or 0x and hex digits), got 17"),
-    ("12g", "snowflake ID must be a decimal integer, 16 hex digits or 0x and hex digits, got 3 characters "
-            "including 'g'"),
+    (
+        "12g",
+        "snowflake ID must be a decimal integer, 16 hex digits or 0x and hex digits, got 3 characters including 'g'",
+    ),
     ("+12", "including '+'"),
     ("1 2", "including ' '"),
     ("\uff11\uff12\uff13", "including '\uff11'"),  # fullwidth digits are not ASCII digits
@@ -249,8 +273,11 @@ def test_configured_and_decode_options() -> None:
     assert SCHEME.with_decode_options(layout="sonyflake").fields(1 << 24)["layout"] == "sonyflake"
     custom = SCHEME.with_decode_options(layout="custom:0:1:41/10/12")
     assert custom.fields(1 << 22)["timestamp_ms"] == 1
-    with pytest.raises(InvalidOptionError, match=r"layout must be twitter, discord, instagram, sonyflake or "
-                                                 r"custom:EPOCH_MS:UNIT_MS:T/W/S with T\+W\+S = 63, got 'foo'"):
+    with pytest.raises(
+        InvalidOptionError,
+        match=r"layout must be twitter, discord, instagram, sonyflake or "
+        r"custom:EPOCH_MS:UNIT_MS:T/W/S with T\+W\+S = 63, got 'foo'",
+    ):
         SCHEME.with_decode_options(layout="foo")
     with pytest.raises(InvalidOptionError, match=r"T\+W\+S must be 63, got 41\+10\+10 = 61"):
         SCHEME.with_decode_options(layout="custom:0:1:41/10/10")
@@ -270,11 +297,19 @@ def test_native_timestamp_counts_layout_units_from_the_unix_epoch() -> None:
 
 def test_identity_plan() -> None:
     plan = SCHEME.identity_plan(node_settings())
-    assert plan == IdentityPlan(kind="worker_id", minimum=0, maximum=1023, key_prefix="idmint/snowflake/twitter/",
-                                mark_prefix="idmint/marks/snowflake/twitter/", static=None, group="twitter",
-                                claims=1)
-    plan = SCHEME.identity_plan(node_settings(snowflake_layout="sonyflake", snowflake_pool="100-199",
-                                              snowflake_workers=4))
+    assert plan == IdentityPlan(
+        kind="worker_id",
+        minimum=0,
+        maximum=1023,
+        key_prefix="idmint/snowflake/twitter/",
+        mark_prefix="idmint/marks/snowflake/twitter/",
+        static=None,
+        group="twitter",
+        claims=1,
+    )
+    plan = SCHEME.identity_plan(
+        node_settings(snowflake_layout="sonyflake", snowflake_pool="100-199", snowflake_workers=4)
+    )
     assert (plan.minimum, plan.maximum, plan.claims, plan.group) == (100, 199, 4, "sonyflake")
     assert plan.key_prefix == "idmint/snowflake/sonyflake/"
     plan = SCHEME.identity_plan(node_settings(snowflake_layout="custom:0:1:45/8/10", snowflake_worker_id=7))
@@ -286,8 +321,12 @@ def test_identity_plan() -> None:
 def test_describe_and_new_generator() -> None:
     settings_ = node_settings(snowflake_layout="sonyflake", snowflake_workers=3)
     described = SCHEME.describe(settings_)
-    assert described["limits"] == {"ids_per_unit_per_worker_id": 256, "unit_ms": 10, "worker_ids": 3,
-                                   "ids_per_second": 76800}
+    assert described["limits"] == {
+        "ids_per_unit_per_worker_id": 256,
+        "unit_ms": 10,
+        "worker_ids": 3,
+        "ids_per_second": 76800,
+    }
     assert described["snowflake_layout"]["name"] == "sonyflake"
     generator = SCHEME.new_generator(settings_, [9, 4, 6], -1, FakeClock(NOW_MS))
     assert isinstance(generator, Generator) and generator.layout == SONYFLAKE
@@ -295,19 +334,26 @@ def test_describe_and_new_generator() -> None:
 
 
 SETTINGS_REJECTS = [
-    ({"snowflake_layout": "foo"}, "snowflake_layout must be twitter, discord, instagram, sonyflake or "
-                                  "custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S = 63, got 'foo'"),
+    (
+        {"snowflake_layout": "foo"},
+        "snowflake_layout must be twitter, discord, instagram, sonyflake or "
+        "custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S = 63, got 'foo'",
+    ),
     ({"snowflake_layout": "custom:0:1:41/10/11"}, "got 'custom:0:1:41/10/11': T+W+S must be 63, got 41+10+11 = 62"),
     ({"snowflake_pool": "5"}, "snowflake_pool must be LOW-HIGH with 0 <= LOW <= HIGH, got '5'"),
     ({"snowflake_pool": "9-3"}, "snowflake_pool must be LOW-HIGH with 0 <= LOW <= HIGH, got '9-3'"),
     ({"snowflake_pool": "0-1024"}, "snowflake_pool must lie within 0..1023 (layout twitter), got '0-1024'"),
     ({"snowflake_worker_id": 1024}, "snowflake_worker_id must be in 0..1023 (layout twitter), got 1024"),
     ({"snowflake_worker_id": -1}, "greater than or equal to 0"),
-    ({"snowflake_worker_id": 3, "snowflake_workers": 2}, "snowflake_workers must be 1 when snowflake_worker_id is "
-                                                         "set statically, got 2"),
+    (
+        {"snowflake_worker_id": 3, "snowflake_workers": 2},
+        "snowflake_workers must be 1 when snowflake_worker_id is set statically, got 2",
+    ),
     ({"snowflake_workers": 0}, "greater than or equal to 1"),
-    ({"snowflake_pool": "10-11", "snowflake_workers": 3}, "snowflake_workers must be at most the pool's size (2), "
-                                                          "got 3"),
+    (
+        {"snowflake_pool": "10-11", "snowflake_workers": 3},
+        "snowflake_workers must be at most the pool's size (2), got 3",
+    ),
 ]
 
 
@@ -319,8 +365,12 @@ def test_settings_rejects(overrides: dict[str, object], message: str) -> None:
 
 def test_settings_defaults_and_descriptions() -> None:
     settings_ = node_settings()
-    assert (settings_.snowflake_layout, settings_.snowflake_worker_id, settings_.snowflake_workers,
-            settings_.snowflake_pool_bounds) == ("twitter", None, 1, (0, 1023))
+    assert (
+        settings_.snowflake_layout,
+        settings_.snowflake_worker_id,
+        settings_.snowflake_workers,
+        settings_.snowflake_pool_bounds,
+    ) == ("twitter", None, 1, (0, 1023))
     assert node_settings(snowflake_layout="sonyflake").snowflake_pool_bounds == (0, 65535)
     assert node_settings(snowflake_pool=" 3 - 7 ").snowflake_pool == "3-7"
     assert all(field.description for field in SnowflakeSettings.model_fields.values())
@@ -337,7 +387,11 @@ def test_snowflake_id_peer_ids_decode_here(layout: Layout) -> None:
         value = next(peer)
         parsed = PeerSnowflake.parse(value, layout.epoch_ms)
         assert scheme.fields(scheme.parse(str(value))) == {
-            "layout": layout.name, "timestamp_ms": parsed.milliseconds, "worker_id": 421, "sequence": parsed.seq}
+            "layout": layout.name,
+            "timestamp_ms": parsed.milliseconds,
+            "worker_id": 421,
+            "sequence": parsed.seq,
+        }
         assert scheme.parse(f"{value:016x}") == scheme.parse(hex(value)) == value
 
 
@@ -360,8 +414,11 @@ def test_sonyflake_peer_ids_decode_here() -> None:
         value = peer.next_id()
         time_units, sequence, machine_id = peer.decompose(value)
         assert scheme.fields(scheme.parse(str(value))) == {
-            "layout": "sonyflake", "timestamp_ms": SONYFLAKE.epoch_ms + time_units * 10, "worker_id": machine_id,
-            "sequence": sequence}
+            "layout": "sonyflake",
+            "timestamp_ms": SONYFLAKE.epoch_ms + time_units * 10,
+            "worker_id": machine_id,
+            "sequence": sequence,
+        }
         assert machine_id == 4242
         assert scheme.timestamp_ns(value) // MS == int(peer.to_time(value).timestamp() * 1000)
 
@@ -388,7 +445,8 @@ def test_one_unit_holds_two_to_the_s_per_worker_id_then_a_partial_batch() -> Non
     batch = generator.generate(5000)
     assert batch.count == 4096
     assert [TWITTER.unpack(v) for v in batch.values()] == [
-        (NOW_MS - TWITTER.epoch_ms, 3, sequence) for sequence in range(4096)]
+        (NOW_MS - TWITTER.epoch_ms, 3, sequence) for sequence in range(4096)
+    ]
     assert generator.wait_ns() == MS
     assert generator.generate(1).count == 0
     assert generator.stats.sequence_exhausted == 2
@@ -523,9 +581,14 @@ def test_a_million_ids_monotonic_with_rollback_and_exhaustion_no_duplicate(layou
 @pytest.mark.parametrize("size", [0, 1, 8, 9, 1000, 65536])
 @pytest.mark.parametrize(
     ("layout", "worker_ids"),
-    [(TWITTER, [1]), (TWITTER, list(range(0, 1024, 64))), (SONYFLAKE, [65535, 0, 77]), (INSTAGRAM, [8191]),
-     (Layout.parse(f"custom:{NOW_MS - 1000}:1:22/1/40"), [1]),
-     (Layout.parse("custom:1000:250:42/21/0"), list(range(20)))],
+    [
+        (TWITTER, [1]),
+        (TWITTER, list(range(0, 1024, 64))),
+        (SONYFLAKE, [65535, 0, 77]),
+        (INSTAGRAM, [8191]),
+        (Layout.parse(f"custom:{NOW_MS - 1000}:1:22/1/40"), [1]),
+        (Layout.parse("custom:1000:250:42/21/0"), list(range(20))),
+    ],
 )
 def test_batch_encode_equals_scalar_format(layout: Layout, worker_ids: list[int], size: int) -> None:
     clock = FakeClock(NOW_MS)
@@ -583,7 +646,10 @@ def test_settings_mixin_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-511")
     node = NodeSettings()
     assert (node.snowflake_layout, node.snowflake_workers, node.snowflake_pool_bounds) == (
-        "custom:1420070400000:1:42/9/12", 4, (100, 511))
+        "custom:1420070400000:1:42/9/12",
+        4,
+        (100, 511),
+    )
     assert SCHEME.identity_plan(node).key_prefix == "idmint/snowflake/custom-1420070400000-1-42-9-12/"
     monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-512")
     with pytest.raises(ValidationError, match=re.escape("snowflake_pool must lie within 0..511")):

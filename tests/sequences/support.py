@@ -37,8 +37,12 @@ class Served:
 
     def served_between(self, start: float, end: float) -> int:
         """Integers answered by next calls between two monotonic times (all sequences)."""
-        return sum(len(ids) for name in self.calls
-                   for (_, _, ids), t in zip(self.calls[name], self.times[name], strict=True) if start <= t <= end)
+        return sum(
+            len(ids)
+            for name in self.calls
+            for (_, _, ids), t in zip(self.calls[name], self.times[name], strict=True)
+            if start <= t <= end
+        )
 
     def integers(self, name: str) -> int:
         return sum(len(ids) for _, _, ids in self.calls[name]) + sum(b - a + 1 for a, b in self.ranges[name])
@@ -50,8 +54,16 @@ def create(url: str, cache: int) -> None:
         assert r.status_code in (200, 201), r.text
 
 
-def client_loop(url: str, client: int, served: Served, stop: threading.Event, max_range: int = 1000,
-                max_next: int = 50, tolerate: tuple[int, ...] = (), pause: float = 0.0) -> None:
+def client_loop(
+    url: str,
+    client: int,
+    served: Served,
+    stop: threading.Event,
+    max_range: int = 1000,
+    max_next: int = 50,
+    tolerate: tuple[int, ...] = (),
+    pause: float = 0.0,
+) -> None:
     """Alternate next and range calls for both sequences until ``stop``; record what was served.
 
     Status codes in ``tolerate`` (e.g. 503 during an outage, or connection errors when 0 is listed) are counted
@@ -75,7 +87,7 @@ def client_loop(url: str, client: int, served: Served, stop: threading.Event, ma
                     r = http.post(f"/v1/sequences/{name}/range", params={"count": count})
                     if r.status_code == 200:
                         body = r.json()
-                        assert body["last"] - body["first"] + 1 == count, body   # contiguous, as asked
+                        assert body["last"] - body["first"] + 1 == count, body  # contiguous, as asked
                         served.add_range(name, body["first"], body["last"])
                         continue
             except httpx.TransportError:
@@ -93,8 +105,9 @@ def client_loop(url: str, client: int, served: Served, stop: threading.Event, ma
                 time.sleep(pause)
 
 
-def run_clients(urls: list[str], per_replica: int, seconds: float, served: Served,
-                during: object = None, **kwargs: object) -> None:
+def run_clients(
+    urls: list[str], per_replica: int, seconds: float, served: Served, during: object = None, **kwargs: object
+) -> None:
     """``per_replica`` client threads per URL for ``seconds`` (or until ``during()``, called in this thread while
     they run, returns); the first client error is raised here."""
     stop = threading.Event()
@@ -107,8 +120,11 @@ def run_clients(urls: list[str], per_replica: int, seconds: float, served: Serve
             errors.append(exc)
             stop.set()
 
-    threads = [threading.Thread(target=target, args=(url, i * 100 + j))
-               for i, url in enumerate(urls) for j in range(per_replica)]
+    threads = [
+        threading.Thread(target=target, args=(url, i * 100 + j))
+        for i, url in enumerate(urls)
+        for j in range(per_replica)
+    ]
     for t in threads:
         t.start()
     try:

@@ -36,11 +36,11 @@ def flat(runs: list[tuple[int, int]]) -> list[int]:
 
 def test_reservation_size_rule() -> None:
     cache = 1000
-    assert next_reservation_size(cache, cache, 0, 10.0) == cache                   # idle: the floor
+    assert next_reservation_size(cache, cache, 0, 10.0) == cache  # idle: the floor
     assert next_reservation_size(cache, cache, 1000, 1.0) == cache * MAX_CACHE_FACTOR  # 1000/s * 900 s, capped
-    assert next_reservation_size(cache, cache, 10, 1.0) == 9000                    # 10/s lasts 900 s
-    assert next_reservation_size(cache, 80_000, 10, 1.0) == 40_000                 # shrinks by half at most
-    assert next_reservation_size(cache, 2000, 1, 3600.0) == cache                  # never below cache
+    assert next_reservation_size(cache, cache, 10, 1.0) == 9000  # 10/s lasts 900 s
+    assert next_reservation_size(cache, 80_000, 10, 1.0) == 40_000  # shrinks by half at most
+    assert next_reservation_size(cache, 2000, 1, 3600.0) == cache  # never below cache
     assert next_reservation_size(cache, cache, 5, 0.0) == cache * MAX_CACHE_FACTOR
     assert TARGET_RANGE_S == 900.0
 
@@ -51,11 +51,11 @@ async def test_first_range_then_next_reserved_in_background_at_ten_percent() -> 
     await settle()
     assert [(s.first, s.last) for s in buf.segments] == [(1, 100)]
     assert store.reservations == 1
-    assert flat(await buf.take(8)) == list(range(2, 10))     # 9 of 100 used: below 10 %
+    assert flat(await buf.take(8)) == list(range(2, 10))  # 9 of 100 used: below 10 %
     await settle()
     assert store.reservations == 1
     clock.advance_s(1.0)
-    assert flat(await buf.take(1)) == [10]                   # 10 % used: the next range is reserved
+    assert flat(await buf.take(1)) == [10]  # 10 % used: the next range is reserved
     await settle()
     assert store.reservations == 2
     assert len(buf.segments) == 2
@@ -90,7 +90,7 @@ async def test_concurrent_takers_get_distinct_rising_integers() -> None:
 async def test_storage_down_serves_held_ranges_then_503_then_resumes() -> None:
     store, buf, clock, metrics = await make(cache=100)
     await buf.take(20)
-    await settle()                                      # second range reserved (1..100, then more)
+    await settle()  # second range reserved (1..100, then more)
     held = buf.held
     store.unavailable = "etcd is unreachable"
     served = 0
@@ -102,7 +102,7 @@ async def test_storage_down_serves_held_ranges_then_503_then_resumes() -> None:
             assert exc.retry_after >= 1
             break
         await settle()
-    assert served == held - held % 7                    # every held integer that could be asked for was served
+    assert served == held - held % 7  # every held integer that could be asked for was served
     name = {"sequence": "orders"}
     assert metrics.registry.get_sample_value("idmint_sequence_unavailable_total", name) == 1
     assert metrics.registry.get_sample_value("idmint_sequence_storage_failures_total", name) >= 1
@@ -126,7 +126,7 @@ async def test_overflow_serves_up_to_the_maximum_then_names_the_rule() -> None:
         got += flat(await buf.take(10))
         await settle()
     with pytest.raises(SequenceOverflowError, match=r"2\*\*63-1"):
-        await buf.take(10)                               # 5 are left: not enough
+        await buf.take(10)  # 5 are left: not enough
     got += flat(await buf.take(5))
     assert got == list(range(MAX_VALUE - 24, MAX_VALUE + 1))
     with pytest.raises(SequenceOverflowError, match="maximum value"):

@@ -19,7 +19,7 @@ def test_two_processes_on_one_state_directory_crash_and_restart(tmp_path: Path) 
     try:
         a.wait("/readyz")
         b.wait("/readyz")
-        create(a.url, cache=20)       # small ranges: buffers turn over many times in a few seconds
+        create(a.url, cache=20)  # small ranges: buffers turn over many times in a few seconds
         served = Served()
         run_clients([a.url, b.url], CLIENTS_PER_REPLICA, 4.0, served)
         check(served, a.url)
@@ -28,7 +28,7 @@ def test_two_processes_on_one_state_directory_crash_and_restart(tmp_path: Path) 
 
         def crash_b() -> None:
             time.sleep(1.5)
-            b.kill()              # SIGKILL under load: no clean stop, its buffers are simply gone
+            b.kill()  # SIGKILL under load: no clean stop, its buffers are simply gone
             time.sleep(0.5)
 
         run_clients([a.url, b.url], CLIENTS_PER_REPLICA, 0, served, during=crash_b, tolerate=(0,))

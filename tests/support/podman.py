@@ -64,8 +64,17 @@ SESSION_LABEL = "idmint-test-session"
 SESSION = secrets.token_hex(4)
 STATE_DIR = "/var/lib/idmint"  # the image's IDMINT_STATE_DIR
 INSTALL_HINT = "run .ci/install-debian-packages.sh (podman, runc, debootstrap)"
-PIP_NETWORK_KEYS = ("index-url", "extra-index-url", "trusted-host", "proxy", "cert", "client-cert", "timeout",
-                    "default-timeout", "retries")
+PIP_NETWORK_KEYS = (
+    "index-url",
+    "extra-index-url",
+    "trusted-host",
+    "proxy",
+    "cert",
+    "client-cert",
+    "timeout",
+    "default-timeout",
+    "retries",
+)
 PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 
 REPORT: dict[str, str] = {}
@@ -105,35 +114,60 @@ class Podman:
         conf.mkdir(parents=True, exist_ok=True)
         self.containers_conf = conf / "containers.conf"
         self.storage_conf = conf / "storage.conf"
-        _write_atomically(self.containers_conf, (
-            "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_CONF).\n"
-            "[containers]\n"
-            "default_ulimits = []\n"
-            "[engine]\n"
-            'runtime = "runc"\n'
-            'cgroup_manager = "cgroupfs"\n'
-            'events_logger = "file"\n'
-        ))
-        _write_atomically(self.storage_conf, (
-            "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_STORAGE_CONF).\n"
-            "[storage]\n"
-            'driver = "overlay"\n'
-            f'graphroot = "{root / "storage"}"\n'
-            f'runroot = "{root / "run"}"\n'
-        ))
-        self.env = {**os.environ, "CONTAINERS_CONF": str(self.containers_conf),
-                    "CONTAINERS_STORAGE_CONF": str(self.storage_conf)}
+        _write_atomically(
+            self.containers_conf,
+            (
+                "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_CONF).\n"
+                "[containers]\n"
+                "default_ulimits = []\n"
+                "[engine]\n"
+                'runtime = "runc"\n'
+                'cgroup_manager = "cgroupfs"\n'
+                'events_logger = "file"\n'
+            ),
+        )
+        _write_atomically(
+            self.storage_conf,
+            (
+                "# Written by tests/support/podman.py for the test suite's podman (CONTAINERS_STORAGE_CONF).\n"
+                "[storage]\n"
+                'driver = "overlay"\n'
+                f'graphroot = "{root / "storage"}"\n'
+                f'runroot = "{root / "run"}"\n'
+            ),
+        )
+        self.env = {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.containers_conf),
+            "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
+        }
 
-    def run(self, *args: str, check: bool = True, timeout: float = 120, input_bytes: bytes | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 120,
+        input_bytes: bytes | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``podman ARGS``; raises with podman's output when ``check`` and it fails."""
-        done = subprocess.run([self.binary, *args], env=self.env, capture_output=True, timeout=timeout,
-                              input=input_bytes, cwd=cwd, check=False)
-        result = subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"),
-                                             done.stderr.decode(errors="replace"))
+        done = subprocess.run(
+            [self.binary, *args],
+            env=self.env,
+            capture_output=True,
+            timeout=timeout,
+            input=input_bytes,
+            cwd=cwd,
+            check=False,
+        )
+        result = subprocess.CompletedProcess(
+            done.args, done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        )
         if check and result.returncode != 0:
-            raise RuntimeError(f"podman {' '.join(args[:3])} ... failed ({result.returncode}):\n"
-                               f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+            raise RuntimeError(
+                f"podman {' '.join(args[:3])} ... failed ({result.returncode}):\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         return result
 
     def image_exists(self, tag: str) -> bool:
@@ -180,8 +214,9 @@ def apt_mirror(suite: str = SUITE) -> str:
 def host_pip_settings() -> dict[str, str]:
     """The pip settings that decide how pip reaches the package index here (``pip config list``: files and PIP_*
     environment), without local-path sources (file:// indexes, find-links, constraints) that only exist here."""
-    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
+    )
     settings: dict[str, str] = {}
     for line in done.stdout.splitlines():
         match = re.fullmatch(r"[\w:]+\.([\w-]+)='(.*)'", line.strip())
@@ -232,8 +267,18 @@ class BaseRecipe:
     @property
     def key(self) -> str:
         digest = hashlib.sha256()
-        digest.update(json.dumps([BASE_RECIPE_VERSION, self.suite, sorted(self.packages), self.mirror,
-                                  self.pip_conf, sorted(self.env.items())]).encode())
+        digest.update(
+            json.dumps(
+                [
+                    BASE_RECIPE_VERSION,
+                    self.suite,
+                    sorted(self.packages),
+                    self.mirror,
+                    self.pip_conf,
+                    sorted(self.env.items()),
+                ]
+            ).encode()
+        )
         for path, content in sorted(self.files.items()):
             digest.update(path.encode() + b"\0" + hashlib.sha256(content).digest())
         return digest.hexdigest()[:16]
@@ -250,9 +295,19 @@ def build_base_image(podman: Podman, recipe: BaseRecipe) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         done = subprocess.run(
-            [debootstrap, "--variant=minbase", f"--include={','.join(recipe.packages)}", recipe.suite,
-             str(scratch), recipe.mirror],
-            capture_output=True, text=True, timeout=900, check=False)
+            [
+                debootstrap,
+                "--variant=minbase",
+                f"--include={','.join(recipe.packages)}",
+                recipe.suite,
+                str(scratch),
+                recipe.mirror,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"debootstrap failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_*"):
@@ -268,8 +323,15 @@ def build_base_image(podman: Podman, recipe: BaseRecipe) -> None:
             changes += ["--change", f"ENV {name}={value}"]
         tar = subprocess.Popen(["tar", "-C", str(scratch), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         try:
-            imported = subprocess.run([podman.binary, "import", *changes, "-", recipe.tag], stdin=tar.stdout,
-                                      env=podman.env, capture_output=True, text=True, timeout=600, check=False)
+            imported = subprocess.run(
+                [podman.binary, "import", *changes, "-", recipe.tag],
+                stdin=tar.stdout,
+                env=podman.env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
         finally:
             assert tar.stdout is not None
             tar.stdout.close()
@@ -279,8 +341,14 @@ def build_base_image(podman: Podman, recipe: BaseRecipe) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     # Base images of earlier recipes are no longer used.
-    for line in podman.run("images", "--format", "{{.Repository}}:{{.Tag}}", "--filter",
-                           "reference=localhost/idmint-test-base", check=False).stdout.split():
+    for line in podman.run(
+        "images",
+        "--format",
+        "{{.Repository}}:{{.Tag}}",
+        "--filter",
+        "reference=localhost/idmint-test-base",
+        check=False,
+    ).stdout.split():
         if line != recipe.tag:
             podman.run("rmi", line, check=False)
 
@@ -309,8 +377,15 @@ class Image:
     build_seconds: float
 
 
-def build_image(podman: Podman, tag: str, context: Path, *, dockerfile: Path | None = None,
-                build_args: dict[str, str] | None = None, timeout: float = 900) -> None:
+def build_image(
+    podman: Podman,
+    tag: str,
+    context: Path,
+    *,
+    dockerfile: Path | None = None,
+    build_args: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> None:
     """``podman build --format docker`` with no layer cache (``--layers=false``), nothing pulled, host network."""
     args = ["build", "--format", "docker", "--layers=false", "--pull=never", "--network", "host", "-t", tag]
     if dockerfile is not None:
@@ -391,8 +466,16 @@ class ContainerFactory:
         self.volumes.append(name)
         return name
 
-    def start(self, *, env: dict[str, str] | None = None, port: int | None = None, image: str | None = None,
-              args: tuple[str, ...] = (), command: tuple[str, ...] = (), ready: bool = True) -> Container:
+    def start(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+        image: str | None = None,
+        args: tuple[str, ...] = (),
+        command: tuple[str, ...] = (),
+        ready: bool = True,
+    ) -> Container:
         port = port or free_port()
         name = f"idmint-test-{SESSION}-{secrets.token_hex(3)}"
         env_args: list[str] = []
@@ -400,8 +483,20 @@ class ContainerFactory:
             env_args += ["-e", f"{key}={value}"]
         container = Container(self.podman, name, port)
         self.containers.append(container)
-        self.podman.run("run", "-d", "--name", name, "--label", f"{SESSION_LABEL}={SESSION}", "--network", "host",
-                        *env_args, *args, image or self.image, *command)
+        self.podman.run(
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--label",
+            f"{SESSION_LABEL}={SESSION}",
+            "--network",
+            "host",
+            *env_args,
+            *args,
+            image or self.image,
+            *command,
+        )
         if ready:
             container.wait_ready()
         return container
@@ -445,8 +540,10 @@ def idmint_image(podman: Podman, base_image: str) -> Iterator[Image]:
     try:
         build_image(podman, tag, REPO, build_args={"PYTHON_IMAGE": base_image})
         image = Image(tag, podman.image_size(tag), time.monotonic() - started)
-        REPORT["idmint image"] = (f"{tag}: built in {image.build_seconds:.0f} s, "
-                                  f"{image.size / 1e6:.0f} MB ({image.size} bytes, podman image inspect)")
+        REPORT["idmint image"] = (
+            f"{tag}: built in {image.build_seconds:.0f} s, "
+            f"{image.size / 1e6:.0f} MB ({image.size} bytes, podman image inspect)"
+        )
         yield image
     finally:
         podman.remove_session_leftovers()

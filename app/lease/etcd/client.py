@@ -106,8 +106,13 @@ class KeyValue:
 
     @classmethod
     def parse(cls, kv: dict[str, Any]) -> KeyValue:
-        return cls(base64.b64decode(kv.get("key", "")), base64.b64decode(kv.get("value", "")),
-                   int(kv.get("create_revision", 0)), int(kv.get("mod_revision", 0)), int(kv.get("lease", 0)))
+        return cls(
+            base64.b64decode(kv.get("key", "")),
+            base64.b64decode(kv.get("value", "")),
+            int(kv.get("create_revision", 0)),
+            int(kv.get("mod_revision", 0)),
+            int(kv.get("lease", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -171,9 +176,18 @@ class EtcdClient:
     once anyway); ``connect_timeout``: seconds to open a connection; ``tls``: context for https endpoints.
     """
 
-    def __init__(self, endpoints: Sequence[str], *, timeout: float, budget: float, connect_timeout: float,
-                 tls: ssl.SSLContext | None = None, user: str | None = None, password: str | None = None,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout: float,
+        budget: float,
+        connect_timeout: float,
+        tls: ssl.SSLContext | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.endpoints = [url.rstrip("/") for url in endpoints]
         (rng or random.Random()).shuffle(self.endpoints)
         self._current = 0
@@ -195,8 +209,9 @@ class EtcdClient:
         if self._closed:  # a straggling task after close() must not open a connection nothing will close
             raise EtcdCallError(1, "the etcd client is closed", self.endpoint)
         if self._http is None:
-            self._http = httpx.AsyncClient(verify=self._tls or True, timeout=self._timeout,
-                                           limits=httpx.Limits(max_keepalive_connections=32))
+            self._http = httpx.AsyncClient(
+                verify=self._tls or True, timeout=self._timeout, limits=httpx.Limits(max_keepalive_connections=32)
+            )
         return self._http
 
     async def close(self) -> None:
@@ -237,8 +252,7 @@ class EtcdClient:
                 if tries % len(self.endpoints) == 0:
                     await asyncio.sleep(0.05)  # a full round failed: do not spin
 
-    async def _call_one(self, endpoint: str, path: str, body: dict[str, Any],
-                        timeout: float | None) -> dict[str, Any]:
+    async def _call_one(self, endpoint: str, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         if self._user is not None and self._token is None:
             await self._authenticate(endpoint, None)
         for attempt in range(2):
@@ -253,11 +267,13 @@ class EtcdClient:
             raise EtcdCallError(code, _message(data), redact(endpoint))
         raise AssertionError("unreachable")
 
-    async def _post(self, endpoint: str, path: str, body: dict[str, Any], headers: dict[str, str],
-                    timeout: float | None) -> dict[str, Any]:
+    async def _post(
+        self, endpoint: str, path: str, body: dict[str, Any], headers: dict[str, str], timeout: float | None
+    ) -> dict[str, Any]:
         try:
-            response = await self._client().post(endpoint + path, json=body, headers=headers,
-                                                  timeout=self._timeout if timeout is None else timeout)
+            response = await self._client().post(
+                endpoint + path, json=body, headers=headers, timeout=self._timeout if timeout is None else timeout
+            )
             data = response.json()
         except httpx.TimeoutException as exc:
             raise EtcdCallError(None, f"no answer in time ({type(exc).__name__})", redact(endpoint)) from exc
@@ -274,8 +290,9 @@ class EtcdClient:
         async with self._auth_lock:
             if self._token is not None and self._token != rejected:
                 return
-            data = await self._post(endpoint, "/v3/auth/authenticate",
-                                    {"name": self._user, "password": self._password}, {}, None)
+            data = await self._post(
+                endpoint, "/v3/auth/authenticate", {"name": self._user, "password": self._password}, {}, None
+            )
             code = _code(data)
             if code is not None:
                 code = UNAUTHENTICATED if code in AUTHENTICATE_REFUSED else code
@@ -300,8 +317,9 @@ class EtcdClient:
         data = await self.call("/v3/kv/deleterange", body)
         return int(data.get("deleted", 0))
 
-    async def txn(self, compares: list[dict[str, Any]], success: list[dict[str, Any]],
-                  failure: list[dict[str, Any]]) -> TxnResult:
+    async def txn(
+        self, compares: list[dict[str, Any]], success: list[dict[str, Any]], failure: list[dict[str, Any]]
+    ) -> TxnResult:
         data = await self.call("/v3/kv/txn", {"compare": compares, "success": success, "failure": failure})
         ranges: list[list[KeyValue] | None] = []
         for response in data.get("responses", []):
@@ -342,8 +360,9 @@ class EtcdClient:
         timeout = httpx.Timeout(self._timeout.connect, read=None)
         where = redact(endpoint)
         try:
-            async with self._client().stream("POST", endpoint + "/v3/watch", json=body, headers=self._headers(),
-                                             timeout=timeout) as response:
+            async with self._client().stream(
+                "POST", endpoint + "/v3/watch", json=body, headers=self._headers(), timeout=timeout
+            ) as response:
                 async for line in response.aiter_lines():
                     if not line.strip():
                         continue
@@ -355,8 +374,9 @@ class EtcdClient:
                         raise EtcdCallError(2, f"watch cancelled: {result.get('cancel_reason', '')}", where)
                     if result.get("created"):
                         created.set()
-                    events = [Event(e.get("type", "PUT"), KeyValue.parse(e.get("kv", {})))
-                              for e in result.get("events", [])]
+                    events = [
+                        Event(e.get("type", "PUT"), KeyValue.parse(e.get("kv", {}))) for e in result.get("events", [])
+                    ]
                     if events:
                         yield events
         except (httpx.HTTPError, ValueError) as exc:

@@ -74,13 +74,21 @@ def to_json(value: dict[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-def claim_value(holder: Holder, pool: PoolSpec, identity: int, lease_hex: str, claimed_at: str,
-                mark: int = -1) -> bytes:
+def claim_value(
+    holder: Holder, pool: PoolSpec, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
+) -> bytes:
     """The claim key's value: who holds it, on which lease, and the last mark it recorded (-1: none yet)."""
-    return to_json({
-        "holder": holder.as_dict(), "scheme": pool.scheme, "kind": pool.kind, "identity": identity,
-        "lease": lease_hex, "claimed_at": claimed_at, "high_water_mark": mark,
-    })
+    return to_json(
+        {
+            "holder": holder.as_dict(),
+            "scheme": pool.scheme,
+            "kind": pool.kind,
+            "identity": identity,
+            "lease": lease_hex,
+            "claimed_at": claimed_at,
+            "high_water_mark": mark,
+        }
+    )
 
 
 def mark_value(holder: Holder, lease_hex: str, mark: int) -> bytes:

@@ -73,9 +73,15 @@ def client_from_settings(settings: Settings) -> EtcdClient:
     tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
     tls = ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
     timeout = settings.etcd_request_timeout
-    return EtcdClient(settings.etcd_endpoints, timeout=timeout, budget=RETRY_BUDGET_S,
-                      connect_timeout=settings.etcd_connect_timeout, tls=tls, user=settings.etcd_user,
-                      password=settings.etcd_password)
+    return EtcdClient(
+        settings.etcd_endpoints,
+        timeout=timeout,
+        budget=RETRY_BUDGET_S,
+        connect_timeout=settings.etcd_connect_timeout,
+        tls=tls,
+        user=settings.etcd_user,
+        password=settings.etcd_password,
+    )
 
 
 class EtcdSequenceStore(SequenceStore):
@@ -111,8 +117,9 @@ class EtcdSequenceStore(SequenceStore):
         except EtcdCallError as exc:
             raise map_error(exc, doing) from exc
         except TimeoutError:
-            raise BackendUnavailableError(f"etcd at {redact(self._client.endpoint)} did not answer in time "
-                                          f"(while {doing})") from None
+            raise BackendUnavailableError(
+                f"etcd at {redact(self._client.endpoint)} did not answer in time (while {doing})"
+            ) from None
 
     def _parse(self, name: str, value: bytes) -> SequenceRecord:
         return SequenceRecord.from_json(name, value, self.key(name).decode())
@@ -124,13 +131,17 @@ class EtcdSequenceStore(SequenceStore):
         async with self._etcd(f"creating sequence {name}"):
             existing, _ = await self._client.range(key)
             if not existing:
-                counted = await self._client.call("/v3/kv/range", {
-                    "key": b64(self.prefix.encode()), "range_end": b64(prefix_end(self.prefix.encode())),
-                    "count_only": True})
+                counted = await self._client.call(
+                    "/v3/kv/range",
+                    {
+                        "key": b64(self.prefix.encode()),
+                        "range_end": b64(prefix_end(self.prefix.encode())),
+                        "count_only": True,
+                    },
+                )
                 if int(counted.get("count", 0)) >= self.max_sequences:
                     raise too_many(self.max_sequences)
-                result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, record.to_json())],
-                                                [get(key)])
+                result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, record.to_json())], [get(key)])
                 if result.succeeded:
                     self._seen[name] = (record, result.revision)
                     return record, True
@@ -154,12 +165,19 @@ class EtcdSequenceStore(SequenceStore):
     async def list(self) -> list[SequenceRecord]:
         prefix = self.prefix.encode()
         async with self._etcd("listing sequences"):
-            data = await self._client.call("/v3/kv/range", {
-                "key": b64(prefix), "range_end": b64(prefix_end(prefix)), "limit": str(self.max_sequences),
-                "sort_order": "ASCEND", "sort_target": "KEY"})
+            data = await self._client.call(
+                "/v3/kv/range",
+                {
+                    "key": b64(prefix),
+                    "range_end": b64(prefix_end(prefix)),
+                    "limit": str(self.max_sequences),
+                    "sort_order": "ASCEND",
+                    "sort_target": "KEY",
+                },
+            )
         out = []
         for kv in data.get("kvs", []):
-            name = base64.b64decode(kv.get("key", "")).decode(errors="replace")[len(self.prefix):]
+            name = base64.b64decode(kv.get("key", "")).decode(errors="replace")[len(self.prefix) :]
             if _NAME.fullmatch(name):
                 out.append(self._parse(name, base64.b64decode(kv.get("value", ""))))
         return out
@@ -182,8 +200,9 @@ class EtcdSequenceStore(SequenceStore):
             record, revision = seen
             first, last, after = record.advance(count, partial)
             async with self._etcd(f"reserving {count} integers of sequence {name}"):
-                result = await self._client.txn([compare(key, "MOD", revision)], [put(key, after.to_json())],
-                                                [get(key)])
+                result = await self._client.txn(
+                    [compare(key, "MOD", revision)], [put(key, after.to_json())], [get(key)]
+                )
             if result.succeeded:
                 self._seen[name] = (after, result.revision)
                 self.reservations += 1
@@ -199,11 +218,17 @@ class EtcdSequenceStore(SequenceStore):
             if loop.time() >= give_up:
                 raise BackendUnavailableError(
                     f"sequence {name}: {conflicts} conflicting reservations in a row (other replicas kept "
-                    "advancing it); try again")
+                    "advancing it); try again"
+                )
             if conflicts % JITTER_EVERY == 0:
                 await asyncio.sleep(self._rng.uniform(0, pause))
                 pause = min(pause * 2, CONFLICT_PAUSE_MAX_S)
 
     def status(self) -> dict[str, Any]:
-        return {"store": self.name, "prefix": self.prefix, "endpoints": [redact(e) for e in self._client.endpoints],
-                "reservations": self.reservations, "conflicts": self.conflicts}
+        return {
+            "store": self.name,
+            "prefix": self.prefix,
+            "endpoints": [redact(e) for e in self._client.endpoints],
+            "reservations": self.reservations,
+            "conflicts": self.conflicts,
+        }

@@ -32,8 +32,17 @@ Outcome = Callable[["Session", str, "NotReadyError | None"], None]
 class Session:
     """A granted lease and the task keeping it alive. Build with :meth:`grant`; end with :meth:`close`."""
 
-    def __init__(self, client: EtcdClient, lease_id: int, ttl: float, sent_at: float, margin: float,
-                 clock: Callable[[], float], attempt_timeout: float, on_outcome: Outcome | None = None) -> None:
+    def __init__(
+        self,
+        client: EtcdClient,
+        lease_id: int,
+        ttl: float,
+        sent_at: float,
+        margin: float,
+        clock: Callable[[], float],
+        attempt_timeout: float,
+        on_outcome: Outcome | None = None,
+    ) -> None:
         self.client = client
         self.lease_id = lease_id
         self.ttl = ttl
@@ -51,8 +60,15 @@ class Session:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def grant(cls, client: EtcdClient, ttl: int, margin: float, clock: Callable[[], float],
-                    attempt_timeout: float, on_outcome: Outcome | None = None) -> Session:
+    async def grant(
+        cls,
+        client: EtcdClient,
+        ttl: int,
+        margin: float,
+        clock: Callable[[], float],
+        attempt_timeout: float,
+        on_outcome: Outcome | None = None,
+    ) -> Session:
         """Grant a lease of ``ttl`` seconds and start keeping it alive. Raises EtcdCallError."""
         sent_at = clock()
         lease_id, granted = await client.grant(ttl)
@@ -141,8 +157,9 @@ class Session:
             if isinstance(error, LeaseLostError):
                 log.info("etcd: lease %s was already gone at shutdown", self.hex)
             else:
-                log.warning("etcd: revoking lease %s failed (it expires within %g s): %s", self.hex, self.ttl,
-                            error.reason)
+                log.warning(
+                    "etcd: revoking lease %s failed (it expires within %g s): %s", self.hex, self.ttl, error.reason
+                )
         except TimeoutError:
             log.warning("etcd: revoking lease %s timed out (it expires within %g s)", self.hex, self.ttl)
         self.set_lost("lease revoked at shutdown")

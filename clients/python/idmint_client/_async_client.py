@@ -40,12 +40,28 @@ class AsyncClient(BaseClient[asyncio.Event]):
     refills are tasks of the loop that calls ``new_id``. Fork-safe like ``Client``. Use ``async with`` or
     ``await aclose()``."""
 
-    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
-                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
-                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(replicas, timeout=timeout, api_key=api_key, max_age=max_age, buffer=buffer,
-                         min_refill=min_refill, max_refill=max_refill, transport=transport)
+    def __init__(
+        self,
+        replicas: str | Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        max_age: float | None = DEFAULT_MAX_AGE_S,
+        buffer: bool = True,
+        min_refill: int = DEFAULT_MIN_REFILL,
+        max_refill: int = DEFAULT_MAX_REFILL,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(
+            replicas,
+            timeout=timeout,
+            api_key=api_key,
+            max_age=max_age,
+            buffer=buffer,
+            min_refill=min_refill,
+            max_refill=max_refill,
+            transport=transport,
+        )
 
     def _fresh_state(self) -> None:
         super()._fresh_state()
@@ -191,19 +207,24 @@ class AsyncClient(BaseClient[asyncio.Event]):
         return out
 
     async def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
-        return await self._call(issue_path(scheme), scheme, issue_params(count, fmt, options),
-                                lambda r: parse_ids(r, count), f"issue {count} {scheme}")
+        return await self._call(
+            issue_path(scheme),
+            scheme,
+            issue_params(count, fmt, options),
+            lambda r: parse_ids(r, count),
+            f"issue {count} {scheme}",
+        )
 
-    async def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str
-                     ) -> AsyncIterator[str]:
+    async def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> AsyncIterator[str]:
         """``count`` IDs from the stream route, carried on from another replica on failure; see
         :meth:`Client.stream <idmint_client.Client.stream>`."""
         async for chunk in self.stream_chunks(scheme, count, format=format, **options):
             for one in chunk:
                 yield one
 
-    async def stream_chunks(self, scheme: str, count: int, /, format: str | None = None, **options: str
-                            ) -> AsyncIterator[list[str]]:
+    async def stream_chunks(
+        self, scheme: str, count: int, /, format: str | None = None, **options: str
+    ) -> AsyncIterator[list[str]]:
         """Like :meth:`stream`, yielding lists of IDs as they arrive."""
         path = issue_path(scheme, stream=True)
         delivered = 0
@@ -217,8 +238,9 @@ class AsyncClient(BaseClient[asyncio.Event]):
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
-                    async with self._http.stream("GET", url + path,
-                                                 params=issue_params(count - delivered, format, options)) as response:
+                    async with self._http.stream(
+                        "GET", url + path, params=issue_params(count - delivered, format, options)
+                    ) as response:
                         if response.status_code >= 300:
                             await response.aread()
                             check(response)
@@ -247,8 +269,9 @@ class AsyncClient(BaseClient[asyncio.Event]):
                     return
                 progress = progress or delivered > before
             if not progress:
-                raise NoReplicaAvailable(f"stream {count} {scheme} ({delivered} delivered)",
-                                         _ordered(self.urls, reasons), delivered)
+                raise NoReplicaAvailable(
+                    f"stream {count} {scheme} ({delivered} delivered)", _ordered(self.urls, reasons), delivered
+                )
 
     @overload
     async def decode(self, id: str, scheme: None = None) -> Candidates: ...
@@ -258,19 +281,25 @@ class AsyncClient(BaseClient[asyncio.Event]):
     async def decode(self, id: str, scheme: str | None = None) -> Decoded | Candidates:
         """Decode ``id``; see :meth:`Client.decode <idmint_client.Client.decode>`."""
         parse: Callable[[httpx.Response], Any] = (
-            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json())))
+            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json()))
+        )
         return await self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse), f"decode {id!r}")
 
     async def schemes(self) -> list[SchemeInfo]:
         """The schemes the fleet serves; see :meth:`Client.schemes <idmint_client.Client.schemes>`."""
-        infos = await self._call("/v1/schemes", ALL_SCOPES, None,
-                                 _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
-                                 "schemes")
+        infos = await self._call(
+            "/v1/schemes",
+            ALL_SCOPES,
+            None,
+            _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
+            "schemes",
+        )
         self._learn(infos)
         return infos
 
-    async def _call(self, path: str, scope: str, params: dict[str, str] | None,
-                    parse: Callable[[httpx.Response], T], what: str) -> T:
+    async def _call(
+        self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
+    ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
         plan, reasons = self._replicas.plan(scope)
@@ -292,4 +321,3 @@ class AsyncClient(BaseClient[asyncio.Event]):
                 self._replicas.succeeded(url, scope)
                 return result
         raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
-

@@ -81,17 +81,26 @@ class BaseClient(Generic[LockT]):
 
     _http: Any
 
-    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
-                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
-                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
-                 transport: Any = None) -> None:
+    def __init__(
+        self,
+        replicas: str | Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        max_age: float | None = DEFAULT_MAX_AGE_S,
+        buffer: bool = True,
+        min_refill: int = DEFAULT_MIN_REFILL,
+        max_refill: int = DEFAULT_MAX_REFILL,
+        transport: Any = None,
+    ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
         if max_age is not None and max_age <= 0:
             raise ValueError(f"max_age must be > 0 seconds or None, got {max_age}")
         if not 1 <= min_refill <= max_refill:
             raise ValueError(
-                f"refill bounds must satisfy 1 <= min_refill <= max_refill, got {min_refill}, {max_refill}")
+                f"refill bounds must satisfy 1 <= min_refill <= max_refill, got {min_refill}, {max_refill}"
+            )
         self.urls = normalise_urls(replicas)
         self.timeout = timeout
         self.max_age = max_age
@@ -135,8 +144,15 @@ class BaseClient(Generic[LockT]):
         raise NotImplementedError
 
     def _new_buffer(self, scheme: str, fmt: str | None, options: Mapping[str, object]) -> Buffer:
-        return Buffer(scheme, {k: str(v) for k, v in options.items()}, fmt, self.min_refill, self.max_refill,
-                      self.max_age, time.monotonic())
+        return Buffer(
+            scheme,
+            {k: str(v) for k, v in options.items()},
+            fmt,
+            self.min_refill,
+            self.max_refill,
+            self.max_age,
+            time.monotonic(),
+        )
 
     def _learn(self, infos: list[SchemeInfo]) -> None:
         counts = [i.max_count for i in infos if i.max_count]

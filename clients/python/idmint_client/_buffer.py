@@ -66,8 +66,16 @@ class Segment:
 class Buffer:
     """Bookkeeping of one buffer. Callers hold the client's lock for this buffer around every method."""
 
-    def __init__(self, scheme: str, options: Mapping[str, str], fmt: str | None, min_refill: int, max_refill: int,
-                 max_age: float | None, now: float) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        options: Mapping[str, str],
+        fmt: str | None,
+        min_refill: int,
+        max_refill: int,
+        max_age: float | None,
+        now: float,
+    ) -> None:
         self.scheme = scheme
         self.options = dict(options)
         self.format = fmt
@@ -122,7 +130,7 @@ class Buffer:
         deadline = math.inf if self.max_age is None else started + self.max_age
         step = max(1, math.ceil(len(ids) / SEGMENTS_PER_BATCH))
         for i in range(0, len(ids), step):
-            part = ids[i:i + step]
+            part = ids[i : i + step]
             self.queue.append(Segment(deadline, iter(part), len(part)))
             self.queued += len(part)
 
@@ -166,6 +174,14 @@ class Buffer:
 
     def stats(self, cap: int | None = None) -> BufferStats:
         current = operator.length_hint(self.current.iterator) if self.current is not None else 0
-        return BufferStats(scheme=self.scheme, options=dict(self.options), format=self.format,
-                           buffered=self.queued + current, refill_size=self.refill_size(cap), refills=self.refills,
-                           issued=self.issued, expired=self.expired, misses=self.misses)
+        return BufferStats(
+            scheme=self.scheme,
+            options=dict(self.options),
+            format=self.format,
+            buffered=self.queued + current,
+            refill_size=self.refill_size(cap),
+            refills=self.refills,
+            issued=self.issued,
+            expired=self.expired,
+            misses=self.misses,
+        )

@@ -59,12 +59,28 @@ class Client(BaseClient[threading.Condition]):
     context manager or call :meth:`close`.
     """
 
-    def __init__(self, replicas: str | Sequence[str], *, timeout: float = DEFAULT_TIMEOUT_S,
-                 api_key: str | None = None, max_age: float | None = DEFAULT_MAX_AGE_S, buffer: bool = True,
-                 min_refill: int = DEFAULT_MIN_REFILL, max_refill: int = DEFAULT_MAX_REFILL,
-                 transport: httpx.BaseTransport | None = None) -> None:
-        super().__init__(replicas, timeout=timeout, api_key=api_key, max_age=max_age, buffer=buffer,
-                         min_refill=min_refill, max_refill=max_refill, transport=transport)
+    def __init__(
+        self,
+        replicas: str | Sequence[str],
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        api_key: str | None = None,
+        max_age: float | None = DEFAULT_MAX_AGE_S,
+        buffer: bool = True,
+        min_refill: int = DEFAULT_MIN_REFILL,
+        max_refill: int = DEFAULT_MAX_REFILL,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(
+            replicas,
+            timeout=timeout,
+            api_key=api_key,
+            max_age=max_age,
+            buffer=buffer,
+            min_refill=min_refill,
+            max_refill=max_refill,
+            transport=transport,
+        )
 
     def _fresh_state(self) -> None:
         super()._fresh_state()
@@ -109,8 +125,9 @@ class Client(BaseClient[threading.Condition]):
                 pass
         return self._new_id_slow(key, scheme, format, options)
 
-    def _lock_for(self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]
-                  ) -> tuple[threading.Condition, Buffer]:
+    def _lock_for(
+        self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]
+    ) -> tuple[threading.Condition, Buffer]:
         lock = self._locks.get(key)
         if lock is None:
             with self._meta_lock:
@@ -193,8 +210,12 @@ class Client(BaseClient[threading.Condition]):
         if self._worker is None or not self._worker.is_alive():
             with self._meta_lock:
                 if self._worker is None or not self._worker.is_alive():
-                    self._worker = threading.Thread(target=_refill_worker, args=(weakref.ref(self),
-                                                    self._refill_queue), name="idmint-client-refill", daemon=True)
+                    self._worker = threading.Thread(
+                        target=_refill_worker,
+                        args=(weakref.ref(self), self._refill_queue),
+                        name="idmint-client-refill",
+                        daemon=True,
+                    )
                     self._worker.start()
         self._refill_queue.put((key, buf))
 
@@ -230,8 +251,13 @@ class Client(BaseClient[threading.Condition]):
         return out
 
     def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
-        return self._call(issue_path(scheme), scheme, issue_params(count, fmt, options),
-                          lambda r: parse_ids(r, count), f"issue {count} {scheme}")
+        return self._call(
+            issue_path(scheme),
+            scheme,
+            issue_params(count, fmt, options),
+            lambda r: parse_ids(r, count),
+            f"issue {count} {scheme}",
+        )
 
     def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> Iterator[str]:
         """``count`` IDs of ``scheme`` from the stream route, one at a time, with memory that does not grow with
@@ -242,8 +268,9 @@ class Client(BaseClient[threading.Condition]):
         for chunk in self.stream_chunks(scheme, count, format=format, **options):
             yield from chunk
 
-    def stream_chunks(self, scheme: str, count: int, /, format: str | None = None, **options: str
-                      ) -> Iterator[list[str]]:
+    def stream_chunks(
+        self, scheme: str, count: int, /, format: str | None = None, **options: str
+    ) -> Iterator[list[str]]:
         """Like :meth:`stream`, yielding lists of IDs as they arrive (cheaper per ID for bulk jobs)."""
         path = issue_path(scheme, stream=True)
         delivered = 0
@@ -257,8 +284,9 @@ class Client(BaseClient[threading.Condition]):
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
-                    with self._http.stream("GET", url + path,
-                                           params=issue_params(count - delivered, format, options)) as response:
+                    with self._http.stream(
+                        "GET", url + path, params=issue_params(count - delivered, format, options)
+                    ) as response:
                         if response.status_code >= 300:
                             response.read()
                             check(response)
@@ -287,8 +315,9 @@ class Client(BaseClient[threading.Condition]):
                     return
                 progress = progress or delivered > before
             if not progress:
-                raise NoReplicaAvailable(f"stream {count} {scheme} ({delivered} delivered)",
-                                         _ordered(self.urls, reasons), delivered)
+                raise NoReplicaAvailable(
+                    f"stream {count} {scheme} ({delivered} delivered)", _ordered(self.urls, reasons), delivered
+                )
 
     @overload
     def decode(self, id: str, scheme: None = None) -> Candidates: ...
@@ -300,21 +329,29 @@ class Client(BaseClient[threading.Condition]):
         :class:`Candidates` of every scheme that accepts it (plausible readings first). Raises BadRequest naming
         the rule the ID breaks, UnknownScheme, NoReplicaAvailable."""
         parse: Callable[[httpx.Response], Any] = (
-            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json())))
-        result: Decoded | Candidates = self._call(decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse),
-                                                  f"decode {id!r}")
+            (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json()))
+        )
+        result: Decoded | Candidates = self._call(
+            decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse), f"decode {id!r}"
+        )
         return result
 
     def schemes(self) -> list[SchemeInfo]:
         """The schemes the fleet serves (``GET /v1/schemes`` of one replica), with their formats and limits."""
-        infos = self._call("/v1/schemes", ALL_SCOPES, None,
-                           _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]), "schemes")
+        infos = self._call(
+            "/v1/schemes",
+            ALL_SCOPES,
+            None,
+            _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
+            "schemes",
+        )
         self._learn(infos)
         return infos
 
     # -- failover ----------------------------------------------------------------------------------------------
-    def _call(self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T],
-              what: str) -> T:
+    def _call(
+        self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
+    ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
         if self._closed:
             raise ClientClosed("client is closed")

@@ -33,8 +33,14 @@ class Decoded:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Decoded:
-        return cls(scheme=data["scheme"], id=data["id"], hex=data["hex"], timestamp=_timestamp(data.get("timestamp")),
-                   fields=dict(data.get("fields") or {}), timestamp_text=data.get("timestamp"))
+        return cls(
+            scheme=data["scheme"],
+            id=data["id"],
+            hex=data["hex"],
+            timestamp=_timestamp(data.get("timestamp")),
+            fields=dict(data.get("fields") or {}),
+            timestamp_text=data.get("timestamp"),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,10 +93,15 @@ class SchemeInfo:
     def from_json(cls, data: Mapping[str, Any]) -> SchemeInfo:
         limits = data.get("limits") or {}
         formats = tuple(data.get("formats") or ())
-        return cls(name=data["name"], formats=formats,
-                   canonical_format=data.get("canonical_format", formats[0] if formats else None),
-                   max_count=limits.get("max_count"), max_stream_count=limits.get("max_stream_count"),
-                   node=dict(data.get("node") or {}), raw=dict(data))
+        return cls(
+            name=data["name"],
+            formats=formats,
+            canonical_format=data.get("canonical_format", formats[0] if formats else None),
+            max_count=limits.get("max_count"),
+            max_stream_count=limits.get("max_stream_count"),
+            node=dict(data.get("node") or {}),
+            raw=dict(data),
+        )
 
 
 @dataclass(frozen=True)
