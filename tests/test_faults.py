@@ -87,8 +87,14 @@ def test_a_storage_fault_is_503_naming_it_and_issuing_resumes_when_it_clears(tmp
         else:
             read_only(tmpfs)
 
-        r = wait_status(replica, "/readyz", 503)
-        reasons = {name: s.get("reason", "") for name, s in r.json()["schemes"].items()}
+        # Each scheme finds the fault at its own next mark record: wait until every one has (not only the first).
+        deadline = time.monotonic() + 15
+        while True:
+            r = wait_status(replica, "/readyz", 503)
+            reasons = {name: s.get("reason", "") for name, s in r.json()["schemes"].items()}
+            if all("cannot be written" in reasons[scheme] for scheme in MARKED) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert r.headers["retry-after"]
         for scheme in MARKED:
             assert "cannot be written" in reasons[scheme], reasons
