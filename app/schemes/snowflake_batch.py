@@ -446,6 +446,12 @@ class SnowflakeGenerator(Generator):
             self.stats.sequence_exhausted += 1
         return SnowflakeBatch(self.layout, self.worker_ids, runs)
 
+    @property
+    def capacity_per_second(self) -> float:
+        """The most IDs this generator issues per second: 2**S per time unit per worker ID held (twitter: 4,096,000
+        per worker ID; sonyflake: 25,600). Streams size their chunks and check their duration by it."""
+        return self._slots_per_unit * 1000.0 / self.layout.unit_ms
+
     def wait_ns(self) -> int:
         """0 if a slot is free now; else ns until the clock reaches the next unit to use."""
         if self._next_slot < self._slots_per_unit:

@@ -143,3 +143,19 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
     assert streamed[0] > 64 * 300  # the streams were really running at the cap meanwhile
     lags.sort()
     assert lags[50] <= 2 and lags[90] <= 5, lags
+
+
+def test_a_snowflake_stream_is_sized_and_bounded_by_its_layouts_cap(tmp_path: Path) -> None:
+    """Sonyflake: 256 IDs per 10 ms unit = 25,600 IDs/s per worker ID. A stream that would take longer than
+    IDMINT_MAX_STREAM_SECONDS at that cap is refused up front, like eight-byte's; a shorter one completes."""
+    replica = Replica(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": "sonyflake"})
+    try:
+        replica.wait("/readyz")
+        r = httpx.get(f"{replica.url}/v1/ids/snowflake/stream?count=100000000")
+        assert r.status_code == 422, r.text[:200]
+        detail = r.json()["detail"]
+        assert "3906 s" in detail and "25,600 IDs/s" in detail and "IDMINT_MAX_STREAM_SECONDS" in detail, detail
+        ok = httpx.get(f"{replica.url}/v1/ids/snowflake/stream?count=30000", timeout=60)
+        assert ok.status_code == 200 and ok.content.count(b"\n") == 30000
+    finally:
+        replica.stop()
