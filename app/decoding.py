@@ -121,28 +121,26 @@ def decode_any(
 _GENERIC_TOKEN_PATTERNS = (
     r"[a-z]+:[a-z0-9]+:[A-Za-z0-9]+",
     r"[0-9A-Za-z]+(?:-[0-9A-Za-z]+){1,4}",
-    r"[0-9A-Za-z]{13,40}",
+    r"[0-9A-Za-z_]{13,}",
 )
+_BOUNDED = r"(?<!\w)(?!(?<=[-+])\d+(?!\w))(?:{})(?!\w)"
+"""Every finder matches whole words only (``\\w``: letters, digits and ``_`` of any script), and never a signed
+number: a 64-digit hash never yields a 40-character KSUID, ``user_<27 characters>`` a TypeID with the last character
+dropped, nor ``-175928847299117063`` a positive snowflake."""
 
 
 @functools.lru_cache(maxsize=8)
 def _token_res(registry: tuple[Scheme, ...]) -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str] | None]:
     """(patterns that find tokens, the union of the schemes' shapes) for these schemes."""
     shapes = list(dict.fromkeys(s.token_pattern for s in registry if s.token_pattern))
-    finders = tuple(re.compile(p) for p in (*shapes, *_GENERIC_TOKEN_PATTERNS))
+    finders = tuple(re.compile(_BOUNDED.format(p)) for p in (*shapes, *_GENERIC_TOKEN_PATTERNS))
     shape = re.compile("|".join(f"(?:{p})" for p in shapes)) if shapes else None
     return finders, shape
 
 
-def _line_tokens(line: str, finders: tuple[re.Pattern[str], ...]) -> list[str]:
-    """Non-overlapping tokens of ``line``, leftmost first, the longest where candidates overlap."""
-    spans = sorted({(m.start(), m.end()) for r in finders for m in r.finditer(line)}, key=lambda p: (p[0], -p[1]))
-    out, end = [], 0
-    for start, stop in spans:
-        if start >= end:
-            out.append(line[start:stop])
-            end = stop
-    return out
+def _line_spans(line: str, finders: tuple[re.Pattern[str], ...]) -> list[tuple[int, int]]:
+    """Every candidate token's (start, stop) in ``line``, leftmost first, the longest first at one start."""
+    return sorted({(m.start(), m.end()) for r in finders for m in r.finditer(line)}, key=lambda p: (p[0], -p[1]))
 
 
 def extract_tokens(text: str, registry: Registry | None = None, limit: int | None = None) -> list[tuple[int, str]]:
@@ -161,10 +159,14 @@ def extract_tokens(text: str, registry: Registry | None = None, limit: int | Non
         stripped = line.strip()
         if not stripped:
             continue
-        hits = []
-        for token in _line_tokens(stripped, finders):
+        hits, end = [], 0
+        for start, stop in _line_spans(stripped, finders):  # a candidate that is kept hides those it overlaps
+            if start < end:
+                continue
+            token = stripped[start:stop]
             if any(_parses(s, token) for s in registered) or (shape is not None and shape.fullmatch(token)):
                 hits.append(token)
+                end = stop
         if not hits and " " not in stripped and len(stripped) <= MAX_ID_TEXT_LEN:
             hits.append(stripped)
         found.extend((lineno, t) for t in hits)

@@ -484,7 +484,7 @@ class SnowflakeScheme(Scheme):
         "sequence": "Sequence",
     }
     token_pattern: ClassVar[str | None] = (
-        r"(?<![0-9A-Za-z])(?:0[xX][0-9A-Fa-f]{1,16}|[0-9A-Fa-f]{16}|[1-9][0-9]{14,18})(?![0-9A-Za-z])"
+        r"(?<![0-9A-Za-z+-])(?:0[xX][0-9A-Fa-f]{1,16}|[0-9A-Fa-f]{16}|[1-9][0-9]{14,18})(?![0-9A-Za-z])"
     )
     """Decimals of 15..19 digits (shorter numbers in free text are rarely IDs), 16 hex digits, 0x hex."""
     settings_model: ClassVar[type[BaseModel] | None] = SnowflakeSettings

@@ -226,7 +226,8 @@ class TypeIdScheme(Scheme):
         "version": "UUID version (7 when issued by a UUIDv7 generator)",
         "timestamp_ms": "Timestamp (milliseconds since the Unix epoch; only for UUID version 7)",
     }
-    token_pattern: ClassVar[str | None] = r"(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-9a-z]{26}"
+    # the TypeID shape, also near misses (uppercase, a prefix too long) so that their errors are shown
+    token_pattern: ClassVar[str | None] = r"(?:[A-Za-z](?:[A-Za-z_]{0,78}[A-Za-z])?_)?[0-9A-Za-z]{26}"
     options: ClassVar[tuple[SchemeOption, ...]] = (
         SchemeOption(
             "type",

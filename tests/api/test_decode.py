@@ -155,3 +155,34 @@ def test_free_text_keeps_a_broken_id_in_a_log_line_as_an_error(client: TestClien
     items = client.post("/v1/decode", json={"text": text}).json()["items"]
     assert [i["input"] for i in items] == ["5D5EAC793E61F-0000000000000-00000"]
     assert items[0]["candidates"] == [] and "muid" in items[0]["error"]
+
+
+@pytest.mark.parametrize(
+    ("text", "inputs"),
+    [
+        # whole words only: no 40-character KSUID out of a SHA-256, no TypeID with its last character dropped
+        ("sha e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855 end", []),
+        ("id user_01h455vb4pex5vsknk084sn02qx seen", []),
+        ("id Auser_01h455vb4pex5vsknk084sn02q seen", ["Auser_01h455vb4pex5vsknk084sn02q"]),  # shown with its error
+        ("id é01ARZ3NDEKTSV4RRFFQ69G5FAV seen", []),  # a letter of another script is part of the word
+        # a signed number is not an ID
+        ("delta -175928847299117063 and +175928847299117063", []),
+        # an ID glued to a word by a hyphen is still found
+        (
+            "order-01ARZ3NDEKTSV4RRFFQ69G5FAV req-017f22e2-79b0-7cc3-98c4-dc0c0c07398f n=175928847299117063",
+            ["01ARZ3NDEKTSV4RRFFQ69G5FAV", "017f22e2-79b0-7cc3-98c4-dc0c0c07398f", "175928847299117063"],
+        ),
+    ],
+)
+def test_free_text_takes_whole_words_only(client: TestClient, text: str, inputs: list[str]) -> None:
+    items = client.post("/v1/decode", json={"text": text}).json()["items"]
+    assert [i["input"] for i in items] == inputs, items
+    for item in items:
+        if item["input"].startswith("Auser_"):
+            assert item["candidates"] == [] and "lowercase" in item["error"], item
+
+
+def test_a_pasted_typeid_with_a_27_character_suffix_is_an_error_not_a_shorter_typeid(client: TestClient) -> None:
+    items = client.post("/v1/decode", json={"text": "user_01h455vb4pex5vsknk084sn02qx"}).json()["items"]
+    assert [i["input"] for i in items] == ["user_01h455vb4pex5vsknk084sn02qx"]
+    assert items[0]["candidates"] == [] and "26" in items[0]["error"], items
