@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import InvalidIdError, UnknownSchemeError
+from app.errors import InvalidIdError, InvalidOptionError, UnknownSchemeError
 from app.schemes import get_scheme, schemes
 from app.schemes.base import Scheme
 
@@ -81,6 +81,25 @@ def decode_one(
     if options:
         scheme = scheme.with_decode_options(**options)
     return decode_value(scheme, scheme.parse(_clean(text)))
+
+
+def read_with(registry: Registry, options: Mapping[str, str]) -> Registry:
+    """``registry`` with each scheme reading IDs by the decode ``options`` it declares (``layout=discord`` changes
+    snowflake's reading and no other). Raises InvalidOptionError for an option no scheme declares, or a bad value."""
+    if not options:
+        return registry
+    declared = {o.name for s in registry.values() for o in s.decode_options}
+    unknown = sorted(set(options) - declared)
+    if unknown:
+        raise InvalidOptionError(
+            f"unknown decode option {', '.join(unknown)}"
+            + (f"; the decode options are {', '.join(sorted(declared))}" if declared else "; there are none")
+        )
+    out: dict[str, Scheme] = {}
+    for name, scheme in registry.items():
+        own = {key: value for key, value in options.items() if key in {o.name for o in scheme.decode_options}}
+        out[name] = scheme.with_decode_options(**own) if own else scheme
+    return out
 
 
 FUTURE_SLACK_NS = 24 * 3600 * 1_000_000_000

@@ -15,7 +15,8 @@ from starlette.responses import Response
 
 from app.api.deps import NodeDep
 from app.api.params import query_params
-from app.decoding import decode_any, decode_one, decode_text, decode_text_json
+from app.decoding import decode_any, decode_one, decode_text, decode_text_json, read_with
+from app.errors import InvalidOptionError
 
 router = APIRouter(tags=["decode"])
 
@@ -98,16 +99,23 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
 
 
 @router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
-async def decode_detect(id: str, node: NodeDep) -> dict[str, Any]:
-    """Decode ``id`` as every scheme whose parser accepts it (an ID can be valid in more than one)."""
-    return decode_any(id, registry=node.schemes)
+async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, Any]:
+    """Decode ``id`` as every scheme whose parser accepts it (an ID can be valid in more than one). Query
+    parameters are decode options, each applied to the schemes that declare it (``layout=discord``: snowflake
+    readings in Discord's layout); any other is a 422."""
+    options = query_params(request.query_params.multi_items())
+    return decode_any(id, registry=read_with(node.schemes, options))
 
 
 @router.post("/v1/decode", response_model=TextResponse)
-async def decode_free_text(body: TextRequest, node: NodeDep) -> Response:
+async def decode_free_text(body: TextRequest, request: Request, node: NodeDep) -> Response:
     """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each, with each reading's
     fields in words and a one-line summary (what the decode page shows): at most 5,000 (then ``truncated`` is
-    true). Texts over a thousand characters are decoded in a worker process, off the event loop."""
+    true). Texts over a thousand characters are decoded in a worker process, off the event loop. It takes no
+    query parameters (a 422 names them)."""
+    if request.query_params:
+        names = ", ".join(sorted(set(request.query_params)))
+        raise InvalidOptionError(f"POST /v1/decode takes no query parameters, got {names}")
     if len(body.text) <= INLINE_TEXT_CHARS:
         text = json.dumps(decode_text(body.text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
         return Response(text, media_type="application/json")

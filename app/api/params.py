@@ -145,13 +145,28 @@ def query_params(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return params
 
 
+class _RepeatedMember(Exception):
+    """A JSON object names a member twice (``json`` would keep the last silently)."""
+
+
+def _members_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise _RepeatedMember(name)
+        out[name] = value
+    return out
+
+
 def merge_body(params: dict[str, Any], body: bytes) -> dict[str, Any]:
     """Add a POST body's JSON object members to the query ``params``. Raises InvalidOptionError for a body that
     is not a JSON object or that repeats a query parameter."""
     if not body.strip():
         return params
     try:
-        members = json.loads(body)
+        members = json.loads(body, object_pairs_hook=_members_once)
+    except _RepeatedMember as exc:
+        raise InvalidOptionError(f"{exc.args[0]} must be given once, got it more than once in the body") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidOptionError("the request body must be a JSON object of issue parameters") from None
     if not isinstance(members, dict):

@@ -186,3 +186,17 @@ def test_a_pasted_typeid_with_a_27_character_suffix_is_an_error_not_a_shorter_ty
     items = client.post("/v1/decode", json={"text": "user_01h455vb4pex5vsknk084sn02qx"}).json()["items"]
     assert [i["input"] for i in items] == ["user_01h455vb4pex5vsknk084sn02qx"]
     assert items[0]["candidates"] == [] and "26" in items[0]["error"], items
+
+
+def test_detection_reads_with_decode_options_and_refuses_others(client: TestClient) -> None:
+    twitter = client.get("/v1/decode/175928847299117063").json()["candidates"]
+    discord = client.get("/v1/decode/175928847299117063", params={"layout": "discord"}).json()["candidates"]
+    reading = {c["scheme"]: c for c in discord}["snowflake"]
+    assert reading["fields"]["layout"] == "discord" and reading["timestamp"].startswith("2016-04-30T11:18:25.796")
+    # the other readings do not change
+    assert [c for c in discord if c["scheme"] != "snowflake"] == [c for c in twitter if c["scheme"] != "snowflake"]
+    for params, rule in (({"bogus": "1"}, "unknown decode option bogus"), ({"layout": "Discord"}, "layout")):
+        r = client.get("/v1/decode/175928847299117063", params=params)
+        assert r.status_code == 422 and rule in r.json()["detail"], r.text
+    r = client.post("/v1/decode", params={"layout": "discord"}, json={"text": "175928847299117063"})
+    assert r.status_code == 422 and "takes no query parameters, got layout" in r.json()["detail"]

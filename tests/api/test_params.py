@@ -106,6 +106,8 @@ def test_a_repeated_parameter_is_refused(client: TestClient, routed: TestClient)
         assert r.status_code == 422 and "count must be given once" in r.json()["detail"]
     r = client.post("/v1/ids/wiji?count=2", json={"count": 3})
     assert r.status_code == 422 and "count given both in the query and in the body" in r.json()["detail"]
+    r = client.post("/v1/ids/typeid", content=b'{"count": 2, "type": "_bad", "type": "user"}')
+    assert r.status_code == 422 and "type must be given once, got it more than once in the body" in r.text, r.text
 
 
 @pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b'"count"', b"\xff\xfe"])
