@@ -14,6 +14,7 @@ once; its mark file stays, and the next holder never issues at or below that mar
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import fcntl
 import json
@@ -50,8 +51,9 @@ class EmbeddedClaim(Claim):
             raise BackendUnavailableError(f"{self.scheme} identity {self.identity} was released")
         if mark <= self._recorded:
             return
-        _write_mark(self._mark_path, mark)
-        self._recorded = mark
+        # fsync takes milliseconds on a real disk: off the event loop (the holder's mark lock keeps writes in order)
+        await asyncio.to_thread(_write_mark, self._mark_path, mark)
+        self._recorded = max(self._recorded, mark)
 
     def close(self) -> None:
         if self._fd is not None:
