@@ -303,6 +303,8 @@ class Scheme(abc.ABC):
                         f"{name} must be one of {', '.join(option.choices)} for {self.name}, got {text!r}"
                     )
                 return text
+        if not self.options:
+            raise InvalidOptionError(f"{self.name} takes no options, got {name!r}")
         raise InvalidOptionError(f"{self.name} has no option {name!r}")
 
     def identity_plan(self, settings: Any) -> IdentityPlan | None:

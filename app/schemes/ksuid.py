@@ -214,8 +214,6 @@ class KsuidScheme(Scheme):
     }
     token_pattern: ClassVar[str | None] = r"(?<![0-9A-Za-z])(?:[0-9A-Za-z]{27}|[0-9A-Fa-f]{40})(?![0-9A-Za-z])"
     settings_model: ClassVar[Any] = None
-    options: ClassVar[tuple[Any, ...]] = ()
-    decode_options: ClassVar[tuple[Any, ...]] = ()
 
     def parse(self, text: str) -> int:
         """base62 (27 characters) or hex (40); InvalidIdError naming the rule broken."""
@@ -263,12 +261,6 @@ class KsuidScheme(Scheme):
 
     def registration(self, generator: Generator) -> str | None:
         return None
-
-    def parse_option(self, name: str, text: str) -> Any:
-        raise InvalidOptionError(f"ksuid takes no options, got {name}")
-
-    def configured(self, settings: Any) -> KsuidScheme:
-        return self
 
     def with_decode_options(self, **options: str) -> KsuidScheme:
         """Self; InvalidOptionError for any option (ksuid has no decode options)."""

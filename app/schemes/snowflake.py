@@ -552,9 +552,6 @@ class SnowflakeScheme(Scheme):
             raise InvalidOptionError(f"layout must be {LAYOUT_RULE}, got {options['layout']!r}: {exc}") from None
         return self if layout == self.snowflake_layout else SnowflakeScheme(layout)
 
-    def parse_option(self, name: str, text: str) -> Any:
-        raise InvalidOptionError(f"snowflake takes no options, got {name}")
-
     def identity_plan(self, settings: Any) -> IdentityPlan:
         """Worker IDs from ``settings.snowflake_pool`` (default 0..2**W-1), ``snowflake_workers`` held at once,
         or the static ``snowflake_worker_id``; keys ``idmint/snowflake/<layout>/<id>``."""

@@ -179,12 +179,6 @@ class UlidScheme(Scheme):
         "random": "Randomness (80 bits, hex)",
     }
     token_pattern: ClassVar[str | None] = r"[0-9A-Za-z]{26}"
-    options: ClassVar[tuple[Any, ...]] = ()
-    shares_generator_with: ClassVar[str | None] = None
-
-    def parse_option(self, name: str, text: str) -> Any:
-        """ulid has no options: InvalidOptionError for any."""
-        raise InvalidOptionError(f"{self.name} takes no options, got {name!r}")
 
     def new_generator(
         self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes

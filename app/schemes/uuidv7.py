@@ -231,12 +231,6 @@ class Uuidv7Scheme(Scheme):
         "rand_b": "rand_b (62 bits, hex: counter low bits and random)",
     }
     token_pattern: ClassVar[str | None] = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
-    options: ClassVar[tuple[Any, ...]] = ()
-    shares_generator_with: ClassVar[str | None] = None
-
-    def parse_option(self, name: str, text: str) -> Any:
-        """uuidv7 has no options: InvalidOptionError for any."""
-        raise InvalidOptionError(f"{self.name} takes no options, got {name!r}")
 
     def new_generator(
         self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
