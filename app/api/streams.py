@@ -12,7 +12,8 @@
   once after a disconnect) and would generate its whole count for nobody while starving every other request. An
   aborted stream stops within one chunk.
 * **Behind single requests.** Chunks are issued with ``stream=True``, which yields a capacity-capped generator to
-  single and batch requests waiting for the same tick (:class:`app.node.PriorityGate`).
+  single and batch requests waiting for the same tick (:class:`app.node.PriorityGate`), and takes what accrued once
+  per slice of the generator's lookback (:data:`app.node.STREAM_SLICE_S`) rather than once per tick.
 """
 
 from __future__ import annotations

@@ -240,6 +240,13 @@ class Generator(abc.ABC):
         return 0
 
     @property
+    def lookback_ns(self) -> int:
+        """How long (ns) capacity left unused stays usable: a caller that sleeps up to this long between calls
+        still gets the scheme's full cap (eight-byte's ``lookback_ms``, snowflake's lookback units). 0 (the
+        default) = a tick not used as it passes is lost, or the scheme has no cap."""
+        return 0
+
+    @property
     @abc.abstractmethod
     def high_water(self) -> int:
         """The largest native timestamp issued so far (or the floor), in native units."""

@@ -220,6 +220,11 @@ class EightByteGenerator(Generator):
         """The most IDs this generator issues per second: 64 per millisecond per generator ID held."""
         return self._slots_per_ms * 1000.0
 
+    @property
+    def lookback_ns(self) -> int:
+        """``lookback_ms`` in nanoseconds: never-used milliseconds that recent stay usable."""
+        return self.lookback_ms * NANOSECS_IN_MILLISECS
+
     def wait_ns(self) -> int:
         """0 if a slot is free now; else nanoseconds until the clock reaches the next millisecond to use."""
         if self._next_slot < self._slots_per_ms:

@@ -452,6 +452,11 @@ class SnowflakeGenerator(Generator):
         per worker ID; sonyflake: 25,600). Streams size their chunks and check their duration by it."""
         return self._slots_per_unit * 1000.0 / self.layout.unit_ms
 
+    @property
+    def lookback_ns(self) -> int:
+        """``lookback_units`` in nanoseconds: never-used units that recent stay usable."""
+        return self.lookback_units * self._unit_ns
+
     def wait_ns(self) -> int:
         """0 if a slot is free now; else ns until the clock reaches the next unit to use."""
         if self._next_slot < self._slots_per_unit:

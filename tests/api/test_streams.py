@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.node import STREAM_SLICE_S
 from app.schemes import get_scheme
 from tests.helpers import Replica, new_node, started
 
@@ -112,7 +113,8 @@ def test_the_node_caps_concurrent_streams_with_429(tmp_path: Path) -> None:
 
 async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Path) -> None:
     """Four eight-byte streams want every slot of every millisecond; single requests still get theirs at the next
-    millisecond or the one after (the stream chunks defer to them), not after a queue of stream slices."""
+    millisecond or the one after (the stream chunks defer to them), not after a queue of stream slices. The
+    streams take what accrued once per slice of the lookback (STREAM_SLICE_S), not once per millisecond each."""
     from app.api.streams import lines as issue_lines
 
     async with started(new_node(tmp_path)) as node:  # the real clock: lags are measured against time.time_ns()
@@ -131,16 +133,22 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
         tasks = [asyncio.create_task(stream()) for _ in range(4)]
         try:
             await asyncio.sleep(0.3)
+            gen = issuer.generator
+            assert gen is not None
+            takes_before, t0 = gen.stats.sequence_exhausted, time.monotonic()
             lags = []
             for _ in range(100):
                 asked_ms = time.time_ns() // 1_000_000
                 issued = await issuer.issue(1, {})
                 lags.append(scheme.fields(issued.values()[0])["timestamp_ms"] - asked_ms)
                 await asyncio.sleep(0.003)
+            takes_per_s = (gen.stats.sequence_exhausted - takes_before) / (time.monotonic() - t0)
         finally:
             stop.set()
             await asyncio.gather(*tasks)
     assert streamed[0] > 64 * 300  # the streams were really running at the cap meanwhile
+    print(f"partial takes per second: {takes_per_s:.0f}")
+    assert takes_per_s < 4 * 2 / STREAM_SLICE_S, takes_per_s  # one per slice per stream, plus slack (per ms: 4,000)
     lags.sort()
     assert lags[50] <= 2 and lags[90] <= 5, lags
 

@@ -654,3 +654,19 @@ def test_settings_mixin_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-512")
     with pytest.raises(ValidationError, match=re.escape("snowflake_pool must lie within 0..511")):
         NodeSettings()
+
+
+@pytest.mark.parametrize("layout", [TWITTER, SONYFLAKE])
+def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap(layout: Layout) -> None:
+    """What streams rely on (app.node.STREAM_SLICE_S): sleeping half of ``lookback_ns`` between calls loses no
+    unit's slots (sonyflake: 5 units of 10 ms = 50 ms)."""
+    clock = FakeClock(NOW_MS - NOW_MS % layout.unit_ms)
+    generator = SnowflakeGenerator(layout, [1], clock=clock, lookback_units=-(-50 // layout.unit_ms))
+    assert generator.lookback_ns == 50 * MS
+    generator.generate(1 << 20)  # everything up to now (a fresh generator reaches back over the lookback)
+    issued = 0
+    for _ in range(40):
+        clock.ns += generator.lookback_ns // 2
+        issued += generator.generate(1 << 20).count
+    per_unit = 1 << layout.sequence_bits
+    assert issued == 40 * 25 // layout.unit_ms * per_unit
