@@ -144,8 +144,8 @@ def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options:
 
 
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
-    from app.api.issuing import issue_lines
     from app.api.params import parse_issue
+    from app.api.streams import lines
     from app.lease import make_backend
     from app.metrics import Metrics
     from app.node import Node
@@ -163,7 +163,7 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         issuer = node.issuer(scheme)
         issuer.check()
         out = sys.stdout.buffer
-        async for chunk in issue_lines(issuer, request.count, request.format, request.options):
+        async for chunk in lines(issuer, request.count, request.format, request.options):
             out.write(chunk)
         out.flush()
     finally:

@@ -11,7 +11,8 @@ body     the server's VmRSS before and at peak while a client sends a 100 MB POS
 decode   single-ID latency (p50, p99; sequential client requests) alone and while two clients each POST 1 MB of log
          lines to /v1/decode.
 streams  time until ``/healthz`` answers after 50 clients abort ``stream?count=100000000`` (each read ~1 MB first),
-         and single-ID eight-byte latency (p50, p99) alone and beside four eight-byte streams.
+         and single-ID latency (p50, p99) alone and beside four streams of the same scheme, for eight-byte (capped
+         at 64 IDs/ms) and uuidv7 (uncapped: the streams take all the CPU they can).
 
 Usage: python bench/bench_abuse.py [--part keys|body|decode|streams] [--rounds 3] [--seconds 5]
 Needs: wrk (apt-get install wrk) for ``keys``.
@@ -341,13 +342,19 @@ def part_streams(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> No
     finally:
         server.stop()
 
+    for scheme, count, width in (("eight-byte", 19_000_000, 17), ("uuidv7", 100_000_000, 37)):
+        _beside_streams(args, env, scheme, count, width)
+
+
+def _beside_streams(args: argparse.Namespace, env: dict[str, str], scheme: str, count: int, width: int) -> None:
+    """Single-ID latency of ``scheme`` alone and beside four streams of it (``width`` bytes per line)."""
     server = Server(["--factory", "app.main:create_app"], env)
     try:
-        url = server.url + "/v1/ids/eight-byte"
+        url = f"{server.url}/v1/ids/{scheme}"
         latencies(url, 200)
         alone = latencies(url, args.samples)
         # The streams are read by curl processes (Python readers would compete with the latency client for the
-        # GIL); each runs for a fixed time and reports the bytes it received (17 per eight-byte hex line).
+        # GIL); each runs for a fixed time and reports the bytes it received.
         seconds = 3.0 + args.samples * 0.004
         curls = [
             subprocess.Popen(
@@ -360,7 +367,7 @@ def part_streams(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> No
                     f"{seconds:.1f}",
                     "-w",
                     "%{size_download}",
-                    f"{server.url}/v1/ids/eight-byte/stream?count=19000000",
+                    f"{url}/stream?count={count}",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
@@ -371,10 +378,10 @@ def part_streams(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> No
         beside = latencies(url, args.samples)
         received = sum(int(c.communicate()[0] or 0) for c in curls)
         print(
-            f"    single-ID eight-byte latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; beside four "
-            f"eight-byte streams p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms (non-200: {beside[2]}); the "
-            f"streams got {received / 17 / seconds / 1000:.1f} IDs/ms together over {seconds:.1f} s "
-            f"(cap 64; {args.samples} sequential single requests each)"
+            f"    single-ID {scheme} latency alone p50 {alone[0]:.2f} ms p99 {alone[1]:.2f} ms; beside four "
+            f"{scheme} streams p50 {beside[0]:.2f} ms p99 {beside[1]:.2f} ms (non-200: {beside[2]}); the "
+            f"streams got {received / width / seconds / 1000:,.1f} IDs/ms together over {seconds:.1f} s "
+            f"({args.samples} sequential single requests each)"
         )
     finally:
         server.stop()

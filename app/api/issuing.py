@@ -5,15 +5,12 @@ Parameters are parsed by :mod:`app.api.params` (one pydantic model per scheme); 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from app.api.params import IssueRequest, parse_issue
 from app.errors import InvalidOptionError
 from app.node import Issued, Issuer, Node
-
-STREAM_CHUNK = 65_536
-"""IDs per generated chunk of a stream (one shared timestamp prefix; ~1.7 MB of text for 26-char forms)."""
 
 
 def check_count(count: int, maximum: int, what: str = "count") -> int:
@@ -27,16 +24,6 @@ def prepare(node: Node, scheme: str, params: Mapping[str, Any], maximum: int) ->
     """Validate one issue request: (issuer, parsed request). Raises UnknownSchemeError or InvalidOptionError."""
     issuer = node.issuer(scheme)
     return issuer, parse_issue(issuer.scheme, params, maximum)
-
-
-async def issue_lines(issuer: Issuer, count: int, fmt: str, options: dict[str, Any]) -> AsyncIterator[bytes]:
-    """``count`` IDs as newline-terminated text in form ``fmt``, in chunks of at most STREAM_CHUNK IDs (one
-    generated batch each), so memory does not grow with ``count``. Raises what :meth:`Issuer.issue` raises."""
-    remaining = count
-    while remaining:
-        issued = await issuer.issue(min(remaining, STREAM_CHUNK), options)
-        remaining -= issued.count
-        yield issued.encode(fmt)
 
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
