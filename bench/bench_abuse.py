@@ -15,13 +15,14 @@ streams  time until ``/healthz`` answers after 50 clients abort ``stream?count=1
          at 64 IDs/ms) and uuidv7 (uncapped: the streams take all the CPU they can).
 
 Usage: python bench/bench_abuse.py [--part keys|body|decode|streams] [--rounds 3] [--seconds 5]
-Needs: wrk (apt-get install wrk) for ``keys``.
+Needs: wrk (apt-get install wrk) and the ``limits`` library (pip install -e '.[bench]') for ``keys``; curl.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -410,6 +411,8 @@ def main() -> None:
         for name in args.part or list(PARTS):
             if name == "keys" and not shutil.which("wrk"):
                 raise SystemExit("wrk is needed: apt-get install wrk")
+            if name == "keys" and importlib.util.find_spec("limits") is None:
+                raise SystemExit("the limits library is needed: pip install -e '.[bench]'")
             PARTS[name](args, env, tmp)
             sys.stdout.flush()
     finally:
