@@ -53,6 +53,7 @@ from urllib.parse import parse_qsl
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.streams import IDS_IN_MESSAGE
 from app.errors import ConfigError, TooManyRequestsError
 
 log = logging.getLogger("idmint.auth")
@@ -457,15 +458,15 @@ class ApiKeys:
             key.streams -= 1
 
     def _paced(self, key: KeyState, send: Send) -> Send:
-        """``send`` that counts each streamed chunk's IDs (lines) for the key and, with an IDs/s quota, charges
-        them and waits off any debt before the next chunk."""
+        """``send`` that counts each streamed chunk's IDs for the key (as the stream tells them, :data:`IDS_IN_MESSAGE`)
+        and, with an IDs/s quota, charges them and waits off any debt before the next chunk."""
         bucket = key.ids
         metrics, name = self.metrics, key.entry.name
 
         async def paced_send(message: Message) -> None:
             await send(message)
             if message["type"] == "http.response.body":
-                lines = message.get("body", b"").count(b"\n")
+                lines = message.get(IDS_IN_MESSAGE, 0)
                 if lines:
                     metrics.api_key_ids(name, lines)
                     wait = bucket.charge(lines, time.monotonic()) if bucket is not None else 0.0

@@ -105,12 +105,26 @@ async def _chunks(
         yield issued
 
 
-class IdStream(StreamingResponse):
-    """A stream of IDs that holds one of the node's stream slots until it ends, however it ends."""
+IDS_IN_MESSAGE = "idmint.ids"
+"""Key of a stream's ``http.response.body`` messages: how many IDs the message completes (the last piece of each
+chunk carries the chunk's count, the others 0), so a layer that meters IDs per API key need not count newlines
+(``bytes.count`` cost 0.1 ms per 256 KiB piece, half a wiji stream's own cost). ASGI servers ignore the key."""
 
-    def __init__(self, body: AsyncIterator[bytes], slots: StreamSlots, count: int) -> None:
-        super().__init__(body, media_type=MEDIA_TYPE, headers={"x-idmint-count": str(count)})
+
+class IdStream(StreamingResponse):
+    """A stream of IDs that holds one of the node's stream slots until it ends, however it ends. ``pieces`` yields
+    (bytes to send, IDs completed by them); each body message carries the latter under :data:`IDS_IN_MESSAGE`."""
+
+    def __init__(self, pieces: AsyncIterator[tuple[bytes, int]], slots: StreamSlots, count: int) -> None:
+        super().__init__((), media_type=MEDIA_TYPE, headers={"x-idmint-count": str(count)})
+        self.pieces = pieces
         self.slots = slots
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for piece, ids in self.pieces:
+            await send({"type": "http.response.body", "body": piece, "more_body": True, IDS_IN_MESSAGE: ids})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -144,13 +158,14 @@ async def open_stream(
 
 async def _body(
     request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[tuple[bytes, int]]:
     sent = 0
     try:
         async for issued in _chunks(issuer, count, options, first):
             text = issued.encode(fmt)
-            for start in range(0, len(text), SEND_PIECE_BYTES):
-                yield text[start : start + SEND_PIECE_BYTES]
+            starts = range(0, len(text), SEND_PIECE_BYTES)
+            for start in starts:  # the chunk's last piece completes its IDs
+                yield text[start : start + SEND_PIECE_BYTES], issued.count if start == starts[-1] else 0
             sent += issued.count  # not chunk.count(b"\n"): that byte scan cost ~3 ms per 1.7 MB chunk
             await asyncio.sleep(0)  # let the disconnect listener, and every other request, run
             if sent < count and await request.is_disconnected():

@@ -162,6 +162,21 @@ def test_metrics_need_their_scope_and_count_per_key(server: Replica) -> None:
     assert ids and float(ids[0].split()[-1]) >= 7
 
 
+def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Replica) -> None:
+    """The stream tells the key layer how many IDs each chunk completes (no newline counting): 300,000 IDs in
+    several chunks of several 256 KiB pieces are 300,000 on the key's counter."""
+
+    def counted() -> float:
+        text = httpx.get(f"{server.url}/metrics", headers=bearer(WATCHER)).text
+        found = [line for line in text.splitlines() if line.startswith(f'idmint_api_key_ids_total{{key="{ISSUER}"}}')]
+        return float(found[0].split()[-1]) if found else 0.0
+
+    before = counted()
+    r = httpx.get(f"{server.url}/v1/ids/ulid/stream?count=300000", headers=bearer(ISSUER), timeout=60)
+    assert r.status_code == 200 and r.content.count(b"\n") == 300_000
+    assert counted() - before == 300_000
+
+
 def test_sighup_reloads_the_key_file_and_a_broken_file_keeps_the_old_keys(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("first", "first-key", ["issue"]))
     replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
