@@ -158,20 +158,61 @@ def _members_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def merge_body(params: dict[str, Any], body: bytes) -> dict[str, Any]:
-    """Add a POST body's JSON object members to the query ``params``. Raises InvalidOptionError for a body that
-    is not a JSON object or that repeats a query parameter."""
-    if not body.strip():
-        return params
+def json_object(body: bytes, rule: str) -> dict[str, Any]:
+    """``body`` as a JSON object in UTF-8. Raises InvalidOptionError: ``rule`` for anything else (not UTF-8, not
+    JSON, not an object, nested deeper than the parser's recursion limit), or naming a member given twice (``json``
+    would keep the last silently)."""
     try:
-        members = json.loads(body, object_pairs_hook=_members_once)
+        members = json.loads(body.decode("utf-8"), object_pairs_hook=_members_once)
     except _RepeatedMember as exc:
         raise InvalidOptionError(f"{exc.args[0]} must be given once, got it more than once in the body") from None
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidOptionError("the request body must be a JSON object of issue parameters") from None
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; '[' * 5000
+        raise InvalidOptionError(rule) from None
     if not isinstance(members, dict):
-        raise InvalidOptionError("the request body must be a JSON object of issue parameters")
+        raise InvalidOptionError(rule)
+    return members
+
+
+def merge_body(params: dict[str, Any], body: bytes) -> dict[str, Any]:
+    """Add a POST body's JSON object members to the query ``params``. Raises InvalidOptionError for a body that
+    is not a JSON object in UTF-8 or that repeats a member or a query parameter."""
+    if not body.strip():
+        return params
+    members = json_object(body, "the request body must be a JSON object of issue parameters, in UTF-8")
     twice = sorted(set(members) & set(params))
     if twice:
         raise InvalidOptionError(f"{', '.join(twice)} given both in the query and in the body")
     return {**params, **members}
+
+
+# -- POST /v1/decode --------------------------------------------------------------------------------------------------
+
+MAX_TEXT_CHARS = 1_000_000
+"""Longest ``text`` POST /v1/decode reads (characters)."""
+
+
+class TextRequest(BaseModel):
+    """The body of ``POST /v1/decode`` (read by :func:`parse_text_body`, documented by this model's schema)."""
+
+    model_config = ConfigDict(extra="forbid")  # an unknown member is a 422, never silently ignored
+
+    text: str = Field(max_length=MAX_TEXT_CHARS, description="Any text: IDs, log lines, one or many lines.")
+
+
+def parse_text_body(raw: bytes) -> str:
+    """The ``text`` of a ``POST /v1/decode`` body: a JSON object in UTF-8 whose one member ``text`` is a string of
+    at most MAX_TEXT_CHARS characters (:class:`TextRequest`). Raises InvalidOptionError naming the rule broken: not
+    UTF-8, not a JSON object, a member given twice (``json`` would keep the last), an unknown or missing member.
+    Pure and picklable, so a long body is parsed in the decode worker process, off the event loop."""
+    members = json_object(raw, 'the request body must be a JSON object {"text": "..."} in UTF-8')
+    try:
+        return TextRequest.model_validate(members).text
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ())) or "body"
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown member {where!r}: the body takes only text")
+            else:
+                problems.append(f"{where}: {err['msg']}")
+        raise InvalidOptionError("; ".join(problems)) from None

@@ -106,6 +106,28 @@ def test_unknown_json_members_are_a_422_naming_them(server: Replica) -> None:
     assert "txet" in r.json()["detail"]
 
 
+@pytest.mark.parametrize("filler", [0, 20_000])  # parsed on the event loop / in the decode worker process
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b'{"text": "a", "text": "b"}', "text must be given once"),
+        ('{"text": "a"}'.encode("utf-16"), "in UTF-8"),
+        (b'["text"]', "JSON object"),
+        (b"[" * 5000, "JSON object"),  # deeper than json's recursion limit: was a 500
+        (b'{"text": 7}', "text: Input should be a valid string"),
+        (b"{}", "text: Field required"),
+    ],
+)
+def test_a_decode_body_breaking_a_rule_is_a_422_naming_it(
+    server: Replica, body: bytes, fragment: str, filler: int
+) -> None:
+    if filler:
+        body = body + b" " * filler  # JSON allows trailing whitespace: the same body, too long to parse inline
+    r = httpx.post(f"{server.url}/v1/decode", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert fragment in r.json()["detail"], r.json()
+
+
 def test_free_text_decoding_stops_at_its_item_limit(server: Replica) -> None:
     ids = httpx.get(f"{server.url}/v1/ids/wiji?count=6000").json()["ids"]
     r = httpx.post(f"{server.url}/v1/decode", json={"text": "\n".join(ids)}, timeout=60)

@@ -110,7 +110,9 @@ def test_a_repeated_parameter_is_refused(client: TestClient, routed: TestClient)
     assert r.status_code == 422 and "type must be given once, got it more than once in the body" in r.text, r.text
 
 
-@pytest.mark.parametrize("body", [b"[1, 2]", b"not json", b'"count"', b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "body", [b"[1, 2]", b"not json", b'"count"', b"\xff\xfe", '{"count": 2}'.encode("utf-16"), b"[" * 5000]
+)
 def test_a_body_must_be_a_json_object(client: TestClient, body: bytes) -> None:
     r = client.post("/v1/ids/wiji", content=body, headers={"content-type": "application/json"})
     assert r.status_code == 422 and "JSON object" in r.json()["detail"]
