@@ -48,7 +48,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -71,9 +70,8 @@ OUTCOMES = ("allowed", "unauthorized", "forbidden", "over_quota")
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
-COUNTED_PARAM = "count"
 CHARGE_KEY = "idmint.charge_ids"
-"""ASGI scope key: set for a POST issue request by a key with quotas; the route calls it with the parsed count."""
+"""ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
 
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
@@ -99,9 +97,9 @@ def counts_ids(path: str) -> bool:
 
 
 def charge_ids(scope: Scope, count: int) -> None:
-    """Charge ``count`` IDs to the request's API key when its count was not known up front (a POST issue request,
-    whose count may be in the JSON body). Raises TooManyRequestsError (429) over the key's IDs/s quota; does
-    nothing without API keys."""
+    """Charge ``count`` IDs to the request's API key, once the route has parsed and range-checked the count (issue
+    routes, GET and POST, and sequence ``next``). Raises TooManyRequestsError (429) over the key's IDs/s quota;
+    does nothing for a public request or without API keys."""
     charge = scope.get(CHARGE_KEY)
     if charge is not None:
         charge(count)
@@ -363,20 +361,12 @@ class ApiKeys:
             )
         return key
 
-    @staticmethod
-    def requested_ids(query: bytes) -> int:
-        """The ``count`` of an issue request's query string (1 when absent or not a number: the route's own
-        validation then answers 422)."""
-        if b"count=" not in query:
-            return 1
-        best = 1
-        for name, value in parse_qsl(query.decode("latin-1")):
-            if name == COUNTED_PARAM and value.isdigit():
-                best = max(best, int(value))
-        return best
-
     def admit(self, key: KeyState, scope: Scope, is_stream: bool, now: float) -> None:
-        """Apply the request and ID quotas up front. Raises Refusal (429)."""
+        """Apply the request quota and the stream cap up front. Raises Refusal (429).
+
+        IDs are charged only once the route has parsed a valid count (:func:`charge_ids`): a request the route
+        refuses (``count=²``, a count over the maximum) costs no IDs, so one bad call cannot put the key in debt.
+        A stream needs an IDs bucket that is not in debt up front and is paced as it is sent."""
         name = key.entry.name
         if is_stream and key.entry.concurrent_streams and key.streams >= key.entry.concurrent_streams:
             raise Refusal(
@@ -386,14 +376,9 @@ class ApiKeys:
                 1,
                 name,
             )
-        cost = self.requested_ids(scope["query_string"]) if counts_ids(scope["path"]) else 0
-        if cost and not is_stream and scope["method"] == "POST" and scope["path"].startswith("/v1/ids/"):
-            # The count may be in the JSON body: the route charges it once parsed (charge_ids).
-            scope[CHARGE_KEY] = lambda count: self._charge_parsed(key, count)
-            cost = 0
-        if key.ids is not None and cost:
-            # A stream is paced as it is sent; up front it needs only a bucket that is not in debt.
-            wait = key.ids.take(1 if is_stream else cost, now)
+        counted = counts_ids(scope["path"])
+        if is_stream and counted and key.ids is not None:
+            wait = key.ids.take(1, now)
             if wait:
                 raise Refusal(
                     429,
@@ -405,8 +390,6 @@ class ApiKeys:
         if key.requests is not None:
             wait = key.requests.take(1, now)
             if wait:
-                if cost and not is_stream and key.ids is not None:
-                    key.ids.tokens += cost  # refund: the request is not served
                 raise Refusal(
                     429,
                     "over_quota",
@@ -414,8 +397,8 @@ class ApiKeys:
                     wait,
                     name,
                 )
-        if cost and not is_stream:
-            self.metrics.api_key_ids(name, cost)
+        if counted and not is_stream:
+            scope[CHARGE_KEY] = lambda count: self._charge_parsed(key, count)
 
     def _charge_parsed(self, key: KeyState, count: int) -> None:
         name = key.entry.name

@@ -22,6 +22,8 @@ from app.errors import (
 )
 
 JSON = "application/json"
+BODY_LIMIT_PREFIX = "request body must be at most"
+"""How every 413 reason of ours begins (:func:`app.api.guard.body_too_large`, a route's own smaller limit)."""
 
 
 def status_for(exc: IdmintError) -> int:
@@ -85,9 +87,10 @@ def install_error_handlers(app: FastAPI) -> None:
         status, detail, headers = exc.status_code, exc.detail, getattr(exc, "headers", None)
         if status == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8): bad input is a 422
             status, detail = 422, "request body must be a JSON object in UTF-8"
-        if status == 413:  # FastAPI's max_body_size, counting a body sent without a length
+        if status == 413:  # FastAPI's max_body_size counting a body sent without a length, or a route's own limit
             from app.api.guard import body_too_large
 
-            detail = body_too_large(request.app.state.settings.max_body_bytes)
+            if not str(detail).startswith(BODY_LIMIT_PREFIX):  # a route's own limit names itself
+                detail = body_too_large(request.app.state.settings.max_body_bytes)
             headers = {**(headers or {}), "Connection": "close"}  # the rest of the body is not read
         return Response(json.dumps({"detail": detail}), status_code=status, media_type=JSON, headers=headers)

@@ -17,6 +17,7 @@ from urllib.parse import unquote_plus
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.auth import charge_ids
 from app.api.errors import error_parts
 from app.api.issuing import issue_body
 from app.api.params import parse_issue, query_params
@@ -63,16 +64,18 @@ class FastPath:
             if node is not None:
                 issuer = node.issuers.get(scope["path"][len(PREFIX) :])
                 if issuer is not None:
-                    await self._issue(node, issuer, scope["query_string"], send)
+                    await self._issue(node, issuer, scope, send)
                     return
         await self.inner(scope, receive, send)
 
-    async def _issue(self, node: Node, issuer: Issuer, query: bytes, send: Send) -> None:
+    async def _issue(self, node: Node, issuer: Issuer, scope: Scope, send: Send) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
+            query = scope["query_string"]
             params = query_params(split_query(query)) if query else {}
             request = parse_issue(issuer.scheme, params, self.max_count())
+            charge_ids(scope, request.count)
             issued = await issuer.issue(request.count, request.options)
             body = issue_body(issuer.name, request.format, issued)
             status = 200

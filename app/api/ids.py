@@ -49,12 +49,12 @@ async def _read_body(request: Request) -> bytes:
     """The request body, at most MAX_BODY_BYTES (413 beyond, without reading the rest)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes")
+        raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes on this route")
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY_BYTES:
-            raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes")
+            raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes on this route")
     return body
 
 

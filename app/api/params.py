@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from app.errors import InvalidOptionError
 from app.schemes import schemes
 from app.schemes.base import Scheme
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_BODY_BYTES = 16_384
 """Largest JSON body accepted by POST /v1/ids/{scheme} (its parameters only; anything larger is a 413)."""
@@ -166,8 +169,12 @@ def json_object(body: bytes, rule: str) -> dict[str, Any]:
         members = json.loads(body.decode("utf-8"), object_pairs_hook=_members_once)
     except _RepeatedMember as exc:
         raise InvalidOptionError(f"{exc.args[0]} must be given once, got it more than once in the body") from None
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; '[' * 5000
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # RecursionError: '[' * 5000
         raise InvalidOptionError(rule) from None
+    except ValueError:  # int() of a number written with more digits than sys.get_int_max_str_digits()
+        raise InvalidOptionError(
+            f"a number in the request body has more than {sys.get_int_max_str_digits()} digits"
+        ) from None
     if not isinstance(members, dict):
         raise InvalidOptionError(rule)
     return members
@@ -199,20 +206,26 @@ class TextRequest(BaseModel):
     text: str = Field(max_length=MAX_TEXT_CHARS, description="Any text: IDs, log lines, one or many lines.")
 
 
-def parse_text_body(raw: bytes) -> str:
-    """The ``text`` of a ``POST /v1/decode`` body: a JSON object in UTF-8 whose one member ``text`` is a string of
-    at most MAX_TEXT_CHARS characters (:class:`TextRequest`). Raises InvalidOptionError naming the rule broken: not
-    UTF-8, not a JSON object, a member given twice (``json`` would keep the last), an unknown or missing member.
-    Pure and picklable, so a long body is parsed in the decode worker process, off the event loop."""
-    members = json_object(raw, 'the request body must be a JSON object {"text": "..."} in UTF-8')
+def parse_body(raw: bytes, model: type[M], shape: str) -> M:
+    """A JSON request body read strictly into ``model`` (``extra="forbid"``): UTF-8, a JSON object (``shape``
+    says which, for the message), each member once. Raises InvalidOptionError naming every rule broken (an
+    unknown member, a missing one, a wrong type). Pure and picklable."""
+    members = json_object(raw, f"the request body must be a JSON object {shape} in UTF-8")
     try:
-        return TextRequest.model_validate(members).text
+        return model.model_validate(members)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             where = ".".join(str(p) for p in err.get("loc", ())) or "body"
             if err["type"] == "extra_forbidden":
-                problems.append(f"unknown member {where!r}: the body takes only text")
+                problems.append(f"unknown member {where!r}: the body takes {', '.join(model.model_fields)}")
             else:
                 problems.append(f"{where}: {err['msg']}")
         raise InvalidOptionError("; ".join(problems)) from None
+
+
+def parse_text_body(raw: bytes) -> str:
+    """The ``text`` of a ``POST /v1/decode`` body: a JSON object in UTF-8 whose one member ``text`` is a string of
+    at most MAX_TEXT_CHARS characters (:class:`TextRequest`). Raises InvalidOptionError naming the rule broken
+    (:func:`parse_body`). Pure and picklable, so a long body is parsed in the decode worker process."""
+    return parse_body(raw, TextRequest, '{"text": "..."}').text

@@ -20,8 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.auth import charge_ids
 from app.api.errors import error_parts
-from app.errors import IdmintError
+from app.api.guard import JSON_HEADERS
+from app.api.params import parse_body, query_params
+from app.errors import IdmintError, InvalidOptionError
 from app.lease.sequences import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.metrics import Metrics
 from app.sequences import SequenceService, parse_count
@@ -37,7 +40,6 @@ RANGE_SUFFIX = "/range"
 RANGE_ROUTE = "/v1/sequences/{name}/range"
 THREAD_ENCODE_MIN = 20_000
 """``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
-JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 def get_sequences(request: Request) -> SequenceService:
@@ -100,9 +102,17 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         409: {"description": "exists with other settings, or too many sequences"},
         **ERRORS,
     },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CreateSequence.model_json_schema()}},
+        }
+    },
 )
-async def create_sequence(body: CreateSequence, sequences: SequencesDep) -> Response:
-    """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings)."""
+async def create_sequence(request: Request, sequences: SequencesDep) -> Response:
+    """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings). The body is
+    read strictly: a member given twice or an unknown one is a 422."""
+    body = parse_body(await request.body(), CreateSequence, '{"name": ..., "start": ..., "cache": ...}')
     record, created = await sequences.create(body.name, body.start, body.cache)
     entry = (
         await sequences.describe(record.name)
@@ -124,9 +134,22 @@ async def show_sequence(name: str, sequences: SequencesDep) -> dict[str, Any]:
     return await sequences.describe(name)
 
 
-async def next_ids(name: str, sequences: SequencesDep, count: str | None = CountQ) -> Response:
+async def count_text(request: Request) -> str | None:
+    """The ``count`` query parameter of ``next`` and ``range``, read strictly: another parameter, ``count`` given
+    twice, or a request body is a 422 (never silently ignored, never the last one given)."""
+    params = query_params(request.query_params.multi_items())
+    unknown = sorted(set(params) - {"count"})
+    if unknown:
+        raise InvalidOptionError(f"unknown parameter {unknown[0]!r}: this route takes only count, in the query")
+    if await request.body():
+        raise InvalidOptionError("this route takes no request body: give count in the query")
+    return params.get("count")
+
+
+async def next_ids(name: str, sequences: SequencesDep, request: Request, count: str | None = CountQ) -> Response:
     """``count`` integers of ``name`` from this node's in-memory ranges, in rising order."""
-    n = parse_count(count, sequences.max_count)
+    n = parse_count(await count_text(request), sequences.max_count)
+    charge_ids(request.scope, n)
     runs = await sequences.next(name, n)
     return Response(await next_body(name, runs, n), media_type="application/json")
 
@@ -143,9 +166,11 @@ for _method in ("GET", "POST"):
 
 
 @router.post("/v1/sequences/{name}/range", response_model=RangeOut, responses=ERRORS)
-async def reserve_range(name: str, sequences: SequencesDep, count: str | None = CountQ) -> dict[str, Any]:
+async def reserve_range(
+    name: str, sequences: SequencesDep, request: Request, count: str | None = CountQ
+) -> dict[str, Any]:
     """A fresh contiguous range of ``count`` integers (1..2**40) reserved in storage, for offline jobs."""
-    n = parse_count(count, MAX_RANGE_COUNT)
+    n = parse_count(await count_text(request), MAX_RANGE_COUNT)
     first, last = await sequences.reserve_range(name, n)
     return {"name": name, "first": first, "last": last, "count": n}
 
@@ -217,18 +242,26 @@ class SequenceFastPath:
                     except UnicodeDecodeError:
                         handled, count_text = False, None
                     if handled:
-                        await self._answer(service, route, method, name, count_text, send)
+                        await self._answer(service, route, method, name, count_text, scope, send)
                         return
         await self.inner(scope, receive, send)
 
     async def _answer(
-        self, service: SequenceService, route: str, method: str, name: str, count_text: str | None, send: Send
+        self,
+        service: SequenceService,
+        route: str,
+        method: str,
+        name: str,
+        count_text: str | None,
+        scope: Scope,
+        send: Send,
     ) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
             if route is NEXT_ROUTE:
                 count = parse_count(count_text, service.max_count)
+                charge_ids(scope, count)
                 runs = service.next_now(name, count)
                 if runs is None:
                     runs = await service.next(name, count)

@@ -296,3 +296,39 @@ def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
             assert "IDs/s" in r.json()["detail"]
     finally:
         replica.stop()
+
+
+def test_a_count_the_route_refuses_costs_the_key_nothing(tmp_path: Path) -> None:
+    """IDs are charged once the route has parsed a valid count: ``count=²`` and counts over the maximum are 422s
+    (JSON, never a 500) and leave the key's IDs/s bucket untouched (a count of 10**18 once locked a key out for
+    31 million years), while a valid count is still charged."""
+    keys = key_file(
+        tmp_path / "keys.toml",
+        entry("quota", "quota-key", ["issue", "stream", "sequences", "admin"], ids_per_second=1000),
+    )
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    try:
+        replica.wait("/readyz")
+        with httpx.Client(base_url=replica.url, headers=bearer("quota-key"), timeout=30) as client:
+            assert client.post("/v1/sequences", json={"name": "orders"}).status_code == 201
+            refused = [
+                "/v1/ids/wiji?count=%C2%B2",
+                "/v1/ids/wiji/stream?count=%C2%B2",
+                "/v1/sequences/orders/next?count=%C2%B2",
+                "/v1/ids/wiji?count=" + "9" * 5000,
+                "/v1/ids/wiji?count=999999999999999999",
+                "/v1/ids/wiji/stream?count=999999999999999999",
+                "/v1/sequences/orders/next?count=999999999999999999",
+                "/v1/ids/wiji?count=100001",
+            ]
+            for path in refused:
+                r = client.get(path)
+                assert r.status_code == 422, (path, r.status_code, r.text[:200])
+                assert r.headers["content-type"] == "application/json" and r.json()["detail"], path
+            r = client.post("/v1/ids/wiji", json={"count": 10**18})
+            assert r.status_code == 422, r.text
+            assert client.get("/v1/ids/wiji?count=900").status_code == 200  # the bucket was not charged above
+            r = client.get("/v1/sequences/orders/next?count=900")
+            assert r.status_code == 429 and "IDs/s" in r.json()["detail"]  # but this one was
+    finally:
+        replica.stop()

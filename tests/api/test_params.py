@@ -118,9 +118,15 @@ def test_a_body_must_be_a_json_object(client: TestClient, body: bytes) -> None:
     assert r.status_code == 422 and "JSON object" in r.json()["detail"]
 
 
-def test_a_huge_body_is_413(client: TestClient) -> None:
+def test_a_huge_body_is_413_naming_this_routes_limit(client: TestClient) -> None:
     r = client.post("/v1/ids/wiji", content=b" " * (MAX_BODY_BYTES + 1))
     assert r.status_code == 413
+    assert r.json()["detail"] == f"request body must be at most {MAX_BODY_BYTES} bytes on this route"
+
+
+def test_a_number_too_long_to_read_is_named(client: TestClient) -> None:
+    r = client.post("/v1/ids/wiji", content=b'{"count": 1' + b"0" * 5000 + b"}")
+    assert r.status_code == 422 and "has more than 4300 digits" in r.json()["detail"], r.text
 
 
 def test_get_and_post_agree_on_every_error(client: TestClient, routed: TestClient) -> None:

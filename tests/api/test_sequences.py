@@ -73,6 +73,14 @@ def test_create_show_next_range(tmp_path: Path) -> None:
         ("POST", "/v1/sequences", {"json": {"name": "x", "cache": 10.5}}, 422, "cache"),
         ("POST", "/v1/sequences", {"json": {"name": "x", "step": 2}}, 422, "step"),
         ("POST", "/v1/sequences", {"content": b"{", "headers": {"content-type": "application/json"}}, 422, ""),
+        ("GET", "/v1/sequences/orders/next?count=5&count=6", {}, 422, "count must be given once"),
+        ("GET", "/v1/sequences/orders/next?count=5&x=1", {}, 422, "unknown parameter 'x'"),
+        ("POST", "/v1/sequences/orders/next?count=5", {"json": {"count": 2}}, 422, "takes no request body"),
+        ("POST", "/v1/sequences/orders/range?count=2", {"json": {"count": 2}}, 422, "takes no request body"),
+        ("POST", "/v1/sequences/orders/range?count=2&count=3", {}, 422, "count must be given once"),
+        ("POST", "/v1/sequences", {"content": b'{"name": "x", "name": "y"}'}, 422, "name must be given once"),
+        ("POST", "/v1/sequences", {"content": b'{"name": "x", "start": 1' + b"0" * 5000 + b"}"}, 422, "digits"),
+        ("POST", "/v1/sequences", {"content": b"[" * 5000}, 422, "JSON object"),
     ],
 )
 def test_bad_input_names_the_rule(
@@ -83,6 +91,7 @@ def test_bad_input_names_the_rule(
         r = c.request(method, path, **kwargs)
         assert r.status_code == status, r.text
         assert fragment in r.json()["detail"]
+        assert r.headers["x-content-type-options"] == "nosniff"  # the fast path's errors too
 
 
 def test_a_sequence_named_like_a_verb_is_shown_not_issued(tmp_path: Path) -> None:
@@ -96,14 +105,16 @@ def test_a_sequence_named_like_a_verb_is_shown_not_issued(tmp_path: Path) -> Non
 def test_requests_the_fast_path_hands_over_get_the_same_answers(tmp_path: Path) -> None:
     with running_app(tmp_path) as c:
         c.post("/v1/sequences", json={"name": "orders"})
-        assert c.get("/v1/sequences/orders/next?count=2&x=1").json()["ids"] == [1, 2]  # FastAPI route
+        assert c.post("/v1/sequences/orders/next?count=2").json()["ids"] == [1, 2]  # FastAPI route (POST)
         assert c.get("/v1/sequences/orders/next?count=2").json()["ids"] == [3, 4]  # fast path
-        r = c.post("/v1/sequences/orders/range?count=5", json={})  # a body: FastAPI
-        assert r.status_code == 200 and r.json()["count"] == 5
-        r2 = c.post("/v1/sequences/orders/range?count=5")  # fast path
-        assert r2.json()["first"] == r.json()["last"] + 1 and set(r2.json()) == {"name", "first", "last", "count"}
-        for path in ("/v1/sequences/orders/next?count=0&x=1", "/v1/sequences/orders/next?count=0"):
-            assert c.get(path).json()["detail"] == "count must be in 1..100000, got 0"
+        r = c.post("/v1/sequences/orders/range?count=5")  # fast path
+        assert r.status_code == 200 and set(r.json()) == {"name", "first", "last", "count"}
+        for path in ("/v1/sequences/orders/next?count=0&count=0", "/v1/sequences/orders/next?count=0&x=1"):
+            assert c.get(path).status_code == 422  # FastAPI: a repeat or another parameter is refused
+        for method in ("GET", "POST"):
+            assert c.request(method, "/v1/sequences/orders/next?count=0").json()["detail"] == (
+                "count must be in 1..100000, got 0"
+            )
 
 
 def test_overflow_past_the_maximum_is_refused_with_the_rule(tmp_path: Path) -> None:
