@@ -9,10 +9,11 @@ The decode object (``GET /v1/decode/{scheme}/{id}``)::
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -148,6 +149,12 @@ number: a 64-digit hash never yields a 40-character KSUID, ``user_<27 characters
 dropped, nor ``-175928847299117063`` a positive snowflake."""
 
 
+CANDIDATES_PER_ITEM = 2
+"""Free text: candidate words tried per item allowed (5,000 items: 10,000 words, about half a second of parsing;
+every candidate costs each scheme's parse), so a text of ID-like words that are no IDs cannot hold the decode
+worker for seconds (a megabyte of ``a-b-c-d-e-f`` took 4 s unbounded)."""
+
+
 @functools.lru_cache(maxsize=8)
 def _token_res(registry: tuple[Scheme, ...]) -> tuple[tuple[re.Pattern[str], ...], re.Pattern[str] | None]:
     """(patterns that find tokens, the union of the schemes' shapes) for these schemes."""
@@ -157,14 +164,36 @@ def _token_res(registry: tuple[Scheme, ...]) -> tuple[tuple[re.Pattern[str], ...
     return finders, shape
 
 
-def _line_spans(line: str, finders: tuple[re.Pattern[str], ...]) -> list[tuple[int, int]]:
-    """Every candidate token's (start, stop) in ``line``, leftmost first, the longest first at one start."""
-    return sorted({(m.start(), m.end()) for r in finders for m in r.finditer(line)}, key=lambda p: (p[0], -p[1]))
+SEGMENT_CHARS = 4096
+"""A long line is scanned in segments of about this many characters, cut at whitespace (no token holds any), so
+a scan that stops early (CANDIDATES_PER_ITEM) has not run every finder over the whole line first: a finder that
+matches nothing would otherwise read all of a one-megabyte line at its first step."""
+_SPACE = re.compile(r"\s")
 
 
-def extract_tokens(text: str, registry: Registry | None = None, limit: int | None = None) -> list[tuple[int, str]]:
-    """ID-shaped tokens of ``text`` as (1-based line number, token), in order of appearance; at most ``limit``
-    of them (the scan stops there).
+def _line_spans(line: str, finders: tuple[re.Pattern[str], ...]) -> Iterator[tuple[int, int]]:
+    """Every candidate token's (start, stop) in ``line``, leftmost first, the longest first at one start, each
+    once. Lazy: segment by segment (SEGMENT_CHARS), the finders' matches merged as they are found."""
+    offset = 0
+    while offset < len(line):
+        cut = _SPACE.search(line, offset + SEGMENT_CHARS) if len(line) - offset > SEGMENT_CHARS else None
+        stop = cut.start() if cut else len(line)
+        segment = line[offset:stop]
+        streams = [((m.start(), -m.end()) for m in finder.finditer(segment)) for finder in finders]
+        last = (-1, 0)
+        for span in heapq.merge(*streams):
+            if span != last:
+                last = span
+                yield offset + span[0], offset - span[1]
+        offset = stop
+
+
+def extract_tokens(
+    text: str, registry: Registry | None = None, limit: int | None = None, max_candidates: int | None = None
+) -> tuple[list[tuple[int, str]], bool]:
+    """(ID-shaped tokens of ``text`` as (1-based line number, token) in order of appearance, whether the scan
+    stopped early). The scan stops after ``limit`` tokens, or after trying ``max_candidates`` candidate words
+    against the parsers (each costs every scheme's parse: a megabyte of ``a-b-c-d-e`` words took 5 s unbounded).
 
     A token is kept if at least one scheme parses it, or if it has the unmistakable shape of an ID of some scheme
     (its :attr:`~app.schemes.base.Scheme.token_pattern`: a did:siq: form, hyphenated hex groups, ~26 mixed base32
@@ -174,14 +203,20 @@ def extract_tokens(text: str, registry: Registry | None = None, limit: int | Non
     registered = tuple((schemes() if registry is None else registry).values())
     finders, shape = _token_res(registered)
     found: list[tuple[int, str]] = []
+    tried = 0
     for lineno, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped:
             continue
-        hits, end = [], 0
+        hits: list[str] = []
+        end = 0
         for start, stop in _line_spans(stripped, finders):  # a candidate that is kept hides those it overlaps
             if start < end:
                 continue
+            tried += 1
+            if max_candidates is not None and tried > max_candidates:
+                found.extend((lineno, t) for t in hits)
+                return (found if limit is None else found[:limit]), True
             token = stripped[start:stop]
             if any(_parses(s, token) for s in registered) or (shape is not None and shape.fullmatch(token)):
                 hits.append(token)
@@ -190,8 +225,8 @@ def extract_tokens(text: str, registry: Registry | None = None, limit: int | Non
             hits.append(stripped)
         found.extend((lineno, t) for t in hits)
         if limit is not None and len(found) >= limit:
-            return found[:limit]
-    return found
+            return found[:limit], True
+    return found, False
 
 
 def _parses(scheme: Scheme, token: str) -> bool:
@@ -225,14 +260,16 @@ def decode_text(text: str, limit: int = 5000, registry: Registry | None = None) 
     """Pick the ID-shaped tokens out of free text and decode each (candidates with their words and summary).
 
     Returns ``{"items": [{"line", "input", "candidates", "error"}], "truncated": bool}``; ``error`` is the
-    rule broken (None when at least one scheme parsed it).
+    rule broken (None when at least one scheme parsed it). ``truncated``: the text holds more than ``limit`` tokens,
+    or the scan stopped after ``CANDIDATES_PER_ITEM * limit`` candidate words, with text left unread.
     """
     items = []
-    tokens = extract_tokens(text, registry, limit + 1)  # one more than shown: tells whether the text was truncated
+    # One more than shown: tells whether the text holds more. Candidates are bounded too (CANDIDATES_PER_ITEM).
+    tokens, cut = extract_tokens(text, registry, limit + 1, CANDIDATES_PER_ITEM * limit)
     for lineno, token in tokens[:limit]:
         try:
             result = decode_any(token, registry=registry, described=True)
             items.append({"line": lineno, "input": token, "candidates": result["candidates"], "error": None})
         except InvalidIdError as exc:
             items.append({"line": lineno, "input": token, "candidates": [], "error": str(exc)})
-    return {"items": items, "truncated": len(tokens) > limit}
+    return {"items": items, "truncated": cut}

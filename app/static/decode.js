@@ -522,7 +522,7 @@
     }
     if (body && body.truncated) {
       const note = el("div", { class: "notice notice-warn", dataset: { truncated: "" } },
-        el("p", { text: `The text holds more IDs than the server decodes at once; the first ${grouped(items.length)} are shown.` }));
+        el("p", { text: `The text is longer than the server reads at once; the first ${grouped(items.length)} IDs are shown.` }));
       (items.length > 1 ? tableBlock : single).prepend(note);
     }
   }

@@ -200,3 +200,31 @@ def test_detection_reads_with_decode_options_and_refuses_others(client: TestClie
         assert r.status_code == 422 and rule in r.json()["detail"], r.text
     r = client.post("/v1/decode", params={"layout": "discord"}, json={"text": "175928847299117063"})
     assert r.status_code == 422 and "takes no query parameters, got layout" in r.json()["detail"]
+
+
+def test_a_long_line_is_scanned_in_segments_with_the_same_tokens(client: TestClient) -> None:
+    """A 300 KB log line (segments of SEGMENT_CHARS, cut at whitespace) gives the tokens an unsegmented scan of it
+    gives: every ID of the line, in order, none split at a cut."""
+    from app.decoding import SEGMENT_CHARS, _line_spans, _token_res
+    from app.schemes import schemes
+
+    ids = [client.get(f"/v1/ids/{scheme}").json()["ids"][0] for scheme in ("ulid", "uuidv7", "muid", "typeid")]
+    words = ["2026-11-21", "ERROR", "a-b-c", "order", *ids, "x" * 40]
+    line = " ".join(words[i * 7 % len(words)] for i in range(30_000))
+    assert len(line) > 50 * SEGMENT_CHARS
+    finders, _ = _token_res(tuple(schemes().values()))
+    whole = sorted({(m.start(), m.end()) for r in finders for m in r.finditer(line)}, key=lambda p: (p[0], -p[1]))
+    assert list(_line_spans(line, finders)) == whole
+
+
+def test_free_text_stops_after_its_candidate_words(client: TestClient) -> None:
+    """ID-like words that are no IDs are tried at most CANDIDATES_PER_ITEM x 5,000 times; then the answer says it
+    stopped (truncated), rather than parsing a megabyte of them for seconds."""
+    from app.decoding import CANDIDATES_PER_ITEM
+
+    some_id = client.get("/v1/ids/ulid").json()["ids"][0]
+    cap = CANDIDATES_PER_ITEM * 5000
+    body = client.post("/v1/decode", json={"text": "a-b-c " * (cap - 1) + some_id}).json()
+    assert [item["input"] for item in body["items"]] == [some_id] and body["truncated"] is False
+    body = client.post("/v1/decode", json={"text": "a-b-c " * cap + some_id}).json()
+    assert body["items"] == [] and body["truncated"] is True
