@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import charge_ids
 from app.api.errors import error_parts
-from app.api.issuing import issue_body
+from app.api.issuing import answer_body
 from app.api.params import parse_issue, query_params
 from app.errors import IdmintError
 from app.node import Issuer, Node
@@ -77,7 +77,7 @@ class FastPath:
             request = parse_issue(issuer.scheme, params, self.max_count())
             charge_ids(scope, request.count)
             issued = await issuer.issue(request.count, request.options)
-            body = issue_body(issuer.name, request.format, issued)
+            body = await answer_body(issuer.name, request.format, issued)
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)

@@ -18,7 +18,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import issue_body, prepare
+from app.api.issuing import answer_body, prepare
 from app.api.params import MAX_BODY_BYTES, IssueParams, merge_body, option_owners, query_params
 from app.api.streams import open_stream
 from app.schemes import schemes
@@ -74,7 +74,7 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
     issuer, request = prepare(node, scheme, params, settings.max_count)
     charge_ids(http.scope, request.count)
     issued = await issuer.issue(request.count, request.options)
-    return Response(issue_body(scheme, request.format, issued), media_type="application/json")
+    return Response(await answer_body(scheme, request.format, issued), media_type="application/json")
 
 
 async def stream(

@@ -5,6 +5,7 @@ Parameters are parsed by :mod:`app.api.params` (one pydantic model per scheme); 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +25,20 @@ def prepare(node: Node, scheme: str, params: Mapping[str, Any], maximum: int) ->
     """Validate one issue request: (issuer, parsed request). Raises UnknownSchemeError or InvalidOptionError."""
     issuer = node.issuer(scheme)
     return issuer, parse_issue(issuer.scheme, params, maximum)
+
+
+THREAD_ENCODE_MIN = 16_384
+"""Batches of at least this many IDs are encoded in a worker thread (:func:`answer_body`): 100,000 typeids with a
+63-character prefix took 90 ms, all of it on the event loop. Encoders keep their scratch arrays per thread and
+batches own their data, so encoding beside the loop's next generate is safe."""
+
+
+async def answer_body(scheme: str, fmt: str, issued: Issued) -> bytes:
+    """:func:`issue_body`, in a worker thread for a batch of THREAD_ENCODE_MIN IDs or more (the large C calls of
+    an encoder still hold the GIL, but only one at a time, not the whole batch)."""
+    if issued.count < THREAD_ENCODE_MIN:
+        return issue_body(scheme, fmt, issued)
+    return await asyncio.to_thread(issue_body, scheme, fmt, issued)
 
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:

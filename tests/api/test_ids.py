@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -146,3 +147,33 @@ def test_stream_lines_are_unique_and_valid(client: TestClient, scheme: str) -> N
     assert len(lines) == n and len(set(lines)) == n
     for text in (lines[0], lines[-1]):
         assert client.get(f"/v1/decode/{scheme}/{text.decode()}").status_code == 200
+
+
+@pytest.mark.parametrize("scheme", ["uuidv7", "typeid", "hlc-ulid", "ulid", "wiji"])
+def test_large_batches_encoded_in_worker_threads_stay_distinct_and_valid(tmp_path: Path, scheme: str) -> None:
+    """Batches of THREAD_ENCODE_MIN IDs or more are encoded in worker threads while the loop generates the next:
+    eight concurrent requests over real HTTP give 8 x 20,000 distinct IDs that decode as ``scheme``."""
+    import asyncio
+
+    import httpx
+
+    from app.api.issuing import THREAD_ENCODE_MIN
+    from tests.helpers import Replica
+
+    count = max(20_000, THREAD_ENCODE_MIN)
+    replica = Replica(tmp_path, {})
+    try:
+        replica.wait("/readyz")
+
+        async def fetch_all() -> list[list[str]]:
+            async with httpx.AsyncClient(base_url=replica.url, timeout=60) as client:
+                answers = await asyncio.gather(*(client.get(f"/v1/ids/{scheme}?count={count}") for _ in range(8)))
+            return [a.json()["ids"] for a in answers]
+
+        batches = asyncio.run(fetch_all())
+        ids = [i for batch in batches for i in batch]
+        assert len(ids) == 8 * count == len(set(ids))
+        for sample in (ids[0], ids[count - 1], ids[-1]):
+            assert httpx.get(f"{replica.url}/v1/decode/{scheme}/{sample}").status_code == 200
+    finally:
+        replica.stop()
