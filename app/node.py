@@ -170,8 +170,8 @@ class Issuer:
                 f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)",
                 retry,
             )
-        if stream:
-            wait = max(wait, min(STREAM_SLICE_S, gen.lookback_ns / 2e9))
+        if stream:  # a slice of the lookback, never past max_clock_wait
+            wait = max(wait, min(STREAM_SLICE_S, gen.lookback_ns / 2e9, limit))
         await asyncio.sleep(wait)
         return wait
 
@@ -200,7 +200,16 @@ class Issuer:
                 waited += await self._wait_for_clock(gen, stream)
                 if stream and gate.waiting:
                     await gate.defer()
-                gen = self.check()
+                current = self.check()
+                if current is not gen and holder.pool is not None:
+                    # Re-claimed while waiting: one answer's mark covers one identity's IDs. (A fresh unclaimed
+                    # generator, as wiji's after its clock stepped back, just carries on.)
+                    raise NotReadyError(
+                        f"{self.name}: this node claimed another identity while the request waited for the clock; "
+                        "retry",
+                        1,
+                    )
+                gen = current
                 batch = gen.generate(remaining, **options)
                 if batch.count:
                     batches.append(batch)

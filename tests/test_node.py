@@ -5,12 +5,14 @@ These use the embedded backend (the interface's local implementation) and real g
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 
+from app.errors import NotReadyError
 from app.node import Node
 from app.schemes import get_scheme
 from tests.helpers import CLAIMING, FakeClock, new_node, started
@@ -114,3 +116,18 @@ async def test_several_eight_byte_generator_ids(tmp_path: Path) -> None:
         values = await issue_values(node, "eight-byte", 1000)
         gens = {get_scheme("eight-byte").fields(v)["generator_id"] for v in values}
         assert gens == {0, 1, 2} and len(set(values)) == 1000
+
+
+async def test_a_request_waiting_on_the_clock_through_a_new_claim_is_refused_not_mixed(tmp_path: Path) -> None:
+    """A batch that waits for the clock (eight-byte: 64 IDs per ms) while the node re-claims its identity is a 503,
+    never IDs of two identities in one answer (the recorded mark covers the current identity only)."""
+    async with started(node_at(tmp_path)) as node:
+        issuer = node.issuers["eight-byte"]
+        holder = issuer.identity
+        task = asyncio.create_task(issuer.issue(60_000, {}))  # about 0.9 s of the cap
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        held = [c.identity for c in holder.claims]
+        holder.generator = holder.factory(held, holder.recorded_mark)  # as a re-claim leaves it: a new generator
+        with pytest.raises(NotReadyError, match="claimed another identity while the request waited"):
+            await task

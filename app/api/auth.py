@@ -441,20 +441,23 @@ class ApiKeys:
             key.streams -= 1
 
     def _paced(self, key: KeyState, send: Send) -> Send:
-        """``send`` that counts each streamed chunk's IDs for the key (as the stream tells them, :data:`IDS_IN_MESSAGE`)
-        and, with an IDs/s quota, charges them and waits off any debt before the next chunk."""
+        """``send`` that counts each streamed chunk's IDs for the key (as the stream tells them on the chunk's first
+        piece, :data:`IDS_IN_MESSAGE`; else by its lines) and, with an IDs/s quota, charges them and waits off any
+        debt before the chunk is sent."""
         bucket = key.ids
         metrics, name = self.metrics, key.entry.name
 
         async def paced_send(message: Message) -> None:
-            await send(message)
             if message["type"] == "http.response.body":
-                lines = message.get(IDS_IN_MESSAGE, 0)
+                lines = message.get(IDS_IN_MESSAGE)
+                if lines is None:  # not from an IdStream (or a layer dropped the key): count what is sent
+                    lines = bytes(message.get("body", b"")).count(b"\n")
                 if lines:
                     metrics.api_key_ids(name, lines)
                     wait = bucket.charge(lines, time.monotonic()) if bucket is not None else 0.0
                     if wait:
                         await asyncio.sleep(wait)
+            await send(message)
 
         return paced_send
 

@@ -13,13 +13,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
 from app.api.issuing import answer_body, prepare
-from app.api.params import MAX_BODY_BYTES, IssueParams, merge_body, option_owners, query_params
+from app.api.params import IssueParams, merge_body, option_owners, query_params, read_body
 from app.api.streams import open_stream
 from app.schemes import schemes
 
@@ -45,24 +44,11 @@ STREAM_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _read_body(request: Request) -> bytes:
-    """The request body, at most MAX_BODY_BYTES (413 beyond, without reading the rest)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes on this route")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise HTTPException(413, f"request body must be at most {MAX_BODY_BYTES} bytes on this route")
-    return body
-
-
 async def request_params(request: Request) -> dict[str, Any]:
     """The issue parameters of a request: its query, plus (POST) the members of its JSON object body."""
     params: dict[str, Any] = query_params(request.query_params.multi_items())
     if request.method == "POST":
-        params = merge_body(params, await _read_body(request))
+        params = merge_body(params, await read_body(request))
     return params
 
 

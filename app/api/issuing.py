@@ -6,7 +6,8 @@ Parameters are parsed by :mod:`app.api.params` (one pydantic model per scheme); 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.api.params import IssueRequest, parse_issue
@@ -33,12 +34,23 @@ THREAD_ENCODE_MIN = 16_384
 batches own their data, so encoding beside the loop's next generate is safe."""
 
 
+ENCODE_THREADS = 2
+_encode_pool = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="idmint-encode")
+"""Large answers are encoded here, not in asyncio's default pool: that one writes and fsyncs high-water marks and
+sequence records (the embedded backend), which must never queue behind bulk encoding."""
+
+
+async def off_loop(fn: Callable[..., bytes], *args: Any) -> bytes:
+    """``fn(*args)`` in the encode pool (:data:`ENCODE_THREADS` threads), awaited."""
+    return await asyncio.get_running_loop().run_in_executor(_encode_pool, fn, *args)
+
+
 async def answer_body(scheme: str, fmt: str, issued: Issued) -> bytes:
-    """:func:`issue_body`, in a worker thread for a batch of THREAD_ENCODE_MIN IDs or more (the large C calls of
+    """:func:`issue_body`, in the encode pool for a batch of THREAD_ENCODE_MIN IDs or more (the large C calls of
     an encoder still hold the GIL, but only one at a time, not the whole batch)."""
     if issued.count < THREAD_ENCODE_MIN:
         return issue_body(scheme, fmt, issued)
-    return await asyncio.to_thread(issue_body, scheme, fmt, issued)
+    return await off_loop(issue_body, scheme, fmt, issued)
 
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:

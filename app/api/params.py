@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 
 from app.errors import InvalidOptionError
 from app.schemes import schemes
@@ -190,6 +192,20 @@ def merge_body(params: dict[str, Any], body: bytes) -> dict[str, Any]:
     if twice:
         raise InvalidOptionError(f"{', '.join(twice)} given both in the query and in the body")
     return {**params, **members}
+
+
+async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request body of a route whose body holds a few parameters: at most ``limit`` bytes (413 beyond, without
+    reading the rest; the reason names this route's limit). Raises starlette's HTTPException(413)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"request body must be at most {limit} bytes on this route")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise HTTPException(413, f"request body must be at most {limit} bytes on this route")
+    return body
 
 
 # -- POST /v1/decode --------------------------------------------------------------------------------------------------

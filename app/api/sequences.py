@@ -9,7 +9,6 @@ parameters, repeated ones) to FastAPI unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -23,7 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.auth import charge_ids
 from app.api.errors import error_parts
 from app.api.guard import JSON_HEADERS
-from app.api.params import parse_body, query_params
+from app.api.issuing import off_loop
+from app.api.params import parse_body, query_params, read_body
 from app.errors import IdmintError, InvalidOptionError
 from app.lease.sequences import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.metrics import Metrics
@@ -112,7 +112,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 async def create_sequence(request: Request, sequences: SequencesDep) -> Response:
     """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings). The body is
     read strictly: a member given twice or an unknown one is a 422."""
-    body = parse_body(await request.body(), CreateSequence, '{"name": ..., "start": ..., "cache": ...}')
+    body = parse_body(await read_body(request), CreateSequence, '{"name": ..., "start": ..., "cache": ...}')
     record, created = await sequences.create(body.name, body.start, body.cache)
     entry = (
         await sequences.describe(record.name)
@@ -177,7 +177,7 @@ async def reserve_range(
 
 async def next_body(name: str, runs: Runs, count: int) -> bytes:
     """``{"name": ..., "ids": [...]}``; large answers are written in a worker thread."""
-    digits = encode_runs(runs) if count < THREAD_ENCODE_MIN else await asyncio.to_thread(encode_runs, runs)
+    digits = encode_runs(runs) if count < THREAD_ENCODE_MIN else await off_loop(encode_runs, runs)
     return b'{"name":"' + name.encode() + b'","ids":[' + digits + b"]}"
 
 
@@ -228,7 +228,7 @@ class SequenceFastPath:
             path: str = scope["path"]
             method = scope["method"]
             if path.startswith(PREFIX):
-                if method == "GET" and path.endswith(NEXT_SUFFIX):
+                if method == "GET" and path.endswith(NEXT_SUFFIX) and not _has_body(scope):
                     suffix, route = NEXT_SUFFIX, NEXT_ROUTE
                 elif method == "POST" and path.endswith(RANGE_SUFFIX) and not _has_body(scope):
                     suffix, route = RANGE_SUFFIX, RANGE_ROUTE

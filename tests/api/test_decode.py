@@ -217,14 +217,27 @@ def test_a_long_line_is_scanned_in_segments_with_the_same_tokens(client: TestCli
     assert list(_line_spans(line, finders)) == whole
 
 
-def test_free_text_stops_after_its_candidate_words(client: TestClient) -> None:
-    """ID-like words that are no IDs are tried at most CANDIDATES_PER_ITEM x 5,000 times; then the answer says it
-    stopped (truncated), rather than parsing a megabyte of them for seconds."""
+def test_free_text_stops_after_its_distinct_candidate_words(client: TestClient) -> None:
+    """Distinct ID-like words that are no IDs are tried at most CANDIDATES_PER_ITEM x 5,000 times; then the answer
+    says it stopped (truncated), rather than parsing a megabyte of them for seconds. A repeated word is tried once."""
     from app.decoding import CANDIDATES_PER_ITEM
 
     some_id = client.get("/v1/ids/ulid").json()["ids"][0]
     cap = CANDIDATES_PER_ITEM * 5000
-    body = client.post("/v1/decode", json={"text": "a-b-c " * (cap - 1) + some_id}).json()
-    assert [item["input"] for item in body["items"]] == [some_id] and body["truncated"] is False
-    body = client.post("/v1/decode", json={"text": "a-b-c " * cap + some_id}).json()
+    junk = " ".join(f"w{i}-x" for i in range(cap))
+    body = client.post("/v1/decode", json={"text": junk + " " + some_id}).json()
     assert body["items"] == [] and body["truncated"] is True
+    body = client.post("/v1/decode", json={"text": "a-b-c " * (2 * cap) + some_id}).json()
+    assert [item["input"] for item in body["items"]] == [some_id] and body["truncated"] is False
+
+
+def test_a_log_full_of_repeated_non_id_words_is_read_to_the_end(client: TestClient) -> None:
+    """4,900 log lines, each with one UUID among words that look like IDs but repeat (a date, worker-3,
+    content-type...; 25,000 such words in all): every UUID is found and nothing is truncated."""
+    ids = client.get("/v1/ids/uuidv7?count=4900").json()["ids"]
+    text = "".join(
+        f"2026-11-21 12:00:{i % 60:02d} worker-3 x-request-id={u} content-type=application/json user-agent=curl-8\n"
+        for i, u in enumerate(ids)
+    )
+    body = client.post("/v1/decode", json={"text": text}).json()
+    assert [item["input"] for item in body["items"]] == ids and body["truncated"] is False

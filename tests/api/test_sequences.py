@@ -81,6 +81,8 @@ def test_create_show_next_range(tmp_path: Path) -> None:
         ("POST", "/v1/sequences", {"content": b'{"name": "x", "name": "y"}'}, 422, "name must be given once"),
         ("POST", "/v1/sequences", {"content": b'{"name": "x", "start": 1' + b"0" * 5000 + b"}"}, 422, "digits"),
         ("POST", "/v1/sequences", {"content": b"[" * 5000}, 422, "JSON object"),
+        ("GET", "/v1/sequences/orders/next?count=5", {"content": b"x"}, 422, "takes no request body"),
+        ("POST", "/v1/sequences", {"content": b" " * 20_000}, 413, "at most 16384 bytes on this route"),
     ],
 )
 def test_bad_input_names_the_rule(
