@@ -295,7 +295,9 @@ def test_an_id_several_schemes_accept_shows_every_candidate(page: Page, server: 
 
 
 def test_accepted_alternate_form_shows_canonical_and_pasted_form(page: Page, server: Server) -> None:
-    text = server.issue("eight-byte")[0]
+    # An ID whose hex has a letter, so that its upper-case form differs from the canonical one (all-digit hex, as
+    # 1761209045800000, would paste as itself).
+    text = next(t for t in server.issue("eight-byte", count=64) if t.upper() != t)
     truth = server.decode("eight-byte", text.upper())
     open_page(page)
     decode(page, f"  {text.upper()}  ")
