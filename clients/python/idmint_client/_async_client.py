@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Self, TypeVar, overload
 
 import httpx
 
 from idmint_client._base import (
-    DEFAULT_MAX_AGE_S,
-    DEFAULT_MAX_REFILL,
-    DEFAULT_MIN_REFILL,
-    DEFAULT_TIMEOUT_S,
     BaseClient,
     Key,
     buffer_key,
@@ -33,35 +29,12 @@ T = TypeVar("T")
 _monotonic = time.monotonic
 
 
-class AsyncClient(BaseClient[asyncio.Event]):
+class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
     """An asyncio client of an idmint fleet: the settings, errors and behaviour of :class:`~idmint_client.Client`,
     with coroutine methods (``stream`` is an async iterator). Task-safe within one event loop: the buffer is only
     touched between awaits, and concurrent tasks that find a buffer empty share one refill request. Background
     refills are tasks of the loop that calls ``new_id``. Fork-safe like ``Client``. Use ``async with`` or
     ``await aclose()``."""
-
-    def __init__(
-        self,
-        replicas: str | Sequence[str],
-        *,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        api_key: str | None = None,
-        max_age: float | None = DEFAULT_MAX_AGE_S,
-        buffer: bool = True,
-        min_refill: int = DEFAULT_MIN_REFILL,
-        max_refill: int = DEFAULT_MAX_REFILL,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            replicas,
-            timeout=timeout,
-            api_key=api_key,
-            max_age=max_age,
-            buffer=buffer,
-            min_refill=min_refill,
-            max_refill=max_refill,
-            transport=transport,
-        )
 
     def _fresh_state(self) -> None:
         super()._fresh_state()

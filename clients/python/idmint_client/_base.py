@@ -28,6 +28,7 @@ Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
 (scheme, format, sorted options)."""
 
 LockT = TypeVar("LockT")
+TransportT = TypeVar("TransportT")
 
 
 def buffer_key(scheme: str, fmt: str | None, options: Mapping[str, object]) -> Key:
@@ -76,8 +77,9 @@ def split_lines(partial: str, chunk: bytes) -> tuple[list[str], str]:
     return lines, lines.pop()
 
 
-class BaseClient(Generic[LockT]):
-    """Settings, replicas, buffers and fork safety. Subclasses add the I/O."""
+class BaseClient(Generic[LockT, TransportT]):
+    """Settings, replicas, buffers and fork safety. Subclasses add the I/O (``TransportT``: their httpx
+    transport type)."""
 
     _http: Any
 
@@ -91,7 +93,7 @@ class BaseClient(Generic[LockT]):
         buffer: bool = True,
         min_refill: int = DEFAULT_MIN_REFILL,
         max_refill: int = DEFAULT_MAX_REFILL,
-        transport: Any = None,
+        transport: TransportT | None = None,
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout}")

@@ -6,16 +6,12 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar, overload
 
 import httpx
 
 from idmint_client._base import (
-    DEFAULT_MAX_AGE_S,
-    DEFAULT_MAX_REFILL,
-    DEFAULT_MIN_REFILL,
-    DEFAULT_TIMEOUT_S,
     BaseClient,
     Key,
     buffer_key,
@@ -41,7 +37,7 @@ WORKER_IDLE_S = 5.0
 """The refill thread checks this often whether its client still exists."""
 
 
-class Client(BaseClient[threading.Condition]):
+class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     """A thread-safe client of an idmint fleet.
 
     ``replicas``: base URLs (a list, or one comma-separated string), tried round-robin with failover.
@@ -58,29 +54,6 @@ class Client(BaseClient[threading.Condition]):
     Fork-safe: in the child of ``os.fork()`` every buffer starts empty and connections are new. Use it as a
     context manager or call :meth:`close`.
     """
-
-    def __init__(
-        self,
-        replicas: str | Sequence[str],
-        *,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        api_key: str | None = None,
-        max_age: float | None = DEFAULT_MAX_AGE_S,
-        buffer: bool = True,
-        min_refill: int = DEFAULT_MIN_REFILL,
-        max_refill: int = DEFAULT_MAX_REFILL,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            replicas,
-            timeout=timeout,
-            api_key=api_key,
-            max_age=max_age,
-            buffer=buffer,
-            min_refill=min_refill,
-            max_refill=max_refill,
-            transport=transport,
-        )
 
     def _fresh_state(self) -> None:
         super()._fresh_state()
