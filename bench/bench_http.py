@@ -176,26 +176,24 @@ def stream(base: str, scheme: str, count: int, pid: int) -> Streamed:
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     cpu0, wait0 = sched_ns(pid)
+    seconds, size = curl_to_null(f"{base}/v1/ids/{scheme}/stream?count={count}")
+    cpu1, wait1 = sched_ns(pid)
+    done.set()
+    t.join()
+    return Streamed(seconds, size, before, peak[0], (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9)
+
+
+def curl_to_null(url: str) -> tuple[float, int]:
+    """(seconds, bytes) of ``url`` read by curl into /dev/null; exits unless it answered 200."""
     out = subprocess.run(
-        [
-            "curl",
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code} %{size_download} %{time_total}",
-            f"{base}/v1/ids/{scheme}/stream?count={count}",
-        ],
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_total}", url],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    cpu1, wait1 = sched_ns(pid)
-    done.set()
-    t.join()
     if out[0] != "200":
-        raise SystemExit(f"stream {scheme} answered {out[0]}")
-    return Streamed(float(out[2]), int(out[1]), before, peak[0], (cpu1 - cpu0) / 1e9, (wait1 - wait0) / 1e9)
+        raise SystemExit(f"{url} answered {out[0]}")
+    return float(out[2]), int(out[1])
 
 
 def main() -> None:
@@ -395,23 +393,7 @@ def run_streams(
 
 def bare_stream(base: str, count: int, width: int) -> tuple[float, int]:
     """(seconds, bytes) of the bare app's stream of ``count`` lines of ``width`` bytes."""
-    out = subprocess.run(
-        [
-            "curl",
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code} %{size_download} %{time_total}",
-            f"{base}/stream?count={count}&width={width}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    if out[0] != "200":
-        raise SystemExit(f"bare stream answered {out[0]}")
-    return float(out[2]), int(out[1])
+    return curl_to_null(f"{base}/stream?count={count}&width={width}")
 
 
 if __name__ == "__main__":
