@@ -29,6 +29,19 @@ SCHEMES = tuple(schemes())
 HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
 CLAIMING = tuple(name for name, scheme in schemes().items() if scheme.identity_plan(Settings()) is not None)
 """The schemes whose node claims an identity (muid, eight-byte, hlc-ulid, siq, snowflake)."""
+TIMESTAMP_FIELD = {
+    "muid": "timestamp_us",
+    "eight-byte": "timestamp_ms",
+    "hlc-ulid": "timestamp_ms",
+    "siq": "seconds",
+    "wiji": "timestamp_us",
+    "uuidv7": "timestamp_ms",
+    "ulid": "timestamp_ms",
+    "typeid": "timestamp_ms",
+    "ksuid": "timestamp_s",
+    "snowflake": "timestamp_ms",
+}
+"""The decoded field that holds each scheme's timestamp."""
 
 
 def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> PoolSpec:

@@ -15,7 +15,7 @@ import pytest
 from app.errors import NotReadyError
 from app.node import Node
 from app.schemes import get_scheme
-from tests.helpers import CLAIMING, FakeClock, new_node, started
+from tests.helpers import CLAIMING, TIMESTAMP_FIELD, FakeClock, new_node, started
 
 pytestmark = pytest.mark.anyio
 
@@ -40,18 +40,7 @@ async def issue_values(node: Node, scheme: str, n: int) -> list[int]:
 
 def timestamps(scheme: str, values: list[int]) -> list[int]:
     s = get_scheme(scheme)
-    key = {
-        "muid": "timestamp_us",
-        "eight-byte": "timestamp_ms",
-        "hlc-ulid": "timestamp_ms",
-        "siq": "seconds",
-        "wiji": "timestamp_us",
-        "uuidv7": "timestamp_ms",
-        "ulid": "timestamp_ms",
-        "typeid": "timestamp_ms",
-        "ksuid": "timestamp_s",
-        "snowflake": "timestamp_ms",
-    }[scheme]
+    key = TIMESTAMP_FIELD[scheme]
     return [s.fields(v)[key] for v in values]
 
 

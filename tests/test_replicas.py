@@ -16,23 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import CLAIMING, SCHEMES, Replica
+from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD, Replica
 
 TTL_S = 3
 MARGIN_S = 1.0
 CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake
-TIMESTAMP_FIELD = {
-    "muid": "timestamp_us",
-    "eight-byte": "timestamp_ms",
-    "hlc-ulid": "timestamp_ms",
-    "siq": "seconds",
-    "wiji": "timestamp_us",
-    "uuidv7": "timestamp_ms",
-    "ulid": "timestamp_ms",
-    "typeid": "timestamp_ms",
-    "ksuid": "timestamp_s",
-    "snowflake": "timestamp_ms",
-}
 
 
 def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # noqa: ANN001
