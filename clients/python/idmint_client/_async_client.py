@@ -10,6 +10,7 @@ from typing import Any, Self, TypeVar, overload
 import httpx
 
 from idmint_client._base import (
+    FLEET_PATH,
     BaseClient,
     Key,
     buffer_key,
@@ -203,7 +204,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         delivered = 0
         reasons: dict[str, str] = {}
         while True:
-            plan, skipped = self._replicas.plan(scheme)
+            plan, skipped = await self._plan(scheme)
             reasons.update(skipped)
             progress = False
             for url in plan:
@@ -270,12 +271,23 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         self._learn(infos)
         return infos
 
+    async def _plan(self, scope: str) -> tuple[list[str], dict[str, str]]:
+        """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
+        plan, reasons = self._replicas.plan(scope)
+        for url in self._fleets.unread(plan):
+            try:
+                self._fleets.learn(url, await self._http.get(url + FLEET_PATH))
+            except (httpx.HTTPError, ValueError) as exc:
+                reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
+                self._replicas.failed(url, reasons[url])
+        return [url for url in plan if url in self._fleets.documents], reasons
+
     async def _call(
         self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
-        plan, reasons = self._replicas.plan(scope)
+        plan, reasons = await self._plan(scope)
         for url in plan:
             try:
                 response = await self._http.get(url + path, params=params)

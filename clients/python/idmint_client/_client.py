@@ -12,6 +12,7 @@ from typing import Any, Self, TypeVar, overload
 import httpx
 
 from idmint_client._base import (
+    FLEET_PATH,
     BaseClient,
     Key,
     buffer_key,
@@ -249,7 +250,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         delivered = 0
         reasons: dict[str, str] = {}
         while True:
-            plan, skipped = self._replicas.plan(scheme)
+            plan, skipped = self._plan(scheme)
             reasons.update(skipped)
             progress = False
             for url in plan:
@@ -322,13 +323,25 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         return infos
 
     # -- failover ----------------------------------------------------------------------------------------------
+    def _plan(self, scope: str) -> tuple[list[str], dict[str, str]]:
+        """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
+        (:class:`~idmint_client._fleet.FleetCheck`): one that cannot be read is failed over. Raises FleetOverlap."""
+        plan, reasons = self._replicas.plan(scope)
+        for url in self._fleets.unread(plan):
+            try:
+                self._fleets.learn(url, self._http.get(url + FLEET_PATH))
+            except (httpx.HTTPError, ValueError) as exc:
+                reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
+                self._replicas.failed(url, reasons[url])
+        return [url for url in plan if url in self._fleets.documents], reasons
+
     def _call(
         self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
     ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
         if self._closed:
             raise ClientClosed("client is closed")
-        plan, reasons = self._replicas.plan(scope)
+        plan, reasons = self._plan(scope)
         for url in plan:
             try:
                 response = self._http.get(url + path, params=params)
