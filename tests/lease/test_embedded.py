@@ -36,7 +36,7 @@ async def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
 
 
 async def test_static_assignment_conflict(tmp_path: Path) -> None:
-    static = pool_spec("siq", minimum=0, maximum=255, candidates=(9,), static=True)
+    static = pool_spec("siq", minimum=0, maximum=255, static=9)
     backend = EmbeddedBackend(tmp_path)
     assert (await backend.claim(static, HOLDER)).identity == 9
     with pytest.raises(PoolExhaustedError, match="statically assigned"):
