@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from app.errors import NotReadyError
+from app.identity import PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
     from app.lease.base import LeaseBackend
@@ -97,7 +98,7 @@ class FleetGuard:
         self._first_round_done = not self.peers
         if self.peers:
             for scheme in self.pools:
-                self.block(scheme, "checking the peer fleets (IDMINT_PEER_FLEETS) before issuing")
+                self.block(scheme, f"{PEER_CHECK_PENDING} (IDMINT_PEER_FLEETS) before issuing")
 
     # -- what we are ---------------------------------------------------------------------------------------
     async def read_fleet_id(self) -> str | None:

@@ -38,6 +38,9 @@ INHERITED_WAIT_READY_S = 1.0
 GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
 
+PEER_CHECK_PENDING = "checking the peer fleets"
+"""How :mod:`app.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
+
 NO_MARK_NEEDED = 1 << 128
 """The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
 
@@ -108,8 +111,9 @@ class IdentityHolder:
         if reason == self.blocked:
             return
         if reason is None:
-            log.warning("%s: no peer fleet overlaps any more; issuing", self.name)
-        elif self.blocked is None or not reason.startswith("checking"):
+            if self.blocked is not None and not self.blocked.startswith(PEER_CHECK_PENDING):
+                log.warning("%s: no peer fleet overlaps any more; issuing", self.name)
+        elif not reason.startswith(PEER_CHECK_PENDING):
             log.error("%s: stopped issuing: %s", self.name, reason)
         self.blocked = reason
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +28,21 @@ from idmint_client import (
 from tests.helpers import Replica, free_port
 
 pytestmark = pytest.mark.anyio
+
+
+def one_fleet(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockTransport:
+    """A fake fleet: ``handler`` answers every request but ``GET /v1/fleet``, which tells one fleet ID for every
+    host (the client reads it before first using a server)."""
+
+    def route(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/fleet":
+            return httpx.Response(200, json={"fleet_id": FAKE_FLEET_ID, "region": 0, "regions": 1, "schemes": {}})
+        return handler(request)
+
+    return httpx.MockTransport(route)
+
+
+FAKE_FLEET_ID = "00000000-0000-4000-8000-000000000001"
 
 
 def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_names: list[str]) -> None:
@@ -161,12 +176,10 @@ def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
             return httpx.Response(401, json={"detail": "missing or unknown API key"})
         return httpx.Response(200, json={"scheme": "wiji", "format": "base32", "ids": ["A", "B"]})
 
-    with Client(
-        ["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=httpx.MockTransport(handler)
-    ) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=one_fleet(handler)) as client:
         assert client.ids("wiji", 2) == ["A", "B"]
     with (
-        Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client,
+        Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client,
         pytest.raises(Unauthorized, match="unknown API key"),
     ):
         client.ids("wiji", 2)
@@ -229,7 +242,7 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
         count = int(request.url.params["count"])
         return httpx.Response(200, content=json.dumps({"ids": [f"{request.url.host}-{i}" for i in range(count)]}))
 
-    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         for _ in range(6):
             client.ids("hlc-ulid", 1)
         # a refused once; every later call went straight to b; another scheme may still ask a
@@ -257,7 +270,7 @@ def test_stream_yields_only_complete_lines_and_asks_the_next_replica_for_the_res
             return httpx.Response(200, stream=_TruncatedBody())
         return httpx.Response(200, text="".join(f"b-{i}\n" for i in range(int(count))))
 
-    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         got = list(client.stream("wiji", 10))
     assert got == ["a-1", "a-2", "a-3"] + [f"b-{i}" for i in range(7)]  # the partial "a-" was discarded
     assert asked == [("a.invalid", "10"), ("b.invalid", "7")]
