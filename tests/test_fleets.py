@@ -335,7 +335,7 @@ def test_two_etcd_fleets_in_two_regions_never_repeat_an_id(
         with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
             assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
             urls = [n.url for n in east + west]
-            for scheme in SLICED if round_no == 0 else ("snowflake",):
+            for scheme in (*SLICED, "muid") if round_no == 0 else ("snowflake",):  # muid: random medallions
                 got = stream_everywhere(urls, scheme, PER_REPLICA)
                 assert duplicates(got) == 0, (scheme, layout)
 
@@ -351,6 +351,7 @@ def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_serv
         IDMINT_EIGHT_BYTE_POOL="0-2",
         IDMINT_SNOWFLAKE_WORKERS="1",
         IDMINT_SNOWFLAKE_POOL="0-2",
+        IDMINT_SNOWFLAKE_LAYOUT="sonyflake",  # 25,600 IDs/s per worker ID: the six streams overlap in time
     )
     with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
         urls = [n.url for n in east + west]
