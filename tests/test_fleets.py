@@ -198,6 +198,7 @@ def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Re
             node.stop()
 
 
+@pytest.mark.integration
 def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -> None:
     env = {"IDMINT_REGIONS": "2", "IDMINT_EIGHT_BYTE_GENERATORS": "4", "IDMINT_SNOWFLAKE_WORKERS": "4"}
     ports = [free_port(), free_port()]
@@ -220,6 +221,7 @@ def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -
             node.stop()
 
 
+@pytest.mark.integration
 def test_peer_fleets_in_one_region_never_issue_the_overlapping_schemes(tmp_path: Path) -> None:
     ports = [free_port(), free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
@@ -264,6 +266,7 @@ def test_peer_fleets_in_one_region_never_issue_the_overlapping_schemes(tmp_path:
     assert issued == {}, f"IDs issued while two fleets overlapped: {issued}"
 
 
+@pytest.mark.integration
 def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_servers(tmp_path: Path) -> None:
     two_hosts = [Replica(tmp_path, {}), Replica(tmp_path, {})]  # separate state dirs, one region: overlap
     shared = {"IDMINT_STATE_DIR": str(tmp_path / "shared")}
@@ -285,6 +288,7 @@ def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_s
             node.stop()
 
 
+@pytest.mark.integration
 @pytest.mark.anyio
 async def test_the_async_client_refuses_two_overlapping_fleets(tmp_path: Path) -> None:
     from idmint_client import AsyncClient

@@ -88,6 +88,7 @@ def test_ids_and_stream_every_scheme(server: Replica, scheme_names: list[str]) -
             assert len(set(batch) | set(streamed)) == 2500, scheme
 
 
+@pytest.mark.integration
 def test_ids_split_above_the_server_max_count_learned_from_a_422(tmp_path: Path) -> None:
     small = Replica(tmp_path, {"IDMINT_MAX_COUNT": "1000"})
     try:

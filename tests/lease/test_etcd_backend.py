@@ -27,7 +27,7 @@ from app.settings import Settings, load_settings
 from tests.helpers import FakeClock, pool_spec
 from tests.support.etcd import EtcdServer, free_port, make_tls_material
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 TTL_S = 2
 MARGIN_S = 0.5

@@ -18,7 +18,7 @@ from app.settings import load_settings
 from tests.lease.test_etcd_backend import HLC_ULID, SIQ, eventually, holder
 from tests.support.etcd import EtcdCluster, EtcdServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 TTL_S = 6
 MARGIN_S = 1.0
