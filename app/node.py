@@ -27,6 +27,7 @@ Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -49,6 +50,8 @@ from app.settings import Settings
 log = logging.getLogger("idmint.node")
 
 MIN_WAIT_S = 0.0001
+FLEET_ID_START_WAIT_S = 2.0
+"""How long start-up waits to read the fleet ID (then ``/v1/fleet`` says null until the guard's task reads it)."""
 PEER_RETRY_AFTER_S = 5
 """Retry-After (s) of a scheme stopped because a peer fleet's identities overlap ours (an operator must act)."""
 STREAM_SLICE_S = 0.02
@@ -370,6 +373,9 @@ class Node:
         if self.backend.name == "embedded":  # file locks never expire; the etcd backend reports its own
             self.metrics.lease_deadline(math.inf)
         self._check_regions()
+        with contextlib.suppress(TimeoutError):  # read now when it is quick; else the guard's task keeps trying
+            async with asyncio.timeout(FLEET_ID_START_WAIT_S):
+                await self.fleet.read_fleet_id()
         self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
         for issuer in self.issuers.values():
             identity = issuer.identity

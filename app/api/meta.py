@@ -109,9 +109,7 @@ async def fleet(node: NodeDep, request: Request) -> dict[str, Any]:
     nodes (``IDMINT_PEER_FLEETS``) and the Python client compare it with their own; ``fleet_id`` is null while the
     backend has not told it (etcd unreachable since start)."""
     node.fleet.poke(request.headers.get(FLEET_HEADER))
-    if node.fleet.fleet_id is None:
-        await node.fleet.read_fleet_id()
-    return node.fleet.document()
+    return node.fleet.document()  # the fleet ID is read by the guard's task, never on a request's time
 
 
 @router.get("/healthz")
