@@ -585,7 +585,9 @@ class SnowflakeScheme(Scheme):
 
         layout = self.configured(settings).snowflake_layout
         lookback_units = -(-LOOKBACK_MS // layout.unit_ms)
-        return SnowflakeGenerator(layout, identities, clock=clock, floor=floor, lookback_units=lookback_units)
+        return SnowflakeGenerator(
+            layout, identities, clock=clock, floor=floor, lookback_units=lookback_units, random=random
+        )
 
     def describe(self, settings: Any) -> dict[str, Any]:
         """``{"snowflake_layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",

@@ -4,7 +4,9 @@ documented vector, and the peers snowflake-id and sonyflake."""
 from __future__ import annotations
 
 import datetime
+import random
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -29,9 +31,15 @@ from app.schemes.snowflake import (
     SnowflakeScheme,
     SnowflakeSettings,
 )
-from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
+from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator, start_spread
 from app.settings import Settings
 from tests.helpers import FakeClock
+
+
+def unspread(*args: Any, **kwargs: Any) -> SnowflakeGenerator:
+    """A generator whose units all start at slot 0 (zero random bytes): the slot arithmetic tests below."""
+    return SnowflakeGenerator(*args, random=bytes, **kwargs)
+
 
 MS = 1_000_000  # ns per ms
 NOW_MS = 1_763_888_400_000  # 2025-11-23T09:00:00Z
@@ -291,7 +299,7 @@ def test_native_timestamp_counts_layout_units_from_the_unix_epoch() -> None:
     assert sony.native_from_ns(NOW_MS * MS) == NOW_MS // 10
     custom = SnowflakeScheme(Layout.parse("custom:5:10:41/10/12"))  # epoch not a whole number of units
     assert custom.native_from_ns(5 * MS) == 0 + 0 and custom.native_from_ns(15 * MS) == 1
-    generator = SnowflakeGenerator(SONYFLAKE, [1], clock=FakeClock(NOW_MS))
+    generator = unspread(SONYFLAKE, [1], clock=FakeClock(NOW_MS))
     batch = generator.generate(3)
     assert batch.high_water == generator.high_water == sony.native_from_ns(NOW_MS * MS)
 
@@ -398,7 +406,7 @@ def test_snowflake_id_peer_ids_decode_here(layout: Layout) -> None:
 
 @pytest.mark.parametrize("layout", [TWITTER, DISCORD])
 def test_ids_issued_here_are_accepted_by_snowflake_id(layout: Layout) -> None:
-    generator = SnowflakeGenerator(layout, [5, 1000], clock=FakeClock(NOW_MS))
+    generator = unspread(layout, [5, 1000], clock=FakeClock(NOW_MS))
     batch = generator.generate(8192)
     for value in map(int, batch.encode("decimal").split()):
         parsed = PeerSnowflake.parse(value, layout.epoch_ms)
@@ -427,7 +435,7 @@ def test_sonyflake_peer_ids_decode_here() -> None:
 def test_ids_issued_here_are_accepted_by_sonyflake() -> None:
     start = datetime.datetime(2014, 9, 1, tzinfo=datetime.UTC)
     peer = Sonyflake(machine_id=1, start_time=start)
-    generator = SnowflakeGenerator(SONYFLAKE, [7, 300], clock=FakeClock(NOW_MS))
+    generator = unspread(SONYFLAKE, [7, 300], clock=FakeClock(NOW_MS))
     batch = generator.generate(512)
     for value in batch.values():
         time_units, sequence, machine_id = peer.decompose(value)
@@ -442,7 +450,7 @@ def test_ids_issued_here_are_accepted_by_sonyflake() -> None:
 
 def test_one_unit_holds_two_to_the_s_per_worker_id_then_a_partial_batch() -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(TWITTER, [3], clock=clock)
+    generator = unspread(TWITTER, [3], clock=clock)
     batch = generator.generate(5000)
     assert batch.count == 4096
     assert [TWITTER.unpack(v) for v in batch.values()] == [
@@ -459,7 +467,7 @@ def test_one_unit_holds_two_to_the_s_per_worker_id_then_a_partial_batch() -> Non
 
 
 def test_partial_batches_continue_the_sequence() -> None:
-    generator = SnowflakeGenerator(DISCORD, [1], clock=FakeClock(NOW_MS))
+    generator = unspread(DISCORD, [1], clock=FakeClock(NOW_MS))
     first = generator.generate(10).values()
     second = generator.generate(10).values()
     assert [DISCORD.unpack(v)[2] for v in first + second] == list(range(20))
@@ -467,7 +475,7 @@ def test_partial_batches_continue_the_sequence() -> None:
 
 def test_several_worker_ids_multiply_the_cap_in_increasing_order() -> None:
     for layout in (TWITTER, SONYFLAKE):
-        generator = SnowflakeGenerator(layout, [9, 2, 5], clock=FakeClock(NOW_MS))
+        generator = unspread(layout, [9, 2, 5], clock=FakeClock(NOW_MS))
         batch = generator.generate(10**6)
         assert batch.count == 3 * layout.ids_per_unit
         values = batch.values()
@@ -478,7 +486,7 @@ def test_several_worker_ids_multiply_the_cap_in_increasing_order() -> None:
 
 def test_sonyflake_unit_is_ten_ms() -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(SONYFLAKE, [1], clock=clock)
+    generator = unspread(SONYFLAKE, [1], clock=clock)
     assert generator.generate(300).count == 256
     assert generator.wait_ns() == 10 * MS
     clock.set_ms(NOW_MS + 9)
@@ -489,7 +497,7 @@ def test_sonyflake_unit_is_ten_ms() -> None:
 
 def test_clock_rollback_keeps_the_last_unit_and_continues() -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(TWITTER, [1], clock=clock)
+    generator = unspread(TWITTER, [1], clock=clock)
     generator.generate(100)
     clock.set_ms(NOW_MS - 20)
     batch = generator.generate(5000)
@@ -503,7 +511,7 @@ def test_clock_rollback_keeps_the_last_unit_and_continues() -> None:
 def test_floor_is_respected() -> None:
     clock = FakeClock(NOW_MS)
     floor = NOW_MS + 5  # native units of twitter = Unix ms
-    generator = SnowflakeGenerator(TWITTER, [1], clock=clock, floor=floor)
+    generator = unspread(TWITTER, [1], clock=clock, floor=floor)
     assert generator.generate(10).count == 0
     assert generator.wait_ns() == 6 * MS
     assert generator.high_water == floor
@@ -515,7 +523,7 @@ def test_floor_is_respected() -> None:
 
 def test_lookback_fills_never_used_units_only_above_the_floor() -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(TWITTER, [1], clock=clock, floor=NOW_MS - 3, lookback_units=10)
+    generator = unspread(TWITTER, [1], clock=clock, floor=NOW_MS - 3, lookback_units=10)
     batch = generator.generate(4096 * 3 + 1)
     units = [TWITTER.timestamp_ms(TWITTER.unpack(v)[0]) for v in batch.values()]
     assert units[0] == NOW_MS - 2 and units[-1] == NOW_MS and batch.count == 3 * 4096
@@ -523,10 +531,10 @@ def test_lookback_fills_never_used_units_only_above_the_floor() -> None:
 
 def test_timestamp_limits() -> None:
     with pytest.raises(OverflowError, match="before the snowflake layout's epoch"):
-        SnowflakeGenerator(TWITTER, [1], clock=FakeClock(TWITTER.epoch_ms - 1)).generate(1)
+        unspread(TWITTER, [1], clock=FakeClock(TWITTER.epoch_ms - 1)).generate(1)
     late = TWITTER.timestamp_ms(TWITTER.time_max + 1)
     with pytest.raises(OverflowError, match="snowflake time would pass 2199023255551 units"):
-        SnowflakeGenerator(TWITTER, [1], clock=FakeClock(late)).generate(1)
+        unspread(TWITTER, [1], clock=FakeClock(late)).generate(1)
 
 
 @pytest.mark.parametrize(
@@ -542,7 +550,7 @@ def test_timestamp_limits() -> None:
 )
 def test_generator_configuration_validated(args: list[int], kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
-        SnowflakeGenerator(TWITTER, args, **kwargs)
+        unspread(TWITTER, args, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -555,13 +563,13 @@ def test_generator_configuration_validated(args: list[int], kwargs: dict[str, in
 )
 def test_generate_arguments_validated(count: int, options: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidOptionError, match=re.escape(message)):
-        SnowflakeGenerator(TWITTER, [1], clock=FakeClock(NOW_MS)).generate(count, **options)
+        unspread(TWITTER, [1], clock=FakeClock(NOW_MS)).generate(count, **options)
 
 
 @pytest.mark.parametrize("layout", [TWITTER, SONYFLAKE, INSTAGRAM, Layout.parse("custom:0:3:44/4/15")])
 def test_a_million_ids_monotonic_with_rollback_and_exhaustion_no_duplicate(layout: Layout) -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(layout, [6, 1, 3], clock=clock, lookback_units=2)
+    generator = unspread(layout, [6, 1, 3], clock=clock, lookback_units=2)
     issued: list[int] = []
     steps = [1, 0, 0, -7, 1, 1, 2, 0, -1, 3, 50, -40, 0]
     step = 0
@@ -593,7 +601,7 @@ def test_a_million_ids_monotonic_with_rollback_and_exhaustion_no_duplicate(layou
 )
 def test_batch_encode_equals_scalar_format(layout: Layout, worker_ids: list[int], size: int) -> None:
     clock = FakeClock(NOW_MS)
-    generator = SnowflakeGenerator(layout, worker_ids, clock=clock, lookback_units=1000)
+    generator = unspread(layout, worker_ids, clock=clock, lookback_units=1000)
     batch = generator.generate(size) if size else SnowflakeBatch(layout, worker_ids, [])
     assert isinstance(batch, Batch) and batch.count == min(size, batch.count)
     values = batch.values()
@@ -662,7 +670,7 @@ def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap(layout: Lay
     """What streams rely on (app.node.STREAM_SLICE_S): sleeping half of ``lookback_ns`` between calls loses no
     unit's slots (sonyflake: 5 units of 10 ms = 50 ms)."""
     clock = FakeClock(NOW_MS - NOW_MS % layout.unit_ms)
-    generator = SnowflakeGenerator(layout, [1], clock=clock, lookback_units=-(-50 // layout.unit_ms))
+    generator = unspread(layout, [1], clock=clock, lookback_units=-(-50 // layout.unit_ms))
     assert generator.lookback_ns == 50 * MS
     generator.generate(1 << 20)  # everything up to now (a fresh generator reaches back over the lookback)
     issued = 0
@@ -671,3 +679,47 @@ def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap(layout: Lay
         issued += generator.generate(1 << 20).count
     per_unit = 1 << layout.sequence_bits
     assert issued == 40 * 25 // layout.unit_ms * per_unit
+
+
+# -- even shards: a new unit starts at a random slot (Meituan Leaf's rule) ----------------------------------------
+CHI2_CRITICAL_P001 = {3: 16.266, 9: 27.877}
+"""Chi-square values a uniform sample exceeds with probability 0.001, by degrees of freedom (3: mod 4, 9: mod 10)."""
+
+
+def chi_square(values: list[int], modulus: int) -> float:
+    expected = len(values) / modulus
+    counts = [0] * modulus
+    for value in values:
+        counts[value % modulus] += 1
+    return sum((c - expected) ** 2 / expected for c in counts)
+
+
+def test_start_spread_per_layout() -> None:
+    assert start_spread(TWITTER) == 100 and start_spread(DISCORD) == 100
+    assert start_spread(INSTAGRAM) == 60  # 1,024 per unit: 60 first slots, 2.9 % of the cap on average
+    assert start_spread(SONYFLAKE) == 0  # its low bits are the worker ID: a sequence offset cannot spread them
+    assert start_spread(Layout.parse("custom:0:1:53/6/4")) == 0  # 16 per unit: nothing to spare
+
+
+@pytest.mark.parametrize("layout", [TWITTER, INSTAGRAM])
+def test_the_first_id_of_each_unit_spreads_over_id_mod_4_and_mod_10(layout: Layout) -> None:
+    clock = FakeClock(NOW_MS)
+    generator = SnowflakeGenerator(layout, [5], clock=clock, lookback_units=2, random=random.Random(7).randbytes)
+    first_ids = []
+    for _ in range(1000):  # one ID per unit, as single requests at low traffic get
+        clock.advance_s(0.010)
+        first_ids.append(generator.generate(1).values()[0])
+    assert chi_square(first_ids, 4) < CHI2_CRITICAL_P001[3]
+    assert chi_square(first_ids, 10) < CHI2_CRITICAL_P001[9]
+    assert len(set(first_ids)) == 1000 and first_ids == sorted(first_ids)
+    sequences = {snowflake.SCHEME.with_decode_options(layout=layout.name).fields(v)["sequence"] for v in first_ids}
+    assert sequences <= set(range(start_spread(layout)))
+
+
+def test_a_unit_started_at_an_offset_holds_the_rest_of_its_sequence() -> None:
+    clock = FakeClock(NOW_MS)
+    generator = SnowflakeGenerator(TWITTER, [3], clock=clock, random=lambda n: bytes([37]) * n)
+    assert generator.generate(5000).count == 4096 - 37  # the skipped slots are the cost
+    clock.advance_s(0.001)
+    batch = generator.generate(5000)
+    assert batch.count == 4096 - 37 and SCHEME.fields(batch.values()[0])["sequence"] == 37
