@@ -20,10 +20,13 @@ tests (v4.7, 11-bit generator IDs)::
 * generator ID: 0..2047 (11 bits), split around the mode bit. Every 64-bit value decodes: no reserved bits remain.
 * cluster ID: 0..15, configuration.
 
-Text: 16 lowercase hex digits (canonical; parsed in either case) and unsigned decimal (alternate). A 16-character
-all-digit string is read as hex, so decimals of exactly 16 digits (10**15 .. 10**16 - 1) are only written, never
-read back as decimal; decimals are read without leading zeros. Packed order is only meaningful in TIME_SEQUENTIAL
-mode: (timestamp, sequence) order.
+Text: 16 lowercase hex digits (canonical; parsed in either case), unsigned decimal (alternate) and signed decimal
+(``signed``: the decimal of the 8 bytes read as a two's-complement signed 64-bit integer, Java's ``long`` view,
+which java-uniqueid's users store; it fits a BIGINT column where half of the unsigned decimals do not). A
+16-character all-digit string is read as hex, so decimals of exactly 16 digits (10**15 .. 10**16 - 1) are only
+written, never read back as decimal; decimals are read without leading zeros, and a leading ``-`` reads a negative
+signed decimal (a non-negative one is the same text as the unsigned decimal). Packed order is only meaningful in
+TIME_SEQUENTIAL mode: (timestamp, sequence) order.
 """
 
 from __future__ import annotations
@@ -264,14 +267,50 @@ def decode_decimal(text: str) -> int:
     return value
 
 
+SIGNED_MIN = -(1 << (PACKED_BITS - 1))
+"""The smallest signed form: ``-9223372036854775808`` (Java's ``Long.MIN_VALUE``)."""
+
+
+def encode_signed(value: int) -> str:
+    """The signed decimal of the packed value read as a two's-complement 64-bit integer (Java's ``long``)."""
+    _check_packed(value)
+    return str(value - (1 << PACKED_BITS) if value >> (PACKED_BITS - 1) else value)
+
+
+def decode_signed(text: str) -> int:
+    """A negative signed decimal (``-`` then 1..19 digits, no leading zeros, at least -2**63) back to the packed
+    value; InvalidIdError naming the rule otherwise. Non-negative signed decimals are read by
+    :func:`decode_decimal` (the same text)."""
+    digits = text[1:]
+    if not text.startswith("-") or not 1 <= len(digits) <= len(str(SIGNED_MIN)) - 1:
+        raise InvalidIdError(
+            f"eight-byte signed ID must be '-' and 1 to {len(str(SIGNED_MIN)) - 1} digits, got {text!r}"
+        )
+    for position, char in enumerate(digits, start=1):
+        if char not in _DECIMAL_DIGITS:
+            raise InvalidIdError(
+                f"eight-byte signed ID must contain only digits after '-', got {char!r} at position {position}"
+            )
+    if digits[0] == "0":
+        raise InvalidIdError("eight-byte signed ID must not have leading zeros (nor be -0)")
+    value = -int(digits)
+    if value < SIGNED_MIN:
+        raise InvalidIdError(
+            f"eight-byte signed ID must fit in a signed 64-bit integer (at least {SIGNED_MIN}), got {text}"
+        )
+    return value + (1 << PACKED_BITS)
+
+
 def decode(text: str) -> int:
-    """Parse either text form: 16 hex digits (any case) or an unsigned decimal.
+    """Parse any text form: 16 hex digits (any case), an unsigned decimal, or a negative signed decimal.
 
     A 16-character string of digits only is read as hex (both forms are possible; hex is canonical). Any other
     all-digit string is decimal; anything else must be 16 hex digits. Raises InvalidIdError naming the rule broken.
     """
     if len(text) == HEX_LEN:
         return decode_hex(text)
+    if text.startswith("-"):
+        return decode_signed(text)
     if text and all(char in _DECIMAL_DIGITS for char in text):
         return decode_decimal(text)
     if text and all(char in _HEX_DIGITS for char in text):
@@ -346,7 +385,7 @@ class EightByteScheme(Scheme):
 
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
-    formats = ("hex", "decimal")
+    formats = ("hex", "decimal", "signed")
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
@@ -368,9 +407,10 @@ class EightByteScheme(Scheme):
         return decode(text)
 
     def format(self, value: int, fmt: str) -> str:
-        if self.resolve_format(fmt) == "hex":
+        fmt = self.resolve_format(fmt)
+        if fmt == "hex":
             return encode_hex(value)
-        return encode_decimal(value)
+        return encode_decimal(value) if fmt == "decimal" else encode_signed(value)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"timestamp_ms", "sequence", "generator_id", "cluster_id", "mode"}``; mode "spread"/"time_sequential"."""

@@ -91,10 +91,11 @@ class EightByteBatch(Batch):
             return scalar_lines(SCHEME.format, self.values(), fmt)
         fmt = SCHEME.resolve_format(fmt)
         values = self.array()
-        if fmt == "decimal":
+        if fmt in ("decimal", "signed"):
             if not self.count:
                 return b""
-            return ("\n".join(map(str, values.tolist())) + "\n").encode("ascii")
+            column = values if fmt == "decimal" else values.view(np.int64)  # signed: Java's long of the 8 bytes
+            return ("\n".join(map(str, column.tolist())) + "\n").encode("ascii")
         big_endian = values.astype(">u8").view(np.uint8).reshape(self.count, PACKED_BYTES)
         out = np.empty((self.count, HEX_LEN + 1), dtype=np.uint8)
         out[:, :HEX_LEN] = _text.hex_pairs()[big_endian].view(np.uint8).reshape(self.count, HEX_LEN)

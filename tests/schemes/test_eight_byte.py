@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -92,7 +94,7 @@ def test_scheme_metadata() -> None:
     assert isinstance(SCHEME, Scheme)
     assert SCHEME.name == "eight-byte"
     assert SCHEME.packed_bytes == 8
-    assert SCHEME.formats == ("hex", "decimal")
+    assert SCHEME.formats == ("hex", "decimal", "signed")
     assert SCHEME.text_width == {"hex": 16}
     assert SCHEME.timestamp_digits == 3
     assert SCHEME.native_unit_ns == 1_000_000
@@ -221,7 +223,7 @@ def test_hex_text_order_equals_packed_order(values: list[int]) -> None:
         ("0xcb54ecf2840a00", "only hex digits 0-9 a-f, got 'x' at position 1"),
         ("cb54ecf2 840a001", "got ' ' at position 8"),
         ("+123", "got 4 characters including '+'"),
-        ("-1", "got 2 characters including '-'"),
+        ("+1", "got 2 characters including '+'"),
         ("1_000", "including '_'"),
         ("12.5", "including '.'"),
         ("18446744073709551616", "must fit in 64 bits (at most 18446744073709551615)"),
@@ -523,3 +525,39 @@ def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap() -> None:
         clock.ns += generator.lookback_ns // 2
         issued += generator.generate(10**9).count
     assert issued == (1 + 40 * 25) * 128
+
+
+# --- the signed form (Java's long view of the 8 bytes) ------------------------------------------------------------
+@given(packed)
+def test_signed_form_is_javas_long_and_round_trips(value: int) -> None:
+    text = SCHEME.format(value, "signed")
+    assert int(text) == struct.unpack(">q", value.to_bytes(8, "big"))[0]  # what java.nio reads as a long
+    assert -(2**63) <= int(text) < 2**63 and SCHEME.parse(text) == value
+    if value < 2**63:
+        assert text == SCHEME.format(value, "decimal")  # the non-negative half is the unsigned decimal
+
+
+@pytest.mark.parametrize(
+    ("text", "rule"),
+    [
+        ("-0", "must not have leading zeros"),
+        ("-012", "must not have leading zeros"),
+        ("-", "'-' and 1 to 19 digits"),
+        ("-9223372036854775809", r"at least -9223372036854775808"),
+        ("-12345678901234567890", "'-' and 1 to 19 digits"),
+        ("-12a4", "only digits after '-'"),
+        ("-١٢٣", "only digits after '-'"),  # Arabic-Indic digits: not ASCII
+        ("--5", "only digits after '-'"),
+    ],
+)
+def test_signed_form_errors_name_the_rule(text: str, rule: str) -> None:
+    with pytest.raises(InvalidIdError, match=rule):
+        SCHEME.parse(text)
+
+
+def test_signed_batches_encode_like_the_scalar_form() -> None:
+    generator = EightByteGenerator([7], 3, clock=FakeClock(1_645_557_742_001))  # an odd ms: SPREAD's top bit set
+    batch = generator.generate(64)
+    lines = batch.encode("signed").decode().split("\n")[:-1]
+    assert lines == [SCHEME.format(v, "signed") for v in batch.values()]
+    assert all(line.startswith("-") for line in lines)
