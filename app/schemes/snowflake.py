@@ -83,7 +83,7 @@ LOOKBACK_MS = 50
 CUSTOM_PREFIX = "custom"
 CUSTOM_SEPARATOR = ":"
 CUSTOM_WIDTH_SEPARATOR = "/"
-LAYOUT_RULE = "twitter, discord, instagram, sonyflake or custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S = 63"
+LAYOUT_RULE = "twitter, discord, instagram, sonyflake, js53 or custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S <= 63"
 _ASCII_DIGITS = frozenset("0123456789")
 _LAYOUT_TEXT_LEN_MAX = 64
 
@@ -120,9 +120,10 @@ class Layout:
                 f"T must be >= 1 and W, S >= 0, got {self.time_bits}/{self.worker_bits}/{self.sequence_bits}"
             )
         total = self.total_bits
-        if total not in (FIELD_BITS, PACKED_BITS):
+        if total > PACKED_BITS:
             raise ValueError(
-                f"T+W+S must be {FIELD_BITS}, got {self.time_bits}+{self.worker_bits}+{self.sequence_bits} = {total}"
+                f"T+W+S must be at most {FIELD_BITS}, got {self.time_bits}+{self.worker_bits}+{self.sequence_bits} "
+                f"= {total}"
             )
         if self.timestamp_ms(self.time_max) >= TIMESTAMP_MS_LIMIT:
             raise ValueError(
@@ -135,7 +136,8 @@ class Layout:
     @classmethod
     def parse(cls, text: str) -> Layout:
         """The layout named ``text``: twitter, discord, instagram, sonyflake or ``custom:EPOCH_MS:UNIT_MS:T/W/S``
-        (ASCII decimal numbers, T+W+S = 63). Raises ValueError naming the rule broken."""
+        (ASCII decimal numbers, T+W+S <= 63: fewer bits keep IDs below 2**(T+W+S), e.g. 2**53 for JavaScript's
+        exact integers). Raises ValueError naming the rule broken."""
         named = NAMED_LAYOUTS.get(text)
         if named is not None:
             return named
@@ -150,9 +152,9 @@ class Layout:
                 f"numbers, got {text!r}"
             )
         epoch_ms, unit_ms, time_bits, worker_bits, sequence_bits = (int(number) for number in numbers)
-        if time_bits + worker_bits + sequence_bits != FIELD_BITS:
+        if time_bits + worker_bits + sequence_bits > FIELD_BITS:
             raise ValueError(
-                f"T+W+S must be {FIELD_BITS}, got {time_bits}+{worker_bits}+{sequence_bits} = "
+                f"T+W+S must be at most {FIELD_BITS}, got {time_bits}+{worker_bits}+{sequence_bits} = "
                 f"{time_bits + worker_bits + sequence_bits}"
             )
         name = f"{CUSTOM_PREFIX}:{epoch_ms}:{unit_ms}:{time_bits}/{worker_bits}/{sequence_bits}"
@@ -167,7 +169,8 @@ class Layout:
 
     @property
     def total_bits(self) -> int:
-        """T + W + S: 63, or 64 for instagram (whose time field's top bit is bit 63, always 0)."""
+        """T + W + S: at most 63 (IDs below 2**(T+W+S)), or 64 for instagram (whose time field's top bit is bit 63,
+        always 0)."""
         return self.time_bits + self.worker_bits + self.sequence_bits
 
     @functools.cached_property
@@ -182,7 +185,12 @@ class Layout:
     @property
     def time_max(self) -> int:
         """The largest time field value: 2**T - 1, or 2**(T-1) - 1 when the field's top bit is bit 63."""
-        return PACKED_MAX >> (self.total_bits - self.time_bits)  # time is the top field
+        return self.value_max >> (self.total_bits - self.time_bits)  # time is the top field
+
+    @property
+    def value_max(self) -> int:
+        """The largest ID of the layout: 2**(T+W+S) - 1, at most 2**63 - 1 (js53: 2**53 - 1)."""
+        return (1 << min(self.total_bits, FIELD_BITS)) - 1
 
     @property
     def worker_max(self) -> int:
@@ -261,7 +269,9 @@ class Layout:
             WORKER: "worker ID: a leased node identity",
             SEQUENCE: "order within one time unit and worker ID",
         }
-        rows = [LayoutField("reserved", "63", "always 0 (signed 64-bit)")]
+        top = min(self.total_bits, FIELD_BITS)
+        reserved = "63" if top == FIELD_BITS else f"63..{top}"
+        rows = [LayoutField("reserved", reserved, "always 0" + (" (signed 64-bit)" if top == FIELD_BITS else ""))]
         for field in self.order:
             low, width = self.shifts[field], self.widths[field]
             bits = f"{low + width - 1}..{low}" if width else "(none)"
@@ -279,7 +289,11 @@ TWITTER = Layout("twitter", 1288834974657, 1, 41, 10, 12)
 DISCORD = Layout("discord", 1420070400000, 1, 41, 10, 12)
 INSTAGRAM = Layout("instagram", 1314220021721, 1, 41, 13, 10)
 SONYFLAKE = Layout("sonyflake", 1409529600000, 10, 39, 16, 8, ORDER_TIME_SEQUENCE_WORKER)
-NAMED_LAYOUTS = {layout.name: layout for layout in (TWITTER, DISCORD, INSTAGRAM, SONYFLAKE)}
+JS53 = Layout("js53", 1735689600000, 1, 41, 5, 7)
+"""Every ID below 2**53, so JavaScript's numbers (and JSON parsers built on doubles) hold it exactly: 41 bits of ms
+from 2025-01-01T00:00:00Z (until 2094-09-07), 5 bits of worker ID (32), 7 of sequence (128 per ms: 128,000 IDs/s
+per worker ID)."""
+NAMED_LAYOUTS = {layout.name: layout for layout in (TWITTER, DISCORD, INSTAGRAM, SONYFLAKE, JS53)}
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -510,7 +524,15 @@ class SnowflakeScheme(Scheme):
         return (ns - layout.epoch_ms * NANOSECS_IN_MILLISECS) // unit_ns + layout.epoch_units
 
     def parse(self, text: str) -> int:
-        return decode(text)
+        """Any text form (:func:`decode`), within the layout's bits (js53: below 2**53)."""
+        value = decode(text)
+        layout = self.snowflake_layout
+        if value > layout.value_max:
+            raise InvalidIdError(
+                f"a {layout.name} snowflake must be below 2**{min(layout.total_bits, FIELD_BITS)} "
+                f"(T+W+S = {layout.total_bits} bits), got {value}"
+            )
+        return value
 
     def format(self, value: int, fmt: str) -> str:
         if self.resolve_format(fmt) == "hex":

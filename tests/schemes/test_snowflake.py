@@ -23,6 +23,7 @@ from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.snowflake import (
     DISCORD,
     INSTAGRAM,
+    JS53,
     NAMED_LAYOUTS,
     SCHEME,
     SONYFLAKE,
@@ -122,16 +123,15 @@ def test_custom_layout_name_and_key_name() -> None:
 LAYOUT_REJECTS = [
     (
         "",
-        "snowflake layout must be twitter, discord, instagram, sonyflake or custom:EPOCH_MS:UNIT_MS:T/W/S with "
-        "T+W+S = 63, got ''",
+        "snowflake layout must be twitter, discord, instagram, sonyflake, js53 or custom:EPOCH_MS:UNIT_MS:T/W/S "
+        "with T+W+S <= 63, got ''",
     ),
     ("Twitter", "snowflake layout must be twitter, discord"),
     ("custom:1:1:41/10", "custom snowflake layout must be custom:EPOCH_MS:UNIT_MS:T/W/S with ASCII decimal numbers"),
     ("custom:1:1:41/10/12/0", "ASCII decimal numbers"),
     ("custom:-1:1:41/10/12", "ASCII decimal numbers"),
     ("custom:1:1:41/10/\u0661\u0662", "ASCII decimal numbers"),  # Arabic-Indic digits
-    ("custom:1:1:41/10/11", "T+W+S must be 63, got 41+10+11 = 62"),
-    ("custom:1:1:41/11/12", "T+W+S must be 63, got 41+11+12 = 64"),
+    ("custom:1:1:41/11/12", "T+W+S must be at most 63, got 41+11+12 = 64"),
     ("custom:1:0:41/10/12", "UNIT_MS must be >= 1, got 0"),
     ("custom:1:1:0/31/32", "T must be >= 1 and W, S >= 0, got 0/31/32"),
     ("custom:0:1:63/0/0", "EPOCH_MS + (2**T - 1) x UNIT_MS must be below 2**53 ms"),
@@ -284,12 +284,12 @@ def test_configured_and_decode_options() -> None:
     assert custom.fields(1 << 22)["timestamp_ms"] == 1
     with pytest.raises(
         InvalidOptionError,
-        match=r"layout must be twitter, discord, instagram, sonyflake or "
-        r"custom:EPOCH_MS:UNIT_MS:T/W/S with T\+W\+S = 63, got 'foo'",
+        match=r"layout must be twitter, discord, instagram, sonyflake, js53 or "
+        r"custom:EPOCH_MS:UNIT_MS:T/W/S with T\+W\+S <= 63, got 'foo'",
     ):
         SCHEME.with_decode_options(layout="foo")
-    with pytest.raises(InvalidOptionError, match=r"T\+W\+S must be 63, got 41\+10\+10 = 61"):
-        SCHEME.with_decode_options(layout="custom:0:1:41/10/10")
+    with pytest.raises(InvalidOptionError, match=r"T\+W\+S must be at most 63, got 41\+10\+13 = 64"):
+        SCHEME.with_decode_options(layout="custom:0:1:41/10/13")
     with pytest.raises(InvalidOptionError, match="snowflake takes only the layout decode option, got mode"):
         SCHEME.with_decode_options(mode="spread")
 
@@ -345,10 +345,13 @@ def test_describe_and_new_generator() -> None:
 SETTINGS_REJECTS = [
     (
         {"snowflake_layout": "foo"},
-        "snowflake_layout must be twitter, discord, instagram, sonyflake or "
-        "custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S = 63, got 'foo'",
+        "snowflake_layout must be twitter, discord, instagram, sonyflake, js53 or "
+        "custom:EPOCH_MS:UNIT_MS:T/W/S with T+W+S <= 63, got 'foo'",
     ),
-    ({"snowflake_layout": "custom:0:1:41/10/11"}, "got 'custom:0:1:41/10/11': T+W+S must be 63, got 41+10+11 = 62"),
+    (
+        {"snowflake_layout": "custom:0:1:41/11/12"},
+        "got 'custom:0:1:41/11/12': T+W+S must be at most 63, got 41+11+12 = 64",
+    ),
     ({"snowflake_pool": "5"}, "snowflake_pool must be LOW-HIGH with 0 <= LOW <= HIGH, got '5'"),
     ({"snowflake_pool": "9-3"}, "snowflake_pool must be LOW-HIGH with 0 <= LOW <= HIGH, got '9-3'"),
     ({"snowflake_pool": "0-1024"}, "snowflake_pool must lie within 0..1023 (layout twitter), got '0-1024'"),
@@ -723,3 +726,29 @@ def test_a_unit_started_at_an_offset_holds_the_rest_of_its_sequence() -> None:
     clock.advance_s(0.001)
     batch = generator.generate(5000)
     assert batch.count == 4096 - 37 and SCHEME.fields(batch.values()[0])["sequence"] == 37
+
+
+# -- layouts below 63 bits: JavaScript-safe IDs ---------------------------------------------------------------------
+def test_js53_keeps_every_id_below_2_to_the_53_for_69_years_with_32_workers_at_128k_per_second() -> None:
+    assert JS53.total_bits == 53 and JS53.value_max == 2**53 - 1
+    assert JS53.worker_max + 1 == 32 and JS53.ids_per_unit * 1000 // JS53.unit_ms == 128_000
+    end_ms = JS53.timestamp_ms(JS53.time_max)
+    assert (end_ms - JS53.epoch_ms) / (365.25 * 86_400_000) > 69
+    generator = SnowflakeGenerator(JS53, [31], clock=FakeClock(end_ms))
+    values = generator.generate(128).values()
+    assert max(values) <= 2**53 - 1
+    assert [float(v) == v for v in values] == [True] * 128  # a double holds each exactly
+
+
+def test_a_custom_layout_of_fewer_bits_round_trips_and_refuses_wider_ids() -> None:
+    layout = Layout.parse("custom:1735689600000:1:40/6/6")
+    scheme = SnowflakeScheme(layout)
+    generator = SnowflakeGenerator(layout, [9], clock=FakeClock(1_764_000_000_000))
+    for value in generator.generate(50).values():
+        assert value < 2**52 and scheme.parse(scheme.format(value, "decimal")) == value
+        assert scheme.fields(value)["worker_id"] == 9
+    assert [f.bits for f in scheme.layout][0] == "63..52"
+    with pytest.raises(InvalidIdError, match=r"below 2\*\*52 \(T\+W\+S = 52 bits\), got 4503599627370496"):
+        scheme.parse(str(2**52))
+    with pytest.raises(InvalidIdError, match=r"below 2\*\*53"):
+        SnowflakeScheme(JS53).parse(SCHEME.example)  # a twitter snowflake is wider than js53
