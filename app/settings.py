@@ -134,9 +134,10 @@ class CoreSettings(BaseSettings):
     etcd_user: str | None = Field(None, description="etcd auth user.")
     etcd_password: str | None = Field(None, description="etcd auth password.")
 
-    @field_validator("etcd_endpoints", mode="before")
+    @field_validator("etcd_endpoints", "peer_fleets", "public_scopes", mode="before")
     @classmethod
-    def _split_endpoints(cls, value: object) -> object:
+    def _split_lists(cls, value: object) -> object:
+        """A comma-separated environment value -> its non-empty, stripped items."""
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
@@ -145,9 +146,7 @@ class CoreSettings(BaseSettings):
     @classmethod
     def _check_endpoints(cls, value: list[str]) -> list[str]:
         for url in value:
-            scheme, sep, rest = url.partition("://")
-            if not sep or scheme not in ("http", "https") or not rest:
-                raise ValueError(f"etcd_endpoints must be http:// or https:// URLs, got {_redacted(url)!r}")
+            rest = _http_url("etcd_endpoints", url)
             if "@" in rest.partition("/")[0]:
                 raise ValueError(
                     f"etcd_endpoints must not carry a user or password ({_redacted(url)!r}): "
@@ -155,28 +154,12 @@ class CoreSettings(BaseSettings):
                 )
         return value
 
-    @field_validator("peer_fleets", mode="before")
-    @classmethod
-    def _split_peers(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip().rstrip("/") for part in value.split(",") if part.strip()]
-        return value
-
     @field_validator("peer_fleets")
     @classmethod
     def _check_peers(cls, value: list[str]) -> list[str]:
         for url in value:
-            scheme, sep, rest = url.partition("://")
-            if not sep or scheme not in ("http", "https") or not rest:
-                raise ValueError(f"peer_fleets must be http:// or https:// URLs, got {_redacted(url)!r}")
-        return value
-
-    @field_validator("public_scopes", mode="before")
-    @classmethod
-    def _split_scopes(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
+            _http_url("peer_fleets", url)
+        return [url.rstrip("/") for url in value]
 
     @field_validator("public_scopes")
     @classmethod
@@ -211,6 +194,14 @@ class CoreSettings(BaseSettings):
         if (self.etcd_user is None) != (self.etcd_password is None):
             raise ValueError("etcd_user and etcd_password must be set together")
         return self
+
+
+def _http_url(name: str, url: str) -> str:
+    """``url`` after its ``http://`` or ``https://``; ValueError naming setting ``name`` for anything else."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest:
+        raise ValueError(f"{name} must be http:// or https:// URLs, got {_redacted(url)!r}")
+    return rest
 
 
 def _redacted(url: str) -> str:
