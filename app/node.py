@@ -52,6 +52,10 @@ log = logging.getLogger("idmint.node")
 MIN_WAIT_S = 0.0001
 FLEET_ID_START_WAIT_S = 2.0
 """How long start-up waits to read the fleet ID (then ``/v1/fleet`` says null until the guard's task reads it)."""
+HELD_COUNT_TIMEOUT_S = 1.0
+"""How long ``/v1/schemes`` waits for the backend to count the slices' held identities (all schemes together)."""
+HELD_COUNT_CACHE_S = 1.0
+"""Held counts are read from the backend at most this often (``/v1/schemes`` is a public route)."""
 PEER_RETRY_AFTER_S = 5
 """Retry-After (s) of a scheme stopped because a peer fleet's identities overlap ours (an operator must act)."""
 STREAM_SLICE_S = 0.02
@@ -331,13 +335,15 @@ class Node:
         if only is not None:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
+        self._held_counts: tuple[float, dict[str, int | None]] | None = None
 
     def _guarded_pools(self) -> dict[str, IdentityPool]:
-        """The pools of the schemes whose uniqueness rests on a leased identity that regions slice."""
+        """The pools peer fleets are checked against: the schemes whose uniqueness rests on a leased identity that
+        regions slice, and any static identity (a static Muid medallion is no random draw)."""
         pools = {}
         for name, issuer in self.issuers.items():
             pool = issuer.identity.pool
-            if not isinstance(issuer, SharedIssuer) and pool is not None and pool.sliced:
+            if not isinstance(issuer, SharedIssuer) and pool is not None and (pool.sliced or pool.static is not None):
                 pools[name] = pool
         return pools
 
@@ -437,6 +443,24 @@ class Node:
 
             get_scheme(name)  # raises UnknownSchemeError with the list of known schemes
             raise
+
+    async def held_counts(self) -> dict[str, int | None]:
+        """Scheme -> identities of its region's slice the fleet holds now (null when the backend cannot tell within
+        :data:`HELD_COUNT_TIMEOUT_S`): counted together, and at most once per :data:`HELD_COUNT_CACHE_S`."""
+        now = time.monotonic()
+        if self._held_counts is None or now - self._held_counts[0] >= HELD_COUNT_CACHE_S:
+            pools = {
+                name: issuer.identity.pool
+                for name, issuer in self.issuers.items()
+                if not isinstance(issuer, SharedIssuer) and issuer.identity.pool is not None
+            }
+            counts: dict[str, int | None] = dict.fromkeys(pools)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HELD_COUNT_TIMEOUT_S):
+                    found = await asyncio.gather(*(self.backend.count_held(p) for p in pools.values()))
+                    counts = dict(zip(pools, found, strict=True))
+            self._held_counts = (now, counts)
+        return self._held_counts[1]
 
     def identity_region(self, scheme: str, fields: dict[str, Any]) -> dict[str, Any] | None:
         """The region whose slice holds the identity in a decoded ID's ``fields`` (``{"kind", "identity", "region",

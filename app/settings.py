@@ -158,7 +158,8 @@ class CoreSettings(BaseSettings):
     @classmethod
     def _check_peers(cls, value: list[str]) -> list[str]:
         for url in value:
-            _http_url("peer_fleets", url)
+            if "@" in _http_url("peer_fleets", url).partition("/")[0]:
+                raise ValueError(f"peer_fleets must not carry a user or password ({_redacted(url)!r})")
         return [url.rstrip("/") for url in value]
 
     @field_validator("public_scopes")

@@ -7,10 +7,13 @@ hosts), and on two etcd namespaces of the session's real etcd (two etcd clusters
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -368,3 +371,175 @@ def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_serv
         for scheme in ("eight-byte", "snowflake"):
             got = stream_everywhere(urls, scheme, 100_000)
             assert duplicates(got) > 0, scheme
+
+
+# -- review findings: copied fleet IDs, layouts, static medallions, peers that answer badly ----------------------
+def test_overlap_rule_is_one_on_the_server_and_in_the_client() -> None:
+    from idmint_client._fleet import overlap as client_overlap
+
+    from app.fleet import overlap
+
+    twitter = {"pool": [0, 511], "group": "twitter", "group_in_id": False}
+    cases = [
+        (twitter, {**twitter, "pool": [512, 1023]}, False),  # one layout, disjoint regions
+        (twitter, {**twitter, "pool": [500, 600]}, True),
+        # two layouts cannot be compared by worker numbers (682 << 12 == 2728 << 10): an overlap
+        ({**twitter, "pool": [682, 682]}, {"pool": [2728, 2728], "group": "custom-x", "group_in_id": False}, True),
+        # eight-byte on two cluster IDs: the cluster ID is in every ID
+        (
+            {"pool": [0, 9], "group": "0", "group_in_id": True},
+            {"pool": [0, 9], "group": "1", "group_in_id": True},
+            False,
+        ),
+    ]
+    for ours, theirs, expected in cases:
+        assert overlap(ours, theirs) is expected and client_overlap(ours, theirs) is expected, (ours, theirs)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"fleet_id": "not-a-uuid", "region": 0, "regions": 1, "schemes": {}},
+        {"fleet_id": str(uuid.uuid4()), "region": "0", "regions": 1, "schemes": {}},
+        {"fleet_id": str(uuid.uuid4()), "region": 0, "regions": 1, "schemes": {"siq": {"pool": "0-1023"}}},
+        {"fleet_id": str(uuid.uuid4()), "region": 0, "regions": 1, "schemes": {"siq": {"group": "", "group_in_id": 1}}},
+        {
+            "fleet_id": str(uuid.uuid4()),
+            "region": 0,
+            "regions": 1,
+            "schemes": {"siq": {"pool": [0, True], "group": "", "group_in_id": False}},
+        },
+        [],
+        None,
+    ],
+)
+def test_a_malformed_peer_document_decides_nothing(doc: object) -> None:
+    from app.fleet import valid_document
+
+    assert valid_document(doc) is None
+
+
+def test_peer_urls_with_credentials_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="peer_fleets must not carry a user or password"):
+        load_settings(state_dir=tmp_path, peer_fleets="http://idmint:s3cret@peer:8000")
+
+
+def test_a_damaged_fleet_file_is_named_and_the_server_still_starts(tmp_path: Path) -> None:
+    (tmp_path / "fleet.json").write_text("")
+    with TestClient(create_app(make_settings(tmp_path))) as client:
+        assert client.get("/v1/fleet").json()["fleet_id"] is None
+        assert client.get("/v1/ids/wiji").status_code == 200
+
+
+@pytest.mark.anyio
+async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_path: Path) -> None:
+    from app.fleet import PEER_TIMEOUT_S, FleetGuard
+    from app.lease.embedded import EmbeddedBackend
+
+    handlers: list[asyncio.Task[None] | None] = []
+
+    async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")
+            for _ in range(60):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(0.5)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(drip, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    peer = f"http://127.0.0.1:{port}"
+    guard = FleetGuard(make_settings(tmp_path, peer_fleets=peer), EmbeddedBackend(tmp_path), {}, lambda *_: None)
+    try:
+        async with httpx.AsyncClient() as client:
+            started = time.monotonic()
+            assert await guard._ask(client, peer, str(uuid.uuid4())) is None
+            assert time.monotonic() - started < PEER_TIMEOUT_S + 1.5
+        assert guard.peer_status()[peer]["reachable"] is False
+    finally:
+        for task in handlers:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in handlers if t is not None), return_exceptions=True)
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.integration
+def test_a_copied_state_directory_is_another_fleet_to_peers_and_to_the_client(tmp_path: Path) -> None:
+    original = tmp_path / "original"
+    with TestClient(create_app(make_settings(original))):
+        pass  # writes fleet.json, marks and locks
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    nodes = [
+        Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i])
+        for i, state in enumerate((original, copy))
+    ]
+    try:
+        fleets = []
+        for node in nodes:
+            node.wait("/healthz")
+            fleets.append(node.get("/v1/fleet").json())
+        assert fleets[0]["fleet_id"] == fleets[1]["fleet_id"]  # copied along
+        assert fleets[0]["member"] != fleets[1]["member"]
+        assert nodes[0].get(f"/v1/fleet/members/{fleets[1]['member']}").json()["live"] is False
+        for node in nodes:
+            ready = node.wait("/readyz", status=503)
+            deadline = time.monotonic() + 60
+            while "copied state directory" not in ready.json()["schemes"]["snowflake"].get("reason", ""):
+                assert time.monotonic() < deadline, ready.text
+                time.sleep(0.1)
+                ready = node.get("/readyz")
+            assert node.get("/v1/ids/snowflake").status_code == 503
+        with Client(urls) as client, pytest.raises(FleetOverlap):
+            client.new_id("wiji")
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+@pytest.mark.integration
+def test_a_static_medallion_shared_by_two_fleets_is_an_overlap(tmp_path: Path) -> None:
+    env = {"IDMINT_REGIONS": "2", "IDMINT_MUID_MEDALLION": str(0x1ABCDEF0123)}
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    nodes = [
+        Replica(tmp_path, {**env, "IDMINT_REGION": str(i), "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i])
+        for i in range(2)
+    ]
+    try:
+        for node in nodes:
+            assert node.wait("/healthz") and node.get("/v1/fleet").json()["schemes"]["muid"]["pool"] == [
+                0x1ABCDEF0123,
+                0x1ABCDEF0123,
+            ]
+            ready = node.wait("/readyz", status=503)
+            deadline = time.monotonic() + 60
+            while "overlap" not in ready.json()["schemes"]["muid"].get("reason", ""):
+                assert time.monotonic() < deadline, ready.text
+                time.sleep(0.1)
+                ready = node.get("/readyz")
+            assert ready.json()["schemes"]["eight-byte"]["ready"]  # regions keep the other schemes apart
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_the_client_reads_a_404_fleet_again_after_a_while() -> None:
+    from idmint_client._fleet import NOT_SERVED_RECHECK_S, FleetCheck
+
+    now = [0.0]
+    check = FleetCheck(clock=lambda: now[0])
+    check.learn("http://a", httpx.Response(404), lambda *_: None)
+    assert check.unread(["http://a"]) == []
+    now[0] += NOT_SERVED_RECHECK_S
+    assert check.unread(["http://a"]) == ["http://a"]

@@ -62,7 +62,8 @@ class DecodeObject(BaseModel):
     region: dict[str, Any] | None = Field(
         None,
         description='The region whose slice holds the identity the ID carries ({"kind", "identity", "region", '
-        '"regions"}, by this node\'s IDMINT_REGIONS); null when the layout carries no identity that regions slice.',
+        '"regions"}, by this node\'s IDMINT_REGIONS); null when the layout carries no identity that regions slice, '
+        "or the ID was read with decode options (another snowflake layout).",
     )
 
 
@@ -97,7 +98,7 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     """Decode ``id`` (any accepted text form of ``scheme``) into its fields. Query parameters are the scheme's
     decode options (see ``decode_options`` in /v1/schemes); any other is a 422."""
     options = query_params(request.query_params.multi_items())
-    return _with_region(node, decode_one(scheme, id, node.schemes, options))
+    return _with_region(node, decode_one(scheme, id, node.schemes, options), bool(options))
 
 
 @router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
@@ -108,12 +109,14 @@ async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, A
     options = query_params(request.query_params.multi_items())
     found = decode_any(id, registry=read_with(node.schemes, options))
     for candidate in found["candidates"]:
-        _with_region(node, candidate)
+        _with_region(node, candidate, bool(options))
     return found
 
 
-def _with_region(node: Node, decoded: dict[str, Any]) -> dict[str, Any]:
-    decoded["region"] = node.identity_region(decoded["scheme"], decoded["fields"])
+def _with_region(node: Node, decoded: dict[str, Any], other_reading: bool) -> dict[str, Any]:
+    """``decoded`` with the region of its identity by this node's slicing; null when decode options read it
+    another way (``?layout=``: another layout's worker IDs are not this node's to slice)."""
+    decoded["region"] = None if other_reading else node.identity_region(decoded["scheme"], decoded["fields"])
     return decoded
 
 

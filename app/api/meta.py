@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 router = APIRouter(tags=["node"])
 
-HELD_COUNT_TIMEOUT_S = 1.0
-"""How long ``/v1/schemes`` waits for the backend to count a slice's held identities."""
+MEMBER_LOOKUP_TIMEOUT_S = 1.0
+"""How long ``/v1/fleet/members/{token}`` waits for the backend."""
 
 
 def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
@@ -78,19 +78,16 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
 async def scheme_catalogue(node: Node, settings: Any) -> list[dict[str, Any]]:
     """Every scheme of the node (as configured), with this node's state for it ("node") and, for a leased
     identity, how many identities of the region's slice the fleet holds now ("held"; null when the backend cannot
-    tell within :data:`HELD_COUNT_TIMEOUT_S`)."""
+    tell within :data:`~app.node.HELD_COUNT_TIMEOUT_S`)."""
     out = []
+    held = await node.held_counts()
     for name, scheme in node.schemes.items():
         entry = scheme_entry(scheme, settings)
         issuer = node.issuers.get(name)
         if issuer is not None:
             entry["node"] = {**issuer.describe(), **scheme.node_info(settings, issuer.generator)}
-        if "identity" in entry and issuer is not None and issuer.identity.pool is not None:
-            held = None
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(HELD_COUNT_TIMEOUT_S):
-                    held = await node.backend.count_held(issuer.identity.pool)
-            entry["identity"]["held"] = held
+        if "identity" in entry:
+            entry["identity"]["held"] = held.get(name)
         out.append(entry)
     return out
 
@@ -112,6 +109,20 @@ async def fleet(node: NodeDep, request: Request) -> dict[str, Any]:
     return node.fleet.document()  # the fleet ID is read by the guard's task, never on a request's time
 
 
+@router.get("/v1/fleet/members/{token}")
+async def fleet_member(token: str, node: NodeDep) -> dict[str, Any]:
+    """Whether ``token`` (another server's ``/v1/fleet`` ``member``) is live in this node's lease backend:
+    ``{"member": token, "live": true|false|null}`` (null: the backend cannot tell now). Two servers showing one
+    fleet ID are one fleet only when each confirms the other; a copied state directory or a restored etcd snapshot
+    carries the fleet ID but not the members."""
+    token = token[:64]
+    live = None
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(MEMBER_LOOKUP_TIMEOUT_S):
+            live = await node.backend.has_member(token)
+    return {"member": token, "live": live}
+
+
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
     """The process is alive (says nothing about leases: see /readyz)."""
@@ -123,6 +134,8 @@ async def readyz(node: NodeDep) -> Response:
     """200 only when every scheme can issue right now; otherwise 503 naming why, per scheme."""
     ready, detail = node.readiness()
     body = {"status": "ready" if ready else "not ready", "schemes": detail, "backend": node.backend.status()}
+    if node.fleet.peers:
+        body["peer_fleets"] = node.fleet.peer_status()
     headers = {} if ready else {"Retry-After": "1"}
     return Response(json.dumps(body), status_code=200 if ready else 503, media_type="application/json", headers=headers)
 

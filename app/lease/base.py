@@ -106,6 +106,18 @@ class LeaseBackend(abc.ABC):
         directory) by the first node that asks, and read by every later one. Raises NotReadyError when the backend
         cannot be read or written now."""
 
+    def member_token(self) -> str | None:
+        """A token naming this process in the backend now (etcd: its lease ID; embedded: a lock file's name), which
+        :meth:`has_member` of a node on the same backend confirms and one on another backend does not: a copied
+        fleet ID (a cloned state directory, a restored etcd snapshot) is told apart by it. None while there is none
+        (no lease)."""
+        return None
+
+    async def has_member(self, token: str) -> bool | None:
+        """Whether ``token`` (another node's :meth:`member_token`) is live in this backend; None when the backend
+        cannot tell now. Raises nothing."""
+        return None
+
     async def count_held(self, pool: IdentityPool) -> int | None:
         """How many identities of ``pool``'s region slice are held now, by any node of this fleet (None when the
         backend cannot tell now). Raises nothing."""

@@ -114,14 +114,57 @@ def _write_mark(path: Path, mark: int) -> None:
         raise BackendUnavailableError(f"high-water mark file {path} cannot be written: {exc}") from exc
 
 
+MEMBERS_DIR = "members"
+"""``<state_dir>/members/<token>.lock``: one per running process, flock-ed (see :meth:`EmbeddedBackend._join`)."""
+MEMBER_TOKEN_LEN = 32
+_HEX = frozenset("0123456789abcdef")
+
+
+def _locked(path: Path) -> bool:
+    """Whether some process holds an flock on ``path`` (a non-blocking shared lock is refused). False when absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _flocked_inodes() -> set[tuple[int, int, int]]:
+    """(device major, minor, inode) of every file an flock is held on (``/proc/locks``). Raises OSError."""
+    found = set()
+    with open("/proc/locks") as table:
+        for line in table:
+            parts = line.split()
+            if len(parts) >= 6 and parts[1] == "FLOCK":
+                try:
+                    major, minor, inode = parts[5].split(":")
+                    found.add((int(major, 16), int(minor, 16), int(inode)))
+                except ValueError:
+                    continue
+    return found
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 FLEET_FILE = "fleet.json"
 """The state directory's fleet ID: ``{"fleet_id": "<uuid>", "created_at": "<RFC 3339>"}``."""
 
 
 def _read_fleet_id(path: Path) -> str:
-    """The fleet ID in ``path``; FileNotFoundError when absent, ValueError when it holds no UUID."""
-    value = json.loads(path.read_text())["fleet_id"] if path.stat().st_size else None
-    return str(uuid.UUID(str(value)))
+    """The fleet ID in ``path``; FileNotFoundError when absent, ValueError/KeyError/TypeError when it holds none."""
+    return str(uuid.UUID(str(json.loads(path.read_bytes())["fleet_id"])))
 
 
 def _now_rfc3339() -> str:
@@ -139,6 +182,7 @@ class EmbeddedBackend(LeaseBackend):
         self.state_dir = Path(state_dir)
         self._claims: list[EmbeddedClaim] = []
         self.refused: dict[Path, str] = {}
+        self._member: tuple[str, int] | None = None
         """Mark files found unreadable (path -> reason): their identities are never claimed by this process."""
 
     async def start(self) -> None:
@@ -151,6 +195,8 @@ class EmbeddedBackend(LeaseBackend):
                 "repetition; keep this directory on persistent storage",
                 self.state_dir,
             )
+        if self._member is None:
+            self._join()
 
     def _ensure_dir(self) -> None:
         try:
@@ -227,48 +273,83 @@ class EmbeddedBackend(LeaseBackend):
 
     async def fleet_id(self) -> str:
         """The ID in ``<state_dir>/fleet.json``, written once (create-exclusive: two processes starting on one
-        state directory agree on the first one written). Raises BackendUnavailableError when it cannot be read or
-        written."""
+        state directory agree on the first one written; written and fsynced before it is linked into place).
+        Raises BackendUnavailableError naming the file when it cannot be read or written, or holds no fleet ID."""
         return await asyncio.to_thread(self._fleet_id_sync)
 
     def _fleet_id_sync(self) -> str:
         self._ensure_dir()
         path = self.state_dir / FLEET_FILE
         try:
-            return _read_fleet_id(path)
-        except FileNotFoundError:
-            pass
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        try:
-            tmp.write_text(json.dumps({"fleet_id": str(uuid.uuid4()), "created_at": _now_rfc3339()}))
             try:
-                os.link(tmp, path)  # fails if another process wrote it first: then theirs is the fleet's
-            except FileExistsError:
+                return _read_fleet_id(path)
+            except FileNotFoundError:
                 pass
+            tmp = path.with_name(f".{FLEET_FILE}.{uuid.uuid4().hex}.tmp")
+            data = json.dumps({"fleet_id": str(uuid.uuid4()), "created_at": _now_rfc3339()}).encode()
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                try:
+                    os.link(tmp, path)  # fails if another process wrote it first: then theirs is the fleet's
+                    _fsync_dir(self.state_dir)
+                except FileExistsError:
+                    pass
             finally:
                 tmp.unlink(missing_ok=True)
             return _read_fleet_id(path)
-        except (OSError, ValueError) as exc:
-            raise BackendUnavailableError(f"fleet ID file {path} cannot be read or written: {exc}") from exc
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BackendUnavailableError(
+                f"fleet ID file {path} cannot be read or written, or holds no fleet ID ({exc!r}); if it is damaged, "
+                "delete it: the next start writes a new one (this state directory then counts as a new fleet)"
+            ) from exc
+
+    def member_token(self) -> str | None:
+        return self._member[0] if self._member is not None else None
+
+    def _join(self) -> None:
+        """Hold ``members/<uuid>.lock`` for as long as this backend is open: :meth:`has_member` of any process on
+        this state directory (and of none on a copy of it) then sees this process."""
+        folder = self.state_dir / MEMBERS_DIR
+        token = uuid.uuid4().hex
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(folder / f"{token}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            log.warning("cannot write a member lock under %s: %s (peer fleets cannot confirm this node)", folder, exc)
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._member = (token, fd)
+        for stale in folder.glob("*.lock"):  # members that have exited: their locks are free
+            if stale.stem != token and not _locked(stale):
+                stale.unlink(missing_ok=True)
+
+    async def has_member(self, token: str) -> bool | None:
+        """Whether a process holds ``members/<token>.lock`` in this state directory."""
+        if len(token) != MEMBER_TOKEN_LEN or not set(token) <= _HEX:
+            return False
+        return await asyncio.to_thread(_locked, self.state_dir / MEMBERS_DIR / f"{token}.lock")
 
     async def count_held(self, pool: IdentityPool) -> int | None:
-        """Lock files of the region's slice that some process holds (a shared-lock probe fails on each)."""
+        """Lock files of the region's slice that some process holds, read from the kernel's lock table
+        (``/proc/locks``): nothing is locked to count, so claims never collide with a count. None where there is
+        no such table."""
         return await asyncio.to_thread(self._count_held_sync, pool)
 
     def _count_held_sync(self, pool: IdentityPool) -> int | None:
         folder = self.state_dir / pool.scheme / (pool.group or "_")
         first, last = pool.slice
-        held = 0
         try:
-            paths = [p for p in folder.glob("*.lock") if p.stem.isdigit() and first <= int(p.stem) <= last]
-            for path in paths:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    held += 1
-                finally:
-                    os.close(fd)
+            locked = _flocked_inodes()
+            held = 0
+            for path in folder.glob("*.lock"):
+                if path.stem.isdigit() and first <= int(path.stem) <= last:
+                    st = path.stat()
+                    held += (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in locked
         except OSError:
             return None
         return held
@@ -291,6 +372,11 @@ class EmbeddedBackend(LeaseBackend):
     async def close(self) -> None:
         for claim in list(self._claims):
             self.release_sync(claim, None)
+        if self._member is not None:
+            token, fd = self._member
+            self._member = None
+            (self.state_dir / MEMBERS_DIR / f"{token}.lock").unlink(missing_ok=True)
+            os.close(fd)
 
     def status(self) -> dict[str, Any]:
         return {"backend": self.name, "state_dir": str(self.state_dir)}

@@ -735,13 +735,33 @@ class EtcdBackend(LeaseBackend):
         self._fleet_id = keys.read_fleet_id(found[0].value if found else b"", key.decode())
         return self._fleet_id
 
+    def member_token(self) -> str | None:
+        """This process's lease ID (hex): a node on the same etcd sees it live, one on a restored copy does not."""
+        session = self._session
+        return session.hex if session is not None and not session.lost else None
+
+    async def has_member(self, token: str) -> bool | None:
+        """Whether lease ``token`` (16 hex digits) is live in this etcd (LeaseTimeToLive); None when etcd cannot
+        answer now."""
+        try:
+            lease_id = int(token, 16) if len(token) == 16 else -1
+        except ValueError:
+            return False
+        if lease_id <= 0:
+            return False
+        try:
+            async with self._etcd("looking up a peer's lease"):
+                return await self._client.time_to_live(lease_id) > 0
+        except NotReadyError:
+            return None
+
     async def count_held(self, pool: IdentityPool) -> int | None:
         """Claim keys of the region's slice, read in one range request (keys only)."""
         prefix = keys.pool_prefix(self._namespace, pool).encode()
         first, last = pool.slice
         try:
             async with self._etcd(f"counting the {pool.scheme} claims"):
-                found, _ = await self._client.range(prefix, prefix_end(prefix))
+                found, _ = await self._client.range(prefix, prefix_end(prefix), keys_only=True)
         except NotReadyError:
             return None
         held = (keys.decode_identity(pool, kv.key[len(prefix) :].decode(errors="replace")) for kv in found)

@@ -300,9 +300,14 @@ class EtcdClient:
             self._token = str(data.get("token", ""))
 
     # -- KV ----------------------------------------------------------------------------------------------------
-    async def range(self, key: bytes, range_end: bytes | None = None) -> tuple[list[KeyValue], int]:
-        """Keys in [key, range_end) (just ``key`` without ``range_end``) and the store revision."""
+    async def range(
+        self, key: bytes, range_end: bytes | None = None, keys_only: bool = False
+    ) -> tuple[list[KeyValue], int]:
+        """Keys in [key, range_end) (just ``key`` without ``range_end``) and the store revision; ``keys_only``:
+        without their values."""
         body = get(key, range_end)["request_range"]
+        if keys_only:
+            body["keys_only"] = True
         data = await self.call("/v3/kv/range", body)
         return [KeyValue.parse(kv) for kv in data.get("kvs", [])], _revision(data)
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Self, TypeVar, overload
+from urllib.parse import quote
 
 import httpx
 
@@ -23,6 +25,7 @@ from idmint_client._base import (
 from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
 from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable
+from idmint_client._fleet import member_live
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 
@@ -276,11 +279,27 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         plan, reasons = self._replicas.plan(scope)
         for url in self._fleets.unread(plan):
             try:
-                self._fleets.learn(url, await self._http.get(url + FLEET_PATH))
+                response = await self._http.get(url + FLEET_PATH)
+                answers = {u: await self._member_live(u, response) for u in self._fleets.same_fleet(url, response)}
+                self._fleets.learn(url, response, functools.partial(_asked, answers))
             except (httpx.HTTPError, ValueError) as exc:
                 reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
                 self._replicas.failed(url, reasons[url])
         return [url for url in plan if url in self._fleets.documents], reasons
+
+    async def _member_live(self, url: str, response: httpx.Response) -> bool | None:
+        """Whether server ``url`` confirms the member token of the fleet document in ``response`` (see
+        :class:`~idmint_client._fleet.FleetCheck`); None when there is none or it cannot tell."""
+        try:
+            token = response.json().get("member") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(token, str) or not token:
+            return None
+        try:
+            return member_live(await self._http.get(f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"))
+        except httpx.HTTPError:
+            return None
 
     async def _call(
         self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
@@ -306,3 +325,8 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                 self._replicas.succeeded(url, scope)
                 return result
         raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
+
+
+def _asked(answers: dict[str, bool | None], url: str, token: str) -> bool | None:
+    """The member answer ``url`` gave before (the async client asks first, then hands FleetCheck the answers)."""
+    return answers.get(url)

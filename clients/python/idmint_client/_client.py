@@ -8,6 +8,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar, overload
+from urllib.parse import quote
 
 import httpx
 
@@ -29,6 +30,7 @@ from idmint_client._exceptions import (
     IdmintClientError,
     NoReplicaAvailable,
 )
+from idmint_client._fleet import member_live
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 
@@ -329,11 +331,17 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         plan, reasons = self._replicas.plan(scope)
         for url in self._fleets.unread(plan):
             try:
-                self._fleets.learn(url, self._http.get(url + FLEET_PATH))
+                self._fleets.learn(url, self._http.get(url + FLEET_PATH), self._member_live)
             except (httpx.HTTPError, ValueError) as exc:
                 reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
                 self._replicas.failed(url, reasons[url])
         return [url for url in plan if url in self._fleets.documents], reasons
+
+    def _member_live(self, url: str, token: str) -> bool | None:
+        try:
+            return member_live(self._http.get(f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"))
+        except httpx.HTTPError:
+            return None
 
     def _call(
         self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
