@@ -243,6 +243,45 @@ def sequence_show(name: str | None) -> None:
     click.echo(json.dumps(record.as_dict(), indent=2))
 
 
+@main.group()
+def layout() -> None:
+    """Snowflake layouts: will one hold?"""
+
+
+@layout.command("check")
+@click.argument("name", metavar="LAYOUT")
+@click.option("--rate", type=click.FloatRange(min=0), required=True, help="IDs per second the fleet issues, in all.")
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes per region.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Worker IDs per node.")
+@click.option("--regions", type=click.IntRange(min=1), default=1, show_default=True, help="IDMINT_REGIONS.")
+@click.option("--years", type=click.FloatRange(min=0), default=10, show_default=True, help="Years it must last.")
+def layout_check(name: str, rate: float, replicas: int, workers: int, regions: int, years: float) -> None:
+    """Whether snowflake LAYOUT (twitter, discord, instagram, sonyflake, js53 or custom:E:U:T/W/S) holds this
+    fleet: one line per rule, then the verdict; exit status 1 when it does not hold."""
+    import time
+
+    from app.schemes.snowflake import Layout, check_layout
+
+    try:
+        spec = Layout.parse(name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="LAYOUT") from exc
+    rules = check_layout(
+        spec,
+        rate=rate,
+        replicas=replicas,
+        workers=workers,
+        regions=regions,
+        years=years,
+        now_ms=time.time_ns() // 10**6,
+    )
+    for holds, sentence in rules:
+        click.echo(f"{'ok ' if holds else 'NO '} {sentence}")
+    verdict = all(holds for holds, _ in rules)
+    click.echo(f"{spec.name}: {'holds' if verdict else 'does not hold'}")
+    raise SystemExit(0 if verdict else 1)
+
+
 @main.command()
 @click.argument("id_text", metavar="ID")
 @click.option("--scheme", help="Decode as this scheme only (default: every scheme that accepts it).")

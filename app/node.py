@@ -379,6 +379,9 @@ class Node:
         if self.backend.name == "embedded":  # file locks never expire; the etcd backend reports its own
             self.metrics.lease_deadline(math.inf)
         self._check_regions()
+        for name, scheme in self.schemes.items():
+            end_ns = scheme.id_space_end_ns()
+            self.metrics.scheme(name).id_space_end(math.inf if end_ns is None else end_ns / 1e9)
         with contextlib.suppress(TimeoutError):  # read now when it is quick; else the guard's task keeps trying
             async with asyncio.timeout(FLEET_ID_START_WAIT_S):
                 await self.fleet.read_fleet_id()

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import NodeDep, SettingsDep
+from app.decoding import rfc3339
 from app.fleet import FLEET_HEADER
 from app.schemes.base import Scheme, SchemeOption
 
@@ -43,6 +44,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "formats": list(scheme.formats),
         "canonical_format": scheme.formats[0],
         "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
+        "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),
         "reference": scheme.reference,
         "limits": {"max_count": settings.max_count, "max_stream_count": settings.max_stream_count},
     }

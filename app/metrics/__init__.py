@@ -25,6 +25,7 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_issue_wait_seconds{scheme}                     histogram  time spent waiting for the clock
     idmint_high_water_mark_timestamp_seconds{scheme}      gauge      last recorded high-water mark, Unix seconds
     idmint_build_info{version}                            gauge = 1
+    idmint_id_space_end_timestamp_seconds{scheme}         gauge      when the scheme's timestamp runs out (+Inf: never)
     idmint_region_configured{backend,exposed}             gauge 0/1  IDMINT_REGIONS > 1 (identities sliced by region)
     idmint_api_key_requests_total{key,outcome}            counter    requests checked by API key (key names come from
                                                                      the key file, plus "public" and "unknown")

@@ -148,6 +148,14 @@ class Collectors:
             multiprocess_mode="livemax",
             registry=r,
         )
+        self.id_space_end = Gauge(
+            "idmint_id_space_end_timestamp_seconds",
+            "When the scheme's timestamp field runs out (as this node is configured), as Unix seconds; +Inf for a "
+            "scheme without time.",
+            ["scheme"],
+            multiprocess_mode="livemin",
+            registry=r,
+        )
         self.sequence_issued = Counter(
             "idmint_sequence_ids_issued_total",
             "Integers issued by /v1/sequences/{name}/next, by sequence.",

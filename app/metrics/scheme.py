@@ -38,6 +38,7 @@ class SchemeMetrics:
         "_wait",
         "_held",
         "_hwm",
+        "_space_end",
         "_refused",
         "_node_identity",
         "_identities",
@@ -53,6 +54,7 @@ class SchemeMetrics:
         self._wait = c.issue_wait.labels(scheme=scheme)
         self._held = c.lease_held.labels(scheme=scheme)
         self._hwm = c.high_water_mark.labels(scheme=scheme)
+        self._space_end = c.id_space_end.labels(scheme=scheme)
         self._refused = c.identity_refused.labels(scheme=scheme)
         self._issued = c.ids_issued.labels(scheme=scheme)
         self._node_identity = c.node_identity
@@ -79,6 +81,10 @@ class SchemeMetrics:
     def issue_wait(self, seconds: float) -> None:
         """Time spent waiting for the clock (sequence exhausted, clock behind the high-water mark)."""
         self._wait.observe(seconds)
+
+    def id_space_end(self, unix_seconds: float) -> None:
+        """When the scheme's timestamp runs out (``idmint_id_space_end_timestamp_seconds``), Unix s; +Inf for never."""
+        self._space_end.set(unix_seconds)
 
     def high_water_mark(self, unix_seconds: float) -> None:
         """The last recorded high-water mark of the scheme's identity, as Unix seconds."""

@@ -229,6 +229,9 @@ class Scheme(abc.ABC):
     """Fraction digits in the RFC 3339 timestamp: 3 (ms) or 6 (µs)."""
     native_unit_ns: ClassVar[float]
     """Nanoseconds per native timestamp unit (1_000 for µs, 1_000_000 for ms, 1e9/65536 for SIQ)."""
+    timestamp_native_max: ClassVar[int | None] = None
+    """The latest timestamp the ID can hold, in native units since the Unix epoch (None: the scheme has no time);
+    :meth:`id_space_end_ns` follows from it."""
     layout: ClassVar[tuple[LayoutField, ...]]
     uniqueness: ClassVar[str] = "random"
     """What two nodes' IDs differ by: "identity" (a leased identity that regions slice: :meth:`identity_pool`) or
@@ -382,6 +385,12 @@ class Scheme(abc.ABC):
         names: dict[str | None, str] = {fmt: fmt for fmt in self.formats}
         names[None] = names["canonical"] = self.formats[0]
         return names
+
+    def id_space_end_ns(self) -> int | None:
+        """The first instant (ns since the Unix epoch) the scheme's timestamp cannot hold: from then on it issues
+        nothing (uid-generator's default layout ran out in 2024). None for a scheme without time."""
+        top = self.timestamp_native_max
+        return None if top is None else round((top + 1) * self.native_unit_ns)
 
     def native_from_ns(self, ns: int) -> int:
         """Convert ns since the epoch to the native timestamp unit (floor)."""

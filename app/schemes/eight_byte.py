@@ -389,6 +389,7 @@ class EightByteScheme(Scheme):
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
+    timestamp_native_max = TIMESTAMP_MS_MAX
     layout = (
         LayoutField("timestamp_ms", "63..22", "ms since the Unix epoch; SPREAD: bit-reversed over all 64 bits"),
         LayoutField("sequence", "21..16", "0..63 per millisecond and generator ID"),

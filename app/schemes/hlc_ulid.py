@@ -260,6 +260,7 @@ class HlcUlidScheme(Scheme):
     text_width = {"ulid": ULID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
+    timestamp_native_max = TIMESTAMP_MS_MAX
     layout = (
         LayoutField("timestamp_ms", "127..80", "milliseconds since the Unix epoch (the ULID timestamp)"),
         LayoutField("counter", "79..64", "HLC logical counter within the logical millisecond"),

@@ -198,6 +198,7 @@ class KsuidScheme(Scheme):
     text_width = {"base62": BASE62_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_SECS
+    timestamp_native_max = TIMESTAMP_S_MAX
     layout = (
         LayoutField("timestamp", "159..128", "seconds since 1,400,000,000 (2014-05-13T16:53:20Z)"),
         LayoutField("payload", "127..0", "16 random bytes on a new second, then +1 per ID (monotonic)"),

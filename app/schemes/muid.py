@@ -226,6 +226,7 @@ class MuidScheme(Scheme):
     text_width = {"canonical": CANONICAL_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_IN_MICROSECS
+    timestamp_native_max = TIMESTAMP_US_MAX
     layout = (
         LayoutField("timestamp_us", "127..76", 'microseconds since the Unix epoch; all-F = -1 ("global")'),
         LayoutField("medallion", "75..32", "node identity; new ones uniform in 0x10000000000..0x1FFFFFFFFFF"),

@@ -416,6 +416,7 @@ class SiqScheme(Scheme):
     text_width = {"did": DID_LEN, "hex": HEX_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_PER_TICK
+    timestamp_native_max = TICK_MAX
     layout = (
         LayoutField("seconds", "111..72", "whole seconds since the Unix epoch"),
         LayoutField("fraction", "71..56", "binary fraction of the second, in 1/65536 s (~15.26 µs)"),

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -79,6 +80,9 @@ BATCH_COUNT_MAX = 1 << 24
 """Most IDs one :meth:`SnowflakeGenerator.generate` call may be asked for."""
 LOOKBACK_MS = 50
 """How far back (ms) a late batch may fill never-used time units (eight-byte's default lookback)."""
+
+START_SPREAD_MAX = 100
+"""The widest random start of a time unit's sequence (:attr:`Layout.start_spread`)."""
 
 CUSTOM_PREFIX = "custom"
 CUSTOM_SEPARATOR = ":"
@@ -206,6 +210,19 @@ class Layout:
         return 1 << self.sequence_bits
 
     @property
+    def start_spread(self) -> int:
+        """How many first slots a new time unit may start at, chosen at random (0 = always slot 0).
+
+        Only where the sequence is the ID's lowest field (every layout but sonyflake, whose low bits are the worker
+        ID): ``min(100, 2**S // 16)`` rounded down to a multiple of 20 (Meituan Leaf's 0..99, Leaf#39), so ``id % 2``,
+        ``% 4``, ``% 5`` and ``% 10`` of a unit's first ID are uniform and at most 1/32 of a unit's sequence is
+        skipped (twitter, discord: 100 of 4,096, 1.2 % of the cap on average; instagram: 60 of 1,024, 2.9 %); none
+        below 2**S = 320."""
+        if not self.worker_above_sequence:
+            return 0
+        return min(START_SPREAD_MAX, self.ids_per_unit // 16) // 20 * 20
+
+    @property
     def worker_above_sequence(self) -> bool:
         """True unless the sequence sits above the worker ID (sonyflake)."""
         return self.order == ORDER_TIME_WORKER_SEQUENCE
@@ -283,6 +300,41 @@ class Layout:
                 )
             )
         return tuple(rows)
+
+
+YEAR_MS = 365.25 * 86_400_000
+
+
+def check_layout(
+    layout: Layout, *, rate: float, replicas: int, workers: int = 1, regions: int = 1, years: float, now_ms: int
+) -> list[tuple[bool, str]]:
+    """Whether ``layout`` holds a fleet issuing ``rate`` IDs/s in all over ``replicas`` nodes of ``workers`` worker
+    IDs each, in each of ``regions`` regions, for ``years`` from ``now_ms`` (Unix ms): one (holds, sentence) per
+    rule (time left, worker IDs, capacity; and, as information, whether IDs stay below 2**53)."""
+    end_ms = layout.timestamp_ms(layout.time_max) + layout.unit_ms
+    left = (end_ms - now_ms) / YEAR_MS
+    needed = replicas * workers * regions
+    slots = layout.worker_max + 1
+    per_worker = layout.ids_per_unit * 1000 / layout.unit_ms
+    capacity = replicas * workers * per_worker
+    when = datetime.fromtimestamp(end_ms / 1000, UTC).strftime("%Y-%m-%d")
+    return [
+        (left >= years, f"time: the layout ends {when}, {left:.1f} years from now; {years:g} needed"),
+        (
+            needed <= slots,
+            f"worker IDs: {replicas} replicas x {workers} worker IDs x {regions} region(s) = {needed} of {slots}",
+        ),
+        (
+            rate <= capacity,
+            f"capacity: {capacity:,.0f} IDs/s per region ({replicas} x {workers} worker IDs x {per_worker:,.0f}; even "
+            f"shards skip {layout.start_spread / 2 / layout.ids_per_unit:.1%} on average); {rate:,.0f} needed",
+        ),
+        (
+            True,
+            f"JavaScript: every ID is below 2**{min(layout.total_bits, FIELD_BITS)}"
+            + (" (exact in a double)" if layout.value_max < 1 << 53 else " (not exact in a double: keep it a string)"),
+        ),
+    ]
 
 
 TWITTER = Layout("twitter", 1288834974657, 1, 41, 10, 12)
@@ -553,6 +605,11 @@ class SnowflakeScheme(Scheme):
     def timestamp_ns(self, value: int) -> int:
         layout = self.snowflake_layout
         return layout.timestamp_ms(layout.unpack(value)[0]) * NANOSECS_IN_MILLISECS
+
+    def id_space_end_ns(self) -> int:
+        """The layout's end: its epoch plus 2**T units (instagram: 2046-06-28; twitter: 2080-09-05)."""
+        layout = self.snowflake_layout
+        return (layout.timestamp_ms(layout.time_max) + layout.unit_ms) * NANOSECS_IN_MILLISECS
 
     # -- contract: settings, identity, generator ------------------------------------------------------------------
 

@@ -50,21 +50,11 @@ from app.schemes.snowflake import (
 
 OFFSET_DRAWS = 64
 """Random bytes drawn at once for the units' start offsets (one byte per new unit)."""
-START_SPREAD_MAX = 100
-"""The widest start offset: Meituan Leaf's 0..99 (Leaf#39)."""
 
 
 def start_spread(layout: Layout) -> int:
-    """How many first slots a new time unit may start at, chosen at random (0 = always slot 0).
-
-    Only where the sequence is the ID's lowest field (every layout but sonyflake, whose low bits are the worker
-    ID): ``min(100, 2**S // 16)`` rounded down to a multiple of 20, so ``id % 2``, ``% 4``, ``% 5`` and ``% 10`` of
-    a unit's first ID are uniform and at most 1/32 of a unit's sequence is skipped (twitter, discord: 100 of 4,096,
-    1.2 % of the cap on average; instagram: 60 of 1,024, 2.9 %); none below 2**S = 320."""
-    if not layout.worker_above_sequence:
-        return 0
-    spread = min(START_SPREAD_MAX, layout.ids_per_unit // 16) // 20 * 20
-    return spread
+    """:attr:`Layout.start_spread` (kept here for the generator's readers)."""
+    return layout.start_spread
 
 
 Run = tuple[int, int, int]

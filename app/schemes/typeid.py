@@ -59,6 +59,7 @@ from app.schemes.uuidv7 import (
     PACKED_BYTES,
     RAND_A_SHIFT,
     TAIL_BITS,
+    TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     VERSION,
     VERSION_MASK,
@@ -206,6 +207,7 @@ class TypeIdScheme(Scheme):
     """``typeid`` is 26 characters plus the prefix and separator: not a fixed width."""
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
+    timestamp_native_max = TIMESTAMP_MS_MAX
     layout = (
         LayoutField("prefix", "text", "type prefix: 0..63 characters a-z and '_' (not part of the 128 bits)"),
         LayoutField("timestamp_ms", "127..80", "the UUIDv7's unix_ts_ms (milliseconds since the Unix epoch)"),

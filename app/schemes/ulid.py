@@ -164,6 +164,7 @@ class UlidScheme(Scheme):
     text_width = {"ulid": ULID_LEN, "uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
+    timestamp_native_max = TIMESTAMP_MS_MAX
     layout = (
         LayoutField("timestamp_ms", "127..80", "milliseconds since the Unix epoch"),
         LayoutField("random", "79..0", "randomness: fresh per millisecond, + 1 per later ID of it (monotonic)"),

@@ -212,6 +212,7 @@ class Uuidv7Scheme(Scheme):
     text_width = {"uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
+    timestamp_native_max = TIMESTAMP_MS_MAX
     layout = (
         LayoutField("timestamp_ms", "127..80", "unix_ts_ms: milliseconds since the Unix epoch"),
         LayoutField("version", "79..76", "always 7"),

@@ -258,6 +258,7 @@ class WijiScheme(Scheme):
     text_width = {"base32": BASE32_LEN, "uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_IN_MICROSECS
+    timestamp_native_max = TIMESTAMP_US_MAX
     layout = (
         LayoutField("timestamp_us", "127..72", "microseconds since the Unix epoch (top 2 bits zero: below 2**54)"),
         LayoutField("sequence", "71..56", "order within one microsecond of one generator"),

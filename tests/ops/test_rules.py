@@ -160,6 +160,22 @@ def _unit_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [{"eval_time": "52m", "alertname": "IdmintNoIdsIssued", "exp_alerts": []}],
         },
+        {  # a's snowflake layout ends in a year (time() is 0 at the start of a promtool test); b's in 2080
+            "interval": "1m",
+            "input_series": [
+                _series("idmint_id_space_end_timestamp_seconds", {**A, "scheme": "snowflake"}, "31536000x120"),
+                _series("idmint_id_space_end_timestamp_seconds", {**B, "scheme": "snowflake"}, "3487778430x120"),
+                _series("idmint_id_space_end_timestamp_seconds", {**B, "scheme": "uuidv7"}, " ".join(["Inf"] * 100)),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "30m", "alertname": "IdmintIdSpaceEndingSoon", "exp_alerts": []},
+                {
+                    "eval_time": "90m",
+                    "alertname": "IdmintIdSpaceEndingSoon",
+                    "exp_alerts": [_expected("IdmintIdSpaceEndingSoon", {**A, "scheme": "snowflake"})],
+                },
+            ],
+        },
         {  # a's embedded fleet listens beyond loopback with one region; b's too, but regions set; c's on loopback
             "interval": "1m",
             "input_series": [
@@ -232,6 +248,7 @@ def _exposed_names() -> set[str]:
     m.request("/r", "GET", 200, 0.001)
     m.scheme("muid").lease_held(True, 1)
     m.region_configured(False, "embedded", False)
+    m.scheme("muid").id_space_end(1.0)
     names = set()
     for family in m.registry.collect():
         names.update(sample.name for sample in family.samples)
