@@ -49,6 +49,8 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
     prepare_process_environment(settings.workers)
     import uvicorn
 
+    from app.serving import PROTOCOL_IMPORT
+
     log_config = None
     try:
         from app.logs import configure_logging, uvicorn_log_config
@@ -69,6 +71,8 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
         access_log=settings.access_log,
         log_level=settings.log_level,
         server_header=False,
+        http=PROTOCOL_IMPORT,
+        timeout_keep_alive=settings.keep_alive_timeout,
         **kwargs,
     )
 

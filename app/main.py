@@ -69,7 +69,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
     )
     api.state.settings = settings
-    api.state.streams = StreamSlots(settings.max_concurrent_streams)
+    api.state.streams = StreamSlots(settings.max_concurrent_streams, settings.max_stream_seconds)
     api.state.node = node
     api.state.sequences = sequences
     install_error_handlers(api)
