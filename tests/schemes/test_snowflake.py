@@ -14,7 +14,7 @@ from snowflake import Snowflake as PeerSnowflake
 from snowflake import SnowflakeGenerator as PeerSnowflakeGenerator
 from sonyflake import Sonyflake
 
-from app.errors import InvalidIdError, InvalidOptionError
+from app.errors import InvalidIdError, InvalidOptionError, TimeRangeError
 from app.schemes import snowflake
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.snowflake import (
@@ -521,11 +521,18 @@ def test_lookback_fills_never_used_units_only_above_the_floor() -> None:
 
 
 def test_timestamp_limits() -> None:
-    with pytest.raises(OverflowError, match="before the snowflake layout's epoch"):
-        SnowflakeGenerator(TWITTER, [1], clock=FakeClock(TWITTER.epoch_ms - 1)).generate(1)
-    late = TWITTER.timestamp_ms(TWITTER.time_max + 1)
-    with pytest.raises(OverflowError, match="snowflake time would pass 2199023255551 units"):
-        SnowflakeGenerator(TWITTER, [1], clock=FakeClock(late)).generate(1)
+    early = SnowflakeGenerator(TWITTER, [1], clock=FakeClock(TWITTER.epoch_ms - 1))
+    with pytest.raises(TimeRangeError, match="snowflake layout twitter has not begun: its epoch 2010-11-04T01:42:54"):
+        early.generate(1)
+    with pytest.raises(TimeRangeError, match="has not begun"):
+        early.check_time()
+    late_ms = TWITTER.timestamp_ms(TWITTER.time_max + 1)
+    late = SnowflakeGenerator(TWITTER, [1], clock=FakeClock(late_ms))
+    with pytest.raises(TimeRangeError, match="twitter ran out of time: its 41-bit time field of 1 ms units ended at"):
+        late.generate(1)
+    with pytest.raises(TimeRangeError, match="ran out of time"):
+        late.check_time()
+    SnowflakeGenerator(TWITTER, [1], clock=FakeClock(late_ms - 1)).check_time()  # its last ms still issues
 
 
 @pytest.mark.parametrize(
