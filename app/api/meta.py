@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from starlette.responses import Response
 
 from app.api.deps import NodeDep, SettingsDep
+from app.schemes._patterns import token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
 router = APIRouter(tags=["node"])
@@ -33,6 +34,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "captions": dict(scheme.captions),
         "formats": list(scheme.formats),
         "canonical_format": scheme.formats[0],
+        "token_patterns": token_patterns(scheme.name),
         "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
         "reference": scheme.reference,
         "limits": {"max_count": settings.max_count, "max_stream_count": settings.max_stream_count},
