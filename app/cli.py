@@ -40,6 +40,13 @@ def main() -> None:
 def serve(host: str | None, port: int | None, workers: int | None) -> None:
     """Run the HTTP server (uvicorn) on the configured lease backend (embedded unless IDMINT_ETCD_ENDPOINTS)."""
     settings = _settings(host=host, port=port, workers=workers)
+    if settings.api_keys_file is not None:  # here, once: a worker that fails on it would only be restarted
+        from app.api.auth import load_key_file
+
+        try:
+            load_key_file(settings.api_keys_file, settings.workers)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
     # Workers build their own app from the environment: pass the command-line overrides down that way.
     os.environ["IDMINT_HOST"] = settings.host
     os.environ["IDMINT_PORT"] = str(settings.port)

@@ -58,7 +58,8 @@ class CoreSettings(BaseSettings):
         16,
         ge=1,
         le=10_000,
-        description="Streams this node serves at once; more are answered 429 + Retry-After.",
+        description="Streams this node serves at once; more are answered 429 + Retry-After (with --workers N, "
+        "each worker serves N-th of them, at least one).",
     )
     max_stream_seconds: float = Field(
         300.0,
