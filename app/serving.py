@@ -74,6 +74,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.limits = connection_limits()
         self.in_headers = False  # between a request's first byte and the end of its headers
         self.header_bytes = 0  # bytes of the socket reads after the one the headers began in
+        self.read_bytes = 0  # size of the socket read being parsed
         self.refused = False  # answered 431/408: the parser's further callbacks are ignored
         self.header_timer: asyncio.TimerHandle | None = None
         self.send_timer: asyncio.TimerHandle | None = None
@@ -89,17 +90,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        # The hot path (a whole request in one read) pays for two attribute reads here and no timer: the header
+        # deadline is armed only when a read ends with the headers unfinished.
         continued = self.in_headers
+        self.read_bytes = len(data)
         super().data_received(data)
+        if not self.in_headers:
+            cycle = self.cycle
+            if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
+                self._arm_idle_timer()  # bytes that start no request (blank lines) do not keep a connection open
+            return
         if self.transport.is_closing():
             return
-        if self.in_headers:
-            if continued:
-                self.header_bytes += len(data)
-            if max(self._parsed_header_bytes(), self.header_bytes) > self.limits.max_header_bytes:
-                self._refuse_too_large()
-        elif self._between_requests():
-            self._arm_idle_timer()  # bytes that start no request (blank lines) do not keep a connection open
+        if continued:
+            self.header_bytes += len(data)
+        if max(self._parsed_header_bytes(), self.header_bytes) > self.limits.max_header_bytes:
+            self._refuse_too_large()
+        elif self.header_timer is None:
+            self.header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
 
     # -- parser callbacks ---------------------------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -108,23 +116,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.in_headers = True
         self.header_bytes = 0
-        self._cancel_header_timer()
-        self.header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
-
-    def on_url(self, url: bytes) -> None:
-        if not self.refused:
-            super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.refused:
-            super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         if self.refused:
             return
         self.in_headers = False
-        self._cancel_header_timer()
-        if self._parsed_header_bytes() > self.limits.max_header_bytes:
+        if self.header_timer is not None:
+            self._cancel_header_timer()
+        if (
+            self.header_bytes + self.read_bytes > self.limits.max_header_bytes
+            and self._parsed_header_bytes() > self.limits.max_header_bytes
+        ):
             self._refuse_too_large()
             return
         super().on_headers_complete()
