@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.state.settings = settings
     # Each of `idmint serve --workers N` processes serves its 1/N share of the node's streams (at least one).
     streams_here = max(1, settings.max_concurrent_streams // settings.workers)
-    api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds)
+    api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds, settings.stream_send_timeout)
     api.state.node = node
     api.state.sequences = sequences
     install_error_handlers(api)

@@ -51,18 +51,28 @@ gave the freed heap top back to the kernel after every chunk and faulted it in a
 faults per 10M-ID uuidv7 stream, measured). Pieces keep the transient copies small and cache-resident."""
 
 
-class StreamSlot:
-    """One running stream's progress: ``count`` IDs asked for, ``sent`` so far, since ``started`` (monotonic s)."""
+STALLED_S = 0.25
+"""A stream that has handed nothing to the server for this long is taken as stalled (its client reads nothing);
+a running one hands a piece every few ms, or every tenth of a second at a slow scheme's cap."""
 
-    __slots__ = ("count", "sent", "started")
+
+class StreamSlot:
+    """One running stream's progress: ``count`` IDs asked for, ``sent`` so far, since ``started``, the last piece
+    handed to the server at ``progressed`` (monotonic s)."""
+
+    __slots__ = ("count", "sent", "started", "progressed")
 
     def __init__(self, count: int, started: float) -> None:
         self.count = count
         self.sent = 0
         self.started = started
+        self.progressed = started
 
-    def seconds_left(self, now: float) -> float:
-        """Expected seconds to its end at the rate it has run so far (infinite before its first chunk)."""
+    def seconds_left(self, now: float, send_timeout: float) -> float:
+        """Expected seconds to its end: at the rate it has run so far, or, stalled, when the send timeout drops its
+        client (infinite before its first chunk)."""
+        if now - self.progressed > STALLED_S:
+            return max(self.progressed + send_timeout - now, 0.0)
         if not self.sent:
             return math.inf
         return (self.count - self.sent) * max(now - self.started, 0.0) / self.sent
@@ -70,11 +80,19 @@ class StreamSlot:
 
 class StreamSlots:
     """The node's cap on concurrent streams. :meth:`take` raises TooManyRequestsError when all are in use, with a
-    Retry-After of the soonest expected end of a running stream (at its rate so far), within 1..``max_seconds``."""
+    Retry-After of the soonest expected end of a running stream (at its rate so far, or for a stalled one, when
+    ``send_timeout`` drops it), within 1..``max_seconds``."""
 
-    def __init__(self, limit: int, max_seconds: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit: int,
+        max_seconds: float = 300.0,
+        send_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
         self.max_seconds = max_seconds
+        self.send_timeout = send_timeout
         self.clock = clock
         self.running: set[StreamSlot] = set()
 
@@ -85,7 +103,7 @@ class StreamSlots:
     def retry_after(self) -> int:
         """Seconds until a slot is expected to free (>= 1, at most ``max_seconds`` rounded up)."""
         now = self.clock()
-        soonest = min((slot.seconds_left(now) for slot in self.running), default=0.0)
+        soonest = min((slot.seconds_left(now, self.send_timeout) for slot in self.running), default=0.0)
         return max(1, math.ceil(min(soonest, self.max_seconds)))
 
     def take(self, count: int = 0) -> StreamSlot:
@@ -162,9 +180,11 @@ class IdStream(StreamingResponse):
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        slot, clock = self.slot, self.slots.clock
         async for piece, ids in self.pieces:
-            self.slot.sent += ids
+            slot.sent += ids
             await send({"type": "http.response.body", "body": piece, "more_body": True, IDS_IN_MESSAGE: ids})
+            slot.progressed = clock()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
