@@ -24,7 +24,10 @@ so the time taken does not depend on which key (or how much of a digest) matched
 
 Quotas are token buckets (:class:`TokenBucket`) holding one second of the rate: ``requests_per_second`` counts
 requests; ``ids_per_second`` counts the ``count`` of an issue request up front (a batch larger than one second's
-worth passes when the bucket is full and the key then waits it off), and paces a stream as its chunks are sent.
+worth passes when the bucket is full and the key then waits it off), and paces a stream as its chunks are sent; a
+sequence ``range`` is charged too, but only up to one second's worth (more is a 422). With ``--workers N`` each
+worker process holds 1/N of every rate and ``concurrent_streams // N`` streams (the quota is divided, not shared:
+a key gets at most its quota from the server, and less when its traffic lands on fewer workers).
 The bucket was measured side by side with the ``limits`` library (bench/bench_abuse.py) and kept: see there.
 
 ``SIGHUP`` re-reads the file (:meth:`ApiKeys.reload`): the new table replaces the old one in one assignment; a
