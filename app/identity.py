@@ -15,12 +15,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.errors import NotReadyError
-from app.lease.base import Claim, PoolSpec
+from app.lease.base import Claim
 from app.metrics import SchemeMetrics
+from app.pool import IdentityPool
 from app.schemes.base import Generator, GeneratorStats, Scheme
 
 if TYPE_CHECKING:
@@ -38,12 +38,15 @@ INHERITED_WAIT_READY_S = 1.0
 GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
 
+PEER_CHECK_PENDING = "checking the peer fleets"
+"""How :mod:`app.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
+
 NO_MARK_NEEDED = 1 << 128
 """The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
 
 
 class IdentityHolder:
-    """One scheme's claimed identities (``claims_wanted`` of them from ``pool``; none when ``pool`` is None), their
+    """One scheme's claimed identities (``pool.claims`` of them from ``pool``; none when ``pool`` is None), their
     recorded high-water mark, and the generator built on them (``generator``, None while nothing valid is held).
 
     ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
@@ -57,9 +60,8 @@ class IdentityHolder:
         node: Node,
         scheme: Scheme,
         factory: GeneratorFactory,
-        pool: PoolSpec | None,
+        pool: IdentityPool | None,
         metrics: SchemeMetrics,
-        claims_wanted: int = 1,
     ) -> None:
         self.node = node
         self.scheme = scheme
@@ -67,7 +69,6 @@ class IdentityHolder:
         self.factory = factory
         self.pool = pool
         self.metrics = metrics
-        self.claims_wanted = claims_wanted
         self.generator: Generator | None = None
         self.claims: list[Claim] = []
         self.recorded_mark = -1
@@ -75,6 +76,8 @@ class IdentityHolder:
         self.retry_after = 1
         self.excluded: set[int] = set()
         """Identities refused by this node (high-water mark too far ahead, clock stepped back): not claimed again."""
+        self.blocked: str | None = None
+        """Why a peer fleet check stops this scheme (:mod:`app.fleet`: an overlapping fleet), else None."""
         self.fault: str | None = None
         """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
         self.ready_at_ns = 0
@@ -101,6 +104,18 @@ class IdentityHolder:
                 log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, stats.max_rollback_ns / 1e9)
             self.metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
             self._stats_seen = seen
+
+    def set_blocked(self, reason: str | None) -> None:
+        """Stop issuing for ``reason`` (a peer fleet's identities overlap ours), or resume with None. Claims are
+        kept: issuing resumes as soon as the overlap is gone."""
+        if reason == self.blocked:
+            return
+        if reason is None:
+            if self.blocked is not None and not self.blocked.startswith(PEER_CHECK_PENDING):
+                log.warning("%s: no peer fleet overlaps any more; issuing", self.name)
+        elif not reason.startswith(PEER_CHECK_PENDING):
+            log.error("%s: stopped issuing: %s", self.name, reason)
+        self.blocked = reason
 
     def identity_words(self) -> str:
         """The claimed identities for a message: ``"generator ID 3, 4"``."""
@@ -150,7 +165,7 @@ class IdentityHolder:
         )
         for _claim in claims:
             self.metrics.identity_refused("clock_stepped_back")
-        if self.pool is not None and not self.pool.static:
+        if self.pool is not None and self.pool.static is None:
             self.excluded.update(c.identity for c in claims)
         final = gen.high_water if gen is not None else None
         self.generator, self.claims = None, []
@@ -224,9 +239,9 @@ class IdentityHolder:
         while True:
             claims: list[Claim] = []
             try:
-                for _ in range(self.claims_wanted):
-                    pool = replace(self.pool, exclude=frozenset(self.excluded | {c.identity for c in claims}))
-                    claims.append(await node.backend.claim(pool, node.holder))
+                for _ in range(self.pool.claims):
+                    exclude = frozenset(self.excluded | {c.identity for c in claims})
+                    claims.append(await node.backend.claim(self.pool, node.holder, exclude))
             except BaseException:
                 for claim in claims:
                     await self._release_quietly(claim, None)
@@ -254,7 +269,7 @@ class IdentityHolder:
                 )
                 for _claim in refused:
                     self.metrics.identity_refused("high_water_mark_ahead")
-                if self.pool.static:
+                if self.pool.static is not None:
                     raise NotReadyError(
                         f"static {self.pool.kind} {ids} has a high-water mark {ahead_s:.3f} s ahead of this "
                         f"node's clock (limit {node.settings.max_clock_wait:g} s)",

@@ -17,6 +17,8 @@ Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
 * **Bounded clock waits.** No request sleeps on the clock for longer than ``settings.max_clock_wait`` at a time:
   past it the answer is 503 + Retry-After, and when the issuer holds a claimed identity (the clock was stepped
   back further than that while running), the identity is refused and another claimed, as at start-up.
+* **Fleets.** Regions give every fleet a disjoint slice of each leased identity space (:mod:`app.pool`); with
+  ``IDMINT_PEER_FLEETS`` set, a scheme whose identities overlap a peer fleet's is not ready (:mod:`app.fleet`).
 * **Storage faults.** A high-water mark that cannot be recorded (disk full, read-only state directory, etcd
   refusing) makes the scheme not ready, naming why, until a retry succeeds; the background task survives any
   exception, retrying with backoff.
@@ -35,9 +37,11 @@ from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
+from app.fleet import FleetGuard, listens_beyond_loopback
 from app.identity import BACKOFF_MAX_S, INHERITED_WAIT_READY_S, IdentityHolder
-from app.lease.base import Holder, LeaseBackend, PoolSpec
+from app.lease.base import Holder, LeaseBackend
 from app.metrics import Metrics, SchemeMetrics
+from app.pool import IdentityPool
 from app.schemes import schemes
 from app.schemes.base import Batch, Clock, Generator, Scheme
 from app.settings import Settings
@@ -45,6 +49,8 @@ from app.settings import Settings
 log = logging.getLogger("idmint.node")
 
 MIN_WAIT_S = 0.0001
+PEER_RETRY_AFTER_S = 5
+"""Retry-After (s) of a scheme stopped because a peer fleet's identities overlap ours (an operator must act)."""
 STREAM_SLICE_S = 0.02
 """The longest a stream's chunk sleeps between takes from a capacity-capped generator, within half the
 generator's :attr:`~app.schemes.base.Generator.lookback_ns` (so what accrues meanwhile is still usable). Waking
@@ -133,6 +139,8 @@ class Issuer:
             raise NotReadyError(f"{holder.name}: {holder.reason}", holder.retry_after)
         if holder.fault is not None:
             raise NotReadyError(f"{holder.name}: {holder.fault}", holder.retry_after)
+        if holder.blocked is not None:
+            raise NotReadyError(f"{holder.name}: {holder.blocked}", PEER_RETRY_AFTER_S)
         if holder.ready_at_ns:
             self._check_inherited_wait()
         if holder.claims and holder.drop_lost_claims():
@@ -320,22 +328,34 @@ class Node:
         self._build_issuers()
         if only is not None:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
+        self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
+
+    def _guarded_pools(self) -> dict[str, IdentityPool]:
+        """The pools of the schemes whose uniqueness rests on a leased identity that regions slice."""
+        pools = {}
+        for name, issuer in self.issuers.items():
+            pool = issuer.identity.pool
+            if not isinstance(issuer, SharedIssuer) and pool is not None and pool.sliced:
+                pools[name] = pool
+        return pools
+
+    def _block(self, scheme: str, reason: str | None) -> None:
+        self.issuers[scheme].identity.set_blocked(reason)
 
     def _build_issuers(self) -> None:
-        """One issuer per registered scheme, from what the scheme declares: its identity plan (-> pool), its
+        """One issuer per registered scheme, from what the scheme declares: its identity pool, its
         generator factory, or the scheme whose issuer it shares."""
         settings, clock = self.settings, self.clock
         for name, scheme in self.schemes.items():
             if scheme.shares_generator_with is not None:
                 continue
-            plan = scheme.identity_plan(settings)
-            pool = None if plan is None else PoolSpec.from_plan(name, plan)
+            pool = scheme.identity_pool(settings)
 
             def factory(ids: list[int], floor: int, scheme: Scheme = scheme) -> Generator:
                 return scheme.new_generator(settings, ids, floor, clock)
 
             metrics = self.metrics.scheme(name)
-            identity = IdentityHolder(self, scheme, factory, pool, metrics, claims_wanted=plan.claims if plan else 1)
+            identity = IdentityHolder(self, scheme, factory, pool, metrics)
             self.issuers[name] = Issuer(scheme, identity, metrics)
         for name, scheme in self.schemes.items():
             base = scheme.shares_generator_with
@@ -350,6 +370,8 @@ class Node:
         await self.backend.start()
         if self.backend.name == "embedded":  # file locks never expire; the etcd backend reports its own
             self.metrics.lease_deadline(math.inf)
+        self._check_regions()
+        self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
         for issuer in self.issuers.values():
             identity = issuer.identity
             if isinstance(issuer, SharedIssuer):  # the base issuer's holder claims and runs
@@ -366,6 +388,22 @@ class Node:
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
                 await self.register(issuer.name, published)
+
+    def _check_regions(self) -> None:
+        """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines
+        with one region: a second such fleet (another host, another state directory) claims the same identities."""
+        settings = self.settings
+        exposed = listens_beyond_loopback(settings.host)
+        self.metrics.region_configured(settings.regions > 1, self.backend.name, exposed)
+        if self.backend.name == "embedded" and exposed and settings.regions == 1 and not settings.peer_fleets:
+            log.warning(
+                "the embedded lease backend serves one state directory (%s) on %s with IDMINT_REGIONS=1: another "
+                "idmint with another state directory (another host, another container volume) claims the same "
+                "identities and issues the same IDs. Give each such fleet its own IDMINT_REGION of IDMINT_REGIONS "
+                "(and list the others in IDMINT_PEER_FLEETS), or share one etcd (IDMINT_ETCD_ENDPOINTS)",
+                settings.state_dir,
+                settings.host,
+            )
 
     async def register(self, scheme: str, published: str) -> None:
         """Publish what ``scheme``'s generator registers (Wiji's random part); a failure is logged, not raised."""
@@ -394,6 +432,17 @@ class Node:
 
             get_scheme(name)  # raises UnknownSchemeError with the list of known schemes
             raise
+
+    def identity_region(self, scheme: str, fields: dict[str, Any]) -> dict[str, Any] | None:
+        """The region whose slice holds the identity in a decoded ID's ``fields`` (``{"kind", "identity", "region",
+        "regions"}``, ``region`` null outside the space), or None when the scheme's layout carries no identity that
+        regions slice."""
+        issuer = self.issuers.get(scheme)
+        pool = issuer.identity.pool if issuer is not None and not isinstance(issuer, SharedIssuer) else None
+        if pool is None or not pool.sliced or not isinstance(fields.get(pool.kind), int):
+            return None
+        identity = fields[pool.kind]
+        return {"kind": pool.kind, "identity": identity, "region": pool.region_of(identity), "regions": pool.regions}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, per-scheme state): ready only when every scheme can issue right now."""

@@ -109,6 +109,26 @@ class CoreSettings(BaseSettings):
         description="Embedded lease backend: directory for identity locks and high-water marks.",
     )
 
+    # -- fleets and regions (app/pool.py, app/fleet.py) ---------------------------------------------------
+    regions: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="How many regions (fleets that share no lease backend) slice every leased identity space "
+        "(1..256); each fleet sets its own IDMINT_REGION.",
+    )
+    region: int = Field(
+        0, ge=0, le=255, description="This fleet's region, 0..IDMINT_REGIONS-1: it claims only inside that slice."
+    )
+    peer_fleets: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated base URLs of idmint servers in other fleets (http://host:8000,...): schemes "
+        "whose identities overlap a peer fleet's are not ready.",
+    )
+    peer_check_interval: float = Field(
+        5.0, gt=0, le=3600, description="Seconds between checks of each IDMINT_PEER_FLEETS server."
+    )
+
     # -- clock --------------------------------------------------------------------------------------------
     max_clock_wait: float = Field(
         5.0,
@@ -162,6 +182,22 @@ class CoreSettings(BaseSettings):
                 )
         return value
 
+    @field_validator("peer_fleets", mode="before")
+    @classmethod
+    def _split_peers(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip().rstrip("/") for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("peer_fleets")
+    @classmethod
+    def _check_peers(cls, value: list[str]) -> list[str]:
+        for url in value:
+            scheme, sep, rest = url.partition("://")
+            if not sep or scheme not in ("http", "https") or not rest:
+                raise ValueError(f"peer_fleets must be http:// or https:// URLs, got {_redacted(url)!r}")
+        return value
+
     @field_validator("public_scopes", mode="before")
     @classmethod
     def _split_scopes(cls, value: object) -> object:
@@ -192,6 +228,10 @@ class CoreSettings(BaseSettings):
             raise ValueError(
                 f"etcd_safety_margin must be less than half of etcd_lease_ttl ({self.etcd_lease_ttl / 2:g} s), "
                 f"got {self.etcd_safety_margin:g}"
+            )
+        if self.region >= self.regions:
+            raise ValueError(
+                f"IDMINT_REGION must be in 0..{self.regions - 1} (IDMINT_REGIONS={self.regions}), got {self.region}"
             )
         if (self.etcd_cert_cert is None) != (self.etcd_cert_key is None):
             raise ValueError("etcd_cert_cert and etcd_cert_key must be set together")

@@ -4,6 +4,8 @@ Async tests are anyio tests (``pytestmark = pytest.mark.anyio``) on asyncio, the
 ``asyncio.run()`` inside a sync test.
 """
 
+from pathlib import Path
+
 import pytest
 
 pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.support.podman"]
@@ -13,3 +15,30 @@ pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.suppo
 def anyio_backend() -> str:
     """asyncio only; module scope so that a module may keep one event loop (a module-scoped async fixture)."""
     return "asyncio"
+
+
+TESTS = Path(__file__).parent
+REAL_PART_FIXTURES = frozenset(
+    {
+        "etcd_server",
+        "etcd_namespace",
+        "etcd_cluster",
+        "etcd_factory",
+        "server",
+        "replica_on",
+        "idmint_server",
+        "prometheus_server",
+    }
+)
+"""Fixtures that start a real process (etcd, ``idmint serve``, Prometheus): a test using one is ``integration``."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The lanes (markers registered in pyproject.toml): ``ops`` for tests/ops, ``e2e`` for tests/e2e (its
+    conftest), ``integration`` for any test using a fixture of :data:`REAL_PART_FIXTURES`; modules that start
+    processes themselves mark themselves. ``scripts/check.sh`` runs the rest, the fast lane."""
+    for item in items:
+        if (TESTS / "ops") in item.path.parents:
+            item.add_marker(pytest.mark.ops)
+        if REAL_PART_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

@@ -17,17 +17,17 @@ import httpx
 from fastapi.testclient import TestClient
 
 from app import __version__
-from app.lease.base import PoolSpec
 from app.lease.embedded import EmbeddedBackend
 from app.main import create_app
 from app.metrics import Metrics
 from app.node import Node
+from app.pool import IdentityPool
 from app.schemes import get_scheme, schemes
 from app.settings import Settings
 
 SCHEMES = tuple(schemes())
 HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
-CLAIMING = tuple(name for name, scheme in schemes().items() if scheme.identity_plan(Settings()) is not None)
+CLAIMING = tuple(name for name, scheme in schemes().items() if scheme.identity_pool(Settings()) is not None)
 """The schemes whose node claims an identity (muid, eight-byte, hlc-ulid, siq, snowflake)."""
 TIMESTAMP_FIELD = {
     "muid": "timestamp_us",
@@ -44,12 +44,12 @@ TIMESTAMP_FIELD = {
 """The decoded field that holds each scheme's timestamp."""
 
 
-def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> PoolSpec:
-    """The pool a node would claim ``scheme``'s identity from under ``settings`` (its identity plan), with
-    ``fields`` replaced (``minimum``, ``maximum``, ``candidates``, ``static``, ``exclude``, ``draw``...)."""
-    plan = get_scheme(scheme).identity_plan(Settings(**(settings or {})))
-    assert plan is not None, f"{scheme} claims no identity"
-    return dataclasses.replace(PoolSpec.from_plan(scheme, plan), **fields)
+def pool_spec(scheme: str, *, settings: dict[str, Any] | None = None, **fields: Any) -> IdentityPool:
+    """The pool a node would claim ``scheme``'s identity from under ``settings`` (the scheme's identity pool),
+    with ``fields`` replaced (``minimum``, ``maximum``, ``static``, ``draw``...)."""
+    pool = get_scheme(scheme).identity_pool(Settings(**(settings or {})))
+    assert pool is not None, f"{scheme} claims no identity"
+    return dataclasses.replace(pool, **fields)
 
 
 def make_settings(state_dir: Path, **overrides: Any) -> Settings:
@@ -105,8 +105,8 @@ class Replica:
     Its state dir is ``state_dir/state-<port>`` (its own) unless ``env`` sets IDMINT_STATE_DIR; its log is
     ``state_dir/replica-<port>.log``."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str], *args: str) -> None:
-        self.port = free_port()
+    def __init__(self, state_dir: Path, env: dict[str, str], *args: str, port: int | None = None) -> None:
+        self.port = free_port() if port is None else port
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = state_dir / f"replica-{self.port}.log"
         state_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.lease.base import PoolSpec
 from app.lease.etcd import claim_key, mark_key
 from app.schemes import schemes
 from app.settings import Settings
@@ -134,7 +133,7 @@ def test_leased(client: TestClient, scheme: str) -> None:
     node = client.app.app.state.node  # type: ignore[attr-defined]
     declared = schemes()[scheme]
     issuer = node.issuers[scheme]
-    plan = declared.identity_plan(node.settings)
+    plan = declared.identity_pool(node.settings)
     if declared.shares_generator_with is not None:
         assert issuer.identity.claims is node.issuers[declared.shares_generator_with].identity.claims
         return
@@ -142,7 +141,7 @@ def test_leased(client: TestClient, scheme: str) -> None:
         assert issuer.identity.pool is None and not issuer.identity.claims
         return
     assert len(issuer.identity.claims) == plan.claims
-    assert issuer.identity.pool == PoolSpec.from_plan(scheme, plan)
+    assert issuer.identity.pool == plan
     for claim in issuer.identity.claims:
         assert claim.valid() and plan.minimum <= claim.identity <= plan.maximum
         segment = plan.key_format.format(claim.identity)

@@ -23,6 +23,8 @@ import pytest
 from tests.support.etcd import EtcdCluster
 from tests.test_replicas import CLAIMED, identities, replicas
 
+pytestmark = pytest.mark.integration  # a real etcd cluster and replicas
+
 PER_REQUEST = 50
 FAULT_S = 5.0
 

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
-from app.lease.base import Holder, PoolSpec
+from app.lease.base import Holder
 from app.lease.embedded import EmbeddedBackend, MarkUnreadableError, _read_mark
-from tests.helpers import CLAIMING, FakeClock, Replica, new_node, started
+from tests.helpers import CLAIMING, FakeClock, Replica, new_node, pool_spec, started
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +75,7 @@ def wait_status(replica: Replica, path: str, status: int, timeout: float = 10) -
     return replica.wait(path, status=status, timeout=timeout)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("fault", ["disk full", "read-only"])
 def test_a_storage_fault_is_503_naming_it_and_issuing_resumes_when_it_clears(tmpfs: Path, fault: str) -> None:
     replica = Replica(tmpfs.parent, {"IDMINT_STATE_DIR": str(tmpfs)})
@@ -151,6 +152,7 @@ def test_marks_that_are_integers_are_read(tmp_path: Path) -> None:
     assert _read_mark(tmp_path / "absent.mark") == -1
 
 
+@pytest.mark.integration
 def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
@@ -181,6 +183,7 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
         static.stop()
 
 
+@pytest.mark.integration
 def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_issue(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
@@ -274,19 +277,21 @@ async def test_the_background_task_survives_an_unexpected_exception(tmp_path: Pa
         await issuer.issue(10, {})
 
 
+@pytest.mark.integration
 async def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Path) -> None:
     (tmpfs / "eight-byte" / "0").mkdir(parents=True)
     read_only(tmpfs)
     backend = EmbeddedBackend(tmpfs)
-    pool = PoolSpec(scheme="eight-byte", kind="generator_id", minimum=0, maximum=3, group="0")
+    pool = pool_spec("eight-byte", minimum=0, maximum=3)
     holder = Holder(host="t", pid=os.getpid(), version="0", started_at="2026-01-01T00:00:00Z")
     try:
-        with pytest.raises(NotReadyError, match=f"lock file {tmpfs}/eight-byte/0/0.lock cannot be opened"):
+        with pytest.raises(NotReadyError, match=rf"lock file {tmpfs}/eight-byte/0/[0-3]\.lock cannot be opened"):
             await backend.claim(pool, holder)
     finally:
         await anyio.run_process(["umount", str(tmpfs)])
 
 
+@pytest.mark.integration
 def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_protected(tmp_path: Path) -> None:
     state = tmp_path / "state"
     first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})

@@ -367,6 +367,7 @@ def test_multiprocess_workers_aggregate_as_the_docs_say(tmp_path: Path) -> None:
     assert pid_a != pid_b
 
 
+@pytest.mark.integration
 def test_multiprocess_live_gauges_combine_across_live_workers(tmp_path: Path) -> None:
     """Two live workers (the reader process is one of them): livemin / livemax as documented."""
     env = {MULTIPROC_ENV: str(tmp_path)}

@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD, Replica
 
+pytestmark = pytest.mark.integration  # real replicas and etcd
+
 TTL_S = 3
 MARGIN_S = 1.0
 CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake

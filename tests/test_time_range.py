@@ -9,10 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.errors import TimeRangeError
-from app.schemes.snowflake import Layout
-from app.schemes.snowflake_batch import SnowflakeGenerator
 from tests.helpers import Replica
+
+pytestmark = pytest.mark.integration  # real idmint serve processes (the generator's own test is in test_snowflake)
 
 DEADLINE_S = 60.0
 
@@ -85,18 +84,3 @@ def test_invalid_layout_settings_still_fail_fast(tmp_path: Path) -> None:
         assert "IDMINT_SNOWFLAKE_LAYOUT" in replica.log() and "63" in replica.log()
     finally:
         replica.stop()
-
-
-def test_the_generator_names_the_end_and_the_epoch() -> None:
-    layout = Layout.parse("custom:0:1:40/11/12")
-    gen = SnowflakeGenerator(layout, [1], clock=lambda: 1_800_000_000_000_000_000)
-    with pytest.raises(TimeRangeError, match=r"ended at 2004-11-03T19:53:47.776Z"):
-        gen.generate(1)
-    with pytest.raises(TimeRangeError, match="ran out of time"):
-        gen.check_time()
-    future = Layout.parse("custom:1900000000000:1:41/10/12")
-    early = SnowflakeGenerator(future, [1], clock=lambda: 1_899_999_990_000_000_000)
-    with pytest.raises(TimeRangeError, match="has not begun") as caught:
-        early.generate(1)
-    assert caught.value.retry_after == 10
-    SnowflakeGenerator(future, [1], clock=lambda: 1_900_000_000_000_000_000).check_time()  # its first ms issues

@@ -17,6 +17,7 @@ from app.api.deps import NodeDep
 from app.api.params import TextRequest, parse_text_body, query_params
 from app.decoding import decode_any, decode_one, decode_text, decode_text_json, read_with
 from app.errors import InvalidOptionError
+from app.node import Node
 
 router = APIRouter(tags=["decode"])
 
@@ -58,6 +59,11 @@ class DecodeObject(BaseModel):
     hex: str = Field(description="The packed bytes, lowercase hex.")
     timestamp: str | None = Field(description="Creation time, RFC 3339 UTC, at the scheme's precision.")
     fields: dict[str, Any]
+    region: dict[str, Any] | None = Field(
+        None,
+        description='The region whose slice holds the identity the ID carries ({"kind", "identity", "region", '
+        '"regions"}, by this node\'s IDMINT_REGIONS); null when the layout carries no identity that regions slice.',
+    )
 
 
 class DescribedDecodeObject(DecodeObject):
@@ -91,7 +97,7 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     """Decode ``id`` (any accepted text form of ``scheme``) into its fields. Query parameters are the scheme's
     decode options (see ``decode_options`` in /v1/schemes); any other is a 422."""
     options = query_params(request.query_params.multi_items())
-    return decode_one(scheme, id, node.schemes, options)
+    return _with_region(node, decode_one(scheme, id, node.schemes, options))
 
 
 @router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
@@ -100,7 +106,15 @@ async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, A
     parameters are decode options, each applied to the schemes that declare it (``layout=discord``: snowflake
     readings in Discord's layout); any other is a 422."""
     options = query_params(request.query_params.multi_items())
-    return decode_any(id, registry=read_with(node.schemes, options))
+    found = decode_any(id, registry=read_with(node.schemes, options))
+    for candidate in found["candidates"]:
+        _with_region(node, candidate)
+    return found
+
+
+def _with_region(node: Node, decoded: dict[str, Any]) -> dict[str, Any]:
+    decoded["region"] = node.identity_region(decoded["scheme"], decoded["fields"])
+    return decoded
 
 
 def decode_body_json(raw: bytes, limit: int, settings: Any) -> bytes:

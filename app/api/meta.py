@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import NodeDep, SettingsDep
+from app.fleet import FLEET_HEADER
 from app.schemes._patterns import token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
+if TYPE_CHECKING:
+    from app.node import Node
+
 router = APIRouter(tags=["node"])
+
+HELD_COUNT_TIMEOUT_S = 1.0
+"""How long ``/v1/schemes`` waits for the backend to count a slice's held identities."""
 
 
 def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
@@ -45,11 +54,22 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         entry["decode_options"] = _options(scheme.decode_options)
     if scheme.shares_generator_with:
         entry["shares_generator_with"] = scheme.shares_generator_with
-    if scheme.identity is not None:
+    entry["uniqueness"] = {
+        "rests_on": "leased identity" if scheme.uniqueness == "identity" else "random bits",
+        "sliced_by_region": scheme.uniqueness == "identity",
+        "note": scheme.uniqueness_note,
+    }
+    pool = None if scheme.shares_generator_with else scheme.identity_pool(settings)
+    if pool is not None:
+        first, last = pool.slice
         entry["identity"] = {
-            "kind": scheme.identity.kind,
-            "minimum": scheme.identity.minimum,
-            "maximum": scheme.identity.maximum,
+            "kind": pool.kind,
+            "minimum": pool.space[0],
+            "maximum": pool.space[1],
+            "region": settings.region if pool.sliced else None,
+            "regions": settings.regions if pool.sliced else None,
+            "slice": [first, last],
+            "size": last - first + 1,
         }
     extra = dict(scheme.describe(settings))
     entry["limits"].update(extra.pop("limits", {}))
@@ -57,14 +77,22 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
     return entry
 
 
-def scheme_catalogue(node: Any, settings: Any) -> list[dict[str, Any]]:
-    """Every scheme of the node (as configured), with this node's state for it ("node")."""
+async def scheme_catalogue(node: Node, settings: Any) -> list[dict[str, Any]]:
+    """Every scheme of the node (as configured), with this node's state for it ("node") and, for a leased
+    identity, how many identities of the region's slice the fleet holds now ("held"; null when the backend cannot
+    tell within :data:`HELD_COUNT_TIMEOUT_S`)."""
     out = []
     for name, scheme in node.schemes.items():
         entry = scheme_entry(scheme, settings)
         issuer = node.issuers.get(name)
         if issuer is not None:
             entry["node"] = {**issuer.describe(), **scheme.node_info(settings, issuer.generator)}
+        if "identity" in entry and issuer is not None and issuer.identity.pool is not None:
+            held = None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(HELD_COUNT_TIMEOUT_S):
+                    held = await node.backend.count_held(issuer.identity.pool)
+            entry["identity"]["held"] = held
         out.append(entry)
     return out
 
@@ -72,8 +100,20 @@ def scheme_catalogue(node: Any, settings: Any) -> list[dict[str, Any]]:
 @router.get("/v1/schemes")
 async def list_schemes(node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
     """Each scheme's bit layout, text forms, options, limits, the decode page's titles, examples and field
-    captions, and this node's identity for it."""
-    return {"schemes": scheme_catalogue(node, settings), "backend": node.backend.status()}
+    captions, what its uniqueness rests on, and this node's identity for it (with its region's slice)."""
+    return {"schemes": await scheme_catalogue(node, settings), "backend": node.backend.status()}
+
+
+@router.get("/v1/fleet")
+async def fleet(node: NodeDep, request: Request) -> dict[str, Any]:
+    """This node's fleet: ``{"fleet_id", "region", "regions", "backend", "schemes": {name: {"kind", "slice",
+    "pool", "group", "group_in_id"}}}`` for each scheme whose uniqueness rests on a leased identity. Other fleets'
+    nodes (``IDMINT_PEER_FLEETS``) and the Python client compare it with their own; ``fleet_id`` is null while the
+    backend has not told it (etcd unreachable since start)."""
+    node.fleet.poke(request.headers.get(FLEET_HEADER))
+    if node.fleet.fleet_id is None:
+        await node.fleet.read_fleet_id()
+    return node.fleet.document()
 
 
 @router.get("/healthz")

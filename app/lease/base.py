@@ -20,65 +20,10 @@ from __future__ import annotations
 import abc
 import math
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from app.schemes.base import IdentityPlan
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """Where a scheme's identity is claimed from (the node fills it from the scheme's identity plan).
-
-    ``scheme``: scheme name (labels, logs, the embedded backend's folder); ``kind``: identity term
-    ("generator_id", "medallion", "publisher_id", "shard"); ``candidates``: either an explicit sequence of
-    identities tried in order (static assignment = one candidate) or None with ``minimum``/``maximum`` and
-    ``draw`` ("scan" or "random"). ``group`` qualifies the pool (a cluster ID, a domain hash; "" otherwise).
-
-    etcd key layout (under the namespace; the etcd backend knows no scheme, only these):
-    ``key_prefix`` + ``key_format.format(identity)`` is the claim key, ``mark_prefix`` + the same segment the
-    high-water-mark key; ``allowed_groups_key``, when set, names a key listing the allowed groups as a comma list
-    of integers (java-uniqueid's ``cluster-id``): a pool whose ``group`` is not listed is refused.
-    """
-
-    scheme: str
-    kind: str
-    minimum: int
-    maximum: int
-    draw: str = "scan"
-    candidates: Sequence[int] | None = None
-    group: str = ""
-    static: bool = False
-    exclude: frozenset[int] = frozenset()
-    """Identities not to take (refused earlier because their high-water mark was too far ahead)."""
-    key_prefix: str = ""
-    """etcd claim-key prefix under the namespace: ``pool/3:``, ``idmint/siq/86ce1947/``."""
-    mark_prefix: str = ""
-    """etcd high-water-mark key prefix under the namespace: ``idmint/marks/eight-byte/3/``."""
-    key_format: str = "{:d}"
-    """Identity -> last key segment (``{:011X}`` for 11 uppercase hex digits)."""
-    allowed_groups_key: str | None = None
-    """Key (under the namespace) listing the groups allowed to claim, as java-uniqueid's ``cluster-id``."""
-
-    @classmethod
-    def from_plan(cls, scheme: str, plan: IdentityPlan) -> PoolSpec:
-        """The pool of ``plan`` for scheme ``scheme`` (a static identity becomes the only candidate)."""
-        return cls(
-            scheme=scheme,
-            kind=plan.kind,
-            minimum=plan.minimum,
-            maximum=plan.maximum,
-            draw=plan.draw,
-            candidates=None if plan.static is None else (plan.static,),
-            group=plan.group,
-            static=plan.static is not None,
-            key_prefix=plan.key_prefix,
-            mark_prefix=plan.mark_prefix,
-            key_format=plan.key_format,
-            allowed_groups_key=plan.allowed_groups_key,
-        )
+from app.pool import IdentityPool
 
 
 @dataclass(frozen=True)
@@ -143,8 +88,9 @@ class LeaseBackend(abc.ABC):
         """Connect / open state. Must not raise for an unreachable backend: claims report it instead."""
 
     @abc.abstractmethod
-    async def claim(self, pool: PoolSpec, holder: Holder) -> Claim:
-        """Claim one free identity from ``pool``.
+    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
+        """Claim one free identity from ``pool``, none of ``exclude`` (refused earlier: high-water mark too far
+        ahead, or already held by this node).
 
         Raises :class:`~app.errors.PoolExhaustedError` when every candidate is held,
         :class:`~app.errors.BackendUnavailableError` when the backend cannot be reached.
@@ -153,6 +99,17 @@ class LeaseBackend(abc.ABC):
     @abc.abstractmethod
     async def release(self, claim: Claim, final_mark: int | None) -> None:
         """Record ``final_mark`` (if given) and give the identity back. Never raises for a lost claim."""
+
+    @abc.abstractmethod
+    async def fleet_id(self) -> str:
+        """This fleet's ID: a random UUID (text) written once in the backend (the etcd namespace, the state
+        directory) by the first node that asks, and read by every later one. Raises NotReadyError when the backend
+        cannot be read or written now."""
+
+    async def count_held(self, pool: IdentityPool) -> int | None:
+        """How many identities of ``pool``'s region slice are held now, by any node of this fleet (None when the
+        backend cannot tell now). Raises nothing."""
+        return None
 
     async def register(self, scheme: str, name: str, value: dict[str, Any]) -> None:
         """Publish information that needs no exclusivity (Wiji's random part). Default: nothing."""

@@ -20,12 +20,15 @@ import fcntl
 import json
 import logging
 import os
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError
-from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
+from app.lease.base import Claim, Holder, LeaseBackend
 from app.lease.draw import draw
+from app.pool import IdentityPool
 
 log = logging.getLogger("idmint.lease")
 
@@ -111,6 +114,20 @@ def _write_mark(path: Path, mark: int) -> None:
         raise BackendUnavailableError(f"high-water mark file {path} cannot be written: {exc}") from exc
 
 
+FLEET_FILE = "fleet.json"
+"""The state directory's fleet ID: ``{"fleet_id": "<uuid>", "created_at": "<RFC 3339>"}``."""
+
+
+def _read_fleet_id(path: Path) -> str:
+    """The fleet ID in ``path``; FileNotFoundError when absent, ValueError when it holds no UUID."""
+    value = json.loads(path.read_text())["fleet_id"] if path.stat().st_size else None
+    return str(uuid.UUID(str(value)))
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 class EmbeddedBackend(LeaseBackend):
     """File-lock leases under ``state_dir``; one machine. Claims never expire; marks are written every 0.5 s."""
 
@@ -141,10 +158,10 @@ class EmbeddedBackend(LeaseBackend):
         except OSError as exc:
             raise BackendUnavailableError(f"state directory {self.state_dir} cannot be created: {exc}") from exc
 
-    async def claim(self, pool: PoolSpec, holder: Holder) -> Claim:
-        return self.claim_sync(pool, holder)
+    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
+        return self.claim_sync(pool, holder, exclude)
 
-    def claim_sync(self, pool: PoolSpec, holder: Holder) -> Claim:
+    def claim_sync(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
         self._ensure_dir()
         folder = self.state_dir / pool.scheme / (pool.group or "_")
         try:
@@ -153,12 +170,12 @@ class EmbeddedBackend(LeaseBackend):
             raise BackendUnavailableError(f"state directory {folder} cannot be created: {exc}") from exc
         # Reuse identities this machine already used (their marks are known) before drawing new ones.
         known = sorted(int(p.stem) for p in folder.glob("*.mark") if p.stem.isdigit())
-        for identity in draw(pool, prefer=known):
+        for identity in draw(pool, prefer=known, exclude=exclude):
             claim = self._try_lock(pool, folder, identity, holder)
             if claim is not None:
                 self._claims.append(claim)
                 return claim
-        what = "the statically assigned" if pool.static else "every"
+        what = "the statically assigned" if pool.static is not None else "every"
         bad = [reason for path, reason in self.refused.items() if path.parent == folder]
         if bad:
             raise BackendUnavailableError(
@@ -171,7 +188,7 @@ class EmbeddedBackend(LeaseBackend):
             retry_after=5,
         )
 
-    def _try_lock(self, pool: PoolSpec, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
+    def _try_lock(self, pool: IdentityPool, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
         """The claim on ``identity``, or None when another process holds it or its mark file is unreadable (that
         identity is refused: logged with the file named, and named again if the whole pool turns out refused).
         Raises BackendUnavailableError when the lock file cannot be opened or written."""
@@ -207,6 +224,54 @@ class EmbeddedBackend(LeaseBackend):
         key = str(lock_path.relative_to(self.state_dir))
         log.debug("claimed %s %s %d (mark %d)", pool.scheme, pool.kind, identity, mark)
         return EmbeddedClaim(pool.scheme, identity, key, fd, folder / f"{identity}.mark", mark)
+
+    async def fleet_id(self) -> str:
+        """The ID in ``<state_dir>/fleet.json``, written once (create-exclusive: two processes starting on one
+        state directory agree on the first one written). Raises BackendUnavailableError when it cannot be read or
+        written."""
+        return await asyncio.to_thread(self._fleet_id_sync)
+
+    def _fleet_id_sync(self) -> str:
+        self._ensure_dir()
+        path = self.state_dir / FLEET_FILE
+        try:
+            return _read_fleet_id(path)
+        except FileNotFoundError:
+            pass
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            tmp.write_text(json.dumps({"fleet_id": str(uuid.uuid4()), "created_at": _now_rfc3339()}))
+            try:
+                os.link(tmp, path)  # fails if another process wrote it first: then theirs is the fleet's
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink(missing_ok=True)
+            return _read_fleet_id(path)
+        except (OSError, ValueError) as exc:
+            raise BackendUnavailableError(f"fleet ID file {path} cannot be read or written: {exc}") from exc
+
+    async def count_held(self, pool: IdentityPool) -> int | None:
+        """Lock files of the region's slice that some process holds (a shared-lock probe fails on each)."""
+        return await asyncio.to_thread(self._count_held_sync, pool)
+
+    def _count_held_sync(self, pool: IdentityPool) -> int | None:
+        folder = self.state_dir / pool.scheme / (pool.group or "_")
+        first, last = pool.slice
+        held = 0
+        try:
+            paths = [p for p in folder.glob("*.lock") if p.stem.isdigit() and first <= int(p.stem) <= last]
+            for path in paths:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    held += 1
+                finally:
+                    os.close(fd)
+        except OSError:
+            return None
+        return held
 
     async def release(self, claim: Claim, final_mark: int | None) -> None:
         self.release_sync(claim, final_mark)

@@ -25,6 +25,7 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_issue_wait_seconds{scheme}                     histogram  time spent waiting for the clock
     idmint_high_water_mark_timestamp_seconds{scheme}      gauge      last recorded high-water mark, Unix seconds
     idmint_build_info{version}                            gauge = 1
+    idmint_region_configured{backend,exposed}             gauge 0/1  IDMINT_REGIONS > 1 (identities sliced by region)
     idmint_api_key_requests_total{key,outcome}            counter    requests checked by API key (key names come from
                                                                      the key file, plus "public" and "unknown")
     idmint_api_key_ids_total{key}                         counter    IDs charged to each API key's quota
@@ -214,6 +215,11 @@ class Metrics:
     def lease_deadline(self, seconds_left: float) -> None:
         """Seconds left before this node fails closed."""
         self._c.lease_deadline.set(max(0.0, seconds_left))
+
+    def region_configured(self, configured: bool, backend: str, exposed: bool) -> None:
+        """``idmint_region_configured{backend, exposed}``: 1 when IDMINT_REGIONS > 1. ``exposed``: the server
+        listens on an address other than loopback (then another fleet's clients can reach it)."""
+        self._c.region_configured.labels(backend=backend, exposed="true" if exposed else "false").set(int(configured))
 
     # -- sequences -------------------------------------------------------------------------------------------
     def sequence(self, name: str) -> SequenceMetrics:

@@ -205,6 +205,14 @@ class Collectors:
             multiprocess_mode="livemax",
             registry=r,
         )
+        self.region_configured = Gauge(
+            "idmint_region_configured",
+            "1 when IDMINT_REGIONS > 1 (this fleet's leased identities are a slice no other region's fleet claims), "
+            "else 0; by lease backend and whether the server listens beyond loopback (exposed).",
+            ["backend", "exposed"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.api_key_requests = Counter(
             "idmint_api_key_requests_total",
             'Requests checked against the API keys, by key name (from the key file; "public" = served without '

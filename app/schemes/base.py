@@ -12,12 +12,13 @@ metrics. It provides:
 Everything the service knows about a scheme comes from its ``SCHEME`` (nothing outside ``app/schemes`` names a
 scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
 ``token_pattern``, ``options`` (:class:`SchemeOption`: the issue routes parse them with one model per scheme),
-``settings_model`` (fields joined into :class:`app.settings.Settings`), :meth:`Scheme.identity_plan` (an
-:class:`IdentityPlan`: the pool and its etcd keys) and :meth:`Scheme.new_generator` (or
-``shares_generator_with`` + :meth:`Scheme.share_generator`), and optionally :meth:`Scheme.describe`,
-:meth:`Scheme.node_info`, :meth:`Scheme.registration`, :meth:`Scheme.words`, :meth:`Scheme.summary`,
-``decode_options`` with :meth:`Scheme.with_decode_options`, and :meth:`Scheme.configured`. Registering it is one
-line in :func:`app.schemes._load`; ``tests/test_completeness.py`` then checks it is served everywhere.
+``settings_model`` (fields joined into :class:`app.settings.Settings`), ``uniqueness`` and ``uniqueness_note``,
+:meth:`Scheme.identity_pool` (an :class:`~app.pool.IdentityPool`: the region's slice of the identity space and its
+etcd keys) and :meth:`Scheme.new_generator` (or ``shares_generator_with`` + :meth:`Scheme.share_generator`), and
+optionally :meth:`Scheme.describe`, :meth:`Scheme.node_info`, :meth:`Scheme.registration`, :meth:`Scheme.words`,
+:meth:`Scheme.summary`, ``decode_options`` with :meth:`Scheme.with_decode_options`, and :meth:`Scheme.configured`.
+Registering it is one line in :func:`app.schemes._load`; ``tests/test_completeness.py`` then checks it is served
+everywhere.
 
 Clocks are ``Callable[[], int]`` returning **nanoseconds since the Unix epoch** (``time.time_ns``); each generator
 converts to its own unit. Random sources are ``Callable[[int], bytes]`` (``os.urandom``).
@@ -35,6 +36,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from app.pool import IdentityPool
 
 if TYPE_CHECKING:
     import pydantic
@@ -56,21 +59,6 @@ class LayoutField:
 
 
 @dataclass(frozen=True)
-class IdentitySpec:
-    """What node identity a scheme's generator needs, and where it may be drawn from.
-
-    ``kind`` is the field's term ("generator_id", "medallion", "publisher_id", "shard"); identities are integers in
-    ``minimum..maximum`` inclusive. ``draw`` is "scan" (try minimum, minimum+1, ...) or "random" (uniform draws,
-    retried on collision: Muid medallions).
-    """
-
-    kind: str
-    minimum: int
-    maximum: int
-    draw: str = "scan"
-
-
-@dataclass(frozen=True)
 class SchemeOption:
     """A request option of one scheme: a query parameter (GET) or JSON member (POST) of the issue routes, or (in
     :attr:`Scheme.decode_options`) a query parameter of ``GET /v1/decode/{scheme}/{id}``.
@@ -87,51 +75,25 @@ class SchemeOption:
     choices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class IdentityPlan:
-    """How a node claims a scheme's identity, decided once from settings by :meth:`Scheme.identity_plan`.
-
-    * ``kind``: the field's term ("generator_id", "medallion", "publisher_id", "shard", "worker_id");
-    * ``minimum``/``maximum``: inclusive bounds of the pool this node may draw from;
-    * ``key_prefix``: etcd claim-key prefix under the namespace ("pool/3:", "idmint/siq/86ce1947/");
-    * ``mark_prefix``: etcd high-water-mark key prefix ("idmint/marks/eight-byte/3/");
-    * ``key_format``: :meth:`str.format` pattern turning an identity into the last key segment ("{:d}", or
-      "{:011X}" for Muid medallions); it must round-trip (the backend parses segments back with it);
-    * ``draw``: "scan" (minimum, minimum+1, ...) or "random" (uniform, retried on collision);
-    * ``static``: a statically configured identity (then the only candidate), or None to claim one;
-    * ``group``: pool qualifier for the embedded backend's folder (cluster ID, domain hash, layout), "" for none;
-    * ``claims``: identities held at once (several multiply eight-byte's 64-per-ms cap);
-    * ``allowed_groups_key``: an etcd key (under the namespace) listing the allowed groups as a comma list
-      ("cluster-id" for java-uniqueid pools); the claim is refused when ``group`` is not listed. None = no check.
-    """
-
-    kind: str
-    minimum: int
-    maximum: int
-    key_prefix: str
-    mark_prefix: str
-    key_format: str = "{:d}"
-    draw: str = "scan"
-    static: int | None = None
-    group: str = ""
-    claims: int = 1
-    allowed_groups_key: str | None = None
-
-
 IDMINT_KEY_PREFIX = "idmint/"
 """etcd keys of idmint's own pools live under ``<namespace>idmint/<scheme>/``."""
 MARKS_KEY_PREFIX = "idmint/marks/"
 """High-water marks live under ``<namespace>idmint/marks/<scheme>/`` (on no lease: they outlive holders)."""
 
 
-def idmint_plan(scheme: str, kind: str, minimum: int, maximum: int, *, group: str = "", **more: Any) -> IdentityPlan:
-    """The usual plan: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
-    ``idmint/marks/<scheme>/[<group>/]<identity>``. ``more`` sets the other :class:`IdentityPlan` fields."""
+def idmint_pool(
+    scheme: str, kind: str, space: tuple[int, int], settings: Any, *, group: str = "", **more: Any
+) -> IdentityPool:
+    """The usual pool: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
+    ``idmint/marks/<scheme>/[<group>/]<identity>``, in the region ``settings.region`` of ``settings.regions``.
+    ``more`` goes to :meth:`IdentityPool.build` (pool, static, claims, draw, ...). Raises ConfigError as it does."""
     rest = f"{scheme}/{group}/" if group else f"{scheme}/"
-    return IdentityPlan(
+    return IdentityPool.build(
+        scheme,
         kind,
-        minimum,
-        maximum,
+        space,
+        region=settings.region,
+        regions=settings.regions,
         key_prefix=IDMINT_KEY_PREFIX + rest,
         mark_prefix=MARKS_KEY_PREFIX + rest,
         group=group,
@@ -272,8 +234,11 @@ class Scheme(abc.ABC):
     native_unit_ns: ClassVar[float]
     """Nanoseconds per native timestamp unit (1_000 for µs, 1_000_000 for ms, 1e9/65536 for SIQ)."""
     layout: ClassVar[tuple[LayoutField, ...]]
-    identity: ClassVar[IdentitySpec | None]
-    """None for Wiji (no claimed identity)."""
+    uniqueness: ClassVar[str] = "random"
+    """What two nodes' IDs differ by: "identity" (a leased identity that regions slice: :meth:`identity_pool`) or
+    "random" (random bits; no slice needed, :attr:`uniqueness_note` says which)."""
+    uniqueness_note: ClassVar[str] = ""
+    """One sentence on what makes this scheme's IDs unique across nodes and fleets (shown in /v1/schemes)."""
     reference: ClassVar[str]
     """The scheme document / reference implementation followed."""
 
@@ -318,14 +283,16 @@ class Scheme(abc.ABC):
             raise InvalidOptionError(f"{self.name} takes no options, got {name!r}")
         raise InvalidOptionError(f"{self.name} has no option {name!r}")
 
-    def identity_plan(self, settings: Any) -> IdentityPlan | None:
-        """How this node claims the scheme's identity under ``settings``; None = nothing to claim (Wiji)."""
+    def identity_pool(self, settings: Any) -> IdentityPool | None:
+        """Where this node claims the scheme's identity under ``settings`` (the region's slice of the identity
+        space: :func:`idmint_pool`); None = nothing to claim (Wiji). Raises ConfigError for a pool, static
+        identity or claim count that does not fit the region's slice."""
         return None
 
     def new_generator(
         self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
     ) -> Generator:
-        """A generator for the claimed ``identities`` (``IdentityPlan.claims`` of them; [] without a plan), that
+        """A generator for the claimed ``identities`` (``IdentityPool.claims`` of them; [] without a pool), that
         issues nothing at or below ``floor`` (native units; -1 = none), reading ``clock``. Must be overridden
         unless :attr:`shares_generator_with` is set."""
         raise NotImplementedError(f"{self.name} builds no generator of its own")

@@ -37,12 +37,11 @@ import numpy.typing as npt
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.pool import IdentityPool
 from app.schemes.base import (
     MARKS_KEY_PREFIX,
     Clock,
     Generator,
-    IdentityPlan,
-    IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
@@ -358,7 +357,11 @@ class EightByteScheme(Scheme):
         LayoutField("mode", "12", "0 = spread, 1 = time_sequential"),
         LayoutField("cluster_id", "3..0", "0..15"),
     )
-    identity = IdentitySpec("generator_id", 0, GENERATOR_ID_MAX, draw="scan")
+    uniqueness = "identity"
+    uniqueness_note = (
+        "a generator ID (0..2047) leased within the cluster ID; regions slice the generator IDs, so cluster IDs and "
+        "java-uniqueid's pool/<cluster>:<generator> claim keys keep their meaning"
+    )
     reference = 'LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); SPEC_NOTES.md "Eight-byte IDs"'
 
     def parse(self, text: str) -> int:
@@ -404,20 +407,30 @@ class EightByteScheme(Scheme):
         "1: the timestamp sits in the top bits, so IDs sort by time.",
     }
 
-    def identity_plan(self, settings: Any) -> IdentityPlan:
-        """Generator IDs from ``IDMINT_EIGHT_BYTE_POOL``, claimed in java-uniqueid's layout ``pool/<cluster>:<id>``
-        (allowed clusters in the ``cluster-id`` key), marks at ``idmint/marks/eight-byte/<cluster>/<id>``."""
-        low, high = settings.eight_byte_pool_bounds
+    def identity_pool(self, settings: Any) -> IdentityPool:
+        """Generator IDs of the region's slice of 0..2047 (narrowed by ``IDMINT_EIGHT_BYTE_POOL``), claimed in
+        java-uniqueid's layout ``pool/<cluster>:<id>`` (allowed clusters in the ``cluster-id`` key), marks at
+        ``idmint/marks/eight-byte/<cluster>/<id>``.
+
+        Regions slice the generator ID, not the cluster ID: the cluster ID stays the operator's (java-uniqueid
+        deployments give it a meaning and list it in ``cluster-id``), and the claim keys stay java-uniqueid's, so
+        its own nodes sharing the etcd still see ours. Raises ConfigError as :meth:`IdentityPool.build` does."""
         cluster = settings.cluster_id
-        return IdentityPlan(
+        return IdentityPool.build(
+            self.name,
             "generator_id",
-            low,
-            high,
+            (0, GENERATOR_ID_MAX),
+            region=settings.region,
+            regions=settings.regions,
+            pool=settings.eight_byte_pool_bounds,
+            pool_setting="IDMINT_EIGHT_BYTE_POOL",
+            static=settings.eight_byte_generator_id,
+            static_setting="IDMINT_EIGHT_BYTE_GENERATOR_ID",
+            claims=settings.eight_byte_generators,
             key_prefix=f"pool/{cluster}:",
             mark_prefix=f"{MARKS_KEY_PREFIX}{self.name}/{cluster}/",
-            static=settings.eight_byte_generator_id,
             group=str(cluster),
-            claims=settings.eight_byte_generators,
+            group_in_id=True,
             allowed_groups_key="cluster-id",
         )
 

@@ -38,19 +38,18 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.pool import IdentityPool
 from app.schemes import _crockford
 from app.schemes.base import (
     Clock,
     Generator,
-    IdentityPlan,
-    IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
     SchemeOption,
     grouped,
     hex_word,
-    idmint_plan,
+    idmint_pool,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -267,7 +266,8 @@ class HlcUlidScheme(Scheme):
         LayoutField("publisher_id", "63..48", "node identity (leased)"),
         LayoutField("random", "47..0", "tie-breaker: 48 fresh bits from a CSPRNG per ID"),
     )
-    identity = IdentitySpec("publisher_id", 0, PUBLISHER_ID_MAX, draw="scan")
+    uniqueness = "identity"
+    uniqueness_note = "a publisher ID (0..65535) leased per node, plus random bits; regions slice the publisher IDs"
     reference = 'HLC-ULID document and HlcUlid.scala (ajzawawi/flink-amps-source); SPEC_NOTES.md "HLC-ULID, 128 bits"'
 
     def parse(self, text: str) -> int:
@@ -327,9 +327,16 @@ class HlcUlidScheme(Scheme):
         except InvalidIdError as exc:
             raise InvalidOptionError(f"after must be an HLC-ULID: {exc}") from exc
 
-    def identity_plan(self, settings: Any) -> IdentityPlan:
-        """Publisher IDs 0..65535 at ``idmint/hlc-ulid/<n>``."""
-        return idmint_plan(self.name, "publisher_id", 0, PUBLISHER_ID_MAX, static=settings.hlc_ulid_publisher_id)
+    def identity_pool(self, settings: Any) -> IdentityPool:
+        """The region's slice of publisher IDs 0..65535, at ``idmint/hlc-ulid/<n>``."""
+        return idmint_pool(
+            self.name,
+            "publisher_id",
+            (0, PUBLISHER_ID_MAX),
+            settings,
+            static=settings.hlc_ulid_publisher_id,
+            static_setting="IDMINT_HLC_ULID_PUBLISHER_ID",
+        )
 
     def new_generator(
         self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom

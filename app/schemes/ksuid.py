@@ -203,6 +203,7 @@ class KsuidScheme(Scheme):
         LayoutField("payload", "127..0", "16 random bytes on a new second, then +1 per ID (monotonic)"),
     )
     identity = None
+    uniqueness_note = "128 random payload bits per ID; no slice needed"
     reference = 'segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md "ksuid"'
 
     # What the service learns from the scheme (app/schemes/base.py).
@@ -232,10 +233,6 @@ class KsuidScheme(Scheme):
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_SECS
-
-    def identity_plan(self, settings: Any) -> None:
-        """KSUIDs claim no node identity (128 random bits keep nodes apart)."""
-        return None
 
     def new_generator(
         self,

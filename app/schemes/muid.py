@@ -34,6 +34,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, Field
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.pool import IdentityPool
 from app.schemes import _text
 from app.schemes._text import NEWLINE
 from app.schemes.base import (
@@ -42,14 +43,12 @@ from app.schemes.base import (
     Clock,
     Generator,
     GeneratorStats,
-    IdentityPlan,
-    IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
     grouped,
     hex_word,
-    idmint_plan,
+    idmint_pool,
     scalar_lines,
 )
 
@@ -232,7 +231,10 @@ class MuidScheme(Scheme):
         LayoutField("medallion", "75..32", "node identity; new ones uniform in 0x10000000000..0x1FFFFFFFFFF"),
         LayoutField("offset", "31..0", "position in the bundle; signed 32-bit two's complement (bundle = 0)"),
     )
-    identity = IdentitySpec("medallion", NEW_MEDALLION_MIN, NEW_MEDALLION_MAX, draw="random")
+    uniqueness_note = (
+        "a medallion of 40 random bits per node (leased within a fleet, not sliced by regions): two fleets share one "
+        "with odds of about 1 in 2**40 per pair of nodes"
+    )
     reference = 'Gink Muid (x5e/gink, docs/muid.md); SPEC_NOTES.md "Muid (Gink), 128 bits"'
 
     def parse(self, text: str) -> int:
@@ -262,13 +264,16 @@ class MuidScheme(Scheme):
         "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
     }
 
-    def identity_plan(self, settings: Any) -> IdentityPlan:
-        """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``."""
-        return idmint_plan(
+    def identity_pool(self, settings: Any) -> IdentityPool:
+        """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``; not sliced
+        by regions (uniqueness rests on the random draw)."""
+        return idmint_pool(
             self.name,
             "medallion",
-            NEW_MEDALLION_MIN,
-            NEW_MEDALLION_MAX,
+            (NEW_MEDALLION_MIN, NEW_MEDALLION_MAX),
+            settings,
+            sliced=False,
+            static_setting="IDMINT_MUID_MEDALLION",
             key_format="{:011X}",
             draw="random",
             static=settings.muid_medallion,

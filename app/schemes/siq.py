@@ -34,18 +34,17 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, Field
 
 from app.errors import InvalidIdError
+from app.pool import IdentityPool
 from app.schemes.base import (
     Clock,
     Generator,
-    IdentityPlan,
-    IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
     SchemeOption,
     grouped,
     hex_word,
-    idmint_plan,
+    idmint_pool,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -434,7 +433,8 @@ class SiqScheme(Scheme):
             "type suffix, 3, 4 or 5 bits: bit 0 = 1 -> 3 bits; low bits 110 -> 4 bits; otherwise 5 bits",
         ),
     )
-    identity = IdentitySpec("shard", 0, SHARD_MAX, draw="scan")
+    uniqueness = "identity"
+    uniqueness_note = "a shard (0..255) leased within the domain; regions slice the shards"
     reference = 'SIQ (yusurko/suou src/suou/iding.py, https://yusur.moe/protocols/siq.html); SPEC_NOTES.md "SIQ"'
 
     def parse(self, text: str) -> int:
@@ -500,10 +500,17 @@ class SiqScheme(Scheme):
         "qualifier": "What kind of object the ID names: the low 3 to 5 bits.",
     }
 
-    def identity_plan(self, settings: Any) -> IdentityPlan:
-        """Shards 0..255 per domain: ``idmint/siq/<domain hash, 8 hex>/<shard>``."""
-        return idmint_plan(
-            self.name, "shard", 0, SHARD_MAX, group=f"{domain_hash(settings.siq_domain):08x}", static=settings.siq_shard
+    def identity_pool(self, settings: Any) -> IdentityPool:
+        """The region's slice of shards 0..255 per domain: ``idmint/siq/<domain hash, 8 hex>/<shard>``."""
+        return idmint_pool(
+            self.name,
+            "shard",
+            (0, SHARD_MAX),
+            settings,
+            group=f"{domain_hash(settings.siq_domain):08x}",
+            group_in_id=True,
+            static=settings.siq_shard,
+            static_setting="IDMINT_SIQ_SHARD",
         )
 
     def new_generator(

@@ -44,17 +44,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.pool import IdentityPool
 from app.schemes.base import (
     Clock,
     Generator,
-    IdentityPlan,
-    IdentitySpec,
     LayoutField,
     RandomSource,
     Scheme,
     SchemeOption,
     grouped,
-    idmint_plan,
+    idmint_pool,
 )
 
 if TYPE_CHECKING:
@@ -473,8 +472,11 @@ class SnowflakeScheme(Scheme):
         'STANDARD_SCHEMES.md "snowflake"'
     )
 
-    identity: ClassVar[IdentitySpec | None] = IdentitySpec("worker_id", 0, TWITTER.worker_max)
-    """The default layout's worker IDs; an instance in another layout sets its own (0..2**W-1)."""
+    uniqueness: ClassVar[str] = "identity"
+    uniqueness_note: ClassVar[str] = (
+        "a worker ID (0..2**W-1 of the layout) leased per node; regions slice the worker IDs (with Twitter's 5+5 "
+        "bits and 2 or 32 regions, the slices follow the datacenter bits)"
+    )
     title: ClassVar[str] = "Snowflake (Twitter, Discord, Instagram, Sonyflake, custom layouts)"
     example: ClassVar[str] = "175928847299117063"
     captions: ClassVar[dict[str, str]] = {
@@ -497,7 +499,6 @@ class SnowflakeScheme(Scheme):
         self.snowflake_layout = layout
         self.native_unit_ns = layout.unit_ms * NANOSECS_IN_MILLISECS  # type: ignore[misc]
         self.layout = layout.fields()  # type: ignore[misc]
-        self.identity = IdentitySpec("worker_id", 0, layout.worker_max)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"SnowflakeScheme({self.snowflake_layout.name!r})"
@@ -552,18 +553,22 @@ class SnowflakeScheme(Scheme):
             raise InvalidOptionError(f"layout must be {LAYOUT_RULE}, got {options['layout']!r}: {exc}") from None
         return self if layout == self.snowflake_layout else SnowflakeScheme(layout)
 
-    def identity_plan(self, settings: Any) -> IdentityPlan:
-        """Worker IDs from ``settings.snowflake_pool`` (default 0..2**W-1), ``snowflake_workers`` held at once,
-        or the static ``snowflake_worker_id``; keys ``idmint/snowflake/<layout>/<id>``."""
+    def identity_pool(self, settings: Any) -> IdentityPool:
+        """Worker IDs of the region's slice of 0..2**W-1 (narrowed by ``IDMINT_SNOWFLAKE_POOL``),
+        ``snowflake_workers`` held at once, or the static ``snowflake_worker_id``; keys
+        ``idmint/snowflake/<layout>/<id>``. The layout names the key space but is not carried in the ID (two layouts
+        can give the same number), so fleets on different layouts still count as sharing the worker IDs."""
         layout = self.configured(settings).snowflake_layout
-        low, high = settings.snowflake_pool_bounds
-        return idmint_plan(
+        return idmint_pool(
             self.name,
             "worker_id",
-            low,
-            high,
+            (0, layout.worker_max),
+            settings,
             group=layout.key_name,
+            pool=settings.snowflake_pool_bounds,
+            pool_setting="IDMINT_SNOWFLAKE_POOL",
             static=settings.snowflake_worker_id,
+            static_setting="IDMINT_SNOWFLAKE_WORKER_ID",
             claims=settings.snowflake_workers,
         )
 

@@ -215,6 +215,7 @@ class TypeIdScheme(Scheme):
         LayoutField("rand_b", "61..0", "the UUIDv7's rand_b"),
     )
     identity = None
+    uniqueness_note = "the UUIDv7 it wraps (random bits; it shares uuidv7's generator); no slice needed"
     reference = 'TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md "typeid"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---

@@ -169,6 +169,7 @@ class UlidScheme(Scheme):
         LayoutField("random", "79..0", "randomness: fresh per millisecond, + 1 per later ID of it (monotonic)"),
     )
     identity = None
+    uniqueness_note = "80 random bits per ID (monotonic within a millisecond from a random start); no slice needed"
     reference = 'ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; STANDARD_SCHEMES.md "ulid"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---

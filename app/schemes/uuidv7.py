@@ -220,6 +220,9 @@ class Uuidv7Scheme(Scheme):
         LayoutField("rand_b", "61..0", "counter bits 29..0, then 32 fresh CSPRNG bits per ID"),
     )
     identity = None
+    uniqueness_note = (
+        "random bits in every ID (RFC 9562 method 1: a random counter seed and tail per millisecond); no slice needed"
+    )
     reference = 'RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); STANDARD_SCHEMES.md "uuidv7"'
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---

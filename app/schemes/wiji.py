@@ -265,6 +265,7 @@ class WijiScheme(Scheme):
         LayoutField("random", "51..0", "52 bits drawn once per generator instance from a CSPRNG"),
     )
     identity = None
+    uniqueness_note = "a random part drawn per generator (nothing leased), published for operators; no slice needed"
     reference = 'Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); SPEC_NOTES.md "Wiji v1, 128 bits"'
 
     def parse(self, text: str) -> int:

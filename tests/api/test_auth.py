@@ -178,6 +178,7 @@ def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Replica) ->
     assert counted() - before == 300_000
 
 
+@pytest.mark.integration
 def test_sighup_reloads_the_key_file_and_a_broken_file_keeps_the_old_keys(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("first", "first-key", ["issue"]))
     replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
@@ -285,6 +286,7 @@ def test_public_scopes_setting_is_validated(tmp_path: Path) -> None:
         make_settings(tmp_path, public_scopes="decode,everything")
 
 
+@pytest.mark.integration
 def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("poster", "poster-key", ["issue"], ids_per_second=1000))
     replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
@@ -299,6 +301,7 @@ def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
         replica.stop()
 
 
+@pytest.mark.integration
 def test_a_count_the_route_refuses_costs_the_key_nothing(tmp_path: Path) -> None:
     """IDs are charged once the route has parsed a valid count: ``count=²`` and counts over the maximum are 422s
     (JSON, never a 500) and leave the key's IDs/s bucket untouched (a count of 10**18 once locked a key out for
@@ -335,6 +338,7 @@ def test_a_count_the_route_refuses_costs_the_key_nothing(tmp_path: Path) -> None
         replica.stop()
 
 
+@pytest.mark.integration
 def test_range_is_charged_to_the_keys_ids_quota(tmp_path: Path) -> None:
     keys = key_file(
         tmp_path / "keys.toml", entry("ranger", "ranger-key", ["sequences", "admin", "metrics"], ids_per_second=1000)
@@ -358,6 +362,7 @@ def test_range_is_charged_to_the_keys_ids_quota(tmp_path: Path) -> None:
         replica.stop()
 
 
+@pytest.mark.integration
 def test_with_two_workers_a_key_gets_its_quota_once(tmp_path: Path) -> None:
     """``--workers 2``: each worker holds half of every rate and half of the stream slots, so the key's quotas
     hold across the server (a worker may refuse while the other has room: never more than the quota)."""
@@ -395,6 +400,7 @@ def test_with_two_workers_a_key_gets_its_quota_once(tmp_path: Path) -> None:
         replica.stop()
 
 
+@pytest.mark.integration
 def test_a_stream_cap_the_workers_cannot_share_stops_start_up(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("one", "one-key", ["stream"], concurrent_streams=1))
     replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")

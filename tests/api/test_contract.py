@@ -62,6 +62,7 @@ def summary(out: str) -> str:
     return "\n".join(line for line in out.splitlines() if "generated" in line or "passed" in line or "❌" in line)
 
 
+@pytest.mark.integration
 def test_schemathesis_finds_nothing_over_every_operation(server: Replica, tmp_path: Path) -> None:
     done = schemathesis(server.url, tmp_path / "junit.xml")
     print(summary(done.stdout))
@@ -69,6 +70,7 @@ def test_schemathesis_finds_nothing_over_every_operation(server: Replica, tmp_pa
     assert "Selected: " in done.stdout and "Tested: " in done.stdout
 
 
+@pytest.mark.integration
 def test_schemathesis_with_api_keys_on(tmp_path: Path) -> None:
     keys = tmp_path / "keys.toml"
     keys.write_text(

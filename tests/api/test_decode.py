@@ -49,7 +49,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
 def test_decode_object_shape(client: TestClient, scheme: str) -> None:
     text = client.get(f"/v1/ids/{scheme}").json()["ids"][0]
     d = client.get(f"/v1/decode/{scheme}/{text}").json()
-    assert set(d) == {"scheme", "id", "hex", "timestamp", "fields"}
+    assert set(d) == {"scheme", "id", "hex", "timestamp", "fields", "region"}
     assert set(d["fields"]) == FIELDS[scheme]
     assert re.fullmatch(r"[0-9a-f]+", d["hex"]) and len(d["hex"]) == HEX_DIGITS[scheme]
     assert RFC3339[PRECISION[scheme]].match(d["timestamp"]), d["timestamp"]

@@ -149,6 +149,7 @@ def test_stream_lines_are_unique_and_valid(client: TestClient, scheme: str) -> N
         assert client.get(f"/v1/decode/{scheme}/{text.decode()}").status_code == 200
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("scheme", ["uuidv7", "typeid", "hlc-ulid", "ulid", "wiji"])
 def test_large_batches_encoded_in_worker_threads_stay_distinct_and_valid(tmp_path: Path, scheme: str) -> None:
     """Batches of THREAD_ENCODE_MIN IDs or more are encoded in worker threads while the loop generates the next:

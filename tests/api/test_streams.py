@@ -92,6 +92,7 @@ def test_a_stream_longer_than_max_stream_seconds_at_the_cap_is_refused_with_the_
     assert ok.status_code == 200 and ok.content.count(b"\n") == 100000
 
 
+@pytest.mark.integration
 def test_the_node_caps_concurrent_streams_with_429(tmp_path: Path) -> None:
     replica = Replica(tmp_path, {"IDMINT_MAX_CONCURRENT_STREAMS": "2"})
     try:
@@ -155,6 +156,7 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
     assert lags[50] <= 2 and lags[90] <= 5, lags
 
 
+@pytest.mark.integration
 def test_a_snowflake_stream_is_sized_and_bounded_by_its_layouts_cap(tmp_path: Path) -> None:
     """Sonyflake: 256 IDs per 10 ms unit = 25,600 IDs/s per worker ID. A stream that would take longer than
     IDMINT_MAX_STREAM_SECONDS at that cap is refused up front, like eight-byte's; a shorter one completes."""

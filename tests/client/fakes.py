@@ -26,9 +26,12 @@ def catalogue() -> dict[str, object]:
 
 
 def catalogue_answer(request: httpx.Request) -> httpx.Response | None:
-    """The catalogue for a request of ``/v1/schemes``; None for any other path."""
+    """The catalogue for a request of ``/v1/schemes`` (and 404 for ``/v1/fleet``: a server without fleets, used as
+    such); None for any other path."""
     if request.url.path == "/v1/schemes":
         return httpx.Response(200, json=catalogue())
+    if request.url.path == "/v1/fleet":
+        return httpx.Response(404, json={"detail": "Not Found"})
     return None
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,6 +29,21 @@ from tests.client.fakes import catalogue_answer, fake_id
 from tests.helpers import Replica, free_port
 
 pytestmark = pytest.mark.anyio
+
+
+def one_fleet(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockTransport:
+    """A fake fleet: ``handler`` answers every request but ``GET /v1/fleet``, which tells one fleet ID for every
+    host (the client reads it before first using a server)."""
+
+    def route(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/fleet":
+            return httpx.Response(200, json={"fleet_id": FAKE_FLEET_ID, "region": 0, "regions": 1, "schemes": {}})
+        return handler(request)
+
+    return httpx.MockTransport(route)
+
+
+FAKE_FLEET_ID = "00000000-0000-4000-8000-000000000001"
 
 
 def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_names: list[str]) -> None:
@@ -74,6 +89,7 @@ def test_ids_and_stream_every_scheme(server: Replica, scheme_names: list[str]) -
             assert len(set(batch) | set(streamed)) == 2500, scheme
 
 
+@pytest.mark.integration
 def test_ids_split_above_the_server_max_count_learned_from_a_422(tmp_path: Path) -> None:
     small = Replica(tmp_path, {"IDMINT_MAX_COUNT": "1000"})
     try:
@@ -167,12 +183,10 @@ def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
             return httpx.Response(401, json={"detail": "missing or unknown API key"})
         return httpx.Response(200, json={"scheme": "wiji", "format": "base32", "ids": ids})
 
-    with Client(
-        ["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=httpx.MockTransport(handler)
-    ) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=one_fleet(handler)) as client:
         assert client.ids("wiji", 2) == ids
     with (
-        Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client,
+        Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client,
         pytest.raises(Unauthorized, match="unknown API key"),
     ):
         client.ids("wiji", 2)
@@ -238,7 +252,7 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
         count = int(request.url.params["count"])
         return httpx.Response(200, content=json.dumps({"ids": [fake_id(request.url.host, i) for i in range(count)]}))
 
-    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         for _ in range(6):
             client.ids("hlc-ulid", 1)
         # a refused once; every later call went straight to b; another scheme may still ask a
@@ -271,7 +285,7 @@ def test_stream_yields_only_complete_lines_and_asks_the_next_replica_for_the_res
         body = "".join(f"{fake_id('b', i)}\n" for i in range(int(count)))
         return httpx.Response(200, text=body, headers={"content-type": text})
 
-    with Client(["http://a.invalid", "http://b.invalid"], transport=httpx.MockTransport(handler)) as client:
+    with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         got = list(client.stream("wiji", 10))
     # the partial fourth line of a was discarded
     assert got == [fake_id("a", 1), fake_id("a", 2), fake_id("a", 3)] + [fake_id("b", i) for i in range(7)]

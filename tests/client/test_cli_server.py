@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import Replica, free_port
 from tests.test_cli import idmint
+
+pytestmark = pytest.mark.integration  # a real idmint serve
 
 
 def test_mint_from_a_server_with_a_dead_replica_listed_first(tmp_path: Path, server: Replica) -> None:

@@ -141,6 +141,9 @@ class DripServer:
                         if not data:
                             return
                         request += data
+                    if request.startswith(b"GET /v1/fleet"):  # a server without fleets, at once
+                        conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        continue
                     if request.startswith(b"GET /v1/schemes"):
                         body = json.dumps(catalogue()).encode()
                         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")

@@ -36,7 +36,7 @@ async def test_claims_are_exclusive_and_released(tmp_path: Path) -> None:
 
 
 async def test_static_assignment_conflict(tmp_path: Path) -> None:
-    static = pool_spec("siq", minimum=0, maximum=255, candidates=(9,), static=True)
+    static = pool_spec("siq", minimum=0, maximum=255, static=9)
     backend = EmbeddedBackend(tmp_path)
     assert (await backend.claim(static, HOLDER)).identity == 9
     with pytest.raises(PoolExhaustedError, match="statically assigned"):
@@ -81,6 +81,7 @@ async def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: 
     assert taken.identity == held and taken.high_water_mark == 777
 
 
+@pytest.mark.integration
 def test_two_servers_on_one_machine_hold_distinct_identities(tmp_path: Path) -> None:
     with serve_process(tmp_path) as a, serve_process(tmp_path) as b:
         cat_a = {s["name"]: s["node"] for s in httpx.get(f"{a}/v1/schemes").json()["schemes"]}
@@ -97,6 +98,7 @@ def test_two_servers_on_one_machine_hold_distinct_identities(tmp_path: Path) -> 
             assert len(set(ids_a) | set(ids_b)) == 2 * n, name
 
 
+@pytest.mark.integration
 def test_uvicorn_workers_hold_distinct_identities(tmp_path: Path) -> None:
     import fcntl
     import os

@@ -82,6 +82,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.integration
 async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path) -> None:
     store = EmbeddedSequenceStore(tmp_path)
     await store.create("orders", 1, 10)

@@ -27,7 +27,7 @@ from app.settings import Settings, load_settings
 from tests.helpers import FakeClock, pool_spec
 from tests.support.etcd import EtcdServer, free_port, make_tls_material
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 TTL_S = 2
 MARGIN_S = 0.5
@@ -177,11 +177,15 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
             claims[f"{pool.scheme}/{pool.draw}"] = got  # type: ignore[assignment]
         await a.register("wiji", "0abcdef012345", {"holder": holder(0).as_dict()})
 
-        # Scans take the lowest free identities; the key layout is exactly the documented one.
-        assert [cl.identity for cl in claims["eight-byte/scan"]] == [0, 1, 2]
-        assert [cl.key for cl in claims["eight-byte/scan"]] == [f"{ns}pool/0:{g}" for g in (0, 1, 2)]
-        assert [cl.key for cl in claims["hlc-ulid/scan"]] == [f"{ns}idmint/hlc-ulid/{p}" for p in (0, 1, 2)]
-        assert [cl.key for cl in claims["siq/scan"]] == [f"{ns}idmint/siq/86ce1947/{s}" for s in (0, 1, 2)]
+        # Scans start at a random free identity (not the lowest: another fleet would start on the same one); the
+        # key layout is exactly the documented one.
+        scanned = [cl.identity for cl in claims["eight-byte/scan"]]
+        assert scanned != [0, 1, 2] or claims["hlc-ulid/scan"][0].identity != 0  # lowest-first: chance ~2**-27
+        assert [cl.key for cl in claims["eight-byte/scan"]] == [f"{ns}pool/0:{g}" for g in scanned]
+        hlc = [cl.identity for cl in claims["hlc-ulid/scan"]]
+        assert [cl.key for cl in claims["hlc-ulid/scan"]] == [f"{ns}idmint/hlc-ulid/{p}" for p in hlc]
+        shards = [cl.identity for cl in claims["siq/scan"]]
+        assert [cl.key for cl in claims["siq/scan"]] == [f"{ns}idmint/siq/86ce1947/{s}" for s in shards]
         assert [cl.key for cl in claims["muid/random"]] == [
             f"{ns}idmint/muid/{cl.identity:011X}" for cl in claims["muid/random"]
         ]
@@ -223,17 +227,15 @@ async def test_pool_exhaustion_and_release(etcd_server: EtcdServer, etcd_namespa
         assert first.lost and not first.valid()
         again = await b.claim(two, holder(1))
         assert again.identity == first.identity
-        static = pool_spec(
-            "eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(again.identity,), static=True
-        )
+        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, static=again.identity)
         with pytest.raises(
             PoolExhaustedError,
             match=rf"static generator_id in cluster 0 unavailable: "
             rf"{again.identity} is held by replica-1 pid 1001",
         ):
             await a.claim(static, holder(0))
-        excluded = pool_spec("eight-byte", minimum=0, maximum=3, settings={"cluster_id": 0}, exclude=frozenset({2}))
-        assert (await a.claim(excluded, holder(0))).identity == 3
+        four = pool_spec("eight-byte", minimum=0, maximum=3, settings={"cluster_id": 0})
+        assert (await a.claim(four, holder(0), exclude=frozenset({2}))).identity == 3
 
 
 async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
@@ -243,14 +245,13 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
         await raw.put(f"{ns}pool/0:{generator}".encode(), b"")
     await raw.put(f"{ns}pool/1:2".encode(), b"")  # another cluster ID: not ours to skip
     async with backend(etcd_server, ns) as a:
-        got = [(await a.claim(EIGHT_BYTE, holder(0))).identity for _ in range(3)]
-        assert got == [2, 4, 5]
-        static = pool_spec(
-            "eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(3,), static=True
-        )
+        six = pool_spec("eight-byte", minimum=0, maximum=5, settings={"cluster_id": 0})
+        got = [(await a.claim(six, holder(0))).identity for _ in range(3)]
+        assert sorted(got) == [2, 4, 5]
+        static = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, static=3)
         with pytest.raises(PoolExhaustedError, match="java-uniqueid writes an empty value"):
             await a.claim(static, holder(0))
-        cluster1 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 1})
+        cluster1 = pool_spec("eight-byte", minimum=0, maximum=0, settings={"cluster_id": 1})
         assert (await a.claim(cluster1, holder(0))).identity == 0
         found = await keys_under(raw, f"{ns}pool/")
         assert found[f"{ns}pool/0:3"] == (b"", 0)  # untouched
@@ -261,7 +262,7 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
     ns = etcd_namespace
-    cluster3 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 3})
+    cluster3 = pool_spec("eight-byte", minimum=0, maximum=0, settings={"cluster_id": 3})
     async with backend(etcd_server, ns) as a:
         await raw.put(f"{ns}cluster-id".encode(), b"1, 3")  # as java-uniqueid's TestHelper writes it
         with pytest.raises(
@@ -274,7 +275,7 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(
         with pytest.raises(NotReadyError, match="not a comma-separated list"):
             await a.claim(cluster3, holder(0))
         # Other schemes do not care about the key.
-        assert (await a.claim(HLC_ULID, holder(0))).identity == 0
+        assert (await a.claim(pool_spec("hlc-ulid", minimum=0, maximum=0), holder(0))).identity == 0
 
 
 async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
@@ -284,7 +285,7 @@ async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
     async with backend(etcd_server, etcd_namespace) as a:
         assert a._session is not None
         await raw.put(f"{etcd_namespace}idmint/hlc-ulid/0".encode(), b"", lease=a._session.lease_id)
-        claim = await a.claim(HLC_ULID, holder(0))
+        claim = await a.claim(pool_spec("hlc-ulid", minimum=0, maximum=0), holder(0))
         assert claim.identity == 0 and claim.valid()
 
 
@@ -333,7 +334,7 @@ HOLDER_SCRIPT = textwrap.dedent("""
         backend = EtcdBackend(settings)
         await backend.start()
         pool = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
-                        candidates=(7,), static=True)
+                        static=7)
         holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
         await claim.record_mark(123_456)
@@ -371,7 +372,7 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
                 stream.close()
     killed_at = time.monotonic()
 
-    static7 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, candidates=(7,), static=True)
+    static7 = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0}, static=7)
     async with backend(etcd_server, ns) as b:
         refused = 0
         while True:
@@ -395,7 +396,7 @@ async def test_holder_that_stops_refreshing_fails_closed_before_another_can_clai
     etcd_server: EtcdServer, etcd_namespace: str
 ) -> None:
     ns = etcd_namespace
-    static = pool_spec("hlc-ulid", minimum=0, maximum=65535, candidates=(42,), static=True)
+    static = pool_spec("hlc-ulid", minimum=0, maximum=65535, static=42)
     clock = FakeClock.running_from_now()  # the backend's deadlines are on this clock, and so are ours below
     async with backend(etcd_server, ns, clock=clock.seconds) as a, backend(etcd_server, ns) as b:
         claim = await a.claim(static, holder(0))
@@ -540,7 +541,7 @@ async def test_user_and_password_auth(etcd_factory: Callable[..., EtcdServer]) -
     async with backend(server, "auth/", etcd_user="idmint", etcd_password="s3cret") as good:
         claim = await good.claim(HLC_ULID, holder(0))
         await claim.record_mark(7)
-        assert claim.key == "auth/idmint/hlc-ulid/0"
+        assert claim.key == f"auth/idmint/hlc-ulid/{claim.identity}"
         # etcd forgets auth tokens when it restarts: the backend authenticates again by itself.
         await anyio.to_thread.run_sync(server.stop)
         await anyio.to_thread.run_sync(server.start)
@@ -564,7 +565,7 @@ async def test_tls_with_client_certificates(etcd_factory: Callable[..., EtcdServ
     ) as secure:
         claim = await secure.claim(SIQ, holder(0))
         await claim.record_mark(1)
-        assert claim.key == "tls/idmint/siq/86ce1947/0"
+        assert claim.key == f"tls/idmint/siq/86ce1947/{claim.identity}"
     # Without the client certificate etcd refuses the connection: a clear reason, no exception from start().
     async with backend(server, "tls/", etcd_ca_cert=tls.ca_cert, etcd_connect_timeout=0.5) as refused:
         with pytest.raises(BackendUnavailableError, match=r"etcd at https://127\.0\.0\.1:\d+"):

@@ -14,7 +14,7 @@ from app.lease.sequences import MAX_VALUE
 from app.settings import Settings
 from tests.support.etcd import EtcdServer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 
 def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenceStore:

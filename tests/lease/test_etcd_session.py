@@ -14,7 +14,7 @@ from app.lease.etcd.session import Session
 from tests.helpers import FakeClock
 from tests.support.etcd import EtcdServer, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ ALERTS = {
     "IdmintIdentityRefused",
     "IdmintSequenceExhausted",
     "IdmintNoIdsIssued",
+    "IdmintEmbeddedFleetWithoutRegion",
 }
 
 

@@ -160,6 +160,33 @@ def _unit_tests() -> list[dict[str, Any]]:
             ],
             "alert_rule_test": [{"eval_time": "52m", "alertname": "IdmintNoIdsIssued", "exp_alerts": []}],
         },
+        {  # a's embedded fleet listens beyond loopback with one region; b's too, but regions set; c's on loopback
+            "interval": "1m",
+            "input_series": [
+                _series("idmint_region_configured", {**A, "backend": "embedded", "exposed": "true"}, "0x20"),
+                _series("idmint_region_configured", {**B, "backend": "embedded", "exposed": "true"}, "1x20"),
+                _series(
+                    "idmint_region_configured",
+                    {"job": "idmint", "instance": "c:8000", "backend": "embedded", "exposed": "false"},
+                    "0x20",
+                ),
+                _series(
+                    "idmint_region_configured",
+                    {"job": "idmint", "instance": "d:8000", "backend": "etcd", "exposed": "true"},
+                    "0x20",
+                ),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "IdmintEmbeddedFleetWithoutRegion", "exp_alerts": []},
+                {
+                    "eval_time": "15m",
+                    "alertname": "IdmintEmbeddedFleetWithoutRegion",
+                    "exp_alerts": [
+                        _expected("IdmintEmbeddedFleetWithoutRegion", {**A, "backend": "embedded", "exposed": "true"})
+                    ],
+                },
+            ],
+        },
     ]
 
 
@@ -204,6 +231,7 @@ def _exposed_names() -> set[str]:
     m = Metrics(["muid"], "0")
     m.request("/r", "GET", 200, 0.001)
     m.scheme("muid").lease_held(True, 1)
+    m.region_configured(False, "embedded", False)
     names = set()
     for family in m.registry.collect():
         names.update(sample.name for sample in family.samples)

@@ -11,6 +11,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import eight_byte
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.eight_byte import SCHEME, EightByteGenerator, Mode
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
@@ -95,8 +96,9 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"hex": 16}
     assert SCHEME.timestamp_digits == 3
     assert SCHEME.native_unit_ns == 1_000_000
-    assert SCHEME.identity is not None
-    assert (SCHEME.identity.kind, SCHEME.identity.minimum, SCHEME.identity.maximum, SCHEME.identity.draw) == (
+    pool = SCHEME.identity_pool(Settings())
+    assert pool is not None
+    assert (pool.kind, pool.space[0], pool.space[1], pool.draw) == (
         "generator_id",
         0,
         2047,

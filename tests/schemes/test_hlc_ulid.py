@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import hlc_ulid
-from app.schemes.base import IdentitySpec
 from app.schemes.hlc_ulid import SCHEME, HlcUlidGenerator, pack, unpack
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
@@ -49,7 +49,8 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"ulid": 26, "hex": 35}
     assert SCHEME.timestamp_digits == 3
     assert SCHEME.native_unit_ns == 1_000_000
-    assert SCHEME.identity == IdentitySpec("publisher_id", 0, 65535, draw="scan")
+    pool = SCHEME.identity_pool(Settings())
+    assert pool is not None and (pool.kind, pool.space, pool.draw) == ("publisher_id", (0, 65535), "scan")
     assert [f.name for f in SCHEME.layout] == ["timestamp_ms", "counter", "publisher_id", "random"]
     assert SCHEME.resolve_format("canonical") == "ulid"
 

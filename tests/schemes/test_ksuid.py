@@ -93,7 +93,7 @@ def test_scheme_metadata_and_contract_members() -> None:
     assert SCHEME.token_pattern is not None
     found = re.findall(SCHEME.token_pattern, f"user {SCHEME.example} logged in, raw {'ab' * 20}.")
     assert found == [SCHEME.example, "ab" * 20]
-    assert SCHEME.identity_plan(object()) is None
+    assert SCHEME.identity_pool(object()) is None
     assert SCHEME.configured(object()) is SCHEME
     assert SCHEME.with_decode_options() is SCHEME
     with pytest.raises(InvalidOptionError, match="ksuid takes no decode options, got layout"):

@@ -10,6 +10,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import muid
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.muid import SCHEME, MuidBatch, MuidGenerator
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MEDALLION = 0x1BFC71B112D
@@ -90,8 +91,9 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"canonical": 34}
     assert SCHEME.timestamp_digits == 6
     assert SCHEME.native_unit_ns == 1_000
-    assert SCHEME.identity is not None
-    assert (SCHEME.identity.kind, SCHEME.identity.minimum, SCHEME.identity.maximum, SCHEME.identity.draw) == (
+    pool = SCHEME.identity_pool(Settings())
+    assert pool is not None
+    assert (pool.kind, pool.space[0], pool.space[1], pool.draw) == (
         "medallion",
         0x10000000000,
         0x1FFFFFFFFFF,

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import siq
-from app.schemes.base import Batch, Generator, IdentitySpec
+from app.schemes.base import Batch, Generator
 from app.schemes.siq import (
     QUALIFIERS,
     SCHEME,
@@ -35,6 +35,7 @@ from app.schemes.siq import (
     to_storage,
     unpack,
 )
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 NS = 1_000_000_000
@@ -519,7 +520,8 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"did": 37, "hex": 28}
     assert SCHEME.timestamp_digits == 6
     assert SCHEME.native_unit_ns == 1e9 / 65536
-    assert SCHEME.identity == IdentitySpec("shard", 0, 255, draw="scan")
+    pool = SCHEME.identity_pool(Settings())
+    assert pool is not None and (pool.kind, pool.space, pool.draw) == ("shard", (0, 255), "scan")
     assert [field.name for field in SCHEME.layout] == list(SCHEME.fields(VECTOR_USER_0))
     assert SCHEME.resolve_format("canonical") == "did"
     assert SCHEME.resolve_format(None) == "did"

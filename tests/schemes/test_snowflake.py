@@ -15,6 +15,7 @@ from snowflake import SnowflakeGenerator as PeerSnowflakeGenerator
 from sonyflake import Sonyflake
 
 from app.errors import InvalidIdError, InvalidOptionError, TimeRangeError
+from app.pool import IdentityPool
 from app.schemes import snowflake
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.snowflake import (
@@ -24,12 +25,12 @@ from app.schemes.snowflake import (
     SCHEME,
     SONYFLAKE,
     TWITTER,
-    IdentityPlan,
     Layout,
     SnowflakeScheme,
     SnowflakeSettings,
 )
 from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MS = 1_000_000  # ns per ms
@@ -262,7 +263,7 @@ def test_scheme_metadata_and_contract_members() -> None:
     assert SCHEME.settings_model is SnowflakeSettings
     assert [field.name for field in SONYFLAKE.fields()] == ["reserved", "timestamp_ms", "sequence", "worker_id"]
     assert SnowflakeScheme(SONYFLAKE).native_unit_ns == 10 * MS
-    assert SnowflakeScheme(SONYFLAKE).identity.maximum == 65535
+    assert SnowflakeScheme(SONYFLAKE).snowflake_layout.worker_max == 65535
 
 
 def test_configured_and_decode_options() -> None:
@@ -295,10 +296,12 @@ def test_native_timestamp_counts_layout_units_from_the_unix_epoch() -> None:
     assert batch.high_water == generator.high_water == sony.native_from_ns(NOW_MS * MS)
 
 
-def test_identity_plan() -> None:
-    plan = SCHEME.identity_plan(node_settings())
-    assert plan == IdentityPlan(
+def test_identity_pool() -> None:
+    plan = SCHEME.identity_pool(Settings())
+    assert plan == IdentityPool(
+        scheme="snowflake",
         kind="worker_id",
+        space=(0, 1023),
         minimum=0,
         maximum=1023,
         key_prefix="idmint/snowflake/twitter/",
@@ -307,12 +310,10 @@ def test_identity_plan() -> None:
         group="twitter",
         claims=1,
     )
-    plan = SCHEME.identity_plan(
-        node_settings(snowflake_layout="sonyflake", snowflake_pool="100-199", snowflake_workers=4)
-    )
+    plan = SCHEME.identity_pool(Settings(snowflake_layout="sonyflake", snowflake_pool="100-199", snowflake_workers=4))
     assert (plan.minimum, plan.maximum, plan.claims, plan.group) == (100, 199, 4, "sonyflake")
     assert plan.key_prefix == "idmint/snowflake/sonyflake/"
-    plan = SCHEME.identity_plan(node_settings(snowflake_layout="custom:0:1:45/8/10", snowflake_worker_id=7))
+    plan = SCHEME.identity_pool(Settings(snowflake_layout="custom:0:1:45/8/10", snowflake_worker_id=7))
     assert (plan.static, plan.maximum, plan.claims) == (7, 255, 1)
     assert plan.key_prefix == "idmint/snowflake/custom-0-1-45-8-10/"
     assert plan.mark_prefix == "idmint/marks/snowflake/custom-0-1-45-8-10/"
@@ -657,7 +658,7 @@ def test_settings_mixin_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -
         4,
         (100, 511),
     )
-    assert SCHEME.identity_plan(node).key_prefix == "idmint/snowflake/custom-1420070400000-1-42-9-12/"
+    assert SCHEME.identity_pool(Settings()).key_prefix == "idmint/snowflake/custom-1420070400000-1-42-9-12/"
     monkeypatch.setenv("IDMINT_SNOWFLAKE_POOL", "100-512")
     with pytest.raises(ValidationError, match=re.escape("snowflake_pool must lie within 0..511")):
         NodeSettings()

@@ -20,6 +20,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import typeid, uuidv7
 from app.schemes.typeid import SCHEME, TypeId, TypeIdBatch, TypeIdGenerator
 from app.schemes.uuidv7 import Uuidv7Generator
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 VECTORS = Path(__file__).parent / "vectors" / "typeid"
@@ -46,7 +47,7 @@ def test_scheme_metadata() -> None:
     assert SCHEME.formats == ("typeid", "uuid")
     assert SCHEME.text_width == {"uuid": 36}
     assert SCHEME.timestamp_digits == 3 and SCHEME.native_unit_ns == 1_000_000
-    assert SCHEME.identity is None
+    assert SCHEME.identity_pool(Settings()) is None and SCHEME.uniqueness == "random"
     assert SCHEME.resolve_format("canonical") == "typeid"
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import ulid
 from app.schemes.ulid import SCHEME, UlidBatch, UlidGenerator, pack, unpack
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MS = FakeClock.NS_IN_MS
@@ -45,7 +46,7 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"ulid": 26, "uuid": 36, "hex": 32}
     assert SCHEME.timestamp_digits == 3
     assert SCHEME.native_unit_ns == 1_000_000
-    assert SCHEME.identity is None
+    assert SCHEME.identity_pool(Settings()) is None and SCHEME.uniqueness == "random"
     assert [f.name for f in SCHEME.layout] == ["timestamp_ms", "random"]
     assert SCHEME.resolve_format("canonical") == "ulid"
 

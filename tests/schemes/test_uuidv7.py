@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import uuidv7
 from app.schemes.uuidv7 import SCHEME, Uuidv7Batch, Uuidv7Generator, pack, unpack
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 MS = FakeClock.NS_IN_MS
@@ -55,7 +56,7 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"uuid": 36, "hex": 32}
     assert SCHEME.timestamp_digits == 3
     assert SCHEME.native_unit_ns == 1_000_000
-    assert SCHEME.identity is None
+    assert SCHEME.identity_pool(Settings()) is None and SCHEME.uniqueness == "random"
     assert [f.name for f in SCHEME.layout] == ["timestamp_ms", "version", "rand_a", "variant", "rand_b"]
     assert SCHEME.resolve_format("canonical") == "uuid"
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import wiji
 from app.schemes.wiji import SCHEME, WijiGenerator, pack, unpack
+from app.settings import Settings
 from tests.helpers import FakeClock
 
 US = 1_000  # ns per µs
@@ -44,7 +45,7 @@ def test_scheme_metadata() -> None:
     assert SCHEME.text_width == {"base32": 26, "uuid": 36, "hex": 32}
     assert SCHEME.timestamp_digits == 6
     assert SCHEME.native_unit_ns == 1_000
-    assert SCHEME.identity is None
+    assert SCHEME.identity_pool(Settings()) is None and SCHEME.uniqueness == "random"
     assert [f.name for f in SCHEME.layout] == ["timestamp_us", "sequence", "version", "random"]
     assert SCHEME.resolve_format("canonical") == "base32"
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli import idmint
+
+pytestmark = pytest.mark.integration  # the CLI as a process
 
 
 def test_create_range_show(tmp_path: Path) -> None:

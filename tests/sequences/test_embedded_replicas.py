@@ -6,8 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import Replica
 from tests.sequences.support import Served, check, create, run_clients
+
+pytestmark = pytest.mark.integration  # real processes
 
 CLIENTS_PER_REPLICA = 8
 

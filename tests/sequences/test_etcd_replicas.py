@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.helpers import Replica
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
 from tests.support.etcd import EtcdServer
 from tests.test_replicas import etcd_env, replicas
+
+pytestmark = pytest.mark.integration  # real etcd and processes
 
 CLIENTS_PER_REPLICA = 8
 

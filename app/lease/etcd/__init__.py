@@ -24,7 +24,7 @@ Key layout under ``settings.etcd_namespace`` (default ``unique-id-generator/``),
 
 Claim value (JSON, UTF-8)::
 
-    {"holder": {"host", "pid", "version", "started_at", "address"}, "scheme": <PoolSpec.scheme>,
+    {"holder": {"host", "pid", "version", "started_at", "address"}, "scheme": <IdentityPool.scheme>,
      "kind": "generator_id", "identity": 17, "lease": "694d8b2c1f3e0a11", "claimed_at": "2025-...Z",
      "high_water_mark": <last mark this holder recorded, native units; -1 until its first record>}
 

@@ -8,12 +8,13 @@ import logging
 import math
 import random
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Claim, Holder, LeaseBackend, PoolSpec
+from app.lease.base import Claim, Holder, LeaseBackend
 from app.lease.draw import SMALL_POOL_SIZE, draw
 from app.lease.etcd import keys
 from app.lease.etcd.client import (
@@ -30,6 +31,7 @@ from app.lease.etcd.client import (
 )
 from app.lease.etcd.session import Session
 from app.metrics import Metrics
+from app.pool import IdentityPool
 from app.settings import Settings
 
 log = logging.getLogger("idmint.lease.etcd")
@@ -58,7 +60,7 @@ class EtcdClaim(Claim):
     def __init__(
         self,
         backend: EtcdBackend,
-        pool: PoolSpec,
+        pool: IdentityPool,
         identity: int,
         key: str,
         mark_key: str,
@@ -198,6 +200,9 @@ class EtcdBackend(LeaseBackend):
         background task once etcd answers (they sit on our live lease: otherwise held for as long as we run)."""
         self._reason = "etcd backend not started"
         self._closed = False
+        self._fleet_id: str | None = None
+        self._held_before: dict[bytes, list[int]] = {}
+        """Pool key prefix -> identities this process claimed there, oldest first (re-claims prefer the newest)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -368,7 +373,7 @@ class EtcdBackend(LeaseBackend):
             reason = "no etcd lease yet"
         raise BackendUnavailableError(reason, retry_after=self._retry_after)
 
-    async def claim(self, pool: PoolSpec, holder: Holder) -> Claim:
+    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
         """Claim one free identity of ``pool`` on this process's lease (one transaction per attempt).
 
         Raises NotReadyError when the pool's group is not listed in its ``allowed_groups_key``,
@@ -378,14 +383,16 @@ class EtcdBackend(LeaseBackend):
         for attempt in range(2):
             session = await self._usable()
             try:
-                return await self._claim_on(session, pool, holder)
+                return await self._claim_on(session, pool, exclude, holder)
             except LeaseLostError as exc:
                 self._lease_lost(session, exc.reason)
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
-    async def _claim_on(self, session: Session, pool: PoolSpec, holder: Holder) -> EtcdClaim:
+    async def _claim_on(
+        self, session: Session, pool: IdentityPool, exclude: frozenset[int], holder: Holder
+    ) -> EtcdClaim:
         ns, client = self._namespace, self._client
         prefix = keys.pool_prefix(ns, pool).encode()
         reads = [get(prefix, prefix_end(prefix))]
@@ -416,7 +423,8 @@ class EtcdBackend(LeaseBackend):
 
         claimed_at = keys.now_rfc3339()
         tries = 0
-        for identity in draw(pool, held):
+        before = self._held_before.setdefault(prefix, [])
+        for identity in draw(pool, held, prefer=reversed(before), exclude=exclude):
             tries += 1
             key = keys.claim_key(ns, pool, identity).encode()
             mkey = keys.mark_key(ns, pool, identity).encode()
@@ -466,6 +474,9 @@ class EtcdBackend(LeaseBackend):
                 claimed_at,
             )
             self._claims.add(claim)
+            if identity in before:
+                before.remove(identity)
+            before.append(identity)  # tried first next time: a lost lease re-claims the same identity if free
             await self._start_watch(claim, kv.mod_revision + 1)
             log.info(
                 "etcd: claimed %s %s %d (key %s, lease %s, high-water mark %d)",
@@ -478,9 +489,9 @@ class EtcdBackend(LeaseBackend):
             )
             self._metrics_held(pool.scheme, True, identity)
             return claim
-        raise PoolExhaustedError(self._exhausted_reason(pool, held, tries), retry_after=self._ttl)
+        raise PoolExhaustedError(self._exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
 
-    def _check_allowed_groups(self, pool: PoolSpec, value: bytes | None) -> None:
+    def _check_allowed_groups(self, pool: IdentityPool, value: bytes | None) -> None:
         """java-uniqueid's ``cluster-id`` key: absent = any group; else our group must be listed."""
         if value is None:
             return
@@ -499,7 +510,7 @@ class EtcdBackend(LeaseBackend):
                 retry_after=self._ttl,
             )
 
-    def _exhausted_reason(self, pool: PoolSpec, held: dict[int, bytes], tries: int) -> str:
+    def _exhausted_reason(self, pool: IdentityPool, exclude: frozenset[int], held: dict[int, bytes], tries: int) -> str:
         where = (
             f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}" if pool.group else ""
         )
@@ -508,13 +519,13 @@ class EtcdBackend(LeaseBackend):
             for identity in pool.candidates:
                 if identity in held:
                     parts.append(f"{identity} is held by {keys.holder_of(held[identity])}")
-                elif identity in pool.exclude:
+                elif identity in exclude:
                     parts.append(f"{identity} was refused (high-water mark ahead of our clock)")
-            what = "static " if pool.static else ""
+            what = "static " if pool.static is not None else ""
             return f"{pool.scheme}: {what}{pool.kind}{where} unavailable: " + "; ".join(parts or ["no candidates"])
         size = pool.maximum - pool.minimum + 1
         in_range = sum(1 for i in held if pool.minimum <= i <= pool.maximum)
-        refused = f", {len(pool.exclude)} refused" if pool.exclude else ""
+        refused = f", {len(exclude)} refused" if exclude else ""
         tried = f" after {tries} random draw(s)" if pool.draw == "random" and size > SMALL_POOL_SIZE else ""
         return (
             f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
@@ -708,6 +719,33 @@ class EtcdBackend(LeaseBackend):
                 await self._client.put(key.encode(), keys.to_json(payload), session.lease_id)
             self._registrations[key] = (data, session.lease_id)
             log.info("etcd: registered %s on lease %s", key, session.hex)
+
+    # -- the fleet ---------------------------------------------------------------------------------------------
+    async def fleet_id(self) -> str:
+        """The fleet ID at ``<namespace>idmint/fleet`` (on no lease: it outlives every node), written by the first
+        node to ask in one create-if-absent transaction. Raises NotReadyError when etcd cannot be used now, or when
+        the key holds no fleet ID."""
+        if self._fleet_id is not None:
+            return self._fleet_id
+        key = keys.fleet_key(self._namespace).encode()
+        value = keys.to_json({"fleet_id": str(uuid.uuid4()), "created_at": keys.now_rfc3339()})
+        async with self._etcd("reading the fleet ID"):
+            result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, value), get(key)], [get(key)])
+        found = result.ranges[1] if result.succeeded else result.ranges[0]
+        self._fleet_id = keys.read_fleet_id(found[0].value if found else b"", key.decode())
+        return self._fleet_id
+
+    async def count_held(self, pool: IdentityPool) -> int | None:
+        """Claim keys of the region's slice, read in one range request (keys only)."""
+        prefix = keys.pool_prefix(self._namespace, pool).encode()
+        first, last = pool.slice
+        try:
+            async with self._etcd(f"counting the {pool.scheme} claims"):
+                found, _ = await self._client.range(prefix, prefix_end(prefix))
+        except NotReadyError:
+            return None
+        held = (keys.decode_identity(pool, kv.key[len(prefix) :].decode(errors="replace")) for kv in found)
+        return sum(1 for identity in held if identity is not None and first <= identity <= last)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     @asynccontextmanager

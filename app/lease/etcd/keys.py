@@ -1,4 +1,4 @@
-"""The etcd key layout and values, as pure functions of a :class:`~app.lease.base.PoolSpec` (no scheme names).
+"""The etcd key layout and values, as pure functions of a :class:`~app.lease.base.IdentityPool` (no scheme names).
 
 Claim key ``<namespace><pool.key_prefix><segment>``, mark key ``<namespace><pool.mark_prefix><segment>``, where
 ``segment = pool.key_format.format(identity)``; registrations ``<namespace>idmint/<scheme>/<name>``. Values are
@@ -8,31 +8,33 @@ JSON (UTF-8); see :mod:`app.lease.etcd` for the whole layout and its java-unique
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError
-from app.lease.base import Holder, PoolSpec
+from app.lease.base import Holder
+from app.pool import IdentityPool
 
 REGISTER_PREFIX = "idmint/"
 
 
-def pool_prefix(namespace: str, pool: PoolSpec) -> str:
+def pool_prefix(namespace: str, pool: IdentityPool) -> str:
     """The key prefix under which ``pool``'s claims live (one range read lists them).
 
     Raises ValueError for a pool without ``key_prefix`` (the node fills it from the scheme's identity plan).
     """
     if not pool.key_prefix or not pool.mark_prefix:
-        raise ValueError(f"{pool.scheme}: PoolSpec.key_prefix and mark_prefix are needed for etcd claims")
+        raise ValueError(f"{pool.scheme}: IdentityPool.key_prefix and mark_prefix are needed for etcd claims")
     return namespace + pool.key_prefix
 
 
-def encode_identity(pool: PoolSpec, identity: int) -> str:
+def encode_identity(pool: IdentityPool, identity: int) -> str:
     """The last key segment naming ``identity`` (``pool.key_format``: decimal, or e.g. 11 uppercase hex digits)."""
     return pool.key_format.format(identity)
 
 
-def decode_identity(pool: PoolSpec, segment: str) -> int | None:
+def decode_identity(pool: IdentityPool, segment: str) -> int | None:
     """Inverse of :func:`encode_identity`; None for a segment that is not one of ours (exact round trip only)."""
     hexadecimal = pool.key_format.rstrip("}").endswith(("x", "X"))
     try:
@@ -42,15 +44,29 @@ def decode_identity(pool: PoolSpec, segment: str) -> int | None:
     return identity if identity >= 0 and encode_identity(pool, identity) == segment else None
 
 
-def claim_key(namespace: str, pool: PoolSpec, identity: int) -> str:
+def claim_key(namespace: str, pool: IdentityPool, identity: int) -> str:
     """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the holder's lease."""
     return pool_prefix(namespace, pool) + encode_identity(pool, identity)
 
 
-def mark_key(namespace: str, pool: PoolSpec, identity: int) -> str:
+def mark_key(namespace: str, pool: IdentityPool, identity: int) -> str:
     """``<namespace><mark_prefix><segment>``: the lease-free key holding ``identity``'s high-water mark."""
     pool_prefix(namespace, pool)
     return namespace + pool.mark_prefix + encode_identity(pool, identity)
+
+
+def fleet_key(namespace: str) -> str:
+    """``<namespace>idmint/fleet``: the fleet ID, on no lease."""
+    return f"{namespace}{REGISTER_PREFIX}fleet"
+
+
+def read_fleet_id(value: bytes, key: str) -> str:
+    """The fleet ID in a fleet key's value (``{"fleet_id": "<uuid>", ...}``). Raises BackendUnavailableError for
+    anything else: a fleet whose ID cannot be read cannot show peers who it is."""
+    try:
+        return str(uuid.UUID(str(json.loads(value)["fleet_id"])))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BackendUnavailableError(f"fleet key {key} holds no fleet ID: {exc}") from exc
 
 
 def register_key(namespace: str, scheme: str, name: str) -> str:
@@ -75,7 +91,7 @@ def to_json(value: dict[str, Any]) -> bytes:
 
 
 def claim_value(
-    holder: Holder, pool: PoolSpec, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
+    holder: Holder, pool: IdentityPool, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
 ) -> bytes:
     """The claim key's value: who holds it, on which lease, and the last mark it recorded (-1: none yet)."""
     return to_json(

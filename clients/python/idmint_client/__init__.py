@@ -22,6 +22,7 @@ from idmint_client._client import Client
 from idmint_client._exceptions import (
     BadRequest,
     ClientClosed,
+    FleetOverlap,
     IdmintClientError,
     NoReplicaAvailable,
     RequestRejected,
@@ -38,6 +39,7 @@ __all__ = [
     "BufferStats",
     "Candidates",
     "Client",
+    "FleetOverlap",
     "ClientClosed",
     "Decoded",
     "IdmintClientError",

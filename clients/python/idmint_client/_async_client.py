@@ -10,6 +10,7 @@ from typing import Any, Self, TypeVar, overload
 import httpx
 
 from idmint_client._base import (
+    FLEET_PATH,
     BaseClient,
     Key,
     buffer_key,
@@ -235,7 +236,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         delivered = 0
         reasons: dict[str, str] = {}
         while True:
-            plan, skipped = self._replicas.plan(scheme)
+            plan, skipped = await self._plan(scheme)
             reasons.update(skipped)
             progress = False
             for url in plan:
@@ -316,6 +317,19 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         self._learn(infos)
         return infos
 
+    async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
+        """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
+        plan, reasons = self._replicas.plan(scope, advance)
+        for url in self._fleets.unread(plan):
+            try:
+                self._fleets.learn(
+                    url, await self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout)))
+                )
+            except (httpx.HTTPError, ValueError) as exc:
+                reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
+                self._replicas.failed(url, reasons[url])
+        return [url for url in plan if url in self._fleets.documents], reasons
+
     async def _call(
         self,
         path: str,
@@ -330,7 +344,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
-        plan, reasons = self._replicas.plan(scope, advance)
+        plan, reasons = await self._plan(scope, advance)
         for url in plan:
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"

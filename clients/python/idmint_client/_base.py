@@ -14,6 +14,7 @@ import httpx
 
 from idmint_client._buffer import Buffer
 from idmint_client._exceptions import BadRequest
+from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
 from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
 from idmint_client._shapes import IdShape, missing_shape
@@ -32,6 +33,10 @@ Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
 
 LockT = TypeVar("LockT")
 TransportT = TypeVar("TransportT")
+
+
+FLEET_PATH = "/v1/fleet"
+"""Where a server tells its fleet (read once per server before it is used)."""
 
 
 def buffer_key(scheme: str, fmt: str | None, options: Mapping[str, object]) -> Key:
@@ -157,6 +162,8 @@ class BaseClient(Generic[LockT, TransportT]):
         """key -> (deadline, next) of the buffer's head segment: all the hot path reads."""
         self._buffers: dict[Key, Buffer] = {}
         self._locks: dict[Key, LockT] = {}
+        self._fleets = FleetCheck()
+        """Each server's fleet, read before the server is first used (servers of overlapping fleets: an error)."""
         self._http = self._make_http()
 
     def _headers(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import Any, Self, TypeVar, overload
 import httpx
 
 from idmint_client._base import (
+    FLEET_PATH,
     BaseClient,
     Key,
     buffer_key,
@@ -283,7 +284,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         delivered = 0
         reasons: dict[str, str] = {}
         while True:
-            plan, skipped = self._replicas.plan(scheme)
+            plan, skipped = self._plan(scheme)
             reasons.update(skipped)
             progress = False
             for url in plan:
@@ -370,6 +371,18 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         return infos
 
     # -- failover ----------------------------------------------------------------------------------------------
+    def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
+        """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
+        (:class:`~idmint_client._fleet.FleetCheck`): one that cannot be read is failed over. Raises FleetOverlap."""
+        plan, reasons = self._replicas.plan(scope, advance)
+        for url in self._fleets.unread(plan):
+            try:
+                self._fleets.learn(url, self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout))))
+            except (httpx.HTTPError, ValueError) as exc:
+                reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
+                self._replicas.failed(url, reasons[url])
+        return [url for url in plan if url in self._fleets.documents], reasons
+
     def _call(
         self,
         path: str,
@@ -385,7 +398,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
-        plan, reasons = self._replicas.plan(scope, advance)
+        plan, reasons = self._plan(scope, advance)
         for url in plan:
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"

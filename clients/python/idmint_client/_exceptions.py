@@ -9,6 +9,8 @@
     │   └── Unauthorized        401/403: the API key is missing or not accepted
     ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, broken or truncated
     │                           answer) or could not be reached; ``reasons`` maps each replica URL to its reason
+    ├── FleetOverlap            two of the servers belong to fleets whose leased identities overlap: IDs from both
+    │                           could repeat, so the client hands out none
     └── ClientClosed            the client was closed
 
 Errors of httpx never leave the client: they are mapped here, in one place (the ``reason`` of a replica, or
@@ -18,6 +20,7 @@ Errors of httpx never leave the client: they are mapped here, in one place (the 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 
 class IdmintClientError(Exception):
@@ -62,6 +65,25 @@ class NoReplicaAvailable(IdmintClientError):
         super().__init__(f"{what}: no replica available ({listed})")
         self.reasons = dict(reasons)
         self.delivered = delivered
+
+
+class FleetOverlap(IdmintClientError):
+    """Two servers given to the client belong to different fleets whose identity pools overlap for ``scheme``
+    (both could issue the same IDs). ``urls``: the two servers; ``fleets``: their ``/v1/fleet`` documents. Give
+    each fleet its own ``IDMINT_REGION``, or give the client servers of one fleet."""
+
+    def __init__(self, url: str, other_url: str, scheme: str, fleet: Any, other_fleet: Any) -> None:
+        mine, theirs = fleet["schemes"][scheme], other_fleet["schemes"][scheme]
+        super().__init__(
+            f"{url} (fleet {fleet['fleet_id']}, region {fleet.get('region')} of {fleet.get('regions')}) and "
+            f"{other_url} (fleet {other_fleet['fleet_id']}, region {other_fleet.get('region')} of "
+            f"{other_fleet.get('regions')}) are two fleets whose {scheme} identities overlap ({mine.get('kind')} "
+            f"{mine['pool'][0]}..{mine['pool'][1]} and {theirs['pool'][0]}..{theirs['pool'][1]}): IDs from both "
+            "could repeat; give each fleet its own IDMINT_REGION, or use servers of one fleet"
+        )
+        self.urls = (url, other_url)
+        self.scheme = scheme
+        self.fleets = (fleet, other_fleet)
 
 
 class ClientClosed(IdmintClientError):

@@ -1,0 +1,239 @@
+"""Who this fleet is, and the guard that keeps it from sharing identities with another fleet.
+
+A **fleet** is every node that shares one lease backend (one etcd namespace, or one embedded state directory):
+inside it, the backend makes every claimed identity exclusive. Two fleets share nothing, so only their
+configuration keeps them apart: regions (:mod:`app.pool`) give each fleet a disjoint slice of every leased identity
+space. The guard here checks that configuration against the fleets it is told about:
+
+* :meth:`FleetGuard.document` is ``GET /v1/fleet``: ``{"fleet_id", "region", "regions", "backend", "schemes":
+  {name: {"kind", "slice": [first, last], "pool": [low, high], "group", "group_in_id"}}}`` for every scheme whose
+  uniqueness rests on a leased identity;
+* with ``IDMINT_PEER_FLEETS`` set, :meth:`FleetGuard.run` reads each peer's ``/v1/fleet`` at start and every
+  ``IDMINT_PEER_CHECK_INTERVAL`` seconds. A peer of another fleet whose pool for a scheme overlaps ours
+  (:func:`overlap`) makes that scheme not ready here (503 naming the peer and the scheme), until a later answer
+  shows the overlap gone. Until the first round is over, the guarded schemes are not ready either; it asks a peer
+  that does not answer again for up to one interval (fleets started together see each other before either
+  issues), then goes on without it. A peer that cannot be reached, or answers something else, is logged and
+  decides nothing: its last verdict stands.
+* A check carries our fleet ID in the ``Idmint-Fleet`` request header; a node that sees another fleet's ID there
+  runs its own round at once (at most once a second), so the node that started first stops as soon as the second
+  one asks, before that one issues anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from app.errors import NotReadyError
+from app.identity import PEER_CHECK_PENDING
+
+if TYPE_CHECKING:
+    from app.lease.base import LeaseBackend
+    from app.pool import IdentityPool
+    from app.settings import Settings
+
+log = logging.getLogger("idmint.fleet")
+
+FLEET_HEADER = "Idmint-Fleet"
+"""Request header of a peer check: the asking node's fleet ID."""
+PEER_TIMEOUT_S = 2.0
+"""How long one peer's ``/v1/fleet`` may take before it counts as unreachable this round."""
+FIRST_ROUND_RETRY_S = 0.25
+"""How often the first round asks a peer that has not answered yet (it may be starting too)."""
+POKE_MIN_INTERVAL_S = 1.0
+"""Rounds started by a peer's check (:meth:`FleetGuard.poke`) run at most this often."""
+
+
+def overlap(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> bool:
+    """Whether two fleets' entries for one scheme (``/v1/fleet`` ``schemes`` members) can issue the same ID: their
+    pools intersect, and they share the group, or the group is not carried in the ID (snowflake layouts)."""
+    if ours.get("group_in_id") and theirs.get("group_in_id") and ours.get("group") != theirs.get("group"):
+        return False
+    (a_low, a_high), (b_low, b_high) = ours["pool"], theirs["pool"]
+    return bool(a_low <= b_high and b_low <= a_high)
+
+
+def listens_beyond_loopback(host: str) -> bool:
+    """True when ``host`` (a bind address) is reachable from other machines: any address but loopback."""
+    if host in ("localhost", "ip6-localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return True  # a host name other than localhost: assume it resolves beyond this machine
+
+
+class FleetGuard:
+    """This node's fleet identity and its peer checks. ``pools``: scheme name -> the identity pool it claims from
+    (only schemes whose uniqueness rests on a leased identity); ``block``: called with (scheme, reason or None)
+    when a scheme must stop (or may resume) issuing because of a peer fleet."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        backend: LeaseBackend,
+        pools: Mapping[str, IdentityPool],
+        block: Callable[[str, str | None], None],
+    ) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.pools = dict(pools)
+        self.block = block
+        self.peers = list(settings.peer_fleets)
+        self.fleet_id: str | None = None
+        self.verdicts: dict[str, dict[str, str]] = {peer: {} for peer in self.peers}
+        """peer URL -> {scheme: reason} for the overlaps that peer's last answer showed."""
+        self.reachable: dict[str, bool | None] = {peer: None for peer in self.peers}
+        self._wake = asyncio.Event()
+        self._fleet_id_warned = False
+        self._last_round = 0.0
+        self._first_round_done = not self.peers
+        if self.peers:
+            for scheme in self.pools:
+                self.block(scheme, f"{PEER_CHECK_PENDING} (IDMINT_PEER_FLEETS) before issuing")
+
+    # -- what we are ---------------------------------------------------------------------------------------
+    async def read_fleet_id(self) -> str | None:
+        """This fleet's ID from the backend (cached once read); None while the backend cannot tell."""
+        if self.fleet_id is None:
+            try:
+                self.fleet_id = await self.backend.fleet_id()
+            except NotReadyError as exc:
+                if not self._fleet_id_warned:
+                    log.warning("fleet ID not readable yet (retried): %s", exc.reason)
+                self._fleet_id_warned = True
+        return self.fleet_id
+
+    def document(self) -> dict[str, Any]:
+        """The ``GET /v1/fleet`` answer (``fleet_id`` null while the backend has not told it)."""
+        settings = self.settings
+        return {
+            "fleet_id": self.fleet_id,
+            "region": settings.region,
+            "regions": settings.regions,
+            "backend": self.backend.name,
+            "schemes": {name: pool_entry(pool) for name, pool in self.pools.items()},
+        }
+
+    # -- peers ---------------------------------------------------------------------------------------------
+    def poke(self, asker: str | None) -> None:
+        """A check arrived from fleet ``asker`` (its :data:`FLEET_HEADER`): run a round soon, when it is another
+        fleet and the last round is more than :data:`POKE_MIN_INTERVAL_S` old."""
+        if self.peers and asker and asker != self.fleet_id:
+            if time.monotonic() - self._last_round >= POKE_MIN_INTERVAL_S:
+                self._wake.set()
+
+    async def run(self) -> None:
+        """Background task: the first round (peers that do not answer are asked again every
+        :data:`FIRST_ROUND_RETRY_S` for up to ``peer_check_interval`` seconds, so fleets started together see each
+        other before either issues), then a round every ``peer_check_interval`` seconds or when poked."""
+        while await self.read_fleet_id() is None:  # noqa: ASYNC110 -- polling the backend, not an event
+            await asyncio.sleep(FIRST_ROUND_RETRY_S)
+        if not self.peers:
+            return
+        async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S, follow_redirects=False) as client:
+            pending = list(self.peers)
+            deadline = time.monotonic() + self.settings.peer_check_interval
+            while pending:
+                pending = [peer for peer in pending if not await self._check(client, peer)]
+                if time.monotonic() >= deadline:
+                    break
+                await asyncio.sleep(FIRST_ROUND_RETRY_S)
+            self._first_round_done = True
+            self._apply()
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.peer_check_interval):
+                        await self._wake.wait()
+                self._wake.clear()
+                self._last_round = time.monotonic()
+                try:
+                    await self.check_round(client)
+                except Exception:  # noqa: BLE001 -- the guard must outlive any one failure
+                    log.exception("peer fleet check failed unexpectedly")
+
+    async def check_round(self, client: httpx.AsyncClient) -> None:
+        """Ask every peer once (concurrently) and apply the verdicts."""
+        await asyncio.gather(*(self._check(client, peer) for peer in self.peers))
+        self._apply()
+
+    async def _check(self, client: httpx.AsyncClient, peer: str) -> bool:
+        """Ask ``peer`` and record its verdict; False when it gave none (its last verdict stands)."""
+        assert self.fleet_id is not None
+        answer = await self._ask(client, peer, self.fleet_id)
+        if answer is None:
+            return False
+        self.verdicts[peer] = self._compare(peer, answer)
+        return True
+
+    async def _ask(self, client: httpx.AsyncClient, peer: str, fleet_id: str) -> dict[str, Any] | None:
+        """The peer's ``/v1/fleet`` document, or None (logged when that changes) when it gives none."""
+        try:
+            response = await client.get(f"{peer}/v1/fleet", headers={FLEET_HEADER: fleet_id})
+            response.raise_for_status()
+            answer = response.json()
+            if not isinstance(answer, dict) or not isinstance(answer.get("schemes"), dict):
+                raise ValueError("not a /v1/fleet document")
+            if not answer.get("fleet_id"):
+                raise ValueError("it does not know its fleet ID yet")
+        except (httpx.HTTPError, ValueError) as exc:
+            if self.reachable[peer] is not False:
+                log.warning("peer fleet %s gave no fleet document (%s); its last verdict stands", peer, exc)
+            self.reachable[peer] = False
+            return None
+        if self.reachable[peer] is not True:
+            log.info("peer fleet %s answers: fleet %s, region %s of %s", peer, answer["fleet_id"],
+                     answer.get("region"), answer.get("regions"))  # fmt: skip
+        self.reachable[peer] = True
+        return answer
+
+    def _compare(self, peer: str, answer: dict[str, Any]) -> dict[str, str]:
+        """{scheme: reason} for every scheme whose pool overlaps the peer's (none when it is our own fleet)."""
+        if answer["fleet_id"] == self.fleet_id:
+            return {}
+        found: dict[str, str] = {}
+        theirs_all = answer["schemes"]
+        for name, pool in self.pools.items():
+            ours, theirs = pool_entry(pool), theirs_all.get(name)
+            try:
+                if not isinstance(theirs, dict) or not overlap(ours, theirs):
+                    continue
+            except (KeyError, TypeError, ValueError):
+                continue
+            found[name] = (
+                f"{pool.kind}s {ours['pool'][0]}..{ours['pool'][1]} (region {self.settings.region} of "
+                f"{self.settings.regions}) overlap {theirs['pool'][0]}..{theirs['pool'][1]} of fleet "
+                f"{answer['fleet_id']} at {peer} (region {answer.get('region')} of {answer.get('regions')}): both "
+                "could issue the same IDs; give each fleet its own IDMINT_REGION"
+            )
+        return found
+
+    def _apply(self) -> None:
+        blocked: dict[str, str] = {}
+        for peer in self.peers:
+            for scheme, reason in self.verdicts[peer].items():
+                blocked.setdefault(scheme, reason)
+        for scheme in self.pools:
+            verdict = blocked.get(scheme)
+            if verdict is None and not self._first_round_done:
+                continue
+            self.block(scheme, verdict)
+
+
+def pool_entry(pool: IdentityPool) -> dict[str, Any]:
+    """A scheme's member of ``/v1/fleet`` ``schemes``: what :func:`overlap` compares."""
+    return {
+        "kind": pool.kind,
+        "slice": list(pool.slice),
+        "pool": list(pool.drawn_from),
+        "group": pool.group,
+        "group_in_id": pool.group_in_id,
+    }

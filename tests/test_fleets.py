@@ -1,0 +1,364 @@
+"""More than one fleet (issue 17): regions slice every leased identity space, a fleet knows its ID, peer fleets
+that overlap stop issuing, and the Python client refuses servers of overlapping fleets.
+
+The fleet runs use real ``idmint serve`` processes: on the embedded backend with separate state directories (two
+hosts), and on two etcd namespaces of the session's real etcd (two etcd clusters).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
+from idmint_client import Client, FleetOverlap
+
+from app.errors import ConfigError
+from app.lease.draw import draw
+from app.main import create_app
+from app.pool import region_of, region_slice
+from app.schemes import schemes
+from app.schemes.snowflake import NAMED_LAYOUTS
+from app.settings import Settings, load_settings
+from tests.helpers import Replica, free_port, make_settings
+
+SLICED = tuple(name for name, s in schemes().items() if s.uniqueness == "identity")
+"""eight-byte, hlc-ulid, siq, snowflake: uniqueness rests on a leased identity that regions slice."""
+RANDOM = tuple(name for name in schemes() if name not in SLICED)
+
+
+# -- the slice arithmetic ------------------------------------------------------------------------------------------
+@given(low=st.integers(0, 1000), size=st.integers(1, 70_000), regions=st.integers(1, 256))
+def test_region_slices_are_disjoint_contiguous_and_cover_the_space(low: int, size: int, regions: int) -> None:
+    space = (low, low + size - 1)
+    slices = [region_slice(space, r, regions) for r in range(regions)]
+    assert slices[0][0] == low and slices[-1][1] == space[1]
+    for (_, last), (first, _) in zip(slices, slices[1:], strict=False):
+        assert first == last + 1
+    sizes = [last - first + 1 for first, last in slices]
+    assert max(sizes) - min(sizes) <= 1
+    for probe in {space[0], space[1], low + size // 2, low + size // 3}:
+        r = region_of(space, regions, probe)
+        assert r is not None and slices[r][0] <= probe <= slices[r][1]
+    assert region_of(space, regions, space[1] + 1) is None
+
+
+def test_draws_start_at_a_random_identity_not_the_lowest() -> None:
+    pool = schemes()["siq"].identity_pool(Settings())
+    assert pool is not None
+    firsts = {next(draw(pool)) for _ in range(40)}
+    assert len(firsts) > 10  # lowest-first would give {0}
+    order = list(draw(pool, held={firsts.pop()}))
+    assert sorted(order) == sorted(set(order)) and len(order) == 255  # every free identity, once
+
+
+# -- settings: a slice is checked at start-up ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"regions": 2, "region": 2}, r"IDMINT_REGION must be in 0\.\.1 \(IDMINT_REGIONS=2\), got 2"),
+        (
+            {"regions": 2, "region": 1, "eight_byte_pool": "0-99"},
+            r"eight-byte: IDMINT_EIGHT_BYTE_POOL=0-99 lies outside region 1 of 2 \(eight-byte generator_ids "
+            r"1024\.\.2047\)",
+        ),
+        (
+            {"regions": 2, "region": 0, "siq_shard": 200},
+            r"siq: IDMINT_SIQ_SHARD=200 lies outside region 0 of 2 \(siq shards 0\.\.127\)",
+        ),
+        (
+            {"regions": 256, "region": 3, "eight_byte_generators": 9},
+            r"eight-byte: IDMINT_REGIONS=256 leaves region 3 a slice of 8 generator_id\(s\) \(0\.\.2047 split 256 "
+            r"ways\), fewer than the 9 this node claims",
+        ),
+        (
+            {"regions": 4, "region": 0, "snowflake_layout": "custom:0:1:41/1/21"},
+            r"snowflake: IDMINT_REGIONS=4 leaves region 0 a slice of 0 worker_id\(s\) \(0\.\.1 split 4 ways\)",
+        ),
+    ],
+)
+def test_a_slice_that_cannot_hold_the_settings_fails_start_up_naming_the_numbers(
+    tmp_path: Path, settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        create_app(load_settings(state_dir=tmp_path, **settings))
+
+
+def test_schemes_and_fleet_show_regions_and_decode_names_the_region(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, regions=4, region=2, eight_byte_generators=2)
+    with TestClient(create_app(settings)) as client:
+        catalogue = {s["name"]: s for s in client.get("/v1/schemes").json()["schemes"]}
+        eight = catalogue["eight-byte"]
+        assert eight["uniqueness"]["rests_on"] == "leased identity"
+        assert eight["identity"] | {"held": None} == {
+            "kind": "generator_id",
+            "minimum": 0,
+            "maximum": 2047,
+            "region": 2,
+            "regions": 4,
+            "slice": [1024, 1535],
+            "size": 512,
+            "held": None,
+        }
+        assert eight["identity"]["held"] == 2
+        assert all(1024 <= g <= 1535 for g in eight["node"]["identities"])
+        assert catalogue["siq"]["identity"]["slice"] == [128, 191]
+        assert catalogue["hlc-ulid"]["identity"]["slice"] == [32768, 49151]
+        assert catalogue["snowflake"]["identity"]["slice"] == [512, 767]
+        for name in RANDOM:
+            assert catalogue[name]["uniqueness"]["rests_on"] == "random bits", name
+            assert catalogue[name]["uniqueness"]["note"], name
+        assert catalogue["muid"]["identity"]["region"] is None  # drawn at random from the whole space
+
+        fleet = client.get("/v1/fleet").json()
+        assert fleet["region"] == 2 and fleet["regions"] == 4 and fleet["backend"] == "embedded"
+        assert len(fleet["fleet_id"]) == 36 and set(fleet["schemes"]) == set(SLICED)
+        assert fleet["schemes"]["eight-byte"] == {
+            "kind": "generator_id",
+            "slice": [1024, 1535],
+            "pool": [1024, 1535],
+            "group": "0",
+            "group_in_id": True,
+        }
+        # The fleet ID is written once in the state directory: a restart keeps it.
+        assert (tmp_path / "fleet.json").read_text().count(fleet["fleet_id"]) == 1
+
+        issued = client.get("/v1/ids/eight-byte", params={"format": "hex"}).json()["ids"][0]
+        decoded = client.get(f"/v1/decode/eight-byte/{issued}").json()
+        assert decoded["region"] == {
+            "kind": "generator_id",
+            "identity": decoded["fields"]["generator_id"],
+            "region": 2,
+            "regions": 4,
+        }
+        wiji = client.get("/v1/ids/wiji").json()["ids"][0]
+        assert client.get(f"/v1/decode/wiji/{wiji}").json()["region"] is None
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/v1/fleet").json()["fleet_id"] == fleet["fleet_id"]
+
+
+def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with TestClient(create_app(make_settings(tmp_path, host="0.0.0.0"))) as client:  # noqa: S104
+        metrics = client.get("/metrics").text
+    assert 'idmint_region_configured{backend="embedded",exposed="true"} 0.0' in metrics
+    assert "claims the same identities and issues the same IDs" in caplog.text
+    caplog.clear()
+    with TestClient(create_app(make_settings(tmp_path / "b", host="0.0.0.0", regions=2))) as client:  # noqa: S104
+        metrics = client.get("/metrics").text
+    assert 'idmint_region_configured{backend="embedded",exposed="true"} 1.0' in metrics
+    assert "claims the same identities" not in caplog.text
+
+
+# -- real processes ------------------------------------------------------------------------------------------------
+def stream(url: str, scheme: str, count: int) -> list[bytes]:
+    """``count`` IDs of ``scheme`` streamed from ``url`` (the whole stream must arrive)."""
+    with httpx.stream("GET", f"{url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=300) as r:
+        assert r.status_code == 200, r.read().decode(errors="replace")
+        body = r.read()
+    lines = body.split(b"\n")
+    assert lines[-1] == b"" and len(lines) == count + 1, (url, scheme, len(lines) - 1)
+    return lines[:-1]
+
+
+def duplicates(batches: list[list[bytes]]) -> int:
+    seen: set[bytes] = set()
+    total = 0
+    for batch in batches:
+        seen.update(batch)
+        total += len(batch)
+    return total - len(seen)
+
+
+def stream_everywhere(urls: list[str], scheme: str, count: int) -> list[list[bytes]]:
+    """Every replica streams ``count`` IDs of ``scheme`` at the same time."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        return list(pool.map(lambda url: stream(url, scheme, count), urls))
+
+
+@contextlib.contextmanager
+def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Replica]]:
+    nodes = [Replica(tmp_path, env) for _ in range(size)]
+    try:
+        for node in nodes:
+            node.wait("/readyz")
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+@pytest.mark.integration
+def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -> None:
+    env = {"IDMINT_REGIONS": "2", "IDMINT_EIGHT_BYTE_GENERATORS": "4", "IDMINT_SNOWFLAKE_WORKERS": "4"}
+    ports = [free_port(), free_port()]
+    peers = [f"http://127.0.0.1:{p}" for p in ports]
+    # Each host its own state directory (Replica's default), each the other's peer: different regions, so ready.
+    nodes = [
+        Replica(tmp_path, {**env, "IDMINT_REGION": str(i), "IDMINT_PEER_FLEETS": peers[1 - i]}, port=ports[i])
+        for i in range(2)
+    ]
+    try:
+        for node in nodes:
+            node.wait("/readyz")
+        fleets = [node.get("/v1/fleet").json() for node in nodes]
+        assert fleets[0]["fleet_id"] != fleets[1]["fleet_id"]
+        for scheme in SLICED:
+            got = stream_everywhere([n.url for n in nodes], scheme, 200_000)
+            assert duplicates(got) == 0, scheme
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+@pytest.mark.integration
+def test_peer_fleets_in_one_region_never_issue_the_overlapping_schemes(tmp_path: Path) -> None:
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    env = {"IDMINT_PEER_CHECK_INTERVAL": "60"}  # the first round waits up to this long for a peer starting too
+    issued: dict[str, int] = {}
+    stop = threading.Event()
+
+    def hammer() -> None:  # asks both servers for every guarded scheme from before they start
+        with httpx.Client(timeout=5) as http:
+            while not stop.is_set():
+                for url in urls:
+                    for scheme in SLICED:
+                        with contextlib.suppress(httpx.TransportError):
+                            if http.get(f"{url}/v1/ids/{scheme}").status_code == 200:
+                                issued[scheme] = issued.get(scheme, 0) + 1
+
+    worker = threading.Thread(target=hammer)
+    worker.start()
+    nodes: list[Replica] = []
+    try:
+        nodes = [Replica(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i in range(2)]
+        for node, peer in zip(nodes, reversed(urls), strict=True):
+            ready = node.wait("/readyz", status=503)
+            deadline = time.monotonic() + 60
+            while not all(peer in ready.json()["schemes"][s].get("reason", "") for s in SLICED):
+                assert time.monotonic() < deadline, ready.text
+                time.sleep(0.1)
+                ready = node.get("/readyz")
+            for scheme in SLICED:
+                reason = ready.json()["schemes"][scheme]["reason"]
+                assert "overlap" in reason and "give each fleet its own IDMINT_REGION" in reason, reason
+                refused = node.get(f"/v1/ids/{scheme}")
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+            for scheme in RANDOM:  # random bits: not guarded, still issuing
+                assert ready.json()["schemes"][scheme]["ready"], scheme
+                assert node.get(f"/v1/ids/{scheme}").status_code == 200
+    finally:
+        stop.set()
+        worker.join()
+        for node in nodes:
+            node.stop()
+    assert issued == {}, f"IDs issued while two fleets overlapped: {issued}"
+
+
+@pytest.mark.integration
+def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_servers(tmp_path: Path) -> None:
+    two_hosts = [Replica(tmp_path, {}), Replica(tmp_path, {})]  # separate state dirs, one region: overlap
+    shared = {"IDMINT_STATE_DIR": str(tmp_path / "shared")}
+    one_fleet = [Replica(tmp_path, shared), Replica(tmp_path, shared)]
+    try:
+        for node in two_hosts + one_fleet:
+            node.wait("/readyz")
+        with Client([n.url for n in two_hosts]) as client, pytest.raises(FleetOverlap) as info:
+            client.new_id("eight-byte")
+        message = str(info.value)
+        assert two_hosts[0].url in message and two_hosts[1].url in message and "IDMINT_REGION" in message
+        assert info.value.scheme in SLICED
+        with Client([n.url for n in one_fleet]) as client:
+            ids = client.ids("eight-byte", 5_000) + client.ids("eight-byte", 5_000)
+            assert len(set(ids)) == 10_000
+            assert len(set(client.ids("snowflake", 2_000))) == 2_000
+    finally:
+        for node in two_hosts + one_fleet:
+            node.stop()
+
+
+@pytest.mark.integration
+@pytest.mark.anyio
+async def test_the_async_client_refuses_two_overlapping_fleets(tmp_path: Path) -> None:
+    from idmint_client import AsyncClient
+
+    nodes = [Replica(tmp_path, {}), Replica(tmp_path, {})]
+    try:
+        for node in nodes:
+            node.wait("/readyz")
+        async with AsyncClient([n.url for n in nodes]) as client:
+            with pytest.raises(FleetOverlap):
+                await client.ids("siq", 10)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+# -- two etcd fleets x 3 replicas ----------------------------------------------------------------------------------
+FLEET_ENV = {
+    "IDMINT_ETCD_LEASE_TTL": "5",
+    "IDMINT_ETCD_SAFETY_MARGIN": "1",
+    "IDMINT_EIGHT_BYTE_GENERATORS": "8",
+    "IDMINT_SNOWFLAKE_WORKERS": "16",
+}
+PER_REPLICA = 1_000_000
+
+
+def two_etcd_fleets(tmp_path: Path, etcd_server: Any, namespace: str, **env: str) -> list[dict[str, str]]:
+    return [
+        {
+            **FLEET_ENV,
+            "IDMINT_ETCD_ENDPOINTS": etcd_server.endpoint,
+            "IDMINT_ETCD_NAMESPACE": f"{namespace}{name}/",
+            **env,
+        }
+        for name in ("east", "west")
+    ]
+
+
+def test_two_etcd_fleets_in_two_regions_never_repeat_an_id(
+    tmp_path: Path, etcd_server: Any, etcd_namespace: str
+) -> None:
+    layouts = list(NAMED_LAYOUTS)
+    for round_no, layout in enumerate(layouts):
+        envs = [
+            {**env, "IDMINT_REGIONS": "2", "IDMINT_REGION": str(region), "IDMINT_SNOWFLAKE_LAYOUT": layout}
+            for region, env in enumerate(two_etcd_fleets(tmp_path, etcd_server, etcd_namespace))
+        ]
+        with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
+            assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
+            urls = [n.url for n in east + west]
+            for scheme in (*SLICED, "muid") if round_no == 0 else ("snowflake",):  # muid: random medallions
+                got = stream_everywhere(urls, scheme, PER_REPLICA)
+                assert duplicates(got) == 0, (scheme, layout)
+
+
+def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_server: Any, etcd_namespace: str) -> None:
+    """The hole regions close, kept visible: two fleets on one slice (here pinned to the same three identities, as
+    lowest-first claiming did for every unconfigured fleet) issue the same IDs."""
+    envs = two_etcd_fleets(
+        tmp_path,
+        etcd_server,
+        etcd_namespace,
+        IDMINT_EIGHT_BYTE_GENERATORS="1",
+        IDMINT_EIGHT_BYTE_POOL="0-2",
+        IDMINT_SNOWFLAKE_WORKERS="1",
+        IDMINT_SNOWFLAKE_POOL="0-2",
+        IDMINT_SNOWFLAKE_LAYOUT="sonyflake",  # 25,600 IDs/s per worker ID: the six streams overlap in time
+    )
+    with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
+        urls = [n.url for n in east + west]
+        for scheme in ("eight-byte", "snowflake"):
+            got = stream_everywhere(urls, scheme, 100_000)
+            assert duplicates(got) > 0, scheme
