@@ -40,6 +40,13 @@ def main() -> None:
 def serve(host: str | None, port: int | None, workers: int | None) -> None:
     """Run the HTTP server (uvicorn) on the configured lease backend (embedded unless IDMINT_ETCD_ENDPOINTS)."""
     settings = _settings(host=host, port=port, workers=workers)
+    if settings.api_keys_file is not None:  # here, once: a worker that fails on it would only be restarted
+        from app.api.auth import load_key_file
+
+        try:
+            load_key_file(settings.api_keys_file, settings.workers)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
     # Workers build their own app from the environment: pass the command-line overrides down that way.
     os.environ["IDMINT_HOST"] = settings.host
     os.environ["IDMINT_PORT"] = str(settings.port)
@@ -48,6 +55,8 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
 
     prepare_process_environment(settings.workers)
     import uvicorn
+
+    from app.serving import PROTOCOL_IMPORT
 
     log_config = None
     try:
@@ -69,6 +78,8 @@ def serve(host: str | None, port: int | None, workers: int | None) -> None:
         access_log=settings.access_log,
         log_level=settings.log_level,
         server_header=False,
+        http=PROTOCOL_IMPORT,
+        timeout_keep_alive=settings.keep_alive_timeout,
         **kwargs,
     )
 

@@ -12,7 +12,8 @@
     ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
     │   ├── PoolExhaustedError      every identity of the pool is held by another node
-    │   └── BackendUnavailableError the lease backend cannot be reached or refused us
+    │   ├── BackendUnavailableError the lease backend cannot be reached or refused us
+    │   └── TimeRangeError          the clock is outside the times a layout encodes (before its epoch, past its end)
     ├── TooManyRequestsError    a per-node or per-key limit is reached (streams, quotas)     -> 429 + Retry-After
     └── ConfigError             (ValueError) a setting breaks its rule; raised at start-up
 
@@ -72,6 +73,11 @@ class PoolExhaustedError(NotReadyError):
 
 class BackendUnavailableError(NotReadyError):
     """The lease backend (etcd) is unreachable, timed out, or rejected our credentials."""
+
+
+class TimeRangeError(NotReadyError):
+    """The clock is outside the times a scheme's layout can encode: before its epoch, or past the end of its time
+    field (a snowflake layout with few time bits, ``instagram`` after 2046-06-28). Only that scheme stops."""
 
 
 class TooManyRequestsError(IdmintError):

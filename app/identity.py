@@ -281,12 +281,13 @@ class IdentityHolder:
             self.recorded_mark = floor
             try:
                 await self.record_mark(floor)
+                # Inside: a generator that cannot issue at all (TimeRangeError) gives its claims back too.
+                self.ready_at_ns = self._inherited_wait_until([c.identity for c in claims], floor)
             except BaseException:
                 self.claims = []
                 for claim in claims:
                     await self._release_quietly(claim, None)
                 raise
-            self.ready_at_ns = self._inherited_wait_until([c.identity for c in claims], floor)
             self.generator = self.factory([c.identity for c in claims], floor)
             self.fault = None
             self.reason = ""

@@ -69,7 +69,9 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read
     )
     api.state.settings = settings
-    api.state.streams = StreamSlots(settings.max_concurrent_streams)
+    # Each of `idmint serve --workers N` processes serves its 1/N share of the node's streams (at least one).
+    streams_here = max(1, settings.max_concurrent_streams // settings.workers)
+    api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds, settings.stream_send_timeout)
     api.state.node = node
     api.state.sequences = sequences
     install_error_handlers(api)
@@ -84,7 +86,9 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
-        keys = wrapper = ApiKeys(wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of)
+        keys = wrapper = ApiKeys(
+            wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of, settings.workers
+        )
     return BodyLimit(wrapper, api, settings.max_body_bytes, metrics, route_of)
 
 

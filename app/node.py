@@ -152,6 +152,7 @@ class Issuer:
             self._check_inherited_wait()
         if holder.claims and holder.drop_lost_claims():
             raise NotReadyError(f"{holder.name}: {holder.reason}", holder.retry_after)
+        gen.check_time()  # a layout whose time ran out (or has not begun): 503 and not ready, this scheme only
         return gen
 
     def _check_inherited_wait(self) -> None:

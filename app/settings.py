@@ -58,13 +58,40 @@ class CoreSettings(BaseSettings):
         16,
         ge=1,
         le=10_000,
-        description="Streams this node serves at once; more are answered 429 + Retry-After.",
+        description="Streams this node serves at once; more are answered 429 + Retry-After (with --workers N, "
+        "each worker serves N-th of them, at least one).",
     )
     max_stream_seconds: float = Field(
         300.0,
         gt=0,
         description="Longest a stream may take at its scheme's cap (count / IDs per second); longer "
         "ones are refused up front with 422 naming the figure.",
+    )
+    stream_send_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a response (in practice a stream) may wait for its client to accept bytes; then the "
+        "connection is closed and the stream's slot freed.",
+    )
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Largest request headers (request line and fields) in bytes; larger ones are answered 431.",
+    )
+    header_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Seconds a request's headers may take to arrive after its first byte; then 408 and the "
+        "connection is closed.",
+    )
+    keep_alive_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Seconds an idle connection (fresh, or kept alive after a response) stays open.",
     )
     api_keys_file: Path | None = Field(
         None,

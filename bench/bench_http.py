@@ -66,7 +66,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(target: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[subprocess.Popen[bytes], str]:
+def start(
+    target: list[str], env: dict[str, str], cwd: Path = ROOT, http: str = "httptools"
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [
         sys.executable,
@@ -85,7 +87,7 @@ def start(target: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[sub
         "--loop",
         "uvloop",
         "--http",
-        "httptools",
+        http,
     ]
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
     base = f"http://127.0.0.1:{port}"

@@ -162,3 +162,26 @@ def test_readme_mentions_every_scheme() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for name in SCHEMES:
         assert f"`{name}`" in readme
+
+
+TOKEN_OPTIONS = {"siq": [{"type": "group"}], "typeid": [{"type": "user_account"}]}
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_format_has_a_token_pattern_that_its_issued_ids_match(client: TestClient, scheme: str) -> None:
+    entry = next(s for s in client.get("/v1/schemes").json()["schemes"] if s["name"] == scheme)
+    patterns = entry["token_patterns"]
+    assert set(patterns) == set(entry["formats"]), patterns
+    option_sets: list[dict[str, str]] = [{}, *TOKEN_OPTIONS.get(scheme, [])]
+    for name, option in entry.get("options", {}).items():
+        option_sets.extend({name: value} for value in option.get("choices", []))
+    for fmt, pattern in patterns.items():
+        for options in option_sets:
+            r = client.get(f"/v1/ids/{scheme}/stream", params={"count": 2000, "format": fmt, **options})
+            if r.status_code == 422:  # an option this format does not take
+                continue
+            assert r.status_code == 200, r.text
+            bad = [line for line in r.text.splitlines() if not re.fullmatch(pattern, line)]
+            assert not bad, (fmt, options, bad[:3])
+        for wrong in ("", "null", "<html>", "0x1", " " + entry["example"]):
+            assert not re.fullmatch(pattern, wrong), (fmt, wrong)

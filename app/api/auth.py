@@ -24,7 +24,10 @@ so the time taken does not depend on which key (or how much of a digest) matched
 
 Quotas are token buckets (:class:`TokenBucket`) holding one second of the rate: ``requests_per_second`` counts
 requests; ``ids_per_second`` counts the ``count`` of an issue request up front (a batch larger than one second's
-worth passes when the bucket is full and the key then waits it off), and paces a stream as its chunks are sent.
+worth passes when the bucket is full and the key then waits it off), and paces a stream as its chunks are sent; a
+sequence ``range`` is charged too, but only up to one second's worth (more is a 422). With ``--workers N`` each
+worker process holds 1/N of every rate and ``concurrent_streams // N`` streams (the quota is divided, not shared:
+a key gets at most its quota from the server, and less when its traffic lands on fewer workers).
 The bucket was measured side by side with the ``limits`` library (bench/bench_abuse.py) and kept: see there.
 
 ``SIGHUP`` re-reads the file (:meth:`ApiKeys.reload`): the new table replaces the old one in one assignment; a
@@ -53,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.streams import IDS_IN_MESSAGE
-from app.errors import ConfigError, TooManyRequestsError
+from app.errors import ConfigError, InvalidOptionError, TooManyRequestsError
 
 log = logging.getLogger("idmint.auth")
 
@@ -92,17 +95,20 @@ def required_scope(method: str, path: str) -> str | None:
 
 
 def counts_ids(path: str) -> bool:
-    """Whether the request's ``count`` is charged to the key's ``ids_per_second``."""
-    return path.startswith("/v1/ids/") or (path.startswith("/v1/sequences/") and path.endswith("/next"))
+    """Whether the request's ``count`` is charged to the key's ``ids_per_second`` (issuing, sequence ``next`` and
+    ``range``: every ID or integer handed out)."""
+    return path.startswith("/v1/ids/") or (path.startswith("/v1/sequences/") and path.endswith(("/next", "/range")))
 
 
-def charge_ids(scope: Scope, count: int) -> None:
+def charge_ids(scope: Scope, count: int, within_quota: bool = False) -> None:
     """Charge ``count`` IDs to the request's API key, once the route has parsed and range-checked the count (issue
-    routes, GET and POST, and sequence ``next``). Raises TooManyRequestsError (429) over the key's IDs/s quota;
-    does nothing for a public request or without API keys."""
+    routes, GET and POST, and sequence ``next`` and ``range``). Raises TooManyRequestsError (429) over the key's
+    IDs/s quota; does nothing for a public request or without API keys. ``within_quota`` (sequence ``range``, up to
+    2**40 a call): a count over one second of the key's quota is refused with InvalidOptionError (422) rather than
+    granted as a debt."""
     charge = scope.get(CHARGE_KEY)
     if charge is not None:
-        charge(count)
+        charge(count, within_quota)
 
 
 # -- the key file ---------------------------------------------------------------------------------------------------
@@ -150,9 +156,10 @@ class KeyFile(BaseModel):
     key: list[KeyEntry] = Field(default_factory=list)
 
 
-def load_key_file(path: Path) -> list[KeyEntry]:
-    """The keys of ``path``. Raises ConfigError naming the file and the rule broken (unreadable, not TOML, a bad
-    entry, a repeated name or digest)."""
+def load_key_file(path: Path, workers: int = 1) -> list[KeyEntry]:
+    """The keys of ``path`` for a server of ``workers`` processes. Raises ConfigError naming the file and the rule
+    broken (unreadable, not TOML, a bad entry, a repeated name or digest, a ``concurrent_streams`` that
+    ``workers`` cannot share: 1..workers-1)."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -172,6 +179,13 @@ def load_key_file(path: Path) -> list[KeyEntry]:
             if value in seen:
                 raise ConfigError(f"API key file {path}: {attr} must be unique, {value!r} appears twice")
             seen.add(value)
+    for entry in entries:
+        if 0 < entry.concurrent_streams < workers:
+            raise ConfigError(
+                f"API key file {path}: key {entry.name!r}: concurrent_streams must be 0 or at least the number of "
+                f"worker processes ({workers}, IDMINT_WORKERS), got {entry.concurrent_streams}: each worker holds "
+                "concurrent_streams // workers of them"
+            )
     return entries
 
 
@@ -225,10 +239,26 @@ class KeyState:
     ids: TokenBucket | None = None
     streams: int = 0
     scopes: frozenset[str] = field(default_factory=frozenset)
+    workers: int = 1
+    """Worker processes sharing the key's quotas: this one holds 1/workers of each rate and
+    ``concurrent_streams // workers`` streams."""
+
+    @property
+    def stream_limit(self) -> int:
+        """Streams this worker may run for the key at once (0 = unlimited)."""
+        return self.entry.concurrent_streams // self.workers
+
+    def share(self, quota: str) -> str:
+        """``quota`` with this worker's share named, when there are several workers."""
+        return (
+            quota
+            if self.workers == 1
+            else f"{quota}, of which each of the {self.workers} workers holds 1/{self.workers}"
+        )
 
     @classmethod
-    def build(cls, entry: KeyEntry, previous: KeyState | None) -> KeyState:
-        state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes))
+    def build(cls, entry: KeyEntry, previous: KeyState | None, workers: int = 1) -> KeyState:
+        state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes), workers=workers)
         same_rates = previous is not None and (previous.entry.requests_per_second, previous.entry.ids_per_second) == (
             entry.requests_per_second,
             entry.ids_per_second,
@@ -236,8 +266,8 @@ class KeyState:
         if same_rates and previous is not None:
             state.requests, state.ids, state.streams = previous.requests, previous.ids, previous.streams
         else:
-            state.requests = TokenBucket(entry.requests_per_second) if entry.requests_per_second else None
-            state.ids = TokenBucket(entry.ids_per_second) if entry.ids_per_second else None
+            state.requests = TokenBucket(entry.requests_per_second / workers) if entry.requests_per_second else None
+            state.ids = TokenBucket(entry.ids_per_second / workers) if entry.ids_per_second else None
             if previous is not None:
                 state.streams = previous.streams
         return state
@@ -268,28 +298,35 @@ class ApiKeys:
     """
 
     def __init__(
-        self, app: ASGIApp, path: Path, public_scopes: list[str], metrics: Any, route_of: Callable[[Scope], str]
+        self,
+        app: ASGIApp,
+        path: Path,
+        public_scopes: list[str],
+        metrics: Any,
+        route_of: Callable[[Scope], str],
+        workers: int = 1,
     ) -> None:
         self.app = app
+        self.workers = workers
         self.path = Path(path)
         self.public = frozenset(public_scopes)
         self.metrics = metrics
         self.route_of = route_of
         self.keys: tuple[KeyState, ...] = ()
-        self._install(load_key_file(self.path))
+        self._install(load_key_file(self.path, workers))
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- loading -----------------------------------------------------------------------------------------
     def _install(self, entries: list[KeyEntry]) -> None:
         previous = {k.entry.name: k for k in self.keys}
-        keys = tuple(KeyState.build(e, previous.get(e.name)) for e in entries)
+        keys = tuple(KeyState.build(e, previous.get(e.name), self.workers) for e in entries)
         self.metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
         self.keys = keys  # one assignment: a request sees the old table or the new one, never a mix
 
     def reload(self) -> bool:
         """Re-read the key file; on any error keep the keys in force and log why. Returns True when replaced."""
         try:
-            entries = load_key_file(self.path)
+            entries = load_key_file(self.path, self.workers)
         except ConfigError as exc:
             log.error("API keys not reloaded, the %d keys in force stay: %s", len(self.keys), exc)
             return False
@@ -368,11 +405,17 @@ class ApiKeys:
         refuses (``count=²``, a count over the maximum) costs no IDs, so one bad call cannot put the key in debt.
         A stream needs an IDs bucket that is not in debt up front and is paced as it is sent."""
         name = key.entry.name
-        if is_stream and key.entry.concurrent_streams and key.streams >= key.entry.concurrent_streams:
+        if is_stream and key.entry.concurrent_streams and key.streams >= key.stream_limit:
             raise Refusal(
                 429,
                 "over_quota",
-                f"API key {name!r} already runs {key.streams} streams (its limit is {key.entry.concurrent_streams})",
+                f"API key {name!r} already runs {key.streams} streams "
+                + (
+                    f"(its limit is {key.entry.concurrent_streams})"
+                    if key.workers == 1
+                    else f"in this worker (its limit is {key.entry.concurrent_streams}, {key.stream_limit} in each "
+                    f"of the {key.workers} workers)"
+                ),
                 1,
                 name,
             )
@@ -383,7 +426,7 @@ class ApiKeys:
                 raise Refusal(
                     429,
                     "over_quota",
-                    f"API key {name!r} is over its quota of {key.entry.ids_per_second:g} IDs/s",
+                    f"API key {name!r} is over its quota of " + key.share(f"{key.entry.ids_per_second:g} IDs/s"),
                     wait,
                     name,
                 )
@@ -393,21 +436,30 @@ class ApiKeys:
                 raise Refusal(
                     429,
                     "over_quota",
-                    f"API key {name!r} is over its quota of {key.entry.requests_per_second:g} requests/s",
+                    f"API key {name!r} is over its quota of "
+                    + key.share(f"{key.entry.requests_per_second:g} requests/s"),
                     wait,
                     name,
                 )
         if counted and not is_stream:
-            scope[CHARGE_KEY] = lambda count: self._charge_parsed(key, count)
+            scope[CHARGE_KEY] = lambda count, within_quota: self._charge_parsed(key, count, within_quota)
 
-    def _charge_parsed(self, key: KeyState, count: int) -> None:
+    def _charge_parsed(self, key: KeyState, count: int, within_quota: bool) -> None:
         name = key.entry.name
+        if key.ids is not None and within_quota and count > key.ids.capacity:
+            self.metrics.api_key_request(name, "over_quota")
+            raise InvalidOptionError(
+                f"count must be at most {key.ids.capacity:.0f} for API key {name!r} (one second of its quota of "
+                + key.share(f"{key.entry.ids_per_second:g} IDs/s")
+                + f"), got {count}"
+            )
         if key.ids is not None:
             wait = key.ids.take(count, time.monotonic())
             if wait:
                 self.metrics.api_key_request(name, "over_quota")
                 raise TooManyRequestsError(
-                    f"API key {name!r} is over its quota of {key.entry.ids_per_second:g} IDs/s", math.ceil(wait)
+                    f"API key {name!r} is over its quota of " + key.share(f"{key.entry.ids_per_second:g} IDs/s"),
+                    math.ceil(wait),
                 )
         self.metrics.api_key_ids(name, count)
 

@@ -98,7 +98,8 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     """Decode ``id`` (any accepted text form of ``scheme``) into its fields. Query parameters are the scheme's
     decode options (see ``decode_options`` in /v1/schemes); any other is a 422."""
     options = query_params(request.query_params.multi_items())
-    return _with_region(node, decode_one(scheme, id, node.schemes, options), bool(options))
+    decoded = decode_one(scheme, id, node.schemes, options)
+    return _with_region(node, decoded, node.schemes[scheme].with_decode_options(**options) is not node.schemes[scheme])
 
 
 @router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
@@ -107,9 +108,11 @@ async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, A
     parameters are decode options, each applied to the schemes that declare it (``layout=discord``: snowflake
     readings in Discord's layout); any other is a 422."""
     options = query_params(request.query_params.multi_items())
-    found = decode_any(id, registry=read_with(node.schemes, options))
+    registry = read_with(node.schemes, options)
+    found = decode_any(id, registry=registry)
     for candidate in found["candidates"]:
-        _with_region(node, candidate, bool(options))
+        name = candidate["scheme"]
+        _with_region(node, candidate, registry[name] is not node.schemes[name])
     return found
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.errors import (
@@ -21,7 +23,12 @@ from app.errors import (
     UnknownSequenceError,
 )
 
+log = logging.getLogger("idmint.api")
+
 JSON = "application/json"
+CLIENT_CLOSED_REQUEST = 499
+"""The status counted (``idmint_requests_total{status="499"}``, nginx's code) for a request whose client went away
+before its body was complete: nothing is sent, it is no fault of ours (not 5xx), and it is logged in one INFO line."""
 BODY_LIMIT_PREFIX = "request body must be at most"
 """How every 413 reason of ours begins (:func:`app.api.guard.body_too_large`, a route's own smaller limit)."""
 
@@ -76,6 +83,12 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
         return Response(json.dumps({"detail": _describe_validation(exc)}), status_code=422, media_type=JSON)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect) -> Response:
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info("%s went away before its request body was complete: %s %s", client, request.method, request.url.path)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)  # uvicorn sends nothing to a gone client
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> Response:

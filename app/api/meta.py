@@ -13,6 +13,7 @@ from starlette.responses import Response
 from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
 from app.fleet import FLEET_HEADER
+from app.schemes._patterns import token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "captions": dict(scheme.captions),
         "formats": list(scheme.formats),
         "canonical_format": scheme.formats[0],
+        "token_patterns": token_patterns(scheme.name),
         "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
         "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),
         "reference": scheme.reference,

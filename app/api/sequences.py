@@ -171,6 +171,7 @@ async def reserve_range(
 ) -> dict[str, Any]:
     """A fresh contiguous range of ``count`` integers (1..2**40) reserved in storage, for offline jobs."""
     n = parse_count(await count_text(request), MAX_RANGE_COUNT)
+    charge_ids(request.scope, n, within_quota=True)
     first, last = await sequences.reserve_range(name, n)
     return {"name": name, "first": first, "last": last, "count": n}
 
@@ -268,6 +269,7 @@ class SequenceFastPath:
                 body = await next_body(name, runs, count)
             else:
                 count = parse_count(count_text, MAX_RANGE_COUNT)
+                charge_ids(scope, count, within_quota=True)
                 first, last = await service.reserve_range(name, count)
                 body = b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count)
             status = 200

@@ -6,7 +6,9 @@
   (``count`` / :meth:`~app.node.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is refused with
   the figures.
 * **Bounded in number.** At most ``IDMINT_MAX_CONCURRENT_STREAMS`` run at once per node (:class:`StreamSlots`);
-  beyond, 429 with Retry-After.
+  beyond, 429 with a Retry-After of the soonest expected end of a running stream. A stream whose client accepts
+  no bytes for ``IDMINT_STREAM_SEND_TIMEOUT`` has its connection closed (:mod:`app.serving`), so it ends and
+  frees its slot like an aborted one.
 * **Ended by a client that goes.** Between chunks the stream yields to the event loop and asks whether the client
   disconnected: a stream of a scheme that never waits would otherwise never suspend (uvicorn's ``send`` returns at
   once after a disconnect) and would generate its whole count for nobody while starving every other request. An
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import math
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -47,24 +51,74 @@ gave the freed heap top back to the kernel after every chunk and faulted it in a
 faults per 10M-ID uuidv7 stream, measured). Pieces keep the transient copies small and cache-resident."""
 
 
+STALLED_S = 0.25
+"""A stream that has handed nothing to the server for this long is taken as stalled (its client reads nothing);
+a running one hands a piece every few ms, or every tenth of a second at a slow scheme's cap."""
+
+
+class StreamSlot:
+    """One running stream's progress: ``count`` IDs asked for, ``sent`` so far, since ``started``, the last piece
+    handed to the server at ``progressed`` (monotonic s)."""
+
+    __slots__ = ("count", "sent", "started", "progressed")
+
+    def __init__(self, count: int, started: float) -> None:
+        self.count = count
+        self.sent = 0
+        self.started = started
+        self.progressed = started
+
+    def seconds_left(self, now: float, send_timeout: float) -> float:
+        """Expected seconds to its end: at the rate it has run so far, or, stalled, when the send timeout drops its
+        client (infinite before its first chunk)."""
+        if now - self.progressed > STALLED_S:
+            return max(self.progressed + send_timeout - now, 0.0)
+        if not self.sent:
+            return math.inf
+        return (self.count - self.sent) * max(now - self.started, 0.0) / self.sent
+
+
 class StreamSlots:
-    """The node's cap on concurrent streams. :meth:`take` raises TooManyRequestsError when all are in use."""
+    """The node's cap on concurrent streams. :meth:`take` raises TooManyRequestsError when all are in use, with a
+    Retry-After of the soonest expected end of a running stream (at its rate so far, or for a stalled one, when
+    ``send_timeout`` drops it), within 1..``max_seconds``."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        max_seconds: float = 300.0,
+        send_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit = limit
-        self.active = 0
+        self.max_seconds = max_seconds
+        self.send_timeout = send_timeout
+        self.clock = clock
+        self.running: set[StreamSlot] = set()
 
-    def take(self) -> None:
+    @property
+    def active(self) -> int:
+        return len(self.running)
+
+    def retry_after(self) -> int:
+        """Seconds until a slot is expected to free (>= 1, at most ``max_seconds`` rounded up)."""
+        now = self.clock()
+        soonest = min((slot.seconds_left(now, self.send_timeout) for slot in self.running), default=0.0)
+        return max(1, math.ceil(min(soonest, self.max_seconds)))
+
+    def take(self, count: int = 0) -> StreamSlot:
         if self.active >= self.limit:
             raise TooManyRequestsError(
                 f"this node already serves {self.active} streams (IDMINT_MAX_CONCURRENT_STREAMS"
                 f" = {self.limit}); retry shortly or ask for a batch",
-                1,
+                self.retry_after(),
             )
-        self.active += 1
+        slot = StreamSlot(count, self.clock())
+        self.running.add(slot)
+        return slot
 
-    def give_back(self) -> None:
-        self.active -= 1
+    def give_back(self, slot: StreamSlot) -> None:
+        self.running.discard(slot)
 
 
 def check_duration(issuer: Issuer, count: int, max_seconds: float) -> None:
@@ -116,22 +170,28 @@ class IdStream(StreamingResponse):
     """A stream of IDs that holds one of the node's stream slots until it ends, however it ends. ``pieces`` yields
     (bytes to send, IDs of the chunk they start); each body message carries the latter under :data:`IDS_IN_MESSAGE`."""
 
-    def __init__(self, pieces: AsyncIterator[tuple[bytes, int]], slots: StreamSlots, count: int) -> None:
+    def __init__(
+        self, pieces: AsyncIterator[tuple[bytes, int]], slots: StreamSlots, slot: StreamSlot, count: int
+    ) -> None:
         super().__init__((), media_type=MEDIA_TYPE, headers={"x-idmint-count": str(count)})
         self.pieces = pieces
         self.slots = slots
+        self.slot = slot
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        slot, clock = self.slot, self.slots.clock
         async for piece, ids in self.pieces:
+            slot.sent += ids
             await send({"type": "http.response.body", "body": piece, "more_body": True, IDS_IN_MESSAGE: ids})
+            slot.progressed = clock()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self.slots.give_back()
+            self.slots.give_back(self.slot)
 
 
 async def open_stream(
@@ -148,13 +208,13 @@ async def open_stream(
     Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
     """
     check_duration(issuer, count, max_seconds)
-    slots.take()
+    slot = slots.take(count)
     try:
         first = await issuer.issue(min(count, FIRST_CHUNK), options, stream=True)
     except BaseException:
-        slots.give_back()
+        slots.give_back(slot)
         raise
-    return IdStream(_body(request, issuer, count, fmt, options, first), slots, count)
+    return IdStream(_body(request, issuer, count, fmt, options, first), slots, slot, count)
 
 
 async def _body(

@@ -201,6 +201,10 @@ class Generator(abc.ABC):
         """Nanoseconds until :meth:`generate` can issue at least one more ID (0 = now)."""
         return 0
 
+    def check_time(self) -> None:
+        """Raise :class:`~app.errors.TimeRangeError` when the clock is outside the times this generator's layout
+        encodes (before its epoch, past its end); a layout that lasts (the default) never does."""
+
     @property
     def lookback_ns(self) -> int:
         """How long (ns) capacity left unused stays usable: a caller that sleeps up to this long between calls

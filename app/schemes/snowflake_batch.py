@@ -22,6 +22,7 @@ A batch's text takes the cheapest path that applies, all exact:
 
 from __future__ import annotations
 
+import datetime
 import functools
 import os
 import time
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.errors import InvalidOptionError
+from app.errors import InvalidOptionError, TimeRangeError
 from app.schemes import _text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, RandomSource
 from app.schemes.snowflake import (
@@ -67,11 +68,19 @@ TOP_DIGITS = DECIMAL_LEN_MAX - 4 * GROUP_DIGITS  # 3: 2**63 // 10**16 = 922
 TOP_RADIX = 10 ** (DECIMAL_LEN_MAX - TOP_DIGITS)  # 10**16
 HEX4_BITS = 16
 SCALAR_COUNT_MAX = 8
+TIME_RANGE_RETRY_MAX_S = 3600
+"""Retry-After (s) of a layout that ran out of time, and the most one that has not begun yet asks for."""
 """Batches of at most this many IDs are formatted per ID with Python ints."""
 _POWERS_OF_TEN = np.array([10**k for k in range(1, DECIMAL_LEN_MAX)], dtype=np.uint64)
 
 
 @functools.cache
+def _utc(unix_ms: int) -> str:
+    """RFC 3339 UTC text of a Unix ms timestamp (``2046-06-28T...Z``)."""
+    moment = datetime.datetime.fromtimestamp(unix_ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _dec4() -> npt.NDArray[np.uint32]:
     """(10000,) little-endian uint32: bytes 0..3 = the 4 zero-padded decimal digits of the index."""
     text = "".join(f"{value:04d}" for value in range(GROUP_RADIX)).encode("ascii")
@@ -424,8 +433,8 @@ class SnowflakeGenerator(Generator):
 
     def generate(self, count: int, **options: Any) -> SnowflakeBatch:
         """Up to ``count`` (1 .. 2**24) IDs; fewer, even 0, when the usable units are full (then wait
-        :meth:`wait_ns`). Raises InvalidOptionError for a bad count or any option, OverflowError when the clock
-        is before the layout's epoch or the time field would pass 2**T - 1."""
+        :meth:`wait_ns`). Raises InvalidOptionError for a bad count or any option, TimeRangeError (a
+        NotReadyError: 503) when the clock is before the layout's epoch or the time field would pass its maximum."""
         if options:
             raise InvalidOptionError(f"snowflake takes no options, got {', '.join(sorted(options))}")
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
@@ -438,10 +447,8 @@ class SnowflakeGenerator(Generator):
                 self.stats.max_rollback_ns, self._last_issued * self._unit_ns + self._epoch_ns - now_ns
             )
         last_usable = max(now_unit, self._unit)  # past the clock only to continue the last unit
-        if last_usable < 0:
-            raise OverflowError(f"the clock is before the snowflake layout's epoch ({self.layout.epoch_ms} ms)")
-        if last_usable > self.layout.time_max:
-            raise OverflowError(f"snowflake time would pass {self.layout.time_max} units (layout {self.layout.name})")
+        if last_usable < 0 or last_usable > self.layout.time_max:
+            raise self._time_range_error(now_ns)
         unit, slot = self._unit, self._next_slot
         if unit < now_unit - self.lookback_units:
             unit, slot = max(0, now_unit - self.lookback_units), self._start_slot()
@@ -475,6 +482,28 @@ class SnowflakeGenerator(Generator):
             byte, self._offsets = self._offsets[0], self._offsets[1:]
             if byte < limit:
                 return byte % spread
+
+    def check_time(self) -> None:
+        """Raise TimeRangeError when the clock is before the layout's epoch or past the end of its time field."""
+        now_ns = self._clock()
+        now_unit = (now_ns - self._epoch_ns) // self._unit_ns
+        if not 0 <= max(now_unit, self._unit) <= self.layout.time_max:
+            raise self._time_range_error(now_ns)
+
+    def _time_range_error(self, now_ns: int) -> TimeRangeError:
+        layout = self.layout
+        if now_ns < self._epoch_ns and self._unit < 0:
+            return TimeRangeError(
+                f"snowflake layout {layout.name} has not begun: its epoch {_utc(layout.epoch_ms)} is ahead of this "
+                "node's clock",
+                min(TIME_RANGE_RETRY_MAX_S, -(-(self._epoch_ns - now_ns) // 1_000_000_000)),
+            )
+        return TimeRangeError(
+            f"snowflake layout {layout.name} ran out of time: its {layout.time_bits}-bit time field of "
+            f"{layout.unit_ms} ms units ended at {_utc(layout.timestamp_ms(layout.time_max + 1))}; choose a layout "
+            "that lasts (IDMINT_SNOWFLAKE_LAYOUT)",
+            TIME_RANGE_RETRY_MAX_S,
+        )
 
     @property
     def capacity_per_second(self) -> float:

@@ -731,9 +731,11 @@
     input.rows = Math.min(12, Math.max(4, lines));
   }
 
-  input.addEventListener("input", () => {
+  input.addEventListener("input", (event) => {
     fitInput();
-    scheduleDecode();
+    // a paste or drop is complete at once: decode it now; typing waits for a pause
+    if (event.inputType === "insertFromPaste" || event.inputType === "insertFromDrop") decodeNow();
+    else scheduleDecode();
   });
   $("#clear").addEventListener("click", () => {
     setText("");

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -333,5 +334,78 @@ def test_a_count_the_route_refuses_costs_the_key_nothing(tmp_path: Path) -> None
             assert client.get("/v1/ids/wiji?count=900").status_code == 200  # the bucket was not charged above
             r = client.get("/v1/sequences/orders/next?count=900")
             assert r.status_code == 429 and "IDs/s" in r.json()["detail"]  # but this one was
+    finally:
+        replica.stop()
+
+
+@pytest.mark.integration
+def test_range_is_charged_to_the_keys_ids_quota(tmp_path: Path) -> None:
+    keys = key_file(
+        tmp_path / "keys.toml", entry("ranger", "ranger-key", ["sequences", "admin", "metrics"], ids_per_second=1000)
+    )
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    try:
+        replica.wait("/readyz")
+        with httpx.Client(base_url=replica.url, headers=bearer("ranger-key"), timeout=30) as client:
+            assert client.post("/v1/sequences", json={"name": "orders"}).status_code == 201
+            for too_many in (2**40, 1001):  # more than one second of the quota: a 422 naming it, charged nothing
+                r = client.post(f"/v1/sequences/orders/range?count={too_many}")
+                assert r.status_code == 422, r.text
+                assert "at most 1000 for API key 'ranger'" in r.json()["detail"]
+            assert client.post("/v1/sequences/orders/range?count=1000").status_code == 200
+            for path in ("/v1/sequences/orders/range?count=1000", "/v1/sequences/orders/next?count=1000"):
+                r = client.post(path)  # the range took the second's worth
+                assert r.status_code == 429 and "IDs/s" in r.json()["detail"], r.text
+            metrics = client.get("/metrics").text
+        assert 'idmint_api_key_ids_total{key="ranger"} 1000.0' in metrics
+    finally:
+        replica.stop()
+
+
+@pytest.mark.integration
+def test_with_two_workers_a_key_gets_its_quota_once(tmp_path: Path) -> None:
+    """``--workers 2``: each worker holds half of every rate and half of the stream slots, so the key's quotas
+    hold across the server (a worker may refuse while the other has room: never more than the quota)."""
+    keys = key_file(
+        tmp_path / "keys.toml",
+        entry("pair", "pair-key", ["issue", "stream"], requests_per_second=10, concurrent_streams=2),
+    )
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
+    try:
+        replica.wait("/readyz", timeout=60)
+        # Fresh connections, so both workers take requests; at 10/s the key may have 10 at once plus what refills.
+        started = time.monotonic()
+        answers = [httpx.get(f"{replica.url}/v1/ids/wiji", headers=bearer("pair-key")) for _ in range(40)]
+        elapsed = time.monotonic() - started
+        allowed = sum(r.status_code == 200 for r in answers)
+        refused = [r for r in answers if r.status_code == 429]
+        assert allowed + len(refused) == 40
+        assert allowed <= 10 + 10 * elapsed + 1, (allowed, elapsed)
+        assert "each of the 2 workers holds 1/2" in refused[0].json()["detail"]
+        # Streams: 2 for the key, one per worker; never-reading clients hold theirs.
+        time.sleep(1.1)  # let the request bucket refill (the quota under test is the stream cap)
+        held = []
+        statuses = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", replica.port), timeout=30)
+            sock.sendall(
+                b"GET /v1/ids/wiji/stream?count=100000000 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer pair-key\r\n\r\n"
+            )
+            statuses.append(int(sock.recv(64).split()[1]))
+            held.append(sock)
+        for sock in held:
+            sock.close()
+        assert statuses.count(200) <= 2, statuses
+    finally:
+        replica.stop()
+
+
+@pytest.mark.integration
+def test_a_stream_cap_the_workers_cannot_share_stops_start_up(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys.toml", entry("one", "one-key", ["stream"], concurrent_streams=1))
+    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
+    try:
+        assert replica.proc.wait(60) != 0
+        assert "concurrent_streams must be 0 or at least the number of worker processes (2" in replica.log()
     finally:
         replica.stop()

@@ -3,6 +3,7 @@ chunked), unknown JSON members, free-text decoding that must neither block the e
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -157,3 +158,29 @@ def test_free_text_decoding_leaves_the_event_loop_free(server: Replica) -> None:
         t.join(60)
     # Single-ID requests were answered while the two decodes ran (not queued behind them).
     assert len([t for t in answered if t < min(finished)]) >= 3, (len(answered), finished)
+
+
+def test_clients_gone_mid_body_are_499_in_one_log_line_each(server: Replica) -> None:
+    lines_before = len(server.log().splitlines())
+    bodies = [
+        b"Content-Length: 1000\r\n\r\n" + b'{"text": "01FZ11RQKT',
+        b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"tex\r\n',
+    ]
+    for i in range(30):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + bodies[i % 2])
+    # Each is counted once the server has seen it go: wait for all thirty (on the count, not a time).
+    pattern = re.compile(r'^idmint_requests_total\{method="POST",route="/v1/decode",status="499"\} (\S+)$', re.M)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        metrics = httpx.get(f"{server.url}/metrics").text
+        match = pattern.search(metrics)
+        if match and float(match.group(1)) >= 30:
+            break
+        time.sleep(0.05)
+    assert match and float(match.group(1)) == 30, metrics
+    assert 'route="/v1/decode",status="500"' not in metrics
+    new_lines = server.log().splitlines()[lines_before:]
+    gone = [line for line in new_lines if "went away before its request body was complete" in line]
+    assert len(gone) == 30 and all(" INFO " in line for line in gone), gone[:3]
+    assert len(new_lines) == 30, new_lines[:40]  # one line each: no traceback

@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.api.streams import StreamSlots
+from app.errors import TooManyRequestsError
 from app.node import STREAM_SLICE_S
 from app.schemes import get_scheme
 from tests.helpers import Replica, new_node, started
@@ -169,3 +171,22 @@ def test_a_snowflake_stream_is_sized_and_bounded_by_its_layouts_cap(tmp_path: Pa
         assert ok.status_code == 200 and ok.content.count(b"\n") == 30000
     finally:
         replica.stop()
+
+
+def test_the_429_retry_after_is_the_soonest_expected_end_of_a_running_stream() -> None:
+    now = [100.0]
+    slots = StreamSlots(2, max_seconds=300.0, send_timeout=30.0, clock=lambda: now[0])
+    steady, stalled = slots.take(1000), slots.take(1_000_000)
+    steady.sent = 250  # a quarter in 1 s: 3 s to go
+    stalled.sent = 10
+    now[0] += 1.0
+    steady.progressed = now[0]
+    with pytest.raises(TooManyRequestsError) as full:
+        slots.take(10)
+    assert full.value.retry_after == 3
+    now[0] += 10.0  # neither moved since: both stalled, dropped 30 s after their last piece (at 100 s and 101 s)
+    with pytest.raises(TooManyRequestsError) as full:
+        slots.take(10)
+    assert full.value.retry_after == 19
+    slots.give_back(steady)
+    slots.take(10)  # a slot was free

@@ -25,6 +25,7 @@ from idmint_client import (
     UnknownScheme,
 )
 
+from tests.client.fakes import catalogue_answer, fake_id
 from tests.helpers import Replica, free_port
 
 pytestmark = pytest.mark.anyio
@@ -171,14 +172,19 @@ def test_no_replica_error_names_every_replica_and_its_reason(server: Replica) ->
 def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
     seen: list[str | None] = []
 
+    ids = [fake_id("a.invalid", 1), fake_id("a.invalid", 2)]
+
     def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)  # /v1/schemes is open on a real server
+        if listed is not None:
+            return listed
         seen.append(request.headers.get("authorization"))
         if request.headers.get("authorization") != "Bearer s3cret":
             return httpx.Response(401, json={"detail": "missing or unknown API key"})
-        return httpx.Response(200, json={"scheme": "wiji", "format": "base32", "ids": ["A", "B"]})
+        return httpx.Response(200, json={"scheme": "wiji", "format": "base32", "ids": ids})
 
     with Client(["http://a.invalid", "http://b.invalid"], api_key="s3cret", transport=one_fleet(handler)) as client:
-        assert client.ids("wiji", 2) == ["A", "B"]
+        assert client.ids("wiji", 2) == ids
     with (
         Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client,
         pytest.raises(Unauthorized, match="unknown API key"),
@@ -237,11 +243,14 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
     calls: list[str] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)
+        if listed is not None:
+            return listed
         calls.append(request.url.host)
         if request.url.host == "a.invalid":
             return httpx.Response(503, headers={"retry-after": "30"}, json={"detail": "lease lost", "retry_after": 30})
         count = int(request.url.params["count"])
-        return httpx.Response(200, content=json.dumps({"ids": [f"{request.url.host}-{i}" for i in range(count)]}))
+        return httpx.Response(200, content=json.dumps({"ids": [fake_id(request.url.host, i) for i in range(count)]}))
 
     with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         for _ in range(6):
@@ -256,8 +265,8 @@ class _TruncatedBody(httpx.SyncByteStream):
     """A body that ends mid-line with a broken transfer, as when a replica dies inside a chunked stream."""
 
     def __iter__(self) -> Iterator[bytes]:
-        yield b"a-1\na-2\n"
-        yield b"a-3\na-"
+        yield f"{fake_id('a', 1)}\n{fake_id('a', 2)}\n".encode()
+        yield f"{fake_id('a', 3)}\n{fake_id('a', 4)[:5]}".encode()
         raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
 
 
@@ -265,13 +274,19 @@ def test_stream_yields_only_complete_lines_and_asks_the_next_replica_for_the_res
     asked: list[tuple[str, str]] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)
+        if listed is not None:
+            return listed
         count = request.url.params["count"]
         asked.append((request.url.host, count))
+        text = "text/plain; charset=us-ascii"
         if request.url.host == "a.invalid":
-            return httpx.Response(200, stream=_TruncatedBody())
-        return httpx.Response(200, text="".join(f"b-{i}\n" for i in range(int(count))))
+            return httpx.Response(200, stream=_TruncatedBody(), headers={"content-type": text})
+        body = "".join(f"{fake_id('b', i)}\n" for i in range(int(count)))
+        return httpx.Response(200, text=body, headers={"content-type": text})
 
     with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         got = list(client.stream("wiji", 10))
-    assert got == ["a-1", "a-2", "a-3"] + [f"b-{i}" for i in range(7)]  # the partial "a-" was discarded
+    # the partial fourth line of a was discarded
+    assert got == [fake_id("a", 1), fake_id("a", 2), fake_id("a", 3)] + [fake_id("b", i) for i in range(7)]
     assert asked == [("a.invalid", "10"), ("b.invalid", "7")]

@@ -16,6 +16,7 @@ from idmint_client._base import (
     BaseClient,
     Key,
     buffer_key,
+    check_stream_type,
     decode_path,
     issue_params,
     issue_path,
@@ -24,10 +25,12 @@ from idmint_client._base import (
 )
 from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
+from idmint_client._deadline import Deadline, async_deadline_transport, timeout_of
 from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable
 from idmint_client._fleet import member_live
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+from idmint_client._shapes import IdShape
 
 T = TypeVar("T")
 _monotonic = time.monotonic
@@ -45,7 +48,8 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _make_http(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(timeout=self.timeout, headers=self._headers(), transport=self._transport)
+        transport = self._transport if self._transport is not None else async_deadline_transport()
+        return httpx.AsyncClient(timeout=self.timeout, headers=self._headers(), transport=transport)
 
     async def aclose(self) -> None:
         """Cancel background refills and close connections. Buffered IDs are dropped. Idempotent."""
@@ -138,7 +142,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         error: BaseException | None = None
         ids: list[str] = []
         try:
-            async for chunk in self.stream_chunks(buf.scheme, size, format=buf.format, **buf.options):
+            async for chunk in self._stream_chunks(buf.scheme, size, buf.format, buf.options, whole_call=True):
                 ids.extend(chunk)
         except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
             error = exc
@@ -170,27 +174,45 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
     async def ids(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> list[str]:
         """``count`` fresh IDs, split above the server's max count; see :meth:`Client.ids
         <idmint_client.Client.ids>`."""
+        deadline = Deadline(self.timeout)
         cap = self._max_count
         if cap is None or count <= cap:
             try:
-                return await self._issue(scheme, count, format, options)
+                return await self._issue(scheme, count, format, options, deadline)
             except BadRequest as exc:
                 cap = self._learn_from(exc, count)
                 if cap is None:
                     raise
         out: list[str] = []
         while len(out) < count:
-            out.extend(await self._issue(scheme, min(cap, count - len(out)), format, options))
+            out.extend(await self._issue(scheme, min(cap, count - len(out)), format, options, deadline))
         return out
 
-    async def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
+    async def _issue(
+        self,
+        scheme: str,
+        count: int,
+        fmt: str | None,
+        options: Mapping[str, object],
+        deadline: Deadline | None = None,
+    ) -> list[str]:
+        shape = await self._shape(scheme, fmt)
         return await self._call(
             issue_path(scheme),
             scheme,
             issue_params(count, fmt, options),
-            lambda r: parse_ids(r, count),
+            lambda r: parse_ids(r, count, shape),
             f"issue {count} {scheme}",
+            deadline,
         )
+
+    async def _shape(self, scheme: str, fmt: str | None) -> IdShape:
+        """The shape answers for ``scheme`` in form ``fmt`` must have (the catalogue is fetched when needed)."""
+        shape = self._known_shape(scheme, fmt)
+        if shape is None:
+            await self._fetch_catalogue()
+            shape = self._shape_after_fetch(scheme, fmt)
+        return shape
 
     async def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> AsyncIterator[str]:
         """``count`` IDs from the stream route, carried on from another replica on failure; see
@@ -203,6 +225,16 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         self, scheme: str, count: int, /, format: str | None = None, **options: str
     ) -> AsyncIterator[list[str]]:
         """Like :meth:`stream`, yielding lists of IDs as they arrive."""
+        async for chunk in self._stream_chunks(scheme, count, format, options, whole_call=False):
+            yield chunk
+
+    async def _stream_chunks(
+        self, scheme: str, count: int, format: str | None, options: Mapping[str, object], whole_call: bool
+    ) -> AsyncIterator[list[str]]:
+        """The stream machinery; ``whole_call``: the timeout bounds the whole call (a refill), else the time
+        without progress (no complete, checked line)."""
+        shape = await self._shape(scheme, format)
+        deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0
         reasons: dict[str, str] = {}
@@ -215,20 +247,30 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
+                    if deadline.left() <= 0:
+                        raise Failed(f"not tried: the timeout of {self.timeout:g} s passed")
                     async with self._http.stream(
-                        "GET", url + path, params=issue_params(count - delivered, format, options)
+                        "GET",
+                        url + path,
+                        params=issue_params(count - delivered, format, options),
+                        timeout=timeout_of(deadline),
                     ) as response:
                         if response.status_code >= 300:
                             await response.aread()
                             check(response)
+                        check_stream_type(response)
                         partial = ""
                         async for raw in response.aiter_bytes():
-                            lines, partial = split_lines(partial, raw)
+                            lines, partial = split_lines(partial, raw, shape, delivered - before + 1)
                             if lines:
                                 if delivered + len(lines) > count:
                                     raise Failed(f"stream sent more than the {count - before} IDs asked for")
                                 delivered += len(lines)
                                 yield lines
+                                if not whole_call:
+                                    deadline.extend(self.timeout)
+                            elif deadline.left() <= 0:  # a transport without deadlines (tests' own)
+                                raise Failed(f"no complete ID within the timeout of {self.timeout:g} s")
                         if delivered < count or partial:
                             raise Failed(f"stream ended after {delivered - before} of {count - before} IDs")
                 except Refused as exc:
@@ -264,22 +306,26 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
 
     async def schemes(self) -> list[SchemeInfo]:
         """The schemes the fleet serves; see :meth:`Client.schemes <idmint_client.Client.schemes>`."""
+        return await self._fetch_catalogue(advance=True)
+
+    async def _fetch_catalogue(self, advance: bool = False) -> list[SchemeInfo]:
         infos = await self._call(
             "/v1/schemes",
             ALL_SCOPES,
             None,
             _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
             "schemes",
+            advance=advance,
         )
         self._learn(infos)
         return infos
 
-    async def _plan(self, scope: str) -> tuple[list[str], dict[str, str]]:
+    async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
-        plan, reasons = self._replicas.plan(scope)
+        plan, reasons = self._replicas.plan(scope, advance)
         for url in self._fleets.unread(plan):
             try:
-                response = await self._http.get(url + FLEET_PATH)
+                response = await self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout)))
                 answers = {u: await self._member_live(u, response) for u in self._fleets.same_fleet(url, response)}
                 self._fleets.learn(url, response, functools.partial(_asked, answers))
             except (httpx.HTTPError, ValueError) as exc:
@@ -297,19 +343,32 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         if not isinstance(token, str) or not token:
             return None
         try:
-            return member_live(await self._http.get(f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"))
+            path = f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"
+            return member_live(await self._http.get(path, timeout=timeout_of(Deadline(self.timeout))))
         except httpx.HTTPError:
             return None
 
     async def _call(
-        self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
+        self,
+        path: str,
+        scope: str,
+        params: dict[str, str] | None,
+        parse: Callable[[httpx.Response], T],
+        what: str,
+        deadline: Deadline | None = None,
+        advance: bool = True,
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
-        plan, reasons = await self._plan(scope)
+        if deadline is None:
+            deadline = Deadline(self.timeout)
+        plan, reasons = await self._plan(scope, advance)
         for url in plan:
+            if deadline.left() <= 0:
+                reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
+                continue
             try:
-                response = await self._http.get(url + path, params=params)
+                response = await self._http.get(url + path, params=params, timeout=timeout_of(deadline))
                 check(response)
                 result = parse(response)
             except Refused as exc:

@@ -17,12 +17,15 @@ from idmint_client._exceptions import BadRequest
 from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
 from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
+from idmint_client._shapes import IdShape, missing_shape
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MAX_AGE_S = 1.0
 DEFAULT_MIN_REFILL = 64
 DEFAULT_MAX_REFILL = 100_000
 """The server's default IDMINT_MAX_COUNT; a smaller server limit is learned and honoured."""
+MAX_LINE_CHARS = 4096
+"""A stream line longer than this is no ID: the answer fails (its text is not buffered without bound)."""
 
 Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
 """A buffer's key: the bare scheme name (no options, canonical format: the common case, cheapest to build) or
@@ -61,25 +64,42 @@ def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> 
     return params
 
 
-def parse_ids(response: httpx.Response, count: int) -> list[str]:
-    """The ``ids`` of a batch answer; Failed when the answer is not what the API promises."""
+def parse_ids(response: httpx.Response, count: int, shape: IdShape) -> list[str]:
+    """The ``ids`` of a batch answer, each checked against ``shape``; Failed when the answer is not what the API
+    promises (naming the first ID that is not one)."""
     try:
         ids = response.json()["ids"]
     except (ValueError, KeyError, TypeError) as exc:
         raise Failed(f"unreadable batch answer: {exc!r}") from exc
     if not isinstance(ids, list) or len(ids) != count:
         raise Failed(f"batch answer holds {len(ids) if isinstance(ids, list) else '?'} IDs, asked for {count}")
+    shape.check_ids(ids)
     return ids
 
 
-def split_lines(partial: str, chunk: bytes) -> tuple[list[str], str]:
-    """Complete lines of ``partial + chunk`` and the incomplete rest (kept until more arrives, or discarded)."""
+def check_stream_type(response: httpx.Response) -> None:
+    """Failed unless a stream answer is ``text/plain`` (an HTML error page of a proxy is not a stream of IDs)."""
+    kind = response.headers.get("content-type", "")
+    if not kind.startswith("text/plain"):
+        raise Failed(f"stream answer is {kind or 'untyped'!r}, not text/plain")
+
+
+def split_lines(partial: str, chunk: bytes, shape: IdShape, line: int) -> tuple[list[str], str]:
+    """Complete lines of ``partial + chunk``, checked against ``shape`` (the first being line ``line`` of the
+    answer), and the incomplete rest (kept until more arrives, or discarded). Raises Failed for text that is not
+    ASCII, a line that is not an ID of the shape, or a line longer than MAX_LINE_CHARS."""
     try:
         text = partial + chunk.decode("ascii")
     except UnicodeDecodeError as exc:
         raise Failed(f"stream is not ASCII text: {exc}") from exc
-    lines = text.split("\n")
-    return lines, lines.pop()
+    cut = text.rfind("\n")
+    if cut < 0:
+        if len(text) > MAX_LINE_CHARS:
+            raise Failed(f"line {line} is longer than {MAX_LINE_CHARS} characters: no ID is")
+        return [], text
+    complete = text[:cut]
+    shape.check_text(complete, line)
+    return complete.split("\n"), text[cut + 1 :]
 
 
 class BaseClient(Generic[LockT, TransportT]):
@@ -119,6 +139,9 @@ class BaseClient(Generic[LockT, TransportT]):
         self._closed = False
         self._max_count: int | None = None
         """The server's max batch count, once learned (/v1/schemes or a 422 naming the count range)."""
+        self._catalogue: dict[str, SchemeInfo] = {}
+        """The fleet's schemes by name, once fetched (/v1/schemes): their token patterns check every answer."""
+        self._shapes: dict[tuple[str, str | None], IdShape] = {}
         self._fresh_state()
         ref = weakref.ref(self)
 
@@ -167,6 +190,27 @@ class BaseClient(Generic[LockT, TransportT]):
         counts = [i.max_count for i in infos if i.max_count]
         if counts:
             self._max_count = min(counts)
+        self._catalogue = {i.name: i for i in infos}
+        self._shapes = {}
+
+    def _known_shape(self, scheme: str, fmt: str | None) -> IdShape | None:
+        """The shape of ``scheme``'s IDs in form ``fmt`` (None: canonical) from the catalogue; None when the
+        catalogue does not know the scheme (fetch it, then ask :meth:`_shape_after_fetch`)."""
+        shape = self._shapes.get((scheme, fmt))
+        if shape is None and scheme in self._catalogue:
+            shape = self._shape_after_fetch(scheme, fmt)
+        return shape
+
+    def _shape_after_fetch(self, scheme: str, fmt: str | None) -> IdShape:
+        """As :meth:`_known_shape`, after a fresh catalogue: a scheme or format it lacks gets a shape that fails
+        every answer (the server answers 404 or 422 first, as it should)."""
+        info = self._catalogue.get(scheme)
+        if info is None:
+            return missing_shape(scheme, fmt)
+        form = fmt if fmt is not None else info.canonical_format
+        shape = IdShape(scheme, form or "canonical", info.token_patterns.get(form) if form else None)
+        self._shapes[(scheme, fmt)] = shape
+        return shape
 
     def _learn_from(self, exc: BadRequest, count: int) -> int | None:
         """The max count named by a count-range 422, when splitting would help; None otherwise."""

@@ -17,6 +17,7 @@ from idmint_client._base import (
     BaseClient,
     Key,
     buffer_key,
+    check_stream_type,
     decode_path,
     issue_params,
     issue_path,
@@ -24,6 +25,7 @@ from idmint_client._base import (
     split_lines,
 )
 from idmint_client._buffer import Buffer
+from idmint_client._deadline import Deadline, deadline_transport, timeout_of
 from idmint_client._exceptions import (
     BadRequest,
     ClientClosed,
@@ -33,6 +35,7 @@ from idmint_client._exceptions import (
 from idmint_client._fleet import member_live
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+from idmint_client._shapes import IdShape
 
 T = TypeVar("T")
 _monotonic = time.monotonic
@@ -44,13 +47,16 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     """A thread-safe client of an idmint fleet.
 
     ``replicas``: base URLs (a list, or one comma-separated string), tried round-robin with failover.
-    ``timeout``: seconds for each HTTP operation (connect, each read) to one replica. ``api_key``: sent as
+    ``timeout``: seconds, a deadline for each whole call (failover included; for :meth:`stream`, for each stretch
+    without a complete ID), enforced on every connect, read and write of the default transport. ``api_key``: sent as
     ``Authorization: Bearer <key>``. ``max_age``: seconds a buffered ID may wait before ``new_id`` discards it
     (None: no limit). ``buffer=False``: ``new_id`` asks the server every time. ``min_refill`` / ``max_refill``:
     bounds (IDs) of the adaptive refill size (``max_refill`` is also capped by the server's max count).
     ``transport``: an httpx transport (tests).
 
-    Raises ValueError for bad settings. Every call raises only :class:`~idmint_client.IdmintClientError`
+    Every answer is checked against the scheme's token pattern from ``/v1/schemes`` before any of it is handed out;
+    one that is not IDs fails its replica (moved on from, like a dead one). Raises ValueError for bad settings.
+    Every call raises only :class:`~idmint_client.IdmintClientError`
     subclasses: :class:`~idmint_client.NoReplicaAvailable` when every replica refused or failed,
     :class:`~idmint_client.RequestRejected` subclasses (never retried) when the request itself is wrong.
 
@@ -65,7 +71,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         self._worker: threading.Thread | None = None
 
     def _make_http(self) -> httpx.Client:
-        return httpx.Client(timeout=self.timeout, headers=self._headers(), transport=self._transport)
+        transport = self._transport if self._transport is not None else deadline_transport()
+        return httpx.Client(timeout=self.timeout, headers=self._headers(), transport=transport)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -166,7 +173,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         lock.release()
         try:
             # The stream route: its text costs the client a third less CPU per ID than a JSON batch.
-            for chunk in self.stream_chunks(buf.scheme, size, format=buf.format, **buf.options):
+            for chunk in self._stream_chunks(buf.scheme, size, buf.format, buf.options, whole_call=True):
                 ids.extend(chunk)
         except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
             error = exc
@@ -213,27 +220,45 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """``count`` fresh IDs of ``scheme`` (unbuffered), in issue order. Above the server's max count the
         request is split into several batch calls (the max is learned from /v1/schemes or a 422 naming the
         count range). Raises BadRequest (bad count, option or format), UnknownScheme, NoReplicaAvailable."""
+        deadline = Deadline(self.timeout)
         cap = self._max_count
         if cap is None or count <= cap:
             try:
-                return self._issue(scheme, count, format, options)
+                return self._issue(scheme, count, format, options, deadline)
             except BadRequest as exc:
                 cap = self._learn_from(exc, count)
                 if cap is None:
                     raise
         out: list[str] = []
         while len(out) < count:
-            out.extend(self._issue(scheme, min(cap, count - len(out)), format, options))
+            out.extend(self._issue(scheme, min(cap, count - len(out)), format, options, deadline))
         return out
 
-    def _issue(self, scheme: str, count: int, fmt: str | None, options: Mapping[str, object]) -> list[str]:
+    def _issue(
+        self,
+        scheme: str,
+        count: int,
+        fmt: str | None,
+        options: Mapping[str, object],
+        deadline: Deadline | None = None,
+    ) -> list[str]:
+        shape = self._shape(scheme, fmt)
         return self._call(
             issue_path(scheme),
             scheme,
             issue_params(count, fmt, options),
-            lambda r: parse_ids(r, count),
+            lambda r: parse_ids(r, count, shape),
             f"issue {count} {scheme}",
+            deadline,
         )
+
+    def _shape(self, scheme: str, fmt: str | None) -> IdShape:
+        """The shape answers for ``scheme`` in form ``fmt`` must have (the catalogue is fetched when needed)."""
+        shape = self._known_shape(scheme, fmt)
+        if shape is None:
+            self._fetch_catalogue()
+            shape = self._shape_after_fetch(scheme, fmt)
+        return shape
 
     def stream(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> Iterator[str]:
         """``count`` IDs of ``scheme`` from the stream route, one at a time, with memory that does not grow with
@@ -248,6 +273,15 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         self, scheme: str, count: int, /, format: str | None = None, **options: str
     ) -> Iterator[list[str]]:
         """Like :meth:`stream`, yielding lists of IDs as they arrive (cheaper per ID for bulk jobs)."""
+        yield from self._stream_chunks(scheme, count, format, options, whole_call=False)
+
+    def _stream_chunks(
+        self, scheme: str, count: int, format: str | None, options: Mapping[str, object], whole_call: bool
+    ) -> Iterator[list[str]]:
+        """The stream machinery; ``whole_call``: the timeout bounds the whole call (a refill), else the time
+        without progress (no complete, checked line)."""
+        shape = self._shape(scheme, format)
+        deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0
         reasons: dict[str, str] = {}
@@ -260,20 +294,30 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
+                    if deadline.left() <= 0:
+                        raise Failed(f"not tried: the timeout of {self.timeout:g} s passed")
                     with self._http.stream(
-                        "GET", url + path, params=issue_params(count - delivered, format, options)
+                        "GET",
+                        url + path,
+                        params=issue_params(count - delivered, format, options),
+                        timeout=timeout_of(deadline),
                     ) as response:
                         if response.status_code >= 300:
                             response.read()
                             check(response)
+                        check_stream_type(response)
                         partial = ""
                         for raw in response.iter_bytes():
-                            lines, partial = split_lines(partial, raw)
+                            lines, partial = split_lines(partial, raw, shape, delivered - before + 1)
                             if lines:
                                 if delivered + len(lines) > count:
                                     raise Failed(f"stream sent more than the {count - before} IDs asked for")
                                 delivered += len(lines)
                                 yield lines
+                                if not whole_call:
+                                    deadline.extend(self.timeout)
+                            elif deadline.left() <= 0:  # a transport without deadlines (tests' own)
+                                raise Failed(f"no complete ID within the timeout of {self.timeout:g} s")
                         if delivered < count or partial:
                             raise Failed(f"stream ended after {delivered - before} of {count - before} IDs")
                 except Refused as exc:
@@ -314,24 +358,29 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def schemes(self) -> list[SchemeInfo]:
         """The schemes the fleet serves (``GET /v1/schemes`` of one replica), with their formats and limits."""
+        return self._fetch_catalogue(advance=True)
+
+    def _fetch_catalogue(self, advance: bool = False) -> list[SchemeInfo]:
         infos = self._call(
             "/v1/schemes",
             ALL_SCOPES,
             None,
             _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
             "schemes",
+            advance=advance,
         )
         self._learn(infos)
         return infos
 
     # -- failover ----------------------------------------------------------------------------------------------
-    def _plan(self, scope: str) -> tuple[list[str], dict[str, str]]:
+    def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
         (:class:`~idmint_client._fleet.FleetCheck`): one that cannot be read is failed over. Raises FleetOverlap."""
-        plan, reasons = self._replicas.plan(scope)
+        plan, reasons = self._replicas.plan(scope, advance)
         for url in self._fleets.unread(plan):
             try:
-                self._fleets.learn(url, self._http.get(url + FLEET_PATH), self._member_live)
+                response = self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout)))
+                self._fleets.learn(url, response, self._member_live)
             except (httpx.HTTPError, ValueError) as exc:
                 reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
                 self._replicas.failed(url, reasons[url])
@@ -339,20 +388,33 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def _member_live(self, url: str, token: str) -> bool | None:
         try:
-            return member_live(self._http.get(f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"))
+            path = f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"
+            return member_live(self._http.get(path, timeout=timeout_of(Deadline(self.timeout))))
         except httpx.HTTPError:
             return None
 
     def _call(
-        self, path: str, scope: str, params: dict[str, str] | None, parse: Callable[[httpx.Response], T], what: str
+        self,
+        path: str,
+        scope: str,
+        params: dict[str, str] | None,
+        parse: Callable[[httpx.Response], T],
+        what: str,
+        deadline: Deadline | None = None,
+        advance: bool = True,
     ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
         if self._closed:
             raise ClientClosed("client is closed")
-        plan, reasons = self._plan(scope)
+        if deadline is None:
+            deadline = Deadline(self.timeout)
+        plan, reasons = self._plan(scope, advance)
         for url in plan:
+            if deadline.left() <= 0:
+                reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
+                continue
             try:
-                response = self._http.get(url + path, params=params)
+                response = self._http.get(url + path, params=params, timeout=timeout_of(deadline))
                 check(response)
                 result = parse(response)
             except Refused as exc:

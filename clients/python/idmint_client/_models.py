@@ -78,6 +78,7 @@ class SchemeInfo:
 
     ``formats`` are its text forms (the first is canonical); ``max_count`` / ``max_stream_count`` the largest
     ``count`` of one batch / one stream request; ``node`` what the answering replica holds (identities...);
+    ``token_patterns`` the regex of each form's IDs;
     ``raw`` the whole JSON entry (layout, options, reference and whatever newer servers add).
     """
 
@@ -88,6 +89,8 @@ class SchemeInfo:
     max_stream_count: int | None
     node: Mapping[str, Any]
     raw: Mapping[str, Any] = field(repr=False)
+    token_patterns: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Per text form, the regex every ID of that form matches whole (the client checks answers against it)."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SchemeInfo:
@@ -101,6 +104,7 @@ class SchemeInfo:
             max_stream_count=limits.get("max_stream_count"),
             node=dict(data.get("node") or {}),
             raw=dict(data),
+            token_patterns={str(k): str(v) for k, v in (data.get("token_patterns") or {}).items()},
         )
 
 

@@ -11,6 +11,7 @@ replica is left does the call raise :class:`~idmint_client.NoReplicaAvailable`, 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import re
 import time
@@ -141,10 +142,13 @@ class ReplicaSet:
         self._out: dict[tuple[str, str], tuple[float, str, bool]] = {}
         """(url, scope) -> (until, reason, honoured): honoured marks come from the server's Retry-After."""
 
-    def plan(self, scope: str) -> tuple[list[str], dict[str, str]]:
-        """(replicas to try in order, {url: reason} of the ones skipped because a server asked us to wait)."""
+    def plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
+        """(replicas to try in order, {url: reason} of the ones skipped because a server asked us to wait).
+
+        ``advance=False`` starts where the next call will (the catalogue fetched on the way leaves the round-robin
+        turn to the call it serves)."""
         now = self._clock()
-        start = next(self._turn) % len(self.urls)
+        start = (next(self._turn) if advance else self._peek()) % len(self.urls)
         ordered = self.urls[start:] + self.urls[:start]
         ready: list[str] = []
         guessed: list[str] = []
@@ -159,6 +163,10 @@ class ReplicaSet:
             else:
                 guessed.append(url)
         return ready + guessed, skipped
+
+    def _peek(self) -> int:
+        """The next turn, without taking it (from a copy of the counter)."""
+        return next(copy.copy(self._turn))
 
     def refused(self, url: str, scope: str, exc: Refused) -> None:
         """A 503/429 for ``scope``: keep ``url`` out of that scope for the server's Retry-After."""

@@ -1,0 +1,47 @@
+"""Token patterns: for every scheme and text form, a regex that each issued ID in that form matches whole.
+
+Published per scheme in ``GET /v1/schemes`` as ``token_patterns`` (``{format: pattern}``, Python ``re`` syntax that
+is also valid ECMAScript), so a client can refuse an answer that is not IDs (an empty line, ``null``, an HTML page)
+before handing any of it out. A pattern states the shape only (alphabet, length, separators); the parsers remain
+the judges of validity. ``tests/test_completeness.py`` checks that every registered scheme and format has one and
+that issued IDs match it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+HEX_LOWER = "[0-9a-f]"
+UUID = f"{HEX_LOWER}{{8}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{12}}"
+CROCKFORD_128 = "[0-7][0-9A-HJKMNP-TV-Z]{25}"
+"""26 Crockford base32 characters holding 128 bits (the first at most 7), upper case."""
+
+
+def _decimal(max_digits: int) -> str:
+    """An unsigned decimal without leading zeros, at most ``max_digits`` digits."""
+    return f"(?:0|[1-9][0-9]{{0,{max_digits - 1}}})"
+
+
+def _hex(digits: int) -> str:
+    return f"{HEX_LOWER}{{{digits}}}"
+
+
+TOKEN_PATTERNS: Mapping[str, Mapping[str, str]] = {
+    "muid": {"canonical": "[0-9A-F]{13}-[0-9A-F]{11}-[0-9A-F]{8}"},
+    "eight-byte": {"hex": _hex(16), "decimal": _decimal(20), "signed": f"-?{_decimal(19)}"},
+    "hlc-ulid": {"ulid": CROCKFORD_128, "hex": f"{_hex(12)}-{_hex(4)}-{_hex(4)}-{_hex(12)}"},
+    "siq": {"did": "did:siq:[a-z2-7]{29}", "hex": _hex(28), "decimal": _decimal(34)},
+    "wiji": {"base32": CROCKFORD_128, "uuid": UUID, "hex": _hex(32)},
+    "uuidv7": {"uuid": UUID, "hex": _hex(32)},
+    "ulid": {"ulid": CROCKFORD_128, "uuid": UUID, "hex": _hex(32)},
+    # jetify TypeID: an optional lower-case prefix (at most 63 characters, underscores inside) and "_", then 26
+    # lower-case Crockford base32 characters.
+    "typeid": {"typeid": "(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?[0-7][0-9a-hjkmnp-tv-z]{25}", "uuid": UUID},
+    "ksuid": {"base62": "[0-9A-Za-z]{27}", "hex": _hex(40)},
+    "snowflake": {"decimal": _decimal(19), "hex": _hex(16)},
+}
+
+
+def token_patterns(scheme: str) -> dict[str, str]:
+    """``{format: pattern}`` of ``scheme`` (empty for a scheme without a table entry)."""
+    return dict(TOKEN_PATTERNS.get(scheme, {}))

@@ -1,0 +1,68 @@
+"""What an ID looks like: each scheme's token pattern per text form, from ``GET /v1/schemes`` (``token_patterns``).
+
+Every answer is checked against it before any of it is handed out (a batch whole, a stream chunk by chunk of
+complete lines), so an answer of ``""``, ``null``, numbers or an HTML page from a server or a proxy is a failure
+of that server (moved on from, like a dead one), never IDs. The check is one regex match over a chunk's text; only
+a failing chunk is walked line by line to name the first bad line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from idmint_client._replicas import Failed
+
+SHOWN_CHARS = 80
+"""How much of a bad line an error quotes."""
+
+
+class IdShape:
+    """The token pattern of ``scheme`` in text form ``format`` (full match). :meth:`check_text` and
+    :meth:`check_ids` raise Failed naming the first line or ID that does not match."""
+
+    def __init__(self, scheme: str, fmt: str, pattern: str | None) -> None:
+        self.scheme = scheme
+        self.format = fmt
+        self.missing: str | None = None
+        if pattern is None:
+            self.missing = (
+                f"/v1/schemes gives no token pattern for {scheme} in format {fmt!r}: its answers cannot be checked"
+            )
+            return
+        try:
+            self._one = re.compile(pattern)
+            self._lines = re.compile(f"(?:{pattern})(?:\n(?:{pattern}))*")
+        except re.error as exc:
+            self.missing = f"/v1/schemes gives a token pattern for {scheme} in format {fmt!r} that is no regex: {exc}"
+
+    def check_text(self, text: str, first_line: int) -> None:
+        """``text``: complete lines joined by ``\\n`` (no final newline), the first being line ``first_line``
+        (1-based) of the answer."""
+        if self.missing is not None:
+            raise Failed(self.missing)
+        if self._lines.fullmatch(text):
+            return
+        for number, line in enumerate(text.split("\n"), first_line):
+            if not self._one.fullmatch(line):
+                raise Failed(f"line {number} is not a {self.scheme} ID ({self.format}): {line[:SHOWN_CHARS]!r}")
+
+    def check_ids(self, ids: Sequence[object]) -> None:
+        """A batch answer's ``ids``: every one a string of the pattern."""
+        if self.missing is not None:
+            raise Failed(self.missing)
+        texts: list[str] = []
+        for number, one in enumerate(ids, 1):
+            if not isinstance(one, str) or "\n" in one:
+                raise Failed(f"ID {number} is not a {self.scheme} ID ({self.format}): {str(one)[:SHOWN_CHARS]!r}")
+            texts.append(one)
+        if self._lines.fullmatch("\n".join(texts)):
+            return
+        for number, one in enumerate(texts, 1):
+            if not self._one.fullmatch(one):
+                raise Failed(f"ID {number} is not a {self.scheme} ID ({self.format}): {one[:SHOWN_CHARS]!r}")
+
+
+def missing_shape(scheme: str, fmt: str | None) -> IdShape:
+    """A shape that fails every answer (the catalogue has no pattern for this scheme and format)."""
+    return IdShape(scheme, fmt or "canonical", None)

@@ -1,0 +1,193 @@
+"""The connection layer (app/serving.py) tried as a hostile client against a real ``idmint serve``: stream clients
+that read nothing, huge and unfinished headers, headers that never end, connections that stay idle.
+
+Short timeouts (1 s) keep the waits short; every wait is on a condition (an answer, a closed socket), with a generous
+deadline that only a broken server reaches."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.api.test_limits import read_response, rss_kib
+from tests.helpers import Replica
+
+MB = 1024 * 1024
+DEADLINE_S = 60.0
+STREAM = "/v1/ids/wiji/stream?count=100000000"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    replica = Replica(
+        tmp_path_factory.mktemp("serving"),
+        {
+            "IDMINT_MAX_CONCURRENT_STREAMS": "2",
+            "IDMINT_STREAM_SEND_TIMEOUT": "1",
+            "IDMINT_HEADER_TIMEOUT": "1",
+            "IDMINT_KEEP_ALIVE_TIMEOUT": "1",
+        },
+    )
+    try:
+        replica.wait("/readyz")
+        yield replica
+    finally:
+        replica.stop()
+
+
+def connect(replica: Replica, rcvbuf: int | None = None) -> socket.socket:
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(DEADLINE_S)
+    sock.connect(("127.0.0.1", replica.port))
+    return sock
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Read until the server closes (True) or DEADLINE_S passes without a close (False)."""
+    end = time.monotonic() + DEADLINE_S
+    while time.monotonic() < end:
+        try:
+            if not sock.recv(MB):
+                return True
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+    return False
+
+
+def wait_for_status(replica: Replica, path: str, status: int) -> httpx.Response:
+    end = time.monotonic() + DEADLINE_S
+    while True:
+        r = httpx.get(f"{replica.url}{path}", timeout=DEADLINE_S)
+        if r.status_code == status or time.monotonic() > end:
+            return r
+        r.close()
+        time.sleep(0.05)
+
+
+def test_streams_whose_clients_read_nothing_end_and_free_their_slots(server: Replica) -> None:
+    hogs = [connect(server, rcvbuf=4096) for _ in range(2)]
+    for sock in hogs:
+        sock.sendall(f"GET {STREAM} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    try:
+        # The house is full while they hold their slots; the 429 says when to come back: once their clients are
+        # seen to read nothing, when the send timeout (1 s) drops them. Then a slot frees itself.
+        retry_afters: list[int] = []
+        end = time.monotonic() + DEADLINE_S
+        while (served := httpx.get(f"{server.url}{STREAM.replace('100000000', '10')}")).status_code == 429:
+            retry_afters.append(int(served.headers["retry-after"]))
+            assert time.monotonic() < end, retry_afters[-20:]
+            time.sleep(0.02)
+        assert retry_afters and min(retry_afters) >= 1 and 1 in retry_afters, retry_afters
+        assert served.status_code == 200, served.text
+        assert len(served.text.split()) == 10
+        for sock in hogs:
+            assert closed_by_server(sock)
+    finally:
+        for sock in hogs:
+            sock.close()
+    assert "accepted no bytes" in server.log()
+
+
+def test_the_429_for_a_full_house_gives_the_soonest_expected_end(server: Replica) -> None:
+    # Two slow, steady eight-byte streams (capped at 64,000 IDs/s): about 3 s each.
+    streams = [connect(server) for _ in range(2)]
+    for sock in streams:
+        sock.sendall(b"GET /v1/ids/eight-byte/stream?count=200000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    done = threading.Event()
+
+    def drain(sock: socket.socket) -> None:
+        while sock.recv(MB):
+            pass
+        done.set()
+
+    readers = [threading.Thread(target=drain, args=(sock,)) for sock in streams]
+    for t in readers:
+        t.start()
+    try:
+        full = wait_for_status(server, "/v1/ids/wiji/stream?count=10", 429)
+        if not done.is_set():
+            assert full.status_code == 429
+            assert 1 <= int(full.headers["retry-after"]) <= 10, full.headers
+    finally:
+        for t in readers:
+            t.join(DEADLINE_S)
+        for sock in streams:
+            sock.close()
+
+
+@pytest.mark.parametrize("size", [70 * 1024, 8 * MB])
+def test_request_headers_over_the_limit_get_431(server: Replica, size: int) -> None:
+    with connect(server) as sock:
+        head = b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
+        try:
+            sock.sendall(head[: 200 * 1024])  # the rest would only be refused: the answer comes before it
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        status, body = read_response(sock)
+    assert status == 431, body
+    assert b"IDMINT_MAX_HEADER_BYTES" in body
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
+
+
+def test_one_complete_header_block_over_the_limit_in_one_read_gets_431(server: Replica) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (65 * 1024) + b"\r\n\r\n")
+        status, _ = read_response(sock)
+    assert status == 431
+
+
+def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Replica) -> None:
+    before = rss_kib(server.pid)
+    peak = before
+    refused = 0
+
+    def send() -> None:
+        nonlocal refused
+        with connect(server) as sock:
+            try:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ")
+                for _ in range(10 * 16):
+                    sock.sendall(b"a" * 65536)
+            except (BrokenPipeError, ConnectionResetError):
+                refused += 1
+            else:
+                refused += closed_by_server(sock)
+
+    senders = [threading.Thread(target=send) for _ in range(24)]
+    for t in senders:
+        t.start()
+    while any(t.is_alive() for t in senders):
+        peak = max(peak, rss_kib(server.pid))
+        time.sleep(0.01)
+    assert refused == 24
+    assert peak - before < 24 * 1024, (before, peak)
+
+
+def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Replica) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n")
+        status, body = read_response(sock)
+        assert status == 408 and b"IDMINT_HEADER_TIMEOUT" in body
+        assert closed_by_server(sock)
+
+
+def test_idle_connections_are_closed(server: Replica) -> None:
+    with connect(server) as fresh:
+        assert closed_by_server(fresh)  # never sent a byte
+    with connect(server) as kept:
+        kept.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _ = read_response(kept)
+        assert status == 200
+        assert closed_by_server(kept)  # idle after its response
+    with connect(server) as blank:
+        blank.sendall(b"\r\n")  # bytes that start no request keep nothing open
+        assert closed_by_server(blank)
