@@ -43,7 +43,7 @@ from app.lease.etcd.client import (
     redact,
     ssl_context,
 )
-from app.lease.sequences import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
+from app.sequences.store.base import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
 
 if TYPE_CHECKING:
     from app.settings import Settings
