@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Holder
+from app.lease.base import Owner
 from app.lease.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
 from app.settings import Settings, load_settings
 from tests.helpers import FakeClock, pool_spec
@@ -46,8 +46,8 @@ async def one_event_loop() -> AsyncIterator[None]:
     yield
 
 
-def holder(n: int) -> Holder:
-    return Holder(
+def holder(n: int) -> Owner:
+    return Owner(
         host=f"replica-{n}",
         pid=1000 + n,
         version="test",
@@ -322,7 +322,7 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 
 HOLDER_SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, time
-    from app.lease.base import Holder
+    from app.lease.base import Owner
     from app.lease.etcd import EtcdBackend
     from app.settings import load_settings
     from tests.helpers import pool_spec
@@ -335,7 +335,7 @@ HOLDER_SCRIPT = textwrap.dedent("""
         await backend.start()
         pool = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                         static=7)
-        holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
+        holder = Owner(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
         await claim.record_mark(123_456)
         print("claimed", claim.identity, flush=True)

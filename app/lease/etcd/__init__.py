@@ -55,7 +55,8 @@ A released claim whose key cannot be deleted (etcd unreachable) is remembered an
 it sits on our live lease and would otherwise stay held for as long as this process runs.
 """
 
-from app.lease.etcd.backend import EtcdBackend, EtcdClaim
+from app.lease.etcd.backend import EtcdBackend
+from app.lease.etcd.claim import EtcdClaim
 from app.lease.etcd.keys import claim_key, mark_key, pool_prefix, register_key
 
 __all__ = ["EtcdBackend", "EtcdClaim", "claim_key", "mark_key", "pool_prefix", "register_key"]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError
-from app.lease.base import Holder
+from app.lease.base import Owner
 from app.pool import IdentityPool
 
 REGISTER_PREFIX = "idmint/"
@@ -45,7 +45,7 @@ def decode_identity(pool: IdentityPool, segment: str) -> int | None:
 
 
 def claim_key(namespace: str, pool: IdentityPool, identity: int) -> str:
-    """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the holder's lease."""
+    """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the owner's lease."""
     return pool_prefix(namespace, pool) + encode_identity(pool, identity)
 
 
@@ -91,12 +91,12 @@ def to_json(value: dict[str, Any]) -> bytes:
 
 
 def claim_value(
-    holder: Holder, pool: IdentityPool, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
+    owner: Owner, pool: IdentityPool, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
 ) -> bytes:
     """The claim key's value: who holds it, on which lease, and the last mark it recorded (-1: none yet)."""
     return to_json(
         {
-            "holder": holder.as_dict(),
+            "holder": owner.as_dict(),
             "scheme": pool.scheme,
             "kind": pool.kind,
             "identity": identity,
@@ -107,9 +107,9 @@ def claim_value(
     )
 
 
-def mark_value(holder: Holder, lease_hex: str, mark: int) -> bytes:
+def mark_value(owner: Owner, lease_hex: str, mark: int) -> bytes:
     """The mark key's value: ``{"high_water_mark", "holder", "lease"}``."""
-    return to_json({"high_water_mark": mark, "holder": holder.as_dict(), "lease": lease_hex})
+    return to_json({"high_water_mark": mark, "holder": owner.as_dict(), "lease": lease_hex})
 
 
 def read_mark(value: bytes | None, key: str) -> int:
