@@ -42,7 +42,7 @@ class EmbeddedClaim(Claim):
         self.key = key
         self.high_water_mark = mark
         self._fd: int | None = fd
-        self._mark_path = mark_path
+        self.mark_path = mark_path
         self._recorded = mark
 
     @property
@@ -55,7 +55,7 @@ class EmbeddedClaim(Claim):
         if mark <= self._recorded:
             return
         # fsync takes milliseconds on a real disk: off the event loop (the holder's mark lock keeps writes in order)
-        await asyncio.to_thread(_write_mark, self._mark_path, mark)
+        await asyncio.to_thread(_write_mark, self.mark_path, mark)
         self._recorded = max(self._recorded, mark)
 
     def close(self) -> None:
@@ -282,7 +282,7 @@ class EmbeddedBackend(LeaseBackend):
             if final_mark is not None and not claim.lost:
                 # The final mark is exact (the highest timestamp really issued), so it may lower the
                 # reservation recorded ahead of the clock: a clean restart then need not wait for it.
-                _write_mark(claim._mark_path, final_mark)
+                _write_mark(claim.mark_path, final_mark)
         finally:
             claim.close()
             if claim in self._claims:
