@@ -13,12 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
+from app.etcd.calls import Calls
+from app.etcd.client import EtcdClient, compare, delete, get, prefix_end, put, redact, ssl_context
 from app.lease.base import Claim, LeaseBackend, Owner
 from app.lease.draw import SMALL_POOL_SIZE, draw
 from app.lease.etcd import keys
-from app.lease.etcd.calls import Calls
 from app.lease.etcd.claim import EtcdClaim
-from app.lease.etcd.client import EtcdClient, compare, delete, get, prefix_end, put, redact, ssl_context
 from app.lease.etcd.session import Session
 from app.lease.etcd.watch import wait_event
 from app.metrics import Metrics

@@ -16,10 +16,10 @@ import logging
 import math
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
+from app.etcd.calls import Calls
+from app.etcd.client import compare, get, put, redact
 from app.lease.base import Claim, LossCallback, Owner
 from app.lease.etcd import keys
-from app.lease.etcd.calls import Calls
-from app.lease.etcd.client import compare, get, put, redact
 from app.lease.etcd.session import Session
 from app.lease.etcd.watch import ClaimWatch, loss_of
 from app.pool import IdentityPool

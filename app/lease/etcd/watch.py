@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from contextlib import aclosing
 
-from app.lease.etcd.client import EtcdCallError, EtcdClient, KeyValue
+from app.etcd.client import EtcdCallError, EtcdClient, KeyValue
 
 log = logging.getLogger("idmint.lease.etcd")
 

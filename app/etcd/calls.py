@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from app.errors import BackendUnavailableError
-from app.lease.etcd.client import EtcdCallError, EtcdClient, map_error, redact
+from app.etcd.client import EtcdCallError, EtcdClient, map_error, redact
 
 
 class Calls:
@@ -23,7 +23,7 @@ class Calls:
     @asynccontextmanager
     async def bounded(self, doing: str) -> AsyncIterator[EtcdClient]:
         """Yield the client for one call made while ``doing`` (words for the error). Raises the mapped
-        :class:`~app.errors.NotReadyError` (:func:`~app.lease.etcd.client.map_error`) for an etcd error, and
+        :class:`~app.errors.NotReadyError` (:func:`~app.etcd.client.map_error`) for an etcd error, and
         BackendUnavailableError when the call did not finish in time."""
         try:
             async with asyncio.timeout(self.limit):
