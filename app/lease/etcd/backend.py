@@ -16,7 +16,7 @@ from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, Not
 from app.etcd.calls import Calls
 from app.etcd.client import EtcdClient, compare, delete, get, prefix_end, put, redact, ssl_context
 from app.lease.base import Claim, LeaseBackend, Owner
-from app.lease.draw import SMALL_POOL_SIZE, draw
+from app.lease.draw import draw
 from app.lease.etcd import keys
 from app.lease.etcd.claim import EtcdClaim
 from app.lease.etcd.session import Session
@@ -317,7 +317,7 @@ class EtcdBackend(LeaseBackend):
                     del held[identity]
         if pool.allowed_groups_key:
             allowed = found.ranges[1] or []
-            self._check_allowed_groups(pool, allowed[0].value if allowed else None)
+            keys.check_allowed_groups(ns, pool, allowed[0].value if allowed else None, self._ttl)
 
         claimed_at = keys.now_rfc3339()
         tries = 0
@@ -387,48 +387,7 @@ class EtcdBackend(LeaseBackend):
                 mark,
             )
             return claim
-        raise PoolExhaustedError(self._exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
-
-    def _check_allowed_groups(self, pool: IdentityPool, value: bytes | None) -> None:
-        """java-uniqueid's ``cluster-id`` key: absent = any group; else our group must be listed."""
-        if value is None:
-            return
-        key = self._namespace + (pool.allowed_groups_key or "")
-        try:
-            allowed = keys.parse_allowed_groups(value.decode())
-            group = int(pool.group)
-        except ValueError:
-            raise NotReadyError(
-                f"etcd key {key} holds {value!r}, not a comma-separated list of cluster IDs", retry_after=self._ttl
-            ) from None
-        if group not in allowed:
-            raise NotReadyError(
-                f"cluster ID {group} is not listed in etcd key {key} ({value.decode()!r}); "
-                f"set IDMINT_CLUSTER_ID to one of {', '.join(map(str, allowed))} or add it to the key",
-                retry_after=self._ttl,
-            )
-
-    def _exhausted_reason(self, pool: IdentityPool, exclude: frozenset[int], held: dict[int, bytes], tries: int) -> str:
-        where = (
-            f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}" if pool.group else ""
-        )
-        if pool.candidates is not None:
-            parts = []
-            for identity in pool.candidates:
-                if identity in held:
-                    parts.append(f"{identity} is held by {keys.holder_of(held[identity])}")
-                elif identity in exclude:
-                    parts.append(f"{identity} was refused (high-water mark ahead of our clock)")
-            what = "static " if pool.static is not None else ""
-            return f"{pool.scheme}: {what}{pool.kind}{where} unavailable: " + "; ".join(parts or ["no candidates"])
-        size = pool.maximum - pool.minimum + 1
-        in_range = sum(1 for i in held if pool.minimum <= i <= pool.maximum)
-        refused = f", {len(exclude)} refused" if exclude else ""
-        tried = f" after {tries} random draw(s)" if pool.draw == "random" and size > SMALL_POOL_SIZE else ""
-        return (
-            f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
-            f"({pool.minimum}..{pool.maximum}){refused}"
-        )
+        raise PoolExhaustedError(keys.exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
 
     # -- watches ---------------------------------------------------------------------------------------------
     async def _rearm_watches(self, session: Session) -> None:
