@@ -228,5 +228,6 @@ class EtcdClaim(Claim):
         still_ours = self._lost_reason is None and not self.session.lost
         self.released = True
         self._loss_callbacks.clear()
+        self.session.off_done(self._lease_lost)
         await self.watch.stop()
         return still_ours

@@ -109,6 +109,11 @@ class Session:
         else:
             self._done_callbacks.append(callback)
 
+    def off_done(self, callback: DoneCallback) -> None:
+        """Forget ``callback`` (its claim was released): a long-lived lease does not collect them."""
+        if callback in self._done_callbacks:
+            self._done_callbacks.remove(callback)
+
     @property
     def hex(self) -> str:
         return f"{self.lease_id:016x}"
