@@ -20,8 +20,8 @@ from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
 from tests.helpers import FakeClock, make_settings
-from tests.lease.test_etcd_backend import RawEtcd, eventually
-from tests.support.etcd import EtcdServer
+from tests.lease.test_etcd_backend import eventually
+from tests.support.etcd import EtcdServer, RawEtcd
 
 pytestmark = pytest.mark.anyio
 
@@ -58,15 +58,6 @@ def held_claim(node: Node) -> EtcdClaim:
     claims = node.issuers[SCHEME].identity.claims
     assert len(claims) == 1 and isinstance(claims[0], EtcdClaim), claims
     return claims[0]
-
-
-@pytest.fixture
-async def raw(etcd_server: EtcdServer) -> AsyncIterator[RawEtcd]:
-    client = RawEtcd(etcd_server.endpoint)
-    try:
-        yield client
-    finally:
-        await client.http.aclose()
 
 
 @pytest.mark.parametrize("how", ["key overwritten", "lease revoked"])
