@@ -17,6 +17,7 @@ back that far (:meth:`IdentityHolder.refuse_running`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -403,19 +404,18 @@ class IdentityHolder:
                     last_reason = reason
                 pause = min(backoff, FAULT_RETRY_MAX_S) if self.fault is not None else backoff
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
-                except TimeoutError:
-                    pass
+                await self._sleep(pause)
                 continue
-            self._wake.clear()
             deadline = min((c.deadline for c in self.claims), default=math.inf)
-            sleep = min(interval, max(deadline - self.backend.clock(), 0.01))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=sleep)
-            except TimeoutError:
-                pass
+            await self._sleep(min(interval, max(deadline - self.backend.clock(), 0.01)))
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until woken (a loss, a refusal). ``asyncio.timeout``, not ``wait_for``: Python
+        3.11's ``wait_for`` swallows a cancellation that meets a set event, and the task then outlives ``stop``."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     async def stop(self) -> None:
         """Record the exact final mark and release every claim."""
