@@ -1,6 +1,12 @@
 """The identity behind one scheme's generator: :class:`IdentityHolder` claims it, records its high-water marks,
-keeps it (the background task), and gives it up (stop, drop). The :class:`~app.node.Issuer` on top only checks
-that it is still valid and issues from the generator built on it.
+keeps it (the background task), gives it up (stop, drop), and alone answers "may this scheme issue now, and with
+which generator?" (:meth:`IdentityHolder.check`). The :class:`~app.node.Issuer` on top only asks, issues and meters.
+
+The holder is told of a loss, never polls for one: it registers :meth:`~app.lease.base.Claim.on_lost` on every
+claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and
+wakes the background task to claim again. A deadline that passes without a confirmed refresh is a matter of time,
+not an event: :meth:`IdentityHolder.check` compares it on the backend's monotonic clock (``backend.clock``), the
+same clock the deadline was computed on.
 
 Claiming follows the refusal policy of :mod:`app.node`: an identity whose high-water mark is ahead of this node's
 clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
@@ -11,20 +17,16 @@ back that far (:meth:`IdentityHolder.refuse_running`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from app.errors import NotReadyError
-from app.lease.base import Claim
+from app.lease.base import Claim, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
-from app.schemes.base import Generator, GeneratorStats, Scheme
-
-if TYPE_CHECKING:
-    from app.node import Node
+from app.schemes.base import Clock, Generator, GeneratorStats, Scheme
 
 log = logging.getLogger("idmint.node")  # the logger these lines always had (operators filter on it)
 
@@ -34,6 +36,8 @@ FAULT_RETRY_MAX_S = 2.0
 """Longest pause between retries of a failed high-water-mark record (the disk may recover at any moment)."""
 INHERITED_WAIT_READY_S = 1.0
 """A scheme whose generator must wait longer than this for the clock to pass an inherited mark is not ready."""
+PEER_RETRY_AFTER_S = 5
+"""Retry-After (s) of a scheme stopped because a peer fleet's identities overlap ours (an operator must act)."""
 
 GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
@@ -45,9 +49,22 @@ NO_MARK_NEEDED = 1 << 128
 """The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
 
 
+async def register(backend: LeaseBackend, owner: Owner, scheme: str, published: str) -> None:
+    """Publish what ``scheme``'s generator registers (Wiji's random part) with ``owner``'s details; a failure is
+    logged, not raised."""
+    try:
+        await backend.register(scheme, published, {"holder": owner.as_dict()})
+    except NotReadyError as exc:
+        log.warning("%s: registering %s failed: %s", scheme, published, exc.reason)
+
+
 class IdentityHolder:
     """One scheme's claimed identities (``pool.claims`` of them from ``pool``; none when ``pool`` is None), their
     recorded high-water mark, and the generator built on them (``generator``, None while nothing valid is held).
+
+    Collaborators are arguments, with no reference back to the node: ``backend`` (claims, and the monotonic clock
+    its deadlines are on), ``owner`` (written into each claim), ``clock`` (the generators' clock, ns),
+    ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.node`).
 
     ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
     until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
@@ -57,13 +74,20 @@ class IdentityHolder:
 
     def __init__(
         self,
-        node: Node,
         scheme: Scheme,
         factory: GeneratorFactory,
         pool: IdentityPool | None,
         metrics: SchemeMetrics,
+        *,
+        backend: LeaseBackend,
+        owner: Owner,
+        clock: Clock,
+        max_clock_wait: float,
     ) -> None:
-        self.node = node
+        self.backend = backend
+        self.owner = owner
+        self.clock = clock
+        self.max_clock_wait = max_clock_wait
         self.scheme = scheme
         self.name = scheme.name
         self.factory = factory
@@ -89,6 +113,7 @@ class IdentityHolder:
         self._wake = asyncio.Event()
 
     def _lease_held(self, held: bool, identity: int | None) -> None:
+        """The one writer of ``idmint_lease_held`` / ``idmint_node_identity_info`` (for sharers too)."""
         for metrics in (self.metrics, *self.sharers):
             metrics.lease_held(held, identity)
 
@@ -122,17 +147,52 @@ class IdentityHolder:
         kind = self.pool.kind if self.pool is not None else "identity"
         return f"{kind} {', '.join(str(c.identity) for c in self.claims)}"
 
-    # -- validity ------------------------------------------------------------------------------------------
+    # -- may this scheme issue now? -------------------------------------------------------------------------
+    def check(self) -> Generator:
+        """The generator, if every claim behind it is still valid, its mark can be recorded and it need not wait
+        long for an inherited mark; else raise NotReadyError (dropping the claims when one is lost or late)."""
+        gen = self.generator
+        if gen is None:
+            raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+        if self.fault is not None:
+            raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after)
+        if self.blocked is not None:
+            raise NotReadyError(f"{self.name}: {self.blocked}", PEER_RETRY_AFTER_S)
+        if self.ready_at_ns:
+            self._check_inherited_wait()
+        if self.claims and self.drop_lost_claims():
+            raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+        gen.check_time()  # a layout whose time ran out (or has not begun): 503 and not ready, this scheme only
+        return gen
+
+    def _check_inherited_wait(self) -> None:
+        left_s = (self.ready_at_ns - self.clock()) / 1e9
+        if left_s <= INHERITED_WAIT_READY_S:
+            self.ready_at_ns = 0
+            return
+        raise NotReadyError(
+            f"{self.name}: waiting {left_s:.1f} s for the clock to pass the high-water mark "
+            f"inherited with {self.identity_words()}",
+            math.ceil(left_s),
+        )
+
     def drop_lost_claims(self) -> bool:
-        """Drop every claim (:meth:`drop`) when any is lost or past its deadline; True when they were dropped."""
+        """Drop every claim (:meth:`drop`) when any is lost or past its deadline on the backend's clock; True when
+        they were dropped. (A loss is pushed by :meth:`_claim_lost` first; this also catches a passed deadline.)"""
         if self.claims:
-            now = time.monotonic()
+            now = self.backend.clock()
             for claim in self.claims:
                 if claim.lost or now >= claim.deadline:
                     why = "lease lost" if claim.lost else "lease deadline passed (refresh not confirmed in time)"
                     self.drop(f"{why} for {self.pool.kind if self.pool else 'identity'} {claim.identity}")
                     return True
         return False
+
+    def _claim_lost(self, claim: Claim, reason: str) -> None:
+        """Told by a claim the moment it is lost: stop issuing from it at once and claim again."""
+        if claim in self.claims:
+            kind = self.pool.kind if self.pool else "identity"
+            self.drop(f"lease lost for {kind} {claim.identity}")
 
     # -- clock stepped back --------------------------------------------------------------------------------
     def renew_unclaimed(self, wait: float, limit: float) -> None:
@@ -149,7 +209,7 @@ class IdentityHolder:
         gen = self.generator = self.factory([], -1)
         published = self.scheme.registration(gen)
         if published:
-            asyncio.get_running_loop().create_task(self.node.register(self.name, published))
+            asyncio.get_running_loop().create_task(register(self.backend, self.owner, self.name, published))
 
     def refuse_running(self, wait: float, limit: float) -> None:
         """The clock stepped back more than max_clock_wait under the running generator: give the identity up
@@ -180,8 +240,7 @@ class IdentityHolder:
     async def record_mark(self, at_least: int = -1) -> None:
         """Record a mark ``mark_horizon`` seconds ahead of the clock (and at or above ``at_least``)."""
         async with self._mark_lock:
-            node = self.node
-            horizon = self.scheme.native_from_ns(node.clock() + int(node.backend.mark_horizon * 1e9))
+            horizon = self.scheme.native_from_ns(self.clock() + int(self.backend.mark_horizon * 1e9))
             target = max(at_least, horizon)
             if target <= self.recorded_mark or not self.claims:
                 return
@@ -223,13 +282,13 @@ class IdentityHolder:
 
     async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
         try:
-            await self.node.backend.release(claim, final_mark)
+            await self.backend.release(claim, final_mark)
         except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
             log.warning("%s: releasing %s failed: %s", self.name, claim.key, exc)
 
     async def acquire(self) -> None:
         """Claim identities and build the generator. Raises NotReadyError when it cannot."""
-        node = self.node
+        limit = self.max_clock_wait
         if self.pool is None:
             self.generator = self.factory([], -1)
             self.recorded_mark = NO_MARK_NEEDED
@@ -241,20 +300,19 @@ class IdentityHolder:
             try:
                 for _ in range(self.pool.claims):
                     exclude = frozenset(self.excluded | {c.identity for c in claims})
-                    claims.append(await node.backend.claim(self.pool, node.holder, exclude))
+                    claim = await self.backend.claim(self.pool, self.owner, exclude)
+                    claims.append(claim)
+                    claim.on_lost(self._claim_lost)
             except BaseException:
                 for claim in claims:
                     await self._release_quietly(claim, None)
                 raise
             floor = max(c.high_water_mark for c in claims)
-            now_native = self.scheme.native_from_ns(node.clock())
+            now_native = self.scheme.native_from_ns(self.clock())
             ahead_s = (floor - now_native) * self.scheme.native_unit_ns / 1e9
-            if ahead_s > node.settings.max_clock_wait:
+            if ahead_s > limit:
                 refused = [
-                    c
-                    for c in claims
-                    if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
-                    > node.settings.max_clock_wait
+                    c for c in claims if (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9 > limit
                 ]
                 for claim in claims:
                     await self._release_quietly(claim, None)
@@ -265,14 +323,14 @@ class IdentityHolder:
                     self.pool.kind,
                     ids,
                     ahead_s,
-                    node.settings.max_clock_wait,
+                    limit,
                 )
                 for _claim in refused:
                     self.metrics.identity_refused("high_water_mark_ahead")
                 if self.pool.static is not None:
                     raise NotReadyError(
                         f"static {self.pool.kind} {ids} has a high-water mark {ahead_s:.3f} s ahead of this "
-                        f"node's clock (limit {node.settings.max_clock_wait:g} s)",
+                        f"node's clock (limit {limit:g} s)",
                         retry_after=5,
                     )
                 self.excluded.update(c.identity for c in refused)
@@ -312,7 +370,7 @@ class IdentityHolder:
         if probe.generate(1).count:
             return 0
         wait_ns = probe.wait_ns()
-        return self.node.clock() + wait_ns if wait_ns > INHERITED_WAIT_READY_S * 1e9 else 0
+        return self.clock() + wait_ns if wait_ns > INHERITED_WAIT_READY_S * 1e9 else 0
 
     # -- background task -----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -322,7 +380,7 @@ class IdentityHolder:
         record at most every FAULT_RETRY_MAX_S, so issuing resumes soon after the disk recovers)."""
         backoff = BACKOFF_START_S
         last_reason: str | None = None
-        interval = self.node.backend.mark_interval
+        interval = self.backend.mark_interval
         while True:
             try:
                 if self.generator is None:
@@ -352,19 +410,18 @@ class IdentityHolder:
                     last_reason = reason
                 pause = min(backoff, FAULT_RETRY_MAX_S) if self.fault is not None else backoff
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=pause)
-                except TimeoutError:
-                    pass
+                await self._sleep(pause)
                 continue
-            self._wake.clear()
             deadline = min((c.deadline for c in self.claims), default=math.inf)
-            sleep = min(interval, max(deadline - time.monotonic(), 0.01))
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=sleep)
-            except TimeoutError:
-                pass
+            await self._sleep(min(interval, max(deadline - self.backend.clock(), 0.01)))
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until woken (a loss, a refusal). ``asyncio.timeout``, not ``wait_for``: Python
+        3.11's ``wait_for`` swallows a cancellation that meets a set event, and the task then outlives ``stop``."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     async def stop(self) -> None:
         """Record the exact final mark and release every claim."""

@@ -23,11 +23,11 @@ from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
 from app.api.streams import StreamSlots
 from app.lease import make_backend
-from app.lease.sequences import make_store
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
 from app.sequences import SequenceService
+from app.sequences.store import make_store
 from app.settings import Settings, load_settings
 
 

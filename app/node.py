@@ -3,9 +3,10 @@ identity behind its generator (a scheme that shares another's generator is given
 
 Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
 
-* **Fail closed.** Every issue checks that each claim is still valid (not lost, and ``time.monotonic()`` before
-  the claim's deadline); otherwise it raises :class:`~app.errors.NotReadyError` (HTTP 503 + Retry-After) and the
-  background task re-claims, possibly a different identity.
+* **Fail closed.** Every issue asks the holder (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`)
+  whether each claim is still valid (not lost, and the backend's monotonic clock before the claim's deadline);
+  otherwise it raises :class:`~app.errors.NotReadyError` (HTTP 503 + Retry-After) and the background task
+  re-claims, possibly a different identity. A loss (lease, claim key) is pushed to the holder when it happens.
 * **High-water marks are reservations.** Before IDs leave the process, the claim's recorded mark must be at or
   above every timestamp issued. The background task keeps the mark ``backend.mark_horizon`` seconds ahead of the
   clock, so the hot path normally finds it already high enough; when not, the issue awaits a new record first.
@@ -39,8 +40,8 @@ from typing import Any
 from app import __version__
 from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
-from app.identity import BACKOFF_MAX_S, INHERITED_WAIT_READY_S, IdentityHolder
-from app.lease.base import Holder, LeaseBackend
+from app.identity import BACKOFF_MAX_S, IdentityHolder, register
+from app.lease.base import LeaseBackend, Owner
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes import schemes
@@ -56,8 +57,6 @@ HELD_COUNT_TIMEOUT_S = 1.0
 """How long ``/v1/schemes`` waits for the backend to count the slices' held identities (all schemes together)."""
 HELD_COUNT_CACHE_S = 1.0
 """Held counts are read from the backend at most this often (``/v1/schemes`` is a public route)."""
-PEER_RETRY_AFTER_S = 5
-"""Retry-After (s) of a scheme stopped because a peer fleet's identities overlap ours (an operator must act)."""
 STREAM_SLICE_S = 0.02
 """The longest a stream's chunk sleeps between takes from a capacity-capped generator, within half the
 generator's :attr:`~app.schemes.base.Generator.lookback_ns` (so what accrues meanwhile is still usable). Waking
@@ -138,34 +137,9 @@ class Issuer:
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
-        """The generator, if every claim behind it is still valid, its mark can be recorded and it need not wait
-        long for an inherited mark; else raise NotReadyError (dropping the claims when one is lost or late)."""
-        holder = self.identity
-        gen = holder.generator
-        if gen is None:
-            raise NotReadyError(f"{holder.name}: {holder.reason}", holder.retry_after)
-        if holder.fault is not None:
-            raise NotReadyError(f"{holder.name}: {holder.fault}", holder.retry_after)
-        if holder.blocked is not None:
-            raise NotReadyError(f"{holder.name}: {holder.blocked}", PEER_RETRY_AFTER_S)
-        if holder.ready_at_ns:
-            self._check_inherited_wait()
-        if holder.claims and holder.drop_lost_claims():
-            raise NotReadyError(f"{holder.name}: {holder.reason}", holder.retry_after)
-        gen.check_time()  # a layout whose time ran out (or has not begun): 503 and not ready, this scheme only
-        return gen
-
-    def _check_inherited_wait(self) -> None:
-        holder = self.identity
-        left_s = (holder.ready_at_ns - holder.node.clock()) / 1e9
-        if left_s <= INHERITED_WAIT_READY_S:
-            holder.ready_at_ns = 0
-            return
-        raise NotReadyError(
-            f"{holder.name}: waiting {left_s:.1f} s for the clock to pass the high-water mark "
-            f"inherited with {holder.identity_words()}",
-            math.ceil(left_s),
-        )
+        """The generator to issue from now; raises NotReadyError when the scheme may not issue
+        (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`, the one owner of that rule)."""
+        return self.identity.check()
 
     async def _wait_for_clock(self, gen: Generator, stream: bool = False) -> float:
         """Sleep until ``gen`` can issue again; returns the seconds slept. A wait longer than max_clock_wait is not
@@ -173,7 +147,7 @@ class Issuer:
         stream's chunk (``stream``) sleeps at least a slice of the generator's lookback (:data:`STREAM_SLICE_S`)."""
         holder = self.identity
         wait = max(gen.wait_ns() / 1e9, MIN_WAIT_S)
-        limit = holder.node.settings.max_clock_wait
+        limit = holder.max_clock_wait
         if wait > limit:
             retry = math.ceil(min(wait, BACKOFF_MAX_S))
             if holder.claims and self.generator is gen:
@@ -320,7 +294,7 @@ class Node:
             offset_ns = settings.clock_offset_ms * 1_000_000
             clock = time.time_ns if not offset_ns else (lambda: time.time_ns() + offset_ns)
         self.clock: Clock = clock
-        self.holder = Holder(
+        self.owner = Owner(
             host=socket.gethostname(),
             pid=os.getpid(),
             version=__version__,
@@ -364,7 +338,16 @@ class Node:
                 return scheme.new_generator(settings, ids, floor, clock)
 
             metrics = self.metrics.scheme(name)
-            identity = IdentityHolder(self, scheme, factory, pool, metrics)
+            identity = IdentityHolder(
+                scheme,
+                factory,
+                pool,
+                metrics,
+                backend=self.backend,
+                owner=self.owner,
+                clock=clock,
+                max_clock_wait=settings.max_clock_wait,
+            )
             self.issuers[name] = Issuer(scheme, identity, metrics)
         for name, scheme in self.schemes.items():
             base = scheme.shares_generator_with
@@ -422,10 +405,7 @@ class Node:
 
     async def register(self, scheme: str, published: str) -> None:
         """Publish what ``scheme``'s generator registers (Wiji's random part); a failure is logged, not raised."""
-        try:
-            await self.backend.register(scheme, published, {"holder": self.holder.as_dict()})
-        except NotReadyError as exc:
-            log.warning("%s: registering %s failed: %s", scheme, published, exc.reason)
+        await register(self.backend, self.owner, scheme, published)
 
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""

@@ -19,6 +19,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
 
+SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics")
+"""Every scope an API key (or ``public_scopes``) may hold; :mod:`app.api.auth` maps routes to them."""
+
 
 def _default_state_dir() -> Path:
     return Path(platformdirs.user_data_dir("idmint", appauthor=False))
@@ -192,8 +195,6 @@ class CoreSettings(BaseSettings):
     @field_validator("public_scopes")
     @classmethod
     def _check_scopes(cls, value: list[str]) -> list[str]:
-        from app.api.auth import SCOPES
-
         unknown = [s for s in value if s not in SCOPES]
         if unknown:
             raise ValueError(f"public_scopes must be among {', '.join(SCOPES)}, got {', '.join(unknown)}")

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
-from app.lease.base import Holder
+from app.lease.base import Owner
 from app.lease.embedded import EmbeddedBackend, MarkUnreadableError, _read_mark
 from tests.helpers import CLAIMING, FakeClock, Replica, new_node, pool_spec, started
 
@@ -283,7 +283,7 @@ async def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Pa
     read_only(tmpfs)
     backend = EmbeddedBackend(tmpfs)
     pool = pool_spec("eight-byte", minimum=0, maximum=3)
-    holder = Holder(host="t", pid=os.getpid(), version="0", started_at="2026-01-01T00:00:00Z")
+    holder = Owner(host="t", pid=os.getpid(), version="0", started_at="2026-01-01T00:00:00Z")
     try:
         with pytest.raises(NotReadyError, match=rf"lock file {tmpfs}/eight-byte/0/[0-3]\.lock cannot be opened"):
             await backend.claim(pool, holder)

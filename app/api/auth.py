@@ -57,12 +57,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.streams import IDS_IN_MESSAGE
 from app.errors import ConfigError, InvalidOptionError, TooManyRequestsError
+from app.settings import SCOPES
 
 log = logging.getLogger("idmint.auth")
 
-
-SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics")
-"""Every scope a key may hold."""
 
 PUBLIC = "public"
 """Metric label of requests served without a key (their scope is public)."""

@@ -30,7 +30,12 @@ CLIENT_CLOSED_REQUEST = 499
 """The status counted (``idmint_requests_total{status="499"}``, nginx's code) for a request whose client went away
 before its body was complete: nothing is sent, it is no fault of ours (not 5xx), and it is logged in one INFO line."""
 BODY_LIMIT_PREFIX = "request body must be at most"
-"""How every 413 reason of ours begins (:func:`app.api.guard.body_too_large`, a route's own smaller limit)."""
+"""How every 413 reason of ours begins (:func:`body_too_large`, a route's own smaller limit)."""
+
+
+def body_too_large(limit: int) -> str:
+    """The 413 reason, the same from both layers (this handler and :mod:`app.api.guard`)."""
+    return f"{BODY_LIMIT_PREFIX} {limit} bytes (IDMINT_MAX_BODY_BYTES)"
 
 
 def status_for(exc: IdmintError) -> int:
@@ -101,8 +106,6 @@ def install_error_handlers(app: FastAPI) -> None:
         if status == 400:  # FastAPI's answer to a body it cannot decode (not UTF-8): bad input is a 422
             status, detail = 422, "request body must be a JSON object in UTF-8"
         if status == 413:  # FastAPI's max_body_size counting a body sent without a length, or a route's own limit
-            from app.api.guard import body_too_large
-
             if not str(detail).startswith(BODY_LIMIT_PREFIX):  # a route's own limit names itself
                 detail = body_too_large(request.app.state.settings.max_body_bytes)
             headers = {**(headers or {}), "Connection": "close"}  # the rest of the body is not read

@@ -17,15 +17,10 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import BODY_LIMIT_PREFIX
+from app.api.errors import body_too_large
 
 UNMATCHED = "unmatched"
 JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
-
-
-def body_too_large(limit: int) -> str:
-    """The 413 reason, the same from both layers."""
-    return f"{BODY_LIMIT_PREFIX} {limit} bytes (IDMINT_MAX_BODY_BYTES)"
 
 
 def route_finder(api: Any) -> Callable[[Scope], str]:

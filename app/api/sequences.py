@@ -25,10 +25,10 @@ from app.api.guard import JSON_HEADERS
 from app.api.issuing import off_loop
 from app.api.params import parse_body, query_params, read_body
 from app.errors import IdmintError, InvalidOptionError
-from app.lease.sequences import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.metrics import Metrics
 from app.sequences import SequenceService, parse_count
 from app.sequences.buffer import Runs
+from app.sequences.store.base import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.sequences.text import encode_runs
 
 router = APIRouter(tags=["sequences"])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from app.lease.base import Claim, Holder, LeaseBackend
+from app.lease.base import Claim, LeaseBackend, Owner
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
 
-__all__ = ["Claim", "Holder", "IdentityPool", "LeaseBackend", "make_backend"]
+__all__ = ["Claim", "Owner", "IdentityPool", "LeaseBackend", "make_backend"]
 
 
 def make_backend(settings: Settings, metrics: Metrics | None = None) -> LeaseBackend:

@@ -1,18 +1,39 @@
-"""The lease-backend interface: how a node claims its identity per scheme, learns it was lost, and releases it.
+"""The lease-backend interface: how a node claims an identity per scheme, is told it was lost, and releases it.
 
-Modelled on etcd's Go ``concurrency.Session``: a backend holds one lease per process; a :class:`Claim` is one
-identity (generator ID, medallion, publisher ID, shard) bound to that lease, with a small surface:
+Words, one meaning each (the rest of idmint uses them so)::
 
-* :attr:`Claim.deadline` -- ``time.monotonic()`` seconds after which the claim must be treated as lost (fail
-  closed). ``math.inf`` for the embedded backend, whose OS file lock cannot expire.
-* :attr:`Claim.lost` -- True once the lease expired, was revoked, or the claim key was deleted.
+    identity      the number a scheme leases so that no two processes issue from the same one at the same time:
+                  an eight-byte generator ID, a snowflake worker ID, a Muid medallion, an HLC-ULID publisher ID,
+                  a SIQ shard (:class:`~app.pool.IdentityPool` says which numbers, and the kind's name)
+    lease         the backend's time-limited grant behind every claim of a process (etcd: one lease, kept alive
+                  every TTL/3 by :class:`~app.lease.etcd.session.Session`; embedded: the process's file locks)
+    claim         one identity held on the lease (:class:`Claim`): its key, its high-water mark, its deadline
+    owner         who holds a claim, written into it for operators: host, pid, version, start time, address
+                  (:class:`Owner`)
+    holder        the one object per scheme that claims identities and answers "may this scheme issue now, and
+                  with which generator?" (:class:`app.identity.IdentityHolder`)
+    high-water    the timestamp (the scheme's native units) at or above every ID issued on an identity, recorded
+    mark          before those IDs leave the process (:meth:`Claim.record_mark`)
+
+    LeaseBackend  -- claims identities for a process (one per process)
+     +-- EmbeddedBackend  (app.lease.embedded: flock-ed files under a state directory; one machine)
+     +-- EtcdBackend      (app.lease.etcd.backend: etcd leases; any number of replicas)
+    Claim         -- one identity held; lost is pushed to :meth:`Claim.on_lost` callbacks
+     +-- EmbeddedClaim    (an OS file lock: never lost behind our back, deadline never)
+     +-- EtcdClaim        (app.lease.etcd.claim: a key on the lease, watched; lost with the lease or the key)
+
+Modelled on etcd's Go ``concurrency.Session``. A claim's surface:
+
+* :attr:`Claim.deadline` -- seconds on :attr:`Claim.clock` (the backend's monotonic clock, injected: the same one
+  every comparison uses) after which the claim must be treated as lost (fail closed). ``math.inf`` for the
+  embedded backend, whose OS file lock cannot expire.
+* :attr:`Claim.lost` -- True once the lease expired, was revoked, or the claim key was deleted; the moment it
+  happens every :meth:`Claim.on_lost` callback is called (a pushed event, as etcd's ``Session.Done()``).
 * :meth:`Claim.record_mark` -- persist a high-water mark (native timestamp units of the scheme); the mark is a
   promise: the holder issues nothing above it before recording a higher one.
 * :meth:`LeaseBackend.release` -- write the final mark and give the identity back.
 
-Two implementations: :class:`app.lease.embedded.EmbeddedBackend` (OS file locks under a state directory; one
-machine) and :class:`app.lease.etcd.backend.EtcdBackend` (etcd leases; any number of replicas). Tests of code above this
-interface use the embedded one; tests of the etcd one use a real etcd.
+Tests of code above this interface use the embedded backend; tests of the etcd one use a real etcd.
 """
 
 from __future__ import annotations
@@ -20,6 +41,7 @@ from __future__ import annotations
 import abc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +49,8 @@ from app.pool import IdentityPool
 
 
 @dataclass(frozen=True)
-class Holder:
-    """Who holds a claim: written into the claim so an operator can see it."""
+class Owner:
+    """Who holds a claim (this process): written into the claim so an operator can see it."""
 
     host: str
     pid: int
@@ -46,8 +68,15 @@ class Holder:
         }
 
 
+LossCallback = Callable[["Claim", str], None]
+"""Called once with (the claim, why) the moment a claim is lost behind our back."""
+
+
 class Claim(abc.ABC):
     """One identity held by this node for one scheme."""
+
+    clock: Callable[[], float] = time.monotonic
+    """The monotonic clock (seconds) :attr:`deadline` is on: the backend's, injected into it."""
 
     scheme: str
     identity: int
@@ -58,7 +87,7 @@ class Claim(abc.ABC):
 
     @property
     def deadline(self) -> float:
-        """``time.monotonic()`` after which this claim must not be used. Default: never."""
+        """The :attr:`clock` reading (seconds) from which this claim must not be used. Default: never."""
         return math.inf
 
     @property
@@ -67,7 +96,13 @@ class Claim(abc.ABC):
         """True once the claim can no longer be trusted (lease expired/revoked, key deleted, lock gone)."""
 
     def valid(self) -> bool:
-        return not self.lost and time.monotonic() < self.deadline
+        """Not lost, and :attr:`clock` still before :attr:`deadline`."""
+        return not self.lost and self.clock() < self.deadline
+
+    def on_lost(self, callback: LossCallback) -> None:
+        """Call ``callback(claim, reason)`` once, the moment the claim is lost behind our back (lease expired or
+        revoked, key deleted or overwritten), at once when it already is; never for a claim we released.
+        Default: a claim that cannot be lost so (an OS file lock) never calls it."""
 
     @abc.abstractmethod
     async def record_mark(self, mark: int) -> None:
@@ -78,6 +113,8 @@ class LeaseBackend(abc.ABC):
     """Claims node identities. One instance per process; owned by the app's lifespan."""
 
     name: str
+    clock: Callable[[], float] = time.monotonic
+    """The monotonic clock (seconds) every claim deadline of this backend is on; the holder compares with it."""
     mark_interval: float
     """Seconds between background high-water-mark refreshes."""
     mark_horizon: float
@@ -88,9 +125,9 @@ class LeaseBackend(abc.ABC):
         """Connect / open state. Must not raise for an unreachable backend: claims report it instead."""
 
     @abc.abstractmethod
-    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
-        """Claim one free identity from ``pool``, none of ``exclude`` (refused earlier: high-water mark too far
-        ahead, or already held by this node).
+    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> Claim:
+        """Claim one free identity from ``pool`` for ``owner``, none of ``exclude`` (refused earlier: high-water
+        mark too far ahead, or already held by this node).
 
         Raises :class:`~app.errors.PoolExhaustedError` when every candidate is held,
         :class:`~app.errors.BackendUnavailableError` when the backend cannot be reached.

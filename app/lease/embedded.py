@@ -3,7 +3,7 @@
 Layout under ``state_dir``::
 
     <scheme>/<group or "_">/<identity>.lock   flock(LOCK_EX) held for as long as the identity is ours;
-                                              its content names the holder (host, pid, version, start time)
+                                              its content names the owner (host, pid, version, start time)
     <scheme>/<group or "_">/<identity>.mark   {"high_water_mark": <native units>} -- replaced atomically
 
 An OS file lock is released by the kernel when its process dies, so a crashed process frees its identities at
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError
-from app.lease.base import Claim, Holder, LeaseBackend
+from app.lease.base import Claim, LeaseBackend, Owner
 from app.lease.draw import draw
 from app.pool import IdentityPool
 
@@ -42,7 +42,7 @@ class EmbeddedClaim(Claim):
         self.key = key
         self.high_water_mark = mark
         self._fd: int | None = fd
-        self._mark_path = mark_path
+        self.mark_path = mark_path
         self._recorded = mark
 
     @property
@@ -55,7 +55,7 @@ class EmbeddedClaim(Claim):
         if mark <= self._recorded:
             return
         # fsync takes milliseconds on a real disk: off the event loop (the holder's mark lock keeps writes in order)
-        await asyncio.to_thread(_write_mark, self._mark_path, mark)
+        await asyncio.to_thread(_write_mark, self.mark_path, mark)
         self._recorded = max(self._recorded, mark)
 
     def close(self) -> None:
@@ -204,10 +204,10 @@ class EmbeddedBackend(LeaseBackend):
         except OSError as exc:
             raise BackendUnavailableError(f"state directory {self.state_dir} cannot be created: {exc}") from exc
 
-    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
-        return self.claim_sync(pool, holder, exclude)
+    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> Claim:
+        return self.claim_sync(pool, owner, exclude)
 
-    def claim_sync(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
+    def claim_sync(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> Claim:
         self._ensure_dir()
         folder = self.state_dir / pool.scheme / (pool.group or "_")
         try:
@@ -217,7 +217,7 @@ class EmbeddedBackend(LeaseBackend):
         # Reuse identities this machine already used (their marks are known) before drawing new ones.
         known = sorted(int(p.stem) for p in folder.glob("*.mark") if p.stem.isdigit())
         for identity in draw(pool, prefer=known, exclude=exclude):
-            claim = self._try_lock(pool, folder, identity, holder)
+            claim = self._try_lock(pool, folder, identity, owner)
             if claim is not None:
                 self._claims.append(claim)
                 return claim
@@ -234,7 +234,7 @@ class EmbeddedBackend(LeaseBackend):
             retry_after=5,
         )
 
-    def _try_lock(self, pool: IdentityPool, folder: Path, identity: int, holder: Holder) -> EmbeddedClaim | None:
+    def _try_lock(self, pool: IdentityPool, folder: Path, identity: int, owner: Owner) -> EmbeddedClaim | None:
         """The claim on ``identity``, or None when another process holds it or its mark file is unreadable (that
         identity is refused: logged with the file named, and named again if the whole pool turns out refused).
         Raises BackendUnavailableError when the lock file cannot be opened or written."""
@@ -251,7 +251,7 @@ class EmbeddedBackend(LeaseBackend):
         try:
             mark = _read_mark(folder / f"{identity}.mark")
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"holder": holder.as_dict(), "identity": identity}).encode(), 0)
+            os.pwrite(fd, json.dumps({"holder": owner.as_dict(), "identity": identity}).encode(), 0)
         except MarkUnreadableError as exc:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -363,7 +363,7 @@ class EmbeddedBackend(LeaseBackend):
             if final_mark is not None and not claim.lost:
                 # The final mark is exact (the highest timestamp really issued), so it may lower the
                 # reservation recorded ahead of the clock: a clean restart then need not wait for it.
-                _write_mark(claim._mark_path, final_mark)
+                _write_mark(claim.mark_path, final_mark)
         finally:
             claim.close()
             if claim in self._claims:

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, IdmintError, NotReadyError, SequenceOverflowError
-from app.lease.sequences import MAX_VALUE, SequenceStore
 from app.metrics import SequenceMetrics
+from app.sequences.store.base import MAX_VALUE, SequenceStore
 
 log = logging.getLogger("idmint.sequences")
 

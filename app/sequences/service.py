@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.errors import BackendUnavailableError, InvalidOptionError, SequenceOverflowError
-from app.lease.sequences import (
+from app.metrics import Metrics
+from app.sequences.buffer import MAX_CACHE_FACTOR, PREFETCH_AT, TARGET_RANGE_S, Runs, SequenceBuffer
+from app.sequences.store.base import (
     CACHE_MAX,
     CACHE_MIN,
     MAX_RANGE_COUNT,
@@ -27,8 +29,6 @@ from app.lease.sequences import (
     check_name,
     check_settings,
 )
-from app.metrics import Metrics
-from app.sequences.buffer import MAX_CACHE_FACTOR, PREFETCH_AT, TARGET_RANGE_S, Runs, SequenceBuffer
 
 log = logging.getLogger("idmint.sequences")
 

@@ -12,11 +12,11 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from app.errors import PoolExhaustedError
-from app.lease.base import Holder
+from app.lease.base import Owner
 from app.lease.embedded import EmbeddedBackend
 from tests.helpers import CLAIMING, SCHEMES, pool_spec, serve_process
 
-HOLDER = Holder(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
+HOLDER = Owner(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
 POOL = pool_spec("eight-byte", minimum=0, maximum=2, settings={"cluster_id": 0})
 
 pytestmark = pytest.mark.anyio
@@ -56,12 +56,12 @@ async def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: 
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         from pathlib import Path
-        from app.lease.base import Holder
+        from app.lease.base import Owner
         from app.lease.embedded import EmbeddedBackend
         from tests.helpers import pool_spec
         pool = pool_spec("eight-byte", minimum=0, maximum=2, settings={{"cluster_id": 0}})
         b = EmbeddedBackend(Path({str(tmp_path)!r}))
-        c = asyncio.run(b.claim(pool, Holder("x", 1, "0", "now")))
+        c = asyncio.run(b.claim(pool, Owner("x", 1, "0", "now")))
         asyncio.run(c.record_mark(777))
         print(c.identity, flush=True)
         time.sleep(60)

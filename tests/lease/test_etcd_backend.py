@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import signal
@@ -12,20 +11,18 @@ import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Holder
+from app.lease.base import Owner
 from app.lease.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
 from app.settings import Settings, load_settings
 from tests.helpers import FakeClock, pool_spec
-from tests.support.etcd import EtcdServer, free_port, make_tls_material
+from tests.support.etcd import EtcdServer, RawEtcd, free_port, make_tls_material
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
@@ -46,8 +43,8 @@ async def one_event_loop() -> AsyncIterator[None]:
     yield
 
 
-def holder(n: int) -> Holder:
-    return Holder(
+def holder(n: int) -> Owner:
+    return Owner(
         host=f"replica-{n}",
         pid=1000 + n,
         version="test",
@@ -80,60 +77,6 @@ async def backend(
         yield b
     finally:
         await b.close()
-
-
-@dataclass(frozen=True)
-class RawKV:
-    key: bytes
-    value: bytes
-    lease: int
-
-
-class RawEtcd:
-    """etcd's JSON gateway spoken by hand (no idmint code), for looking at (and meddling with) the keys."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.http = httpx.AsyncClient(base_url=endpoint, timeout=5)
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = await self.http.post(path, json=body)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    @staticmethod
-    def _b64(data: bytes) -> str:
-        return base64.b64encode(data).decode()
-
-    async def get_prefix(self, prefix: bytes) -> list[RawKV]:
-        end = prefix[:-1] + bytes([prefix[-1] + 1])
-        got = await self._post("/v3/kv/range", {"key": self._b64(prefix), "range_end": self._b64(end)})
-        return [
-            RawKV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")), int(kv.get("lease", 0)))
-            for kv in got.get("kvs", [])
-        ]
-
-    async def get(self, key: bytes) -> RawKV | None:
-        got = await self._post("/v3/kv/range", {"key": self._b64(key)})
-        kvs = got.get("kvs", [])
-        return RawKV(key, base64.b64decode(kvs[0].get("value", "")), int(kvs[0].get("lease", 0))) if kvs else None
-
-    async def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
-        await self._post("/v3/kv/put", {"key": self._b64(key), "value": self._b64(value), "lease": str(lease)})
-
-    async def delete(self, key: bytes) -> None:
-        await self._post("/v3/kv/deleterange", {"key": self._b64(key)})
-
-    async def revoke_lease(self, lease_id: int) -> None:
-        await self._post("/v3/lease/revoke", {"ID": str(lease_id)})
-
-
-@pytest.fixture
-async def raw(etcd_server: EtcdServer) -> AsyncIterator[RawEtcd]:
-    client = RawEtcd(etcd_server.endpoint)
-    try:
-        yield client
-    finally:
-        await client.http.aclose()
 
 
 async def eventually(predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str) -> float:
@@ -322,7 +265,7 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 
 HOLDER_SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, time
-    from app.lease.base import Holder
+    from app.lease.base import Owner
     from app.lease.etcd import EtcdBackend
     from app.settings import load_settings
     from tests.helpers import pool_spec
@@ -335,7 +278,7 @@ HOLDER_SCRIPT = textwrap.dedent("""
         await backend.start()
         pool = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0},
                         static=7)
-        holder = Holder(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
+        holder = Owner(host="doomed", pid=os.getpid(), version="test", started_at="2026-01-01T00:00:00Z")
         claim = await backend.claim(pool, holder)
         await claim.record_mark(123_456)
         print("claimed", claim.identity, flush=True)

@@ -66,7 +66,7 @@ async def test_losing_the_member_in_use_keeps_every_claim_valid(etcd_cluster: Et
         for round_ in range(2):  # the member in use, then the one it moved to
             in_use = a._client.endpoint
             member = next(m for m in etcd_cluster.members if m.endpoint == in_use)
-            before = [c._watch_endpoint for c in claims]
+            before = [c.watch.endpoint for c in claims]
             assert before == [in_use, in_use]
             if fault == "kill":
                 await anyio.to_thread.run_sync(member.kill)
@@ -77,7 +77,7 @@ async def test_losing_the_member_in_use_keeps_every_claim_valid(etcd_cluster: Et
                 assert not gaps, gaps
                 # The client moved on, the watches followed it, and marks record on another member.
                 assert a._client.endpoint != in_use
-                assert all(c._watch_endpoint == a._client.endpoint and c._watch_task for c in claims)
+                assert all(c.watch.endpoint == a._client.endpoint and c.watch.task for c in claims)
                 await claims[0].record_mark(10 + round_)
             finally:
                 if fault == "kill":

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from app.errors import BackendUnavailableError, LeaseLostError
-from app.lease.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
+from app.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
 from app.lease.etcd.session import Session
 from tests.helpers import FakeClock
 from tests.support.etcd import EtcdServer, free_port

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.lease.sequences import MAX_VALUE
+from app.sequences.store.base import MAX_VALUE
 from app.sequences.text import BLOCK, SCALAR_RUN_MAX, encode_run, encode_runs
 
 

@@ -21,6 +21,7 @@ the test session (``timeout``, CI) ends it like Ctrl-C, so fixtures still stop t
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
 import re
@@ -34,11 +35,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+import httpx
 import pytest
 
 START_TIMEOUT_S = 30.0
@@ -434,3 +437,57 @@ def etcd_factory(tmp_path: Path) -> Iterator[Callable[..., EtcdServer]]:
     finally:
         for server in servers:
             server.stop()
+
+
+@dataclass(frozen=True)
+class RawKV:
+    key: bytes
+    value: bytes
+    lease: int
+
+
+class RawEtcd:
+    """etcd's JSON gateway spoken by hand (no idmint code), for looking at (and meddling with) the keys."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.http = httpx.AsyncClient(base_url=endpoint, timeout=5)
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = await self.http.post(path, json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    @staticmethod
+    def _b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    async def get_prefix(self, prefix: bytes) -> list[RawKV]:
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        got = await self._post("/v3/kv/range", {"key": self._b64(prefix), "range_end": self._b64(end)})
+        return [
+            RawKV(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")), int(kv.get("lease", 0)))
+            for kv in got.get("kvs", [])
+        ]
+
+    async def get(self, key: bytes) -> RawKV | None:
+        got = await self._post("/v3/kv/range", {"key": self._b64(key)})
+        kvs = got.get("kvs", [])
+        return RawKV(key, base64.b64decode(kvs[0].get("value", "")), int(kvs[0].get("lease", 0))) if kvs else None
+
+    async def put(self, key: bytes, value: bytes, lease: int = 0) -> None:
+        await self._post("/v3/kv/put", {"key": self._b64(key), "value": self._b64(value), "lease": str(lease)})
+
+    async def delete(self, key: bytes) -> None:
+        await self._post("/v3/kv/deleterange", {"key": self._b64(key)})
+
+    async def revoke_lease(self, lease_id: int) -> None:
+        await self._post("/v3/lease/revoke", {"ID": str(lease_id)})
+
+
+@pytest.fixture
+async def raw(etcd_server: EtcdServer) -> AsyncIterator[RawEtcd]:
+    client = RawEtcd(etcd_server.endpoint)
+    try:
+        yield client
+    finally:
+        await client.http.aclose()

@@ -1,8 +1,9 @@
 """The etcd lease backend: node identities leased from etcd, for any number of replicas.
 
-Files: :mod:`~app.lease.etcd.client` (etcd's v3 JSON gateway over httpx, the error table),
-:mod:`~app.lease.etcd.session` (one lease kept alive), :mod:`~app.lease.etcd.keys` (key layout and values, pure),
-:mod:`~app.lease.etcd.backend` (claims, marks, watches, release).
+Files: :mod:`~app.lease.etcd.session` (one lease kept alive; its done event and status),
+:mod:`~app.lease.etcd.claim` (one claim: its revisions, mark writes and re-arming), :mod:`~app.lease.etcd.watch`
+(a claim key's watch), :mod:`~app.lease.etcd.keys` (key layout and values, pure), :mod:`~app.lease.etcd.backend`
+(the lease's upkeep, claiming, release); every etcd call goes through :mod:`app.etcd` (client, error table).
 
 Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.etcd_lease_ttl``), refreshed
 by a background task every TTL/3; every claim is one key bound to that lease, created by one transaction
@@ -46,7 +47,7 @@ lease is re-granted automatically; the node
 re-claims on it.
 
 Member loss: each process shuffles ``settings.etcd_endpoints``; a request that fails or stalls on one member
-moves to the next at once (:mod:`app.lease.etcd.client`), and watches follow the client to the member that
+moves to the next at once (:mod:`app.etcd.client`), and watches follow the client to the member that
 answers, re-armed by verifying the key (same lease, same create revision) and watching from the verified
 revision on. A broken watch freezes the claim's deadline at the lease deadline of the moment it broke (no later
 refresh extends it) until it is re-armed; the identity is kept as long as the lease is valid.
@@ -55,7 +56,8 @@ A released claim whose key cannot be deleted (etcd unreachable) is remembered an
 it sits on our live lease and would otherwise stay held for as long as this process runs.
 """
 
-from app.lease.etcd.backend import EtcdBackend, EtcdClaim
+from app.lease.etcd.backend import EtcdBackend
+from app.lease.etcd.claim import EtcdClaim
 from app.lease.etcd.keys import claim_key, mark_key, pool_prefix, register_key
 
 __all__ = ["EtcdBackend", "EtcdClaim", "claim_key", "mark_key", "pool_prefix", "register_key"]

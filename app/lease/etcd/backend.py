@@ -9,27 +9,18 @@ import math
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Claim, Holder, LeaseBackend
-from app.lease.draw import SMALL_POOL_SIZE, draw
+from app.etcd.calls import Calls
+from app.etcd.client import EtcdClient, compare, delete, get, prefix_end, put, redact, ssl_context
+from app.lease.base import Claim, LeaseBackend, Owner
+from app.lease.draw import draw
 from app.lease.etcd import keys
-from app.lease.etcd.client import (
-    EtcdCallError,
-    EtcdClient,
-    compare,
-    delete,
-    get,
-    map_error,
-    prefix_end,
-    put,
-    redact,
-    ssl_context,
-)
+from app.lease.etcd.claim import EtcdClaim
 from app.lease.etcd.session import Session
+from app.lease.etcd.watch import wait_event
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
@@ -39,98 +30,8 @@ log = logging.getLogger("idmint.lease.etcd")
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 5.0
 MIN_ATTEMPT_TIMEOUT_S = 0.2
-WATCH_CREATE_TIMEOUT_S = 2.0
 
 __all__ = ["EtcdBackend", "EtcdClaim"]
-
-
-async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` s for ``event``; True when set."""
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
-
-
-class EtcdClaim(Claim):
-    """One identity held as a key on this process's lease."""
-
-    def __init__(
-        self,
-        backend: EtcdBackend,
-        pool: IdentityPool,
-        identity: int,
-        key: str,
-        mark_key: str,
-        high_water_mark: int,
-        session: Session,
-        create_revision: int,
-        mod_revision: int,
-        marks_mod_revision: int,
-        holder: Holder,
-        claimed_at: str,
-    ) -> None:
-        self.scheme = pool.scheme
-        self.identity = identity
-        self.key = key
-        self.high_water_mark = high_water_mark
-        self.pool = pool
-        self.mark_key = mark_key
-        self.holder = holder
-        self.claimed_at = claimed_at
-        self._backend = backend
-        self._session = session
-        self._create_revision = create_revision
-        self._mod_revision = mod_revision
-        self._marks_mod_revision = marks_mod_revision
-        self._stored_mark = high_water_mark
-        self._lost_reason: str | None = None
-        self._released = False
-        self._watch_task: asyncio.Task[None] | None = None
-        self._watch_endpoint = ""
-        self._watch_deadline = math.inf
-        """While the watch is broken: the lease deadline at the break (not extended until it is re-armed)."""
-        self._lock = asyncio.Lock()
-
-    @property
-    def lease_id(self) -> int:
-        return self._session.lease_id
-
-    @property
-    def deadline(self) -> float:
-        return min(self._session.deadline, self._watch_deadline)
-
-    @property
-    def lost_reason(self) -> str | None:
-        if self._released:
-            return "released"
-        return self._lost_reason or self._session.lost_reason
-
-    @property
-    def lost(self) -> bool:
-        return self._released or self._lost_reason is not None or self._session.lost
-
-    def valid(self) -> bool:
-        return not self.lost and self._backend._clock() < self.deadline
-
-    async def record_mark(self, mark: int) -> None:
-        await self._backend._record_mark(self, mark)
-
-    def _value(self, mark: int) -> bytes:
-        return keys.claim_value(self.holder, self.pool, self.identity, self._session.hex, self.claimed_at, mark)
-
-    def _watch_broken(self) -> None:
-        if self._watch_deadline == math.inf:
-            self._watch_deadline = self._session.deadline
-
-    def _set_lost(self, reason: str) -> None:
-        if self._lost_reason is None and not self._released:
-            self._lost_reason = reason
-            log.error("etcd: %s %s %d lost: %s (key %s)", self.scheme, self.pool.kind, self.identity, reason, self.key)
-            self._backend._metrics_held(self.scheme, False, None)
-            self._backend._wake.set()
 
 
 class EtcdBackend(LeaseBackend):
@@ -150,7 +51,8 @@ class EtcdBackend(LeaseBackend):
             raise ConfigError("etcd backend needs etcd_endpoints (IDMINT_ETCD_ENDPOINTS), got none")
         self.settings = settings
         self.metrics = metrics
-        self._clock = clock
+        self.clock = clock
+        """Monotonic seconds: every deadline of the lease and its claims is on this clock."""
         self._namespace = settings.etcd_namespace
         self._ttl = int(settings.etcd_lease_ttl)
         self._margin = float(settings.etcd_safety_margin)
@@ -182,6 +84,7 @@ class EtcdBackend(LeaseBackend):
             user=settings.etcd_user,
             password=settings.etcd_password,
         )
+        self._calls = Calls(self._client, self._budget, self._attempt_timeout, self._retry_after)
         self._session: Session | None = None
         self._claims: set[EtcdClaim] = set()
         self._registrations: dict[str, tuple[bytes, int | None]] = {}
@@ -212,7 +115,7 @@ class EtcdBackend(LeaseBackend):
         self._reason = "connecting to etcd"
         self._task = asyncio.create_task(self._run(), name="idmint-etcd-backend")
         first_try = self.settings.etcd_connect_timeout + 2 * self.settings.etcd_request_timeout
-        await _wait_event(self._attempted, first_try)
+        await wait_event(self._attempted, first_try)
 
     async def close(self) -> None:
         """Stop background work, give every claim back and revoke the lease (timeout <= TTL). Never raises."""
@@ -226,9 +129,7 @@ class EtcdBackend(LeaseBackend):
             self._task = None
         claims, self._claims = list(self._claims), set()
         for claim in claims:
-            claim._released = True
-            await self._stop_watch(claim)
-            self._metrics_held(claim.scheme, False, None)
+            await claim.release(None)
         session, self._session = self._session, None
         if session is not None:
             await session.close(min(float(self._ttl), self.settings.etcd_request_timeout))
@@ -257,13 +158,14 @@ class EtcdBackend(LeaseBackend):
                 self._failed(BackendUnavailableError(f"etcd backend error: {exc!r}"))
                 delay = backoff
             self._attempted.set()
-            await _wait_event(self._wake, delay)
+            await wait_event(self._wake, delay)
 
     async def _grant(self) -> Session:
-        async with self._etcd("granting a lease"):
+        async with self._calls.bounded("granting a lease"):
             session = await Session.grant(
-                self._client, self._ttl, self._margin, self._clock, self._attempt_timeout, self._outcome
+                self._client, self._ttl, self._margin, self.clock, self._attempt_timeout, self._outcome
             )
+        session.on_done(lambda reason: self._lease_lost(session, reason))
         old, self._session = self._session, session
         if old is not None:
             await old.stop()  # the lost lease's keepalive task ends here, not whenever it next wakes
@@ -284,7 +186,7 @@ class EtcdBackend(LeaseBackend):
             return
         self._renewal(outcome)
         if outcome == "lost":
-            self._lease_lost(session, error.reason if error else "lease lost")
+            session.set_lost(error.reason if error else "lease lost")
         elif error is not None:
             self._failed(error)
         else:
@@ -293,7 +195,7 @@ class EtcdBackend(LeaseBackend):
                     "etcd: recovered: lease %s refreshed after %d failed attempt(s) over %.1f s",
                     session.hex,
                     self._failures,
-                    self._clock() - (self._failing_since or self._clock()),
+                    self.clock() - (self._failing_since or self.clock()),
                 )
             elif outcome == "late":
                 log.warning("etcd: lease %s refresh was late", session.hex)
@@ -303,32 +205,30 @@ class EtcdBackend(LeaseBackend):
             self._deadline_logged = False
             self._reason = ""
             if self.metrics is not None:
-                self.metrics.lease_deadline(session.deadline - self._clock())
+                self.metrics.lease_deadline(session.deadline - self.clock())
             self._ready.set()
-            if any(c._watch_endpoint != self._client.endpoint or c._watch_task is None for c in self._claims):
+            if any(c.needs_rearm(self._client.endpoint) for c in self._claims):
                 self._wake.set()  # the client moved to another member: watches follow it
 
     def _lease_lost(self, session: Session, reason: str) -> None:
-        session.set_lost(reason)
-        if session.loss_handled:
+        """Called once by ``session`` when its lease is lost: log, stop answering as ready, grant a new lease."""
+        if self._closed:
             return
-        session.loss_handled = True
-        held = [c for c in self._claims if c._session is session]
+        held = [c for c in self._claims if c.session is session]
         log.error(
             "etcd: lease %s lost: %s; %d claim(s) on it are void, granting a new lease", session.hex, reason, len(held)
         )
-        for claim in held:
-            self._metrics_held(claim.scheme, False, None)
-        self._ready.clear()
+        if session is self._session:
+            self._ready.clear()
         self._wake.set()
 
     def _failed(self, exc: NotReadyError) -> None:
-        now = self._clock()
+        now = self.clock()
         self._failures += 1
         self._reason = exc.reason
         session = self._session
         if isinstance(exc, LeaseLostError) and session is not None:
-            self._lease_lost(session, exc.reason)
+            session.set_lost(exc.reason)
         if self._healthy is not False:
             self._failing_since = now
             if session is None or session.lost:
@@ -357,12 +257,12 @@ class EtcdBackend(LeaseBackend):
             raise BackendUnavailableError("etcd backend not started")
         for attempt in range(2):
             session = self._session
-            if session is not None and not session.lost and self._clock() < session.deadline:
+            if session is not None and not session.lost and self.clock() < session.deadline:
                 return session
             if attempt or self._healthy is False:
                 break
             self._wake.set()
-            if not await _wait_event(self._ready, self.settings.etcd_request_timeout):
+            if not await wait_event(self._ready, self.settings.etcd_request_timeout):
                 break
         session = self._session
         if self._reason:
@@ -373,7 +273,7 @@ class EtcdBackend(LeaseBackend):
             reason = "no etcd lease yet"
         raise BackendUnavailableError(reason, retry_after=self._retry_after)
 
-    async def claim(self, pool: IdentityPool, holder: Holder, exclude: frozenset[int] = frozenset()) -> Claim:
+    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> Claim:
         """Claim one free identity of ``pool`` on this process's lease (one transaction per attempt).
 
         Raises NotReadyError when the pool's group is not listed in its ``allowed_groups_key``,
@@ -383,22 +283,20 @@ class EtcdBackend(LeaseBackend):
         for attempt in range(2):
             session = await self._usable()
             try:
-                return await self._claim_on(session, pool, exclude, holder)
+                return await self._claim_on(session, pool, exclude, owner)
             except LeaseLostError as exc:
-                self._lease_lost(session, exc.reason)
+                session.set_lost(exc.reason)
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
-    async def _claim_on(
-        self, session: Session, pool: IdentityPool, exclude: frozenset[int], holder: Holder
-    ) -> EtcdClaim:
+    async def _claim_on(self, session: Session, pool: IdentityPool, exclude: frozenset[int], owner: Owner) -> EtcdClaim:
         ns, client = self._namespace, self._client
         prefix = keys.pool_prefix(ns, pool).encode()
         reads = [get(prefix, prefix_end(prefix))]
         if pool.allowed_groups_key:
             reads.append(get((ns + pool.allowed_groups_key).encode()))
-        async with self._etcd(f"reading the {pool.scheme} pool"):
+        async with self._calls.bounded(f"reading the {pool.scheme} pool"):
             found = await client.txn([], reads, [])
         held: dict[int, bytes] = {}
         ours = {c.key.encode() for c in self._claims}
@@ -419,7 +317,7 @@ class EtcdBackend(LeaseBackend):
                     del held[identity]
         if pool.allowed_groups_key:
             allowed = found.ranges[1] or []
-            self._check_allowed_groups(pool, allowed[0].value if allowed else None)
+            keys.check_allowed_groups(ns, pool, allowed[0].value if allowed else None, self._ttl)
 
         claimed_at = keys.now_rfc3339()
         tries = 0
@@ -428,10 +326,10 @@ class EtcdBackend(LeaseBackend):
             tries += 1
             key = keys.claim_key(ns, pool, identity).encode()
             mkey = keys.mark_key(ns, pool, identity).encode()
-            value = keys.claim_value(holder, pool, identity, session.hex, claimed_at)
+            value = keys.claim_value(owner, pool, identity, session.hex, claimed_at)
             self._inflight.add(key)
             try:
-                async with self._etcd(f"claiming {key.decode()}"):
+                async with self._calls.bounded(f"claiming {key.decode()}"):
                     result = await client.txn(
                         [compare(key, "CREATE", 0)],
                         [put(key, value, session.lease_id), get(key), get(mkey)],
@@ -460,7 +358,7 @@ class EtcdBackend(LeaseBackend):
                 await self._delete_quietly(key, kv.create_revision, session.lease_id)
                 raise
             claim = EtcdClaim(
-                self,
+                self._calls,
                 pool,
                 identity,
                 key.decode(),
@@ -470,14 +368,15 @@ class EtcdBackend(LeaseBackend):
                 kv.create_revision,
                 kv.mod_revision,
                 marks[0].mod_revision if marks else 0,
-                holder,
+                owner,
                 claimed_at,
             )
             self._claims.add(claim)
             if identity in before:
                 before.remove(identity)
             before.append(identity)  # tried first next time: a lost lease re-claims the same identity if free
-            await self._start_watch(claim, kv.mod_revision + 1)
+            claim.on_lost(self._claim_lost)
+            await claim.watch_from(kv.mod_revision + 1, self.settings.etcd_request_timeout)
             log.info(
                 "etcd: claimed %s %s %d (key %s, lease %s, high-water mark %d)",
                 pool.scheme,
@@ -487,171 +386,15 @@ class EtcdBackend(LeaseBackend):
                 session.hex,
                 mark,
             )
-            self._metrics_held(pool.scheme, True, identity)
             return claim
-        raise PoolExhaustedError(self._exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
-
-    def _check_allowed_groups(self, pool: IdentityPool, value: bytes | None) -> None:
-        """java-uniqueid's ``cluster-id`` key: absent = any group; else our group must be listed."""
-        if value is None:
-            return
-        key = self._namespace + (pool.allowed_groups_key or "")
-        try:
-            allowed = keys.parse_allowed_groups(value.decode())
-            group = int(pool.group)
-        except ValueError:
-            raise NotReadyError(
-                f"etcd key {key} holds {value!r}, not a comma-separated list of cluster IDs", retry_after=self._ttl
-            ) from None
-        if group not in allowed:
-            raise NotReadyError(
-                f"cluster ID {group} is not listed in etcd key {key} ({value.decode()!r}); "
-                f"set IDMINT_CLUSTER_ID to one of {', '.join(map(str, allowed))} or add it to the key",
-                retry_after=self._ttl,
-            )
-
-    def _exhausted_reason(self, pool: IdentityPool, exclude: frozenset[int], held: dict[int, bytes], tries: int) -> str:
-        where = (
-            f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}" if pool.group else ""
-        )
-        if pool.candidates is not None:
-            parts = []
-            for identity in pool.candidates:
-                if identity in held:
-                    parts.append(f"{identity} is held by {keys.holder_of(held[identity])}")
-                elif identity in exclude:
-                    parts.append(f"{identity} was refused (high-water mark ahead of our clock)")
-            what = "static " if pool.static is not None else ""
-            return f"{pool.scheme}: {what}{pool.kind}{where} unavailable: " + "; ".join(parts or ["no candidates"])
-        size = pool.maximum - pool.minimum + 1
-        in_range = sum(1 for i in held if pool.minimum <= i <= pool.maximum)
-        refused = f", {len(exclude)} refused" if exclude else ""
-        tried = f" after {tries} random draw(s)" if pool.draw == "random" and size > SMALL_POOL_SIZE else ""
-        return (
-            f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
-            f"({pool.minimum}..{pool.maximum}){refused}"
-        )
+        raise PoolExhaustedError(keys.exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
 
     # -- watches ---------------------------------------------------------------------------------------------
-    async def _start_watch(self, claim: EtcdClaim, start_revision: int) -> None:
-        """Watch the claim key from ``start_revision`` on the client's current endpoint (confirmed by etcd)."""
-        created = asyncio.Event()
-        claim._watch_endpoint = self._client.endpoint
-        claim._watch_task = asyncio.create_task(
-            self._follow(claim, start_revision, created), name=f"idmint-etcd-watch-{claim.key}"
-        )
-        timeout = min(WATCH_CREATE_TIMEOUT_S, self.settings.etcd_request_timeout)
-        if await _wait_event(created, timeout) and claim._watch_task is not None:
-            claim._watch_deadline = math.inf
-            return
-        log.warning(
-            "etcd: watching %s on %s not confirmed; the claim is unusable past the lease deadline until it is watched",
-            claim.key,
-            redact(claim._watch_endpoint),
-        )
-        await self._stop_watch(claim)
-        claim._watch_broken()
-
-    async def _follow(self, claim: EtcdClaim, start_revision: int, created: asyncio.Event) -> None:
-        endpoint = self._client.endpoint
-        try:
-            async with aclosing(self._client.watch(claim.key.encode(), start_revision, created)) as stream:
-                async for events in stream:
-                    for event in events:
-                        if event.type == "DELETE":
-                            claim._set_lost("claim key deleted")
-                            return
-                        if event.kv.lease != claim.lease_id or event.kv.create_revision != claim._create_revision:
-                            claim._set_lost(f"claim key overwritten (now on lease {event.kv.lease:016x})")
-                            return
-        except EtcdCallError as exc:
-            log.info("etcd: watch of %s on %s ended: %s", claim.key, exc.endpoint, exc.detail)
-            if exc.code is None:
-                self._client.failed(endpoint)
-        if not claim.lost and claim._watch_task is asyncio.current_task():
-            claim._watch_task = None
-            claim._watch_broken()
-            self._wake.set()
-
-    async def _stop_watch(self, claim: EtcdClaim) -> None:
-        task, claim._watch_task = claim._watch_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
     async def _rearm_watches(self, session: Session) -> None:
         """Verify and watch again every claim whose watch broke or sits on another member than the client's."""
         for claim in list(self._claims):
-            if claim.lost or claim._session is not session:
-                continue
-            if claim._watch_task is not None and claim._watch_endpoint == self._client.endpoint:
-                continue
-            await self._stop_watch(claim)
-            claim._watch_broken()
-            async with self._etcd(f"verifying {claim.key}"):
-                found, revision = await self._client.range(claim.key.encode())
-            if not found:
-                claim._set_lost("claim key deleted")
-                continue
-            if found[0].lease != session.lease_id or found[0].create_revision != claim._create_revision:
-                claim._set_lost(f"claim key overwritten (now on lease {found[0].lease:016x})")
-                continue
-            await self._start_watch(claim, revision + 1)
-            if claim._watch_task is None:
-                raise BackendUnavailableError(f"etcd: watching {claim.key} failed")
-
-    # -- marks -----------------------------------------------------------------------------------------------
-    async def _record_mark(self, claim: EtcdClaim, mark: int, exact: bool = False) -> None:
-        """Store ``mark`` in the claim key and the mark key, guarded by both keys' mod revisions.
-
-        Only ever raises the stored mark, except ``exact`` (release) which stores the final mark as given (never
-        below the mark inherited at claim time).
-        """
-        if claim.lost:
-            raise LeaseLostError(f"{claim.scheme} {claim.pool.kind} {claim.identity} lost: {claim.lost_reason}")
-        if exact:
-            mark = max(mark, claim.high_water_mark)
-            if mark == claim._stored_mark:
-                return
-        elif mark <= claim._stored_mark:
-            return
-        key, mkey = claim.key.encode(), claim.mark_key.encode()
-        value = keys.mark_value(claim.holder, claim._session.hex, mark)
-        async with claim._lock:
-            for _ in range(2):
-                try:
-                    async with self._etcd(f"recording the high-water mark of {claim.key}"):
-                        result = await self._client.txn(
-                            [compare(key, "MOD", claim._mod_revision), compare(mkey, "MOD", claim._marks_mod_revision)],
-                            [put(key, claim._value(mark), claim.lease_id), put(mkey, value), get(key), get(mkey)],
-                            [get(key), get(mkey)],
-                        )
-                except LeaseLostError as exc:
-                    self._lease_lost(claim._session, exc.reason)
-                    raise
-                if result.succeeded:
-                    claim._mod_revision = (result.ranges[2] or [])[0].mod_revision
-                    claim._marks_mod_revision = (result.ranges[3] or [])[0].mod_revision
-                    claim._stored_mark = mark
-                    return
-                now_key, now_mark = result.ranges[0] or [], result.ranges[1] or []
-                if not now_key:
-                    claim._set_lost("claim key deleted")
-                elif now_key[0].lease != claim.lease_id or now_key[0].create_revision != claim._create_revision:
-                    claim._set_lost(f"claim key overwritten (now on lease {now_key[0].lease:016x})")
-                if claim.lost:
-                    raise LeaseLostError(f"{claim.scheme} {claim.pool.kind} {claim.identity} lost: {claim.lost_reason}")
-                # Our key is intact; the mark key was written by someone else (an operator?), or by our own
-                # write whose answer was lost: re-read and retry.
-                claim._mod_revision = now_key[0].mod_revision
-                claim._marks_mod_revision = now_mark[0].mod_revision if now_mark else 0
-                stored = keys.read_mark(now_mark[0].value if now_mark else None, claim.mark_key)
-                if not exact and stored >= mark:
-                    claim._stored_mark = stored
-                    return
-        raise BackendUnavailableError(
-            f"high-water mark of {claim.key} keeps changing under us; not recorded", retry_after=self._retry_after
-        )
+            if claim.session is session and claim.needs_rearm(self._client.endpoint):
+                await claim.rearm(self.settings.etcd_request_timeout)
 
     # -- release / register ----------------------------------------------------------------------------------
     async def release(self, claim: Claim, final_mark: int | None) -> None:
@@ -659,27 +402,22 @@ class EtcdBackend(LeaseBackend):
 
         Never raises: a lost claim is only forgotten; an unreachable etcd is logged (the lease expires anyway).
         """
-        if not isinstance(claim, EtcdClaim) or claim._released:
+        if not isinstance(claim, EtcdClaim) or claim.released:
             return
-        if not claim.lost and final_mark is not None:
-            try:
-                await self._record_mark(claim, final_mark, exact=True)
-            except NotReadyError as exc:
-                log.warning("etcd: final high-water mark of %s not recorded: %s", claim.key, exc.reason)
-        claim._released = True
         self._claims.discard(claim)
-        await self._stop_watch(claim)
-        self._metrics_held(claim.scheme, False, None)
-        if claim._lost_reason is not None or claim._session.lost:
+        if not await claim.release(final_mark):
             return
-        if await self._delete_quietly(claim.key.encode(), claim._create_revision, claim.lease_id):
+        if await self._delete_quietly(claim.key.encode(), claim.create_revision, claim.lease_id):
             log.info("etcd: released %s %s %d", claim.scheme, claim.pool.kind, claim.identity)
+
+    def _claim_lost(self, claim: Claim, reason: str) -> None:
+        self._wake.set()
 
     async def _delete_quietly(self, key: bytes, create_revision: int, lease_id: int) -> bool:
         """Delete our incarnation of ``key`` (same create revision). Never raises; False when it has to wait
         for etcd (kept in ``_orphans``)."""
         try:
-            async with self._etcd(f"deleting {key.decode()}"):
+            async with self._calls.bounded(f"deleting {key.decode()}"):
                 await self._client.txn([compare(key, "CREATE", create_revision)], [delete(key)], [])
             self._orphans.pop(key, None)
         except LeaseLostError:
@@ -695,7 +433,7 @@ class EtcdBackend(LeaseBackend):
             if lease_id != session.lease_id:
                 del self._orphans[key]  # its lease is gone, and the key with it
                 continue
-            async with self._etcd(f"deleting {key.decode()}"):
+            async with self._calls.bounded(f"deleting {key.decode()}"):
                 await self._client.txn([compare(key, "CREATE", create_revision)], [delete(key)], [])
             del self._orphans[key]
             log.info("etcd: released %s (deferred while etcd was unreachable)", key.decode())
@@ -715,7 +453,7 @@ class EtcdBackend(LeaseBackend):
             if lease_id == session.lease_id:
                 continue
             payload = {**json.loads(data), "lease": session.hex}
-            async with self._etcd(f"registering {key}"):
+            async with self._calls.bounded(f"registering {key}"):
                 await self._client.put(key.encode(), keys.to_json(payload), session.lease_id)
             self._registrations[key] = (data, session.lease_id)
             log.info("etcd: registered %s on lease %s", key, session.hex)
@@ -729,7 +467,7 @@ class EtcdBackend(LeaseBackend):
             return self._fleet_id
         key = keys.fleet_key(self._namespace).encode()
         value = keys.to_json({"fleet_id": str(uuid.uuid4()), "created_at": keys.now_rfc3339()})
-        async with self._etcd("reading the fleet ID"):
+        async with self._calls.bounded("reading the fleet ID"):
             result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, value), get(key)], [get(key)])
         found = result.ranges[1] if result.succeeded else result.ranges[0]
         self._fleet_id = keys.read_fleet_id(found[0].value if found else b"", key.decode())
@@ -750,7 +488,7 @@ class EtcdBackend(LeaseBackend):
         if lease_id <= 0:
             return False
         try:
-            async with self._etcd("looking up a peer's lease"):
+            async with self._calls.bounded("looking up a peer's lease"):
                 return await self._client.time_to_live(lease_id) > 0
         except NotReadyError:
             return None
@@ -760,7 +498,7 @@ class EtcdBackend(LeaseBackend):
         prefix = keys.pool_prefix(self._namespace, pool).encode()
         first, last = pool.slice
         try:
-            async with self._etcd(f"counting the {pool.scheme} claims"):
+            async with self._calls.bounded(f"counting the {pool.scheme} claims"):
                 found, _ = await self._client.range(prefix, prefix_end(prefix), keys_only=True)
         except NotReadyError:
             return None
@@ -768,28 +506,9 @@ class EtcdBackend(LeaseBackend):
         return sum(1 for identity in held if identity is not None and first <= identity <= last)
 
     # -- helpers ---------------------------------------------------------------------------------------------
-    @asynccontextmanager
-    async def _etcd(self, doing: str) -> AsyncIterator[None]:
-        """Bound one etcd call in time (all endpoints together) and map its errors (:func:`map_error`)."""
-        limit = self._budget + self._attempt_timeout + 0.5
-        try:
-            async with asyncio.timeout(limit):
-                yield
-        except EtcdCallError as exc:
-            raise map_error(exc, doing) from exc
-        except TimeoutError:
-            raise BackendUnavailableError(
-                f"etcd at {redact(self._client.endpoint)} did not answer in time (while {doing})",
-                retry_after=self._retry_after,
-            ) from None
-
     def _renewal(self, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.lease_renewal(outcome)
-
-    def _metrics_held(self, scheme: str, held: bool, identity: int | None) -> None:
-        if self.metrics is not None:
-            self.metrics.scheme(scheme).lease_held(held, identity)
 
     def status(self) -> dict[str, Any]:
         session = self._session
@@ -805,7 +524,7 @@ class EtcdBackend(LeaseBackend):
         if session is not None:
             out["lease"] = session.hex
             out["lease_lost"] = session.lost
-            out["deadline_in_s"] = round(session.deadline - self._clock(), 3)
+            out["deadline_in_s"] = round(session.deadline - self.clock(), 3)
         if self._reason:
             out["reason"] = self._reason
         out["claims"] = sorted(c.key for c in self._claims)

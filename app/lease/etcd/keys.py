@@ -12,8 +12,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import BackendUnavailableError
-from app.lease.base import Holder
+from app.errors import BackendUnavailableError, NotReadyError
+from app.lease.base import Owner
+from app.lease.draw import SMALL_POOL_SIZE
 from app.pool import IdentityPool
 
 REGISTER_PREFIX = "idmint/"
@@ -45,7 +46,7 @@ def decode_identity(pool: IdentityPool, segment: str) -> int | None:
 
 
 def claim_key(namespace: str, pool: IdentityPool, identity: int) -> str:
-    """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the holder's lease."""
+    """``<namespace><key_prefix><segment>``: the claim key of ``identity``, on the owner's lease."""
     return pool_prefix(namespace, pool) + encode_identity(pool, identity)
 
 
@@ -91,12 +92,12 @@ def to_json(value: dict[str, Any]) -> bytes:
 
 
 def claim_value(
-    holder: Holder, pool: IdentityPool, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
+    owner: Owner, pool: IdentityPool, identity: int, lease_hex: str, claimed_at: str, mark: int = -1
 ) -> bytes:
     """The claim key's value: who holds it, on which lease, and the last mark it recorded (-1: none yet)."""
     return to_json(
         {
-            "holder": holder.as_dict(),
+            "holder": owner.as_dict(),
             "scheme": pool.scheme,
             "kind": pool.kind,
             "identity": identity,
@@ -107,9 +108,9 @@ def claim_value(
     )
 
 
-def mark_value(holder: Holder, lease_hex: str, mark: int) -> bytes:
+def mark_value(owner: Owner, lease_hex: str, mark: int) -> bytes:
     """The mark key's value: ``{"high_water_mark", "holder", "lease"}``."""
-    return to_json({"high_water_mark": mark, "holder": holder.as_dict(), "lease": lease_hex})
+    return to_json({"high_water_mark": mark, "holder": owner.as_dict(), "lease": lease_hex})
 
 
 def read_mark(value: bytes | None, key: str) -> int:
@@ -137,3 +138,47 @@ def holder_of(value: bytes) -> str:
         return f"{holder['host']} pid {holder['pid']}" + (f" ({holder['address']})" if holder.get("address") else "")
     except (ValueError, KeyError, TypeError):
         return "a client with an unrecognised value"
+
+
+def check_allowed_groups(namespace: str, pool: IdentityPool, value: bytes | None, retry_after: int) -> None:
+    """java-uniqueid's ``cluster-id`` key (``value``, None when absent): absent = any group; else ``pool``'s group
+    must be listed. Raises NotReadyError (with ``retry_after`` s) naming the key otherwise."""
+    if value is None:
+        return
+    key = namespace + (pool.allowed_groups_key or "")
+    try:
+        allowed = parse_allowed_groups(value.decode())
+        group = int(pool.group)
+    except ValueError:
+        raise NotReadyError(
+            f"etcd key {key} holds {value!r}, not a comma-separated list of cluster IDs", retry_after=retry_after
+        ) from None
+    if group not in allowed:
+        raise NotReadyError(
+            f"cluster ID {group} is not listed in etcd key {key} ({value.decode()!r}); "
+            f"set IDMINT_CLUSTER_ID to one of {', '.join(map(str, allowed))} or add it to the key",
+            retry_after=retry_after,
+        )
+
+
+def exhausted_reason(pool: IdentityPool, exclude: frozenset[int], held: dict[int, bytes], tries: int) -> str:
+    """Why no identity of ``pool`` could be claimed: ``held`` (identity -> claim value) as read, ``exclude``
+    refused, after ``tries`` attempts."""
+    where = f" in cluster {pool.group}" if pool.allowed_groups_key else f" in group {pool.group}" if pool.group else ""
+    if pool.candidates is not None:
+        parts = []
+        for identity in pool.candidates:
+            if identity in held:
+                parts.append(f"{identity} is held by {holder_of(held[identity])}")
+            elif identity in exclude:
+                parts.append(f"{identity} was refused (high-water mark ahead of our clock)")
+        what = "static " if pool.static is not None else ""
+        return f"{pool.scheme}: {what}{pool.kind}{where} unavailable: " + "; ".join(parts or ["no candidates"])
+    size = pool.maximum - pool.minimum + 1
+    in_range = sum(1 for i in held if pool.minimum <= i <= pool.maximum)
+    refused = f", {len(exclude)} refused" if exclude else ""
+    tried = f" after {tries} random draw(s)" if pool.draw == "random" and size > SMALL_POOL_SIZE else ""
+    return (
+        f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
+        f"({pool.minimum}..{pool.maximum}){refused}"
+    )

@@ -1,10 +1,14 @@
-"""One etcd lease kept alive: after etcd Go's ``concurrency.Session`` (ID, TTL, keepalive task, lost, close).
+"""One etcd lease kept alive: after etcd Go's ``concurrency.Session`` (``Lease``, ``Done``, ``Orphan``, ``Close``).
 
-The keepalive task refreshes every TTL/3. Fail closed: :attr:`Session.deadline` is the ``clock()`` time at which
-the last successful refresh (or the grant) was *sent*, plus the TTL, minus the safety margin; etcd cannot expire
-the lease before that, whichever member answered. A refresh answering TTL <= 0, or any call answering "lease not
-found", makes the session :attr:`~Session.lost` (final). A failed refresh is retried at once on the next
-endpoint (the client moves on), then with a short backoff, while the deadline still holds.
+The session alone owns the lease's health. The keepalive task refreshes every TTL/3. Fail closed:
+:attr:`Session.deadline` is the ``clock()`` time (the injected monotonic clock, seconds) at which the last
+successful refresh (or the grant) was *sent*, plus the TTL, minus the safety margin; etcd cannot expire the lease
+before that, whichever member answered. A refresh answering TTL <= 0, or any call answering "lease not found",
+makes the session :attr:`~Session.lost` (final): :meth:`Session.done` is set and every callback given to
+:meth:`Session.on_done` is called at once, so nobody has to poll for it. A failed refresh is retried at once on
+the next endpoint (the client moves on), then with a short backoff, while the deadline still holds.
+:attr:`Session.status` sums it up: ``"alive"``, ``"unconfirmed"`` (past the deadline, not known lost) or
+``"lost"``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import random
 from collections.abc import Callable
 
 from app.errors import LeaseLostError, NotReadyError
-from app.lease.etcd.client import EtcdCallError, EtcdClient, map_error
+from app.etcd.client import EtcdCallError, EtcdClient, map_error
 
 log = logging.getLogger("idmint.lease.etcd")
 
@@ -27,6 +31,8 @@ LATE_FACTOR = 1.5
 
 Outcome = Callable[["Session", str, "NotReadyError | None"], None]
 """Called after every refresh attempt: (session, "ok" | "late" | "failed" | "lost", the error or None)."""
+DoneCallback = Callable[[str], None]
+"""Called once when the lease is lost, with the reason."""
 
 
 class Session:
@@ -52,9 +58,10 @@ class Session:
         self.deadline = sent_at + ttl - margin
         self.lost_reason: str | None = None
         self.lost_event = asyncio.Event()
-        self.loss_handled = False
-        """Set by the owner once it has reacted to the loss (logged it, voided the claims)."""
-        self._clock = clock
+        """Set once the lease is lost (:meth:`done`)."""
+        self.clock = clock
+        """The monotonic clock (seconds) :attr:`deadline` is on."""
+        self._done_callbacks: list[DoneCallback] = []
         self._attempt_timeout = attempt_timeout
         self._on_outcome = on_outcome
         self._task: asyncio.Task[None] | None = None
@@ -84,17 +91,45 @@ class Session:
         return self.lost_reason is not None
 
     @property
+    def status(self) -> str:
+        """``"lost"`` (final), ``"unconfirmed"`` (past :attr:`deadline`: no refresh confirmed in time) or
+        ``"alive"``."""
+        if self.lost:
+            return "lost"
+        return "alive" if self.clock() < self.deadline else "unconfirmed"
+
+    def done(self) -> asyncio.Event:
+        """Set once the lease is lost: expired, revoked, found missing, or closed (etcd's ``Session.Done()``)."""
+        return self.lost_event
+
+    def on_done(self, callback: DoneCallback) -> None:
+        """Call ``callback(reason)`` once, the moment the lease is lost (at once when it already is)."""
+        if self.lost_reason is not None:
+            callback(self.lost_reason)
+        else:
+            self._done_callbacks.append(callback)
+
+    def off_done(self, callback: DoneCallback) -> None:
+        """Forget ``callback`` (its claim was released): a long-lived lease does not collect them."""
+        if callback in self._done_callbacks:
+            self._done_callbacks.remove(callback)
+
+    @property
     def hex(self) -> str:
         return f"{self.lease_id:016x}"
 
     def set_lost(self, reason: str) -> None:
+        """Mark the lease lost for ``reason`` (first reason wins) and tell every :meth:`on_done` callback."""
         if self.lost_reason is None:
             self.lost_reason = reason
             self.lost_event.set()
+            callbacks, self._done_callbacks = self._done_callbacks, []
+            for callback in callbacks:
+                callback(reason)
 
     async def refresh(self) -> None:
         """One keepalive (moving across endpoints as needed). Raises NotReadyError (LeaseLostError: gone)."""
-        sent_at = self._clock()
+        sent_at = self.clock()
         try:
             ttl = await self.client.keepalive(self.lease_id, self._attempt_timeout)
         except EtcdCallError as exc:
@@ -113,7 +148,7 @@ class Session:
     async def _keep_alive(self) -> None:
         retry = RETRY_START_S
         while not self.lost:
-            delay = max(0.0, self.last_sent + self.interval - self._clock())
+            delay = max(0.0, self.last_sent + self.interval - self.clock())
             if delay:
                 await asyncio.sleep(delay)
                 if self.lost:  # lost while asleep (a watch or a claim saw it first): nothing to keep alive

@@ -14,10 +14,10 @@ buffer, cut short at ``MAX_VALUE``).
 Why an interface beside :class:`~app.lease.base.LeaseBackend` rather than methods on it: a sequence needs no
 lease, no claim and no deadline (its safety is the atomic advance, not an exclusive identity), so the lease
 interface stays small and its doubles untouched; the two are chosen by the same settings (``IDMINT_ETCD_*`` or
-``IDMINT_STATE_DIR``) through :func:`make_store`, beside :func:`app.lease.make_backend`.
+``IDMINT_STATE_DIR``) through :func:`app.sequences.store.make_store`, beside :func:`app.lease.make_backend`.
 
-Implementations: :class:`app.lease.embedded_sequences.EmbeddedSequenceStore` (a file per sequence under the state
-directory), :class:`app.lease.etcd.sequences.EtcdSequenceStore` (one key per sequence under the namespace), and
+Implementations: :class:`app.sequences.store.embedded.EmbeddedSequenceStore` (a file per sequence under the state
+directory), :class:`app.sequences.store.etcd.EtcdSequenceStore` (one key per sequence under the namespace), and
 :class:`MemorySequenceStore` (the test double: one process, optional injected outage).
 """
 
@@ -27,7 +27,7 @@ import abc
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.errors import (
     BackendUnavailableError,
@@ -36,9 +36,6 @@ from app.errors import (
     SequenceOverflowError,
     UnknownSequenceError,
 )
-
-if TYPE_CHECKING:
-    from app.settings import Settings
 
 MAX_VALUE = 2**63 - 1
 """The largest integer a sequence issues (signed 64-bit)."""
@@ -234,14 +231,3 @@ class MemorySequenceStore(SequenceStore):
         first, last, self.records[name] = record.advance(count, partial)
         self.reservations += 1
         return first, last
-
-
-def make_store(settings: Settings) -> SequenceStore:
-    """The etcd store when ``settings.etcd_endpoints`` is set, else the embedded one (state directory)."""
-    if settings.etcd_endpoints:
-        from app.lease.etcd.sequences import EtcdSequenceStore
-
-        return EtcdSequenceStore(settings)
-    from app.lease.embedded_sequences import EmbeddedSequenceStore
-
-    return EmbeddedSequenceStore(settings.state_dir, settings.max_sequences)

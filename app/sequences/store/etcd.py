@@ -16,7 +16,7 @@ Creating is ``If(CreateRevision(key) == 0) Then Put(key, value) Else Get(key)``.
 checked by counting the keys first (count-only range read); two replicas creating different names at the same
 moment can pass it by one each, which keeps the number of sequences (and metric labels) bounded all the same.
 
-etcd's errors become the project's in one place, :func:`app.lease.etcd.client.map_error`; this module only adds
+etcd's errors become the project's in one place, :func:`app.etcd.client.map_error`; this module only adds
 the overall time bound of one operation.
 """
 
@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from app.errors import BackendUnavailableError, ConfigError
-from app.lease.etcd.client import (
+from app.etcd.client import (
     EtcdCallError,
     EtcdClient,
     b64,
@@ -43,7 +43,7 @@ from app.lease.etcd.client import (
     redact,
     ssl_context,
 )
-from app.lease.sequences import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
+from app.sequences.store.base import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
 
 if TYPE_CHECKING:
     from app.settings import Settings

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError
-from app.lease.sequences import SequenceRecord, SequenceStore, conflict, too_many, unknown
+from app.sequences.store.base import SequenceRecord, SequenceStore, conflict, too_many, unknown
 
 FOLDER = "sequences"
 CREATE_LOCK = ".create.lock"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
-from app.lease.embedded_sequences import EmbeddedSequenceStore
-from app.lease.sequences import MAX_VALUE
+from app.sequences.store.base import MAX_VALUE
+from app.sequences.store.embedded import EmbeddedSequenceStore
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ async def test_an_unreadable_record_is_never_taken_as_empty(tmp_path: Path) -> N
 
 WORKER = """
 import asyncio, json, random, sys
-from app.lease.embedded_sequences import EmbeddedSequenceStore
+from app.sequences.store.embedded import EmbeddedSequenceStore
 async def main():
     store = EmbeddedSequenceStore(sys.argv[1])
     out = []

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
-from app.lease.etcd.sequences import EtcdSequenceStore
-from app.lease.sequences import MAX_VALUE
+from app.sequences.store.base import MAX_VALUE
+from app.sequences.store.etcd import EtcdSequenceStore
 from app.settings import Settings
 from tests.support.etcd import EtcdServer
 

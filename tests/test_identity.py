@@ -1,0 +1,135 @@
+"""The identity holder (app/identity.py) on a real etcd: a loss is pushed to it, and every deadline it compares is
+on the backend's injected monotonic clock."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app import __version__
+from app.errors import NotReadyError
+from app.lease.etcd import EtcdBackend, EtcdClaim
+from app.metrics import Metrics
+from app.node import Node
+from app.schemes import schemes
+from tests.helpers import FakeClock, make_settings
+from tests.lease.test_etcd_backend import eventually
+from tests.support.etcd import EtcdServer, RawEtcd
+
+pytestmark = pytest.mark.anyio
+
+SCHEME = "hlc-ulid"
+STATIC_ID = 42
+"""IDMINT_HLC_ULID_PUBLISHER_ID: a static identity, so an overwritten claim key cannot be claimed back."""
+
+
+@asynccontextmanager
+async def etcd_node(
+    tmp_path: Path, server: EtcdServer, namespace: str, mono: FakeClock | None = None, **overrides: Any
+) -> AsyncIterator[Node]:
+    """A started node serving only hlc-ulid with static publisher ID 42 on etcd; ``mono``: the backend's
+    monotonic clock (seconds), else ``time.monotonic``."""
+    settings = make_settings(
+        tmp_path,
+        etcd_endpoints=server.endpoint,
+        etcd_namespace=namespace,
+        etcd_connect_timeout=1.0,
+        etcd_request_timeout=1.0,
+        hlc_ulid_publisher_id=STATIC_ID,
+        **overrides,
+    )
+    backend = EtcdBackend(settings, clock=mono.seconds) if mono is not None else EtcdBackend(settings)
+    node = Node(settings, backend, Metrics(list(schemes()), __version__), only=[SCHEME])
+    await node.start()
+    try:
+        yield node
+    finally:
+        await node.stop()
+
+
+def held_claim(node: Node) -> EtcdClaim:
+    claims = node.issuers[SCHEME].identity.claims
+    assert len(claims) == 1 and isinstance(claims[0], EtcdClaim), claims
+    return claims[0]
+
+
+@pytest.mark.parametrize("how", ["key overwritten", "lease revoked"])
+async def test_a_lost_claim_stops_the_scheme_before_any_request_or_mark_tick(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd, how: str
+) -> None:
+    # TTL 30 s: the lease deadline is 25 s away and the holder's mark tick 10 s; only a pushed event is this fast.
+    async with etcd_node(tmp_path, etcd_server, etcd_namespace, etcd_lease_ttl=30, etcd_safety_margin=5) as node:
+        holder = node.issuers[SCHEME].identity
+        await node.issuers[SCHEME].issue(1, {})
+        claim = held_claim(node)
+        assert node.backend.mark_interval == 10
+        start = time.monotonic()
+        if how == "key overwritten":  # someone else's put: the static identity cannot be claimed back
+            await raw.put(claim.key.encode(), b"")
+        else:  # etcd deletes the claim key with the lease; the keepalive would notice only 10 s later
+            await raw.revoke_lease(claim.lease_id)
+
+        # No request and no tick: the claim's watch tells the holder, which drops the claim at once.
+        await eventually(lambda: claim not in holder.claims, 3.0, f"{how}: the holder dropped the claim")
+        assert time.monotonic() - start < node.backend.mark_interval / 2
+        assert claim.lost and claim.lost_reason is not None
+        if how == "key overwritten":
+            with pytest.raises(NotReadyError) as info:  # the holder's reason: lost, or the re-claim refused
+                await node.issuers[SCHEME].issue(1, {})
+            assert info.value.retry_after >= 1  # the HTTP layer answers it as 503 + Retry-After
+            assert not node.readiness()[0]
+        else:  # a new lease is granted and the free identity claimed again, on it
+            await eventually(lambda: node.readiness()[0], 10.0, "re-claimed on a new lease")
+            assert held_claim(node).lease_id != claim.lease_id
+
+
+class _NoMonotonic(types.ModuleType):
+    """Stands in for the ``time`` module inside app modules: everything as usual but ``monotonic``."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("monotonic", "monotonic_ns"):
+            raise AssertionError(f"app code read time.{name}() directly; use the injected clock")
+        return getattr(time, name)
+
+
+async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_monotonic(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Far from time.monotonic(): a deadline compared with the real clock would look valid forever.
+    mono = FakeClock.running_from_now()
+    stub = _NoMonotonic("time")
+    for name, module in list(sys.modules.items()):
+        if name.startswith("app.") and getattr(module, "time", None) is time:
+            monkeypatch.setattr(module, "time", stub)
+
+    async with etcd_node(tmp_path, etcd_server, etcd_namespace, mono, etcd_lease_ttl=3, etcd_safety_margin=1) as node:
+        issuer = node.issuers[SCHEME]
+        # Claim.
+        await issuer.issue(1, {})
+        claim = held_claim(node)
+        assert claim.clock == mono.seconds and node.backend.clock == mono.seconds
+        # Renew: keepalives move the deadline on the injected clock.
+        first = claim.deadline
+        await eventually(lambda: claim.deadline > first, 5.0, "a keepalive renewed the deadline")
+        assert mono.seconds() < claim.deadline <= mono.seconds() + 3 - 1
+
+        # Deadline passed on the injected clock only (real time did not move): fail closed at once.
+        mono.ns += 10 * FakeClock.NS_IN_S
+        with pytest.raises(NotReadyError, match="lease deadline passed"):
+            await issuer.issue(1, {})
+        await eventually(lambda: node.readiness()[0], 10.0, "renewed and re-claimed after the deadline passed")
+
+        # Loss: the lease revoked behind the node's back; pushed, then re-claimed on a new lease.
+        lost = held_claim(node)
+        await raw.revoke_lease(lost.lease_id)
+        await eventually(lambda: lost not in issuer.identity.claims, 3.0, "revoked lease dropped the claim")
+        await eventually(lambda: node.readiness()[0], 10.0, "re-claimed on a new lease")
+        assert held_claim(node).lease_id != lost.lease_id
+        await issuer.issue(1, {})

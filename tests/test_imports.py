@@ -1,0 +1,106 @@
+"""Imports run one way: no circle between modules of ``app`` (house style, habit 12).
+
+Every ``import app...`` / ``from app... import ...`` in every module counts, wherever it sits (module level, inside a
+function, under ``if TYPE_CHECKING``): a lazy import hides a circle from the interpreter, not from a reader. An
+edge goes to the module named (``from app.lease.etcd import keys`` -> ``app.lease.etcd.keys``), not to the parent
+packages Python also initialises. The cycles are the strongly connected components of that graph.
+
+One known exception, restructured by issue #22: a scheme module and its ``<scheme>_batch`` sibling import each
+other (the batch module imports the scheme's layout constants; the scheme imports its batch at the bottom).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+APP = Path(__file__).resolve().parents[1] / "app"
+
+SCHEME_BATCH_PAIRS = {
+    frozenset({f"app.schemes.{name}", f"app.schemes.{name}_batch"})
+    for name in ("eight_byte", "hlc_ulid", "ksuid", "siq", "snowflake")
+}
+"""Scheme/batch sibling pairs allowed to import each other until issue #22 (and only each other)."""
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in APP.rglob("*.py"):
+        parts = list(path.relative_to(APP.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The app modules ``path`` imports anywhere in its body."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                out.add(full if full in modules else node.module)
+    return {name for name in out if name in modules}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(component)
+    return found
+
+
+def test_no_import_cycle_between_app_modules() -> None:
+    modules = _modules()
+    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    cycles = [sorted(c) for c in _cycles(graph) if frozenset(c) not in SCHEME_BATCH_PAIRS]
+    assert not cycles, f"import cycles between app modules: {cycles}"
+
+
+def test_cycle_finder_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_settings_sit_below_the_api() -> None:
+    modules = _modules()
+    assert not {m for m in _imports(modules["app.settings"], modules) if m.startswith("app.api")}
