@@ -164,6 +164,33 @@ def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
 
 
 # -- real processes ------------------------------------------------------------------------------------------------
+
+
+def readyz_when(node: Replica, scheme: str, words: str, timeout: float = 60.0) -> dict[str, Any]:
+    """``/readyz`` of ``node`` once ``scheme``'s reason holds ``words`` (it must be not ready by then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = node.get("/readyz")
+        if words in ready.json()["schemes"][scheme].get("reason", ""):
+            assert ready.status_code == 503
+            return ready.json()  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, ready.text
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def peer_pair(tmp_path: Path, envs: list[dict[str, str]]) -> Iterator[list[Replica]]:
+    """Two ``idmint serve`` processes started together, each listing the other in IDMINT_PEER_FLEETS."""
+    ports = [free_port(), free_port()]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    nodes = [Replica(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i, env in enumerate(envs)]
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.stop()
+
+
 def stream(url: str, scheme: str, count: int) -> list[bytes]:
     """``count`` IDs of ``scheme`` streamed from ``url`` (the whole stream must arrive)."""
     with httpx.stream("GET", f"{url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=300) as r:
@@ -204,14 +231,8 @@ def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Re
 @pytest.mark.integration
 def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -> None:
     env = {"IDMINT_REGIONS": "2", "IDMINT_EIGHT_BYTE_GENERATORS": "4", "IDMINT_SNOWFLAKE_WORKERS": "4"}
-    ports = [free_port(), free_port()]
-    peers = [f"http://127.0.0.1:{p}" for p in ports]
     # Each host its own state directory (Replica's default), each the other's peer: different regions, so ready.
-    nodes = [
-        Replica(tmp_path, {**env, "IDMINT_REGION": str(i), "IDMINT_PEER_FLEETS": peers[1 - i]}, port=ports[i])
-        for i in range(2)
-    ]
-    try:
+    with peer_pair(tmp_path, [{**env, "IDMINT_REGION": str(i)} for i in range(2)]) as nodes:
         for node in nodes:
             node.wait("/readyz")
         fleets = [node.get("/v1/fleet").json() for node in nodes]
@@ -219,9 +240,6 @@ def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -
         for scheme in SLICED:
             got = stream_everywhere([n.url for n in nodes], scheme, 200_000)
             assert duplicates(got) == 0, scheme
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 @pytest.mark.integration
@@ -478,13 +496,7 @@ def test_a_copied_state_directory_is_another_fleet_to_peers_and_to_the_client(tm
         pass  # writes fleet.json, marks and locks
     copy = tmp_path / "copy"
     shutil.copytree(original, copy)
-    ports = [free_port(), free_port()]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    nodes = [
-        Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i])
-        for i, state in enumerate((original, copy))
-    ]
-    try:
+    with peer_pair(tmp_path, [{"IDMINT_STATE_DIR": str(state)} for state in (original, copy)]) as nodes:
         fleets = []
         for node in nodes:
             node.wait("/healthz")
@@ -493,45 +505,21 @@ def test_a_copied_state_directory_is_another_fleet_to_peers_and_to_the_client(tm
         assert fleets[0]["member"] != fleets[1]["member"]
         assert nodes[0].get(f"/v1/fleet/members/{fleets[1]['member']}").json()["live"] is False
         for node in nodes:
-            ready = node.wait("/readyz", status=503)
-            deadline = time.monotonic() + 60
-            while "copied state directory" not in ready.json()["schemes"]["snowflake"].get("reason", ""):
-                assert time.monotonic() < deadline, ready.text
-                time.sleep(0.1)
-                ready = node.get("/readyz")
+            readyz_when(node, "snowflake", "copied state directory")
             assert node.get("/v1/ids/snowflake").status_code == 503
-        with Client(urls) as client, pytest.raises(FleetOverlap):
+        with Client([n.url for n in nodes]) as client, pytest.raises(FleetOverlap):
             client.new_id("wiji")
-    finally:
-        for node in nodes:
-            node.stop()
 
 
 @pytest.mark.integration
 def test_a_static_medallion_shared_by_two_fleets_is_an_overlap(tmp_path: Path) -> None:
     env = {"IDMINT_REGIONS": "2", "IDMINT_MUID_MEDALLION": str(0x1ABCDEF0123)}
-    ports = [free_port(), free_port()]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    nodes = [
-        Replica(tmp_path, {**env, "IDMINT_REGION": str(i), "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i])
-        for i in range(2)
-    ]
-    try:
+    with peer_pair(tmp_path, [{**env, "IDMINT_REGION": str(i)} for i in range(2)]) as nodes:
         for node in nodes:
-            assert node.wait("/healthz") and node.get("/v1/fleet").json()["schemes"]["muid"]["pool"] == [
-                0x1ABCDEF0123,
-                0x1ABCDEF0123,
-            ]
-            ready = node.wait("/readyz", status=503)
-            deadline = time.monotonic() + 60
-            while "overlap" not in ready.json()["schemes"]["muid"].get("reason", ""):
-                assert time.monotonic() < deadline, ready.text
-                time.sleep(0.1)
-                ready = node.get("/readyz")
-            assert ready.json()["schemes"]["eight-byte"]["ready"]  # regions keep the other schemes apart
-    finally:
-        for node in nodes:
-            node.stop()
+            node.wait("/healthz")
+            assert node.get("/v1/fleet").json()["schemes"]["muid"]["pool"] == [0x1ABCDEF0123, 0x1ABCDEF0123]
+            ready = readyz_when(node, "muid", "overlap")
+            assert ready["schemes"]["eight-byte"]["ready"]  # regions keep the other schemes apart
 
 
 def test_the_client_reads_a_404_fleet_again_after_a_while() -> None:
