@@ -396,6 +396,7 @@
     }
     return candidates.map((c, i) => {
       const tr = i === 0 ? first : el("tr", { class: `${group} also`, dataset: { also: String(item.line) } });
+      if (i < candidates.length - 1) tr.classList.add("before-also");
       const parsed = parseTimestamp(c.timestamp);
       let time = el("td", { class: "time", text: "no time" });
       if (parsed) {
