@@ -312,15 +312,18 @@ class Node:
         self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
 
+    def _pools(self) -> dict[str, IdentityPool]:
+        """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
+        return {
+            name: issuer.identity.pool
+            for name, issuer in self.issuers.items()
+            if not isinstance(issuer, SharedIssuer) and issuer.identity.pool is not None
+        }
+
     def _guarded_pools(self) -> dict[str, IdentityPool]:
         """The pools peer fleets are checked against: the schemes whose uniqueness rests on a leased identity that
         regions slice, and any static identity (a static Muid medallion is no random draw)."""
-        pools = {}
-        for name, issuer in self.issuers.items():
-            pool = issuer.identity.pool
-            if not isinstance(issuer, SharedIssuer) and pool is not None and (pool.sliced or pool.static is not None):
-                pools[name] = pool
-        return pools
+        return {name: pool for name, pool in self._pools().items() if pool.sliced or pool.static is not None}
 
     def _block(self, scheme: str, reason: str | None) -> None:
         self.issuers[scheme].identity.set_blocked(reason)
@@ -433,11 +436,7 @@ class Node:
         :data:`HELD_COUNT_TIMEOUT_S`): counted together, and at most once per :data:`HELD_COUNT_CACHE_S`."""
         now = time.monotonic()
         if self._held_counts is None or now - self._held_counts[0] >= HELD_COUNT_CACHE_S:
-            pools = {
-                name: issuer.identity.pool
-                for name, issuer in self.issuers.items()
-                if not isinstance(issuer, SharedIssuer) and issuer.identity.pool is not None
-            }
+            pools = self._pools()
             counts: dict[str, int | None] = dict.fromkeys(pools)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(HELD_COUNT_TIMEOUT_S):

@@ -16,7 +16,7 @@ This module imports nothing from the rest of idmint but its errors: schemes and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.errors import ConfigError
 
@@ -91,8 +91,6 @@ class IdentityPool:
     region: int = 0
     regions: int = 1
     sliced: bool = True
-    setting: str = field(default="", compare=False)
-    """The ``IDMINT_*`` names that set this pool (for error messages): "IDMINT_EIGHT_BYTE_POOL"."""
 
     @classmethod
     def build(
@@ -156,7 +154,6 @@ class IdentityPool:
             region=region,
             regions=regions,
             sliced=sliced,
-            setting=pool_setting,
             **more,  # type: ignore[arg-type]
         )
 

@@ -53,11 +53,6 @@ OFFSET_DRAWS = 64
 """Random bytes drawn at once for the units' start offsets (one byte per new unit)."""
 
 
-def start_spread(layout: Layout) -> int:
-    """:attr:`Layout.start_spread` (kept here for the generator's readers)."""
-    return layout.start_spread
-
-
 Run = tuple[int, int, int]
 """``(time_units, first_slot, count)``: consecutive slots of one time unit (see :class:`SnowflakeGenerator`)."""
 
@@ -375,7 +370,7 @@ class SnowflakeGenerator(Generator):
     is (worker k // 2**S, sequence k % 2**S) when the worker ID sits above the sequence, else (sequence
     k // n, worker k % n) (sonyflake). :meth:`generate` hands out slots strictly after the last one handed out:
 
-    * clock moved on: start at a random slot of the first :meth:`start_spread` slots of the unit (Meituan Leaf's
+    * clock moved on: start at a random slot of the first :attr:`Layout.start_spread` slots of the unit (Meituan Leaf's
       rule, Leaf#39: a unit's first ID does not always end in sequence 0, so ``id % N`` shards stay even at low
       traffic; the skipped slots are the capacity cost, ``start_spread / 2`` per unit on average);
     * same unit, or the clock stepped back (a clock rollback, counted in :attr:`stats`): keep the last unit and
@@ -422,7 +417,7 @@ class SnowflakeGenerator(Generator):
         self._unit_ns = layout.unit_ms * NANOSECS_IN_MILLISECS
         self._epoch_ns = layout.epoch_ms * NANOSECS_IN_MILLISECS
         self._slots_per_unit = layout.ids_per_unit * len(ids)
-        self._spread = start_spread(layout)
+        self._spread = layout.start_spread
         self._random = random
         self._offsets = b""
         # Position after the last slot handed out: (time unit, next slot). The floor's unit is full.
@@ -471,7 +466,7 @@ class SnowflakeGenerator(Generator):
         return SnowflakeBatch(self.layout, self.worker_ids, runs)
 
     def _start_slot(self) -> int:
-        """A random first slot for a new unit, below :func:`start_spread` (0 when the layout has no spread)."""
+        """A random first slot for a new unit, below :attr:`Layout.start_spread` (0 when the layout has no spread)."""
         spread = self._spread
         if not spread:
             return 0

@@ -32,7 +32,7 @@ from app.schemes.snowflake import (
     SnowflakeScheme,
     SnowflakeSettings,
 )
-from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator, start_spread
+from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
 from app.settings import Settings
 from tests.helpers import FakeClock
 
@@ -706,10 +706,10 @@ def chi_square(values: list[int], modulus: int) -> float:
 
 
 def test_start_spread_per_layout() -> None:
-    assert start_spread(TWITTER) == 100 and start_spread(DISCORD) == 100
-    assert start_spread(INSTAGRAM) == 60  # 1,024 per unit: 60 first slots, 2.9 % of the cap on average
-    assert start_spread(SONYFLAKE) == 0  # its low bits are the worker ID: a sequence offset cannot spread them
-    assert start_spread(Layout.parse("custom:0:1:53/6/4")) == 0  # 16 per unit: nothing to spare
+    assert TWITTER.start_spread == 100 and DISCORD.start_spread == 100
+    assert INSTAGRAM.start_spread == 60  # 1,024 per unit: 60 first slots, 2.9 % of the cap on average
+    assert SONYFLAKE.start_spread == 0  # its low bits are the worker ID: a sequence offset cannot spread them
+    assert Layout.parse("custom:0:1:53/6/4").start_spread == 0  # 16 per unit: nothing to spare
 
 
 @pytest.mark.parametrize("layout", [TWITTER, INSTAGRAM])
@@ -724,7 +724,7 @@ def test_the_first_id_of_each_unit_spreads_over_id_mod_4_and_mod_10(layout: Layo
     assert chi_square(first_ids, 10) < CHI2_CRITICAL_P001[9]
     assert len(set(first_ids)) == 1000 and first_ids == sorted(first_ids)
     sequences = {snowflake.SCHEME.with_decode_options(layout=layout.name).fields(v)["sequence"] for v in first_ids}
-    assert sequences <= set(range(start_spread(layout)))
+    assert sequences <= set(range(layout.start_spread))
 
 
 def test_a_unit_started_at_an_offset_holds_the_rest_of_its_sequence() -> None:

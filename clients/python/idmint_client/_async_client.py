@@ -7,7 +7,6 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Self, TypeVar, overload
-from urllib.parse import quote
 
 import httpx
 
@@ -27,7 +26,7 @@ from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
 from idmint_client._deadline import Deadline, async_deadline_transport, timeout_of
 from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable
-from idmint_client._fleet import member_live
+from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._shapes import IdShape
@@ -343,8 +342,9 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         if not isinstance(token, str) or not token:
             return None
         try:
-            path = f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"
-            return member_live(await self._http.get(path, timeout=timeout_of(Deadline(self.timeout))))
+            return member_live(
+                await self._http.get(member_path(url, token), timeout=timeout_of(Deadline(self.timeout)))
+            )
         except httpx.HTTPError:
             return None
 

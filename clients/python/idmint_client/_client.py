@@ -8,7 +8,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar, overload
-from urllib.parse import quote
 
 import httpx
 
@@ -32,7 +31,7 @@ from idmint_client._exceptions import (
     IdmintClientError,
     NoReplicaAvailable,
 )
-from idmint_client._fleet import member_live
+from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._shapes import IdShape
@@ -388,8 +387,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def _member_live(self, url: str, token: str) -> bool | None:
         try:
-            path = f"{url}{FLEET_PATH}/members/{quote(token, safe='')}"
-            return member_live(self._http.get(path, timeout=timeout_of(Deadline(self.timeout))))
+            return member_live(self._http.get(member_path(url, token), timeout=timeout_of(Deadline(self.timeout))))
         except httpx.HTTPError:
             return None
 

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -118,6 +119,11 @@ class FleetCheck:
                     raise FleetOverlap(url, other_url, scheme, doc, other)
         self.documents[url] = doc
         self._read_at[url] = self._clock()
+
+
+def member_path(url: str, token: str) -> str:
+    """``GET`` URL asking server ``url`` whether member ``token`` is live in its backend."""
+    return f"{url}/v1/fleet/members/{quote(token, safe='')}"
 
 
 def member_live(response: httpx.Response) -> bool | None:
