@@ -1,4 +1,5 @@
-"""The ``idmint`` command: ``serve``, ``mint``, ``decode`` and ``sequence`` (``create``, ``range``, ``show``)."""
+"""The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check`` and ``sequence``
+(``create``, ``range``, ``show``)."""
 
 from __future__ import annotations
 
@@ -291,6 +292,32 @@ def layout_check(name: str, rate: float, replicas: int, workers: int, regions: i
     verdict = all(holds for holds, _ in rules)
     click.echo(f"{spec.name}: {'holds' if verdict else 'does not hold'}")
     raise SystemExit(0 if verdict else 1)
+
+
+@main.command()
+@click.argument("scheme")
+@click.option("--from", "from_", required=True, metavar="T1", help="Start (inclusive): RFC 3339 or Unix ms.")
+@click.option("--to", required=True, metavar="T2", help="End (exclusive): RFC 3339 or Unix ms.")
+@click.option("--storage", help="Column type: bigint, uuid, bytea or text (default: the scheme's first).")
+@click.option("--column", help="Column name in the SQL (default: id).")
+@click.option("--dialect", help="SQL dialect: postgresql (default) or sqlite.")
+@click.option("--layout", help="snowflake: the layout (default: IDMINT_SNOWFLAKE_LAYOUT).")
+@click.option("--mode", help="eight-byte: the mode (time_sequential; spread IDs do not sort by time).")
+@click.option("--type", "type_", help="typeid: the prefix of a text column's IDs.")
+@click.option("--sql", "sql_only", is_flag=True, help="Print only the SQL predicate.")
+def bounds(scheme: str, from_: str, to: str, sql_only: bool, type_: str | None, **rest: str | None) -> None:
+    """The IDs of SCHEME made in [T1, T2): lower and upper bounds in a column's order and the SQL predicate, as
+    JSON (what GET /v1/bounds/SCHEME answers)."""
+    from app.bounds import time_bounds
+    from app.schemes import get_scheme
+
+    params = {"from": from_, "to": to, "type": type_, **rest}
+    try:
+        found = get_scheme(scheme).configured(_settings())
+        answer = time_bounds(found, {name: value for name, value in params.items() if value is not None})
+    except IdmintError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(answer["sql"] if sql_only else json.dumps(answer, indent=2))
 
 
 @main.command()

@@ -14,7 +14,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp
 
 from app import __version__
-from app.api import decode, ids, meta
+from app.api import bounds, decode, ids, meta
 from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
@@ -78,6 +78,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
     api.include_router(decode.router)
+    api.include_router(bounds.router)
     api.include_router(meta.router)
     api.include_router(sequence_routes.router)
     _include_page(api)

@@ -81,7 +81,7 @@ def required_scope(method: str, path: str) -> str | None:
     """The scope a request needs, or None for routes open to everyone (health, readiness, catalogue, docs)."""
     if path.startswith("/v1/ids/"):
         return "stream" if path.endswith("/stream") else "issue"
-    if path.startswith("/v1/decode") or path in ("/", "/decode"):
+    if path.startswith(("/v1/decode", "/v1/bounds/")) or path in ("/", "/decode"):
         return "decode"
     if path == "/v1/sequences" and method == "POST" or path.startswith("/v1/admin"):
         return "admin"

@@ -33,7 +33,7 @@ import abc
 import functools
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -41,6 +41,8 @@ from app.pool import IdentityPool
 
 if TYPE_CHECKING:
     import pydantic
+
+    from app.schemes.time_order import TimeOrder
 
 Clock = Callable[[], int]
 """Returns nanoseconds since the Unix epoch, like :func:`time.time_ns`."""
@@ -99,6 +101,17 @@ def idmint_pool(
         group=group,
         **more,
     )
+
+
+def no_options(scheme: str, options: Mapping[str, str], takes: tuple[str, ...] = ()) -> None:
+    """Raise :class:`~app.errors.InvalidOptionError` naming any of ``options`` not in ``takes``."""
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        from app.errors import InvalidOptionError
+
+        raise InvalidOptionError(
+            f"unknown parameter {', '.join(unknown)} for {scheme}" + (f"; it takes {', '.join(takes)}" if takes else "")
+        )
 
 
 def grouped(value: int) -> str:
@@ -389,6 +402,15 @@ class Scheme(abc.ABC):
         names: dict[str | None, str] = {fmt: fmt for fmt in self.formats}
         names[None] = names["canonical"] = self.formats[0]
         return names
+
+    def time_order(self, options: Mapping[str, str]) -> TimeOrder:
+        """How this scheme's stored IDs sort by time (:mod:`app.schemes.time_order`), read with ``options`` (the
+        bounds route's scheme parameters: snowflake ``layout``, eight-byte ``mode``, TypeID ``type``). Raises
+        :class:`~app.errors.InvalidOptionError` saying why when they do not (the default), or for an option it
+        does not take."""
+        from app.errors import InvalidOptionError
+
+        raise InvalidOptionError(f"{self.name} IDs do not sort by time in any column type")
 
     def id_space_end_ns(self) -> int | None:
         """The first instant (ns since the Unix epoch) the scheme's timestamp cannot hold: from then on it issues

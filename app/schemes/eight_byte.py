@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
+from app.schemes import time_order as order
 from app.schemes.base import (
     MARKS_KEY_PREFIX,
     Clock,
@@ -50,6 +53,7 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     grouped,
+    no_options,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -423,6 +427,29 @@ class EightByteScheme(Scheme):
             "cluster_id": cluster_id,
             "mode": mode.label,
         }
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """Eight-byte IDs in ``mode=time_sequential`` sort by their ms timestamp (the top 42 bits) in bigint (the
+        signed form, Java's ``long``), bytea (8 bytes) and text (16 hex digits) columns. Raises
+        InvalidOptionError for the spread mode (the default), whose bit-reversed timestamp does not sort."""
+        no_options(self.name, options, ("mode",))
+        if Mode.from_option(options.get("mode")) is Mode.SPREAD:
+            raise InvalidOptionError(
+                "eight-byte IDs in mode spread (the default) store their timestamp bit-reversed, so they do not "
+                "sort by time in any column; bounds exist for mode=time_sequential"
+            )
+        storages = {order.BIGINT: order.bigint(signed=True), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("hex", encode_hex)
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT,
+            PACKED_BITS,
+            0,
+            Fraction(NANOSECS_IN_MILLISECS),
+            TIMESTAMP_MS_MAX,
+            storages,
+            label="mode time_sequential",
+            note="Spread-mode IDs in the same column fall inside at random: keep the modes in separate columns.",
+        )
 
     def timestamp_ns(self, value: int) -> int | None:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS

@@ -33,6 +33,8 @@ The random field is drawn as 6 bytes per ID from the CSPRNG, read as three plane
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -40,6 +42,7 @@ from pydantic import BaseModel, Field
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
 from app.schemes import _crockford
+from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
     Generator,
@@ -50,6 +53,7 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
+    no_options,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -291,6 +295,23 @@ class HlcUlidScheme(Scheme):
         """``{"timestamp_ms", "counter", "publisher_id", "random"}`` as ints."""
         timestamp_ms, counter, publisher_id, random = unpack(value)
         return {"timestamp_ms": timestamp_ms, "counter": counter, "publisher_id": publisher_id, "random": random}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """HLC-ULIDs sort by their HLC ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (canonical
+        ULID string) columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("ulid", encode_ulid)
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT,
+            PACKED_BITS,
+            0,
+            Fraction(NANOSECS_IN_MILLISECS),
+            TIMESTAMP_MS_MAX,
+            storages,
+            note="The timestamp is the hybrid logical clock's: it can run ahead of the wall clock after merging a "
+            "later ID (after=) or under bursts of more than 65,536 IDs in one millisecond.",
+        )
 
     def timestamp_ns(self, value: int) -> int:
         """The physical/logical millisecond as ns since the epoch."""

@@ -32,9 +32,12 @@ from __future__ import annotations
 import os
 import ssl
 import time
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from app.errors import InvalidIdError, InvalidOptionError
+from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
     Generator,
@@ -42,6 +45,7 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    no_options,
 )
 
 if TYPE_CHECKING:
@@ -231,6 +235,22 @@ class KsuidScheme(Scheme):
         """``{"timestamp_s": int (Unix seconds), "payload": 32 lowercase hex digits}``."""
         timestamp_s, payload = unpack(value)
         return {"timestamp_s": timestamp_s, "payload": f"{payload:0{PAYLOAD_BYTES * 2}x}"}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """KSUIDs sort by their timestamp (whole seconds since 2014-05-13T16:53:20Z, the top 32 bits) in bytea
+        (20 bytes) and text (base62) columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.BYTEA: order.bytea(PACKED_BYTES), order.TEXT: order.text("base62", encode_base62)}
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT,
+            PACKED_BITS,
+            EPOCH_S * NANOSECS_IN_SECS,
+            Fraction(NANOSECS_IN_SECS),
+            TIMESTAMP_S_MAX - EPOCH_S,
+            storages,
+            note="Coarse: KSUID timestamps are whole seconds, so the bounds hold the IDs of every whole second in "
+            "[from, to); an ID made at 12:00:00.7 carries 12:00:00.",
+        )
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_SECS

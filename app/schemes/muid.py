@@ -27,6 +27,8 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,7 @@ from pydantic import BaseModel, Field
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
 from app.schemes import _text
+from app.schemes import time_order as order
 from app.schemes._text import NEWLINE
 from app.schemes.base import (
     SMALL_BATCH,
@@ -49,6 +52,7 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
+    no_options,
     scalar_lines,
 )
 
@@ -249,6 +253,16 @@ class MuidScheme(Scheme):
         """``{"timestamp_us", "medallion", "offset"}`` as ints; -1 for the all-F sentinels."""
         timestamp_us, medallion, offset = unpack(value)
         return {"timestamp_us": timestamp_us, "medallion": medallion, "offset": offset}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """Muids sort by their µs timestamp (the top 52 bits; the all-F "global" sentinel after every time) in uuid,
+        bytea (16 bytes) and text (canonical) columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("canonical", encode_canonical)
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MICROSECS), TIMESTAMP_US_MAX, storages
+        )
 
     def timestamp_ns(self, value: int) -> int | None:
         """ns since the epoch; None for the -1 ("global") timestamp."""

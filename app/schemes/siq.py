@@ -29,12 +29,15 @@ import hashlib
 import os
 import re
 import zlib
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from app.errors import InvalidIdError
 from app.pool import IdentityPool
+from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
     Generator,
@@ -45,6 +48,7 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
+    no_options,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -471,6 +475,15 @@ class SiqScheme(Scheme):
             "serial": parts.counter,
             "qualifier": _QUALIFIER_BY_CODE.get(parts.code, UNASSIGNED),
         }
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """SIQs sort by their tick (1/65536 s, the top 56 bits) in bytea (the 16-byte storage form) and text (28
+        hex digits) columns; the did:siq form starts with a checksum and does not sort. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.BYTEA: order.bytea(STORAGE_BYTES), order.TEXT: order.text("hex", encode_hex)}
+        return order.TimeOrder(
+            TICK_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_SECS, 1 << FRACTION_BITS), TICK_MAX, storages
+        )
 
     def timestamp_ns(self, value: int) -> int | None:
         """floor(tick * 1e9 / 65536) ns since the epoch."""

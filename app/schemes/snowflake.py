@@ -38,14 +38,17 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
+from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
     Generator,
@@ -55,6 +58,7 @@ from app.schemes.base import (
     SchemeOption,
     grouped,
     idmint_pool,
+    no_options,
 )
 
 if TYPE_CHECKING:
@@ -601,6 +605,22 @@ class SnowflakeScheme(Scheme):
             "worker_id": worker_id,
             "sequence": sequence,
         }
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """Snowflakes sort by their time field (always the top field) in bigint and text (16 hex digits) columns,
+        in the node's layout or ``layout=``. Raises InvalidOptionError for another option or an unknown layout."""
+        no_options(self.name, options, ("layout",))
+        layout = self.with_decode_options(**options).snowflake_layout
+        storages = {order.BIGINT: order.bigint(), order.TEXT: order.text("hex", encode_hex)}
+        return order.TimeOrder(
+            layout.shifts[TIME],
+            FIELD_BITS,
+            layout.epoch_ms * NANOSECS_IN_MILLISECS,
+            Fraction(layout.unit_ms * NANOSECS_IN_MILLISECS),
+            layout.time_max,
+            storages,
+            label=f"layout {layout.name}",
+        )
 
     def timestamp_ns(self, value: int) -> int:
         layout = self.snowflake_layout

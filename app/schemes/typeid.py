@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,6 +41,7 @@ import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
+from app.schemes import time_order as order
 from app.schemes._uuid_text import uuid_text
 from app.schemes.base import (
     SMALL_BATCH,
@@ -50,6 +53,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    no_options,
 )
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
@@ -313,6 +317,27 @@ class TypeIdScheme(Scheme):
             "version": version,
             "timestamp_ms": value >> TIMESTAMP_SHIFT if version == VERSION else None,
         }
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """TypeIDs sort by their UUIDv7 ms timestamp in uuid, bytea (16 bytes) and text (``type_suffix``) columns;
+        ``type`` is the prefix the text column's IDs carry (default none). Raises InvalidOptionError for another
+        option or a prefix that breaks the rules."""
+        no_options(self.name, options, ("type",))
+        prefix = self.parse_option("type", options["type"]) if "type" in options else ""
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text(
+            f"typeid ({prefix or 'no'} prefix)", lambda value: encode_typeid(value, prefix)
+        )
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT,
+            PACKED_BYTES * 8,
+            0,
+            Fraction(NANOSECS_IN_MILLISECS),
+            TIMESTAMP_MS_MAX,
+            storages,
+            label=f"type {prefix!r}",
+            note="A text column sorts TypeIDs by prefix first: the bounds hold for IDs of this type (type=) only.",
+        )
 
     def timestamp_ns(self, value: int) -> int | None:
         """The UUIDv7 timestamp as ns since the epoch; None for another UUID version."""

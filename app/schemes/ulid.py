@@ -29,12 +29,15 @@ from __future__ import annotations
 import os
 import ssl
 import time
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
+from app.schemes import time_order as order
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, no_options
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -216,6 +219,16 @@ class UlidScheme(Scheme):
         """``{"timestamp_ms": int, "random": "<20 hex digits>"}``."""
         timestamp_ms, randomness = unpack(value)
         return {"timestamp_ms": timestamp_ms, "random": f"{randomness:0{RANDOM_HEX_LEN}x}"}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """ULIDs sort by their ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (canonical
+        Crockford base32, uppercase) columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("ulid", encode_ulid)
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MILLISECS), TIMESTAMP_MS_MAX, storages
+        )
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS

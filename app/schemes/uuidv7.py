@@ -30,6 +30,8 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -37,8 +39,9 @@ import numpy.typing as npt
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _text
+from app.schemes import time_order as order
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, no_options
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -265,6 +268,22 @@ class Uuidv7Scheme(Scheme):
         """``{"timestamp_ms": int, "rand_a": int, "rand_b": "<16 hex digits>"}``."""
         timestamp_ms, rand_a, rand_b = unpack(value)
         return {"timestamp_ms": timestamp_ms, "rand_a": rand_a, "rand_b": f"{rand_b:016x}"}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """UUIDv7s sort by their ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (8-4-4-4-12
+        lowercase) columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("uuid", uuid_text)
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT,
+            PACKED_BITS,
+            0,
+            Fraction(NANOSECS_IN_MILLISECS),
+            TIMESTAMP_MS_MAX,
+            storages,
+            note="Other UUID versions in the same column fall inside by their first 48 bits as if they were ms.",
+        )
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS

@@ -29,10 +29,13 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections.abc import Mapping
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
+from app.schemes import time_order as order
 from app.schemes.base import (
     SMALL_BATCH,
     Batch,
@@ -44,6 +47,7 @@ from app.schemes.base import (
     Scheme,
     grouped,
     hex_word,
+    no_options,
     scalar_lines,
 )
 
@@ -292,6 +296,16 @@ class WijiScheme(Scheme):
         """``{"timestamp_us", "sequence", "version", "random"}`` as ints (version is always 1)."""
         timestamp_us, sequence, random = unpack(value)
         return {"timestamp_us": timestamp_us, "sequence": sequence, "version": VERSION, "random": random}
+
+    def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
+        """Wiji IDs sort by their µs timestamp (the top 56 bits) in uuid, bytea (16 bytes) and text (base32)
+        columns. Takes no options."""
+        no_options(self.name, options)
+        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
+        storages[order.TEXT] = order.text("base32", _crockford.encode)  # bounds need no version nibble
+        return order.TimeOrder(
+            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MICROSECS), TIMESTAMP_US_MAX, storages
+        )
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MICROSECS
