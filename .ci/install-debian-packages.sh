@@ -12,12 +12,15 @@
 #                                                      podman-compose that drives it comes from the dev extras:
 #                                                      Debian's 1.0.3 cannot run network_mode: host services
 #   - debootstrap                                      builds the tests' Debian base image (no registry pull)
+#   - postgresql                                       tests/test_bounds.py runs the bounds' SQL in a real
+#                                                      PostgreSQL (its own cluster on a free loopback port, made
+#                                                      by initdb in a temporary directory)
 # Idempotent: installs only what is missing, with one `apt-get update`, via sudo when not root. Services are not
 # started by the install (the tests start their own Prometheus on a loopback port).
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose
-          podman runc debootstrap)
+          podman runc debootstrap postgresql)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 

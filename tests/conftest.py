@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.support.podman"]
+pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.support.podman", "tests.support.postgres"]
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +28,7 @@ REAL_PART_FIXTURES = frozenset(
         "replica_on",
         "idmint_server",
         "prometheus_server",
+        "postgres_server",
     }
 )
 """Fixtures that start a real process (etcd, ``idmint serve``, Prometheus): a test using one is ``integration``."""

@@ -3,17 +3,20 @@
 The property: IDs minted by each scheme's own generator on the fake clock, at random times in
 ``[T1 - 5 ms, T2 + 5 ms]`` and at a layout's first and last instants, satisfy ``lower <= id < upper`` in each
 storage's order exactly when their timestamp lies in ``[T1, T2)``. Then the SQL itself runs: 100,000 IDs per
-storage type loaded into SQLite, the returned predicate selects exactly the rows a Python filter selects.
+storage type loaded into SQLite and into a real PostgreSQL (column types bigint, uuid, bytea and text, text under
+ICU's en-US collation), the returned predicate selects exactly the rows a Python filter selects.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +33,7 @@ from app.schemes.snowflake import NAMED_LAYOUTS
 from app.schemes.time_order import BIGINT, BYTEA, TEXT, UUID, Storage, TimeOrder
 from app.settings import Settings
 from tests.helpers import FakeClock, running_app
+from tests.support.postgres import PostgresServer
 
 NS_IN_MS = 1_000_000
 CUSTOM_LAYOUT = "custom:1288834974657:7:41/10/12"
@@ -153,9 +157,8 @@ def test_minted_ids_fall_inside_exactly_when_their_time_does(reading: tuple[str,
     assert answer["storages"] == list(order.storages)
 
 
-# -- the SQL runs in SQLite -------------------------------------------------------------------------------------------
+# -- the SQL runs: SQLite and PostgreSQL ----------------------------------------------------------------------------
 
-SQLITE_TYPES = {BIGINT: "INTEGER", UUID: "BLOB", BYTEA: "BLOB", TEXT: "TEXT"}
 ROWS_PER_STORAGE = 100_000
 SQL_TABLES: dict[str, list[tuple[str, dict[str, str]]]] = {
     BIGINT: [("snowflake", {}), ("snowflake", {"layout": "sonyflake"}), ("eight-byte", {"mode": "time_sequential"})],
@@ -170,9 +173,14 @@ SQL_TABLES: dict[str, list[tuple[str, dict[str, str]]]] = {
     ],
 }
 """Per storage type, the readings whose IDs fill its 100,000 rows (shared between them)."""
+COLUMN_TYPES = {
+    "sqlite": {BIGINT: "INTEGER", UUID: "BLOB", BYTEA: "BLOB", TEXT: "TEXT"},
+    "postgresql": {BIGINT: "bigint", UUID: "uuid", BYTEA: "bytea", TEXT: "text"},
+}
 
 
-def _sqlite_value(storage: Storage, rendered: str) -> Any:
+def _column_value(storage: Storage, rendered: str) -> Any:
+    """A rendered value as the database driver takes it: int, bytes (uuid and bytea), or str."""
     key = _key(storage, rendered)
     return key.decode("ascii") if storage.kind == TEXT else key
 
@@ -192,6 +200,49 @@ def _mint_run(minter: Minter, count: int, start_ns: int, rng: random.Random) -> 
         clock.ns += rng.choice((0, rng.randrange(40 * NS_IN_MS), rng.randrange(2 * 10**9)))
 
 
+@functools.cache
+def _rows(kind: str, index: int) -> tuple[Storage, list[tuple[Any, int]]]:
+    """The rows of table ``index`` of storage ``kind`` (the same in every database): ``(column value, ns)``."""
+    name, options = SQL_TABLES[kind][index]
+    minter = Minter(name, options)
+    storage = minter.scheme.time_order(options).storages[kind]
+    rng = random.Random(f"{kind}-{index}")
+    start = parse_time("start", "2025-03-01T00:00:00Z")
+    count = ROWS_PER_STORAGE // len(SQL_TABLES[kind])
+    return storage, [(_column_value(storage, storage.render(v)), s) for v, s in _mint_run(minter, count, start, rng)]
+
+
+def _intervals(stamps: list[int], rng: random.Random) -> Iterator[tuple[int, int]]:
+    """Twelve intervals over the rows' times: four from one ID's timestamp to another's (the edges), the rest
+    anywhere, reaching a second past both ends."""
+    for trial in range(12):
+        if trial < 4:
+            t1, t2 = sorted(rng.sample(stamps, 2))
+            t2 += trial % 2
+        else:
+            t1 = rng.randrange(stamps[0] - 10**9, stamps[-1])
+            t2 = t1 + rng.randrange(1, stamps[-1] - t1 + 10**9)
+        if t1 < t2:
+            yield t1, t2
+
+
+def _check_sql(client: TestClient, kind: str, dialect: str, execute: Callable[..., list[Any]], mark: str) -> None:
+    """Load each table of ``kind`` with ``execute(sql, rows)`` and check that every interval's predicate selects
+    exactly the IDs whose timestamp lies in it (``mark``: the driver's parameter placeholder)."""
+    for index, (name, options) in enumerate(SQL_TABLES[kind]):
+        storage, rows = _rows(kind, index)
+        table = f"{kind}_t{index}"
+        execute(f"CREATE TABLE {table} (id {COLUMN_TYPES[dialect][kind]} PRIMARY KEY, stamp bigint)")
+        execute(f"INSERT INTO {table} VALUES ({mark}, {mark})", rows)
+        for t1, t2 in _intervals(sorted(stamp for _, stamp in rows), random.Random(f"{kind}-{index}")):
+            query = {"from": format_time(t1), "to": format_time(t2), "storage": kind, "dialect": dialect}
+            response = client.get(f"/v1/bounds/{name}", params={**query, **options, "column": f"{table}.id"})
+            assert response.status_code == 200, response.text
+            selected = {row[0] for row in execute(f"SELECT id FROM {table} WHERE {response.json()['sql']}")}
+            expected = {value for value, stamp in rows if t1 <= stamp < t2}
+            assert selected == expected, (name, options, query, response.json())
+
+
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     with running_app(tmp_path_factory.mktemp("bounds")) as test_client:
@@ -199,36 +250,64 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 
 
 @pytest.mark.parametrize("kind", list(SQL_TABLES))
-def test_the_sql_selects_exactly_the_ids_of_the_interval(client: TestClient, kind: str) -> None:
-    rng = random.Random(kind)
+def test_the_sqlite_sql_selects_exactly_the_ids_of_the_interval(client: TestClient, kind: str) -> None:
     database = sqlite3.connect(":memory:")
-    readings = SQL_TABLES[kind]
-    per_reading = ROWS_PER_STORAGE // len(readings)
-    start = parse_time("start", "2025-03-01T00:00:00Z")
-    for index, (name, options) in enumerate(readings):
-        minter = Minter(name, options)
-        storage = minter.scheme.time_order(options).storages[kind]
-        table = f"t{index}"
-        database.execute(f"CREATE TABLE {table} (id {SQLITE_TYPES[kind]} PRIMARY KEY, stamp INTEGER)")
-        rows = [(_sqlite_value(storage, storage.render(v)), s) for v, s in _mint_run(minter, per_reading, start, rng)]
-        database.executemany(f"INSERT INTO {table} VALUES (?, ?)", rows)
-        stamps = sorted(stamp for _, stamp in rows)
-        for trial in range(12):
-            if trial < 4:  # from and to on IDs' own timestamps: the edges
-                t1, t2 = sorted(rng.sample(stamps, 2))
-                t2 += trial % 2
-            else:
-                t1 = rng.randrange(stamps[0] - 10**9, stamps[-1])
-                t2 = t1 + rng.randrange(1, stamps[-1] - t1 + 10**9)
-            if t1 == t2:
-                continue
-            query = {"from": format_time(t1), "to": format_time(t2), "storage": kind, "dialect": "sqlite"}
-            response = client.get(f"/v1/bounds/{name}", params={**query, **options, "column": f"{table}.id"})
-            assert response.status_code == 200, response.text
-            selected = {row[0] for row in database.execute(f"SELECT id FROM {table} WHERE {response.json()['sql']}")}
-            expected = {value for value, stamp in rows if t1 <= stamp < t2}
-            assert selected == expected, (name, options, query, response.json())
+
+    def execute(sql: str, rows: list[Any] | None = None) -> list[Any]:
+        if rows is not None:
+            database.executemany(sql, rows)
+            return []
+        return database.execute(sql).fetchall()
+
+    _check_sql(client, kind, "sqlite", execute, "?")
     database.close()
+
+
+@pytest.mark.parametrize("kind", list(SQL_TABLES))
+def test_the_postgresql_sql_selects_exactly_the_ids_of_the_interval(
+    client: TestClient, postgres_server: PostgresServer, kind: str
+) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as database:
+
+        def execute(sql: str, rows: list[Any] | None = None) -> list[Any]:
+            with database.cursor() as cursor:
+                if rows is not None:
+                    as_uuid = kind == UUID  # psycopg sends bytes as bytea; a uuid column takes uuid.UUID
+                    cursor.executemany(sql, [(uuid.UUID(bytes=v) if as_uuid else v, s) for v, s in rows])
+                    return []
+                cursor.execute(sql)
+                return [] if cursor.description is None else [(_from_postgres(row[0]),) for row in cursor.fetchall()]
+
+        execute(f"DROP TABLE IF EXISTS {', '.join(f'{kind}_t{i}' for i in range(len(SQL_TABLES[kind])))}")
+        _check_sql(client, kind, "postgresql", execute, "%s")
+
+
+def _from_postgres(value: Any) -> Any:
+    """A column value as the tests keep it: a uuid.UUID as its 16 bytes, a memoryview as bytes."""
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    return bytes(value) if isinstance(value, memoryview) else value
+
+
+def test_postgresql_text_order_is_not_time_order_without_collate_c(postgres_server: PostgresServer) -> None:
+    """What the ``COLLATE "C"`` in a text predicate is for: under the server's en-US collation, KSUID text does not
+    sort as its bytes (nor by time); byte by byte it does."""
+    import psycopg
+
+    storage, rows = _rows(TEXT, 0)
+    texts = [value for value, _ in rows[:5000]]
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as database, database.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE collation_shown (id text)")
+        cursor.executemany("INSERT INTO collation_shown VALUES (%s)", [(text,) for text in texts])
+        cursor.execute("SELECT id FROM collation_shown ORDER BY id")
+        default_order = [row[0] for row in cursor.fetchall()]
+        cursor.execute('SELECT id FROM collation_shown ORDER BY id COLLATE "C"')
+        byte_order = [row[0] for row in cursor.fetchall()]
+    assert storage.form == "base62"
+    assert byte_order == sorted(texts, key=lambda text: text.encode("ascii"))
+    assert default_order != byte_order
 
 
 # -- the API's answers and refusals ---------------------------------------------------------------------------------
