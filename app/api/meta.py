@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
+from app.errors import InvalidOptionError
 from app.fleet import FLEET_HEADER
 from app.schemes._patterns import token_patterns
 from app.schemes.base import Scheme, SchemeOption
@@ -29,6 +30,17 @@ def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
     return {
         o.name: {"description": o.description, **({"choices": list(o.choices)} if o.choices else {})} for o in options
     }
+
+
+def bounds_entry(scheme: Scheme) -> dict[str, Any]:
+    """What ``GET /v1/bounds/{scheme}`` takes: the parameters of the reading that sorts by time (``params``), the
+    column types (``storages``, the first the default) and the answer's ``note``; or empty storages and the
+    ``refused`` reason when the scheme's IDs do not sort by time."""
+    try:
+        order = scheme.time_order(scheme.time_order_options)
+    except InvalidOptionError as exc:
+        return {"params": {}, "storages": [], "refused": str(exc)}
+    return {"params": dict(scheme.time_order_options), "storages": list(order.storages), "note": order.note}
 
 
 def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
@@ -73,6 +85,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
             "slice": [first, last],
             "size": last - first + 1,
         }
+    entry["bounds"] = bounds_entry(scheme)
     extra = dict(scheme.describe(settings))
     entry["limits"].update(extra.pop("limits", {}))
     entry.update(extra)

@@ -403,6 +403,10 @@ class Scheme(abc.ABC):
         names[None] = names["canonical"] = self.formats[0]
         return names
 
+    time_order_options: ClassVar[dict[str, str]] = {}
+    """The parameters of the reading :meth:`time_order` answers by default on the decode page and in /v1/schemes
+    (eight-byte: ``{"mode": "time_sequential"}``, its only mode that sorts by time)."""
+
     def time_order(self, options: Mapping[str, str]) -> TimeOrder:
         """How this scheme's stored IDs sort by time (:mod:`app.schemes.time_order`), read with ``options`` (the
         bounds route's scheme parameters: snowflake ``layout``, eight-byte ``mode``, TypeID ``type``). Raises

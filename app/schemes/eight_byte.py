@@ -35,7 +35,7 @@ import enum
 import os
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -427,6 +427,8 @@ class EightByteScheme(Scheme):
             "cluster_id": cluster_id,
             "mode": mode.label,
         }
+
+    time_order_options: ClassVar[dict[str, str]] = {"mode": "time_sequential"}
 
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Eight-byte IDs in ``mode=time_sequential`` sort by their ms timestamp (the top 42 bits) in bigint (the
