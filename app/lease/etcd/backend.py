@@ -1,4 +1,4 @@
-"""The etcd lease backend: claims, guarded high-water marks, watches, release (see :mod:`app.lease.etcd`)."""
+"""The etcd lease backend: the lease's upkeep and health, claims, release (see :mod:`app.lease.etcd`)."""
 
 from __future__ import annotations
 
@@ -302,7 +302,7 @@ class EtcdBackend(LeaseBackend):
 
     # -- the fleet ---------------------------------------------------------------------------------------------
     async def fleet_id(self) -> str:
-        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.lease.etcd.fleet.FleetReads.read_fleet_id>`)."""
+        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.lease.etcd.records.FleetReads.read_fleet_id>`)."""
         return await self._fleet.read_fleet_id()
 
     def member_token(self) -> str | None:
