@@ -1,6 +1,8 @@
 """The identity behind one scheme's generator: :class:`IdentityHolder` claims it, records its high-water marks,
-keeps it (the background task), gives it up (stop, drop), and alone answers "may this scheme issue now, and with
-which generator?" (:meth:`IdentityHolder.check`). The :class:`~app.node.Issuer` on top only asks, issues and meters.
+keeps it (one round at a time: :meth:`IdentityHolder.tend`, scheduled by the background task, :class:`Keeper`),
+gives it up (stop, drop), and alone answers "may this scheme issue now, and with which generator?"
+(:meth:`IdentityHolder.check`) and "how long may a request wait for the clock?" (:meth:`IdentityHolder.clock_wait`).
+The :class:`~app.node.Issuer` on top only asks, issues and meters.
 
 The holder is told of a loss, never polls for one: it registers :meth:`~app.lease.base.Claim.on_lost` on every
 claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and
@@ -11,7 +13,7 @@ same clock the deadline was computed on.
 Claiming follows the refusal policy of :mod:`app.node`: an identity whose high-water mark is ahead of this node's
 clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
 static, logged, counted) and another is claimed; the same happens to a running identity when the clock is stepped
-back that far (:meth:`IdentityHolder.refuse_running`).
+back that far under a request (:meth:`IdentityHolder.clock_wait`, which renews a generator that claims nothing).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from app.errors import NotReadyError
 from app.lease.base import Claim, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
-from app.schemes.base import Clock, Generator, GeneratorStats, Scheme
+from app.schemes.base import Clock, Generator, Scheme
 
 log = logging.getLogger("idmint.node")  # the logger these lines always had (operators filter on it)
 
@@ -107,28 +109,14 @@ class IdentityHolder:
         self.ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
         self.sharers: list[SchemeMetrics] = []
-        self._stats_of: GeneratorStats | None = None
-        self._stats_seen = (0, 0, 0)
         self._mark_lock = asyncio.Lock()
-        self._wake = asyncio.Event()
+        self.wake = asyncio.Event()
+        """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
 
     def _lease_held(self, held: bool, identity: int | None) -> None:
         """The one writer of ``idmint_lease_held`` / ``idmint_node_identity_info`` (for sharers too)."""
         for metrics in (self.metrics, *self.sharers):
             metrics.lease_held(held, identity)
-
-    def account_stats(self, stats: GeneratorStats) -> None:
-        """Meter what ``stats`` (the generator's) counted since the last call, on this holder's scheme: once per
-        event however many schemes issue from the generator. A new generator's stats count from zero."""
-        if stats is not self._stats_of:
-            self._stats_of, self._stats_seen = stats, (0, 0, 0)
-        seen = (stats.clock_rollbacks, stats.max_rollback_ns, stats.sequence_exhausted)
-        last = self._stats_seen
-        if seen != last:
-            if seen[0] > last[0]:
-                log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, stats.max_rollback_ns / 1e9)
-            self.metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
-            self._stats_seen = seen
 
     def set_blocked(self, reason: str | None) -> None:
         """Stop issuing for ``reason`` (a peer fleet's identities overlap ours), or resume with None. Claims are
@@ -194,8 +182,29 @@ class IdentityHolder:
             kind = self.pool.kind if self.pool else "identity"
             self.drop(f"lease lost for {kind} {claim.identity}")
 
-    # -- clock stepped back --------------------------------------------------------------------------------
-    def renew_unclaimed(self, wait: float, limit: float) -> None:
+    # -- the clock behind the last timestamp issued ----------------------------------------------------------
+    def clock_wait(self, gen: Generator | None, wait: float, asker: str) -> float:
+        """The seconds a request of scheme ``asker`` may sleep for the clock, ``wait`` s behind the last timestamp
+        of ``gen`` (this holder's generator the request issues from; None: one it no longer holds): ``wait``
+        itself within max_clock_wait. Past it the clock was stepped back: a generator that claims nothing is
+        renewed (:meth:`_renew_unclaimed`; 0.0: the fresh one serves at once), a claimed identity is refused
+        (:meth:`_refuse_running`), and the request is not slept: NotReadyError (503 + Retry-After)."""
+        limit = self.max_clock_wait
+        if wait <= limit:
+            return wait
+        if gen is not None and gen is self.generator:
+            if self.claims:
+                self._refuse_running(wait, limit)
+            elif self.pool is None:
+                self._renew_unclaimed(wait, limit)  # nothing to claim: a fresh generator serves at once
+                return 0.0
+        raise NotReadyError(
+            f"{asker}: the clock is {wait:.3f} s behind the last timestamp issued "
+            f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)",
+            math.ceil(min(wait, BACKOFF_MAX_S)),
+        )
+
+    def _renew_unclaimed(self, wait: float, limit: float) -> None:
         """The clock stepped back more than max_clock_wait under a generator that claims nothing (Wiji: its
         identity is its random part): start a fresh one, as a new process would, and publish it."""
         log.warning(
@@ -211,7 +220,7 @@ class IdentityHolder:
         if published:
             asyncio.get_running_loop().create_task(register(self.backend, self.owner, self.name, published))
 
-    def refuse_running(self, wait: float, limit: float) -> None:
+    def _refuse_running(self, wait: float, limit: float) -> None:
         """The clock stepped back more than max_clock_wait under the running generator: give the identity up
         (its exact final mark recorded) and let the background task claim another, as at start-up."""
         gen, claims = self.generator, list(self.claims)
@@ -234,7 +243,7 @@ class IdentityHolder:
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
         self._lease_held(False, None)
-        self._wake.set()
+        self.wake.set()
 
     # -- high-water marks ----------------------------------------------------------------------------------
     async def record_mark(self, at_least: int = -1) -> None:
@@ -278,7 +287,7 @@ class IdentityHolder:
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
         self._lease_held(False, None)
-        self._wake.set()
+        self.wake.set()
 
     async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
         try:
@@ -372,56 +381,16 @@ class IdentityHolder:
         wait_ns = probe.wait_ns()
         return self.clock() + wait_ns if wait_ns > INHERITED_WAIT_READY_S * 1e9 else 0
 
-    # -- background task -----------------------------------------------------------------------------------
-    async def run(self) -> None:
-        """Background task: claim (with backoff), keep the mark ahead of the clock, re-claim after a loss.
-
-        Survives any exception: each is logged once per distinct reason and retried with backoff (a failed mark
-        record at most every FAULT_RETRY_MAX_S, so issuing resumes soon after the disk recovers)."""
-        backoff = BACKOFF_START_S
-        last_reason: str | None = None
-        interval = self.backend.mark_interval
-        while True:
-            try:
-                if self.generator is None:
-                    await self.acquire()
-                elif self.claims:
-                    if self.drop_lost_claims():
-                        raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
-                    await self.record_mark()
-                backoff = BACKOFF_START_S
-                last_reason = None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 -- the task must outlive any fault; each is logged
-                if isinstance(exc, NotReadyError):
-                    reason = exc.reason
-                    if self.generator is None:
-                        self.reason, self.retry_after = exc.reason, exc.retry_after
-                else:
-                    reason = f"internal error: {exc!r}"
-                    if self.generator is None:
-                        self.reason, self.retry_after = reason, 2
-                    if reason != last_reason:
-                        log.exception("%s: background task: %s", self.name, reason)
-                if reason != last_reason:
-                    if reason != self.fault:  # a mark fault was logged where it happened
-                        log.warning("%s: not ready: %s", self.name, reason)
-                    last_reason = reason
-                pause = min(backoff, FAULT_RETRY_MAX_S) if self.fault is not None else backoff
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-                await self._sleep(pause)
-                continue
-            deadline = min((c.deadline for c in self.claims), default=math.inf)
-            await self._sleep(min(interval, max(deadline - self.backend.clock(), 0.01)))
-
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` or until woken (a loss, a refusal). ``asyncio.timeout``, not ``wait_for``: Python
-        3.11's ``wait_for`` swallows a cancellation that meets a set event, and the task then outlives ``stop``."""
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(seconds):
-                await self._wake.wait()
+    # -- the background task's round (scheduled by :class:`Keeper`) -------------------------------------------
+    async def tend(self) -> None:
+        """Claim while no generator is held; else drop every claim when one is lost or late (NotReadyError) or
+        keep the mark ahead of the clock. Raises NotReadyError when it cannot."""
+        if self.generator is None:
+            await self.acquire()
+        elif self.claims:
+            if self.drop_lost_claims():
+                raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+            await self.record_mark()
 
     async def stop(self) -> None:
         """Record the exact final mark and release every claim."""
@@ -433,3 +402,59 @@ class IdentityHolder:
             valid = claim.valid()
             await self._release_quietly(claim, final if valid else None)
         self._lease_held(False, None)
+
+
+class Keeper:
+    """The background task of one :class:`IdentityHolder`: :meth:`IdentityHolder.tend` every
+    ``backend.mark_interval`` seconds (sooner when a claim's deadline comes first), and at once when the holder
+    sets its ``wake`` event (a loss, a refusal): claims (with backoff), keeps the mark ahead of the clock,
+    re-claims after a loss."""
+
+    def __init__(self, holder: IdentityHolder) -> None:
+        self.holder = holder
+
+    async def run(self) -> None:
+        """Run until cancelled. Survives any exception: each is logged once per distinct reason and retried with
+        backoff (a failed mark record at most every FAULT_RETRY_MAX_S, so issuing resumes soon after the disk
+        recovers)."""
+        holder = self.holder
+        backoff = BACKOFF_START_S
+        last_reason: str | None = None
+        interval = holder.backend.mark_interval
+        while True:
+            try:
+                await holder.tend()
+                backoff = BACKOFF_START_S
+                last_reason = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 -- the task must outlive any fault; each is logged
+                if isinstance(exc, NotReadyError):
+                    reason = exc.reason
+                    if holder.generator is None:
+                        holder.reason, holder.retry_after = exc.reason, exc.retry_after
+                else:
+                    reason = f"internal error: {exc!r}"
+                    if holder.generator is None:
+                        holder.reason, holder.retry_after = reason, 2
+                    if reason != last_reason:
+                        log.exception("%s: background task: %s", holder.name, reason)
+                if reason != last_reason:
+                    if reason != holder.fault:  # a mark fault was logged where it happened
+                        log.warning("%s: not ready: %s", holder.name, reason)
+                    last_reason = reason
+                pause = min(backoff, FAULT_RETRY_MAX_S) if holder.fault is not None else backoff
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                await self._sleep(pause)
+                continue
+            deadline = min((c.deadline for c in holder.claims), default=math.inf)
+            await self._sleep(min(interval, max(deadline - holder.backend.clock(), 0.01)))
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` or until woken (a loss, a refusal). ``asyncio.timeout``, not ``wait_for``: Python
+        3.11's ``wait_for`` swallows a cancellation that meets a set event, and the task then outlives ``stop``."""
+        wake = self.holder.wake
+        wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await wake.wait()

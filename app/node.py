@@ -40,12 +40,12 @@ from typing import Any
 from app import __version__
 from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
-from app.identity import BACKOFF_MAX_S, IdentityHolder, register
+from app.identity import IdentityHolder, Keeper, register
 from app.lease.base import LeaseBackend, Owner
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes import schemes
-from app.schemes.base import Batch, Clock, Generator, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, Scheme
 from app.settings import Settings
 
 log = logging.getLogger("idmint.node")
@@ -117,51 +117,74 @@ class PriorityGate:
             await self._clear.wait()
 
 
+class StatsMeter:
+    """Meters a generator's :class:`~app.schemes.base.GeneratorStats` on the metrics of the scheme ``name`` that
+    owns the generator: once per event however many schemes issue from it (a shared issuer uses its base's meter).
+    A new generator's stats count from zero."""
+
+    __slots__ = ("metrics", "name", "_of", "_seen")
+
+    def __init__(self, name: str, metrics: SchemeMetrics) -> None:
+        self.name = name
+        self.metrics = metrics
+        self._of: GeneratorStats | None = None
+        self._seen = (0, 0, 0)
+
+    def account(self, stats: GeneratorStats) -> None:
+        """Meter what ``stats`` (the generator's) counted since the last call."""
+        if stats is not self._of:
+            self._of, self._seen = stats, (0, 0, 0)
+        seen = (stats.clock_rollbacks, stats.max_rollback_ns, stats.sequence_exhausted)
+        last = self._seen
+        if seen != last:
+            if seen[0] > last[0]:
+                log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, stats.max_rollback_ns / 1e9)
+            self.metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
+            self._seen = seen
+
+
 class Issuer:
     """Issues one scheme's IDs for this node from the generator of the :class:`~app.identity.IdentityHolder` it is
-    given: checks that the identity is still valid, issues (waiting for the clock when a scheme's per-tick sequence
-    runs out), and meters what it issued on its scheme's :class:`~app.metrics.SchemeMetrics`."""
+    given (``holder``): asks it whether the scheme may issue now, issues (waiting for the clock when a scheme's
+    per-tick sequence runs out), and meters what it issued on its scheme's :class:`~app.metrics.SchemeMetrics`."""
 
-    def __init__(self, scheme: Scheme, identity: IdentityHolder, metrics: SchemeMetrics) -> None:
+    def __init__(self, scheme: Scheme, holder: IdentityHolder, metrics: SchemeMetrics) -> None:
         self.scheme = scheme
         self.name = scheme.name
-        self.identity = identity
+        self.holder = holder
         self.metrics = metrics
         """This scheme's metrics (a sharing scheme meters under its own name)."""
         self.gate = PriorityGate()
+        self.stats = StatsMeter(holder.name, holder.metrics)
+        """The generator's events (clock rollbacks, sequence exhausted), metered under the scheme that owns it."""
 
     @property
     def generator(self) -> Generator | None:
         """The generator IDs are issued from, or None while no valid identity is held."""
-        return self.identity.generator
+        return self.holder.generator
 
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
         """The generator to issue from now; raises NotReadyError when the scheme may not issue
         (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`, the one owner of that rule)."""
-        return self.identity.check()
+        return self.holder.check()
+
+    def _holders_generator(self, gen: Generator) -> Generator | None:
+        """The holder's generator ``gen`` issues from (None when the holder has moved on to another)."""
+        return gen
 
     async def _wait_for_clock(self, gen: Generator, stream: bool = False) -> float:
-        """Sleep until ``gen`` can issue again; returns the seconds slept. A wait longer than max_clock_wait is not
-        slept: it raises NotReadyError, after refusing the claimed identity (the clock was stepped back). A
-        stream's chunk (``stream``) sleeps at least a slice of the generator's lookback (:data:`STREAM_SLICE_S`)."""
-        holder = self.identity
-        wait = max(gen.wait_ns() / 1e9, MIN_WAIT_S)
-        limit = holder.max_clock_wait
-        if wait > limit:
-            retry = math.ceil(min(wait, BACKOFF_MAX_S))
-            if holder.claims and self.generator is gen:
-                holder.refuse_running(wait, limit)
-            elif holder.pool is None and not holder.claims and self.generator is gen:
-                holder.renew_unclaimed(wait, limit)  # nothing to claim: a fresh generator serves at once
-                return 0.0
-            raise NotReadyError(
-                f"{self.name}: the clock is {wait:.3f} s behind the last timestamp issued "
-                f"(limit IDMINT_MAX_CLOCK_WAIT {limit:g} s)",
-                retry,
-            )
+        """Sleep until ``gen`` can issue again; returns the seconds slept. How long a request may wait for the
+        clock, and what a longer wait means (a clock stepped back), the holder decides
+        (:meth:`IdentityHolder.clock_wait <app.identity.IdentityHolder.clock_wait>`: NotReadyError, or 0 s when a
+        fresh generator serves at once). A stream's chunk (``stream``) sleeps at least a slice of the generator's
+        lookback (:data:`STREAM_SLICE_S`)."""
+        holder = self.holder
+        wait = holder.clock_wait(self._holders_generator(gen), max(gen.wait_ns() / 1e9, MIN_WAIT_S), self.name)
+        if not wait:
+            return 0.0
         if stream:  # a slice of the lookback, never past max_clock_wait
-            wait = max(wait, min(STREAM_SLICE_S, gen.lookback_ns / 2e9, limit))
+            wait = max(wait, min(STREAM_SLICE_S, gen.lookback_ns / 2e9, holder.max_clock_wait))
         await asyncio.sleep(wait)
         return wait
 
@@ -176,7 +199,7 @@ class Issuer:
             await gate.defer()
         gen = self.check()
         batch = gen.generate(count, **options)
-        holder = self.identity
+        holder = self.holder
         if batch.count == count and batch.high_water <= holder.recorded_mark:
             self._account(gen, batch.count, 0.0)
             return Issued(self.scheme, [batch])
@@ -223,12 +246,12 @@ class Issuer:
     def _account(self, gen: Generator, count: int, waited: float) -> None:
         metrics = self.metrics
         metrics.ids_issued(count)
-        self.identity.account_stats(gen.stats)
+        self.stats.account(gen.stats)
         if waited:
             metrics.issue_wait(waited)
 
     def describe(self) -> dict[str, Any]:
-        holder = self.identity
+        holder = self.holder
         out: dict[str, Any] = {"ready": True}
         try:
             self.check()
@@ -244,25 +267,29 @@ class Issuer:
 
 class SharedIssuer(Issuer):
     """The issuer of a scheme that issues through another scheme's issuer (:attr:`Scheme.shares_generator_with`):
-    given the base issuer's identity holder (claims, marks, generator), it wraps the base generator with
+    given the base issuer's identity holder (claims, marks, generator) and stats meter, it wraps the base generator with
     :meth:`Scheme.share_generator` (so its batches carry the scheme's own text, e.g. TypeID's prefix) and meters
     under its own name. The base issuer's holder does all claiming; its background task is the only one."""
 
     def __init__(self, base: Issuer, scheme: Scheme, metrics: SchemeMetrics) -> None:
-        super().__init__(scheme, base.identity, metrics)
+        super().__init__(scheme, base.holder, metrics)
         self.base = base
         self.gate = base.gate  # one generator, one queue: streams of either scheme defer to requests of both
+        self.stats = base.stats  # one generator, its events metered once
         self._base_generator: Generator | None = None
         self._own_generator: Generator | None = None
 
     @property
     def generator(self) -> Generator | None:
-        gen = self.identity.generator
+        gen = self.holder.generator
         if gen is None:
             return None
         if gen is not self._base_generator:
             self._base_generator, self._own_generator = gen, self.scheme.share_generator(gen)
         return self._own_generator
+
+    def _holders_generator(self, gen: Generator) -> Generator | None:
+        return self._base_generator if gen is self._own_generator else None
 
     def check(self) -> Generator:
         super().check()
@@ -315,9 +342,9 @@ class Node:
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
         return {
-            name: issuer.identity.pool
+            name: issuer.holder.pool
             for name, issuer in self.issuers.items()
-            if not isinstance(issuer, SharedIssuer) and issuer.identity.pool is not None
+            if not isinstance(issuer, SharedIssuer) and issuer.holder.pool is not None
         }
 
     def _guarded_pools(self) -> dict[str, IdentityPool]:
@@ -326,7 +353,7 @@ class Node:
         return {name: pool for name, pool in self._pools().items() if pool.sliced or pool.static is not None}
 
     def _block(self, scheme: str, reason: str | None) -> None:
-        self.issuers[scheme].identity.set_blocked(reason)
+        self.issuers[scheme].holder.set_blocked(reason)
 
     def _build_issuers(self) -> None:
         """One issuer per registered scheme, from what the scheme declares: its identity pool, its
@@ -341,7 +368,7 @@ class Node:
                 return scheme.new_generator(settings, ids, floor, clock)
 
             metrics = self.metrics.scheme(name)
-            identity = IdentityHolder(
+            holder = IdentityHolder(
                 scheme,
                 factory,
                 pool,
@@ -351,14 +378,14 @@ class Node:
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
             )
-            self.issuers[name] = Issuer(scheme, identity, metrics)
+            self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():
             base = scheme.shares_generator_with
             if base is not None:
                 if base not in self.issuers:
                     raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
-                self.issuers[base].identity.sharers.append(self.metrics.scheme(name))
+                self.issuers[base].holder.sharers.append(self.metrics.scheme(name))
 
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
@@ -374,17 +401,17 @@ class Node:
                 await self.fleet.read_fleet_id()
         self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
         for issuer in self.issuers.values():
-            identity = issuer.identity
+            holder = issuer.holder
             if isinstance(issuer, SharedIssuer):  # the base issuer's holder claims and runs
-                if identity.generator is None:
-                    log.warning("%s: not ready: %s: %s", issuer.name, issuer.name, identity.reason)
+                if holder.generator is None:
+                    log.warning("%s: not ready: %s: %s", issuer.name, issuer.name, holder.reason)
                 continue
             try:
-                await identity.acquire()
+                await holder.acquire()
             except NotReadyError as exc:
-                identity.reason, identity.retry_after = exc.reason, exc.retry_after
+                holder.reason, holder.retry_after = exc.reason, exc.retry_after
                 log.warning("%s: not ready: %s", issuer.name, exc.reason)
-            self._tasks.append(asyncio.create_task(identity.run(), name=f"idmint-issuer-{issuer.name}"))
+            self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
         for issuer in self.issuers.values():
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
@@ -418,7 +445,7 @@ class Node:
         self._tasks.clear()
         for issuer in self.issuers.values():
             if not isinstance(issuer, SharedIssuer):
-                await issuer.identity.stop()
+                await issuer.holder.stop()
         await self.backend.close()
 
     def issuer(self, name: str) -> Issuer:
@@ -450,7 +477,7 @@ class Node:
         "regions"}``, ``region`` null outside the space), or None when the scheme's layout carries no identity that
         regions slice."""
         issuer = self.issuers.get(scheme)
-        pool = issuer.identity.pool if issuer is not None and not isinstance(issuer, SharedIssuer) else None
+        pool = issuer.holder.pool if issuer is not None and not isinstance(issuer, SharedIssuer) else None
         if pool is None or not pool.sliced or not isinstance(fields.get(pool.kind), int):
             return None
         identity = fields[pool.kind]

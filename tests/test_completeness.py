@@ -135,18 +135,18 @@ def test_leased(client: TestClient, scheme: str) -> None:
     issuer = node.issuers[scheme]
     plan = declared.identity_pool(node.settings)
     if declared.shares_generator_with is not None:
-        assert issuer.identity.claims is node.issuers[declared.shares_generator_with].identity.claims
+        assert issuer.holder.claims is node.issuers[declared.shares_generator_with].holder.claims
         return
     if plan is None:
-        assert issuer.identity.pool is None and not issuer.identity.claims
+        assert issuer.holder.pool is None and not issuer.holder.claims
         return
-    assert len(issuer.identity.claims) == plan.claims
-    assert issuer.identity.pool == plan
-    for claim in issuer.identity.claims:
+    assert len(issuer.holder.claims) == plan.claims
+    assert issuer.holder.pool == plan
+    for claim in issuer.holder.claims:
         assert claim.valid() and plan.minimum <= claim.identity <= plan.maximum
         segment = plan.key_format.format(claim.identity)
-        assert claim_key(NS, issuer.identity.pool, claim.identity) == NS + plan.key_prefix + segment
-        assert mark_key(NS, issuer.identity.pool, claim.identity) == NS + plan.mark_prefix + segment
+        assert claim_key(NS, issuer.holder.pool, claim.identity) == NS + plan.key_prefix + segment
+        assert mark_key(NS, issuer.holder.pool, claim.identity) == NS + plan.mark_prefix + segment
         assert plan.mark_prefix.startswith(f"idmint/marks/{scheme}/")
 
 

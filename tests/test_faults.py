@@ -218,7 +218,7 @@ async def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claim
     async with started(new_node(tmp_path, clock, max_clock_wait=1.0)) as node:
         issuer = node.issuers["eight-byte"]
         before = set((await issuer.issue(5000, {})).values())
-        held = issuer.identity.claims[0].identity
+        held = issuer.holder.claims[0].identity
         clock.ns -= 8 * 3600 * 10**9  # eight hours back
         t0 = time.monotonic()
         with pytest.raises(NotReadyError, match="IDMINT_MAX_CLOCK_WAIT") as caught:
@@ -226,12 +226,12 @@ async def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claim
                 await issuer.issue(64, {})
         assert time.monotonic() - t0 < 2.0  # no 28,800 s wait
         assert caught.value.retry_after >= 1
-        assert held in issuer.identity.excluded
+        assert held in issuer.holder.excluded
         for _ in range(100):  # the background task claims another generator ID
             if issuer.generator is not None:
                 break
             await anyio.sleep(0.05)
-        assert issuer.identity.claims and issuer.identity.claims[0].identity != held
+        assert issuer.holder.claims and issuer.holder.claims[0].identity != held
         after = set((await issuer.issue(5000, {})).values())
         assert not before & after
         refused = node.metrics.registry.get_sample_value("idmint_identity_refused_total", {"scheme": "eight-byte"})
@@ -255,8 +255,8 @@ async def test_a_static_identity_under_a_clock_stepped_back_stays_not_ready(tmp_
 async def test_the_background_task_survives_an_unexpected_exception(tmp_path: Path) -> None:
     async with started(new_node(tmp_path, FakeClock.running_from_now(), max_clock_wait=1.0)) as node:
         issuer = node.issuers["siq"]
-        identity = issuer.identity
-        claim = identity.claims[0]
+        holder = issuer.holder
+        claim = holder.claims[0]
         real = claim.record_mark
         failures = {"left": 3}
 
@@ -269,11 +269,11 @@ async def test_the_background_task_survives_an_unexpected_exception(tmp_path: Pa
         claim.record_mark = flaky  # type: ignore[method-assign]
         task = next(t for t in node._tasks if t.get_name() == "idmint-issuer-siq")
         for _ in range(200):
-            if not failures["left"] and identity.fault is None and identity.recorded_mark > claim.high_water_mark:
+            if not failures["left"] and holder.fault is None and holder.recorded_mark > claim.high_water_mark:
                 break
             await anyio.sleep(0.05)
         assert not task.done()
-        assert failures["left"] == 0 and identity.fault is None
+        assert failures["left"] == 0 and holder.fault is None
         await issuer.issue(10, {})
 
 

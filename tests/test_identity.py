@@ -55,7 +55,7 @@ async def etcd_node(
 
 
 def held_claim(node: Node) -> EtcdClaim:
-    claims = node.issuers[SCHEME].identity.claims
+    claims = node.issuers[SCHEME].holder.claims
     assert len(claims) == 1 and isinstance(claims[0], EtcdClaim), claims
     return claims[0]
 
@@ -66,7 +66,7 @@ async def test_a_lost_claim_stops_the_scheme_before_any_request_or_mark_tick(
 ) -> None:
     # TTL 30 s: the lease deadline is 25 s away and the holder's mark tick 10 s; only a pushed event is this fast.
     async with etcd_node(tmp_path, etcd_server, etcd_namespace, etcd_lease_ttl=30, etcd_safety_margin=5) as node:
-        holder = node.issuers[SCHEME].identity
+        holder = node.issuers[SCHEME].holder
         await node.issuers[SCHEME].issue(1, {})
         claim = held_claim(node)
         assert node.backend.mark_interval == 10
@@ -129,7 +129,7 @@ async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_mo
         # Loss: the lease revoked behind the node's back; pushed, then re-claimed on a new lease.
         lost = held_claim(node)
         await raw.revoke_lease(lost.lease_id)
-        await eventually(lambda: lost not in issuer.identity.claims, 3.0, "revoked lease dropped the claim")
+        await eventually(lambda: lost not in issuer.holder.claims, 3.0, "revoked lease dropped the claim")
         await eventually(lambda: node.readiness()[0], 10.0, "re-claimed on a new lease")
         assert held_claim(node).lease_id != lost.lease_id
         await issuer.issue(1, {})

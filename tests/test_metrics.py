@@ -458,9 +458,9 @@ async def test_generator_stats_count_once_per_generator_and_from_zero_for_a_new_
     two schemes issue from (uuidv7 and typeid) are counted once, under the scheme that owns it."""
     async with started(new_node(tmp_path)) as node:
         m = node.metrics
-        holder = node.issuers["wiji"].identity
-        holder.account_stats(GeneratorStats(clock_rollbacks=3, max_rollback_ns=2_000_000, sequence_exhausted=2))
-        holder.account_stats(GeneratorStats(clock_rollbacks=1, max_rollback_ns=1_000))  # a fresh generator
+        meter = node.issuers["wiji"].stats
+        meter.account(GeneratorStats(clock_rollbacks=3, max_rollback_ns=2_000_000, sequence_exhausted=2))
+        meter.account(GeneratorStats(clock_rollbacks=1, max_rollback_ns=1_000))  # a fresh generator
         assert sample(m, "idmint_clock_rollback_total", scheme="wiji") == 4
         assert sample(m, "idmint_sequence_exhausted_total", scheme="wiji") == 2
 

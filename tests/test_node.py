@@ -28,7 +28,7 @@ def node_at(state: Path, offset_s: float = 0.0, **overrides: object) -> Node:
 def crash(node: Node) -> None:
     """The OS drops the locks; no final mark is written, only the reservations already recorded."""
     for issuer in node.issuers.values():
-        for claim in issuer.identity.claims:
+        for claim in issuer.holder.claims:
             claim.close()  # type: ignore[attr-defined]
     for task in node._tasks:
         task.cancel()
@@ -47,11 +47,11 @@ def timestamps(scheme: str, values: list[int]) -> list[int]:
 async def test_clean_restart_with_clock_set_back_issues_above_every_earlier_id(tmp_path: Path) -> None:
     async with started(node_at(tmp_path)) as first:
         before = {name: await issue_values(first, name, 500) for name in CLAIMING}
-        ids_before = {name: first.issuers[name].identity.claims[0].identity for name in before}
+        ids_before = {name: first.issuers[name].holder.claims[0].identity for name in before}
 
     async with started(node_at(tmp_path, offset_s=-0.3)) as again:  # clock set back 0.3 s: within max_clock_wait
         for name, old in before.items():
-            assert again.issuers[name].identity.claims[0].identity == ids_before[name]  # same identity reused
+            assert again.issuers[name].holder.claims[0].identity == ids_before[name]  # same identity reused
             new = await issue_values(again, name, 500)
             assert min(timestamps(name, new)) > max(timestamps(name, old)) or name == "siq", name
             assert set(new).isdisjoint(old)
@@ -81,12 +81,12 @@ async def test_crash_then_clock_set_back_never_repeats(tmp_path: Path) -> None:
 async def test_identity_with_mark_far_ahead_is_refused_and_another_claimed(tmp_path: Path) -> None:
     async with started(node_at(tmp_path, offset_s=3600)) as first:  # a node whose clock ran an hour ahead
         await issue_values(first, "hlc-ulid", 10)
-        held = first.issuers["hlc-ulid"].identity.claims[0].identity
+        held = first.issuers["hlc-ulid"].holder.claims[0].identity
 
     async with started(node_at(tmp_path, max_clock_wait=5.0)) as nxt:
         issuer = nxt.issuers["hlc-ulid"]
-        assert issuer.identity.claims[0].identity != held
-        assert held in issuer.identity.excluded
+        assert issuer.holder.claims[0].identity != held
+        assert held in issuer.holder.excluded
         await issue_values(nxt, "hlc-ulid", 10)
 
 
@@ -101,7 +101,7 @@ async def test_static_identity_with_mark_far_ahead_is_not_ready(tmp_path: Path) 
 async def test_several_eight_byte_generator_ids(tmp_path: Path) -> None:
     async with started(node_at(tmp_path, eight_byte_generators=3)) as node:
         issuer = node.issuers["eight-byte"]
-        held = {c.identity for c in issuer.identity.claims}
+        held = {c.identity for c in issuer.holder.claims}
         assert len(held) == 3 and all(0 <= g <= 2047 for g in held)
         values = await issue_values(node, "eight-byte", 1000)
         gens = {get_scheme("eight-byte").fields(v)["generator_id"] for v in values}
@@ -113,7 +113,7 @@ async def test_a_request_waiting_on_the_clock_through_a_new_claim_is_refused_not
     never IDs of two identities in one answer (the recorded mark covers the current identity only)."""
     async with started(node_at(tmp_path)) as node:
         issuer = node.issuers["eight-byte"]
-        holder = issuer.identity
+        holder = issuer.holder
         task = asyncio.create_task(issuer.issue(60_000, {}))  # about 0.9 s of the cap
         await asyncio.sleep(0.1)
         assert not task.done()

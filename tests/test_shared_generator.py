@@ -71,7 +71,7 @@ async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
     node = Node(make_settings(tmp_path), EmbeddedBackend(tmp_path), Metrics(list(registry), __version__))
     async with started(node):
         base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
-        assert shared.identity.claims is base.identity.claims and len(base.identity.claims) == 1
+        assert shared.holder.claims is base.holder.claims and len(base.holder.claims) == 1
         assert shared.describe()["identities"] == base.describe()["identities"]
         issued = await shared.issue(count, {"prefix": "doc"})
         lines = issued.encode("ulid").decode().splitlines()

@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-from app.errors import BackendUnavailableError
-from app.etcd.client import EtcdCallError, EtcdClient, map_error, redact
+from app.errors import BackendUnavailableError, ConfigError
+from app.etcd.client import EtcdCallError, EtcdClient, map_error, redact, ssl_context
+
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 
 class Calls:
@@ -19,6 +23,31 @@ class Calls:
         self.client = client
         self.retry_after = retry_after
         self.limit = budget + attempt_timeout + 0.5
+
+    @classmethod
+    def connect(cls, settings: Settings, attempt_timeout: float, retry_after: int) -> Calls:
+        """Calls on a new client for ``settings.etcd_*`` (endpoints, TLS, auth): one endpoint gets
+        ``attempt_timeout`` seconds, one call every endpoint once and at least ``etcd_request_timeout`` seconds.
+        Raises ConfigError for TLS files without https:// endpoints, or unreadable ones."""
+        tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
+        if not tls_wanted and any(
+            f is not None for f in (settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key)
+        ):
+            raise ConfigError("etcd_ca_cert / etcd_cert_cert / etcd_cert_key need https:// etcd_endpoints")
+        tls = (
+            ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
+        )
+        budget = max(settings.etcd_request_timeout, attempt_timeout * len(settings.etcd_endpoints))
+        client = EtcdClient(
+            settings.etcd_endpoints,
+            timeout=attempt_timeout,
+            budget=budget,
+            connect_timeout=settings.etcd_connect_timeout,
+            tls=tls,
+            user=settings.etcd_user,
+            password=settings.etcd_password,
+        )
+        return cls(client, budget, attempt_timeout, retry_after)
 
     @asynccontextmanager
     async def bounded(self, doing: str) -> AsyncIterator[EtcdClient]:

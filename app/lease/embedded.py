@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError
+from app.files import create_once, flocked_inodes, locked
 from app.lease.base import Claim, LeaseBackend, Owner
 from app.lease.draw import draw
 from app.pool import IdentityPool
@@ -118,44 +119,6 @@ MEMBERS_DIR = "members"
 """``<state_dir>/members/<token>.lock``: one per running process, flock-ed (see :meth:`EmbeddedBackend._join`)."""
 MEMBER_TOKEN_LEN = 32
 _HEX = frozenset("0123456789abcdef")
-
-
-def _locked(path: Path) -> bool:
-    """Whether some process holds an flock on ``path`` (a non-blocking shared lock is refused). False when absent."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def _flocked_inodes() -> set[tuple[int, int, int]]:
-    """(device major, minor, inode) of every file an flock is held on (``/proc/locks``). Raises OSError."""
-    found = set()
-    with open("/proc/locks") as table:
-        for line in table:
-            parts = line.split()
-            if len(parts) >= 6 and parts[1] == "FLOCK":
-                try:
-                    major, minor, inode = parts[5].split(":")
-                    found.add((int(major, 16), int(minor, 16), int(inode)))
-                except ValueError:
-                    continue
-    return found
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 FLEET_FILE = "fleet.json"
@@ -285,22 +248,8 @@ class EmbeddedBackend(LeaseBackend):
                 return _read_fleet_id(path)
             except FileNotFoundError:
                 pass
-            tmp = path.with_name(f".{FLEET_FILE}.{uuid.uuid4().hex}.tmp")
             data = json.dumps({"fleet_id": str(uuid.uuid4()), "created_at": _now_rfc3339()}).encode()
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                try:
-                    os.link(tmp, path)  # fails if another process wrote it first: then theirs is the fleet's
-                    _fsync_dir(self.state_dir)
-                except FileExistsError:
-                    pass
-            finally:
-                tmp.unlink(missing_ok=True)
+            create_once(path, data)  # another process's, written first, is the fleet's
             return _read_fleet_id(path)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BackendUnavailableError(
@@ -325,14 +274,14 @@ class EmbeddedBackend(LeaseBackend):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._member = (token, fd)
         for stale in folder.glob("*.lock"):  # members that have exited: their locks are free
-            if stale.stem != token and not _locked(stale):
+            if stale.stem != token and not locked(stale):
                 stale.unlink(missing_ok=True)
 
     async def has_member(self, token: str) -> bool | None:
         """Whether a process holds ``members/<token>.lock`` in this state directory."""
         if len(token) != MEMBER_TOKEN_LEN or not set(token) <= _HEX:
             return False
-        return await asyncio.to_thread(_locked, self.state_dir / MEMBERS_DIR / f"{token}.lock")
+        return await asyncio.to_thread(locked, self.state_dir / MEMBERS_DIR / f"{token}.lock")
 
     async def count_held(self, pool: IdentityPool) -> int | None:
         """Lock files of the region's slice that some process holds, read from the kernel's lock table
@@ -344,12 +293,12 @@ class EmbeddedBackend(LeaseBackend):
         folder = self.state_dir / pool.scheme / (pool.group or "_")
         first, last = pool.slice
         try:
-            locked = _flocked_inodes()
+            held_inodes = flocked_inodes()
             held = 0
             for path in folder.glob("*.lock"):
                 if path.stem.isdigit() and first <= int(path.stem) <= last:
                     st = path.stat()
-                    held += (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in locked
+                    held += (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) in held_inodes
         except OSError:
             return None
         return held

@@ -2,8 +2,10 @@
 
 Files: :mod:`~app.lease.etcd.session` (one lease kept alive; its done event and status),
 :mod:`~app.lease.etcd.claim` (one claim: its revisions, mark writes and re-arming), :mod:`~app.lease.etcd.watch`
-(a claim key's watch), :mod:`~app.lease.etcd.keys` (key layout and values, pure), :mod:`~app.lease.etcd.backend`
-(the lease's upkeep, claiming, release); every etcd call goes through :mod:`app.etcd` (client, error table).
+(a claim key's watch), :mod:`~app.lease.etcd.keys` (key layout and values, pure), :mod:`~app.lease.etcd.claimer`
+(the pool scan, draw and claiming transaction; deleting released keys), :mod:`~app.lease.etcd.records`
+(registrations, the fleet's keys), :mod:`~app.lease.etcd.backend` (the lease's upkeep, health, release); every etcd
+call goes through :mod:`app.etcd` (client, error table).
 
 Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.etcd_lease_ttl``), refreshed
 by a background task every TTL/3; every claim is one key bound to that lease, created by one transaction

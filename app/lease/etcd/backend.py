@@ -1,24 +1,22 @@
-"""The etcd lease backend: claims, guarded high-water marks, watches, release (see :mod:`app.lease.etcd`)."""
+"""The etcd lease backend: the lease's upkeep and health, claims, release (see :mod:`app.lease.etcd`)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import random
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
+from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError
 from app.etcd.calls import Calls
-from app.etcd.client import EtcdClient, compare, delete, get, prefix_end, put, redact, ssl_context
+from app.etcd.client import redact
 from app.lease.base import Claim, LeaseBackend, Owner
-from app.lease.draw import draw
-from app.lease.etcd import keys
 from app.lease.etcd.claim import EtcdClaim
+from app.lease.etcd.claimer import Claimer, Leftovers
+from app.lease.etcd.records import FleetReads, Registrations
 from app.lease.etcd.session import Session
 from app.lease.etcd.watch import wait_event
 from app.metrics import Metrics
@@ -66,28 +64,15 @@ class EtcdBackend(LeaseBackend):
         self._attempt_timeout = max(
             MIN_ATTEMPT_TIMEOUT_S, min(settings.etcd_request_timeout, self._refresh_interval / 2)
         )
-        tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
-        if not tls_wanted and any(
-            f is not None for f in (settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key)
-        ):
-            raise ConfigError("etcd_ca_cert / etcd_cert_cert / etcd_cert_key need https:// etcd_endpoints")
-        tls = (
-            ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
-        )
-        self._budget = max(settings.etcd_request_timeout, self._attempt_timeout * len(settings.etcd_endpoints))
-        self._client = EtcdClient(
-            settings.etcd_endpoints,
-            timeout=self._attempt_timeout,
-            budget=self._budget,
-            connect_timeout=settings.etcd_connect_timeout,
-            tls=tls,
-            user=settings.etcd_user,
-            password=settings.etcd_password,
-        )
-        self._calls = Calls(self._client, self._budget, self._attempt_timeout, self._retry_after)
+        self._calls = Calls.connect(settings, self._attempt_timeout, self._retry_after)
+        self._client = self._calls.client
         self._session: Session | None = None
-        self._claims: set[EtcdClaim] = set()
-        self._registrations: dict[str, tuple[bytes, int | None]] = {}
+        self._leftovers = Leftovers(self._calls)
+        self._claimer = Claimer(
+            self._calls, self._namespace, self._ttl, self._leftovers, self._claim_lost, settings.etcd_request_timeout
+        )
+        self._registrations = Registrations(self._calls, self._namespace)
+        self._fleet = FleetReads(self._calls, self._namespace)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._attempted = asyncio.Event()
@@ -96,16 +81,8 @@ class EtcdBackend(LeaseBackend):
         self._failures = 0
         self._failing_since: float | None = None
         self._deadline_logged = False
-        self._inflight: set[bytes] = set()
-        """Claim keys whose claiming transaction is under way (not to be mistaken for leftovers)."""
-        self._orphans: dict[bytes, tuple[int, int]] = {}
-        """Claim keys released while etcd could not be told: key -> (create revision, lease ID); deleted by the
-        background task once etcd answers (they sit on our live lease: otherwise held for as long as we run)."""
         self._reason = "etcd backend not started"
         self._closed = False
-        self._fleet_id: str | None = None
-        self._held_before: dict[bytes, list[int]] = {}
-        """Pool key prefix -> identities this process claimed there, oldest first (re-claims prefer the newest)."""
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -127,7 +104,7 @@ class EtcdBackend(LeaseBackend):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        claims, self._claims = list(self._claims), set()
+        claims, self._claimer.claims = list(self._claimer.claims), set()
         for claim in claims:
             await claim.release(None)
         session, self._session = self._session, None
@@ -146,8 +123,8 @@ class EtcdBackend(LeaseBackend):
                 if session is None or session.lost:
                     session = await self._grant()
                 await self._rearm_watches(session)
-                await self._publish_registrations(session)
-                await self._delete_orphans(session)
+                await self._registrations.publish(session)
+                await self._leftovers.retry(session)
                 backoff = BACKOFF_START_S
             except NotReadyError as exc:
                 self._failed(exc)
@@ -207,14 +184,14 @@ class EtcdBackend(LeaseBackend):
             if self.metrics is not None:
                 self.metrics.lease_deadline(session.deadline - self.clock())
             self._ready.set()
-            if any(c.needs_rearm(self._client.endpoint) for c in self._claims):
+            if any(c.needs_rearm(self._client.endpoint) for c in self._claimer.claims):
                 self._wake.set()  # the client moved to another member: watches follow it
 
     def _lease_lost(self, session: Session, reason: str) -> None:
         """Called once by ``session`` when its lease is lost: log, stop answering as ready, grant a new lease."""
         if self._closed:
             return
-        held = [c for c in self._claims if c.session is session]
+        held = [c for c in self._claimer.claims if c.session is session]
         log.error(
             "etcd: lease %s lost: %s; %d claim(s) on it are void, granting a new lease", session.hex, reason, len(held)
         )
@@ -283,116 +260,17 @@ class EtcdBackend(LeaseBackend):
         for attempt in range(2):
             session = await self._usable()
             try:
-                return await self._claim_on(session, pool, exclude, owner)
+                return await self._claimer.claim(session, pool, exclude, owner)
             except LeaseLostError as exc:
                 session.set_lost(exc.reason)
                 if attempt:
                     raise
         raise AssertionError("unreachable")
 
-    async def _claim_on(self, session: Session, pool: IdentityPool, exclude: frozenset[int], owner: Owner) -> EtcdClaim:
-        ns, client = self._namespace, self._client
-        prefix = keys.pool_prefix(ns, pool).encode()
-        reads = [get(prefix, prefix_end(prefix))]
-        if pool.allowed_groups_key:
-            reads.append(get((ns + pool.allowed_groups_key).encode()))
-        async with self._calls.bounded(f"reading the {pool.scheme} pool"):
-            found = await client.txn([], reads, [])
-        held: dict[int, bytes] = {}
-        ours = {c.key.encode() for c in self._claims}
-        for kv in found.ranges[0] or []:
-            identity = keys.decode_identity(pool, kv.key[len(prefix) :].decode(errors="replace"))
-            if identity is None:
-                continue
-            held[identity] = kv.value
-            if (
-                kv.lease == session.lease_id
-                and kv.key not in ours
-                and kv.key not in self._inflight
-                and kv.key not in self._orphans
-            ):
-                # Ours, from a claim whose answer was lost (timeout): give it back rather than hold it unused.
-                log.info("etcd: releasing %s, left on our lease by an unfinished claim", kv.key.decode())
-                if await self._delete_quietly(kv.key, kv.create_revision, session.lease_id):
-                    del held[identity]
-        if pool.allowed_groups_key:
-            allowed = found.ranges[1] or []
-            keys.check_allowed_groups(ns, pool, allowed[0].value if allowed else None, self._ttl)
-
-        claimed_at = keys.now_rfc3339()
-        tries = 0
-        before = self._held_before.setdefault(prefix, [])
-        for identity in draw(pool, held, prefer=reversed(before), exclude=exclude):
-            tries += 1
-            key = keys.claim_key(ns, pool, identity).encode()
-            mkey = keys.mark_key(ns, pool, identity).encode()
-            value = keys.claim_value(owner, pool, identity, session.hex, claimed_at)
-            self._inflight.add(key)
-            try:
-                async with self._calls.bounded(f"claiming {key.decode()}"):
-                    result = await client.txn(
-                        [compare(key, "CREATE", 0)],
-                        [put(key, value, session.lease_id), get(key), get(mkey)],
-                        [get(key)],
-                    )
-            finally:
-                self._inflight.discard(key)
-            if not result.succeeded:
-                now_held = result.ranges[0] or []
-                held[identity] = now_held[0].value if now_held else b""
-                if (
-                    now_held
-                    and now_held[0].lease == session.lease_id
-                    and key not in ours
-                    and key not in self._inflight
-                    and key not in {c.key.encode() for c in self._claims}
-                ):
-                    # Our own put, committed by an attempt whose answer was lost: give it back, try the next.
-                    await self._delete_quietly(key, now_held[0].create_revision, session.lease_id)
-                continue
-            kv = (result.ranges[1] or [])[0]
-            marks = result.ranges[2] or []
-            try:
-                mark = keys.read_mark(marks[0].value if marks else None, mkey.decode())
-            except NotReadyError:
-                await self._delete_quietly(key, kv.create_revision, session.lease_id)
-                raise
-            claim = EtcdClaim(
-                self._calls,
-                pool,
-                identity,
-                key.decode(),
-                mkey.decode(),
-                mark,
-                session,
-                kv.create_revision,
-                kv.mod_revision,
-                marks[0].mod_revision if marks else 0,
-                owner,
-                claimed_at,
-            )
-            self._claims.add(claim)
-            if identity in before:
-                before.remove(identity)
-            before.append(identity)  # tried first next time: a lost lease re-claims the same identity if free
-            claim.on_lost(self._claim_lost)
-            await claim.watch_from(kv.mod_revision + 1, self.settings.etcd_request_timeout)
-            log.info(
-                "etcd: claimed %s %s %d (key %s, lease %s, high-water mark %d)",
-                pool.scheme,
-                pool.kind,
-                identity,
-                claim.key,
-                session.hex,
-                mark,
-            )
-            return claim
-        raise PoolExhaustedError(keys.exhausted_reason(pool, exclude, held, tries), retry_after=self._ttl)
-
     # -- watches ---------------------------------------------------------------------------------------------
     async def _rearm_watches(self, session: Session) -> None:
         """Verify and watch again every claim whose watch broke or sits on another member than the client's."""
-        for claim in list(self._claims):
+        for claim in list(self._claimer.claims):
             if claim.session is session and claim.needs_rearm(self._client.endpoint):
                 await claim.rearm(self.settings.etcd_request_timeout)
 
@@ -404,74 +282,28 @@ class EtcdBackend(LeaseBackend):
         """
         if not isinstance(claim, EtcdClaim) or claim.released:
             return
-        self._claims.discard(claim)
+        self._claimer.claims.discard(claim)
         if not await claim.release(final_mark):
             return
-        if await self._delete_quietly(claim.key.encode(), claim.create_revision, claim.lease_id):
+        if await self._leftovers.delete(claim.key.encode(), claim.create_revision, claim.lease_id):
             log.info("etcd: released %s %s %d", claim.scheme, claim.pool.kind, claim.identity)
 
     def _claim_lost(self, claim: Claim, reason: str) -> None:
         self._wake.set()
-
-    async def _delete_quietly(self, key: bytes, create_revision: int, lease_id: int) -> bool:
-        """Delete our incarnation of ``key`` (same create revision). Never raises; False when it has to wait
-        for etcd (kept in ``_orphans``)."""
-        try:
-            async with self._calls.bounded(f"deleting {key.decode()}"):
-                await self._client.txn([compare(key, "CREATE", create_revision)], [delete(key)], [])
-            self._orphans.pop(key, None)
-        except LeaseLostError:
-            self._orphans.pop(key, None)  # gone with the lease
-        except NotReadyError as exc:
-            self._orphans[key] = (create_revision, lease_id)
-            log.warning("etcd: deleting %s failed; retrying once etcd answers: %s", key.decode(), exc.reason)
-            return False
-        return True
-
-    async def _delete_orphans(self, session: Session) -> None:
-        for key, (create_revision, lease_id) in list(self._orphans.items()):
-            if lease_id != session.lease_id:
-                del self._orphans[key]  # its lease is gone, and the key with it
-                continue
-            async with self._calls.bounded(f"deleting {key.decode()}"):
-                await self._client.txn([compare(key, "CREATE", create_revision)], [delete(key)], [])
-            del self._orphans[key]
-            log.info("etcd: released %s (deferred while etcd was unreachable)", key.decode())
 
     async def register(self, scheme: str, name: str, value: dict[str, Any]) -> None:
         """Put ``idmint/<scheme>/<name>`` = JSON ``value`` on the lease; re-published on every new lease.
 
         Raises BackendUnavailableError when it cannot be published now (it is published once etcd answers).
         """
-        key = keys.register_key(self._namespace, scheme, name)
-        self._registrations[key] = (keys.to_json(value), None)
+        self._registrations.add(scheme, name, value)
         session = await self._usable()
-        await self._publish_registrations(session)
-
-    async def _publish_registrations(self, session: Session) -> None:
-        for key, (data, lease_id) in list(self._registrations.items()):
-            if lease_id == session.lease_id:
-                continue
-            payload = {**json.loads(data), "lease": session.hex}
-            async with self._calls.bounded(f"registering {key}"):
-                await self._client.put(key.encode(), keys.to_json(payload), session.lease_id)
-            self._registrations[key] = (data, session.lease_id)
-            log.info("etcd: registered %s on lease %s", key, session.hex)
+        await self._registrations.publish(session)
 
     # -- the fleet ---------------------------------------------------------------------------------------------
     async def fleet_id(self) -> str:
-        """The fleet ID at ``<namespace>idmint/fleet`` (on no lease: it outlives every node), written by the first
-        node to ask in one create-if-absent transaction. Raises NotReadyError when etcd cannot be used now, or when
-        the key holds no fleet ID."""
-        if self._fleet_id is not None:
-            return self._fleet_id
-        key = keys.fleet_key(self._namespace).encode()
-        value = keys.to_json({"fleet_id": str(uuid.uuid4()), "created_at": keys.now_rfc3339()})
-        async with self._calls.bounded("reading the fleet ID"):
-            result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, value), get(key)], [get(key)])
-        found = result.ranges[1] if result.succeeded else result.ranges[0]
-        self._fleet_id = keys.read_fleet_id(found[0].value if found else b"", key.decode())
-        return self._fleet_id
+        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.lease.etcd.records.FleetReads.read_fleet_id>`)."""
+        return await self._fleet.read_fleet_id()
 
     def member_token(self) -> str | None:
         """This process's lease ID (hex): a node on the same etcd sees it live, one on a restored copy does not."""
@@ -479,31 +311,10 @@ class EtcdBackend(LeaseBackend):
         return session.hex if session is not None and not session.lost else None
 
     async def has_member(self, token: str) -> bool | None:
-        """Whether lease ``token`` (16 hex digits) is live in this etcd (LeaseTimeToLive); None when etcd cannot
-        answer now."""
-        try:
-            lease_id = int(token, 16) if len(token) == 16 else -1
-        except ValueError:
-            return False
-        if lease_id <= 0:
-            return False
-        try:
-            async with self._calls.bounded("looking up a peer's lease"):
-                return await self._client.time_to_live(lease_id) > 0
-        except NotReadyError:
-            return None
+        return await self._fleet.has_member(token)
 
     async def count_held(self, pool: IdentityPool) -> int | None:
-        """Claim keys of the region's slice, read in one range request (keys only)."""
-        prefix = keys.pool_prefix(self._namespace, pool).encode()
-        first, last = pool.slice
-        try:
-            async with self._calls.bounded(f"counting the {pool.scheme} claims"):
-                found, _ = await self._client.range(prefix, prefix_end(prefix), keys_only=True)
-        except NotReadyError:
-            return None
-        held = (keys.decode_identity(pool, kv.key[len(prefix) :].decode(errors="replace")) for kv in found)
-        return sum(1 for identity in held if identity is not None and first <= identity <= last)
+        return await self._fleet.count_held(pool)
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def _renewal(self, outcome: str) -> None:
@@ -527,5 +338,5 @@ class EtcdBackend(LeaseBackend):
             out["deadline_in_s"] = round(session.deadline - self.clock(), 3)
         if self._reason:
             out["reason"] = self._reason
-        out["claims"] = sorted(c.key for c in self._claims)
+        out["claims"] = sorted(c.key for c in self._claimer.claims)
         return out

@@ -1,6 +1,6 @@
 """One identity held as a key on this process's etcd lease: its revisions, its watch, its mark writes.
 
-An :class:`EtcdClaim` is made by :meth:`~app.lease.etcd.backend.EtcdBackend.claim` once the claiming transaction
+An :class:`EtcdClaim` is made by :meth:`~app.lease.etcd.claimer.Claimer.claim` once the claiming transaction
 succeeded. It knows the claim key's create and mod revisions and the mark key's mod revision, and writes marks
 with one transaction guarded by both mod revisions (:meth:`EtcdClaim.record_mark`), so only the current holder
 of the key ever raises the mark. Its loss is pushed, never polled: the lease's :meth:`Session.on_done
