@@ -422,6 +422,7 @@ class Keeper:
         last_reason: str | None = None
         interval = holder.backend.mark_interval
         while True:
+            holder.wake.clear()  # a loss while tend() runs (a mark write in flight) wakes the sleep after it
             try:
                 await holder.tend()
                 backoff = BACKOFF_START_S
@@ -445,16 +446,18 @@ class Keeper:
                     last_reason = reason
                 pause = min(backoff, FAULT_RETRY_MAX_S) if holder.fault is not None else backoff
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
+                holder.wake.clear()  # a failing round backs off, whatever it set on its way
                 await self._sleep(pause)
                 continue
             deadline = min((c.deadline for c in holder.claims), default=math.inf)
             await self._sleep(min(interval, max(deadline - holder.backend.clock(), 0.01)))
 
     async def _sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` or until woken (a loss, a refusal). ``asyncio.timeout``, not ``wait_for``: Python
-        3.11's ``wait_for`` swallows a cancellation that meets a set event, and the task then outlives ``stop``."""
+        """Sleep ``seconds`` or until woken (a loss, a refusal), at once when woken since the round began (the
+        event is cleared as a round starts, not here: a loss that arrived during the round is not lost).
+        ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for`` swallows a cancellation that meets a set
+        event, and the task then outlives ``stop``."""
         wake = self.holder.wake
-        wake.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await wake.wait()
