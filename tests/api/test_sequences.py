@@ -175,15 +175,23 @@ def test_too_many_sequences_is_a_409(tmp_path: Path) -> None:
         assert r.status_code == 409 and "IDMINT_MAX_SEQUENCES" in r.json()["detail"]
 
 
-def test_sequences_survive_a_restart_and_stop_counts_the_gap(tmp_path: Path) -> None:
+def gap_of(app: object) -> float | None:
+    return app.app.state.node.metrics.registry.get_sample_value(  # type: ignore[attr-defined]
+        "idmint_sequence_gap_total", {"sequence": "orders"}
+    )
+
+
+def test_a_clean_stop_hands_the_unused_range_back_and_the_restart_follows_on(tmp_path: Path) -> None:
     with running_app(tmp_path) as c:
         c.post("/v1/sequences", json={"name": "orders", "cache": 50})
         first = c.get("/v1/sequences/orders/next", params={"count": 10}).json()["ids"]
-        metrics_app = c.app
+        stopped = c.app
     with running_app(tmp_path) as c:
-        again = c.get("/v1/sequences/orders/next", params={"count": 10}).json()["ids"]
-    assert min(again) > max(first)
-    gap = metrics_app.app.state.node.metrics.registry.get_sample_value(  # type: ignore[attr-defined]
-        "idmint_sequence_gap_total", {"sequence": "orders"}
-    )
-    assert gap is not None and gap >= 40
+        again = c.get("/v1/sequences/orders/next", params={"count": 2}).json()["ids"]  # 4 %: no prefetch
+        assert c.post("/v1/sequences/orders/range", params={"count": 5}).json()["first"] == 61
+        restarted = c.app
+    assert again == [first[-1] + 1, first[-1] + 2] == [11, 12]
+    assert gap_of(stopped) == 0
+    assert gap_of(restarted) == 48  # 13..60 cannot go back below a client's range reserved since: a gap
+    with running_app(tmp_path) as c:
+        assert c.get("/v1/sequences/orders/next").json()["ids"] == [66]
