@@ -1,0 +1,142 @@
+"""A clean stop hands the unused range back (issue 20), on real ``idmint serve`` processes over the state directory
+and over a real etcd: after SIGTERM the next node's first integer follows the last one issued; when another node
+reserved since, the range stays a gap; under load with stops and restarts no integer is issued twice; SIGKILL
+still loses the range (nothing runs to hand it back), and the gap is measured.
+
+Each test prints what it measured (integers lost per stop), which ``pytest -s`` shows."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import Replica
+from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
+from tests.test_replicas import etcd_env
+
+pytestmark = pytest.mark.integration  # real processes (and a real etcd)
+
+CACHE = 1000
+CLIENTS_PER_REPLICA = 6
+
+
+@pytest.fixture(params=["embedded", "etcd"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of every node of one test: one shared state directory, or one etcd namespace."""
+    if request.param == "embedded":
+        yield {"IDMINT_STATE_DIR": str(tmp_path / "state")}
+    else:
+        yield etcd_env(request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_namespace"))
+
+
+def start(tmp_path: Path, env: dict[str, str]) -> Replica:
+    node = Replica(tmp_path, env)
+    node.wait("/readyz")
+    return node
+
+
+def next_ids(node: Replica, count: int, name: str = "orders") -> list[int]:
+    r = httpx.get(f"{node.url}/v1/sequences/{name}/next", params={"count": count}, timeout=30)
+    assert r.status_code == 200, r.text
+    ids: list[int] = r.json()["ids"]
+    return ids
+
+
+def terminate(node: Replica) -> str:
+    """SIGTERM and wait for the clean exit (uvicorn runs the lifespan's shutdown, then exits by the signal it got);
+    the node's log."""
+    node.proc.send_signal(signal.SIGTERM)
+    try:
+        status = node.proc.wait(timeout=30)
+    finally:
+        node.stop()  # closes the log file (and kills a node that did not stop)
+    log = node.log()
+    assert status in (0, -signal.SIGTERM) and "Application shutdown complete." in log, log
+    return log
+
+
+def test_a_clean_stop_hands_the_range_back_and_the_next_node_follows_on(tmp_path: Path, env: dict[str, str]) -> None:
+    a = start(tmp_path, env)
+    try:
+        create(a.url, cache=CACHE)
+        issued = [i for count in (1, 3, 2, 5, 1) for i in next_ids(a, count)]  # 12 of 1,000: no prefetch
+        assert issued == list(range(1, 13))
+    finally:
+        log = terminate(a)
+    assert "988 unused integers handed back at stop, 0 dropped (gap)" in log, log
+    b = start(tmp_path, env)
+    try:
+        first = next_ids(b, 1)[0]
+        assert first == issued[-1] + 1, f"the next node started at {first}, not after {issued[-1]}"
+        print(f"integers lost by a clean stop after 12 next calls: {first - issued[-1] - 1} (cache {CACHE})")
+    finally:
+        b.stop()
+
+
+def test_a_range_reserved_since_keeps_it_a_gap_and_two_nodes_never_repeat(tmp_path: Path, env: dict[str, str]) -> None:
+    a = start(tmp_path, env)
+    b = start(tmp_path, env)
+    c: Replica | None = None
+    try:
+        create(a.url, cache=CACHE)
+        from_a = next_ids(a, 3)  # a holds 1..1000
+        from_b = next_ids(b, 4)  # b holds 1001..2000, the latest reservation
+        assert (from_a, from_b) == ([1, 2, 3], [1001, 1002, 1003, 1004])
+        log_a = terminate(a)  # below b's range: cannot go back
+        assert "0 unused integers handed back at stop, 997 dropped (gap)" in log_a, log_a
+        log_b = terminate(b)  # the top: goes back
+        assert "996 unused integers handed back at stop, 0 dropped (gap)" in log_b, log_b
+        c = start(tmp_path, env)
+        assert next_ids(c, 2) == [1005, 1006]
+    finally:
+        for node in (a, b, c):
+            if node is not None:
+                node.stop()
+
+
+def test_stops_and_restarts_under_load_never_issue_an_integer_twice(tmp_path: Path, env: dict[str, str]) -> None:
+    nodes = [start(tmp_path, env), start(tmp_path, env)]
+    try:
+        create(nodes[0].url, cache=20)  # small ranges: many reservations, hand-backs at every stop
+        served = Served()
+        for round_ in range(3):
+            victim = nodes[round_ % 2]
+
+            def stop_one_cleanly(victim: Replica = victim) -> None:
+                time.sleep(1.0)
+                terminate(victim)  # SIGTERM while clients call it and the other node
+                time.sleep(0.3)
+
+            run_clients(
+                [n.url for n in nodes], CLIENTS_PER_REPLICA, 0, served, during=stop_one_cleanly, tolerate=(0, 503)
+            )
+            nodes[round_ % 2] = start(tmp_path, env)
+        run_clients([n.url for n in nodes], CLIENTS_PER_REPLICA, 1.0, served)
+        check(served, nodes[0].url)
+        for name in SEQUENCES:
+            assert served.integers(name) > 500, served.integers(name)
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_sigkill_still_loses_the_range(tmp_path: Path, env: dict[str, str]) -> None:
+    a = start(tmp_path, env)
+    try:
+        create(a.url, cache=CACHE)
+        issued = next_ids(a, 7)
+    finally:
+        a.kill()  # nothing runs: no hand-back
+    b = start(tmp_path, env)
+    try:
+        first = next_ids(b, 1)[0]
+    finally:
+        b.stop()
+    gap = first - issued[-1] - 1
+    print(f"integers lost by a SIGKILL after 7 issued: {gap} (cache {CACHE})")
+    assert gap == CACHE - len(issued)  # the whole unused range, never less: no integer twice
