@@ -99,24 +99,44 @@ def test_a_range_reserved_since_keeps_it_a_gap_and_two_nodes_never_repeat(tmp_pa
                 node.stop()
 
 
+def served_by(served: Served, url: str) -> int:
+    """Integers ``url`` has answered to next calls so far."""
+    with served.lock:
+        return sum(len(ids) for name in SEQUENCES for u, _, ids in served.calls[name] if u == url)
+
+
+def wait_served(served: Served, url: str, more: int) -> None:
+    """Wait until ``url`` answered ``more`` integers more to next calls (a condition, not a time)."""
+    target, deadline = served_by(served, url) + more, time.monotonic() + 60
+    while served_by(served, url) < target:
+        assert time.monotonic() < deadline, f"{url} served fewer than {more} integers in 60 s"
+        time.sleep(0.02)
+
+
 def test_stops_and_restarts_under_load_never_issue_an_integer_twice(tmp_path: Path, env: dict[str, str]) -> None:
     nodes = [start(tmp_path, env), start(tmp_path, env)]
     try:
         create(nodes[0].url, cache=20)  # small ranges: many reservations, hand-backs at every stop
         served = Served()
         for round_ in range(3):
-            victim = nodes[round_ % 2]
+            victim, other = nodes[round_ % 2], nodes[1 - round_ % 2]
 
-            def stop_one_cleanly(victim: Replica = victim) -> None:
-                time.sleep(1.0)
+            def stop_one_cleanly(victim: Replica = victim, other: Replica = other) -> None:
+                wait_served(served, victim.url, 300)  # load on it first
                 terminate(victim)  # SIGTERM while clients call it and the other node
-                time.sleep(0.3)
+                wait_served(served, other.url, 300)  # the other goes on after the hand-back
 
             run_clients(
                 [n.url for n in nodes], CLIENTS_PER_REPLICA, 0, served, during=stop_one_cleanly, tolerate=(0, 503)
             )
             nodes[round_ % 2] = start(tmp_path, env)
-        run_clients([n.url for n in nodes], CLIENTS_PER_REPLICA, 1.0, served)
+        run_clients(
+            [n.url for n in nodes],
+            CLIENTS_PER_REPLICA,
+            0,
+            served,
+            during=lambda: wait_served(served, nodes[0].url, 300),
+        )
         check(served, nodes[0].url)
         for name in SEQUENCES:
             assert served.integers(name) > 500, served.integers(name)
