@@ -384,7 +384,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     def next(self, name: str, count: int = 1) -> list[int]:
         """``count`` integers of sequence ``name`` (``GET /v1/sequences/{name}/next``; 1..the server's max count),
         rising, as Python ints: asked with ``format=string``, so nothing on the way rounds them. Never the same
-        integer twice, from any server of the fleet; a call that fails over leaves a gap, never a repeat. Raises
+        integer twice, from any server of the fleet (calls answered by different servers are not ordered among
+        themselves: each issues from its own ranges); a call that fails over leaves a gap, never a repeat. Raises
         BadRequest (count, name), UnknownScheme (404: no such sequence), NoReplicaAvailable (every server refused:
         its ranges ran out and its storage is down), SequenceStoresDiffer (servers of two fleets)."""
         return self._call(
