@@ -10,13 +10,16 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
 import pytest
 
+from app.sequences.buffer import HAND_BACK_TIMEOUT_S
 from tests.helpers import Replica
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
+from tests.support.etcd import EtcdServer
 from tests.test_replicas import etcd_env
 
 pytestmark = pytest.mark.integration  # real processes (and a real etcd)
@@ -160,3 +163,44 @@ def test_sigkill_still_loses_the_range(tmp_path: Path, env: dict[str, str]) -> N
     gap = first - issued[-1] - 1
     print(f"integers lost by a SIGKILL after 7 issued: {gap} (cache {CACHE})")
     assert gap == CACHE - len(issued)  # the whole unused range, never less: no integer twice
+
+
+@pytest.mark.parametrize("outage", ["stopped", "stalled"])
+def test_with_etcd_down_the_stop_is_bounded_and_the_range_a_gap(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str, outage: str
+) -> None:
+    env = etcd_env(etcd_server, etcd_namespace)
+    a = start(tmp_path, env)
+    try:
+        create(a.url, cache=CACHE)
+        issued = next_ids(a, 9)
+        if outage == "stopped":
+            etcd_server.stop()  # refuses connections: the hand-back fails at once
+        else:
+            etcd_server.pause()  # SIGSTOP: connections hang: the hand-back runs into its timeout
+    finally:
+        try:
+            log = terminate(a)
+        finally:
+            if outage == "stopped":
+                etcd_server.start()
+            else:
+                etcd_server.resume()
+    lines = log.splitlines()
+    began = next(i for i, line in enumerate(lines) if "Waiting for application shutdown." in line)
+    done = next(i for i, line in enumerate(lines) if "unused integers handed back at stop" in line)
+    assert "0 unused integers handed back at stop, 991 dropped (gap)" in lines[done], log
+    assert any("was not handed back" in line for line in lines[began:done]), log
+    took = stamp(lines[done]) - stamp(lines[began])
+    print(f"hand-back with etcd {outage} gave up after {took:.2f} s (bound {HAND_BACK_TIMEOUT_S:g} s)")
+    assert took < HAND_BACK_TIMEOUT_S + 1.0, log
+    b = start(tmp_path, env)
+    try:
+        assert next_ids(b, 1) == [issued[-1] + 992]  # the range stayed a gap: never a repeat
+    finally:
+        b.stop()
+
+
+def stamp(line: str) -> float:
+    """Seconds of a log line's leading timestamp (``2026-11-25T17:01:46.343Z ...``)."""
+    return datetime.strptime(line.split(" ", 1)[0], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
