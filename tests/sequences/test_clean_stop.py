@@ -196,9 +196,13 @@ def test_with_etcd_down_the_stop_is_bounded_and_the_range_a_gap(
     assert took < HAND_BACK_TIMEOUT_S + 1.0, log
     b = start(tmp_path, env)
     try:
-        assert next_ids(b, 1) == [issued[-1] + 992]  # the range stayed a gap: never a repeat
+        first = next_ids(b, 1)[0]
     finally:
         b.stop()
+    if outage == "stopped":  # the transaction never reached etcd: the range stayed a gap
+        assert first == issued[-1] + 992
+    else:  # sent to the stalled etcd, it may apply once etcd resumes (counted as a gap all the same: too high)
+        assert first in (issued[-1] + 1, issued[-1] + 992)  # either way never a repeat
 
 
 def stamp(line: str) -> float:
