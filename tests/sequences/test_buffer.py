@@ -215,7 +215,7 @@ async def test_storage_down_or_slow_at_stop_is_a_gap_within_the_timeout() -> Non
     loop = asyncio.get_running_loop()
     started = loop.time()
     assert await buf.stop(timeout=0.05) == (0, 95)
-    assert loop.time() - started < 1.0
+    assert loop.time() - started < 5.0  # the store never answers: returning at all is the bound
     assert samples(metrics) == (95, 0)
     assert store.records["orders"].next == 101
 
