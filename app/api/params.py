@@ -245,3 +245,25 @@ def parse_text_body(raw: bytes) -> str:
     at most MAX_TEXT_CHARS characters (:class:`TextRequest`). Raises InvalidOptionError naming the rule broken
     (:func:`parse_body`). Pure and picklable, so a long body is parsed in the decode worker process."""
     return parse_body(raw, TextRequest, '{"text": "..."}').text
+
+
+# -- sequences: format ------------------------------------------------------------------------------------------------
+
+SEQUENCE_FORMATS = ("number", "string")
+"""``format`` of a sequence's ``next`` and ``range``: JSON numbers (the default), or JSON strings of the decimal
+digits (JavaScript's ``JSON.parse`` rounds numbers above 2**53; a string keeps every 64-bit integer exact)."""
+
+
+def parse_sequence_format(text: str | None) -> bool:
+    """The ``format`` parameter of a sequence's ``next`` and ``range``: True for ``string``, False for ``number`` or
+    none. The one parser of this input (FastAPI routes and the fast path); exact and case-sensitive (``STRING`` is
+    no form). Raises InvalidOptionError naming the rule."""
+    if text is None or text == "number":
+        return False
+    if text == "string":
+        return True
+    shown = text if len(text) <= 40 else text[:40] + "..."
+    raise InvalidOptionError(
+        f"format must be one of {', '.join(SEQUENCE_FORMATS)} (IDs as JSON numbers, or as JSON strings for "
+        f"JavaScript), got {shown!r}"
+    )

@@ -2,9 +2,12 @@
 
 ``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are also answered by
 :class:`SequenceFastPath`, a lean ASGI front placed before the app (FastAPI routing and dependency injection
-roughly halve single-request throughput): it serves them when the query holds at most a ``count`` parameter,
-through the same service and the same count parser, and hands anything else (POST next, a body, other
-parameters, repeated ones) to FastAPI unchanged.
+roughly halve single-request throughput): it serves them through the same service and the same query parser
+(:func:`sequence_query`: ``count`` and ``format``, each at most once), and hands anything else (POST next, a
+body) to FastAPI unchanged.
+
+``format=string`` answers the integers as JSON strings (``"ids": ["1", "2"]``; ``first`` and ``last`` of a
+range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps every 64-bit integer exact.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
-from urllib.parse import unquote
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
@@ -23,7 +26,7 @@ from app.api.auth import charge_ids
 from app.api.errors import error_parts
 from app.api.guard import JSON_HEADERS
 from app.api.issuing import off_loop
-from app.api.params import parse_body, query_params, read_body
+from app.api.params import parse_body, parse_sequence_format, query_params, read_body
 from app.errors import IdmintError, InvalidOptionError
 from app.metrics import Metrics
 from app.sequences import SequenceService, parse_count
@@ -49,6 +52,12 @@ def get_sequences(request: Request) -> SequenceService:
 SequencesDep = Annotated[SequenceService, Depends(get_sequences)]
 
 CountQ = Query(None, description="How many integers: ASCII digits, 1..max count (next) or 1..2**40 (range).")
+FormatQ = Query(
+    None,
+    description="number (default): the integers as JSON numbers; string: as JSON strings of their decimal digits, "
+    "exact in JavaScript (JSON.parse rounds numbers above 2**53).",
+    examples=["string"],
+)
 
 
 class CreateSequence(BaseModel):
@@ -76,13 +85,13 @@ class SequenceOut(BaseModel):
 
 class NextOut(BaseModel):
     name: str
-    ids: list[int]
+    ids: list[int] | list[str] = Field(description="Rising integers: JSON numbers, or strings with format=string.")
 
 
 class RangeOut(BaseModel):
     name: str
-    first: int
-    last: int
+    first: int | str = Field(description="The first integer of the range (a string with format=string).")
+    last: int | str = Field(description="The last integer of the range (a string with format=string).")
     count: int
 
 
@@ -134,24 +143,41 @@ async def show_sequence(name: str, sequences: SequencesDep) -> dict[str, Any]:
     return await sequences.describe(name)
 
 
-async def count_text(request: Request) -> str | None:
-    """The ``count`` query parameter of ``next`` and ``range``, read strictly: another parameter, ``count`` given
-    twice, or a request body is a 422 (never silently ignored, never the last one given)."""
-    params = query_params(request.query_params.multi_items())
-    unknown = sorted(set(params) - {"count"})
+def sequence_query(pairs: list[tuple[str, str]]) -> tuple[str | None, bool]:
+    """(count text, as strings?) of ``next`` and ``range``: the one reader of their query (FastAPI routes and the
+    fast path). Another parameter, or one given twice (``format=string&format=number``), is a 422 naming it: never
+    silently ignored, never the last one given. The count text is checked by :func:`parse_count`, the format by
+    :func:`~app.api.params.parse_sequence_format`."""
+    params = query_params(pairs)
+    unknown = sorted(set(params) - {"count", "format"})
     if unknown:
-        raise InvalidOptionError(f"unknown parameter {unknown[0]!r}: this route takes only count, in the query")
+        raise InvalidOptionError(
+            f"unknown parameter {unknown[0]!r}: this route takes only count and format, in the query"
+        )
+    return params.get("count"), parse_sequence_format(params.get("format"))
+
+
+async def read_query(request: Request) -> tuple[str | None, bool]:
+    """:func:`sequence_query` of a FastAPI request; a request body is a 422 as well."""
+    query = sequence_query(request.query_params.multi_items())
     if await request.body():
-        raise InvalidOptionError("this route takes no request body: give count in the query")
-    return params.get("count")
+        raise InvalidOptionError("this route takes no request body: give count and format in the query")
+    return query
 
 
-async def next_ids(name: str, sequences: SequencesDep, request: Request, count: str | None = CountQ) -> Response:
+async def next_ids(
+    name: str,
+    sequences: SequencesDep,
+    request: Request,
+    count: str | None = CountQ,
+    format: str | None = FormatQ,  # the parameter's name in the API (documented; read by read_query)
+) -> Response:
     """``count`` integers of ``name`` from this node's in-memory ranges, in rising order."""
-    n = parse_count(await count_text(request), sequences.max_count)
+    count_text, as_strings = await read_query(request)
+    n = parse_count(count_text, sequences.max_count)
     charge_ids(request.scope, n)
     runs = await sequences.next(name, n)
-    return Response(await next_body(name, runs, n), media_type="application/json")
+    return Response(await next_body(name, runs, n, as_strings), media_type="application/json")
 
 
 for _method in ("GET", "POST"):
@@ -167,19 +193,34 @@ for _method in ("GET", "POST"):
 
 @router.post("/v1/sequences/{name}/range", response_model=RangeOut, responses=ERRORS)
 async def reserve_range(
-    name: str, sequences: SequencesDep, request: Request, count: str | None = CountQ
-) -> dict[str, Any]:
+    name: str,
+    sequences: SequencesDep,
+    request: Request,
+    count: str | None = CountQ,
+    format: str | None = FormatQ,  # the parameter's name in the API (documented; read by read_query)
+) -> Response:
     """A fresh contiguous range of ``count`` integers (1..2**40) reserved in storage, for offline jobs."""
-    n = parse_count(await count_text(request), MAX_RANGE_COUNT)
+    count_text, as_strings = await read_query(request)
+    n = parse_count(count_text, MAX_RANGE_COUNT)
     charge_ids(request.scope, n, within_quota=True)
     first, last = await sequences.reserve_range(name, n)
-    return {"name": name, "first": first, "last": last, "count": n}
+    return Response(range_body(name, first, last, n, as_strings), media_type="application/json")
 
 
-async def next_body(name: str, runs: Runs, count: int) -> bytes:
-    """``{"name": ..., "ids": [...]}``; large answers are written in a worker thread."""
+async def next_body(name: str, runs: Runs, count: int, as_strings: bool = False) -> bytes:
+    """``{"name": ..., "ids": [...]}`` (the integers as strings with ``as_strings``); large answers are written in
+    a worker thread."""
     digits = encode_runs(runs) if count < THREAD_ENCODE_MIN else await off_loop(encode_runs, runs)
+    if as_strings:  # decimal digits never hold a comma or a quote: quoting is one replace
+        digits = b'"' + digits.replace(b",", b'","') + b'"'
     return b'{"name":"' + name.encode() + b'","ids":[' + digits + b"]}"
+
+
+def range_body(name: str, first: int, last: int, count: int, as_strings: bool = False) -> bytes:
+    """``{"name", "first", "last", "count"}``; ``first`` and ``last`` as strings with ``as_strings`` (``count``,
+    at most 2**40, stays a number)."""
+    q = b'"' if as_strings else b""
+    return b'{"name":"%s","first":%s%d%s,"last":%s%d%s,"count":%d}' % (name.encode(), q, first, q, q, last, q, count)
 
 
 def _json(payload: dict[str, Any], status: int) -> Response:
@@ -191,15 +232,14 @@ def _json(payload: dict[str, Any], status: int) -> Response:
 # -- the fast path -------------------------------------------------------------------------------------------------
 
 
-def _count_param(raw: bytes) -> tuple[bool, str | None]:
-    """(handled here?, count text): only an empty query or a single ``count=`` parameter is handled."""
+def _query(raw: bytes) -> tuple[str | None, bool]:
+    """:func:`sequence_query` of a raw query string, split as Starlette splits it for the FastAPI routes (latin-1,
+    ``parse_qsl`` keeping blank values), so both paths read the same text; a plain ``count=N`` skips the split."""
     if not raw:
-        return True, None
-    text = raw.decode("latin-1")
-    if not text.startswith("count=") or "&" in text:
-        return False, None
-    value = text[6:]
-    return True, unquote(value, errors="strict") if "%" in value else value
+        return None, False
+    if raw.startswith(b"count=") and not any(c in raw for c in (b"&", b"%", b"+")):
+        return raw[6:].decode("latin-1"), False
+    return sequence_query(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
 
 
 def _has_body(scope: Scope) -> bool:
@@ -211,7 +251,7 @@ def _has_body(scope: Scope) -> bool:
 
 
 class SequenceFastPath:
-    """ASGI app: serves ``GET /v1/sequences/{name}/next[?count=N]`` directly, everything else through ``inner``.
+    """ASGI app: serves ``GET .../next`` and body-less ``POST .../range`` directly, everything else through ``inner``.
 
     ``app`` is the FastAPI app behind (as on :class:`~app.api.fastpath.FastPath`), for callers that reach its state.
     """
@@ -238,13 +278,8 @@ class SequenceFastPath:
                 service = self.service_ref()
                 name = path[len(PREFIX) : -len(suffix)] if suffix else "/"
                 if service is not None and name and "/" not in name:
-                    try:
-                        handled, count_text = _count_param(scope["query_string"])
-                    except UnicodeDecodeError:
-                        handled, count_text = False, None
-                    if handled:
-                        await self._answer(service, route, method, name, count_text, scope, send)
-                        return
+                    await self._answer(service, route, method, name, scope, send)
+                    return
         await self.inner(scope, receive, send)
 
     async def _answer(
@@ -253,25 +288,25 @@ class SequenceFastPath:
         route: str,
         method: str,
         name: str,
-        count_text: str | None,
         scope: Scope,
         send: Send,
     ) -> None:
         start = time.perf_counter()
         headers = JSON_HEADERS
         try:
+            count_text, as_strings = _query(scope["query_string"])
             if route is NEXT_ROUTE:
                 count = parse_count(count_text, service.max_count)
                 charge_ids(scope, count)
                 runs = service.next_now(name, count)
                 if runs is None:
                     runs = await service.next(name, count)
-                body = await next_body(name, runs, count)
+                body = await next_body(name, runs, count, as_strings)
             else:
                 count = parse_count(count_text, MAX_RANGE_COUNT)
                 charge_ids(scope, count, within_quota=True)
                 first, last = await service.reserve_range(name, count)
-                body = b'{"name":"%s","first":%d,"last":%d,"count":%d}' % (name.encode(), first, last, count)
+                body = range_body(name, first, last, count, as_strings)
             status = 200
         except IdmintError as exc:
             status, body, extra = error_parts(exc)

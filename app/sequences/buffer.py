@@ -18,8 +18,14 @@ without storage), while an idle sequence costs ``cache`` integers per restart. A
 reserves what it lacks at once (never split over many small reservations).
 
 Order: integers leave in rising order within one process (ranges are reserved one at a time, and storage's
-allocation point only rises), and never twice anywhere (storage hands out each range once). Integers held when the
-node stops are lost (a gap, as with SQL sequences' cache), counted in ``idmint_sequence_gap_total``.
+allocation point only rises while the node runs), and never twice anywhere (storage hands out each range once).
+
+Stopping: at a clean stop (:meth:`SequenceBuffer.stop`) the node stops issuing first, then hands the unused top of
+what it holds back to storage (:meth:`~app.sequences.store.base.SequenceStore.give_back`: one compare-and-set,
+applied only when nobody reserved since), so the next node's first integer follows the last one issued. What
+cannot go back (someone reserved since, an older range below another node's, storage slow or down past the
+timeout, a SIGKILL) is lost, a gap as with SQL sequences' cache, counted in ``idmint_sequence_gap_total``; when the
+answer of a hand-back is lost the range counts as a gap too (the count may then be high, never low).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ RETRY_MAX_S = 4.0
 """Backoff between reservation attempts while storage is unreachable."""
 RESERVE_TIMEOUT_S = 8.0
 """Upper bound on one reservation (the stores bound each call more tightly)."""
+HAND_BACK_TIMEOUT_S = 2.0
+"""Upper bound on the hand-back of one sequence's unused range at a clean stop (past it: a gap)."""
 SLOW_ROUNDS = 8
 """Reservations one request may wait for before giving up (demand outrunning reservations)."""
 
@@ -82,6 +90,19 @@ Runs = list[tuple[int, int]]
 """Contiguous runs ``(first, last)`` in issue order."""
 
 
+def _top_run(segments: list[Segment]) -> tuple[int, int] | None:
+    """The unused integers at the top of ``segments`` that form one run ending at the last one reserved (only
+    these can go back: storage's allocation point follows the last reservation), or None when nothing is held."""
+    if not segments or segments[-1].remaining <= 0:
+        return None
+    first, last = segments[-1].pos, segments[-1].last
+    for seg in reversed(segments[:-1]):
+        if seg.last + 1 != first or seg.remaining <= 0:
+            break
+        first = seg.pos
+    return first, last
+
+
 class SequenceBuffer:
     """The ranges this node holds for one sequence, and the background reservation that refills them."""
 
@@ -110,6 +131,9 @@ class SequenceBuffer:
         self._issued_since = 0
         self._slow = asyncio.Lock()
         self._stopped = False
+        """Stopping: nothing more is reserved (a reservation in flight still lands)."""
+        self._drained = False
+        """Stopped: the held ranges were handed back or dropped; a reservation landing now is a gap."""
         metrics.reservation_size.set(self.size)
 
     @property
@@ -162,6 +186,8 @@ class SequenceBuffer:
                 runs = self.take_now(count)
                 if runs is not None:
                     return runs
+                if self._stopped:
+                    raise BackendUnavailableError(f"sequence {self.name}: this node is stopping", retry_after=1)
                 if self.exhausted:
                     raise SequenceOverflowError(
                         f"sequence {self.name}: {count} integers asked for, but only {self.held} remain on this "
@@ -259,7 +285,7 @@ class SequenceBuffer:
                 self.failure = BackendUnavailableError(f"sequence {self.name}: {exc}", retry_after=5)
                 self._retry_at = self.clock() + RETRY_MAX_S
                 return
-            if self._stopped:
+            if self._drained:
                 self.metrics.gap.inc(last - first + 1)
                 return
             if self.failure is not None:
@@ -278,19 +304,43 @@ class SequenceBuffer:
             self._load_task = None
 
     # -- lifecycle / description ----------------------------------------------------------------------------
-    async def stop(self) -> int:
-        """Stop reserving and drop the held ranges; returns how many integers were dropped (the gap)."""
+    async def stop(self, hand_back: bool = True, timeout: float = HAND_BACK_TIMEOUT_S) -> tuple[int, int]:
+        """Stop issuing and reserving; hand the unused top of the held ranges back to storage (``hand_back``,
+        within ``timeout`` seconds); count the rest as a gap. Returns (integers handed back, integers dropped)."""
         self._stopped = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         task = self._load_task
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        dropped = self.held
-        self.segments.clear()
-        if dropped:
-            self.metrics.gap.inc(dropped)
-            self.metrics.buffered.dec(dropped)
-        return dropped
+        if task is not None:  # a reservation in flight (a prefetch) lands in the buffer and goes back with it
+            await asyncio.wait({task}, timeout=timeout)
+            if not task.done():  # if it lands after all, storage has moved on: the compare below fails
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        segments = list(self.segments)
+        self.segments.clear()  # from here on nothing is issued: what is handed back is never issued here
+        self._drained = True
+        held = sum(s.remaining for s in segments)
+        returned = 0
+        try:
+            top = _top_run(segments)
+            if hand_back and top is not None:
+                first, last = top
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        left = max(deadline - loop.time(), 0.001)
+                        if await self.store.give_back(self.name, first, last, left):
+                            returned = last - first + 1
+                except (IdmintError, TimeoutError) as exc:  # in doubt: not handed back, a gap
+                    reason = str(exc) if isinstance(exc, IdmintError) else f"no answer within {timeout:g} s"
+                    log.warning("sequence %s: the unused range %d..%d was not handed back: %s", self.name, *top, reason)
+        finally:
+            dropped = held - returned
+            m = self.metrics
+            if dropped:
+                m.gap.inc(dropped)
+            if held:
+                m.buffered.dec(held)
+        return returned, dropped
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -55,17 +55,25 @@ class SequenceService:
     async def start(self) -> None:
         await self.store.start()
 
-    async def stop(self) -> None:
-        """Stop reserving, count the dropped buffers as gaps, close storage."""
+    async def stop(self, hand_back: bool = True) -> None:
+        """A clean stop: stop reserving, hand each buffer's unused top range back to storage (all at once, each
+        within HAND_BACK_TIMEOUT_S; see :mod:`app.sequences.buffer`), count the rest as gaps, close storage."""
         for batcher in self._batchers.values():
             if batcher.task is not None:
                 batcher.task.cancel()
         for task in self._opening.values():
             task.cancel()
-        for name, buffer in self.buffers.items():
-            dropped = await buffer.stop()
-            if dropped:
-                log.info("sequence %s: %d unused integers dropped at stop (gap)", name, dropped)
+        buffers = list(self.buffers.items())
+        results = await asyncio.gather(*(b.stop(hand_back) for _, b in buffers), return_exceptions=True)
+        for (name, _), result in zip(buffers, results, strict=True):
+            if isinstance(result, BaseException):
+                log.error("sequence %s: stopping its buffer failed: %r", name, result)
+                continue
+            returned, dropped = result
+            if returned or dropped:
+                log.info(
+                    "sequence %s: %d unused integers handed back at stop, %d dropped (gap)", name, returned, dropped
+                )
         await self.store.close()
 
     # -- sequences ----------------------------------------------------------------------------------------

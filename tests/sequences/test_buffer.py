@@ -133,11 +133,108 @@ async def test_overflow_serves_up_to_the_maximum_then_names_the_rule() -> None:
         await buf.take(1)
 
 
-async def test_stop_counts_the_unused_integers_as_a_gap() -> None:
-    _, buf, _, metrics = await make(cache=100)
+def samples(metrics: Metrics) -> tuple[float | None, float | None]:
+    name = {"sequence": "orders"}
+    registry = metrics.registry
+    return (
+        registry.get_sample_value("idmint_sequence_gap_total", name),
+        registry.get_sample_value("idmint_sequence_buffered", name),
+    )
+
+
+async def test_a_clean_stop_hands_the_unused_range_back() -> None:
+    store, buf, _, metrics = await make(cache=100)
+    assert flat(await buf.take(5)) == [1, 2, 3, 4, 5]
+    assert await buf.stop() == (95, 0)
+    assert store.records["orders"].next == 6  # the next node's first integer follows the last one issued
+    assert samples(metrics) == (0, 0)
+    with pytest.raises(BackendUnavailableError, match="stopping"):
+        await buf.take(1)  # nothing is issued (nor reserved) after the stop
+    assert store.records["orders"].next == 6 and store.reservations == 1
+    assert await buf.stop() == (0, 0)  # a second stop hands nothing back twice
+
+
+async def test_two_contiguous_ranges_go_back_as_one() -> None:
+    store, buf, clock, metrics = await make(cache=100)
+    await buf.take(10)
+    clock.advance_s(1.0)
+    await buf.take(1)
+    await settle()
+    assert len(buf.segments) == 2 and buf.segments[1].first == 101  # prefetched, right after the first
+    held = buf.held
+    assert held == 89 + 9900  # 11 integers in 1 s: the second range aims at 900 s
+    assert await buf.stop() == (held, 0)
+    assert store.records["orders"].next == 12
+    assert samples(metrics) == (0, 0)
+
+
+async def test_only_the_top_run_goes_back_when_another_reservation_came_between() -> None:
+    store, buf, clock, metrics = await make(cache=100)
+    await buf.take(10)
+    other = await store.reserve("orders", 50)  # a client's range (or another node) between the two buffer ranges
+    assert other == (101, 150)
+    clock.advance_s(1.0)
+    await buf.take(1)
+    await settle()
+    assert [s.first for s in buf.segments] == [1, 151]
+    top = buf.segments[1].last - 151 + 1
+    assert await buf.stop() == (top, 89)  # 12..100 lie below the other range: a gap
+    assert store.records["orders"].next == 151
+    assert samples(metrics) == (89, 0)
+
+
+@pytest.mark.parametrize("since", ["reserved", "range"])
+async def test_a_reservation_since_keeps_the_range_a_gap(since: str) -> None:
+    store, buf, _, metrics = await make(cache=100)
+    await buf.take(5)  # 5 %: no prefetch
+    if since == "reserved":  # another node (its own store object) reserved since: the record moved on
+        store.records["orders"] = store.records["orders"].advance(7)[2]
+    else:  # this process reserved a client's range since: its latest write is not the buffer's
+        await store.reserve("orders", 7)
+    assert await buf.stop() == (0, 95)
+    assert store.records["orders"].next == 108  # nothing went back
+    assert samples(metrics) == (95, 0)
+
+
+async def test_storage_down_or_slow_at_stop_is_a_gap_within_the_timeout() -> None:
+    store, buf, _, metrics = await make(cache=100)
+    await buf.take(5)  # 5 %: no prefetch
+    store.unavailable = "etcd is unreachable"
+    assert await buf.stop() == (0, 95)
+    assert samples(metrics) == (95, 0)
+
+    store, buf, _, metrics = await make(cache=100)
+    await buf.take(5)  # 5 %: no prefetch
+    release = asyncio.Event()
+
+    async def hangs(name: str, first: int, last: int, timeout: float) -> bool:
+        await release.wait()
+        return True
+
+    store.give_back = hangs  # type: ignore[method-assign]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await buf.stop(timeout=0.05) == (0, 95)
+    assert loop.time() - started < 5.0  # the store never answers: returning at all is the bound
+    assert samples(metrics) == (95, 0)
+    assert store.records["orders"].next == 101
+
+
+async def test_a_prefetch_in_flight_at_stop_lands_and_goes_back_with_the_rest() -> None:
+    store, buf, _, metrics = await make(cache=100)
+    await buf.take(30)  # 30 %: the next range is being reserved (no settle: in flight when the stop begins)
+    assert buf._load_task is not None
+    returned, dropped = await buf.stop()
+    assert (returned, dropped) == (70 + 10_000, 0)
+    assert store.records["orders"].next == 31
+    assert samples(metrics) == (0, 0)
+
+
+async def test_stop_without_hand_back_counts_the_unused_integers_as_a_gap() -> None:
+    store, buf, _, metrics = await make(cache=100)
     await buf.take(30)
     await settle()
     held = buf.held
-    assert await buf.stop() == held
-    assert metrics.registry.get_sample_value("idmint_sequence_gap_total", {"sequence": "orders"}) == held
-    assert metrics.registry.get_sample_value("idmint_sequence_buffered", {"sequence": "orders"}) == 0
+    assert await buf.stop(hand_back=False) == (0, held)
+    assert samples(metrics) == (held, 0)
+    assert store.records["orders"].next == 101 + held - 70

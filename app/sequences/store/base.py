@@ -11,6 +11,14 @@ replica or process makes them, and a range is durable before any of it is used. 
 ``MAX_VALUE`` (2**63-1, a signed 64-bit integer): a reservation that would is refused (or, for a node's own
 buffer, cut short at ``MAX_VALUE``).
 
+Handing back (a clean stop): a node that stops holding ``first..last`` unused, where ``last`` ends its own latest
+reservation, may set ``next`` back from ``last + 1`` to ``first``, in one compare-and-set that applies only when the
+record is still exactly what this process wrote with that reservation (etcd: its mod revision and value; files:
+its value, under the sequence's lock). Why that never issues an integer twice: every integer at or above ``next``
+is neither issued nor held by a live node (a reservation moves ``next`` past what it takes; a hand-back lowers it
+only over integers its node held, still unissued, and gives up). A node never hands back twice, and issues nothing
+once it has decided what to hand back; when the answer is lost or late, the range counts as a gap.
+
 Why an interface beside :class:`~app.lease.base.LeaseBackend` rather than methods on it: a sequence needs no
 lease, no claim and no deadline (its safety is the atomic advance, not an exclusive identity), so the lease
 interface stays small and its doubles untouched; the two are chosen by the same settings (``IDMINT_ETCD_*`` or
@@ -24,6 +32,7 @@ directory), :class:`app.sequences.store.etcd.EtcdSequenceStore` (one key per seq
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -167,8 +176,24 @@ class SequenceStore(abc.ABC):
         Raises UnknownSequenceError, SequenceOverflowError (see :meth:`SequenceRecord.advance` for ``partial``).
         """
 
+    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
+        """Hand back ``first..last``, the unused top of this process's latest reservation of ``name`` (see the
+        module): ``next`` goes from ``last + 1`` back to ``first`` when nobody wrote the sequence since. True when
+        storage confirmed it; False when it did not apply (another reservation since, or this process's latest write
+        is not the one that ended at ``last``). ``timeout`` bounds the call (seconds). Raises BackendUnavailableError
+        when storage cannot be reached: the caller counts the range as a gap, as for False.
+
+        This default hands nothing back (a store without a compare-and-set must not guess)."""
+        return False
+
     def status(self) -> dict[str, Any]:
         return {"store": self.name}
+
+
+def handed_back(wrote: SequenceRecord | None, found: SequenceRecord | None, first: int, last: int) -> bool:
+    """Whether ``first..last`` may go back: the stored record ``found`` is still what this process wrote last
+    (``wrote``), ending its reservation at ``last``, and ``first..last`` lies inside the sequence."""
+    return wrote is not None and found == wrote and wrote.next == last + 1 and wrote.start <= first <= last <= MAX_VALUE
 
 
 def conflict(existing: SequenceRecord, start: int, cache: int) -> SequenceConflictError:
@@ -198,6 +223,8 @@ class MemorySequenceStore(SequenceStore):
         self.records: dict[str, SequenceRecord] = {}
         self.unavailable: str | None = None
         self.reservations = 0
+        self.wrote: dict[str, SequenceRecord] = {}
+        """name -> the record as this store's latest reservation left it (what a hand-back compares)."""
 
     def _check(self) -> None:
         if self.unavailable is not None:
@@ -229,5 +256,14 @@ class MemorySequenceStore(SequenceStore):
     async def reserve(self, name: str, count: int, partial: bool = False) -> tuple[int, int]:
         record = await self.get(name)
         first, last, self.records[name] = record.advance(count, partial)
+        self.wrote[name] = self.records[name]
         self.reservations += 1
         return first, last
+
+    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
+        self._check()
+        found = self.records.get(name)
+        if not handed_back(self.wrote.pop(name, None), found, first, last) or found is None:
+            return False
+        self.records[name] = dataclasses.replace(found, next=first)
+        return True

@@ -12,12 +12,16 @@ workers, ``idmint sequence range``) never get overlapping ranges, and a crash at
 nobody was given. Locks are ``flock`` locks on their own open file description, released by the kernel when the
 process dies. All file work runs in a worker thread (``asyncio.to_thread``), never on the event loop; a lock held
 longer than ``LOCK_TIMEOUT_S`` (another process stuck) is reported as BackendUnavailableError.
+
+A hand-back (:meth:`~app.sequences.store.base.SequenceStore.give_back`) is the same read and write under the same
+lock, applied only when the record read is the one this process's latest reservation wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import os
 import time
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError
-from app.sequences.store.base import SequenceRecord, SequenceStore, conflict, too_many, unknown
+from app.sequences.store.base import SequenceRecord, SequenceStore, conflict, handed_back, too_many, unknown
 
 FOLDER = "sequences"
 CREATE_LOCK = ".create.lock"
@@ -42,6 +46,8 @@ class EmbeddedSequenceStore(SequenceStore):
     def __init__(self, state_dir: Path, max_sequences: int = 1000) -> None:
         self.folder = Path(state_dir) / FOLDER
         self.max_sequences = max_sequences
+        self._wrote: dict[str, SequenceRecord] = {}
+        """name -> the record as this process's latest reservation wrote it (what a hand-back compares)."""
 
     async def start(self) -> None:
         with contextlib.suppress(BackendUnavailableError):  # reported by every call until it can be created
@@ -58,7 +64,7 @@ class EmbeddedSequenceStore(SequenceStore):
         return self.folder / f"{name}.json"
 
     @contextlib.contextmanager
-    def _locked(self, lock_name: str) -> Iterator[None]:
+    def _locked(self, lock_name: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         self._ensure_dir()
         path = self.folder / lock_name
         try:
@@ -66,7 +72,7 @@ class EmbeddedSequenceStore(SequenceStore):
         except OSError as exc:
             raise BackendUnavailableError(f"sequence lock {path} cannot be opened: {exc}") from exc
         try:
-            deadline = time.monotonic() + LOCK_TIMEOUT_S
+            deadline = time.monotonic() + timeout
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -74,7 +80,7 @@ class EmbeddedSequenceStore(SequenceStore):
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
                         raise BackendUnavailableError(
-                            f"sequence lock {path} held by another process for over {LOCK_TIMEOUT_S:g} s", retry_after=2
+                            f"sequence lock {path} held by another process for over {timeout:g} s", retry_after=2
                         ) from None
                     time.sleep(LOCK_POLL_S)
             try:
@@ -149,7 +155,19 @@ class EmbeddedSequenceStore(SequenceStore):
                 raise unknown(name)
             first, last, after = record.advance(count, partial)
             self._write(after)
+            self._wrote[name] = after
             return first, last
+
+    def _give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
+        wrote = self._wrote.pop(name, None)
+        if wrote is None or wrote.next != last + 1:
+            return False
+        with self._locked(f"{name}.lock", timeout):
+            found = self._read(name)
+            if not handed_back(wrote, found, first, last) or found is None:
+                return False
+            self._write(dataclasses.replace(found, next=first))
+            return True
 
     # -- interface --------------------------------------------------------------------------------------------
     async def create(self, name: str, start: int, cache: int) -> tuple[SequenceRecord, bool]:
@@ -163,6 +181,12 @@ class EmbeddedSequenceStore(SequenceStore):
 
     async def reserve(self, name: str, count: int, partial: bool = False) -> tuple[int, int]:
         return await asyncio.to_thread(self._reserve, name, count, partial)
+
+    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
+        # The thread bounds its own lock wait (half the time; a thread is not cancelled with its await), so a lock
+        # held elsewhere is named; the await is bounded as a whole (a slow fsync: TimeoutError).
+        async with asyncio.timeout(timeout):
+            return await asyncio.to_thread(self._give_back, name, first, last, timeout / 2)
 
     def status(self) -> dict[str, Any]:
         return {"store": self.name, "directory": str(self.folder)}

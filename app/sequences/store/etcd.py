@@ -12,6 +12,11 @@ collided do not collide again in step), within a time bound (``settings.etcd_req
 ``CONFLICT_BUDGET_FACTOR``). The revision last seen per sequence is remembered, so an uncontended reservation is
 one round trip.
 
+A hand-back at a clean stop is one transaction ``If(ModRevision(key) == R, Value(key) == V) Then Put(key, V with
+next = first)``, where R and V are the revision and value of this process's latest reservation of the sequence
+(kept apart from the revision merely seen): it applies only if nobody wrote the key since, and nothing is tried
+again after a failed compare.
+
 Creating is ``If(CreateRevision(key) == 0) Then Put(key, value) Else Get(key)``. The ``IDMINT_MAX_SEQUENCES`` cap is
 checked by counting the keys first (count-only range read); two replicas creating different names at the same
 moment can pass it by one each, which keeps the number of sequences (and metric labels) bounded all the same.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import random
 import re
 from collections.abc import AsyncIterator
@@ -43,7 +49,15 @@ from app.etcd.client import (
     redact,
     ssl_context,
 )
-from app.sequences.store.base import NAME_PATTERN, SequenceRecord, SequenceStore, conflict, too_many, unknown
+from app.sequences.store.base import (
+    NAME_PATTERN,
+    SequenceRecord,
+    SequenceStore,
+    conflict,
+    handed_back,
+    too_many,
+    unknown,
+)
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -97,6 +111,8 @@ class EtcdSequenceStore(SequenceStore):
         self._limit = self._timeout * len(settings.etcd_endpoints) + 1.0
         self._seen: dict[str, tuple[SequenceRecord, int]] = {}
         """name -> (record, mod revision) last read or written: the compare of the next reservation."""
+        self._wrote: dict[str, tuple[SequenceRecord, int]] = {}
+        """name -> (record, mod revision) of this process's latest reservation: the compare of a hand-back."""
         self._rng = random.Random()
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
         self.reservations = 0
@@ -204,7 +220,7 @@ class EtcdSequenceStore(SequenceStore):
                     [compare(key, "MOD", revision)], [put(key, after.to_json())], [get(key)]
                 )
             if result.succeeded:
-                self._seen[name] = (after, result.revision)
+                self._seen[name] = self._wrote[name] = (after, result.revision)
                 self.reservations += 1
                 return first, last
             self.conflicts += 1
@@ -223,6 +239,23 @@ class EtcdSequenceStore(SequenceStore):
             if conflicts % JITTER_EVERY == 0:
                 await asyncio.sleep(self._rng.uniform(0, pause))
                 pause = min(pause * 2, CONFLICT_PAUSE_MAX_S)
+
+    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
+        async with self._locks[hash(name) % LOCK_STRIPES]:
+            wrote = self._wrote.pop(name, None)
+            if wrote is None or not handed_back(wrote[0], wrote[0], first, last):
+                return False
+            record, revision = wrote
+            key = self.key(name)
+            back = dataclasses.replace(record, next=first)
+            value_is = {"target": "VALUE", "key": b64(key), "value": b64(record.to_json()), "result": "EQUAL"}
+            async with self._etcd(f"handing back {last - first + 1} integers of sequence {name}", timeout):
+                result = await self._client.txn(
+                    [compare(key, "MOD", revision), value_is], [put(key, back.to_json())], []
+                )
+            if result.succeeded:
+                self._seen[name] = (back, result.revision)
+            return result.succeeded
 
     def status(self) -> dict[str, Any]:
         return {

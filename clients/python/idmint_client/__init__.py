@@ -10,6 +10,8 @@
         for line in ids.stream("wiji", 10_000_000):    # flat memory, carries on from another replica
             ...
         print(ids.decode(order_id).best.timestamp)
+        invoice_numbers = ids.next("invoices", 3)      # a sequence: [1041, 1042, 1043], Python ints
+        block = ids.range("invoices", 10_000)          # SequenceRange(first, last): reserved for this caller
 
 :class:`AsyncClient` has the same surface with coroutines. Errors: :mod:`idmint_client._exceptions` (one tree,
 rooted at :class:`IdmintClientError`).
@@ -26,10 +28,12 @@ from idmint_client._exceptions import (
     IdmintClientError,
     NoReplicaAvailable,
     RequestRejected,
+    SequenceStoresDiffer,
     Unauthorized,
     UnknownScheme,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
+from idmint_client._sequences import SequenceRange
 
 __version__ = "0.1.0"
 
@@ -46,6 +50,8 @@ __all__ = [
     "NoReplicaAvailable",
     "RequestRejected",
     "SchemeInfo",
+    "SequenceRange",
+    "SequenceStoresDiffer",
     "Unauthorized",
     "UnknownScheme",
     "__version__",

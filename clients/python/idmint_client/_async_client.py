@@ -29,6 +29,15 @@ from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailab
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+from idmint_client._sequences import (
+    SCOPE_PREFIX,
+    SequenceRange,
+    check_one_fleet,
+    parse_next,
+    parse_range,
+    sequence_params,
+    sequence_path,
+)
 from idmint_client._shapes import IdShape
 
 T = TypeVar("T")
@@ -319,6 +328,30 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         self._learn(infos)
         return infos
 
+    # -- sequences -----------------------------------------------------------------------------------------------
+    async def next(self, name: str, count: int = 1) -> list[int]:
+        """``count`` integers of sequence ``name``, rising, as Python ints; see
+        :meth:`Client.next <idmint_client.Client.next>`."""
+        return await self._call(
+            sequence_path(name, "next"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_next(r, name, count),
+            f"next {count} of sequence {name}",
+        )
+
+    async def range(self, name: str, count: int) -> SequenceRange:
+        """A fresh range of ``count`` integers of sequence ``name``; see
+        :meth:`Client.range <idmint_client.Client.range>`."""
+        return await self._call(
+            sequence_path(name, "range"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_range(r, name, count),
+            f"range of {count} of sequence {name}",
+            method="POST",
+        )
+
     async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
         plan, reasons = self._replicas.plan(scope, advance)
@@ -357,18 +390,21 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         what: str,
         deadline: Deadline | None = None,
         advance: bool = True,
+        method: str = "GET",
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
         plan, reasons = await self._plan(scope, advance)
+        if scope.startswith(SCOPE_PREFIX):
+            check_one_fleet(self.urls, self._fleets.documents)
         for url in plan:
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = await self._http.get(url + path, params=params, timeout=timeout_of(deadline))
+                response = await self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
                 check(response)
                 result = parse(response)
             except Refused as exc:

@@ -34,6 +34,15 @@ from idmint_client._exceptions import (
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
+from idmint_client._sequences import (
+    SCOPE_PREFIX,
+    SequenceRange,
+    check_one_fleet,
+    parse_next,
+    parse_range,
+    sequence_params,
+    sequence_path,
+)
 from idmint_client._shapes import IdShape
 
 T = TypeVar("T")
@@ -371,6 +380,36 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         self._learn(infos)
         return infos
 
+    # -- sequences -----------------------------------------------------------------------------------------------
+    def next(self, name: str, count: int = 1) -> list[int]:
+        """``count`` integers of sequence ``name`` (``GET /v1/sequences/{name}/next``; 1..the server's max count),
+        rising, as Python ints: asked with ``format=string``, so nothing on the way rounds them. Never the same
+        integer twice, from any server of the fleet (calls answered by different servers are not ordered among
+        themselves: each issues from its own ranges); a call that fails over leaves a gap, never a repeat. Raises
+        BadRequest (count, name), UnknownScheme (404: no such sequence), NoReplicaAvailable (every server refused:
+        its ranges ran out and its storage is down), SequenceStoresDiffer (servers of two fleets)."""
+        return self._call(
+            sequence_path(name, "next"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_next(r, name, count),
+            f"next {count} of sequence {name}",
+        )
+
+    def range(self, name: str, count: int) -> SequenceRange:
+        """A fresh contiguous range of ``count`` integers (1..2**40) of sequence ``name``, reserved in storage for
+        the caller (``POST /v1/sequences/{name}/range``), for offline jobs: a :class:`SequenceRange` of Python ints
+        (``first``, ``last``, ``count``, ``as_range()``). Raises as :meth:`next`; a range past 2**63-1 is a
+        BadRequest naming the rule."""
+        return self._call(
+            sequence_path(name, "range"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_range(r, name, count),
+            f"range of {count} of sequence {name}",
+            method="POST",
+        )
+
     # -- failover ----------------------------------------------------------------------------------------------
     def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
@@ -400,6 +439,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         what: str,
         deadline: Deadline | None = None,
         advance: bool = True,
+        method: str = "GET",
     ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
         if self._closed:
@@ -407,12 +447,14 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         if deadline is None:
             deadline = Deadline(self.timeout)
         plan, reasons = self._plan(scope, advance)
+        if scope.startswith(SCOPE_PREFIX):
+            check_one_fleet(self.urls, self._fleets.documents)
         for url in plan:
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = self._http.get(url + path, params=params, timeout=timeout_of(deadline))
+                response = self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
                 check(response)
                 result = parse(response)
             except Refused as exc:

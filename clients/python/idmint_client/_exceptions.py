@@ -11,6 +11,8 @@
     │                           answer) or could not be reached; ``reasons`` maps each replica URL to its reason
     ├── FleetOverlap            two of the servers belong to fleets whose leased identities overlap: IDs from both
     │                           could repeat, so the client hands out none
+    ├── SequenceStoresDiffer    a sequence call with servers of two fleets (each keeps its own sequences, whose
+    │                           integers would repeat), or of a fleet that cannot be told
     └── ClientClosed            the client was closed
 
 Errors of httpx never leave the client: they are mapped here, in one place (the ``reason`` of a replica, or
@@ -83,6 +85,28 @@ class FleetOverlap(IdmintClientError):
         )
         self.urls = (url, other_url)
         self.scheme = scheme
+        self.fleets = (fleet, other_fleet)
+
+
+class SequenceStoresDiffer(IdmintClientError):
+    """A sequence call on servers that do not share one fleet's storage: each fleet (an etcd namespace or a state
+    directory) keeps its own sequences, so integers from both would repeat; none is handed out. ``urls``: the two
+    servers (the second None when one server's fleet cannot be read: an idmint without ``/v1/fleet``); ``fleets``:
+    their fleet IDs. Give the client servers of one fleet for sequences."""
+
+    def __init__(self, url: str, fleet: str | None, other_url: str | None, other_fleet: str | None) -> None:
+        if other_url is None:
+            text = (
+                f"{url} does not tell its fleet (no /v1/fleet): with several servers, sequence integers from it and "
+                "the others could repeat; use servers that tell their fleet"
+            )
+        else:
+            text = (
+                f"{url} (fleet {fleet}) and {other_url} (fleet {other_fleet}) keep separate sequences: their integers "
+                "would repeat; use servers of one fleet for sequences"
+            )
+        super().__init__(text)
+        self.urls = (url, other_url)
         self.fleets = (fleet, other_fleet)
 
 

@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,40 @@ async def test_processes_sharing_a_state_directory_never_overlap(tmp_path: Path)
     ranges.sort()
     assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges)), "two processes got overlapping ranges"
     assert ranges[-1][1] == (await store.get("orders")).next - 1
+
+
+async def test_give_back_applies_only_over_this_process_s_latest_reservation(tmp_path: Path) -> None:
+    mine, other = EmbeddedSequenceStore(tmp_path), EmbeddedSequenceStore(tmp_path)  # two processes' stores
+    await mine.create("orders", 1, 10)
+    assert await mine.reserve("orders", 100) == (1, 100)
+    assert await mine.give_back("orders", 41, 100, 1.0)  # 1..40 issued, 41..100 unused
+    assert (await other.get("orders")).next == 41
+    assert not await mine.give_back("orders", 41, 100, 1.0)  # never twice
+    assert await other.reserve("orders", 10) == (41, 50)  # the next reservation follows the last one issued
+
+    assert await mine.reserve("orders", 100) == (51, 150)
+    assert await other.reserve("orders", 5) == (151, 155)  # someone reserved since
+    assert not await mine.give_back("orders", 60, 150, 1.0)
+    assert (await other.get("orders")).next == 156
+
+    assert await mine.reserve("orders", 10) == (156, 165)
+    assert not await mine.give_back("orders", 160, 164, 1.0)  # not the top of the reservation: nothing goes back
+    assert not await mine.give_back("orders", 160, 165, 1.0)  # and the chance is spent
+    assert await mine.reserve("orders", 10) == (166, 175)
+    record = tmp_path / "sequences" / "orders.json"
+    record.write_text(json.dumps({"start": 1, "cache": 10, "next": 176, "note": "rewritten"}))
+    assert await mine.give_back("orders", 170, 175, 1.0)  # same values: the record is still what we wrote
+    assert (await other.get("orders")).next == 170
+
+    assert await mine.reserve("orders", 10) == (170, 179)
+    with (tmp_path / "sequences" / "orders.lock").open("w") as held:  # another process holds the lock
+        import fcntl
+
+        fcntl.flock(held, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises((BackendUnavailableError, TimeoutError)) as caught:  # the lock wait, or the bound
+            await mine.give_back("orders", 175, 179, 1.0)
+        assert time.monotonic() - started < 2.0
+        if isinstance(caught.value, BackendUnavailableError):
+            assert "held by another process for over 0.5 s" in str(caught.value)
+    assert (await other.get("orders")).next == 180

@@ -90,3 +90,39 @@ async def test_an_outage_is_a_503_and_a_value_written_by_someone_else_is_respect
         assert await store.reserve("orders", 5) == (1005, 1009)
     finally:
         await store.close()
+
+
+async def test_give_back_is_one_guarded_transaction(etcd_server: EtcdServer, etcd_namespace: str) -> None:
+    mine, other = (store_for(etcd_server.endpoint, etcd_namespace) for _ in range(2))
+    key = f"{etcd_namespace}idmint/sequences/orders"
+    try:
+        await mine.create("orders", 1, 10)
+        assert await mine.reserve("orders", 100) == (1, 100)
+        assert await mine.give_back("orders", 41, 100, 1.0)
+        assert json.loads(etcd_server.etcdctl("get", key, "--print-value-only"))["next"] == 41
+        assert not await mine.give_back("orders", 41, 100, 1.0)  # never twice
+        assert await other.reserve("orders", 10) == (41, 50)
+
+        assert await mine.reserve("orders", 100) == (51, 150)
+        assert await other.reserve("orders", 5) == (151, 155)  # another replica reserved since
+        assert not await mine.give_back("orders", 60, 150, 1.0)
+        assert await other.reserve("orders", 1) == (156, 156)
+
+        assert await mine.reserve("orders", 10) == (157, 166)
+        # The same value written again by someone else (an operator, a restored backup): a new mod revision.
+        value = etcd_server.etcdctl("get", key, "--print-value-only").strip()
+        etcd_server.etcdctl("put", key, value)
+        assert not await mine.give_back("orders", 160, 166, 1.0)
+        assert json.loads(etcd_server.etcdctl("get", key, "--print-value-only"))["next"] == 167
+
+        assert await mine.reserve("orders", 10) == (167, 176)
+        etcd_server.stop()
+        try:
+            with pytest.raises(BackendUnavailableError):
+                await mine.give_back("orders", 170, 176, 0.5)
+        finally:
+            etcd_server.start()
+        assert (await other.get("orders")).next == 177  # no answer: nothing was handed back
+    finally:
+        await mine.close()
+        await other.close()
