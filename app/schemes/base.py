@@ -7,7 +7,8 @@ metrics. It provides:
   big-endian integer;
 * a :class:`Scheme` subclass instance, ``SCHEME``, that the registry (:mod:`app.schemes`) serves;
 * a :class:`Generator` subclass whose clock and randomness are constructor arguments, and its :class:`Batch`
-  (big modules put both in ``<name>_batch.py``, re-exported; numpy text helpers are in :mod:`app.schemes._text`).
+  (a big scheme is a package: ``codec``, then ``generator``, then ``scheme``, importing one way, its
+  ``__init__`` re-exporting; numpy text helpers are in :mod:`app.schemes._text`).
 
 Everything the service knows about a scheme comes from its ``SCHEME`` (nothing outside ``app/schemes`` names a
 scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
@@ -109,6 +110,34 @@ def grouped(value: int) -> str:
 def hex_word(value: int, digits: int) -> str:
     """``value`` as ``0x`` + uppercase hex, zero-padded to ``digits`` ("0x000A"), for :meth:`Scheme.words`."""
     return f"-0x{-value:0{digits}X}" if value < 0 else f"0x{value:0{digits}X}"
+
+
+class TextForms:
+    """A scheme's text forms: format name -> encoder of a packed integer, the first canonical (``"canonical"`` is
+    its alias). Lives with the codec, so the scheme and its batches format through one table without importing
+    each other: ``TEXT = TextForms("ksuid", base62=encode_base62, hex=encode_hex)``."""
+
+    def __init__(self, scheme: str, **encoders: Callable[[int], str]) -> None:
+        self.scheme = scheme
+        self.encoders = encoders
+        self.formats = tuple(encoders)
+        self._names: dict[str | None, str] = {fmt: fmt for fmt in self.formats}
+        self._names[None] = self._names["canonical"] = self.formats[0]
+
+    def resolve(self, fmt: str | None) -> str:
+        """Map None/"canonical" to the canonical form; raise InvalidOptionError for a form not in ``formats``."""
+        try:
+            return self._names[fmt]
+        except KeyError:
+            from app.errors import InvalidOptionError
+
+            raise InvalidOptionError(
+                f"format must be one of {', '.join(('canonical',) + self.formats)} for {self.scheme}, got {fmt!r}"
+            ) from None
+
+    def format(self, value: int, fmt: str) -> str:
+        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format)."""
+        return self.encoders[self.resolve(fmt)](value)
 
 
 SMALL_BATCH = 8

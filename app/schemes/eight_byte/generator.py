@@ -1,7 +1,7 @@
 """Eight-byte batches: column-wise (numpy) encoding of the hex and decimal forms, and the eight-byte generator.
 
-Split from :mod:`app.schemes.eight_byte` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.eight_byte`.
+Imports :mod:`app.schemes.eight_byte.codec` (layout and text forms); :mod:`app.schemes.eight_byte.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
@@ -16,19 +16,26 @@ import numpy.typing as npt
 from app.errors import InvalidOptionError
 from app.schemes import _text
 from app.schemes._text import NEWLINE
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
-from app.schemes.eight_byte import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    scalar_lines,
+)
+from app.schemes.eight_byte.codec import (
     CLUSTER_ID_MAX,
     GENERATOR_ID_MAX,
     HEX_LEN,
     MODE_SHIFT,
     NANOSECS_IN_MILLISECS,
     PACKED_BYTES,
-    SCHEME,
     SEQUENCE_BITS,
     SEQUENCE_MASK,
     SEQUENCE_SHIFT,
     SEQUENCE_VALUES,
+    TEXT,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     Mode,
@@ -88,8 +95,8 @@ class EightByteBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        fmt = SCHEME.resolve_format(fmt)
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        fmt = TEXT.resolve(fmt)
         values = self.array()
         if fmt in ("decimal", "signed"):
             if not self.count:

@@ -1,7 +1,7 @@
 """HLC-ULID batches: column-wise (numpy) encoding of the ULID and hex forms, and the HLC-ULID generator.
 
-Split from :mod:`app.schemes.hlc_ulid` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.hlc_ulid`.
+Imports :mod:`app.schemes.hlc_ulid.codec` (layout and text forms); :mod:`app.schemes.hlc_ulid.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ import numpy.typing as npt
 
 from app.errors import InvalidOptionError
 from app.schemes import _crockford, _text
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, RandomSource, scalar_lines
-from app.schemes.hlc_ulid import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    RandomSource,
+    scalar_lines,
+)
+from app.schemes.hlc_ulid.codec import (
     _RANDOM_WORD_DTYPE,
     BATCH_COUNT_MAX,
     CHARS_PER_GROUP,
@@ -45,7 +53,7 @@ from app.schemes.hlc_ulid import (
     RANDOM_SHIFT,
     RANDOM_WORD_BITS,
     RANDOM_WORDS,
-    SCHEME,
+    TEXT,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     W0_OFFSET_BITS,
@@ -142,8 +150,8 @@ class HlcUlidBatch(Batch):
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        if SCHEME.resolve_format(fmt) == "hex":
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        if TEXT.resolve(fmt) == "hex":
             return self._encode_hex()
         return self._encode_ulid()
 

@@ -34,14 +34,20 @@ import numpy.typing as npt
 
 from app.errors import InvalidOptionError, TimeRangeError
 from app.schemes import _text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, RandomSource
-from app.schemes.snowflake import (
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    RandomSource,
+)
+from app.schemes.snowflake.codec import (
     BATCH_COUNT_MAX,
     DECIMAL_LEN_MAX,
     HEX_LEN,
     NANOSECS_IN_MILLISECS,
-    SCHEME,
     SEQUENCE,
+    TEXT,
     TIME,
     WORKER,
     Layout,
@@ -288,7 +294,7 @@ class SnowflakeBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``decimal`` or ``hex`` lines; InvalidOptionError for another format."""
-        fmt = SCHEME.resolve_format(fmt)
+        fmt = TEXT.resolve(fmt)
         if not self.count:
             return b""
         if self.count <= SCALAR_COUNT_MAX:

@@ -1,7 +1,7 @@
 """SIQ batches: column-wise (numpy) encoding of did, hex and decimal forms, and the SIQ generator.
 
-Split from :mod:`app.schemes.siq` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.siq`.
+Imports :mod:`app.schemes.siq.codec` (layout and text forms); :mod:`app.schemes.siq.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
@@ -18,8 +18,15 @@ import numpy.typing as npt
 from app.errors import InvalidOptionError
 from app.schemes import _text
 from app.schemes._text import NEWLINE
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
-from app.schemes.siq import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    scalar_lines,
+)
+from app.schemes.siq.codec import (
     BASE32_ALPHABET,
     BASE32_CHAR_BITS,
     BYTE_BITS,
@@ -33,8 +40,8 @@ from app.schemes.siq import (
     LOW_BITS,
     PACKED_BYTES,
     QUALIFIERS,
-    SCHEME,
     SHARD_MAX,
+    TEXT,
     TICK_BITS,
     TICK_MAX,
     _pack_prefix,
@@ -234,8 +241,8 @@ class SiqBatch(Batch):
     # -- hot path --------------------------------------------------------------------------------------------------
     def encode(self, fmt: str) -> bytes:
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        fmt = SCHEME.resolve_format(fmt)
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        fmt = TEXT.resolve(fmt)
         if not self.count:
             return b""
         if fmt == "did":
