@@ -51,6 +51,7 @@ from app.schemes.base import (
     idmint_pool,
     scalar_lines,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -104,6 +105,10 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt("Muid", [("timestamp", TIMESTAMP_BITS), ("medallion", MEDALLION_BITS), ("offset", OFFSET_BITS)])
+"""The layout's range check and bytes (the fields are signed: :func:`pack` and :func:`unpack` map -1)."""
+
+
 def pack(timestamp_us: int, medallion: int, offset: int) -> int:
     """Pack the three fields into the 128-bit integer.
 
@@ -128,7 +133,7 @@ def unpack(value: int) -> tuple[int, int, int]:
 
     Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`pack`.
     """
-    _check_packed(value)
+    PACKED.check(value)
     timestamp = (value >> TIMESTAMP_SHIFT) & TIMESTAMP_MASK
     medallion = (value >> MEDALLION_SHIFT) & MEDALLION_MASK
     offset = (value >> OFFSET_SHIFT) & OFFSET_MASK
@@ -139,25 +144,13 @@ def unpack(value: int) -> tuple[int, int, int]:
     )
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed Muid must be in 0..2**{PACKED_BITS}-1, got {value}")
-
-
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed Muid."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed Muid in 16 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a Muid has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed Muid."""
+from_bytes = PACKED.from_bytes
+"""The packed Muid in 16 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -165,7 +158,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_canonical(value: int) -> str:
     """``TTTTTTTTTTTTT-MMMMMMMMMMM-OOOOOOOO``: uppercase 13-11-8 hex, 34 characters."""
-    _check_packed(value)
+    PACKED.check(value)
     digits = f"{value:032X}"
     t_end = TIMESTAMP_HEX_LEN
     m_end = t_end + MEDALLION_HEX_LEN

@@ -35,6 +35,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -74,43 +75,31 @@ HEX_TAIL_COLUMN = HEX_LEN - HEX_TAIL_DIGITS  # 28
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt("ULID", [("timestamp_ms", TIMESTAMP_BITS), ("randomness", RANDOM_BITS)], article="")
+"""The layout: range check, pack/unpack, bytes and hex of a packed ULID."""
+
+
 def pack(timestamp_ms: int, randomness: int) -> int:
     """Pack ``timestamp_ms`` (0 .. 2**48 - 1) and ``randomness`` (0 .. 2**80 - 1) into the 128-bit integer.
 
     Raises ValueError naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    if not 0 <= timestamp_ms <= TIMESTAMP_MS_MAX:
-        raise ValueError(f"ULID timestamp_ms must be in 0..{TIMESTAMP_MS_MAX}, got {timestamp_ms}")
-    if not 0 <= randomness <= RANDOM_MAX:
-        raise ValueError(f"ULID randomness must be in 0..{RANDOM_MAX}, got {randomness}")
-    return timestamp_ms << TIMESTAMP_SHIFT | randomness
+    return PACKED.pack(timestamp_ms, randomness)
 
 
 def unpack(value: int) -> tuple[int, int]:
     """Split a packed ULID into ``(timestamp_ms, randomness)``; ValueError unless ``0 <= value < 2**128``."""
-    _check_packed(value)
-    return value >> TIMESTAMP_SHIFT, value & RANDOM_MAX
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed ULID must be in 0..2**{PACKED_BITS}-1, got {value}")
+    timestamp_ms, randomness = PACKED.unpack(value)
+    return timestamp_ms, randomness
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed ULID (the spec's binary layout)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed ULID in 16 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"ULID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed ULID (the spec's binary layout)."""
+from_bytes = PACKED.from_bytes
+"""The packed ULID in 16 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -118,7 +107,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_ulid(value: int) -> str:
     """The canonical text: 26 uppercase Crockford base32 characters."""
-    _check_packed(value)
+    PACKED.check(value)
     return _crockford.encode(value)
 
 
@@ -132,14 +121,13 @@ def decode_ulid(text: str) -> int:
 
 def encode_uuid(value: int) -> str:
     """The same 128 bits as an 8-4-4-4-12 lowercase UUID (python-ulid's ``to_uuid()``; no version bits set)."""
-    _check_packed(value)
+    PACKED.check(value)
     return uuid_text(value)
 
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_uuid_or_hex(text: str) -> int:

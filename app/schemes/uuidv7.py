@@ -39,6 +39,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -115,14 +116,7 @@ def pack(timestamp_ms: int, rand_a: int, rand_b: int) -> int:
     ``timestamp_ms`` in 0 .. 2**48 - 1, ``rand_a`` in 0 .. 0xFFF, ``rand_b`` in 0 .. 2**62 - 1. Raises ValueError
     naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    for name, value, maximum in (
-        ("timestamp_ms", timestamp_ms, TIMESTAMP_MS_MAX),
-        ("rand_a", rand_a, RAND_A_MAX),
-        ("rand_b", rand_b, RAND_B_MAX),
-    ):
-        if not 0 <= value <= maximum:
-            raise ValueError(f"UUIDv7 {name} must be in 0..{maximum}, got {value}")
-    return timestamp_ms << TIMESTAMP_SHIFT | rand_a << RAND_A_SHIFT | rand_b << RAND_B_SHIFT | FLAGS
+    return PACKED.pack(timestamp_ms, rand_a, rand_b)
 
 
 def unpack(value: int) -> tuple[int, int, int]:
@@ -130,8 +124,8 @@ def unpack(value: int) -> tuple[int, int, int]:
 
     Raises ValueError unless ``value`` is a 128-bit integer with version 7 and variant 10. Inverse of :func:`pack`.
     """
-    _check_packed(value)
-    return value >> TIMESTAMP_SHIFT, (value >> RAND_A_SHIFT) & RAND_A_MAX, value & RAND_B_MAX
+    timestamp_ms, rand_a, rand_b = PACKED.unpack(value)
+    return timestamp_ms, rand_a, rand_b
 
 
 def version_problem(value: int) -> str | None:
@@ -146,30 +140,28 @@ def version_problem(value: int) -> str | None:
     return None
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed UUIDv7 must be in 0..2**{PACKED_BITS}-1, got {value}")
-    problem = version_problem(value)
-    if problem:
-        raise ValueError(problem)
+PACKED = PackedInt(
+    "UUIDv7",
+    [
+        ("timestamp_ms", TIMESTAMP_BITS),
+        ("version", VERSION_BITS, None, VERSION),
+        ("rand_a", RAND_A_BITS),
+        ("variant", VARIANT_BITS, None, VARIANT),
+        ("rand_b", RAND_B_BITS),
+    ],
+    bytes_noun="a UUID",
+    problem=version_problem,
+)
+"""The layout: range, version and variant check, pack/unpack, bytes and hex of a packed UUIDv7."""
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed UUIDv7."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed UUIDv7 in 16 big-endian bytes; ValueError for another length, version or variant."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a UUID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    value = int.from_bytes(data, "big")
-    _check_packed(value)
-    return value
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed UUIDv7."""
+from_bytes = PACKED.from_bytes
+"""The packed UUIDv7 in 16 big-endian bytes; ValueError for another length, version or variant."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -177,14 +169,13 @@ def from_bytes(data: bytes) -> int:
 
 def encode_uuid(value: int) -> str:
     """The canonical text: 8-4-4-4-12 lowercase hex (RFC 9562 section 4)."""
-    _check_packed(value)
+    PACKED.check(value)
     return uuid_text(value)
 
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_uuid(text: str) -> int:

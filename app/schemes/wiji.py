@@ -46,6 +46,7 @@ from app.schemes.base import (
     hex_word,
     scalar_lines,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -110,14 +111,7 @@ def pack(timestamp_us: int, sequence: int, random: int) -> int:
     ``timestamp_us`` in 0 .. 2**54 - 1, ``sequence`` in 0 .. 0xFFFF, ``random`` in 0 .. 2**52 - 1. Raises ValueError
     naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    for name, value, maximum in (
-        ("timestamp_us", timestamp_us, TIMESTAMP_US_MAX),
-        ("sequence", sequence, SEQUENCE_MAX),
-        ("random", random, RANDOM_MAX),
-    ):
-        if not 0 <= value <= maximum:
-            raise ValueError(f"Wiji {name} must be in 0..{maximum}, got {value}")
-    return timestamp_us << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | VERSION << VERSION_SHIFT | random
+    return PACKED.pack(timestamp_us, sequence, random)
 
 
 def unpack(value: int) -> tuple[int, int, int]:
@@ -126,20 +120,8 @@ def unpack(value: int) -> tuple[int, int, int]:
     Raises ValueError unless ``value`` is a valid Wiji v1 (0 <= value < 2**128, version nibble 1, timestamp below
     2**54 µs). Inverse of :func:`pack`.
     """
-    _check_packed(value)
-    return (
-        value >> TIMESTAMP_SHIFT,
-        (value >> SEQUENCE_SHIFT) & SEQUENCE_MAX,
-        (value >> RANDOM_SHIFT) & RANDOM_MAX,
-    )
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed Wiji must be in 0..2**{PACKED_BITS}-1, got {value}")
-    problem = _v1_problem(value)
-    if problem:
-        raise ValueError(problem)
+    timestamp_us, sequence, random = PACKED.unpack(value)
+    return timestamp_us, sequence, random
 
 
 def _v1_problem(value: int) -> str | None:
@@ -155,22 +137,26 @@ def _v1_problem(value: int) -> str | None:
     return None
 
 
+PACKED = PackedInt(
+    "Wiji",
+    [
+        ("timestamp_us", TIMESTAMP_BITS, TIMESTAMP_US_MAX),
+        ("sequence", SEQUENCE_BITS),
+        ("version", VERSION_BITS, None, VERSION),
+        ("random", RANDOM_BITS),
+    ],
+    problem=_v1_problem,
+)
+"""The layout: range and v1 check, pack/unpack, bytes and hex of a packed Wiji."""
+
+
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed Wiji (WIJI_SPEC section 4)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed Wiji in 16 big-endian bytes; ValueError for another length or an invalid Wiji v1."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a Wiji has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    value = int.from_bytes(data, "big")
-    _check_packed(value)
-    return value
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed Wiji (WIJI_SPEC section 4)."""
+from_bytes = PACKED.from_bytes
+"""The packed Wiji in 16 big-endian bytes; ValueError for another length or an invalid Wiji v1."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -178,7 +164,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_base32(value: int) -> str:
     """The canonical text: 26 uppercase Crockford characters, 2 zero bits prepended (WIJI_SPEC section 5.1)."""
-    _check_packed(value)
+    PACKED.check(value)
     return _crockford.encode(value)
 
 
@@ -192,8 +178,7 @@ def decode_base32(text: str) -> int:
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits (WIJI_SPEC section 5.3)."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_hex(text: str) -> int:

@@ -40,6 +40,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes.base import (
     TextForms,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -146,6 +147,21 @@ def _low_bits(generator_id: int, cluster_id: int) -> int:
     )
 
 
+PACKED = PackedInt(
+    "eight-byte ID",
+    [
+        ("timestamp", TIMESTAMP_BITS),
+        ("sequence", SEQUENCE_BITS),
+        ("generator_id_high", GENERATOR_ID_HIGH_BITS),
+        ("mode", MODE_BITS),
+        ("generator_id_low", GENERATOR_ID_LOW_BITS),
+        ("cluster_id", CLUSTER_ID_BITS),
+    ],
+    article="an",
+)
+"""The layout's range check, bytes and hex (the timestamp's place depends on the mode: :func:`pack` places it)."""
+
+
 def pack(timestamp_ms: int, sequence: int, generator_id: int, cluster_id: int, mode: Mode = Mode.SPREAD) -> int:
     """Pack the fields into the 64-bit integer, exactly as the reference's ``IDBuilder.build``.
 
@@ -173,7 +189,7 @@ def unpack(value: int) -> tuple[int, int, int, int, Mode]:
 
     The mode bit (12) says whether the timestamp bits are reversed. Raises ValueError unless ``0 <= value < 2**64``.
     """
-    _check_packed(value)
+    PACKED.check(value)
     mode = Mode((value >> MODE_SHIFT) & MODE_MASK)
     if mode is Mode.SPREAD:
         timestamp_ms = reverse_bits(value & TIMESTAMP_FIELD_MASK)
@@ -191,25 +207,13 @@ def unpack(value: int) -> tuple[int, int, int, int, Mode]:
     )
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed eight-byte ID must be in 0..2**{PACKED_BITS}-1, got {value}")
-
-
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 8 big-endian bytes of a packed ID (the reference's ``byte[]``)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed ID in 8 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"an eight-byte ID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 8 big-endian bytes of a packed ID (the reference's ``byte[]``)."""
+from_bytes = PACKED.from_bytes
+"""The packed ID in 8 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -217,8 +221,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_hex(value: int) -> str:
     """16 lowercase hex digits (canonical)."""
-    _check_packed(value)
-    return f"{value:0{HEX_LEN}x}"
+    return PACKED.hex(value)
 
 
 def decode_hex(text: str) -> int:
@@ -235,7 +238,7 @@ def decode_hex(text: str) -> int:
 
 def encode_decimal(value: int) -> str:
     """The unsigned decimal form (no leading zeros)."""
-    _check_packed(value)
+    PACKED.check(value)
     return str(value)
 
 
@@ -262,7 +265,7 @@ SIGNED_MIN = -(1 << (PACKED_BITS - 1))
 
 def encode_signed(value: int) -> str:
     """The signed decimal of the packed value read as a two's-complement 64-bit integer (Java's ``long``)."""
-    _check_packed(value)
+    PACKED.check(value)
     return str(value - (1 << PACKED_BITS) if value >> (PACKED_BITS - 1) else value)
 
 

@@ -34,9 +34,8 @@ from __future__ import annotations
 
 from app.errors import InvalidIdError
 from app.schemes import _crockford
-from app.schemes.base import (
-    TextForms,
-)
+from app.schemes.base import TextForms
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -117,26 +116,26 @@ HEX_CHUNK_DIGITS = 4
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt(
+    "HLC-ULID",
+    [
+        ("timestamp_ms", TIMESTAMP_BITS),
+        ("counter", COUNTER_BITS),
+        ("publisher_id", PUBLISHER_ID_BITS),
+        ("random", RANDOM_BITS),
+    ],
+    article="an",
+)
+"""The layout: range check, pack/unpack, bytes and hex of a packed HLC-ULID."""
+
+
 def pack(timestamp_ms: int, counter: int, publisher_id: int, random: int) -> int:
     """Pack the four fields into the 128-bit integer.
 
     ``timestamp_ms`` in 0 .. 2**48 - 1, ``counter`` and ``publisher_id`` in 0 .. 0xFFFF, ``random`` in
     0 .. 2**48 - 1. Raises ValueError naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    for name, value, maximum in (
-        ("timestamp_ms", timestamp_ms, TIMESTAMP_MS_MAX),
-        ("counter", counter, COUNTER_MAX),
-        ("publisher_id", publisher_id, PUBLISHER_ID_MAX),
-        ("random", random, RANDOM_MAX),
-    ):
-        if not 0 <= value <= maximum:
-            raise ValueError(f"HLC-ULID {name} must be in 0..{maximum}, got {value}")
-    return (
-        timestamp_ms << TIMESTAMP_SHIFT
-        | counter << COUNTER_SHIFT
-        | publisher_id << PUBLISHER_ID_SHIFT
-        | random << RANDOM_SHIFT
-    )
+    return PACKED.pack(timestamp_ms, counter, publisher_id, random)
 
 
 def unpack(value: int) -> tuple[int, int, int, int]:
@@ -144,34 +143,17 @@ def unpack(value: int) -> tuple[int, int, int, int]:
 
     Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`pack`.
     """
-    _check_packed(value)
-    return (
-        value >> TIMESTAMP_SHIFT,
-        (value >> COUNTER_SHIFT) & COUNTER_MAX,
-        (value >> PUBLISHER_ID_SHIFT) & PUBLISHER_ID_MAX,
-        (value >> RANDOM_SHIFT) & RANDOM_MAX,
-    )
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed HLC-ULID must be in 0..2**{PACKED_BITS}-1, got {value}")
+    timestamp_ms, counter, publisher_id, random = PACKED.unpack(value)
+    return timestamp_ms, counter, publisher_id, random
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed HLC-ULID."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed HLC-ULID in 16 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"an HLC-ULID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed HLC-ULID."""
+from_bytes = PACKED.from_bytes
+"""The packed HLC-ULID in 16 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -179,7 +161,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_ulid(value: int) -> str:
     """The canonical text: 26 uppercase Crockford base32 characters (ULID)."""
-    _check_packed(value)
+    PACKED.check(value)
     return _crockford.encode(value)
 
 
@@ -193,8 +175,7 @@ def decode_ulid(text: str) -> int:
 
 def encode_hex(value: int) -> str:
     """The document's hyphenated hex ``TTTTTTTTTTTT-CCCC-PPPP-RRRRRRRRRRRR`` (12-4-4-12, 35 characters), lowercase."""
-    _check_packed(value)
-    digits = f"{value:032x}"
+    digits = PACKED.hex(value)
     t, c, p = TIMESTAMP_HEX_LEN, TIMESTAMP_HEX_LEN + COUNTER_HEX_LEN, TIMESTAMP_HEX_LEN + 2 * COUNTER_HEX_LEN
     return f"{digits[:t]}{SEPARATOR}{digits[t:c]}{SEPARATOR}{digits[c:p]}{SEPARATOR}{digits[p:]}"
 

@@ -33,6 +33,7 @@ from app.errors import InvalidIdError
 from app.schemes.base import (
     TextForms,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -74,6 +75,10 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt("KSUID", [("timestamp", TIMESTAMP_BITS), ("payload", PAYLOAD_BITS)])
+"""The layout's range check, bytes and hex (the stored timestamp counts from ``EPOCH_S``: :func:`pack` maps it)."""
+
+
 def pack(timestamp_s: int, payload: int) -> int:
     """Pack Unix seconds ``timestamp_s`` (1,400,000,000 .. 1,400,000,000 + 2**32 - 1) and a 128-bit ``payload``.
 
@@ -91,26 +96,14 @@ def unpack(value: int) -> tuple[int, int]:
 
     Raises ValueError unless ``0 <= value < 2**160``. Inverse of :func:`pack`.
     """
-    _check_packed(value)
+    PACKED.check(value)
     return (value >> TIMESTAMP_SHIFT) + EPOCH_S, value & PAYLOAD_MAX
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed KSUID must be in 0..2**{PACKED_BITS}-1, got {value}")
-
-
-def to_bytes(value: int) -> bytes:
-    """The 20 big-endian bytes of a packed KSUID (the reference's binary form)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed KSUID in 20 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a KSUID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 20 big-endian bytes of a packed KSUID (the reference's binary form)."""
+from_bytes = PACKED.from_bytes
+"""The packed KSUID in 20 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -118,7 +111,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_base62(value: int) -> str:
     """The canonical text: 27 base62 characters ``0-9A-Za-z``, left-padded with ``0`` (``base62.go``)."""
-    _check_packed(value)
+    PACKED.check(value)
     chars = []
     for _ in range(BASE62_LEN):
         value, digit = divmod(value, BASE62_RADIX)
@@ -148,8 +141,7 @@ def decode_base62(text: str) -> int:
 
 def encode_hex(value: int) -> str:
     """40 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:0{HEX_LEN}x}"
+    return PACKED.hex(value)
 
 
 def decode_hex(text: str) -> int:

@@ -34,6 +34,7 @@ from app.errors import InvalidIdError
 from app.schemes.base import (
     TextForms,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -209,6 +210,12 @@ class SiqParts(NamedTuple):
     code: int
 
 
+PACKED = PackedInt(
+    "SIQ", [("tick", TICK_BITS), ("shard", SHARD_BITS), ("domain_hash", DOMAIN_HASH_BITS), ("low", LOW_BITS)]
+)
+"""The layout's range check, bytes and hex (the low field holds counter and qualifier: :func:`pack` joins them)."""
+
+
 def pack(tick: int, shard: int, domain_hash: int, counter: int, code: int) -> int:
     """Pack the fields into the 112-bit integer (inverse of :func:`unpack`).
 
@@ -231,7 +238,7 @@ def _pack_prefix(tick: int, shard: int, domain_hash: int) -> int:
 
 def unpack(value: int) -> SiqParts:
     """Split a packed SIQ into its fields; ValueError unless ``0 <= value < 2**112``. Inverse of :func:`pack`."""
-    _check_packed(value)
+    PACKED.check(value)
     counter, code = decode_low(value & LOW_MASK)
     return SiqParts(
         value >> TICK_SHIFT,
@@ -240,11 +247,6 @@ def unpack(value: int) -> SiqParts:
         counter,
         code,
     )
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed SIQ must be in 0..2**{PACKED_BITS}-1, got {value}")
 
 
 def tick_from_ns(ns: int) -> int:
@@ -260,22 +262,15 @@ def ns_from_tick(tick: int) -> int:
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 14 big-endian bytes of a packed SIQ."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed SIQ in 14 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a SIQ has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 14 big-endian bytes of a packed SIQ."""
+from_bytes = PACKED.from_bytes
+"""The packed SIQ in 14 big-endian bytes; ValueError for any other length."""
 
 
 def to_storage(value: int) -> bytes:
     """The 16-byte storage form: the 14 packed bytes left-padded with two zero bytes."""
-    _check_packed(value)
+    PACKED.check(value)
     return value.to_bytes(STORAGE_BYTES, "big")
 
 
@@ -331,8 +326,7 @@ def decode_did(text: str) -> int:
 
 def encode_hex(value: int) -> str:
     """28 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:0{HEX_LEN}x}"
+    return PACKED.hex(value)
 
 
 def decode_hex(text: str) -> int:
@@ -346,7 +340,7 @@ def decode_hex(text: str) -> int:
 
 def encode_decimal(value: int) -> str:
     """The packed integer in decimal, no leading zeros."""
-    _check_packed(value)
+    PACKED.check(value)
     return str(value)
 
 
