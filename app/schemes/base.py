@@ -36,7 +36,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from app.pool import IdentityPool
 
@@ -148,6 +148,16 @@ def scalar_lines(format_one: Callable[[int, str], str], values: list[int], fmt: 
     """``values`` formatted one by one with ``format_one(value, fmt)``, each followed by a newline (ASCII): the
     small-batch path of :meth:`Batch.encode`."""
     return "".join([format_one(v, fmt) + "\n" for v in values]).encode("ascii")
+
+
+class Run(NamedTuple):
+    """``count`` consecutive slots of one tick, the piece every batch is made of: ``tick`` is the timestamp in
+    native units, ``first`` the first slot used in it (a sequence, counter or random value, or eight-byte's and
+    snowflake's slot = generator index * sequences + sequence)."""
+
+    tick: int
+    first: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 @dataclass

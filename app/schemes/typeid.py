@@ -390,8 +390,8 @@ class TypeIdBatch(Batch):
         whose counters agree above bit 17: suffix characters 0..15 are constant along a run."""
         out: list[tuple[int, int, int]] = []
         for seg in self.uuids.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
-            counter, end = seg.first_counter, seg.first_counter + seg.count
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first, seg.first + seg.count
             while counter < end:
                 high = counter >> COUNTER_RUN_BITS << COUNTER_RUN_BITS
                 taken = min(end, high + (1 << COUNTER_RUN_BITS)) - counter

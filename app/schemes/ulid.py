@@ -29,12 +29,12 @@ from __future__ import annotations
 import os
 import ssl
 import time
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Run, Scheme
 from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -215,24 +215,16 @@ SCHEME = UlidScheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` ULIDs of one millisecond: randomness first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_random: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
-def split_runs(segments: tuple[Segment, ...], low_bits: int) -> list[tuple[int, int, int]]:
+def split_runs(segments: tuple[Run, ...], low_bits: int) -> list[tuple[int, int, int]]:
     """``(value with the low ``low_bits`` zero, first low value, count)`` per run of IDs agreeing above them."""
     slots = 1 << low_bits
     out: list[tuple[int, int, int]] = []
     for seg in segments:
-        random, end = seg.first_random, seg.first_random + seg.count
+        random, end = seg.first, seg.first + seg.count
         while random < end:
             high = random >> low_bits << low_bits
             taken = min(end, high + slots) - random
-            out.append((seg.timestamp_ms << TIMESTAMP_SHIFT | high, random - high, taken))
+            out.append((seg.tick << TIMESTAMP_SHIFT | high, random - high, taken))
             random += taken
     return out
 
@@ -245,7 +237,7 @@ class UlidBatch(Batch):
     written, from slices of a table: no per-ID arithmetic.
     """
 
-    def __init__(self, segments: tuple[Segment, ...]) -> None:
+    def __init__(self, segments: tuple[Run, ...]) -> None:
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
 
@@ -268,14 +260,14 @@ class UlidBatch(Batch):
 
     def values(self) -> list[int]:
         return [
-            seg.timestamp_ms << TIMESTAMP_SHIFT | random
+            seg.tick << TIMESTAMP_SHIFT | random
             for seg in self.segments
-            for random in range(seg.first_random, seg.first_random + seg.count)
+            for random in range(seg.first, seg.first + seg.count)
         ]
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -329,14 +321,14 @@ class UlidGenerator(Generator):
             ms, random = self._last_ms + 1, self._fresh()  # restored floor at or above the clock
         else:
             ms, random = self._last_ms, self._last_random + 1
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             if random > RANDOM_MAX:
                 self.stats.sequence_exhausted += 1
                 ms, random = ms + 1, self._fresh()
             taken = min(remaining, RANDOM_SLOTS - random)
-            segments.append(Segment(ms, random, taken))
+            segments.append(Run(ms, random, taken))
             random += taken
             remaining -= taken
         if ms > TIMESTAMP_MS_MAX:

@@ -30,7 +30,7 @@ import os
 import ssl
 import threading
 import time
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +38,7 @@ import numpy.typing as npt
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme
+from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Run, Scheme
 from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -267,14 +267,6 @@ SCHEME = Uuidv7Scheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` IDs of one millisecond: counters first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_counter: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
 class _Ramp(threading.local):
     def __init__(self) -> None:
         self.values: npt.NDArray[np.uint64] = np.arange(0, dtype=np.uint64)
@@ -299,14 +291,14 @@ class Uuidv7Batch(Batch):
     ``tails`` holds the big-endian 32-bit tails, 4 bytes per ID, in issue order (more bytes may follow).
     """
 
-    def __init__(self, segments: tuple[Segment, ...], tails: bytes) -> None:
+    def __init__(self, segments: tuple[Run, ...], tails: bytes) -> None:
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
         self.tails = tails
 
     def runs(self) -> list[tuple[int, int]]:
         """``(value with the low 80 bits zero, count)`` per millisecond run (see :mod:`app.schemes._columns`)."""
-        return [(seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS, seg.count) for seg in self.segments]
+        return [(seg.tick << TIMESTAMP_SHIFT | FLAGS, seg.count) for seg in self.segments]
 
     def columns(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """The varying bits of every ID: ``(hi16, lo64)`` uint64 columns (bits 79..64 and 63..0).
@@ -319,7 +311,7 @@ class Uuidv7Batch(Batch):
         lo64 = _text.scratch("uuidv7-lo64", count, np.uint64)
         start = 0
         for seg in self.segments:
-            np.add(ramp(seg.count), np.uint64(seg.first_counter), out=counters[start : start + seg.count])
+            np.add(ramp(seg.count), np.uint64(seg.first), out=counters[start : start + seg.count])
             start += seg.count
         np.right_shift(counters, np.uint64(COUNTER_LOW_BITS), out=hi16)
         np.bitwise_or(hi16, np.uint64(VERSION << (VERSION_SHIFT - RAND_A_SHIFT)), out=hi16)
@@ -334,8 +326,8 @@ class Uuidv7Batch(Batch):
         whose counters agree above bit 15: in the text only counter bits 15..0 and the tail vary along a run."""
         out: list[tuple[int, int, int]] = []
         for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
-            counter, end = seg.first_counter, seg.first_counter + seg.count
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first, seg.first + seg.count
             while counter < end:
                 high = counter >> COUNTER_CHUNK_BITS << COUNTER_CHUNK_BITS
                 taken = min(end, high + COUNTER_CHUNK_SLOTS) - counter
@@ -381,9 +373,9 @@ class Uuidv7Batch(Batch):
         out: list[int] = []
         start = 0
         for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
             for offset in range(seg.count):
-                counter = seg.first_counter + offset
+                counter = seg.first + offset
                 out.append(
                     base
                     | (counter >> COUNTER_LOW_BITS) << RAND_A_SHIFT
@@ -395,7 +387,7 @@ class Uuidv7Batch(Batch):
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -458,14 +450,14 @@ class Uuidv7Generator(Generator):
             ms, counter = self._last_ms + 1, self._seed(draw)  # restored floor at or above the clock
         else:
             ms, counter = self._last_ms, self._counter + 1
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             if counter > COUNTER_MAX:
                 self.stats.sequence_exhausted += 1
                 ms, counter = ms + 1, self._seed(self._draw(COUNTER_SEED_BYTES))
             taken = min(remaining, COUNTER_SLOTS - counter)
-            segments.append(Segment(ms, counter, taken))
+            segments.append(Run(ms, counter, taken))
             counter += taken
             remaining -= taken
         if ms > TIMESTAMP_MS_MAX:

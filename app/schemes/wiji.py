@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
@@ -41,6 +41,7 @@ from app.schemes.base import (
     GeneratorStats,
     LayoutField,
     RandomSource,
+    Run,
     Scheme,
     grouped,
     hex_word,
@@ -327,27 +328,19 @@ SCHEME = WijiScheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` IDs of one microsecond: sequences first .. first + count - 1."""
-
-    timestamp_us: int
-    first_sequence: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
 class WijiBatch(Batch):
     """Wiji IDs of one generator issued together: consecutive sequences, one random part.
 
     ``segments`` lists the (microsecond, sequences) runs, usually one; empty for a partial batch of 0 IDs.
     """
 
-    def __init__(self, random: int, segments: tuple[Segment, ...]) -> None:
+    def __init__(self, random: int, segments: tuple[Run, ...]) -> None:
         self.random = random
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
 
-    def _base(self, segment: Segment) -> int:
-        return pack(segment.timestamp_us, 0, self.random)
+    def _base(self, segment: Run) -> int:
+        return pack(segment.tick, 0, self.random)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``base32``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""
@@ -363,31 +356,31 @@ class WijiBatch(Batch):
             runs = [
                 (
                     _crockford.column_table(self._base(seg), SEQUENCE_SHIFT, SEQUENCE_CHAR, SEQUENCE_CHARS),
-                    seg.first_sequence,
+                    seg.first,
                     seg.count,
                 )
                 for seg in self.segments
             ]
             _text.write_runs(rows, SEQUENCE_CHAR, runs)
         elif fmt == "hex":
-            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
+            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first, s.count) for s in self.segments])
         else:
             digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
             for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
                 table = digit_pairs[half::2]
-                _text.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
+                _text.write_runs(rows, column, [(table, s.first, s.count) for s in self.segments])
         return rows.tobytes()
 
     def values(self) -> list[int]:
         return [
             self._base(seg) | sequence << SEQUENCE_SHIFT
             for seg in self.segments
-            for sequence in range(seg.first_sequence, seg.first_sequence + seg.count)
+            for sequence in range(seg.first, seg.first + seg.count)
         ]
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_us if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -438,7 +431,7 @@ class WijiGenerator(Generator):
         now_ns = self._clock()
         self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         last, sequence = self._last_us, self._next_sequence
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             now_us = now_ns // NANOSECS_IN_MICROSECS
@@ -455,7 +448,7 @@ class WijiGenerator(Generator):
                     break  # partial batch: wait_ns() says how long
                 continue
             taken = min(remaining, SEQUENCE_SLOTS - sequence)
-            segments.append(Segment(last, sequence, taken))
+            segments.append(Run(last, sequence, taken))
             sequence += taken
             remaining -= taken
         self._last_us, self._next_sequence = last, sequence

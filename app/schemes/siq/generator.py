@@ -24,6 +24,7 @@ from app.schemes.base import (
     Clock,
     Generator,
     GeneratorStats,
+    Run,
     scalar_lines,
 )
 from app.schemes.siq.codec import (
@@ -216,7 +217,7 @@ class SiqBatch(Batch):
     ``crc(id) = crc(segment prefix) ^ T[serial]``).
     """
 
-    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[tuple[int, int, int]]) -> None:
+    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[Run]) -> None:
         """``segments``: (tick, first counter, count) runs in issue order; ``code``: the qualifier code."""
         self.shard = shard
         self.domain_hash = domain_hash
@@ -272,12 +273,12 @@ class SiqBatch(Batch):
         if self.count <= CHUNK_ROWS:
             return [self]
         chunks: list[SiqBatch] = []
-        segments: list[tuple[int, int, int]] = []
+        segments: list[Run] = []
         room = CHUNK_ROWS
         for tick, first, count in self.segments:
             while count:
                 taken = min(count, room)
-                segments.append((tick, first, taken))
+                segments.append(Run(tick, first, taken))
                 first, count, room = first + taken, count - taken, room - taken
                 if not room:
                     chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
@@ -472,7 +473,7 @@ class SiqGenerator(Generator):
         code, width = QUALIFIERS[qualifier]
         capacity = 1 << (LOW_BITS - width)
 
-        segments: list[tuple[int, int, int]] = []
+        segments: list[Run] = []
         remaining = count
         spin_deadline = -1
         self._blocked_tick = -1
@@ -488,7 +489,7 @@ class SiqGenerator(Generator):
                 if tick > TICK_MAX:
                     raise OverflowError(f"SIQ timestamp would pass {TICK_MAX} ticks (2**40 seconds)")
                 issued = min(remaining, capacity - first)
-                segments.append((tick, first, issued))
+                segments.append(Run(tick, first, issued))
                 self._counters[code] = (tick, first + issued)
                 self._last_tick = tick
                 remaining -= issued
