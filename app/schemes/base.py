@@ -216,6 +216,27 @@ class Batch(abc.ABC):
         return {}
 
 
+class ScalarBatch(Batch):
+    """IDs formatted one by one (:func:`scalar_lines`): the default batch. A scheme writes a column-wise (numpy)
+    encoder of its own only where a benchmark (``bench/``) shows the need."""
+
+    def __init__(self, text_forms: TextForms, values: list[int], high_water: int) -> None:
+        self.text_forms = text_forms
+        self._values = values
+        self.count = len(values)
+        self._high_water = high_water
+
+    def encode(self, fmt: str) -> bytes:
+        return scalar_lines(self.text_forms.format, self._values, self.text_forms.resolve(fmt))
+
+    def values(self) -> list[int]:
+        return self._values
+
+    @property
+    def high_water(self) -> int:
+        return self._high_water if self._values else -1
+
+
 class Generator(abc.ABC):
     """Issues IDs for one node identity; monotonic; never repeats an ID, also when the clock steps back.
 
@@ -265,7 +286,18 @@ class Scheme(abc.ABC):
     packed_bytes: ClassVar[int]
     """Packed size in bytes (hex in decode output has 2 * packed_bytes digits): 16, 8, 16, 14, 16."""
     formats: ClassVar[tuple[str, ...]]
-    """Output text forms; the first is canonical. ``"canonical"`` is accepted everywhere as its alias."""
+    """Output text forms; the first is canonical. ``"canonical"`` is accepted everywhere as its alias. Set from
+    :attr:`text_forms` when the scheme declares that table."""
+    text_forms: ClassVar[TextForms | None] = None
+    """The codec's table of text forms (:class:`TextForms`): when set, it gives :attr:`formats` and the default
+    :meth:`format`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        forms = cls.__dict__.get("text_forms")
+        if forms is not None:
+            cls.formats = forms.formats
+
     text_width: ClassVar[dict[str, int]]
     """Characters per ID for each fixed-width format (decimal forms may be absent)."""
     timestamp_digits: ClassVar[int]
@@ -295,6 +327,9 @@ class Scheme(abc.ABC):
     token_pattern: ClassVar[str | None] = None
     """Regex (no anchors, no capturing groups needed) of this scheme's ID shape in free text. A token of this shape
     is shown even when it does not parse, so a support engineer sees why the ID in a log line is invalid."""
+    format_patterns: ClassVar[dict[str, str]] = {}
+    """Format -> regex of an issued ID's whole shape in that form (published in ``/v1/schemes`` as
+    ``token_patterns``; the built-in schemes' live in :mod:`app.schemes._patterns`)."""
     options: ClassVar[tuple[SchemeOption, ...]] = ()
     """The issue routes' scheme-specific parameters (query parameters of GET, JSON members of POST)."""
     decode_options: ClassVar[tuple[SchemeOption, ...]] = ()
@@ -397,9 +432,12 @@ class Scheme(abc.ABC):
         Raises :class:`~app.errors.InvalidIdError` whose message names the rule broken.
         """
 
-    @abc.abstractmethod
     def format(self, value: int, fmt: str) -> str:
-        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format)."""
+        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format). Default: through
+        :attr:`text_forms`; a scheme without that table overrides this."""
+        if self.text_forms is None:
+            raise NotImplementedError(f"{self.name} declares no text_forms and formats nothing")
+        return self.text_forms.format(value, fmt)
 
     @abc.abstractmethod
     def fields(self, value: int) -> dict[str, Any]:

@@ -97,6 +97,11 @@ class PackedInt:
                 return f
         raise KeyError(f"{self.noun} has no field {name!r}")
 
+    def span(self, name: str) -> str:
+        """Field ``name``'s bits as :class:`~app.schemes.base.LayoutField` writes them: ``"79..64"``."""
+        f = self.field(name)
+        return f"{f.shift + f.bits - 1}..{f.shift}"
+
     def check(self, value: int) -> None:
         """ValueError unless ``0 <= value <= 2**bits - 1`` (and ``problem`` finds nothing)."""
         if not 0 <= value <= self.max:

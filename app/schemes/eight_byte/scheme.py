@@ -100,7 +100,7 @@ class EightByteScheme(Scheme):
 
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
-    formats = TEXT.formats
+    text_forms = TEXT
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
@@ -121,9 +121,6 @@ class EightByteScheme(Scheme):
 
     def parse(self, text: str) -> int:
         return decode(text)
-
-    def format(self, value: int, fmt: str) -> str:
-        return TEXT.format(value, fmt)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"timestamp_ms", "sequence", "generator_id", "cluster_id", "mode"}``; mode "spread"/"time_sequential"."""

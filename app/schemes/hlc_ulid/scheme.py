@@ -61,7 +61,7 @@ class HlcUlidScheme(Scheme):
 
     name = "hlc-ulid"
     packed_bytes = PACKED_BYTES
-    formats = TEXT.formats
+    text_forms = TEXT
     text_width = {"ulid": ULID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
@@ -85,10 +85,6 @@ class HlcUlidScheme(Scheme):
         raise InvalidIdError(
             f"HLC-ULID must be {ULID_LEN} (ULID) or {HEX_LEN} (12-4-4-12 hex) characters long, got {len(text)}"
         )
-
-    def format(self, value: int, fmt: str) -> str:
-        """``ulid`` (canonical) or ``hex`` text of a packed HLC-ULID; InvalidOptionError for another format."""
-        return TEXT.format(value, fmt)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"timestamp_ms", "counter", "publisher_id", "random"}`` as ints."""

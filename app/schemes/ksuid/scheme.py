@@ -38,7 +38,7 @@ class KsuidScheme(Scheme):
 
     name = "ksuid"
     packed_bytes = PACKED_BYTES
-    formats = TEXT.formats
+    text_forms = TEXT
     text_width = {"base62": BASE62_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_SECS
@@ -64,10 +64,6 @@ class KsuidScheme(Scheme):
     def parse(self, text: str) -> int:
         """base62 (27 characters) or hex (40); InvalidIdError naming the rule broken."""
         return decode(text)
-
-    def format(self, value: int, fmt: str) -> str:
-        """``base62`` (canonical) or ``hex`` text of a packed KSUID; InvalidOptionError for another format."""
-        return TEXT.format(value, fmt)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"timestamp_s": int (Unix seconds), "payload": 32 lowercase hex digits}``."""

@@ -87,7 +87,7 @@ class SiqScheme(Scheme):
 
     name = "siq"
     packed_bytes = PACKED_BYTES
-    formats = TEXT.formats
+    text_forms = TEXT
     text_width = {"did": DID_LEN, "hex": HEX_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_PER_TICK
@@ -125,9 +125,6 @@ class SiqScheme(Scheme):
             f"SIQ must be {DID_PREFIX!r} + {DID_BODY_LEN} base32 characters, {HEX_LEN} hex digits, or a decimal "
             f"number below 2**{PACKED_BITS}; got {len(text)} characters that are none of these"
         )
-
-    def format(self, value: int, fmt: str) -> str:
-        return TEXT.format(value, fmt)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"seconds", "fraction", "shard", "domain_hash", "serial", "qualifier"}``: ints, and the qualifier's

@@ -128,7 +128,7 @@ class SnowflakeScheme(Scheme):
 
     name = "snowflake"
     packed_bytes = PACKED_BYTES
-    formats = TEXT.formats
+    text_forms = TEXT
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     reference = (
@@ -183,9 +183,6 @@ class SnowflakeScheme(Scheme):
                 f"(T+W+S = {layout.total_bits} bits), got {value}"
             )
         return value
-
-    def format(self, value: int, fmt: str) -> str:
-        return TEXT.format(value, fmt)
 
     def fields(self, value: int) -> dict[str, Any]:
         """``{"layout": name, "timestamp_ms": Unix ms, "worker_id": int, "sequence": int}``."""
