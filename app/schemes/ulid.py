@@ -89,8 +89,8 @@ def pack(timestamp_ms: int, randomness: int) -> int:
 
 def unpack(value: int) -> tuple[int, int]:
     """Split a packed ULID into ``(timestamp_ms, randomness)``; ValueError unless ``0 <= value < 2**128``."""
-    timestamp_ms, randomness = PACKED.unpack(value)
-    return timestamp_ms, randomness
+    PACKED.check(value)
+    return value >> TIMESTAMP_SHIFT, value & RANDOM_MAX
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------

@@ -124,8 +124,8 @@ def unpack(value: int) -> tuple[int, int, int]:
 
     Raises ValueError unless ``value`` is a 128-bit integer with version 7 and variant 10. Inverse of :func:`pack`.
     """
-    timestamp_ms, rand_a, rand_b = PACKED.unpack(value)
-    return timestamp_ms, rand_a, rand_b
+    PACKED.check(value)
+    return value >> TIMESTAMP_SHIFT, (value >> RAND_A_SHIFT) & RAND_A_MAX, value & RAND_B_MAX
 
 
 def version_problem(value: int) -> str | None:

@@ -121,8 +121,12 @@ def unpack(value: int) -> tuple[int, int, int]:
     Raises ValueError unless ``value`` is a valid Wiji v1 (0 <= value < 2**128, version nibble 1, timestamp below
     2**54 µs). Inverse of :func:`pack`.
     """
-    timestamp_us, sequence, random = PACKED.unpack(value)
-    return timestamp_us, sequence, random
+    PACKED.check(value)
+    return (
+        value >> TIMESTAMP_SHIFT,
+        (value >> SEQUENCE_SHIFT) & SEQUENCE_MAX,
+        (value >> RANDOM_SHIFT) & RANDOM_MAX,
+    )
 
 
 def _v1_problem(value: int) -> str | None:

@@ -143,8 +143,13 @@ def unpack(value: int) -> tuple[int, int, int, int]:
 
     Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`pack`.
     """
-    timestamp_ms, counter, publisher_id, random = PACKED.unpack(value)
-    return timestamp_ms, counter, publisher_id, random
+    PACKED.check(value)
+    return (
+        value >> TIMESTAMP_SHIFT,
+        (value >> COUNTER_SHIFT) & COUNTER_MAX,
+        (value >> PUBLISHER_ID_SHIFT) & PUBLISHER_ID_MAX,
+        (value >> RANDOM_SHIFT) & RANDOM_MAX,
+    )
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
