@@ -16,7 +16,7 @@ used, so a streaming caller that wakes late still fills the cap. Ticks count ``t
 
 from __future__ import annotations
 
-from app.schemes.base import Clock, Generator, GeneratorStats, Run
+from app.schemes.base import Clock, Generator, GeneratorStats
 
 NANOSECS_IN_SECS = 1_000_000_000
 
@@ -38,8 +38,11 @@ class CappedSlotGenerator(Generator):
         floor: int,
         start_tick: int,
         lookback_ticks: int,
+        tick_max: int,
+        tick_min: int = -1,
         epoch_ns: int = 0,
         epoch_ticks: int = 0,
+        spread_start: bool = False,
     ) -> None:
         self._clock = clock
         self._floor = floor
@@ -48,6 +51,9 @@ class CappedSlotGenerator(Generator):
         self._epoch_ticks = epoch_ticks
         self._slots_per_tick = slots_per_tick
         self._lookback_ticks = lookback_ticks
+        self._tick_min = tick_min
+        self._tick_max = tick_max
+        self._spread_start = spread_start
         # Position after the last slot handed out: (tick, next slot). The start tick is full.
         self._tick = start_tick
         self._next_slot = slots_per_tick
@@ -55,18 +61,21 @@ class CappedSlotGenerator(Generator):
         self.stats = GeneratorStats()
 
     def start_slot(self) -> int:
-        """The first slot a new tick hands out (default 0)."""
+        """The first slot a new tick hands out when ``spread_start`` is set (otherwise 0, without a call)."""
         return 0
 
     def lookback_tick(self, now_tick: int) -> int:
         """The earliest tick a late caller may still fill (default ``now_tick - lookback_ticks``)."""
         return now_tick - self._lookback_ticks
 
-    def check_tick(self, last_usable: int, now_ns: int) -> None:
-        """Raise when ``last_usable`` (ticks) is outside the scheme's time field (default: never)."""
+    def out_of_range(self, now_ns: int) -> Exception:
+        """The error :meth:`take` raises when the ticks it would use leave ``tick_min .. tick_max``."""
+        return OverflowError(f"the clock ({now_ns} ns) is outside this generator's time field")
 
-    def take(self, count: int) -> tuple[list[Run], int]:
-        """Hand out up to ``count`` slots: ``(runs, how many are still missing)``. Reads the clock once."""
+    def take(self, count: int) -> tuple[list[tuple[int, int, int]], int]:
+        """Hand out up to ``count`` slots: ``(runs, how many are still missing)``, the runs as plain tuples of
+        :class:`~app.schemes.base.Run`'s shape (a NamedTuple per run costs 0.25 µs on the single-ID path). Reads the
+        clock once; raises :meth:`out_of_range` when the usable ticks leave ``tick_min .. tick_max``."""
         now_ns = self._clock()
         now_tick = (now_ns - self._epoch_ns) // self._tick_ns
         if self._last_issued is not None and now_tick < self._last_issued:
@@ -75,19 +84,20 @@ class CappedSlotGenerator(Generator):
                 self.stats.max_rollback_ns, self._last_issued * self._tick_ns + self._epoch_ns - now_ns
             )
         last_usable = max(now_tick, self._tick)  # past the clock only to continue the last tick
-        self.check_tick(last_usable, now_ns)
+        if not self._tick_min <= last_usable <= self._tick_max:
+            raise self.out_of_range(now_ns)
         tick, slot = self._tick, self._next_slot
         if tick < now_tick - self._lookback_ticks:
-            tick, slot = self.lookback_tick(now_tick), self.start_slot()
+            tick, slot = self.lookback_tick(now_tick), self.start_slot() if self._spread_start else 0
         slots_per_tick = self._slots_per_tick
-        runs: list[Run] = []
+        runs: list[tuple[int, int, int]] = []
         remaining = count
         while remaining and tick <= last_usable:
             if slot == slots_per_tick:
-                tick, slot = tick + 1, self.start_slot()
+                tick, slot = tick + 1, self.start_slot() if self._spread_start else 0
                 continue
             taken = min(slots_per_tick - slot, remaining)
-            runs.append(Run(tick, slot, taken))
+            runs.append((tick, slot, taken))
             slot += taken
             remaining -= taken
         if runs:

@@ -20,7 +20,6 @@ from app.schemes.base import (
     SMALL_BATCH,
     Batch,
     Clock,
-    Run,
     scalar_lines,
 )
 from app.schemes.eight_byte.codec import (
@@ -53,7 +52,7 @@ class EightByteBatch(Batch):
     column-wise with numpy (uint64) on first use.
     """
 
-    def __init__(self, runs: Sequence[Run], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
+    def __init__(self, runs: Sequence[tuple[int, int, int]], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
         self.runs = tuple(runs)
         self.mode = mode
         self.count = sum(run[2] for run in self.runs)
@@ -177,11 +176,11 @@ class EightByteGenerator(CappedSlotGenerator):
             floor=floor,
             start_tick=floor,
             lookback_ticks=lookback_ms,
+            tick_max=TIMESTAMP_MS_MAX,
         )
 
-    def check_tick(self, last_usable: int, now_ns: int) -> None:
-        if last_usable > TIMESTAMP_MS_MAX:
-            raise OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
+    def out_of_range(self, now_ns: int) -> Exception:
+        return OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
 
     def generate(self, count: int, mode: object = "spread", **options: Any) -> EightByteBatch:
         """Up to ``count`` (>= 1) IDs in ``mode`` ("spread", the default, or "time_sequential").

@@ -38,7 +38,6 @@ from app.schemes.base import (
     Batch,
     Clock,
     RandomSource,
-    Run,
 )
 from app.schemes.slots import CappedSlotGenerator
 from app.schemes.snowflake.codec import (
@@ -248,7 +247,7 @@ class SnowflakeBatch(Batch):
     ``k % 2**S`` when the worker ID sits above the sequence, else sequence ``k // n``, worker ``k % n``.
     """
 
-    def __init__(self, layout: Layout, worker_ids: Sequence[int], runs: Sequence[Run]) -> None:
+    def __init__(self, layout: Layout, worker_ids: Sequence[int], runs: Sequence[tuple[int, int, int]]) -> None:
         self.layout = layout
         self.worker_ids = tuple(worker_ids)
         self.runs = tuple(runs)
@@ -428,6 +427,9 @@ class SnowflakeGenerator(CappedSlotGenerator):
             lookback_ticks=lookback_units,
             epoch_ns=layout.epoch_ms * NANOSECS_IN_MILLISECS,
             epoch_ticks=layout.epoch_units,
+            tick_min=0,
+            tick_max=layout.time_max,
+            spread_start=bool(layout.start_spread),
         )
 
     def generate(self, count: int, **options: Any) -> SnowflakeBatch:
@@ -440,10 +442,6 @@ class SnowflakeGenerator(CappedSlotGenerator):
             raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for snowflake, got {count!r}")
         runs, _missing = self.take(count)
         return SnowflakeBatch(self.layout, self.worker_ids, runs)
-
-    def check_tick(self, last_usable: int, now_ns: int) -> None:
-        if last_usable < 0 or last_usable > self.layout.time_max:
-            raise self._time_range_error(now_ns)
 
     def lookback_tick(self, now_tick: int) -> int:
         """Never before the layout's epoch."""
@@ -467,9 +465,9 @@ class SnowflakeGenerator(CappedSlotGenerator):
         now_ns = self._clock()
         now_unit = (now_ns - self._epoch_ns) // self._tick_ns
         if not 0 <= max(now_unit, self._tick) <= self.layout.time_max:
-            raise self._time_range_error(now_ns)
+            raise self.out_of_range(now_ns)
 
-    def _time_range_error(self, now_ns: int) -> TimeRangeError:
+    def out_of_range(self, now_ns: int) -> TimeRangeError:
         layout = self.layout
         if now_ns < self._epoch_ns and self._tick < 0:
             return TimeRangeError(
