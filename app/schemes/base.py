@@ -38,10 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from app.pool import IdentityPool
+import pydantic
 
-if TYPE_CHECKING:
-    import pydantic
+from app.pool import IdentityPool
 
 Clock = Callable[[], int]
 """Returns nanoseconds since the Unix epoch, like :func:`time.time_ns`."""
@@ -76,6 +75,18 @@ class SchemeOption:
     choices: tuple[str, ...] = ()
 
 
+class SchemeSettings(pydantic.BaseModel):
+    """Base of every scheme's :attr:`Scheme.settings_model`. Its hooks receive the node's whole
+    :class:`app.settings.Settings`, which joins that model to :class:`app.settings.CoreSettings`; the core fields a
+    hook may read are declared here for the type checker only (at run time this model has no fields)."""
+
+    if TYPE_CHECKING:
+        region: int
+        """This fleet's region (``IDMINT_REGION``)."""
+        regions: int
+        """How many regions slice every leased identity space (``IDMINT_REGIONS``)."""
+
+
 IDMINT_KEY_PREFIX = "idmint/"
 """etcd keys of idmint's own pools live under ``<namespace>idmint/<scheme>/``."""
 MARKS_KEY_PREFIX = "idmint/marks/"
@@ -83,7 +94,7 @@ MARKS_KEY_PREFIX = "idmint/marks/"
 
 
 def idmint_pool(
-    scheme: str, kind: str, space: tuple[int, int], settings: Any, *, group: str = "", **more: Any
+    scheme: str, kind: str, space: tuple[int, int], settings: SchemeSettings, *, group: str = "", **more: Any
 ) -> IdentityPool:
     """The usual pool: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
     ``idmint/marks/<scheme>/[<group>/]<identity>``, in the region ``settings.region`` of ``settings.regions``.
@@ -338,8 +349,9 @@ class Scheme(abc.ABC):
     decode_options: ClassVar[tuple[SchemeOption, ...]] = ()
     """Query parameters of ``GET /v1/decode/{scheme}/{id}`` (snowflake: "layout"); unknown ones are a 422."""
     settings_model: ClassVar[type[pydantic.BaseModel] | None] = None
-    """A pydantic model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``), each with
-    ``Field(description=...)`` (the README's settings table documents them), plus its validators. None = none."""
+    """A :class:`SchemeSettings` model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``),
+    each with ``Field(description=...)`` (the README's settings table documents them), plus its validators; the
+    scheme's hooks take ``settings`` typed as that model. None = none."""
     shares_generator_with: ClassVar[str | None] = None
     """The name of the scheme whose issuer (generator, claimed identity, marks) this scheme issues through; the node
     builds this scheme's generator with :meth:`share_generator` from that scheme's. None = its own issuer."""

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
@@ -46,6 +46,7 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeSettings,
     grouped,
     hex_word,
     idmint_pool,
@@ -199,7 +200,7 @@ def decode_canonical(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
-class MuidSettings(BaseModel):
+class MuidSettings(SchemeSettings):
     """Muid settings (joined into :class:`app.settings.Settings`; env ``IDMINT_MUID_*``)."""
 
     muid_medallion: int | None = Field(
@@ -258,7 +259,7 @@ class MuidScheme(Scheme):
         "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
     }
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: MuidSettings) -> IdentityPool:
         """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``; not sliced
         by regions (uniqueness rests on the random draw)."""
         return idmint_pool(
@@ -274,7 +275,7 @@ class MuidScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: MuidSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
     ) -> Generator:
         return MuidGenerator(identities[0], clock=clock, floor=floor)
 

@@ -50,6 +50,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
 )
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
@@ -250,7 +251,12 @@ class TypeIdScheme(Scheme):
         return text
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> TypeIdGenerator:
         """A TypeID generator around a new uuidv7 generator (``floor`` in ms). A node sharing one uuidv7 generator
         between the two schemes wraps it with :meth:`generator_around` instead.

@@ -34,7 +34,17 @@ from typing import Any, ClassVar
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Run, Scheme
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Run,
+    Scheme,
+    SchemeSettings,
+)
 from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -171,7 +181,12 @@ class UlidScheme(Scheme):
     token_pattern: ClassVar[str | None] = r"[0-9A-Za-z]{26}"
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> UlidGenerator:
         """A generator for this node (no leased identity: ``identities`` must be empty); ``floor`` in ms.
 

@@ -38,7 +38,17 @@ import numpy.typing as npt
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _text
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Run, Scheme
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Run,
+    Scheme,
+    SchemeSettings,
+)
 from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -228,7 +238,12 @@ class Uuidv7Scheme(Scheme):
     token_pattern: ClassVar[str | None] = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> Uuidv7Generator:
         """A generator for this node (no leased identity: ``identities`` must be empty); ``floor`` in ms.
 

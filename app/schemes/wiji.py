@@ -43,6 +43,7 @@ from app.schemes.base import (
     RandomSource,
     Run,
     Scheme,
+    SchemeSettings,
     grouped,
     hex_word,
     scalar_lines,
@@ -301,12 +302,17 @@ class WijiScheme(Scheme):
     }
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = os.urandom,
     ) -> Generator:
         """No claimed identity: a random part drawn once per generator (52 bits)."""
         return WijiGenerator(clock=clock, rng=random)
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: SchemeSettings, generator: Generator | None) -> dict[str, Any]:
         return {"random_part": self.registration(generator)} if generator is not None else {}
 
     def registration(self, generator: Generator) -> str | None:

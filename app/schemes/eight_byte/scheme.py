@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from app.pool import IdentityPool
 from app.schemes.base import (
@@ -17,6 +17,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
     grouped,
 )
 from app.schemes.eight_byte.codec import (
@@ -40,7 +41,7 @@ from app.schemes.eight_byte.generator import (
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
-class EightByteSettings(BaseModel):
+class EightByteSettings(SchemeSettings):
     """Eight-byte settings (joined into :class:`app.settings.Settings`; env ``IDMINT_CLUSTER_ID``,
     ``IDMINT_EIGHT_BYTE_*``)."""
 
@@ -157,7 +158,7 @@ class EightByteScheme(Scheme):
         "1: the timestamp sits in the top bits, so IDs sort by time.",
     }
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: EightByteSettings) -> IdentityPool:
         """Generator IDs of the region's slice of 0..2047 (narrowed by ``IDMINT_EIGHT_BYTE_POOL``), claimed in
         java-uniqueid's layout ``pool/<cluster>:<id>`` (allowed clusters in the ``cluster-id`` key), marks at
         ``idmint/marks/eight-byte/<cluster>/<id>``.
@@ -185,16 +186,21 @@ class EightByteScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self,
+        settings: EightByteSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = os.urandom,
     ) -> Generator:
         return EightByteGenerator(
             identities, settings.cluster_id, clock=clock, floor=floor, lookback_ms=settings.eight_byte_lookback_ms
         )
 
-    def describe(self, settings: Any) -> dict[str, Any]:
+    def describe(self, settings: EightByteSettings) -> dict[str, Any]:
         return {"limits": {"ids_per_ms_per_generator_id": SEQUENCE_VALUES}}
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: EightByteSettings, generator: Generator | None) -> dict[str, Any]:
         return {"cluster_id": settings.cluster_id}
 
     def words(self, fields: dict[str, Any]) -> dict[str, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
@@ -17,6 +17,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
     grouped,
     hex_word,
     idmint_pool,
@@ -43,7 +44,7 @@ from app.schemes.hlc_ulid.generator import (
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
-class HlcUlidSettings(BaseModel):
+class HlcUlidSettings(SchemeSettings):
     """HLC-ULID settings (joined into :class:`app.settings.Settings`; env ``IDMINT_HLC_ULID_*``)."""
 
     hlc_ulid_publisher_id: int | None = Field(
@@ -127,7 +128,7 @@ class HlcUlidScheme(Scheme):
         except InvalidIdError as exc:
             raise InvalidOptionError(f"after must be an HLC-ULID: {exc}") from exc
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: HlcUlidSettings) -> IdentityPool:
         """The region's slice of publisher IDs 0..65535, at ``idmint/hlc-ulid/<n>``."""
         return idmint_pool(
             self.name,
@@ -139,7 +140,12 @@ class HlcUlidScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self,
+        settings: HlcUlidSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = os.urandom,
     ) -> Generator:
         return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
 

@@ -13,6 +13,7 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeSettings,
 )
 from app.schemes.ksuid.codec import (
     BASE62_LEN,
@@ -75,7 +76,7 @@ class KsuidScheme(Scheme):
 
     def new_generator(
         self,
-        settings: Any,
+        settings: SchemeSettings,
         identities: list[int],
         floor: int,
         clock: Clock,
@@ -89,10 +90,10 @@ class KsuidScheme(Scheme):
         """
         return KsuidGenerator(clock=clock, random=random, floor=floor)
 
-    def describe(self, settings: Any) -> dict[str, Any]:
+    def describe(self, settings: SchemeSettings) -> dict[str, Any]:
         return {"limits": {"timestamp_unit": "1 s", "ids_per_second": f"2**{PAYLOAD_BITS} (then the second advances)"}}
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: SchemeSettings, generator: Generator | None) -> dict[str, Any]:
         return {}
 
     def registration(self, generator: Generator) -> str | None:

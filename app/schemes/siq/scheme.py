@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import InvalidIdError
 from app.pool import IdentityPool
@@ -17,6 +17,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
     grouped,
     hex_word,
     idmint_pool,
@@ -54,7 +55,7 @@ from app.schemes.siq.generator import (
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
-class SiqSettings(BaseModel):
+class SiqSettings(SchemeSettings):
     """SIQ settings (joined into :class:`app.settings.Settings`; env ``IDMINT_SIQ_*``)."""
 
     siq_shard: int | None = Field(None, ge=0, le=SHARD_MAX, description="Static SIQ shard (0..255); unset = claim one.")
@@ -168,7 +169,7 @@ class SiqScheme(Scheme):
         "qualifier": "What kind of object the ID names: the low 3 to 5 bits.",
     }
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: SiqSettings) -> IdentityPool:
         """The region's slice of shards 0..255 per domain: ``idmint/siq/<domain hash, 8 hex>/<shard>``."""
         return idmint_pool(
             self.name,
@@ -182,11 +183,11 @@ class SiqScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: SiqSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
     ) -> Generator:
         return SiqGenerator(identities[0], settings.siq_domain, clock=clock, floor=floor)
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: SiqSettings, generator: Generator | None) -> dict[str, Any]:
         return {"domain": settings.siq_domain, "domain_hash": domain_hash(settings.siq_domain)}
 
     def words(self, fields: dict[str, Any]) -> dict[str, str]:

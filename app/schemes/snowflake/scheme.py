@@ -16,6 +16,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
     grouped,
     idmint_pool,
 )
@@ -39,7 +40,7 @@ from app.schemes.snowflake.generator import (
 # --- settings -----------------------------------------------------------------------------------------------------
 
 
-class SnowflakeSettings(BaseModel):
+class SnowflakeSettings(SchemeSettings):
     """Snowflake settings, a mixin of :class:`app.settings.Settings` (env ``IDMINT_SNOWFLAKE_*``)."""
 
     snowflake_layout: str = Field(
@@ -206,7 +207,7 @@ class SnowflakeScheme(Scheme):
 
     # -- contract: settings, identity, generator ------------------------------------------------------------------
 
-    def configured(self, settings: Any) -> SnowflakeScheme:
+    def configured(self, settings: SnowflakeSettings) -> SnowflakeScheme:
         """The scheme in the node's layout (``settings.snowflake_layout``)."""
         layout = Layout.parse(settings.snowflake_layout)
         return self if layout == self.snowflake_layout else SnowflakeScheme(layout)
@@ -225,7 +226,7 @@ class SnowflakeScheme(Scheme):
             raise InvalidOptionError(f"layout must be {LAYOUT_RULE}, got {options['layout']!r}: {exc}") from None
         return self if layout == self.snowflake_layout else SnowflakeScheme(layout)
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: SnowflakeSettings) -> IdentityPool:
         """Worker IDs of the region's slice of 0..2**W-1 (narrowed by ``IDMINT_SNOWFLAKE_POOL``),
         ``snowflake_workers`` held at once, or the static ``snowflake_worker_id``; keys
         ``idmint/snowflake/<layout>/<id>``. The layout names the key space but is not carried in the ID (two layouts
@@ -246,7 +247,7 @@ class SnowflakeScheme(Scheme):
 
     def new_generator(
         self,
-        settings: Any,
+        settings: SnowflakeSettings,
         identities: list[int],
         floor: int,
         clock: Clock,
@@ -259,7 +260,7 @@ class SnowflakeScheme(Scheme):
             layout, identities, clock=clock, floor=floor, lookback_units=lookback_units, random=random
         )
 
-    def describe(self, settings: Any) -> dict[str, Any]:
+    def describe(self, settings: SnowflakeSettings) -> dict[str, Any]:
         """``{"snowflake_layout": {...}, "limits": {"ids_per_unit_per_worker_id", "unit_ms", "worker_ids",
         "ids_per_second"}}`` for the node's layout and worker count (not "layout": that member of the
         ``/v1/schemes`` entry is the bit layout every scheme has)."""
@@ -275,7 +276,7 @@ class SnowflakeScheme(Scheme):
             },
         }
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: SnowflakeSettings, generator: Generator | None) -> dict[str, Any]:
         return {"layout": self.configured(settings).snowflake_layout.name}
 
     def registration(self, generator: Generator) -> str | None:
