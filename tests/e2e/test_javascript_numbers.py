@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page
 
-from app.schemes.snowflake import JS53, TWITTER, Layout
-from app.schemes.snowflake_batch import SnowflakeGenerator
+from app.schemes.snowflake import JS53, TWITTER, Layout, SnowflakeGenerator
 from tests.helpers import FakeClock
 
 
