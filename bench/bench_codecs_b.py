@@ -28,7 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.schemes import ksuid, ksuid_batch, snowflake, snowflake_batch, wiji
+from app.schemes import ksuid, snowflake, wiji
+from app.schemes.ksuid import generator as ksuid_batch
+from app.schemes.snowflake import generator as snowflake_batch
 
 NOW_NS = 1_763_888_400_000_000_000  # 2025-11-23T09:00:00Z
 

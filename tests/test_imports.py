@@ -3,10 +3,8 @@
 Every ``import app...`` / ``from app... import ...`` in every module counts, wherever it sits (module level, inside a
 function, under ``if TYPE_CHECKING``): a lazy import hides a circle from the interpreter, not from a reader. An
 edge goes to the module named (``from app.lease.etcd import keys`` -> ``app.lease.etcd.keys``), not to the parent
-packages Python also initialises. The cycles are the strongly connected components of that graph.
-
-One known exception, restructured by issue #22: a scheme module and its ``<scheme>_batch`` sibling import each
-other (the batch module imports the scheme's layout constants; the scheme imports its batch at the bottom).
+packages Python also initialises. The cycles are the strongly connected components of that graph; there must be none
+(a big scheme is a package whose modules import one way: codec, then generator, then scheme).
 """
 
 from __future__ import annotations
@@ -15,12 +13,6 @@ import ast
 from pathlib import Path
 
 APP = Path(__file__).resolve().parents[1] / "app"
-
-SCHEME_BATCH_PAIRS = {
-    frozenset({f"app.schemes.{name}", f"app.schemes.{name}_batch"})
-    for name in ("eight_byte", "hlc_ulid", "ksuid", "siq", "snowflake")
-}
-"""Scheme/batch sibling pairs allowed to import each other until issue #22 (and only each other)."""
 
 
 def _modules() -> dict[str, Path]:
@@ -92,7 +84,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_no_import_cycle_between_app_modules() -> None:
     modules = _modules()
     graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
-    cycles = [sorted(c) for c in _cycles(graph) if frozenset(c) not in SCHEME_BATCH_PAIRS]
+    cycles = [sorted(c) for c in _cycles(graph)]
     assert not cycles, f"import cycles between app modules: {cycles}"
 
 

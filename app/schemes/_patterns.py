@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from app.schemes import schemes
+
 HEX_LOWER = "[0-9a-f]"
 UUID = f"{HEX_LOWER}{{8}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{12}}"
 CROCKFORD_128 = "[0-7][0-9A-HJKMNP-TV-Z]{25}"
@@ -43,5 +45,9 @@ TOKEN_PATTERNS: Mapping[str, Mapping[str, str]] = {
 
 
 def token_patterns(scheme: str) -> dict[str, str]:
-    """``{format: pattern}`` of ``scheme`` (empty for a scheme without a table entry)."""
-    return dict(TOKEN_PATTERNS.get(scheme, {}))
+    """``{format: pattern}`` of ``scheme``: its entry above, else the registered scheme's own
+    :attr:`~app.schemes.base.Scheme.format_patterns` (empty for an unknown name)."""
+    if scheme in TOKEN_PATTERNS:
+        return dict(TOKEN_PATTERNS[scheme])
+    registered = schemes().get(scheme)
+    return dict(registered.format_patterns) if registered is not None else {}

@@ -7,7 +7,8 @@ metrics. It provides:
   big-endian integer;
 * a :class:`Scheme` subclass instance, ``SCHEME``, that the registry (:mod:`app.schemes`) serves;
 * a :class:`Generator` subclass whose clock and randomness are constructor arguments, and its :class:`Batch`
-  (big modules put both in ``<name>_batch.py``, re-exported; numpy text helpers are in :mod:`app.schemes._text`).
+  (a big scheme is a package: ``codec``, then ``generator``, then ``scheme``, importing one way, its
+  ``__init__`` re-exporting; numpy text helpers are in :mod:`app.schemes._text`).
 
 Everything the service knows about a scheme comes from its ``SCHEME`` (nothing outside ``app/schemes`` names a
 scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
@@ -35,13 +36,13 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import pydantic
 
 from app.pool import IdentityPool
 
 if TYPE_CHECKING:
-    import pydantic
-
     from app.schemes.time_order import TimeOrder
 
 Clock = Callable[[], int]
@@ -77,6 +78,18 @@ class SchemeOption:
     choices: tuple[str, ...] = ()
 
 
+class SchemeSettings(pydantic.BaseModel):
+    """Base of every scheme's :attr:`Scheme.settings_model`. Its hooks receive the node's whole
+    :class:`app.settings.Settings`, which joins that model to :class:`app.settings.CoreSettings`; the core fields a
+    hook may read are declared here for the type checker only (at run time this model has no fields)."""
+
+    if TYPE_CHECKING:
+        region: int
+        """This fleet's region (``IDMINT_REGION``)."""
+        regions: int
+        """How many regions slice every leased identity space (``IDMINT_REGIONS``)."""
+
+
 IDMINT_KEY_PREFIX = "idmint/"
 """etcd keys of idmint's own pools live under ``<namespace>idmint/<scheme>/``."""
 MARKS_KEY_PREFIX = "idmint/marks/"
@@ -84,7 +97,7 @@ MARKS_KEY_PREFIX = "idmint/marks/"
 
 
 def idmint_pool(
-    scheme: str, kind: str, space: tuple[int, int], settings: Any, *, group: str = "", **more: Any
+    scheme: str, kind: str, space: tuple[int, int], settings: SchemeSettings, *, group: str = "", **more: Any
 ) -> IdentityPool:
     """The usual pool: claims at ``idmint/<scheme>/[<group>/]<identity>``, marks at
     ``idmint/marks/<scheme>/[<group>/]<identity>``, in the region ``settings.region`` of ``settings.regions``.
@@ -124,6 +137,35 @@ def hex_word(value: int, digits: int) -> str:
     return f"-0x{-value:0{digits}X}" if value < 0 else f"0x{value:0{digits}X}"
 
 
+class TextForms:
+    """A scheme's text forms: format name -> encoder of a packed integer, the first canonical (``"canonical"`` is
+    its alias). Lives with the codec, so the scheme and its batches format through one table without importing
+    each other: ``TEXT = TextForms("ksuid", base62=encode_base62, hex=encode_hex)``."""
+
+    def __init__(self, scheme: str, **encoders: Callable[[int], str]) -> None:
+        self.scheme = scheme
+        self.encoders = encoders
+        self.formats = tuple(encoders)
+        self._names: dict[str | None, str] = {fmt: fmt for fmt in self.formats}
+        self._names[None] = self._names["canonical"] = self.formats[0]
+
+    def resolve(self, fmt: str | None) -> str:
+        """Map None/"canonical" to the canonical form; raise InvalidOptionError for a form not in ``formats``."""
+        try:
+            return self._names[fmt]
+        except KeyError:
+            from app.errors import InvalidOptionError
+
+            raise InvalidOptionError(
+                f"format must be one of {', '.join(('canonical',) + self.formats)} for {self.scheme}, got {fmt!r}"
+            ) from None
+
+    def format(self, value: int, fmt: str) -> str:
+        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format)."""
+        name = self._names.get(fmt)
+        return self.encoders[name if name is not None else self.resolve(fmt)](value)
+
+
 SMALL_BATCH = 8
 """Up to this many IDs, per-ID scalar formatting beats the column-wise numpy encoders' fixed cost."""
 
@@ -132,6 +174,16 @@ def scalar_lines(format_one: Callable[[int, str], str], values: list[int], fmt: 
     """``values`` formatted one by one with ``format_one(value, fmt)``, each followed by a newline (ASCII): the
     small-batch path of :meth:`Batch.encode`."""
     return "".join([format_one(v, fmt) + "\n" for v in values]).encode("ascii")
+
+
+class Run(NamedTuple):
+    """``count`` consecutive slots of one tick, the piece every batch is made of: ``tick`` is the timestamp in
+    native units, ``first`` the first slot used in it (a sequence, counter or random value, or eight-byte's and
+    snowflake's slot = generator index * sequences + sequence)."""
+
+    tick: int
+    first: int
+    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 @dataclass
@@ -190,6 +242,27 @@ class Batch(abc.ABC):
         return {}
 
 
+class ScalarBatch(Batch):
+    """IDs formatted one by one (:func:`scalar_lines`): the default batch. A scheme writes a column-wise (numpy)
+    encoder of its own only where a benchmark (``bench/``) shows the need."""
+
+    def __init__(self, text_forms: TextForms, values: list[int], high_water: int) -> None:
+        self.text_forms = text_forms
+        self._values = values
+        self.count = len(values)
+        self._high_water = high_water
+
+    def encode(self, fmt: str) -> bytes:
+        return scalar_lines(self.text_forms.format, self._values, self.text_forms.resolve(fmt))
+
+    def values(self) -> list[int]:
+        return self._values
+
+    @property
+    def high_water(self) -> int:
+        return self._high_water if self._values else -1
+
+
 class Generator(abc.ABC):
     """Issues IDs for one node identity; monotonic; never repeats an ID, also when the clock steps back.
 
@@ -239,7 +312,20 @@ class Scheme(abc.ABC):
     packed_bytes: ClassVar[int]
     """Packed size in bytes (hex in decode output has 2 * packed_bytes digits): 16, 8, 16, 14, 16."""
     formats: ClassVar[tuple[str, ...]]
-    """Output text forms; the first is canonical. ``"canonical"`` is accepted everywhere as its alias."""
+    """Output text forms; the first is canonical. ``"canonical"`` is accepted everywhere as its alias. Set from
+    :attr:`text_forms` when the scheme declares that table."""
+    text_forms: ClassVar[TextForms | None] = None
+    """The codec's table of text forms (:class:`TextForms`): when set, it gives :attr:`formats` and the default
+    :meth:`format`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        forms = cls.__dict__.get("text_forms")
+        if forms is not None:
+            cls.formats = forms.formats
+            if "format" not in cls.__dict__:  # the table's own method, one call less on every formatted ID
+                setattr(cls, "format", staticmethod(forms.format))  # noqa: B010
+
     text_width: ClassVar[dict[str, int]]
     """Characters per ID for each fixed-width format (decimal forms may be absent)."""
     timestamp_digits: ClassVar[int]
@@ -269,13 +355,17 @@ class Scheme(abc.ABC):
     token_pattern: ClassVar[str | None] = None
     """Regex (no anchors, no capturing groups needed) of this scheme's ID shape in free text. A token of this shape
     is shown even when it does not parse, so a support engineer sees why the ID in a log line is invalid."""
+    format_patterns: ClassVar[dict[str, str]] = {}
+    """Format -> regex of an issued ID's whole shape in that form (published in ``/v1/schemes`` as
+    ``token_patterns``; the built-in schemes' live in :mod:`app.schemes._patterns`)."""
     options: ClassVar[tuple[SchemeOption, ...]] = ()
     """The issue routes' scheme-specific parameters (query parameters of GET, JSON members of POST)."""
     decode_options: ClassVar[tuple[SchemeOption, ...]] = ()
     """Query parameters of ``GET /v1/decode/{scheme}/{id}`` (snowflake: "layout"); unknown ones are a 422."""
     settings_model: ClassVar[type[pydantic.BaseModel] | None] = None
-    """A pydantic model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``), each with
-    ``Field(description=...)`` (the README's settings table documents them), plus its validators. None = none."""
+    """A :class:`SchemeSettings` model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``),
+    each with ``Field(description=...)`` (the README's settings table documents them), plus its validators; the
+    scheme's hooks take ``settings`` typed as that model. None = none."""
     shares_generator_with: ClassVar[str | None] = None
     """The name of the scheme whose issuer (generator, claimed identity, marks) this scheme issues through; the node
     builds this scheme's generator with :meth:`share_generator` from that scheme's. None = its own issuer."""
@@ -371,9 +461,12 @@ class Scheme(abc.ABC):
         Raises :class:`~app.errors.InvalidIdError` whose message names the rule broken.
         """
 
-    @abc.abstractmethod
     def format(self, value: int, fmt: str) -> str:
-        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format)."""
+        """Text form ``fmt`` of a packed integer (InvalidOptionError for an unknown format). Default: through
+        :attr:`text_forms`; a scheme without that table overrides this."""
+        if self.text_forms is None:
+            raise NotImplementedError(f"{self.name} declares no text_forms and formats nothing")
+        return self.text_forms.format(value, fmt)
 
     @abc.abstractmethod
     def fields(self, value: int) -> dict[str, Any]:

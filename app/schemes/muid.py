@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.pool import IdentityPool
@@ -49,12 +49,14 @@ from app.schemes.base import (
     LayoutField,
     RandomSource,
     Scheme,
+    SchemeSettings,
     grouped,
     hex_word,
     idmint_pool,
     no_options,
     scalar_lines,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -108,6 +110,10 @@ _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt("Muid", [("timestamp", TIMESTAMP_BITS), ("medallion", MEDALLION_BITS), ("offset", OFFSET_BITS)])
+"""The layout's range check and bytes (the fields are signed: :func:`pack` and :func:`unpack` map -1)."""
+
+
 def pack(timestamp_us: int, medallion: int, offset: int) -> int:
     """Pack the three fields into the 128-bit integer.
 
@@ -132,7 +138,7 @@ def unpack(value: int) -> tuple[int, int, int]:
 
     Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`pack`.
     """
-    _check_packed(value)
+    PACKED.check(value)
     timestamp = (value >> TIMESTAMP_SHIFT) & TIMESTAMP_MASK
     medallion = (value >> MEDALLION_SHIFT) & MEDALLION_MASK
     offset = (value >> OFFSET_SHIFT) & OFFSET_MASK
@@ -143,25 +149,13 @@ def unpack(value: int) -> tuple[int, int, int]:
     )
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed Muid must be in 0..2**{PACKED_BITS}-1, got {value}")
-
-
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed Muid."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed Muid in 16 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a Muid has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed Muid."""
+from_bytes = PACKED.from_bytes
+"""The packed Muid in 16 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -169,7 +163,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_canonical(value: int) -> str:
     """``TTTTTTTTTTTTT-MMMMMMMMMMM-OOOOOOOO``: uppercase 13-11-8 hex, 34 characters."""
-    _check_packed(value)
+    PACKED.check(value)
     digits = f"{value:032X}"
     t_end = TIMESTAMP_HEX_LEN
     m_end = t_end + MEDALLION_HEX_LEN
@@ -210,7 +204,7 @@ def decode_canonical(text: str) -> int:
 # --- scheme -------------------------------------------------------------------------------------------------------
 
 
-class MuidSettings(BaseModel):
+class MuidSettings(SchemeSettings):
     """Muid settings (joined into :class:`app.settings.Settings`; env ``IDMINT_MUID_*``)."""
 
     muid_medallion: int | None = Field(
@@ -279,7 +273,7 @@ class MuidScheme(Scheme):
         "offset": "Position in the bundle of IDs issued together by one request (signed 32 bits; 0 names the bundle).",
     }
 
-    def identity_pool(self, settings: Any) -> IdentityPool:
+    def identity_pool(self, settings: MuidSettings) -> IdentityPool:
         """Medallions drawn at random from 0x10000000000..0x1FFFFFFFFFF, keys ``idmint/muid/<11 HEX>``; not sliced
         by regions (uniqueness rests on the random draw)."""
         return idmint_pool(
@@ -295,7 +289,7 @@ class MuidScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: MuidSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
     ) -> Generator:
         return MuidGenerator(identities[0], clock=clock, floor=floor)
 

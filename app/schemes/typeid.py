@@ -53,6 +53,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeOption,
+    SchemeSettings,
     no_options,
 )
 from app.schemes.uuidv7 import (
@@ -254,7 +255,12 @@ class TypeIdScheme(Scheme):
         return text
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> TypeIdGenerator:
         """A TypeID generator around a new uuidv7 generator (``floor`` in ms). A node sharing one uuidv7 generator
         between the two schemes wraps it with :meth:`generator_around` instead.
@@ -415,8 +421,8 @@ class TypeIdBatch(Batch):
         whose counters agree above bit 17: suffix characters 0..15 are constant along a run."""
         out: list[tuple[int, int, int]] = []
         for seg in self.uuids.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
-            counter, end = seg.first_counter, seg.first_counter + seg.count
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first, seg.first + seg.count
             while counter < end:
                 high = counter >> COUNTER_RUN_BITS << COUNTER_RUN_BITS
                 taken = min(end, high + (1 << COUNTER_RUN_BITS)) - counter

@@ -31,13 +31,25 @@ import ssl
 import time
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes import time_order as order
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, no_options
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Run,
+    Scheme,
+    SchemeSettings,
+    no_options,
+)
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -77,43 +89,31 @@ HEX_TAIL_COLUMN = HEX_LEN - HEX_TAIL_DIGITS  # 28
 # --- codec: fields <-> packed int ---------------------------------------------------------------------------------
 
 
+PACKED = PackedInt("ULID", [("timestamp_ms", TIMESTAMP_BITS), ("randomness", RANDOM_BITS)], article="")
+"""The layout: range check, pack/unpack, bytes and hex of a packed ULID."""
+
+
 def pack(timestamp_ms: int, randomness: int) -> int:
     """Pack ``timestamp_ms`` (0 .. 2**48 - 1) and ``randomness`` (0 .. 2**80 - 1) into the 128-bit integer.
 
     Raises ValueError naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    if not 0 <= timestamp_ms <= TIMESTAMP_MS_MAX:
-        raise ValueError(f"ULID timestamp_ms must be in 0..{TIMESTAMP_MS_MAX}, got {timestamp_ms}")
-    if not 0 <= randomness <= RANDOM_MAX:
-        raise ValueError(f"ULID randomness must be in 0..{RANDOM_MAX}, got {randomness}")
-    return timestamp_ms << TIMESTAMP_SHIFT | randomness
+    return PACKED.pack(timestamp_ms, randomness)
 
 
 def unpack(value: int) -> tuple[int, int]:
     """Split a packed ULID into ``(timestamp_ms, randomness)``; ValueError unless ``0 <= value < 2**128``."""
-    _check_packed(value)
+    PACKED.check(value)
     return value >> TIMESTAMP_SHIFT, value & RANDOM_MAX
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed ULID must be in 0..2**{PACKED_BITS}-1, got {value}")
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed ULID (the spec's binary layout)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed ULID in 16 big-endian bytes; ValueError for any other length."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"ULID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    return int.from_bytes(data, "big")
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed ULID (the spec's binary layout)."""
+from_bytes = PACKED.from_bytes
+"""The packed ULID in 16 big-endian bytes; ValueError for any other length."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_ulid(value: int) -> str:
     """The canonical text: 26 uppercase Crockford base32 characters."""
-    _check_packed(value)
+    PACKED.check(value)
     return _crockford.encode(value)
 
 
@@ -135,14 +135,13 @@ def decode_ulid(text: str) -> int:
 
 def encode_uuid(value: int) -> str:
     """The same 128 bits as an 8-4-4-4-12 lowercase UUID (python-ulid's ``to_uuid()``; no version bits set)."""
-    _check_packed(value)
+    PACKED.check(value)
     return uuid_text(value)
 
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_uuid_or_hex(text: str) -> int:
@@ -186,7 +185,12 @@ class UlidScheme(Scheme):
     token_pattern: ClassVar[str | None] = r"[0-9A-Za-z]{26}"
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> UlidGenerator:
         """A generator for this node (no leased identity: ``identities`` must be empty); ``floor`` in ms.
 
@@ -240,24 +244,16 @@ SCHEME = UlidScheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` ULIDs of one millisecond: randomness first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_random: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
-def split_runs(segments: tuple[Segment, ...], low_bits: int) -> list[tuple[int, int, int]]:
+def split_runs(segments: tuple[Run, ...], low_bits: int) -> list[tuple[int, int, int]]:
     """``(value with the low ``low_bits`` zero, first low value, count)`` per run of IDs agreeing above them."""
     slots = 1 << low_bits
     out: list[tuple[int, int, int]] = []
     for seg in segments:
-        random, end = seg.first_random, seg.first_random + seg.count
+        random, end = seg.first, seg.first + seg.count
         while random < end:
             high = random >> low_bits << low_bits
             taken = min(end, high + slots) - random
-            out.append((seg.timestamp_ms << TIMESTAMP_SHIFT | high, random - high, taken))
+            out.append((seg.tick << TIMESTAMP_SHIFT | high, random - high, taken))
             random += taken
     return out
 
@@ -270,7 +266,7 @@ class UlidBatch(Batch):
     written, from slices of a table: no per-ID arithmetic.
     """
 
-    def __init__(self, segments: tuple[Segment, ...]) -> None:
+    def __init__(self, segments: tuple[Run, ...]) -> None:
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
 
@@ -293,14 +289,14 @@ class UlidBatch(Batch):
 
     def values(self) -> list[int]:
         return [
-            seg.timestamp_ms << TIMESTAMP_SHIFT | random
+            seg.tick << TIMESTAMP_SHIFT | random
             for seg in self.segments
-            for random in range(seg.first_random, seg.first_random + seg.count)
+            for random in range(seg.first, seg.first + seg.count)
         ]
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -354,14 +350,14 @@ class UlidGenerator(Generator):
             ms, random = self._last_ms + 1, self._fresh()  # restored floor at or above the clock
         else:
             ms, random = self._last_ms, self._last_random + 1
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             if random > RANDOM_MAX:
                 self.stats.sequence_exhausted += 1
                 ms, random = ms + 1, self._fresh()
             taken = min(remaining, RANDOM_SLOTS - random)
-            segments.append(Segment(ms, random, taken))
+            segments.append(Run(ms, random, taken))
             random += taken
             remaining -= taken
         if ms > TIMESTAMP_MS_MAX:

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +41,19 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _text
 from app.schemes import time_order as order
 from app.schemes._uuid_text import read_uuid_text, uuid_text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, LayoutField, RandomSource, Scheme, no_options
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    LayoutField,
+    RandomSource,
+    Run,
+    Scheme,
+    SchemeSettings,
+    no_options,
+)
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -118,14 +130,7 @@ def pack(timestamp_ms: int, rand_a: int, rand_b: int) -> int:
     ``timestamp_ms`` in 0 .. 2**48 - 1, ``rand_a`` in 0 .. 0xFFF, ``rand_b`` in 0 .. 2**62 - 1. Raises ValueError
     naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    for name, value, maximum in (
-        ("timestamp_ms", timestamp_ms, TIMESTAMP_MS_MAX),
-        ("rand_a", rand_a, RAND_A_MAX),
-        ("rand_b", rand_b, RAND_B_MAX),
-    ):
-        if not 0 <= value <= maximum:
-            raise ValueError(f"UUIDv7 {name} must be in 0..{maximum}, got {value}")
-    return timestamp_ms << TIMESTAMP_SHIFT | rand_a << RAND_A_SHIFT | rand_b << RAND_B_SHIFT | FLAGS
+    return PACKED.pack(timestamp_ms, rand_a, rand_b)
 
 
 def unpack(value: int) -> tuple[int, int, int]:
@@ -133,7 +138,7 @@ def unpack(value: int) -> tuple[int, int, int]:
 
     Raises ValueError unless ``value`` is a 128-bit integer with version 7 and variant 10. Inverse of :func:`pack`.
     """
-    _check_packed(value)
+    PACKED.check(value)
     return value >> TIMESTAMP_SHIFT, (value >> RAND_A_SHIFT) & RAND_A_MAX, value & RAND_B_MAX
 
 
@@ -149,30 +154,28 @@ def version_problem(value: int) -> str | None:
     return None
 
 
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed UUIDv7 must be in 0..2**{PACKED_BITS}-1, got {value}")
-    problem = version_problem(value)
-    if problem:
-        raise ValueError(problem)
+PACKED = PackedInt(
+    "UUIDv7",
+    [
+        ("timestamp_ms", TIMESTAMP_BITS),
+        ("version", VERSION_BITS, None, VERSION),
+        ("rand_a", RAND_A_BITS),
+        ("variant", VARIANT_BITS, None, VARIANT),
+        ("rand_b", RAND_B_BITS),
+    ],
+    bytes_noun="a UUID",
+    problem=version_problem,
+)
+"""The layout: range, version and variant check, pack/unpack, bytes and hex of a packed UUIDv7."""
 
 
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed UUIDv7."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed UUIDv7 in 16 big-endian bytes; ValueError for another length, version or variant."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a UUID has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    value = int.from_bytes(data, "big")
-    _check_packed(value)
-    return value
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed UUIDv7."""
+from_bytes = PACKED.from_bytes
+"""The packed UUIDv7 in 16 big-endian bytes; ValueError for another length, version or variant."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -180,14 +183,13 @@ def from_bytes(data: bytes) -> int:
 
 def encode_uuid(value: int) -> str:
     """The canonical text: 8-4-4-4-12 lowercase hex (RFC 9562 section 4)."""
-    _check_packed(value)
+    PACKED.check(value)
     return uuid_text(value)
 
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_uuid(text: str) -> int:
@@ -240,7 +242,12 @@ class Uuidv7Scheme(Scheme):
     token_pattern: ClassVar[str | None] = r"[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}"
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = ssl.RAND_bytes
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = ssl.RAND_bytes,
     ) -> Uuidv7Generator:
         """A generator for this node (no leased identity: ``identities`` must be empty); ``floor`` in ms.
 
@@ -295,14 +302,6 @@ SCHEME = Uuidv7Scheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` IDs of one millisecond: counters first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_counter: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
 class _Ramp(threading.local):
     def __init__(self) -> None:
         self.values: npt.NDArray[np.uint64] = np.arange(0, dtype=np.uint64)
@@ -327,14 +326,14 @@ class Uuidv7Batch(Batch):
     ``tails`` holds the big-endian 32-bit tails, 4 bytes per ID, in issue order (more bytes may follow).
     """
 
-    def __init__(self, segments: tuple[Segment, ...], tails: bytes) -> None:
+    def __init__(self, segments: tuple[Run, ...], tails: bytes) -> None:
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
         self.tails = tails
 
     def runs(self) -> list[tuple[int, int]]:
         """``(value with the low 80 bits zero, count)`` per millisecond run (see :mod:`app.schemes._columns`)."""
-        return [(seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS, seg.count) for seg in self.segments]
+        return [(seg.tick << TIMESTAMP_SHIFT | FLAGS, seg.count) for seg in self.segments]
 
     def columns(self) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
         """The varying bits of every ID: ``(hi16, lo64)`` uint64 columns (bits 79..64 and 63..0).
@@ -347,7 +346,7 @@ class Uuidv7Batch(Batch):
         lo64 = _text.scratch("uuidv7-lo64", count, np.uint64)
         start = 0
         for seg in self.segments:
-            np.add(ramp(seg.count), np.uint64(seg.first_counter), out=counters[start : start + seg.count])
+            np.add(ramp(seg.count), np.uint64(seg.first), out=counters[start : start + seg.count])
             start += seg.count
         np.right_shift(counters, np.uint64(COUNTER_LOW_BITS), out=hi16)
         np.bitwise_or(hi16, np.uint64(VERSION << (VERSION_SHIFT - RAND_A_SHIFT)), out=hi16)
@@ -362,8 +361,8 @@ class Uuidv7Batch(Batch):
         whose counters agree above bit 15: in the text only counter bits 15..0 and the tail vary along a run."""
         out: list[tuple[int, int, int]] = []
         for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
-            counter, end = seg.first_counter, seg.first_counter + seg.count
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
+            counter, end = seg.first, seg.first + seg.count
             while counter < end:
                 high = counter >> COUNTER_CHUNK_BITS << COUNTER_CHUNK_BITS
                 taken = min(end, high + COUNTER_CHUNK_SLOTS) - counter
@@ -409,9 +408,9 @@ class Uuidv7Batch(Batch):
         out: list[int] = []
         start = 0
         for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | FLAGS
+            base = seg.tick << TIMESTAMP_SHIFT | FLAGS
             for offset in range(seg.count):
-                counter = seg.first_counter + offset
+                counter = seg.first + offset
                 out.append(
                     base
                     | (counter >> COUNTER_LOW_BITS) << RAND_A_SHIFT
@@ -423,7 +422,7 @@ class Uuidv7Batch(Batch):
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -486,14 +485,14 @@ class Uuidv7Generator(Generator):
             ms, counter = self._last_ms + 1, self._seed(draw)  # restored floor at or above the clock
         else:
             ms, counter = self._last_ms, self._counter + 1
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             if counter > COUNTER_MAX:
                 self.stats.sequence_exhausted += 1
                 ms, counter = ms + 1, self._seed(self._draw(COUNTER_SEED_BYTES))
             taken = min(remaining, COUNTER_SLOTS - counter)
-            segments.append(Segment(ms, counter, taken))
+            segments.append(Run(ms, counter, taken))
             counter += taken
             remaining -= taken
         if ms > TIMESTAMP_MS_MAX:

@@ -31,7 +31,7 @@ import os
 import time
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
@@ -44,12 +44,15 @@ from app.schemes.base import (
     GeneratorStats,
     LayoutField,
     RandomSource,
+    Run,
     Scheme,
+    SchemeSettings,
     grouped,
     hex_word,
     no_options,
     scalar_lines,
 )
+from app.schemes.packed import PackedInt
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -114,14 +117,7 @@ def pack(timestamp_us: int, sequence: int, random: int) -> int:
     ``timestamp_us`` in 0 .. 2**54 - 1, ``sequence`` in 0 .. 0xFFFF, ``random`` in 0 .. 2**52 - 1. Raises ValueError
     naming the field whose range is broken. Inverse of :func:`unpack`.
     """
-    for name, value, maximum in (
-        ("timestamp_us", timestamp_us, TIMESTAMP_US_MAX),
-        ("sequence", sequence, SEQUENCE_MAX),
-        ("random", random, RANDOM_MAX),
-    ):
-        if not 0 <= value <= maximum:
-            raise ValueError(f"Wiji {name} must be in 0..{maximum}, got {value}")
-    return timestamp_us << TIMESTAMP_SHIFT | sequence << SEQUENCE_SHIFT | VERSION << VERSION_SHIFT | random
+    return PACKED.pack(timestamp_us, sequence, random)
 
 
 def unpack(value: int) -> tuple[int, int, int]:
@@ -130,20 +126,12 @@ def unpack(value: int) -> tuple[int, int, int]:
     Raises ValueError unless ``value`` is a valid Wiji v1 (0 <= value < 2**128, version nibble 1, timestamp below
     2**54 µs). Inverse of :func:`pack`.
     """
-    _check_packed(value)
+    PACKED.check(value)
     return (
         value >> TIMESTAMP_SHIFT,
         (value >> SEQUENCE_SHIFT) & SEQUENCE_MAX,
         (value >> RANDOM_SHIFT) & RANDOM_MAX,
     )
-
-
-def _check_packed(value: int) -> None:
-    if not 0 <= value <= PACKED_MAX:
-        raise ValueError(f"a packed Wiji must be in 0..2**{PACKED_BITS}-1, got {value}")
-    problem = _v1_problem(value)
-    if problem:
-        raise ValueError(problem)
 
 
 def _v1_problem(value: int) -> str | None:
@@ -159,22 +147,26 @@ def _v1_problem(value: int) -> str | None:
     return None
 
 
+PACKED = PackedInt(
+    "Wiji",
+    [
+        ("timestamp_us", TIMESTAMP_BITS, TIMESTAMP_US_MAX),
+        ("sequence", SEQUENCE_BITS),
+        ("version", VERSION_BITS, None, VERSION),
+        ("random", RANDOM_BITS),
+    ],
+    problem=_v1_problem,
+)
+"""The layout: range and v1 check, pack/unpack, bytes and hex of a packed Wiji."""
+
+
 # --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
 
 
-def to_bytes(value: int) -> bytes:
-    """The 16 big-endian bytes of a packed Wiji (WIJI_SPEC section 4)."""
-    _check_packed(value)
-    return value.to_bytes(PACKED_BYTES, "big")
-
-
-def from_bytes(data: bytes) -> int:
-    """The packed Wiji in 16 big-endian bytes; ValueError for another length or an invalid Wiji v1."""
-    if len(data) != PACKED_BYTES:
-        raise ValueError(f"a Wiji has to be exactly {PACKED_BYTES} bytes long, got {len(data)}")
-    value = int.from_bytes(data, "big")
-    _check_packed(value)
-    return value
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed Wiji (WIJI_SPEC section 4)."""
+from_bytes = PACKED.from_bytes
+"""The packed Wiji in 16 big-endian bytes; ValueError for another length or an invalid Wiji v1."""
 
 
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
@@ -182,7 +174,7 @@ def from_bytes(data: bytes) -> int:
 
 def encode_base32(value: int) -> str:
     """The canonical text: 26 uppercase Crockford characters, 2 zero bits prepended (WIJI_SPEC section 5.1)."""
-    _check_packed(value)
+    PACKED.check(value)
     return _crockford.encode(value)
 
 
@@ -196,8 +188,7 @@ def decode_base32(text: str) -> int:
 
 def encode_hex(value: int) -> str:
     """32 lowercase hex digits (WIJI_SPEC section 5.3)."""
-    _check_packed(value)
-    return f"{value:032x}"
+    return PACKED.hex(value)
 
 
 def decode_hex(text: str) -> int:
@@ -325,12 +316,17 @@ class WijiScheme(Scheme):
     }
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self,
+        settings: SchemeSettings,
+        identities: list[int],
+        floor: int,
+        clock: Clock,
+        random: RandomSource = os.urandom,
     ) -> Generator:
         """No claimed identity: a random part drawn once per generator (52 bits)."""
         return WijiGenerator(clock=clock, rng=random)
 
-    def node_info(self, settings: Any, generator: Generator | None) -> dict[str, Any]:
+    def node_info(self, settings: SchemeSettings, generator: Generator | None) -> dict[str, Any]:
         return {"random_part": self.registration(generator)} if generator is not None else {}
 
     def registration(self, generator: Generator) -> str | None:
@@ -356,27 +352,19 @@ SCHEME = WijiScheme()
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-class Segment(NamedTuple):
-    """``count`` IDs of one microsecond: sequences first .. first + count - 1."""
-
-    timestamp_us: int
-    first_sequence: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
-
-
 class WijiBatch(Batch):
     """Wiji IDs of one generator issued together: consecutive sequences, one random part.
 
     ``segments`` lists the (microsecond, sequences) runs, usually one; empty for a partial batch of 0 IDs.
     """
 
-    def __init__(self, random: int, segments: tuple[Segment, ...]) -> None:
+    def __init__(self, random: int, segments: tuple[Run, ...]) -> None:
         self.random = random
         self.segments = segments
         self.count = sum(segment.count for segment in segments)
 
-    def _base(self, segment: Segment) -> int:
-        return pack(segment.timestamp_us, 0, self.random)
+    def _base(self, segment: Run) -> int:
+        return pack(segment.tick, 0, self.random)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``base32``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""
@@ -392,31 +380,31 @@ class WijiBatch(Batch):
             runs = [
                 (
                     _crockford.column_table(self._base(seg), SEQUENCE_SHIFT, SEQUENCE_CHAR, SEQUENCE_CHARS),
-                    seg.first_sequence,
+                    seg.first,
                     seg.count,
                 )
                 for seg in self.segments
             ]
             _text.write_runs(rows, SEQUENCE_CHAR, runs)
         elif fmt == "hex":
-            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first_sequence, s.count) for s in self.segments])
+            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first, s.count) for s in self.segments])
         else:
             digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
             for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
                 table = digit_pairs[half::2]
-                _text.write_runs(rows, column, [(table, s.first_sequence, s.count) for s in self.segments])
+                _text.write_runs(rows, column, [(table, s.first, s.count) for s in self.segments])
         return rows.tobytes()
 
     def values(self) -> list[int]:
         return [
             self._base(seg) | sequence << SEQUENCE_SHIFT
             for seg in self.segments
-            for sequence in range(seg.first_sequence, seg.first_sequence + seg.count)
+            for sequence in range(seg.first, seg.first + seg.count)
         ]
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_us if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -467,7 +455,7 @@ class WijiGenerator(Generator):
         now_ns = self._clock()
         self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         last, sequence = self._last_us, self._next_sequence
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             now_us = now_ns // NANOSECS_IN_MICROSECS
@@ -484,7 +472,7 @@ class WijiGenerator(Generator):
                     break  # partial batch: wait_ns() says how long
                 continue
             taken = min(remaining, SEQUENCE_SLOTS - sequence)
-            segments.append(Segment(last, sequence, taken))
+            segments.append(Run(last, sequence, taken))
             sequence += taken
             remaining -= taken
         self._last_us, self._next_sequence = last, sequence

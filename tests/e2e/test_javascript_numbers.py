@@ -8,8 +8,7 @@ import json
 
 from playwright.sync_api import Page
 
-from app.schemes.snowflake import JS53, TWITTER, Layout
-from app.schemes.snowflake_batch import SnowflakeGenerator
+from app.schemes.snowflake import JS53, TWITTER, Layout, SnowflakeGenerator
 from app.sequences.store.base import MAX_VALUE
 from tests.e2e.harness import Server
 from tests.helpers import FakeClock

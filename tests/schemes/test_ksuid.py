@@ -1,4 +1,4 @@
-"""Tests of app/schemes/ksuid.py and ksuid_batch.py against STANDARD_SCHEMES.md "ksuid", segmentio/ksuid's README and
+"""Tests of app/schemes/ksuid/ against STANDARD_SCHEMES.md "ksuid", segmentio/ksuid's README and
 tests (vectors), and svix-ksuid (peer interop)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from ksuid import Ksuid  # svix-ksuid
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.schemes import ksuid, ksuid_batch
+from app.schemes import ksuid
 from app.schemes.base import Batch, Generator, Scheme
-from app.schemes.ksuid import SCHEME, KsuidGenerator
-from app.schemes.ksuid_batch import KsuidBatch
+from app.schemes.ksuid import SCHEME, KsuidBatch, KsuidGenerator
+from app.schemes.ksuid import generator as ksuid_batch
 from tests.helpers import FakeClock
 
 S = 1_000_000_000  # ns per s

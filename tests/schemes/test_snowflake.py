@@ -1,4 +1,4 @@
-"""Tests of app/schemes/snowflake.py and snowflake_batch.py against STANDARD_SCHEMES.md "snowflake", Discord's
+"""Tests of app/schemes/snowflake/ against STANDARD_SCHEMES.md "snowflake", Discord's
 documented vector, and the peers snowflake-id and sonyflake."""
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ from app.schemes.snowflake import (
     SONYFLAKE,
     TWITTER,
     Layout,
+    SnowflakeBatch,
+    SnowflakeGenerator,
     SnowflakeScheme,
     SnowflakeSettings,
 )
-from app.schemes.snowflake_batch import SnowflakeBatch, SnowflakeGenerator
 from app.settings import Settings
 from tests.helpers import FakeClock
 
@@ -639,7 +640,7 @@ def test_batch_crossing_a_power_of_ten_and_tiny_values() -> None:
 def test_column_encoders_equal_scalar_for_any_values(values: list[int]) -> None:
     import numpy as np
 
-    from app.schemes import snowflake_batch
+    from app.schemes.snowflake import generator as snowflake_batch
 
     column = np.array(values, dtype=np.uint64)
     assert snowflake_batch.decimal_text(column) == "".join(f"{v}\n" for v in values).encode()

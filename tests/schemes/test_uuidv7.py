@@ -248,7 +248,7 @@ def test_batch_across_16_bit_counter_runs_and_an_overflow() -> None:
     generator.generate(1)
     generator._counter = uuidv7.COUNTER_MAX - 100_000  # noqa: SLF001 -- force a counter overflow inside a batch
     batch = generator.generate(150_000)
-    assert [seg.timestamp_ms for seg in batch.segments] == [NOW_MS, NOW_MS + 1]
+    assert [seg.tick for seg in batch.segments] == [NOW_MS, NOW_MS + 1]
     assert batch.segments[0].count == 100_000
     assert len(batch.runs16()) >= 3
     for fmt in SCHEME.formats:

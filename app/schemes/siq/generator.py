@@ -1,7 +1,7 @@
 """SIQ batches: column-wise (numpy) encoding of did, hex and decimal forms, and the SIQ generator.
 
-Split from :mod:`app.schemes.siq` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.siq`.
+Imports :mod:`app.schemes.siq.codec` (layout and text forms); :mod:`app.schemes.siq.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
@@ -18,8 +18,16 @@ import numpy.typing as npt
 from app.errors import InvalidOptionError
 from app.schemes import _text
 from app.schemes._text import NEWLINE
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
-from app.schemes.siq import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    Run,
+    scalar_lines,
+)
+from app.schemes.siq.codec import (
     BASE32_ALPHABET,
     BASE32_CHAR_BITS,
     BYTE_BITS,
@@ -33,8 +41,8 @@ from app.schemes.siq import (
     LOW_BITS,
     PACKED_BYTES,
     QUALIFIERS,
-    SCHEME,
     SHARD_MAX,
+    TEXT,
     TICK_BITS,
     TICK_MAX,
     _pack_prefix,
@@ -209,7 +217,7 @@ class SiqBatch(Batch):
     ``crc(id) = crc(segment prefix) ^ T[serial]``).
     """
 
-    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[tuple[int, int, int]]) -> None:
+    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[Run]) -> None:
         """``segments``: (tick, first counter, count) runs in issue order; ``code``: the qualifier code."""
         self.shard = shard
         self.domain_hash = domain_hash
@@ -234,8 +242,8 @@ class SiqBatch(Batch):
     # -- hot path --------------------------------------------------------------------------------------------------
     def encode(self, fmt: str) -> bytes:
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        fmt = SCHEME.resolve_format(fmt)
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        fmt = TEXT.resolve(fmt)
         if not self.count:
             return b""
         if fmt == "did":
@@ -265,12 +273,12 @@ class SiqBatch(Batch):
         if self.count <= CHUNK_ROWS:
             return [self]
         chunks: list[SiqBatch] = []
-        segments: list[tuple[int, int, int]] = []
+        segments: list[Run] = []
         room = CHUNK_ROWS
         for tick, first, count in self.segments:
             while count:
                 taken = min(count, room)
-                segments.append((tick, first, taken))
+                segments.append(Run(tick, first, taken))
                 first, count, room = first + taken, count - taken, room - taken
                 if not room:
                     chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
@@ -465,7 +473,7 @@ class SiqGenerator(Generator):
         code, width = QUALIFIERS[qualifier]
         capacity = 1 << (LOW_BITS - width)
 
-        segments: list[tuple[int, int, int]] = []
+        segments: list[Run] = []
         remaining = count
         spin_deadline = -1
         self._blocked_tick = -1
@@ -481,7 +489,7 @@ class SiqGenerator(Generator):
                 if tick > TICK_MAX:
                     raise OverflowError(f"SIQ timestamp would pass {TICK_MAX} ticks (2**40 seconds)")
                 issued = min(remaining, capacity - first)
-                segments.append((tick, first, issued))
+                segments.append(Run(tick, first, issued))
                 self._counters[code] = (tick, first + issued)
                 self._last_tick = tick
                 remaining -= issued

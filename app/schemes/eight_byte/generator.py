@@ -1,7 +1,7 @@
 """Eight-byte batches: column-wise (numpy) encoding of the hex and decimal forms, and the eight-byte generator.
 
-Split from :mod:`app.schemes.eight_byte` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.eight_byte`.
+Imports :mod:`app.schemes.eight_byte.codec` (layout and text forms); :mod:`app.schemes.eight_byte.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
@@ -16,30 +16,33 @@ import numpy.typing as npt
 from app.errors import InvalidOptionError
 from app.schemes import _text
 from app.schemes._text import NEWLINE
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, scalar_lines
-from app.schemes.eight_byte import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    scalar_lines,
+)
+from app.schemes.eight_byte.codec import (
     CLUSTER_ID_MAX,
     GENERATOR_ID_MAX,
     HEX_LEN,
     MODE_SHIFT,
     NANOSECS_IN_MILLISECS,
     PACKED_BYTES,
-    SCHEME,
     SEQUENCE_BITS,
     SEQUENCE_MASK,
     SEQUENCE_SHIFT,
     SEQUENCE_VALUES,
+    TEXT,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     Mode,
     _low_bits,
     reverse_bits_array,
 )
+from app.schemes.slots import CappedSlotGenerator
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
-
-Run = tuple[int, int, int]
-"""``(timestamp_ms, first_slot, count)``: consecutive slots of one millisecond; slot = index * 64 + sequence."""
 
 
 class EightByteBatch(Batch):
@@ -49,7 +52,7 @@ class EightByteBatch(Batch):
     column-wise with numpy (uint64) on first use.
     """
 
-    def __init__(self, runs: Sequence[Run], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
+    def __init__(self, runs: Sequence[tuple[int, int, int]], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
         self.runs = tuple(runs)
         self.mode = mode
         self.count = sum(run[2] for run in self.runs)
@@ -88,8 +91,8 @@ class EightByteBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        fmt = SCHEME.resolve_format(fmt)
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        fmt = TEXT.resolve(fmt)
         values = self.array()
         if fmt in ("decimal", "signed"):
             if not self.count:
@@ -114,7 +117,7 @@ class EightByteBatch(Batch):
 # --- generator ----------------------------------------------------------------------------------------------------
 
 
-class EightByteGenerator(Generator):
+class EightByteGenerator(CappedSlotGenerator):
     """Issues eight-byte IDs for the generator IDs this node holds (SPEC_NOTES.md "Eight-byte IDs", Generation).
 
     Each millisecond has ``64 * len(generator_ids)`` slots: for each held generator ID in order, sequence 0..63.
@@ -164,15 +167,20 @@ class EightByteGenerator(Generator):
         self.generator_ids = ids
         self.cluster_id = cluster_id
         self.lookback_ms = lookback_ms
-        self._clock = clock
-        self._floor = floor
-        self._slots_per_ms = SEQUENCE_VALUES * len(ids)
         self._low_bits = np.array([_low_bits(g, cluster_id) for g in ids], dtype=np.uint64)
-        # Position after the last slot handed out: (millisecond, next slot). The floor's millisecond is full.
-        self._ms = floor
-        self._next_slot = self._slots_per_ms
-        self._last_issued: int | None = None
-        self.stats = GeneratorStats()
+        # The floor's millisecond counts as full.
+        super().__init__(
+            slots_per_tick=SEQUENCE_VALUES * len(ids),
+            tick_ns=NANOSECS_IN_MILLISECS,
+            clock=clock,
+            floor=floor,
+            start_tick=floor,
+            lookback_ticks=lookback_ms,
+            tick_max=TIMESTAMP_MS_MAX,
+        )
+
+    def out_of_range(self, now_ns: int) -> Exception:
+        return OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
 
     def generate(self, count: int, mode: object = "spread", **options: Any) -> EightByteBatch:
         """Up to ``count`` (>= 1) IDs in ``mode`` ("spread", the default, or "time_sequential").
@@ -185,53 +193,5 @@ class EightByteGenerator(Generator):
         id_mode = Mode.from_option(mode)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidOptionError(f"count must be >= 1 for eight-byte, got {count}")
-        now_ns = self._clock()
-        now_ms = now_ns // NANOSECS_IN_MILLISECS
-        if self._last_issued is not None and now_ms < self._last_issued:
-            self.stats.clock_rollbacks += 1
-            self.stats.max_rollback_ns = max(
-                self.stats.max_rollback_ns, self._last_issued * NANOSECS_IN_MILLISECS - now_ns
-            )
-        last_usable = max(now_ms, self._ms)  # past the clock only to continue the last millisecond
-        if last_usable > TIMESTAMP_MS_MAX:
-            raise OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
-        ms, slot = self._ms, self._next_slot
-        if ms < now_ms - self.lookback_ms:
-            ms, slot = now_ms - self.lookback_ms, 0
-        runs: list[Run] = []
-        remaining = count
-        while remaining and ms <= last_usable:
-            if slot == self._slots_per_ms:
-                ms, slot = ms + 1, 0
-                continue
-            taken = min(self._slots_per_ms - slot, remaining)
-            runs.append((ms, slot, taken))
-            slot += taken
-            remaining -= taken
-        if runs:
-            last_ms, first, taken = runs[-1]
-            self._ms, self._next_slot = last_ms, first + taken
-            self._last_issued = last_ms
-        if remaining:
-            self.stats.sequence_exhausted += 1
+        runs, _missing = self.take(count)
         return EightByteBatch(runs, self._low_bits, id_mode)
-
-    @property
-    def capacity_per_second(self) -> float:
-        """The most IDs this generator issues per second: 64 per millisecond per generator ID held."""
-        return self._slots_per_ms * 1000.0
-
-    @property
-    def lookback_ns(self) -> int:
-        """``lookback_ms`` in nanoseconds: never-used milliseconds that recent stay usable."""
-        return self.lookback_ms * NANOSECS_IN_MILLISECS
-
-    def wait_ns(self) -> int:
-        """0 if a slot is free now; else nanoseconds until the clock reaches the next millisecond to use."""
-        if self._next_slot < self._slots_per_ms:
-            return 0
-        return max(0, (self._ms + 1) * NANOSECS_IN_MILLISECS - self._clock())
-
-    @property
-    def high_water(self) -> int:
-        return self._floor if self._last_issued is None else max(self._floor, self._last_issued)

@@ -34,14 +34,19 @@ import numpy.typing as npt
 
 from app.errors import InvalidOptionError, TimeRangeError
 from app.schemes import _text
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, RandomSource
-from app.schemes.snowflake import (
+from app.schemes.base import (
+    Batch,
+    Clock,
+    RandomSource,
+)
+from app.schemes.slots import CappedSlotGenerator
+from app.schemes.snowflake.codec import (
     BATCH_COUNT_MAX,
     DECIMAL_LEN_MAX,
     HEX_LEN,
     NANOSECS_IN_MILLISECS,
-    SCHEME,
     SEQUENCE,
+    TEXT,
     TIME,
     WORKER,
     Layout,
@@ -52,9 +57,6 @@ from app.schemes.snowflake import (
 OFFSET_DRAWS = 64
 """Random bytes drawn at once for the units' start offsets (one byte per new unit)."""
 
-
-Run = tuple[int, int, int]
-"""``(time_units, first_slot, count)``: consecutive slots of one time unit (see :class:`SnowflakeGenerator`)."""
 
 NEWLINE = 10
 GROUP_DIGITS = 4
@@ -245,7 +247,7 @@ class SnowflakeBatch(Batch):
     ``k % 2**S`` when the worker ID sits above the sequence, else sequence ``k // n``, worker ``k % n``.
     """
 
-    def __init__(self, layout: Layout, worker_ids: Sequence[int], runs: Sequence[Run]) -> None:
+    def __init__(self, layout: Layout, worker_ids: Sequence[int], runs: Sequence[tuple[int, int, int]]) -> None:
         self.layout = layout
         self.worker_ids = tuple(worker_ids)
         self.runs = tuple(runs)
@@ -288,7 +290,7 @@ class SnowflakeBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``decimal`` or ``hex`` lines; InvalidOptionError for another format."""
-        fmt = SCHEME.resolve_format(fmt)
+        fmt = TEXT.resolve(fmt)
         if not self.count:
             return b""
         if self.count <= SCALAR_COUNT_MAX:
@@ -362,7 +364,7 @@ class SnowflakeBatch(Batch):
 # --- generator ----------------------------------------------------------------------------------------------------
 
 
-class SnowflakeGenerator(Generator):
+class SnowflakeGenerator(CappedSlotGenerator):
     """Issues snowflakes in ``layout`` for the worker IDs this node holds (eight-byte's rules,
     STANDARD_SCHEMES.md "snowflake", Generator).
 
@@ -412,19 +414,23 @@ class SnowflakeGenerator(Generator):
         self.layout = layout
         self.worker_ids = tuple(sorted(ids))
         self.lookback_units = lookback_units
-        self._clock = clock
-        self._floor = floor
-        self._unit_ns = layout.unit_ms * NANOSECS_IN_MILLISECS
-        self._epoch_ns = layout.epoch_ms * NANOSECS_IN_MILLISECS
-        self._slots_per_unit = layout.ids_per_unit * len(ids)
         self._spread = layout.start_spread
         self._random = random
         self._offsets = b""
-        # Position after the last slot handed out: (time unit, next slot). The floor's unit is full.
-        self._unit = max(-1, floor - layout.epoch_units) if floor >= 0 else -1
-        self._next_slot = self._slots_per_unit
-        self._last_issued: int | None = None
-        self.stats = GeneratorStats()
+        # The floor's unit counts as full.
+        super().__init__(
+            slots_per_tick=layout.ids_per_unit * len(ids),
+            tick_ns=layout.unit_ms * NANOSECS_IN_MILLISECS,
+            clock=clock,
+            floor=floor,
+            start_tick=max(-1, floor - layout.epoch_units) if floor >= 0 else -1,
+            lookback_ticks=lookback_units,
+            epoch_ns=layout.epoch_ms * NANOSECS_IN_MILLISECS,
+            epoch_ticks=layout.epoch_units,
+            tick_min=0,
+            tick_max=layout.time_max,
+            spread_start=bool(layout.start_spread),
+        )
 
     def generate(self, count: int, **options: Any) -> SnowflakeBatch:
         """Up to ``count`` (1 .. 2**24) IDs; fewer, even 0, when the usable units are full (then wait
@@ -434,38 +440,14 @@ class SnowflakeGenerator(Generator):
             raise InvalidOptionError(f"snowflake takes no options, got {', '.join(sorted(options))}")
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
             raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for snowflake, got {count!r}")
-        now_ns = self._clock()
-        now_unit = (now_ns - self._epoch_ns) // self._unit_ns
-        if self._last_issued is not None and now_unit < self._last_issued:
-            self.stats.clock_rollbacks += 1
-            self.stats.max_rollback_ns = max(
-                self.stats.max_rollback_ns, self._last_issued * self._unit_ns + self._epoch_ns - now_ns
-            )
-        last_usable = max(now_unit, self._unit)  # past the clock only to continue the last unit
-        if last_usable < 0 or last_usable > self.layout.time_max:
-            raise self._time_range_error(now_ns)
-        unit, slot = self._unit, self._next_slot
-        if unit < now_unit - self.lookback_units:
-            unit, slot = max(0, now_unit - self.lookback_units), self._start_slot()
-        runs: list[Run] = []
-        remaining = count
-        while remaining and unit <= last_usable:
-            if slot == self._slots_per_unit:
-                unit, slot = unit + 1, self._start_slot()
-                continue
-            taken = min(self._slots_per_unit - slot, remaining)
-            runs.append((unit, slot, taken))
-            slot += taken
-            remaining -= taken
-        if runs:
-            last_unit, first, taken = runs[-1]
-            self._unit, self._next_slot = last_unit, first + taken
-            self._last_issued = last_unit
-        if remaining:
-            self.stats.sequence_exhausted += 1
+        runs, _missing = self.take(count)
         return SnowflakeBatch(self.layout, self.worker_ids, runs)
 
-    def _start_slot(self) -> int:
+    def lookback_tick(self, now_tick: int) -> int:
+        """Never before the layout's epoch."""
+        return max(0, now_tick - self._lookback_ticks)
+
+    def start_slot(self) -> int:
         """A random first slot for a new unit, below :attr:`Layout.start_spread` (0 when the layout has no spread)."""
         spread = self._spread
         if not spread:
@@ -481,13 +463,13 @@ class SnowflakeGenerator(Generator):
     def check_time(self) -> None:
         """Raise TimeRangeError when the clock is before the layout's epoch or past the end of its time field."""
         now_ns = self._clock()
-        now_unit = (now_ns - self._epoch_ns) // self._unit_ns
-        if not 0 <= max(now_unit, self._unit) <= self.layout.time_max:
-            raise self._time_range_error(now_ns)
+        now_unit = (now_ns - self._epoch_ns) // self._tick_ns
+        if not 0 <= max(now_unit, self._tick) <= self.layout.time_max:
+            raise self.out_of_range(now_ns)
 
-    def _time_range_error(self, now_ns: int) -> TimeRangeError:
+    def out_of_range(self, now_ns: int) -> TimeRangeError:
         layout = self.layout
-        if now_ns < self._epoch_ns and self._unit < 0:
+        if now_ns < self._epoch_ns and self._tick < 0:
             return TimeRangeError(
                 f"snowflake layout {layout.name} has not begun: its epoch {_utc(layout.epoch_ms)} is ahead of this "
                 "node's clock",
@@ -499,27 +481,3 @@ class SnowflakeGenerator(Generator):
             "that lasts (IDMINT_SNOWFLAKE_LAYOUT)",
             TIME_RANGE_RETRY_MAX_S,
         )
-
-    @property
-    def capacity_per_second(self) -> float:
-        """The most IDs this generator issues per second: 2**S per time unit per worker ID held (twitter: 4,096,000
-        per worker ID; sonyflake: 25,600). Streams size their chunks and check their duration by it."""
-        return self._slots_per_unit * 1000.0 / self.layout.unit_ms
-
-    @property
-    def lookback_ns(self) -> int:
-        """``lookback_units`` in nanoseconds: never-used units that recent stay usable."""
-        return self.lookback_units * self._unit_ns
-
-    def wait_ns(self) -> int:
-        """0 if a slot is free now; else ns until the clock reaches the next unit to use."""
-        if self._next_slot < self._slots_per_unit:
-            return 0
-        return max(0, (self._unit + 1) * self._unit_ns + self._epoch_ns - self._clock())
-
-    @property
-    def high_water(self) -> int:
-        """The last unit issued (or the floor), in native units (time field + EPOCH_MS // UNIT_MS)."""
-        if self._last_issued is None:
-            return self._floor
-        return max(self._floor, self._last_issued + self.layout.epoch_units)

@@ -1,22 +1,31 @@
 """HLC-ULID batches: column-wise (numpy) encoding of the ULID and hex forms, and the HLC-ULID generator.
 
-Split from :mod:`app.schemes.hlc_ulid` (the codec, the scheme and its settings live there; this module is
-the column-wise batch encoder and the generator). Everything here is re-exported by :mod:`app.schemes.hlc_ulid`.
+Imports :mod:`app.schemes.hlc_ulid.codec` (layout and text forms); :mod:`app.schemes.hlc_ulid.scheme` (settings and
+``SCHEME``) imports this module and builds the generator.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import InvalidOptionError
 from app.schemes import _crockford, _text
-from app.schemes.base import SMALL_BATCH, Batch, Clock, Generator, GeneratorStats, RandomSource, scalar_lines
-from app.schemes.hlc_ulid import (
+from app.schemes.base import (
+    SMALL_BATCH,
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    RandomSource,
+    Run,
+    scalar_lines,
+)
+from app.schemes.hlc_ulid.codec import (
     _RANDOM_WORD_DTYPE,
     BATCH_COUNT_MAX,
     CHARS_PER_GROUP,
@@ -45,7 +54,7 @@ from app.schemes.hlc_ulid import (
     RANDOM_SHIFT,
     RANDOM_WORD_BITS,
     RANDOM_WORDS,
-    SCHEME,
+    TEXT,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
     W0_OFFSET_BITS,
@@ -57,14 +66,6 @@ from app.schemes.hlc_ulid import (
 )
 
 # --- batch encoding -----------------------------------------------------------------------------------------------
-
-
-class Segment(NamedTuple):
-    """``count`` consecutive (ms, counter) slots of one logical millisecond: counters first .. first + count - 1."""
-
-    timestamp_ms: int
-    first_counter: int
-    count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
 def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
@@ -133,7 +134,7 @@ class HlcUlidBatch(Batch):
     ``random_words`` is the ``(3, count)`` uint16 draw the random fields are made of.
     """
 
-    def __init__(self, publisher_id: int, segments: tuple[Segment, ...], random_words: npt.NDArray[np.uint16]) -> None:
+    def __init__(self, publisher_id: int, segments: tuple[Run, ...], random_words: npt.NDArray[np.uint16]) -> None:
         self.publisher_id = publisher_id
         self.segments = segments
         self.random_words = random_words
@@ -142,8 +143,8 @@ class HlcUlidBatch(Batch):
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
-            return scalar_lines(SCHEME.format, self.values(), fmt)
-        if SCHEME.resolve_format(fmt) == "hex":
+            return scalar_lines(TEXT.format, self.values(), fmt)
+        if TEXT.resolve(fmt) == "hex":
             return self._encode_hex()
         return self._encode_ulid()
 
@@ -152,12 +153,12 @@ class HlcUlidBatch(Batch):
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
         rows = _text.text_rows(
             [
-                ((encode_ulid(seg.timestamp_ms << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
+                ((encode_ulid(seg.tick << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
                 for seg in self.segments
             ]
         )
         counters = _counter_table(self.publisher_id)
-        _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first_counter, seg.count) for seg in self.segments])
+        _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first, seg.count) for seg in self.segments])
         # Random bits 47..30 -> characters 16..19; 29..15 -> 20..22; 14..0 -> 23..25. Written left to right, so
         # the 4th byte of the write at 20 is overwritten by the write at 23, whose 4th byte is the newline.
         indices = _text.scratch("hlc-ulid-indices", RANDOM_WORDS * count, np.intp).reshape(RANDOM_WORDS, count)
@@ -179,12 +180,12 @@ class HlcUlidBatch(Batch):
     def _encode_hex(self) -> bytes:
         rows = _text.text_rows(
             [
-                ((encode_hex(pack(seg.timestamp_ms, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
+                ((encode_hex(pack(seg.tick, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
                 for seg in self.segments
             ]
         )
         hex4 = _text.hex4_table()
-        _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first_counter, seg.count) for seg in self.segments])
+        _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first, seg.count) for seg in self.segments])
         chunks = random_chunks(self.random_words)
         indices = _text.scratch("hlc-ulid-indices", chunks.size, np.intp).reshape(chunks.shape)
         np.copyto(indices, chunks, casting="safe")
@@ -200,19 +201,17 @@ class HlcUlidBatch(Batch):
         out: list[int] = []
         start = 0
         for seg in self.segments:
-            base = seg.timestamp_ms << TIMESTAMP_SHIFT | publisher
+            base = seg.tick << TIMESTAMP_SHIFT | publisher
             out.extend(
                 base | counter << COUNTER_SHIFT | random
-                for counter, random in zip(
-                    range(seg.first_counter, seg.first_counter + seg.count), randoms[start : start + seg.count]
-                )
+                for counter, random in zip(range(seg.first, seg.first + seg.count), randoms[start : start + seg.count])
             )
             start += seg.count
         return out
 
     @property
     def high_water(self) -> int:
-        return self.segments[-1].timestamp_ms if self.count else -1
+        return self.segments[-1].tick if self.count else -1
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -292,14 +291,14 @@ class HlcUlidGenerator(Generator):
             elif after_ms == ms:
                 counter = max(counter, after_counter + 1)
 
-        segments: list[Segment] = []
+        segments: list[Run] = []
         remaining = count
         while remaining:
             if counter > COUNTER_MAX:
                 self.stats.sequence_exhausted += 1
                 ms, counter = ms + 1, 0
             taken = min(remaining, COUNTER_SLOTS - counter)
-            segments.append(Segment(ms, counter, taken))
+            segments.append(Run(ms, counter, taken))
             remaining -= taken
             counter += taken
         if ms > TIMESTAMP_MS_MAX:

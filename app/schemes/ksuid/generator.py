@@ -17,25 +17,42 @@ Two encoders, checked against :func:`app.schemes.ksuid.encode_base62` by the tes
 from __future__ import annotations
 
 import functools
+import os
+import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from app.errors import InvalidOptionError
 from app.schemes import _text
-from app.schemes.base import Batch
-from app.schemes.ksuid import (
+from app.schemes.base import (
+    Batch,
+    Clock,
+    Generator,
+    GeneratorStats,
+    RandomSource,
+)
+from app.schemes.ksuid.codec import (
     BASE62_ALPHABET,
     BASE62_LEN,
     BASE62_RADIX,
+    BATCH_COUNT_MAX,
     EPOCH_S,
     HEX_LEN,
+    NANOSECS_IN_SECS,
     PACKED_BITS,
     PACKED_BYTES,
-    SCHEME,
+    PACKED_MAX,
+    PAYLOAD_BYTES,
+    TEXT,
+    TIMESTAMP_S_MAX,
+    TIMESTAMP_S_MIN,
     TIMESTAMP_SHIFT,
     encode_base62,
     encode_hex,
+    pack,
 )
 
 NEWLINE = 10
@@ -170,7 +187,7 @@ class KsuidBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``base62`` or ``hex`` lines; InvalidOptionError for another format."""
-        fmt = SCHEME.resolve_format(fmt)
+        fmt = TEXT.resolve(fmt)
         if not self.count:
             return b""
         if self.count <= SCALAR_COUNT_MAX:
@@ -204,3 +221,84 @@ class KsuidBatch(Batch):
 
     def _hex(self) -> bytes:
         return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table())
+
+
+# --- generator ----------------------------------------------------------------------------------------------------
+
+
+class KsuidGenerator(Generator):
+    """Issues monotonic KSUIDs (STANDARD_SCHEMES.md "ksuid", Generator).
+
+    Per batch the clock is read (``now``, Unix seconds). ``now`` past the last second used: the first ID is
+    ``(now, 16 fresh random bytes)``. Otherwise (same second, or the clock stepped back: a clock rollback, counted
+    in :attr:`stats`) the first ID is the last packed value + 1. Within a batch each ID is the previous + 1; a payload
+    passing 2**128 - 1 carries into the timestamp (counted as ``sequence_exhausted``), so issuing never fails
+    for it and the IDs stay strictly increasing.
+
+    ``floor`` (Unix seconds, the restored high-water mark): no ID is issued at or below it. While the clock is at
+    or below the floor and nothing was issued yet, :meth:`generate` returns an empty batch and :meth:`wait_ns`
+    says how long until the next second. ValueError for a floor out of range; OverflowError when the clock is
+    before the KSUID epoch or the timestamp would pass 2150-06-19T23:21:35Z.
+    """
+
+    def __init__(self, *, clock: Clock = time.time_ns, random: RandomSource = os.urandom, floor: int = -1) -> None:
+        if not (floor == -1 or TIMESTAMP_S_MIN - 1 <= floor <= TIMESTAMP_S_MAX):
+            raise ValueError(f"floor must be -1 or in {TIMESTAMP_S_MIN - 1}..{TIMESTAMP_S_MAX} seconds, got {floor}")
+        self._clock = clock
+        self._random = random
+        self._floor = floor
+        self._last: int | None = None
+        """The last packed value issued (None before the first)."""
+        self.stats = GeneratorStats()
+
+    def _last_second(self) -> int:
+        if self._last is None:
+            return self._floor
+        return max(self._floor, (self._last >> TIMESTAMP_SHIFT) + EPOCH_S)
+
+    def generate(self, count: int, **options: Any) -> KsuidBatch:
+        """Issue ``count`` (1 .. 2**24) consecutive KSUIDs as a :class:`KsuidBatch`.
+
+        Returns an empty batch only while the clock is at or below the floor before the first ID. Raises
+        InvalidOptionError for a bad count or any option (ksuid has none), OverflowError past the last second.
+        """
+        if options:
+            raise InvalidOptionError(f"ksuid takes no options, got {', '.join(sorted(options))}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
+            raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for ksuid, got {count!r}")
+        now_ns = self._clock()
+        self.stats.observe_clock(now_ns, NANOSECS_IN_SECS)
+        now_s = now_ns // NANOSECS_IN_SECS
+        if now_s > self._last_second():
+            if now_s < TIMESTAMP_S_MIN:
+                raise OverflowError(f"the clock ({now_s} s) is before the KSUID epoch ({EPOCH_S} s)")
+            if now_s > TIMESTAMP_S_MAX:
+                raise OverflowError(f"KSUID timestamp would pass {TIMESTAMP_S_MAX} s")
+            drawn = self._random(PAYLOAD_BYTES)
+            if len(drawn) != PAYLOAD_BYTES:
+                raise ValueError(f"random returned {len(drawn)} bytes, asked for {PAYLOAD_BYTES}")
+            first = pack(now_s, int.from_bytes(drawn, "big"))
+            carried = False
+        elif self._last is not None:
+            first = self._last + 1
+            carried = first >> TIMESTAMP_SHIFT != self._last >> TIMESTAMP_SHIFT
+        else:
+            return KsuidBatch(0, 0)  # the clock is at or below the floor: wait_ns() says how long
+        last = first + count - 1
+        if last > PACKED_MAX:
+            raise OverflowError(f"KSUID timestamp would pass {TIMESTAMP_S_MAX} s")
+        if carried or last >> TIMESTAMP_SHIFT != first >> TIMESTAMP_SHIFT:
+            self.stats.sequence_exhausted += 1  # the payload ran past 2**128 - 1 and advanced the second
+        self._last = last
+        return KsuidBatch(first, count)
+
+    def wait_ns(self) -> int:
+        """0 once an ID was issued (the payload never runs out); before that, ns until the clock passes the floor."""
+        if self._last is not None:
+            return 0
+        return max(0, (self._floor + 1) * NANOSECS_IN_SECS - self._clock())
+
+    @property
+    def high_water(self) -> int:
+        """The Unix second of the last ID issued (or the floor)."""
+        return self._last_second()

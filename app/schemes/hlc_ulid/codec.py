@@ -1,0 +1,211 @@
+"""HLC-ULID: a ULID whose 80 entropy bits carry a hybrid-logical-clock counter, a publisher ID and randomness.
+
+Follows SPEC_NOTES.md "HLC-ULID, 128 bits", the HLC-ULID document and its reference implementation
+(``ajzawawi/flink-amps-source``, ``HlcUlid.scala``)::
+
+    127                        80 79            64 63            48 47                         0
+    +----------------------------+----------------+----------------+----------------------------+
+    |   timestamp_ms (48 bits)   | counter (16)   | publisher_id   |   random (48 bits)         |
+    +----------------------------+----------------+----------------+----------------------------+
+    ulid (canonical):  26 uppercase Crockford base32 characters, e.g. 01FZ11RQKT000002NAM48H248H
+    hex:               TTTTTTTTTTTT-CCCC-PPPP-RRRRRRRRRRRR  (12-4-4-12, 35 characters, lowercase)
+
+* timestamp_ms: milliseconds since the Unix epoch (the ULID timestamp), 0 .. 2**48 - 1.
+* counter: the HLC logical counter, 0 .. 0xFFFF, ordering IDs of one logical millisecond.
+* publisher_id: the node identity, 0 .. 0xFFFF, leased.
+* random: 48 fresh bits from a CSPRNG per ID (tie-breaker).
+
+Packed: ``timestamp_ms << 80 | counter << 64 | publisher_id << 48 | random``, 16 bytes big-endian. Packed-byte order,
+field-tuple order, ULID text order and hex text order are the same order.
+
+In the ULID text, characters 0..9 hold the timestamp, 10..13 the counter (13 also the publisher ID's top 4 bits),
+14..15 the publisher ID, 16..19 its low 2 bits and random bits 47..30, 20..22 random bits 29..15 and 23..25 random
+bits 14..0. A batch encodes each of those groups with one table lookup and one 4-byte write per ID.
+
+The random field is drawn as 6 bytes per ID from the CSPRNG, read as three planes of little-endian 16-bit words
+``w0, w1, w2`` (one word of each per ID) and placed so that each character group is one lookup::
+
+    random = (w2 >> 15) << 47 | (w1 >> 15) << 46 | w0 << 30 | (w1 & 0x7FFF) << 15 | (w2 & 0x7FFF)
+
+(a bijection of the 48 drawn bits: every ID gets 48 fresh uniform bits).
+"""
+
+from __future__ import annotations
+
+from app.errors import InvalidIdError
+from app.schemes import _crockford
+from app.schemes.base import TextForms
+from app.schemes.packed import PackedInt
+
+# --- layout -------------------------------------------------------------------------------------------------------
+
+TIMESTAMP_BITS = 48
+COUNTER_BITS = 16
+PUBLISHER_ID_BITS = 16
+RANDOM_BITS = 48
+PACKED_BITS = TIMESTAMP_BITS + COUNTER_BITS + PUBLISHER_ID_BITS + RANDOM_BITS
+PACKED_BYTES = PACKED_BITS // 8
+
+RANDOM_SHIFT = 0
+PUBLISHER_ID_SHIFT = RANDOM_SHIFT + RANDOM_BITS
+COUNTER_SHIFT = PUBLISHER_ID_SHIFT + PUBLISHER_ID_BITS
+TIMESTAMP_SHIFT = COUNTER_SHIFT + COUNTER_BITS
+
+TIMESTAMP_MS_MAX = (1 << TIMESTAMP_BITS) - 1
+COUNTER_MAX = (1 << COUNTER_BITS) - 1
+COUNTER_SLOTS = 1 << COUNTER_BITS
+"""(ms, counter) slots per logical millisecond."""
+PUBLISHER_ID_MAX = (1 << PUBLISHER_ID_BITS) - 1
+RANDOM_MAX = (1 << RANDOM_BITS) - 1
+PACKED_MAX = (1 << PACKED_BITS) - 1
+
+NANOSECS_IN_MILLISECS = 1_000_000
+MAX_DRIFT_MS_DEFAULT = 60_000
+"""How far (ms) an ``after`` ID may be ahead of this node's clock before it is refused."""
+BATCH_COUNT_MAX = 1 << 24
+"""Most IDs one :meth:`HlcUlidGenerator.generate` call issues (bounds the random draw: 6 bytes per ID)."""
+
+# The random field is drawn as three 16-bit words per ID (see the module docstring for the placement).
+RANDOM_WORDS = 3
+RANDOM_WORD_BITS = 16
+RANDOM_BYTES_PER_ID = RANDOM_WORDS * RANDOM_WORD_BITS // 8  # 6
+RANDOM_GROUP_BITS = 15
+"""Random bits in one 3-character group (characters 20..22: bits 29..15; 23..25: bits 14..0)."""
+RANDOM_GROUP_MASK = (1 << RANDOM_GROUP_BITS) - 1
+RANDOM_HEAD_SHIFT = 2 * RANDOM_GROUP_BITS  # 30
+RANDOM_HEAD_BITS = RANDOM_BITS - RANDOM_HEAD_SHIFT  # 18: bits 47..30, in characters 16..19
+WORD_TOP_SHIFT = RANDOM_WORD_BITS - 1
+"""A word's top bit: w1's and w2's are random bits 46 and 47 (the head's bits 16 and 17)."""
+W0_OFFSET_BITS = 2 * RANDOM_WORD_BITS - RANDOM_HEAD_SHIFT  # 2: w0 is bits 45..30, 2 below the chunk edge at 32
+GROUP_OFFSET_BITS = RANDOM_WORD_BITS - RANDOM_GROUP_BITS  # 1: w1's group is bits 29..15, 1 below the edge at 16
+_RANDOM_WORD_DTYPE = "<u2"
+
+# --- text ---------------------------------------------------------------------------------------------------------
+
+ULID_LEN = _crockford.ENCODED_LEN  # 26
+TIMESTAMP_HEX_LEN = TIMESTAMP_BITS // 4  # 12
+COUNTER_HEX_LEN = COUNTER_BITS // 4  # 4
+PUBLISHER_ID_HEX_LEN = PUBLISHER_ID_BITS // 4  # 4
+RANDOM_HEX_LEN = RANDOM_BITS // 4  # 12
+SEPARATOR = "-"
+HEX_LEN = TIMESTAMP_HEX_LEN + COUNTER_HEX_LEN + PUBLISHER_ID_HEX_LEN + RANDOM_HEX_LEN + 3  # 35
+HEX_SEPARATOR_POSITIONS = (
+    TIMESTAMP_HEX_LEN,
+    TIMESTAMP_HEX_LEN + 1 + COUNTER_HEX_LEN,
+    TIMESTAMP_HEX_LEN + 1 + COUNTER_HEX_LEN + 1 + PUBLISHER_ID_HEX_LEN,
+)  # 12, 17, 22
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+# ULID columns that vary inside a batch (see the module docstring).
+COUNTER_CHAR = 10
+COUNTER_CHARS = 4
+RANDOM_HEAD_CHAR = 16
+RANDOM_HEAD_CHARS = 4
+PUBLISHER_LOW_BITS_MASK = 0b11
+"""The publisher ID's low 2 bits share character 16 with random bits 47..45."""
+RANDOM_GROUP_CHARS = (20, 23)
+CHARS_PER_GROUP = RANDOM_GROUP_BITS // _crockford.CHAR_BITS  # 3
+
+# Hex columns that vary inside a batch.
+COUNTER_HEX_COLUMN = HEX_SEPARATOR_POSITIONS[0] + 1  # 13
+RANDOM_HEX_COLUMN = HEX_SEPARATOR_POSITIONS[2] + 1  # 23
+HEX_CHUNK_DIGITS = 4
+"""The random field's hex is written as three 4-digit chunks (bits 47..32, 31..16, 15..0)."""
+
+
+# --- codec: fields <-> packed int ---------------------------------------------------------------------------------
+
+
+PACKED = PackedInt(
+    "HLC-ULID",
+    [
+        ("timestamp_ms", TIMESTAMP_BITS),
+        ("counter", COUNTER_BITS),
+        ("publisher_id", PUBLISHER_ID_BITS),
+        ("random", RANDOM_BITS),
+    ],
+    article="an",
+)
+"""The layout: range check, pack/unpack, bytes and hex of a packed HLC-ULID."""
+
+
+def pack(timestamp_ms: int, counter: int, publisher_id: int, random: int) -> int:
+    """Pack the four fields into the 128-bit integer.
+
+    ``timestamp_ms`` in 0 .. 2**48 - 1, ``counter`` and ``publisher_id`` in 0 .. 0xFFFF, ``random`` in
+    0 .. 2**48 - 1. Raises ValueError naming the field whose range is broken. Inverse of :func:`unpack`.
+    """
+    return PACKED.pack(timestamp_ms, counter, publisher_id, random)
+
+
+def unpack(value: int) -> tuple[int, int, int, int]:
+    """Split a packed HLC-ULID into ``(timestamp_ms, counter, publisher_id, random)``.
+
+    Raises ValueError unless ``0 <= value < 2**128``. Inverse of :func:`pack`.
+    """
+    PACKED.check(value)
+    return (
+        value >> TIMESTAMP_SHIFT,
+        (value >> COUNTER_SHIFT) & COUNTER_MAX,
+        (value >> PUBLISHER_ID_SHIFT) & PUBLISHER_ID_MAX,
+        (value >> RANDOM_SHIFT) & RANDOM_MAX,
+    )
+
+
+# --- codec: packed int <-> bytes ----------------------------------------------------------------------------------
+
+
+to_bytes = PACKED.to_bytes
+"""The 16 big-endian bytes of a packed HLC-ULID."""
+from_bytes = PACKED.from_bytes
+"""The packed HLC-ULID in 16 big-endian bytes; ValueError for any other length."""
+
+
+# --- codec: packed int <-> text -----------------------------------------------------------------------------------
+
+
+def encode_ulid(value: int) -> str:
+    """The canonical text: 26 uppercase Crockford base32 characters (ULID)."""
+    PACKED.check(value)
+    return _crockford.encode(value)
+
+
+def decode_ulid(text: str) -> int:
+    """Parse a ULID string with ULID rules: exactly 26 characters, any case, O->0, I/L->1, first character 0..7.
+
+    Raises InvalidIdError naming the rule broken.
+    """
+    return _crockford.decode(text, _crockford.ULID)
+
+
+def encode_hex(value: int) -> str:
+    """The document's hyphenated hex ``TTTTTTTTTTTT-CCCC-PPPP-RRRRRRRRRRRR`` (12-4-4-12, 35 characters), lowercase."""
+    digits = PACKED.hex(value)
+    t, c, p = TIMESTAMP_HEX_LEN, TIMESTAMP_HEX_LEN + COUNTER_HEX_LEN, TIMESTAMP_HEX_LEN + 2 * COUNTER_HEX_LEN
+    return f"{digits[:t]}{SEPARATOR}{digits[t:c]}{SEPARATOR}{digits[c:p]}{SEPARATOR}{digits[p:]}"
+
+
+def decode_hex(text: str) -> int:
+    """Parse the hyphenated hex form: exactly 12-4-4-12 hex digits (any case) separated by ``-``.
+
+    Raises InvalidIdError naming the rule broken.
+    """
+    if len(text) != HEX_LEN:
+        raise InvalidIdError(f"HLC-ULID hex must be exactly {HEX_LEN} characters long (12-4-4-12), got {len(text)}")
+    for position, char in enumerate(text):
+        if position in HEX_SEPARATOR_POSITIONS:
+            if char != SEPARATOR:
+                raise InvalidIdError(
+                    f"HLC-ULID hex must be 12-4-4-12 hex digits separated by '-': expected '-' at position "
+                    f"{position}, got {char!r}"
+                )
+        elif char not in _HEX_DIGITS:
+            raise InvalidIdError(
+                f"HLC-ULID hex must contain only hex digits 0-9 a-f (any case) besides the '-' separators, "
+                f"got {char!r} at position {position}"
+            )
+    return int(text.replace(SEPARATOR, ""), 16)
+
+
+TEXT = TextForms("hlc-ulid", ulid=encode_ulid, hex=encode_hex)
+"""The text forms, canonical first: the scheme and its batches format through this table."""
