@@ -7,6 +7,13 @@ Async tests are anyio tests (``pytestmark = pytest.mark.anyio``) on asyncio, the
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline: Hypothesis's default (200 ms an example) is a time budget, and on a busy machine an
+# example of the codec or generator properties took 342 to 374 ms; the properties are about values, not speed
+# (speed lives in bench/).
+settings.register_profile("idmint", deadline=None)
+settings.load_profile("idmint")
 
 pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.support.podman", "tests.support.postgres"]
 
