@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fast loop, for a developer between edits (about a minute on a 2-core machine): ruff (lint and
-# format), mypy (strict, app/ and the client), then the fast lane of the tests: every test but the `integration`
+# format), mypy (strict on app/ and the client, relaxed on tests/), then the fast lane of the tests: every test but the `integration`
 # (real processes and etcd), `ops` and `e2e` ones (markers: pyproject.toml, tests/conftest.py). Needs ./.venv as
 # scripts/test.sh makes it (run that once); extra arguments go to pytest. The whole suite stays `bash scripts/test.sh`.
 set -euo pipefail

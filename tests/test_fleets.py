@@ -173,7 +173,7 @@ def readyz_when(node: Replica, scheme: str, words: str, timeout: float = 60.0) -
         ready = node.get("/readyz")
         if words in ready.json()["schemes"][scheme].get("reason", ""):
             assert ready.status_code == 503
-            return ready.json()  # type: ignore[no-any-return]
+            return ready.json()
         assert time.monotonic() < deadline, ready.text
         time.sleep(0.1)
 
@@ -457,7 +457,7 @@ async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_p
     handlers: list[asyncio.Task[None] | None] = []
 
     async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers.append(asyncio.current_task())  # type: ignore[arg-type]
+        handlers.append(asyncio.current_task())
         try:
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n")

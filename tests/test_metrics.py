@@ -261,7 +261,7 @@ async def test_lease_state_and_identities_after_startup(tmp_path: Path) -> None:
             catalogue = (await client.get("/v1/schemes")).json()["schemes"]
         for scheme in SCHEMES:  # typeid too: its gauge follows uuidv7's, whose generator it issues from
             assert sample(m, "idmint_lease_held", scheme=scheme) == 1, scheme
-        identities = {}
+        identities: dict[str, list[tuple[str, float]]] = {}
         for family in m.registry.collect():
             if family.name == "idmint_node_identity_info":
                 for s in family.samples:

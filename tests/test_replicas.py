@@ -130,7 +130,7 @@ def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(
     tmp_path: Path, etcd_server, etcd_namespace: str
 ) -> None:
     with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
-        before = {s: set() for s in SCHEMES}
+        before: dict[str, set[str]] = {s: set() for s in SCHEMES}
         for node in nodes:
             for scheme in SCHEMES:
                 before[scheme].update(ids_of(node, scheme, 2000, False))
@@ -217,9 +217,9 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
         assert identities(c)["eight-byte"][0] in (0, 1)
         assert c.get("/v1/ids/eight-byte").status_code == 200
     finally:
-        for r in (a, b, c):
-            if r is not None:
-                r.stop()
+        for replica in (a, b, c):
+            if replica is not None:
+                replica.stop()
 
 
 def test_a_stream_that_loses_its_lease_ends_truncated_not_short(

@@ -149,7 +149,7 @@ def test_free_text_decoding_leaves_the_event_loop_free(server: Replica) -> None:
     for t in posters:
         t.start()
     time.sleep(0.2)  # both bodies are in; decoding is under way
-    answered = []
+    answered: list[int] = []
     while not finished and len(answered) < 200:
         r = httpx.get(f"{server.url}/v1/ids/wiji")
         assert r.status_code == 200

@@ -205,7 +205,7 @@ def test_closed_client_raises() -> None:
 @pytest.mark.parametrize("replicas", ["", " , ", "ftp://x", []])
 def test_bad_settings_are_rejected_up_front(replicas: object) -> None:
     with pytest.raises(ValueError):
-        Client(replicas)  # type: ignore[arg-type]
+        Client(replicas)
 
 
 async def test_async_client_every_method(server: Replica, scheme_names: list[str]) -> None:

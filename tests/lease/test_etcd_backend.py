@@ -117,7 +117,7 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
             assert len({cl.identity for cl in got}) == 3, pool
             assert all(pool.minimum <= cl.identity <= pool.maximum and cl.valid() for cl in got)
             assert all(cl.high_water_mark == -1 for cl in got)
-            claims[f"{pool.scheme}/{pool.draw}"] = got  # type: ignore[assignment]
+            claims[f"{pool.scheme}/{pool.draw}"] = got
         await a.register("wiji", "0abcdef012345", {"holder": holder(0).as_dict()})
 
         # Scans start at a random free identity (not the lowest: another fleet would start on the same one); the

@@ -134,7 +134,7 @@ def test_docker_compose_config_validates() -> None:
     assert re.fullmatch(r"\S+/etcd:v3\.5\.\d+", etcd["image"]), etcd["image"]
     assert "etcdctl" in etcd["healthcheck"]["test"] and "health" in etcd["healthcheck"]["test"]
 
-    ports = set()
+    ports: set[str] = set()
     for name in REPLICAS:
         replica = services[name]
         assert replica["build"]["context"] == str(REPO)

@@ -249,7 +249,7 @@ def _exposed_names() -> set[str]:
     m.scheme("muid").lease_held(True, 1)
     m.region_configured(False, "embedded", False)
     m.scheme("muid").id_space_end(1.0)
-    names = set()
+    names: set[str] = set()
     for family in m.registry.collect():
         names.update(sample.name for sample in family.samples)
     return names

@@ -25,7 +25,7 @@ timestamps = st.integers(min_value=ksuid.TIMESTAMP_S_MIN, max_value=ksuid.TIMEST
 payloads = st.integers(min_value=0, max_value=ksuid.PAYLOAD_MAX)
 
 
-def fixed_random(payload: int):  # type: ignore[no-untyped-def]
+def fixed_random(payload: int):
     """A random source returning ``payload`` as 16 bytes every time."""
     return lambda n: payload.to_bytes(n, "big")
 

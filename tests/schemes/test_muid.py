@@ -169,7 +169,7 @@ def test_generator_batches_encode_equals_format(medallion: int, start_us: int, s
         batch = generator.generate(count)
         expected = "".join(SCHEME.format(v, "canonical") + "\n" for v in batch.values()).encode()
         assert batch.encode("canonical") == expected
-        assert batch.encode(None) == expected  # type: ignore[arg-type]
+        assert batch.encode(None) == expected
 
 
 @pytest.mark.parametrize("count", [65535, 65536, 65537, 131072, 131073, 200_000])
@@ -360,7 +360,7 @@ def test_bundle_count_limits() -> None:
     with pytest.raises(InvalidOptionError, match="got 2147483648"):
         generator.generate(1 << 31)
     with pytest.raises(InvalidOptionError, match="got 1.0"):
-        generator.generate(1.0)  # type: ignore[arg-type]
+        generator.generate(1.0)
     with pytest.raises(InvalidOptionError, match="muid takes no options, got mode"):
         generator.generate(1, mode="spread")
     batch = generator.generate(muid.BUNDLE_COUNT_MAX)  # the offset field's limit; not encoded here

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import siq
-from app.schemes.base import Batch, Generator
+from app.schemes.base import Batch, Generator, Run
 from app.schemes.siq import (
     QUALIFIERS,
     SCHEME,
@@ -476,7 +476,7 @@ def test_decimal_slow_paths() -> None:
     target = 10**12 - 40_000
     target += (base - target) % 4096
     dh = ((target - base) % 10**12 // 4096 * pow(16, -1, 5**12)) % 5**12
-    carrying = SiqBatch(shard, dh, USER, [(tick, 0, 2048)])
+    carrying = SiqBatch(shard, dh, USER, [Run(tick, 0, 2048)])
     assert carrying.values()[0] % 10**12 >= 10**12 - 40_000
     assert carrying.values()[-1] % 10**12 < 65536
     assert carrying.encode("decimal") == expected_text(carrying, "decimal")
@@ -497,7 +497,7 @@ def test_empty_batch() -> None:
 @given(field_tuples(), field_tuples())
 def test_byte_order_equals_field_order_and_hex_order(a: tuple[int, ...], b: tuple[int, ...]) -> None:
     """Packed bytes, hex text and (tick, shard, domain hash, serial field) all sort alike."""
-    va, vb = pack(*a), pack(*b)  # type: ignore[arg-type]
+    va, vb = pack(*a), pack(*b)
     key_a = (a[0], a[1], a[2], encode_low(a[3], a[4]))
     key_b = (b[0], b[1], b[2], encode_low(b[3], b[4]))
     assert (va < vb) == (to_bytes(va) < to_bytes(vb)) == (key_a < key_b)
@@ -700,7 +700,7 @@ def test_floor_below_the_clock_is_harmless() -> None:
 )
 def test_generator_validates_its_configuration(args: tuple[object, object], fragment: str) -> None:
     with pytest.raises(ValueError, match=re.escape(fragment)):
-        SiqGenerator(*args)  # type: ignore[arg-type]
+        SiqGenerator(*args)
 
 
 @pytest.mark.parametrize("floor", [-2, TICK_MAX])
@@ -731,7 +731,7 @@ def test_shard_zero_is_allowed() -> None:
 def test_generate_validates_options(count: object, options: dict[str, object], fragment: str) -> None:
     generator = make(FakeClock.from_ns(START))
     with pytest.raises(InvalidOptionError, match=re.escape(fragment)):
-        generator.generate(count, **options)  # type: ignore[arg-type]
+        generator.generate(count, **options)
 
 
 def test_tick_overflow_is_an_error() -> None:

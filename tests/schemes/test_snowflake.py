@@ -257,7 +257,7 @@ def test_rejects(text: str, message: str) -> None:
 
 
 def node_settings(**overrides: object) -> SnowflakeSettings:
-    return SnowflakeSettings(**overrides)  # type: ignore[arg-type]
+    return SnowflakeSettings(**overrides)
 
 
 def test_scheme_metadata_and_contract_members() -> None:

@@ -397,7 +397,7 @@ def test_floor_at_or_above_the_clock_waits(floor: int) -> None:
 def test_generate_validates_options(count: object, options: dict[str, object], fragment: str) -> None:
     generator = make()
     with pytest.raises(InvalidOptionError) as excinfo:
-        generator.generate(count, **options)  # type: ignore[arg-type]
+        generator.generate(count, **options)
     assert fragment in str(excinfo.value)
 
 

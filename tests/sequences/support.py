@@ -115,7 +115,7 @@ def run_clients(
 
     def target(url: str, client: int) -> None:
         try:
-            client_loop(url, client, served, stop, **kwargs)  # type: ignore[arg-type]
+            client_loop(url, client, served, stop, **kwargs)
         except BaseException as exc:
             errors.append(exc)
             stop.set()

@@ -313,8 +313,8 @@ def build_base_image(podman: Podman, recipe: BaseRecipe) -> None:
         for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*_*"):
             for path in scratch.glob(pattern):
                 path.unlink()
-        for path, content in recipe.files.items():
-            target = scratch / path.lstrip("/")
+        for image_path, content in recipe.files.items():
+            target = scratch / image_path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         (scratch / "etc" / "pip.conf").write_text(recipe.pip_conf)

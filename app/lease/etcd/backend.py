@@ -250,7 +250,7 @@ class EtcdBackend(LeaseBackend):
             reason = "no etcd lease yet"
         raise BackendUnavailableError(reason, retry_after=self._retry_after)
 
-    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> Claim:
+    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> EtcdClaim:
         """Claim one free identity of ``pool`` on this process's lease (one transaction per attempt).
 
         Raises NotReadyError when the pool's group is not listed in its ``allowed_groups_key``,

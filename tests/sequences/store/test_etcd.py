@@ -24,7 +24,7 @@ def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenc
         etcd_request_timeout=1.0,
         etcd_connect_timeout=1.0,
         **overrides,
-    )  # type: ignore[arg-type]
+    )
     return EtcdSequenceStore(settings)
 
 
