@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.lease.base import Claim, LeaseBackend, Owner
+from app.lease.base import Claim, ClaimObserver, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, GeneratorStats, Scheme
@@ -83,8 +83,11 @@ class IdentityHolder:
         owner: Owner,
         clock: Clock,
         max_clock_wait: float,
+        observer: ClaimObserver | None = None,
     ) -> None:
         self.backend = backend
+        self.observer = observer
+        """Told of every claim made and given up (the claim ledger); None: nobody."""
         self.owner = owner
         self.clock = clock
         self.max_clock_wait = max_clock_wait
@@ -281,6 +284,8 @@ class IdentityHolder:
         self._wake.set()
 
     async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
+        if self.observer is not None:
+            self.observer.ended(claim)  # before the release: a lost claim still says so
         try:
             await self.backend.release(claim, final_mark)
         except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
@@ -350,6 +355,11 @@ class IdentityHolder:
             self.fault = None
             self.reason = ""
             held = [c.identity for c in claims]
+            if self.observer is not None:
+                unit_ns = self.scheme.native_unit_ns
+                for claim in claims:  # its IDs are dated from the unit after the inherited mark on
+                    mark = claim.high_water_mark
+                    self.observer.claimed(claim, self.pool, self.owner, int((mark + 1) * unit_ns) if mark >= 0 else -1)
             log.info(
                 "%s: claimed %s %s (high-water mark %d); issuing",
                 self.name,

@@ -23,6 +23,7 @@ from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
 from app.api.streams import StreamSlots
 from app.lease import make_backend
+from app.ledger import make_ledger
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
@@ -38,6 +39,11 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
+    node.attach_ledger(
+        make_ledger(
+            settings, clock=node.clock, fleet_id=lambda: node.fleet.fleet_id, failures=metrics.ledger_write_failed
+        )
+    )
     sequences = SequenceService(make_store(settings), metrics, settings.max_count)
     keys: ApiKeys | None = None
 

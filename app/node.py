@@ -42,6 +42,7 @@ from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
 from app.identity import BACKOFF_MAX_S, IdentityHolder, register
 from app.lease.base import LeaseBackend, Owner
+from app.ledger import Ledger
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes import schemes
@@ -286,6 +287,7 @@ class Node:
         metrics: Metrics,
         clock: Clock | None = None,
         only: list[str] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -300,7 +302,11 @@ class Node:
             version=__version__,
             started_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
+            pod=os.environ.get("POD_NAME", ""),  # the Kubernetes downward API (deploy/kubernetes sets them)
+            namespace=os.environ.get("POD_NAMESPACE", ""),
         )
+        self.ledger = ledger
+        """Who held which identity when (:mod:`app.ledger`); None: not kept (``idmint mint``, tests)."""
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
         """Every registered scheme as this node uses it (:meth:`Scheme.configured`): decoding and /v1/schemes
         read these."""
@@ -311,6 +317,12 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
+
+    def attach_ledger(self, ledger: Ledger) -> None:
+        """Keep the claim ledger ``ledger`` (before :meth:`start`): every holder tells it of its claims."""
+        self.ledger = ledger
+        for issuer in self.issuers.values():
+            issuer.identity.observer = ledger
 
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
@@ -350,6 +362,7 @@ class Node:
                 owner=self.owner,
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
+                observer=self.ledger,
             )
             self.issuers[name] = Issuer(scheme, identity, metrics)
         for name, scheme in self.schemes.items():
@@ -373,6 +386,8 @@ class Node:
             async with asyncio.timeout(FLEET_ID_START_WAIT_S):
                 await self.fleet.read_fleet_id()
         self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
+        if self.ledger is not None:
+            await self.ledger.start()
         for issuer in self.issuers.values():
             identity = issuer.identity
             if isinstance(issuer, SharedIssuer):  # the base issuer's holder claims and runs
@@ -419,6 +434,8 @@ class Node:
         for issuer in self.issuers.values():
             if not isinstance(issuer, SharedIssuer):
                 await issuer.identity.stop()
+        if self.ledger is not None:
+            await self.ledger.stop()
         await self.backend.close()
 
     def issuer(self, name: str) -> Issuer:
