@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import abc
 import bisect
+import functools
 import json
 import secrets
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from app.decoding import rfc3339
@@ -88,7 +89,13 @@ class ClaimRecord:
         return replace(self, end=end, ended_at_ns=max(at_ns, self.claimed_at_ns), end_reason=reason)
 
     def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
+        """The record as JSON-ready data (a fresh copy of one built once: decode shows a record per ID)."""
+        return dict(self._dict)
+
+    @functools.cached_property
+    def _dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["owner"] = dict(self.owner)
         out["claimed_at"] = rfc3339(self.claimed_at_ns, 3)
         out["ended_at"] = rfc3339(self.ended_at_ns, 3)
         return out
@@ -120,6 +127,7 @@ class ClaimRecord:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a claim record: {exc!r}") from exc
 
+    @functools.cached_property
     def words(self) -> str:
         """The record in words: ``issued by pod orders-7f9c, idmint 0.4.1, claim held 12:01:07 to 14:33:10 UTC``."""
         owner = self.owner
@@ -227,7 +235,7 @@ class Verdict:
     def as_dict(self) -> dict[str, Any]:
         """``{"status": "confirmed" | "no_claim" | "future" | "before_ledger" | "no_ledger", "reason", "words"}``."""
         if self.record is not None:
-            return {"status": "confirmed", "reason": None, "words": self.record.words()}
+            return {"status": "confirmed", "reason": None, "words": self.record.words}
         status = {
             REASON_NO_CLAIM: "no_claim",
             REASON_FUTURE: "future",
