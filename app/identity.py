@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.lease.base import Claim, ClaimObserver, LeaseBackend, Owner
+from app.lease.base import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, GeneratorStats, Scheme
@@ -195,6 +195,8 @@ class IdentityHolder:
         """Told by a claim the moment it is lost: stop issuing from it at once and claim again."""
         if claim in self.claims:
             kind = self.pool.kind if self.pool else "identity"
+            if reason == REVOKED_REASON and self.pool is not None and self.pool.static is None:
+                self.excluded.add(claim.identity)  # an operator freed it for another node: not ours to re-claim
             self.drop(f"lease lost for {kind} {claim.identity}")
 
     # -- clock stepped back --------------------------------------------------------------------------------

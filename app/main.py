@@ -14,7 +14,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp
 
 from app import __version__
-from app.api import decode, ids, meta
+from app.api import admin, decode, ids, meta
 from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
@@ -80,16 +80,19 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds, settings.stream_send_timeout)
     api.state.node = node
     api.state.sequences = sequences
+    drain = api.state.drain = admin.Drain()
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
     api.include_router(decode.router)
     api.include_router(meta.router)
     api.include_router(sequence_routes.router)
+    api.include_router(admin.router)
     _include_page(api)
 
     wrapper: ASGIApp = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
     wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
+    wrapper = admin.DrainGate(wrapper, api, drain)  # a draining node refuses ID requests, fast paths included
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
         keys = wrapper = ApiKeys(

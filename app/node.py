@@ -425,6 +425,24 @@ class Node:
         """Publish what ``scheme``'s generator registers (Wiji's random part); a failure is logged, not raised."""
         await register(self.backend, self.owner, scheme, published)
 
+    async def drain(self) -> list[dict[str, Any]]:
+        """Stop issuing for good and give every claim back (exact final marks recorded): the holders' background
+        tasks end, so nothing is claimed again; the backend, the fleet guard and the ledger keep running (health
+        checks, decode). Returns the claims released (``{"scheme", "kind", "identity"}``)."""
+        holders = [i.identity for i in self.issuers.values() if not isinstance(i, SharedIssuer)]
+        tasks = [t for t in self._tasks if t.get_name().startswith("idmint-issuer-")]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = [t for t in self._tasks if t not in tasks]
+        released = []
+        for holder in holders:
+            kind = holder.pool.kind if holder.pool is not None else "identity"
+            released += [{"scheme": holder.name, "kind": kind, "identity": c.identity} for c in holder.claims]
+            await holder.stop()
+            holder.reason = "draining: this node gave its claims back and issues no more"
+        return released
+
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""
         for task in self._tasks:

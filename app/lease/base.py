@@ -89,6 +89,10 @@ class ClaimObserver(Protocol):
         """``claim`` is being given up (released, or dropped as lost or late), before the backend releases it."""
 
 
+REVOKED_REASON = "claim revoked by an operator"
+"""The loss reason of a claim an operator revoked (``POST /v1/admin/claims/{scheme}/{identity}/revoke``): its holder
+stops at once and does not claim that identity again (another node is to take it)."""
+
 LossCallback = Callable[["Claim", str], None]
 """Called once with (the claim, why) the moment a claim is lost behind our back."""
 

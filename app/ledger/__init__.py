@@ -208,6 +208,7 @@ class Ledger:
     async def run(self) -> None:
         backoff = 0.1
         while True:
+            self._wake.clear()  # before the step: a record queued during it wakes the next one at once
             try:
                 wrote = await self.flush()
                 backoff = 0.1 if wrote else min(backoff * 2, WRITE_BACKOFF_MAX_S)
@@ -228,7 +229,6 @@ class Ledger:
             except Exception:  # noqa: BLE001 -- the ledger must outlive any one failure; issuing never waits on it
                 log.exception("claim ledger: background step failed")
             delay = backoff if self.pending else REFRESH_S
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(delay, SWEEP_S)):
                     await self._wake.wait()
