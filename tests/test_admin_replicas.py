@@ -114,7 +114,8 @@ def test_drain_under_load_finishes_in_flight_releases_at_once_and_leaves_others_
         assert ready.status_code == 503 and ready.json()["status"] == "draining"
         assert drained.get("/healthz").status_code == 200
         # The other replicas never noticed: no 5xx; and no ID was issued twice.
-        assert {status for *_, status, _ in load_other.answers + load_third.answers} == {200}
+        failed = [a[:3] for a in load_other.answers + load_third.answers if a[2] != 200]
+        assert not failed, (failed[:5], other.log()[-2000:], third.log()[-2000:])
         every = load_other.ids() + load_third.ids() + [i.decode() for s in streams for i in s[1]]
         assert len(every) == len(set(every))
 
@@ -137,11 +138,14 @@ def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(
                 assert r.status_code == 200, r.text
                 body = r.json()
                 assert body["owner"]["pid"] == owner.pid and body["owner_stopped"] and body["freed"]
-                # The owner stopped within the time a watch event and a ledger write take, before the key was freed.
-                assert answered - asked < 1.0, body
+                # The owner acknowledged (stopped) before the key was freed, well within the guard lease's TTL...
+                assert answered - asked < TTL_S, body
                 until(lambda: [a for a in load_owner.answers if a[0] > answered], 5, "the owner answers again")
                 after = [a for a in load_owner.answers if a[0] > answered]
                 assert {a[2] for a in after} == {503}, after[:3]
+                # ...and answered 503 within the time a watch event takes (well under a second, on a loaded machine).
+                first_refusal = min(a[1] for a in load_owner.answers if a[0] >= asked and a[2] == 503)
+                assert first_refusal - asked < 1.0, (first_refusal - asked, body)
                 got = until(
                     lambda: (ids := identities(waiting)).get("eight-byte") == [target] and ids,
                     TTL_S * 2 + 15,
@@ -152,7 +156,8 @@ def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(
                 assert r.status_code == 200, r.text
                 handed = r.json()["ids"]
                 load_peer.wait_answers(len(load_peer.answers) + 3)
-            assert {a[2] for a in load_peer.answers} == {200}
+            failed = [a[:3] for a in load_peer.answers if a[2] != 200]
+            assert not failed, (failed[:5], peer.log()[-3000:])
             every = load_owner.ids() + load_peer.ids() + handed
             assert len(every) == len(set(every)), "duplicates across the handover"
             # The owner's 503s began no later than the revoke's answer: nothing was issued by it afterwards.

@@ -57,13 +57,18 @@ async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by
                 f"{pool.scheme} {pool.kind} {identity} is being revoked already; it is free in {ttl} s"
             )
         owner_lease = f"{held.lease:016x}"
+        # The owner's ledger records of this claim, open now: one of them ending is its acknowledgement. (An older
+        # record of the same lease and identity, ended before, must not count; none open: wait out the TTL.)
+        ledger_prefix = f"{ns}{LEDGER_CLAIMS}{pool.scheme}/{identity}/".encode()
+        records = await _records(client, ledger_prefix)
+        open_ids = {r["record"] for r in records if r.get("lease") == owner_lease and r.get("end") is None}
         guard, _ = await client.grant(ttl)
         value = keys.revoked_value(by, held.value, keys.now_rfc3339())
         result = await client.txn([compare(key, "MOD", held.mod_revision)], [put(key, value, guard)], [])
         if not result.succeeded:
             await client.revoke(guard)
             raise RevokeRefusedError(f"{pool.scheme} {pool.kind} {identity} changed while being revoked; try again")
-        stopped = await _owner_stopped(client, ns, pool.scheme, identity, owner_lease, ttl)
+        stopped = bool(open_ids) and await _owner_stopped(client, ledger_prefix, open_ids, ttl)
         if stopped:
             await client.revoke(guard)  # deletes the revoked key with it: the identity is free now
         try:
@@ -87,18 +92,25 @@ async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by
         await client.close()
 
 
-async def _owner_stopped(client: EtcdClient, ns: str, scheme: str, identity: int, lease: str, ttl: int) -> bool:
-    """Wait (at most ``ttl`` s) for the owner's ledger record of this claim (its lease) to end."""
-    prefix = f"{ns}{LEDGER_CLAIMS}{scheme}/{identity}/".encode()
+async def _records(client: EtcdClient, prefix: bytes) -> list[dict[str, Any]]:
+    """The claim ledger records under ``prefix`` (one identity's: a small range read)."""
+    found, _ = await client.range(prefix, prefix_end(prefix))
+    out = []
+    for kv in found:
+        try:
+            record = json.loads(kv.value)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "record" in record:
+            out.append(record)
+    return out
+
+
+async def _owner_stopped(client: EtcdClient, prefix: bytes, open_ids: set[str], ttl: int) -> bool:
+    """Wait (at most ``ttl`` s) for one of the owner's ledger records ``open_ids`` under ``prefix`` to end."""
     deadline = time.monotonic() + ttl
     while time.monotonic() < deadline:  # noqa: ASYNC110 -- polls etcd (one small range read), bounded by the TTL
-        records, _ = await client.range(prefix, prefix_end(prefix))
-        for kv in records:
-            try:
-                record = json.loads(kv.value)
-            except ValueError:
-                continue
-            if record.get("lease") == lease and record.get("end") is not None:
-                return True
+        if any(r["record"] in open_ids and r.get("end") is not None for r in await _records(client, prefix)):
+            return True
         await asyncio.sleep(ACK_POLL_S)
     return False
