@@ -133,7 +133,7 @@ def parse_identity(node: Node, scheme: str, text: str) -> int:
     return identity
 
 
-@router.get("/v1/admin/claims")
+@router.get("/v1/admin/claims", responses={503: {"description": "the backend cannot be read now (Retry-After)"}})
 async def live_claims(node: NodeDep) -> dict[str, Any]:
     """Every live claim of the fleet: ``{"claims": [{"scheme", "kind", "group", "identity", "owner", "lease",
     "claimed_at", "lease_left_s"}]}`` (``lease_left_s`` null on the embedded backend, whose locks never expire), from
@@ -163,7 +163,7 @@ async def live_claims(node: NodeDep) -> dict[str, Any]:
     return {"claims": out}
 
 
-@router.post("/v1/admin/drain")
+@router.post("/v1/admin/drain", responses={503: {"description": "the backend cannot be written now (Retry-After)"}})
 async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
     """Drain this node (see the module docstring): ``{"status": "drained", "released": [{"scheme", "kind",
     "identity"}], "in_flight": <requests still running past the timeout>, "seconds"}``."""
@@ -171,7 +171,15 @@ async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[
     return await state.run(node, settings.drain_timeout)
 
 
-@router.post("/v1/admin/claims/{scheme}/{identity}/revoke")
+@router.post(
+    "/v1/admin/claims/{scheme}/{identity}/revoke",
+    responses={
+        404: {"description": "unknown scheme, or no node holds that identity now"},
+        409: {"description": "the embedded backend cannot revoke (file locks), or a revoke of it is under way"},
+        422: {"description": "the scheme leases no identity, or the identity breaks its rule (detail names it)"},
+        503: {"description": "etcd cannot be used now (Retry-After)"},
+    },
+)
 async def revoke(scheme: str, identity: str, request: Request, node: NodeDep, settings: SettingsDep) -> Any:
     """Free a stuck claim: the owner, if alive, sees the loss (its claim key is overwritten, which its watch
     reports at once) and stops issuing with that identity before any other node can claim it; the key is freed
