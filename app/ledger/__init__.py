@@ -252,13 +252,16 @@ class Ledger:
         expiry as the store last measured it, else when first found gone."""
         ours = {r.record for r in self._ours.values()}
         now = self.clock()
+        asked: dict[str, tuple[bool | None, int | None]] = {}  # owner (lease, else host and pid) -> its answer
         for record in self.index.open_records():
             if record.record in ours or record.record in self.pending:
                 continue
-            alive, expires_ns = await self.store.owner_alive(record)
+            key = record.lease or f"pid {record.owner.get('host')} {record.owner.get('pid')}"
+            if key not in asked:
+                asked[key] = await self.store.owner_alive(record)
+            alive, expires_ns = asked[key]
             if alive is None:
                 continue
-            key = record.lease or record.record
             if alive:
                 if expires_ns is not None:
                     self._expiries[key] = expires_ns
