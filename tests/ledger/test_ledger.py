@@ -23,8 +23,6 @@ from app.ledger.base import (
 from app.ledger.embedded import EmbeddedLedgerStore
 from tests.helpers import FakeClock, pool_spec
 
-pytestmark = pytest.mark.anyio
-
 OWNER = Owner(host="h", pid=4242, version="9.9.9", started_at="2026-01-01T00:00:00Z", pod="orders-7f9c")
 
 
@@ -47,6 +45,7 @@ def test_record_round_trips_json_and_rejects_non_records() -> None:
             ClaimRecord.from_json(bad)
 
 
+@pytest.mark.anyio
 async def test_a_claim_is_found_by_identity_and_time_and_its_end_is_kept(tmp_path: Path) -> None:
     clock = FakeClock(ms=1_800_000_000_000)
     store = MemoryLedgerStore()
@@ -72,6 +71,7 @@ async def test_a_claim_is_found_by_identity_and_time_and_its_end_is_kept(tmp_pat
     assert ledger.verdict("eight-byte", 7, clock.ns + NS_IN_S).reason == REASON_NO_CLAIM  # after it ended
 
 
+@pytest.mark.anyio
 async def test_the_next_holder_wins_above_the_inherited_mark(tmp_path: Path) -> None:
     clock = FakeClock(ms=1_800_000_000_000)
     ledger = ledger_on(MemoryLedgerStore(), clock)
@@ -89,6 +89,7 @@ async def test_the_next_holder_wins_above_the_inherited_mark(tmp_path: Path) -> 
     assert ledger.verdict("eight-byte", 7, last_issued + 1_000_000).record.owner["pid"] == 99  # type: ignore[union-attr]
 
 
+@pytest.mark.anyio
 async def test_failed_writes_are_retried_and_counted_and_never_raise(tmp_path: Path) -> None:
     clock = FakeClock(ms=1_800_000_000_000)
     store = MemoryLedgerStore()
@@ -104,6 +105,7 @@ async def test_failed_writes_are_retried_and_counted_and_never_raise(tmp_path: P
     assert not ledger.pending and len(store.records) == 1
 
 
+@pytest.mark.anyio
 async def test_embedded_store_answers_after_a_restart_and_drops_old_records(tmp_path: Path) -> None:
     clock = FakeClock(ms=1_800_000_000_000)
     state = tmp_path / "state"
@@ -132,6 +134,7 @@ async def test_embedded_store_answers_after_a_restart_and_drops_old_records(tmp_
     await third.stop()
 
 
+@pytest.mark.anyio
 async def test_embedded_retention_keeps_a_claim_still_held(tmp_path: Path) -> None:
     clock = FakeClock(ms=1_800_000_000_000)
     state = tmp_path / "state"
@@ -147,3 +150,16 @@ async def test_embedded_retention_keeps_a_claim_still_held(tmp_path: Path) -> No
     assert [r.identity for r in fresh.live()] == [7]
     await ledger.stop()
     await backend.close()
+
+
+def test_the_app_answers_the_same_issuer_after_a_restart_on_the_embedded_backend(tmp_path: Path) -> None:
+    from tests.helpers import CLAIMING, running_app
+
+    with running_app(tmp_path) as client:
+        issued = {scheme: client.get(f"/v1/ids/{scheme}").json()["ids"][0] for scheme in CLAIMING}
+        before = {s: client.get(f"/v1/decode/{s}/{t}").json()["issued_by"] for s, t in issued.items()}
+    with running_app(tmp_path) as client:
+        after = {s: client.get(f"/v1/decode/{s}/{t}").json()["issued_by"] for s, t in issued.items()}
+    for scheme in CLAIMING:
+        assert after[scheme]["record"] == before[scheme]["record"], scheme
+        assert after[scheme]["owner"] == before[scheme]["owner"] and after[scheme]["end"] == END_RELEASED
