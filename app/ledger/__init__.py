@@ -146,10 +146,13 @@ class Ledger:
         since = self.since_ns if self.since_ns is not None else now_ns
         return max(since, now_ns - self.retention_ns)
 
-    def verdict(self, scheme: str, identity: int, t_ns: int, unit_ns: int = 1_000_000) -> Verdict:
-        """Who held ``identity`` of ``scheme`` at ``t_ns`` (a timestamp of precision ``unit_ns``), from memory."""
+    def verdict(
+        self, scheme: str, identity: int, t_ns: int, unit_ns: int = 1_000_000, group: str | None = None
+    ) -> Verdict:
+        """Who held ``identity`` (in ``group``, when the ID carries one) of ``scheme`` at ``t_ns`` (a timestamp of
+        precision ``unit_ns``), from memory."""
         now = self.clock()
-        record = self.index.covering(scheme, identity, t_ns, unit_ns, now)
+        record = self.index.covering(scheme, identity, t_ns, unit_ns, now, group)
         if record is not None:
             return Verdict(record, None)
         if t_ns > now + FUTURE_TOLERANCE_NS:

@@ -283,11 +283,16 @@ class LedgerIndex:
             self._dirty.discard(key)
         return bucket
 
-    def covering(self, scheme: str, identity: int, t_ns: int, unit_ns: int, now_ns: int) -> ClaimRecord | None:
+    def covering(
+        self, scheme: str, identity: int, t_ns: int, unit_ns: int, now_ns: int, group: str | None = None
+    ) -> ClaimRecord | None:
         """The record of ``identity`` whose claim covers ``t_ns`` (a reading at the precision ``unit_ns``): of the
         claims begun by then, the latest that had not ended before it (a lost claim's end is an upper bound; the
-        next holder only issues above the mark, so the latest start wins). An open claim covers up to ``now_ns``."""
+        next holder only issues above the mark, so the latest start wins). An open claim covers up to ``now_ns``.
+        ``group``: the group the ID carries (eight-byte's cluster ID, SIQ's domain hash), None when it carries none."""
         bucket = self._bucket((scheme, identity))
+        if group is not None:
+            bucket = [r for r in bucket if r.group == group]
         if not bucket:
             return None
         starts = [r.covers_from_ns for r in bucket]

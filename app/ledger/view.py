@@ -15,7 +15,7 @@ object's ``timestamp`` (RFC 3339, at the scheme's precision): what the scheme de
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,13 @@ from app.ledger import Ledger
 from app.ledger.base import FUTURE_TOLERANCE_NS, NS_IN_S, REASON_NO_LEDGER
 from app.pool import IdentityPool
 from app.schemes.base import Scheme
+
+GROUP_FIELDS: dict[str, Callable[[int], str]] = {
+    "cluster_id": str,  # eight-byte: the pool's group is the cluster ID in decimal
+    "domain_hash": lambda value: f"{value:08x}",  # SIQ: the pool's group is the domain hash, 8 hex digits
+}
+"""Decoded fields that carry the group an identity is claimed within, as the pool names it (a snowflake layout is
+not carried in its IDs: no group)."""
 
 RANK_CONFIRMED = 0
 RANK_IN_LIFETIME = 1
@@ -99,7 +106,7 @@ class LedgerView:
                 else:
                     scheme = self.schemes.get(candidate["scheme"])
                     unit = 10 ** (9 - scheme.timestamp_digits) if scheme is not None else 1
-                    verdict = ledger.verdict(candidate["scheme"], identity, t, unit)
+                    verdict = ledger.verdict(candidate["scheme"], identity, t, unit, _group(candidate))
                     candidate["issued_by"] = verdict.record.as_dict() if verdict.record is not None else None
                     candidate["ledger"] = verdict.as_dict()
                     confirmed = verdict.record is not None
@@ -132,6 +139,15 @@ class LedgerView:
             return RANK_REST, f"dated {stamp}"
         tail = f"; {verdict_reason}" if verdict_reason else ""
         return RANK_IN_LIFETIME, f"dated {stamp}, inside this fleet's lifetime{tail}"
+
+
+def _group(candidate: dict[str, Any]) -> str | None:
+    fields = candidate.get("fields", {})
+    for name, form in GROUP_FIELDS.items():
+        value = fields.get(name)
+        if isinstance(value, int):
+            return form(value)
+    return None
 
 
 def _day(ns: int) -> str:

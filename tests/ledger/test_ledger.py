@@ -163,3 +163,25 @@ def test_the_app_answers_the_same_issuer_after_a_restart_on_the_embedded_backend
     for scheme in CLAIMING:
         assert after[scheme]["record"] == before[scheme]["record"], scheme
         assert after[scheme]["owner"] == before[scheme]["owner"] and after[scheme]["end"] == END_RELEASED
+
+
+@pytest.mark.anyio
+async def test_a_reading_matches_only_claims_of_the_group_it_carries(tmp_path: Path) -> None:
+    from app.ledger.view import LedgerView
+
+    clock = FakeClock(ms=1_800_000_000_000)
+    ledger = ledger_on(MemoryLedgerStore(), clock)
+    backend = EmbeddedBackend(tmp_path / "state")
+    await backend.start()
+    for cluster, pid in ((1, 11), (2, 22)):  # two cluster IDs in one fleet: generator ID 7 held in each
+        pool = pool_spec("eight-byte", static=7, group=str(cluster))
+        owner = Owner(host="h", pid=pid, version="9", started_at="x")
+        ledger.claimed(await backend.claim(pool, owner), pool, owner)
+    clock.advance_s(1)
+    stamp = "2027-01-15T08:00:01.000Z"  # FakeClock(ms=1_800_000_000_000) + 1 s
+    view = LedgerView(ledger, {"eight-byte": pool_spec("eight-byte")}, {})
+    for cluster, pid in ((1, 11), (2, 22)):
+        reading = {"scheme": "eight-byte", "timestamp": stamp, "fields": {"generator_id": 7, "cluster_id": cluster}}
+        [annotated] = view.annotate([reading])
+        assert annotated["issued_by"]["owner"]["pid"] == pid, annotated
+    await backend.close()
