@@ -198,17 +198,22 @@ class Ledger:
 
     # -- background work ---------------------------------------------------------------------------------------
     async def start(self) -> None:
-        """Open the store, read it whole (bounded), and start :meth:`run`."""
-        try:
-            async with asyncio.timeout(REFRESH_FOR_TIMEOUT_S * 3):
-                await self.store.start()
-                await self.refresh(full=True)
-        except (TimeoutError, OSError, NotReadyError) as exc:
-            log.warning("claim ledger: %s not read at start: %s; retrying in the background", self.store.name, exc)
-        self._last_full = self.monotonic()
+        """Start :meth:`run`, which reads the store whole first. Never waits for the store: a node whose backend
+        is unreachable at start starts as before (the ledger catches up in the background)."""
         self._task = asyncio.create_task(self.run(), name="idmint-claim-ledger")
 
     async def run(self) -> None:
+        """Background task: open the store, then write what is queued, read what others wrote, end the claims of
+        owners that are gone, and drop what is past retention, until cancelled. Survives any exception."""
+        while True:
+            try:
+                await self.store.start()
+                break
+            except (OSError, NotReadyError) as exc:
+                log.warning("claim ledger: %s cannot be opened: %s; retrying", self.store.name, _why(exc))
+                await asyncio.sleep(WRITE_BACKOFF_MAX_S)
+        self._last_full = self.monotonic()
+        await self.refresh(full=True)
         backoff = 0.1
         while True:
             self._wake.clear()  # before the step: a record queued during it wakes the next one at once

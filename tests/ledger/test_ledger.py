@@ -111,6 +111,7 @@ async def test_embedded_store_answers_after_a_restart_and_drops_old_records(tmp_
     state = tmp_path / "state"
     ledger = ledger_on(EmbeddedLedgerStore(state, clock), clock, days=30)
     await ledger.start()
+    await ledger.refresh(full=True)  # start() reads in the background
     backend, pool, claim = await claim_one(tmp_path)
     ledger.claimed(claim, pool, OWNER)
     t = clock.ns + NS_IN_S
@@ -122,6 +123,7 @@ async def test_embedded_store_answers_after_a_restart_and_drops_old_records(tmp_
 
     again = ledger_on(EmbeddedLedgerStore(state, clock), clock, days=30)
     await again.start()
+    await again.refresh(full=True)  # start() reads in the background
     assert again.verdict("eight-byte", 7, t).record == answer is not None
 
     clock.ns += 31 * NS_IN_DAY  # past retention: the file of that day goes, and the ledger says it cannot reach
@@ -130,6 +132,7 @@ async def test_embedded_store_answers_after_a_restart_and_drops_old_records(tmp_
     assert list((state / "ledger").glob("claims-*.jsonl")) == []
     third = ledger_on(EmbeddedLedgerStore(state, clock), clock, days=30)
     await third.start()
+    await third.refresh(full=True)  # start() reads in the background
     assert third.verdict("eight-byte", 7, t).reason == REASON_BEFORE
     await third.stop()
 
@@ -140,6 +143,7 @@ async def test_embedded_retention_keeps_a_claim_still_held(tmp_path: Path) -> No
     state = tmp_path / "state"
     ledger = ledger_on(EmbeddedLedgerStore(state, clock), clock, days=1)
     await ledger.start()
+    await ledger.refresh(full=True)  # start() reads in the background
     backend, pool, claim = await claim_one(tmp_path)
     ledger.claimed(claim, pool, OWNER)
     assert await ledger.flush()
