@@ -1,5 +1,5 @@
-"""The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check`` and ``sequence``
-(``create``, ``range``, ``show``)."""
+"""The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
+``range``, ``show``) and ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node)."""
 
 from __future__ import annotations
 
@@ -253,6 +253,67 @@ def sequence_show(name: str | None) -> None:
 
     record = _run_sequences(lambda store: store.get(check_name(name)))
     click.echo(json.dumps(record.as_dict(), indent=2))
+
+
+@main.group()
+@click.option(
+    "--server",
+    envvar="IDMINT_SERVER",
+    default="http://127.0.0.1:8000",
+    show_default=True,
+    help="The node to ask (IDMINT_SERVER).",
+)
+@click.option("--key", envvar="IDMINT_API_KEY", help="API key with the admin scope (IDMINT_API_KEY).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds to wait.")
+@click.pass_context
+def admin(ctx: click.Context, server: str, key: str | None, timeout: float) -> None:
+    """The fleet's admin routes on a running node (scope admin): list claims, drain a node, revoke a claim."""
+    ctx.obj = (server.rstrip("/"), key, timeout)
+
+
+def _admin_call(ctx: click.Context, method: str, path: str) -> Any:
+    import httpx
+
+    server, key, timeout = ctx.obj
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        response = httpx.request(method, f"{server}{path}", headers=headers, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"{server}: {exc}") from exc
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"detail": response.text}
+    if response.status_code != 200:
+        detail = body.get("detail", body) if isinstance(body, dict) else body
+        raise click.ClickException(f"{method} {path}: HTTP {response.status_code}: {detail}")
+    return body
+
+
+@admin.command("claims")
+@click.pass_context
+def admin_claims(ctx: click.Context) -> None:
+    """Print every live claim of the fleet as JSON (scheme, identity, owner, seconds left on its lease)."""
+    click.echo(json.dumps(_admin_call(ctx, "GET", "/v1/admin/claims"), indent=2))
+
+
+@admin.command("drain")
+@click.pass_context
+def admin_drain(ctx: click.Context) -> None:
+    """Drain the node: it refuses new ID requests, finishes those in flight and gives its claims back."""
+    click.echo(json.dumps(_admin_call(ctx, "POST", "/v1/admin/drain"), indent=2))
+
+
+@admin.command("revoke")
+@click.argument("scheme")
+@click.argument("identity")
+@click.pass_context
+def admin_revoke(ctx: click.Context, scheme: str, identity: str) -> None:
+    """Free the stuck claim of IDENTITY of SCHEME: its owner stops first, then another node may claim it."""
+    from urllib.parse import quote
+
+    path = f"/v1/admin/claims/{quote(scheme, safe='')}/{quote(identity, safe='')}/revoke"
+    click.echo(json.dumps(_admin_call(ctx, "POST", path), indent=2))
 
 
 @main.group()

@@ -8,6 +8,8 @@
     ├── UnknownSchemeError      (LookupError) no scheme of that name                         -> 404
     ├── UnknownSequenceError    (LookupError) no sequence of that name                       -> 404
     ├── SequenceConflictError   a sequence exists with other settings, or too many exist     -> 409
+    ├── NotClaimedError         (LookupError) no node holds that identity now (admin revoke)  -> 404
+    ├── RevokeRefusedError      the backend cannot revoke a claim (embedded: an OS file lock)  -> 409
     ├── SequenceOverflowError   (InvalidOptionError) a sequence would pass 2**63-1            -> 422
     ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
@@ -49,6 +51,14 @@ class SequenceConflictError(IdmintError):
 
 class SequenceOverflowError(InvalidOptionError):
     """The integers asked for would pass the sequence's maximum value (2**63-1); the message names the rule."""
+
+
+class NotClaimedError(IdmintError, LookupError):
+    """No node of this fleet holds that identity now (``POST /v1/admin/claims/{scheme}/{identity}/revoke``)."""
+
+
+class RevokeRefusedError(IdmintError):
+    """A claim cannot be revoked on this backend (the embedded backend's claims are OS file locks)."""
 
 
 class NotReadyError(IdmintError):

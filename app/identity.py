@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.lease.base import Claim, LeaseBackend, Owner
+from app.lease.base import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
@@ -85,8 +85,11 @@ class IdentityHolder:
         owner: Owner,
         clock: Clock,
         max_clock_wait: float,
+        observer: ClaimObserver | None = None,
     ) -> None:
         self.backend = backend
+        self.observer = observer
+        """Told of every claim made and given up (the claim ledger); None: nobody."""
         self.owner = owner
         self.clock = clock
         self.max_clock_wait = max_clock_wait
@@ -180,6 +183,8 @@ class IdentityHolder:
         """Told by a claim the moment it is lost: stop issuing from it at once and claim again."""
         if claim in self.claims:
             kind = self.pool.kind if self.pool else "identity"
+            if reason == REVOKED_REASON and self.pool is not None and self.pool.static is None:
+                self.excluded.add(claim.identity)  # an operator freed it for another node: not ours to re-claim
             self.drop(f"lease lost for {kind} {claim.identity}")
 
     # -- the clock behind the last timestamp issued ----------------------------------------------------------
@@ -290,6 +295,8 @@ class IdentityHolder:
         self.wake.set()
 
     async def _release_quietly(self, claim: Claim, final_mark: int | None) -> None:
+        if self.observer is not None:
+            self.observer.ended(claim)  # before the release: a lost claim still says so
         try:
             await self.backend.release(claim, final_mark)
         except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
@@ -359,6 +366,11 @@ class IdentityHolder:
             self.fault = None
             self.reason = ""
             held = [c.identity for c in claims]
+            if self.observer is not None:
+                unit_ns = self.scheme.native_unit_ns
+                for claim in claims:  # its IDs are dated from the unit after the inherited mark on
+                    mark = claim.high_water_mark
+                    self.observer.claimed(claim, self.pool, self.owner, int((mark + 1) * unit_ns) if mark >= 0 else -1)
             log.info(
                 "%s: claimed %s %s (high-water mark %d); issuing",
                 self.name,

@@ -14,7 +14,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp
 
 from app import __version__
-from app.api import bounds, decode, ids, meta
+from app.api import admin, bounds, decode, ids, meta
 from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
@@ -23,6 +23,7 @@ from app.api.fastpath import FastPath
 from app.api.guard import BodyLimit, route_finder
 from app.api.streams import StreamSlots
 from app.lease import make_backend
+from app.ledger import make_ledger
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
@@ -38,6 +39,11 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
     node = Node(settings, make_backend(settings, metrics), metrics)
+    node.attach_ledger(
+        make_ledger(
+            settings, clock=node.clock, fleet_id=lambda: node.fleet.fleet_id, failures=metrics.ledger_write_failed
+        )
+    )
     sequences = SequenceService(make_store(settings), metrics, settings.max_count)
     keys: ApiKeys | None = None
 
@@ -74,6 +80,7 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds, settings.stream_send_timeout)
     api.state.node = node
     api.state.sequences = sequences
+    drain = api.state.drain = admin.Drain()
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
@@ -81,10 +88,12 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     api.include_router(bounds.router)
     api.include_router(meta.router)
     api.include_router(sequence_routes.router)
+    api.include_router(admin.router)
     _include_page(api)
 
     wrapper: ASGIApp = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
     wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
+    wrapper = admin.DrainGate(wrapper, api, drain)  # a draining node refuses ID requests, fast paths included
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
         keys = wrapper = ApiKeys(

@@ -42,6 +42,7 @@ from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
 from app.identity import IdentityHolder, Keeper, register
 from app.lease.base import LeaseBackend, Owner
+from app.ledger import Ledger
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes import schemes
@@ -313,6 +314,7 @@ class Node:
         metrics: Metrics,
         clock: Clock | None = None,
         only: list[str] | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
         self.settings = settings
         self.backend = backend
@@ -327,7 +329,11 @@ class Node:
             version=__version__,
             started_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
             address=f"{settings.host}:{settings.port}",
+            pod=os.environ.get("POD_NAME", ""),  # the Kubernetes downward API (deploy/kubernetes sets them)
+            namespace=os.environ.get("POD_NAMESPACE", ""),
         )
+        self.ledger = ledger
+        """Who held which identity when (:mod:`app.ledger`); None: not kept (``idmint mint``, tests)."""
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
         """Every registered scheme as this node uses it (:meth:`Scheme.configured`): decoding and /v1/schemes
         read these."""
@@ -338,6 +344,12 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
+
+    def attach_ledger(self, ledger: Ledger) -> None:
+        """Keep the claim ledger ``ledger`` (before :meth:`start`): every holder tells it of its claims."""
+        self.ledger = ledger
+        for issuer in self.issuers.values():
+            issuer.holder.observer = ledger
 
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
@@ -377,6 +389,7 @@ class Node:
                 owner=self.owner,
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
+                observer=self.ledger,
             )
             self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():
@@ -400,6 +413,8 @@ class Node:
             async with asyncio.timeout(FLEET_ID_START_WAIT_S):
                 await self.fleet.read_fleet_id()
         self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
+        if self.ledger is not None:
+            await self.ledger.start()
         for issuer in self.issuers.values():
             holder = issuer.holder
             if isinstance(issuer, SharedIssuer):  # the base issuer's holder claims and runs
@@ -437,6 +452,24 @@ class Node:
         """Publish what ``scheme``'s generator registers (Wiji's random part); a failure is logged, not raised."""
         await register(self.backend, self.owner, scheme, published)
 
+    async def drain(self) -> list[dict[str, Any]]:
+        """Stop issuing for good and give every claim back (exact final marks recorded): the holders' background
+        tasks end, so nothing is claimed again; the backend, the fleet guard and the ledger keep running (health
+        checks, decode). Returns the claims released (``{"scheme", "kind", "identity"}``)."""
+        holders = [i.holder for i in self.issuers.values() if not isinstance(i, SharedIssuer)]
+        tasks = [t for t in self._tasks if t.get_name().startswith("idmint-issuer-")]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = [t for t in self._tasks if t not in tasks]
+        released = []
+        for holder in holders:
+            kind = holder.pool.kind if holder.pool is not None else "identity"
+            released += [{"scheme": holder.name, "kind": kind, "identity": c.identity} for c in holder.claims]
+            await holder.stop()
+            holder.reason = "draining: this node gave its claims back and issues no more"
+        return released
+
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""
         for task in self._tasks:
@@ -446,6 +479,8 @@ class Node:
         for issuer in self.issuers.values():
             if not isinstance(issuer, SharedIssuer):
                 await issuer.holder.stop()
+        if self.ledger is not None:
+            await self.ledger.stop()
         await self.backend.close()
 
     def issuer(self, name: str) -> Issuer:

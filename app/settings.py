@@ -146,6 +146,20 @@ class CoreSettings(BaseSettings):
         description="Test hook: shifts this node's clock by this many ms (fault-injection tests). Leave 0.",
     )
 
+    # -- claim ledger -------------------------------------------------------------------------------------
+    ledger_days: float = Field(
+        30.0,
+        gt=0,
+        le=3650,
+        description="Days the claim ledger keeps a claim after it ended (who issued an ID, answered on decode).",
+    )
+    drain_timeout: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="Seconds POST /v1/admin/drain waits for in-flight ID requests before releasing the claims.",
+    )
+
     # -- etcd backend --------------------------------------------------------------------------------------
     etcd_endpoints: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

@@ -6,6 +6,7 @@ import asyncio
 import json
 import multiprocessing
 import threading
+from collections.abc import Collection
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -17,6 +18,7 @@ from app.api.deps import NodeDep
 from app.api.params import TextRequest, parse_text_body, query_params
 from app.decoding import decode_any, decode_one, decode_text, decode_text_json, read_with
 from app.errors import InvalidOptionError
+from app.ledger.view import LedgerView
 from app.node import Node
 
 router = APIRouter(tags=["decode"])
@@ -66,6 +68,23 @@ class DecodeObject(BaseModel):
         "or the ID was read with decode options (another snowflake layout).",
     )
 
+    issued_by: dict[str, Any] | None = Field(
+        None,
+        description="For a scheme whose IDs carry a leased identity: the claim ledger's record of the owner whose "
+        "claim of that identity covers the ID's timestamp ({record, owner: {host, pid, version, pod?...}, "
+        "claimed_at, ended_at, end, lease...}); null when none does (``ledger`` says why) or the scheme carries none.",
+    )
+    ledger: dict[str, Any] | None = Field(
+        None,
+        description='The ledger\'s verdict: {"status": "confirmed" | "no_claim" | "future" | "before_ledger" | '
+        '"no_ledger", "reason", "words"}; null for a scheme without a leased identity.',
+    )
+    plausibility: dict[str, Any] | None = Field(
+        None,
+        description='How plausible this reading is: {"rank": 0 (the ledger confirms it), 1 (dated inside the '
+        'fleet\'s lifetime) or 2 (the rest), "reason"}; readings come ordered by rank.',
+    )
+
 
 class DescribedDecodeObject(DecodeObject):
     words: dict[str, str] = Field(description="What each field says, in words (fields left out: their value).")
@@ -99,7 +118,9 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     decode options (see ``decode_options`` in /v1/schemes); any other is a 422."""
     options = query_params(request.query_params.multi_items())
     decoded = decode_one(scheme, id, node.schemes, options)
-    return _with_region(node, decoded, node.schemes[scheme].with_decode_options(**options) is not node.schemes[scheme])
+    other = node.schemes[scheme].with_decode_options(**options) is not node.schemes[scheme]
+    await with_ledger(node, [decoded], {scheme} if other else set())
+    return _with_region(node, decoded, other)
 
 
 @router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
@@ -110,10 +131,27 @@ async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, A
     options = query_params(request.query_params.multi_items())
     registry = read_with(node.schemes, options)
     found = decode_any(id, registry=registry)
+    others = {name for name in registry if registry[name] is not node.schemes[name]}
     for candidate in found["candidates"]:
-        name = candidate["scheme"]
-        _with_region(node, candidate, registry[name] is not node.schemes[name])
+        _with_region(node, candidate, candidate["scheme"] in others)
+    found["candidates"] = await with_ledger(node, found["candidates"], others)
     return found
+
+
+async def with_ledger(node: Node, candidates: list[dict[str, Any]], others: set[str]) -> list[dict[str, Any]]:
+    """``candidates`` (decode objects) with the claim ledger's answer (:class:`app.ledger.view.LedgerView`), ordered by
+    plausibility. ``others``: schemes read with decode options (another layout: their identities are not ours)."""
+    return (await annotate_all(node, [candidates], others))[0]
+
+
+async def annotate_all(
+    node: Node, groups: list[list[dict[str, Any]]], others: Collection[str] = ()
+) -> list[list[dict[str, Any]]]:
+    """Each group of candidates annotated and ordered (one bounded ledger refresh for all of them)."""
+    pools = {name: i.holder.pool for name, i in node.issuers.items() if i.holder.pool is not None}
+    view = LedgerView(node.ledger, pools, node.schemes, others)
+    await view.prepare([c for group in groups for c in group])
+    return [view.annotate(group) for group in groups]
 
 
 def _with_region(node: Node, decoded: dict[str, Any], other_reading: bool) -> dict[str, Any]:
@@ -150,10 +188,18 @@ async def decode_free_text(request: Request, node: NodeDep) -> Response:
     loop = asyncio.get_running_loop()
     if len(raw) > INLINE_BODY_BYTES:
         payload = await loop.run_in_executor(_text_pool(), decode_body_json, raw, MAX_TEXT_ITEMS, node.settings)
-        return Response(payload, media_type="application/json")
+        return await _text_answer(node, json.loads(payload))
     text = parse_text_body(raw)
     if len(text) <= INLINE_TEXT_CHARS:
-        answer = json.dumps(decode_text(text, MAX_TEXT_ITEMS, node.schemes), separators=(",", ":"))
-        return Response(answer, media_type="application/json")
+        return await _text_answer(node, decode_text(text, MAX_TEXT_ITEMS, node.schemes))
     payload = await loop.run_in_executor(_text_pool(), decode_text_json, text, MAX_TEXT_ITEMS, node.settings)
-    return Response(payload, media_type="application/json")
+    return await _text_answer(node, json.loads(payload))
+
+
+async def _text_answer(node: Node, answer: dict[str, Any]) -> Response:
+    """The free-text answer with each item's readings annotated by the claim ledger and ordered by plausibility."""
+    items = answer["items"]
+    ordered = await annotate_all(node, [item["candidates"] for item in items])
+    for item, candidates in zip(items, ordered, strict=True):
+        item["candidates"] = candidates
+    return Response(json.dumps(answer, separators=(",", ":")), media_type="application/json")

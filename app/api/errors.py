@@ -16,7 +16,9 @@ from app.errors import (
     IdmintError,
     InvalidIdError,
     InvalidOptionError,
+    NotClaimedError,
     NotReadyError,
+    RevokeRefusedError,
     SequenceConflictError,
     TooManyRequestsError,
     UnknownSchemeError,
@@ -42,9 +44,9 @@ def status_for(exc: IdmintError) -> int:
     """HTTP status of an idmint error."""
     if isinstance(exc, (InvalidIdError, InvalidOptionError)):
         return 422
-    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError)):
+    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError, NotClaimedError)):
         return 404
-    if isinstance(exc, SequenceConflictError):
+    if isinstance(exc, (SequenceConflictError, RevokeRefusedError)):
         return 409
     if isinstance(exc, NotReadyError):
         return 503

@@ -147,10 +147,15 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses={503: {"description": "some scheme cannot issue; the body says why"}})
-async def readyz(node: NodeDep) -> Response:
-    """200 only when every scheme can issue right now; otherwise 503 naming why, per scheme."""
+async def readyz(node: NodeDep, request: Request) -> Response:
+    """200 only when every scheme can issue right now; otherwise 503 naming why, per scheme (``"status":
+    "draining"`` once ``POST /v1/admin/drain`` began)."""
     ready, detail = node.readiness()
-    body = {"status": "ready" if ready else "not ready", "schemes": detail, "backend": node.backend.status()}
+    status = "ready" if ready else "not ready"
+    drain = getattr(request.app.state, "drain", None)
+    if drain is not None and drain.draining:
+        ready, status = False, "draining"
+    body = {"status": status, "schemes": detail, "backend": node.backend.status()}
     if node.fleet.peers:
         body["peer_fleets"] = node.fleet.peer_status()
     headers = {} if ready else {"Retry-After": "1"}

@@ -43,7 +43,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.pool import IdentityPool
 
@@ -57,16 +57,41 @@ class Owner:
     version: str
     started_at: str  # RFC 3339 UTC
     address: str = ""
+    pod: str = ""
+    """The Kubernetes pod name (downward API ``POD_NAME``), empty outside Kubernetes."""
+    namespace: str = ""
+    """The Kubernetes namespace (downward API ``POD_NAMESPACE``), empty outside Kubernetes."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "host": self.host,
             "pid": self.pid,
             "version": self.version,
             "started_at": self.started_at,
             "address": self.address,
         }
+        if self.pod:
+            out["pod"] = self.pod
+        if self.namespace:
+            out["namespace"] = self.namespace
+        return out
 
+
+class ClaimObserver(Protocol):
+    """Told of every claim a holder makes and gives up (the claim ledger, :class:`app.ledger.Ledger`): plain calls
+    that must not wait or raise."""
+
+    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int) -> None:
+        """``claim`` of ``pool`` was made for ``owner``; its IDs are dated at or after ``floor_ns`` (the time unit
+        after its inherited high-water mark, ns since the epoch; negative: none)."""
+
+    def ended(self, claim: Claim) -> None:
+        """``claim`` is being given up (released, or dropped as lost or late), before the backend releases it."""
+
+
+REVOKED_REASON = "claim revoked by an operator"
+"""The loss reason of a claim an operator revoked (``POST /v1/admin/claims/{scheme}/{identity}/revoke``): its holder
+stops at once and does not claim that identity again (another node is to take it)."""
 
 LossCallback = Callable[["Claim", str], None]
 """Called once with (the claim, why) the moment a claim is lost behind our back."""
@@ -94,6 +119,16 @@ class Claim(abc.ABC):
     @abc.abstractmethod
     def lost(self) -> bool:
         """True once the claim can no longer be trusted (lease expired/revoked, key deleted, lock gone)."""
+
+    @property
+    def lease_name(self) -> str | None:
+        """The backend's name for the lease behind this claim (etcd: the lease ID in hex), None when it has none."""
+        return None
+
+    def expired_at(self) -> float | None:
+        """For a claim lost with its lease: the :attr:`clock` reading (seconds) at which the backend let the lease
+        expire, as near as this process can tell (etcd: the last confirmed refresh plus the TTL); None otherwise."""
+        return None
 
     def valid(self) -> bool:
         """Not lost, and :attr:`clock` still before :attr:`deadline`."""

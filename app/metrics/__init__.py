@@ -206,6 +206,10 @@ class Metrics:
         self._key_ids[name].inc(count)
 
     # -- leases ----------------------------------------------------------------------------------------------
+    def ledger_write_failed(self) -> None:
+        """One claim ledger write failed (it is retried)."""
+        self._c.ledger_write_failures.inc()
+
     def lease_renewal(self, outcome: str) -> None:
         """One keepalive/refresh attempt: outcome is "ok", "late", "failed" or "lost"."""
         child = self._renewals.get(outcome)

@@ -109,6 +109,11 @@ class Collectors:
             multiprocess_mode="livemax",
             registry=r,
         )
+        self.ledger_write_failures = Counter(
+            "idmint_ledger_write_failures_total",
+            "Claim ledger writes that failed (each is retried; issuing never waits for the ledger).",
+            registry=r,
+        )
         self.identity_refused = Counter(
             "idmint_identity_refused_total",
             "Identities refused because their high-water mark was too far ahead of this node's clock.",

@@ -237,6 +237,19 @@
       fact("Created", el("span", { dataset: { fact: "utc" }, text: "no creation time (sentinel or out of range)" }));
     }
 
+    const ledger = candidate.ledger;
+    if (ledger) {
+      const flagged = ledger.status === "no_claim" || ledger.status === "future";
+      fact("Issued by", el("span", {
+        class: `value ledger ledger-${ledger.status}${flagged ? " ledger-flag" : ""}`,
+        dataset: { fact: "issued-by", ledger: ledger.status },
+        text: flagged ? `Not issued by this fleet as far as its ledger knows: ${ledger.words} (or forged)` : ledger.words,
+      }));
+    }
+    if (candidate.plausibility && candidate.plausibility.rank > 0) {
+      fact("Plausibility", el("span", { class: "value", dataset: { fact: "plausibility" }, text: candidate.plausibility.reason }));
+    }
+
     const fieldsTable = el("table", { class: "fields" },
       el("caption", { text: "Fields, as the bit layout stores them" }),
       el("thead", {}, el("tr", {},
@@ -335,7 +348,18 @@
         el("p", { text: "The text alone cannot tell which scheme made it, so every reading is shown. " +
           "Where the ID came from tells which one is meant." })));
     }
-    candidates.forEach((candidate, i) => single.append(renderCard(item, candidate, i)));
+    // Readings come ordered by plausibility (the ledger confirms it, then dated inside the fleet's lifetime);
+    // the rest fold away, each with its reason.
+    const folded = candidates.filter((c) => c.plausibility && c.plausibility.rank >= 2);
+    const shown = candidates.length > folded.length ? candidates.filter((c) => !folded.includes(c)) : candidates;
+    shown.forEach((candidate, i) => single.append(renderCard(item, candidate, i)));
+    if (shown !== candidates && folded.length) {
+      const fold = el("details", { class: "implausible", dataset: { implausible: String(folded.length) } },
+        el("summary", { text: `${plural(folded.length, "less plausible reading")}: ` +
+          folded.map((c) => `${c.scheme} (${c.plausibility.reason})`).join("; ") }));
+      folded.forEach((candidate, i) => fold.append(renderCard(item, candidate, shown.length + i)));
+      single.append(fold);
+    }
     const first = candidates[0];
     const parsed = first ? parseTimestamp(first.timestamp) : null;
     if (candidates.length > 1) {
@@ -406,7 +430,14 @@
           el("span", { class: "sub", title: local.zone }, `${local.stamp} · `, ageNode(parsed, "span", "row-age")),
           futureNote(parsed));
       }
-      tr.append(el("td", {}, badge(c.scheme)), time, el("td", { class: "words", text: summary(c) }));
+      const words = el("td", { class: "words", text: summary(c) });
+      if (c.ledger) {
+        const flagged = c.ledger.status === "no_claim" || c.ledger.status === "future";
+        words.append(el("span", { class: `sub ledger${flagged ? " ledger-flag" : ""}`, dataset: { ledger: c.ledger.status },
+          text: flagged ? `not issued by this fleet: ${c.ledger.words}` : c.ledger.words }));
+      }
+      if (c.plausibility && c.plausibility.rank >= 2) tr.classList.add("implausible");
+      tr.append(el("td", {}, badge(c.scheme)), time, words);
       return tr;
     });
   }
@@ -451,7 +482,8 @@
 
   // --- CSV -------------------------------------------------------------------------------------------------------
 
-  const CSV_COLUMNS = ["line", "input", "scheme", "candidates", "id", "hex", "timestamp_utc", "summary", "fields", "error"];
+  const CSV_COLUMNS = ["line", "input", "scheme", "candidates", "id", "hex", "timestamp_utc", "summary", "fields", "error",
+    "issued_by", "ledger", "plausibility"];
 
   function csvCell(value) {
     let text = value === null || value === undefined ? "" : String(value);
@@ -465,13 +497,16 @@
       const { item } = row;
       const candidates = item.candidates || [];
       if (item.error || candidates.length === 0) {
-        lines.push([item.line, item.input, "", 0, "", "", "", "", "", item.error || ""].map(csvCell).join(","));
+        lines.push([item.line, item.input, "", 0, "", "", "", "", "", item.error || "", "", "", ""].map(csvCell).join(","));
         continue;
       }
       for (const c of candidates) {
         const fields = Object.entries(c.fields || {}).map(([k, v]) => `${k}=${v}`).join("; ");
-        lines.push([item.line, item.input, c.scheme, candidates.length, c.id, c.hex, c.timestamp, summary(c), fields, ""]
-          .map(csvCell).join(","));
+        const ledger = c.ledger ? c.ledger.words : "";
+        const status = c.ledger ? c.ledger.status : "";
+        const plausible = c.plausibility ? `${c.plausibility.rank}: ${c.plausibility.reason}` : "";
+        lines.push([item.line, item.input, c.scheme, candidates.length, c.id, c.hex, c.timestamp, summary(c), fields, "",
+          c.issued_by ? ledger : "", status, plausible].map(csvCell).join(","));
       }
     }
     return lines.join("\r\n") + "\r\n";

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import HEX_DIGITS, SCHEMES, running_app
+from tests.helpers import CLAIMING, HEX_DIGITS, SCHEMES, running_app
 
 FIELDS = {
     "muid": {"timestamp_us", "medallion", "offset"},
@@ -50,7 +51,12 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 def test_decode_object_shape(client: TestClient, scheme: str) -> None:
     text = client.get(f"/v1/ids/{scheme}").json()["ids"][0]
     d = client.get(f"/v1/decode/{scheme}/{text}").json()
-    assert set(d) == {"scheme", "id", "hex", "timestamp", "fields", "region"}
+    assert set(d) == {"scheme", "id", "hex", "timestamp", "fields", "region", "issued_by", "ledger", "plausibility"}
+    if scheme in CLAIMING:  # the claim ledger names this node as the issuer (issue 21)
+        assert d["ledger"]["status"] == "confirmed", d["ledger"]
+        assert d["issued_by"]["owner"]["pid"] == os.getpid() and d["plausibility"]["rank"] == 0
+    else:
+        assert d["issued_by"] is None and d["ledger"] is None
     assert set(d["fields"]) == FIELDS[scheme]
     assert re.fullmatch(r"[0-9a-f]+", d["hex"]) and len(d["hex"]) == HEX_DIGITS[scheme]
     assert RFC3339[PRECISION[scheme]].match(d["timestamp"]), d["timestamp"]

@@ -514,6 +514,9 @@ def test_csv_download_holds_every_row(page: Page, server: Server, artifacts_dir:
         "summary",
         "fields",
         "error",
+        "issued_by",
+        "ledger",
+        "plausibility",
     ]
     for scheme, decoded in truth.items():
         [row] = [r for r in rows if r["input"] == ids[scheme] and r["scheme"] == scheme]

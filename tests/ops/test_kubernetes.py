@@ -37,7 +37,11 @@ def test_deployment_probes_resources_and_configuration() -> None:
     pod = deployment["spec"]["template"]
     container = pod["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    downward = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e}
+    assert downward == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}  # into the claim ledger
+    assert container["lifecycle"]["preStop"]["exec"]["command"][:2] == ["idmint", "admin"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"][-1] == "drain"
     assert int(env["IDMINT_PORT"]) == ports["http"]
     assert env["IDMINT_HOST"] == "0.0.0.0"
 

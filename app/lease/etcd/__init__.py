@@ -24,6 +24,8 @@ Key layout under ``settings.etcd_namespace`` (default ``unique-id-generator/``),
     idmint/wiji/<random part hex>            Wiji random part of a replica, on the lease (no exclusivity)
     idmint/marks/<scheme>/<rest of claim>    high-water mark of an identity, on NO lease: it outlives holders
                                              (e.g. idmint/marks/eight-byte/3/17, idmint/marks/siq/86ce1947/7)
+    idmint/ledger/claims/<scheme>/<id>/<rec> claim ledger record, on NO lease (app.ledger.etcd; kept
+                                             IDMINT_LEDGER_DAYS after the claim ended)
 
 Claim value (JSON, UTF-8)::
 

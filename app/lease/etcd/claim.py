@@ -82,6 +82,14 @@ class EtcdClaim(Claim):
         return min(self.session.deadline, self._watch_deadline)
 
     @property
+    def lease_name(self) -> str | None:
+        return self.session.hex
+
+    def expired_at(self) -> float | None:
+        session = self.session
+        return session.last_sent + session.ttl if session.lost else None
+
+    @property
     def lost_reason(self) -> str | None:
         if self.released:
             return "released"

@@ -18,6 +18,9 @@ from app.lease.draw import SMALL_POOL_SIZE
 from app.pool import IdentityPool
 
 REGISTER_PREFIX = "idmint/"
+REVOKED_MARK = b'{"revoked":'
+"""How a claim key overwritten by ``POST /v1/admin/claims/.../revoke`` begins (:mod:`app.lease.etcd.revoke`): its
+owner's watch reads it as :data:`~app.lease.base.REVOKED_REASON`."""
 
 
 def pool_prefix(namespace: str, pool: IdentityPool) -> str:
@@ -182,3 +185,12 @@ def exhausted_reason(pool: IdentityPool, exclude: frozenset[int], held: dict[int
         f"{pool.scheme}: no free {pool.kind}{where}{tried}: {in_range} of {size} held "
         f"({pool.minimum}..{pool.maximum}){refused}"
     )
+
+
+def revoked_value(by: dict[str, Any], owner: bytes, at: str) -> bytes:
+    """The value a revoked claim key holds until the owner stopped: who revoked it, whose claim it was, when."""
+    try:
+        was = json.loads(owner).get("holder")
+    except (ValueError, AttributeError):
+        was = None
+    return b'{"revoked":true,' + to_json({"by": by, "was": was, "at": at})[1:]

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from contextlib import aclosing
 
 from app.etcd.client import EtcdCallError, EtcdClient, KeyValue
+from app.lease.base import REVOKED_REASON
+from app.lease.etcd import keys
 
 log = logging.getLogger("idmint.lease.etcd")
 
@@ -27,6 +29,8 @@ def loss_of(found: KeyValue | None, lease_id: int, create_revision: int) -> str 
     ``lease_id`` at ``create_revision``; None while it still does."""
     if found is None:
         return "claim key deleted"
+    if found.value.startswith(keys.REVOKED_MARK):
+        return REVOKED_REASON
     if found.lease != lease_id or found.create_revision != create_revision:
         return f"claim key overwritten (now on lease {found.lease:016x})"
     return None

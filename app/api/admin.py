@@ -1,0 +1,198 @@
+"""The fleet's admin routes (scope ``admin``) and the drain gate in front of every route that hands out IDs.
+
+* ``GET /v1/admin/claims``: every live claim of the fleet the claim ledger knows (scheme, identity, owner, seconds
+  left on its lease).
+* ``POST /v1/admin/drain``: this node stops taking requests for IDs (:class:`DrainGate`: 503 + Retry-After, also
+  on the raw fast paths of ``/v1/ids`` and ``/v1/sequences``), lets the requests in flight finish (at most
+  ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.node.Node.drain>`); it keeps
+  answering health checks, ``/readyz`` (503, ``"status": "draining"``) and decode. A ``preStop`` hook calls it.
+* ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:mod:`app.lease.etcd.revoke`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.deps import NodeDep, SettingsDep
+from app.errors import InvalidOptionError, RevokeRefusedError, UnknownSchemeError
+from app.node import Node
+
+router = APIRouter(tags=["admin"])
+
+DRAIN_RETRY_AFTER_S = 5
+"""Retry-After of a request refused by a draining node (another replica answers it; this one never will)."""
+LIVE_CLAIMS_TIMEOUT_S = 2.0
+"""How long ``GET /v1/admin/claims`` waits for the ledger and the backend."""
+
+
+def issues_ids(path: str) -> bool:
+    """Whether a request hands out IDs or integers (what a draining node refuses): ``/v1/ids/...`` and a
+    sequence's ``next`` and ``range``."""
+    if path.startswith("/v1/ids/"):
+        return True
+    return path.startswith("/v1/sequences/") and path.endswith(("/next", "/range"))
+
+
+class Drain:
+    """Whether this process is draining, and the ID requests in flight (counted by :class:`DrainGate`)."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight = 0
+        self.released: list[dict[str, Any]] | None = None
+        """The claims given back once drained (None before)."""
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._lock = asyncio.Lock()
+
+    def enter(self) -> None:
+        self.in_flight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if not self.in_flight:
+            self._idle.set()
+
+    async def run(self, node: Node, timeout: float) -> dict[str, Any]:
+        """Refuse new ID requests, wait (at most ``timeout`` s) for those in flight, release every claim. A second
+        call answers what the first did."""
+        async with self._lock:
+            started = time.monotonic()
+            if self.released is None:
+                self.draining = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._idle.wait()
+                self.released = await node.drain()
+            return {
+                "status": "drained",
+                "released": self.released,
+                "in_flight": self.in_flight,
+                "seconds": round(time.monotonic() - started, 3),
+            }
+
+
+class DrainGate:
+    """ASGI layer in front of the fast paths: while draining, a request for IDs is answered 503 + Retry-After;
+    otherwise it is counted in flight until its response (a stream's last chunk included) is sent.
+
+    ``.app`` is the FastAPI app (as on every idmint wrapper); requests go on to ``next_app``."""
+
+    def __init__(self, next_app: ASGIApp, api: Any, drain: Drain) -> None:
+        self.next = next_app
+        self.app = api
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not issues_ids(scope["path"]):
+            await self.next(scope, receive, send)
+            return
+        drain = self.drain
+        if drain.draining:
+            body = b'{"detail": "this node is draining: it issues no more IDs; ask another replica"}'
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"x-content-type-options", b"nosniff"),
+                (b"retry-after", str(DRAIN_RETRY_AFTER_S).encode()),
+                (b"content-length", str(len(body)).encode()),
+            ]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        drain.enter()
+        try:
+            await self.next(scope, receive, send)
+        finally:
+            drain.leave()
+
+
+def parse_identity(node: Node, scheme: str, text: str) -> int:
+    """The identity named in a revoke path: a decimal integer inside ``scheme``'s identity space on this node.
+    Raises UnknownSchemeError, or InvalidOptionError naming the rule."""
+    if scheme not in node.schemes:
+        raise UnknownSchemeError(f"unknown scheme {scheme!r}; known schemes: {', '.join(node.schemes)}")
+    issuer = node.issuers.get(scheme)
+    pool = issuer.holder.pool if issuer is not None else None
+    if pool is None:
+        raise InvalidOptionError(
+            f"{scheme} leases no identity (its uniqueness rests on random bits): nothing to revoke"
+        )
+    low, high = pool.space
+    if not text.isascii() or not text.isdigit() or len(text) > 20:
+        raise InvalidOptionError(f"identity must be a decimal {pool.kind} in {low}..{high}, got {text[:40]!r}")
+    identity = int(text)
+    if not low <= identity <= high:
+        raise InvalidOptionError(f"identity must be a {pool.kind} in {low}..{high}, got {identity}")
+    return identity
+
+
+@router.get("/v1/admin/claims", responses={503: {"description": "the backend cannot be read now (Retry-After)"}})
+async def live_claims(node: NodeDep) -> dict[str, Any]:
+    """Every live claim of the fleet: ``{"claims": [{"scheme", "kind", "group", "identity", "owner", "lease",
+    "claimed_at", "lease_left_s"}]}`` (``lease_left_s`` null on the embedded backend, whose locks never expire), from
+    the claim ledger checked against the backend (a claim whose owner is gone is left out)."""
+    ledger = node.ledger
+    if ledger is None:
+        return {"claims": []}
+    out = []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
+            await ledger.refresh()
+    now = ledger.clock()
+    for record in ledger.live():
+        alive, expires_ns = None, None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
+                alive, expires_ns = await ledger.store.owner_alive(record)
+        if alive is False:
+            continue
+        entry = {
+            key: value
+            for key, value in record.as_dict().items()
+            if key in ("scheme", "kind", "group", "identity", "region", "owner", "lease", "claimed_at", "fleet_id")
+        }
+        entry["lease_left_s"] = None if expires_ns is None else round((expires_ns - now) / 1e9, 1)
+        out.append(entry)
+    return {"claims": out}
+
+
+@router.post("/v1/admin/drain", responses={503: {"description": "the backend cannot be written now (Retry-After)"}})
+async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
+    """Drain this node (see the module docstring): ``{"status": "drained", "released": [{"scheme", "kind",
+    "identity"}], "in_flight": <requests still running past the timeout>, "seconds"}``."""
+    state: Drain = request.app.state.drain
+    return await state.run(node, settings.drain_timeout)
+
+
+@router.post(
+    "/v1/admin/claims/{scheme}/{identity}/revoke",
+    responses={
+        404: {"description": "unknown scheme, or no node holds that identity now"},
+        409: {"description": "the embedded backend cannot revoke (file locks), or a revoke of it is under way"},
+        422: {"description": "the scheme leases no identity, or the identity breaks its rule (detail names it)"},
+        503: {"description": "etcd cannot be used now (Retry-After)"},
+    },
+)
+async def revoke(scheme: str, identity: str, request: Request, node: NodeDep, settings: SettingsDep) -> Any:
+    """Free a stuck claim: the owner, if alive, sees the loss (its claim key is overwritten, which its watch
+    reports at once) and stops issuing with that identity before any other node can claim it; the key is freed
+    once the owner's ledger record says it stopped, else when the owner's lease TTL has passed. High-water marks
+    still hold: the owner can no longer raise the mark, and the next holder issues above it."""
+    number = parse_identity(node, scheme, identity)
+    if not settings.etcd_endpoints:
+        raise RevokeRefusedError(
+            "the embedded backend's claims are OS file locks held by a process on this machine: stop that process "
+            "(GET /v1/admin/claims names its pid); its lock is freed the moment it exits"
+        )
+    from app.lease.etcd.revoke import revoke_claim
+
+    pool = node.issuers[scheme].holder.pool
+    assert pool is not None
+    return await revoke_claim(settings, pool, number, node.owner.as_dict())
