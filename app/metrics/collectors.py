@@ -181,7 +181,8 @@ class Collectors:
         )
         self.sequence_gap = Counter(
             "idmint_sequence_gap_total",
-            "Integers reserved by this node and never issued (unused buffer discarded at stop), by sequence.",
+            "Integers reserved by this node and never issued (a range dropped, or not handed back at a clean stop), "
+            "by sequence.",
             ["sequence"],
             registry=r,
         )
