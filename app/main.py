@@ -6,6 +6,7 @@ lifespan owns the node's background tasks and cancels them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -27,18 +28,22 @@ from app.ledger import make_ledger
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
+from app.schemes.base import Clock
 from app.sequences import SequenceService
 from app.sequences.store import make_store
 from app.settings import Settings, load_settings
 
+NS_IN_S = 1_000_000_000
 
-def create_app(settings: Settings | None = None) -> BodyLimit:
+
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> BodyLimit:
     """Build the ASGI app for ``settings`` (default: from the environment). Returns the outermost ASGI layer
     (body limit, then API keys when a key file is set, then the fast path, then FastAPI); the FastAPI app itself is
-    its ``.app`` attribute. Raises ConfigError for a key file that does not load."""
+    its ``.app`` attribute. ``clock`` (ns, like :func:`time.time_ns`; None: the real clocks) is the node's and the
+    API keys' quota clock, for tests. Raises ConfigError for a key file that does not load."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
-    node = Node(settings, make_backend(settings, metrics), metrics)
+    node = Node(settings, make_backend(settings, metrics), metrics, clock=clock)
     node.attach_ledger(
         make_ledger(
             settings, clock=node.clock, fleet_id=lambda: node.fleet.fleet_id, failures=metrics.ledger_write_failed
@@ -96,8 +101,9 @@ def create_app(settings: Settings | None = None) -> BodyLimit:
     wrapper = admin.DrainGate(wrapper, api, drain)  # a draining node refuses ID requests, fast paths included
     route_of = route_finder(api)
     if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
+        seconds = time.monotonic if clock is None else (lambda: clock() / NS_IN_S)
         keys = wrapper = ApiKeys(
-            wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of, settings.workers
+            wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of, settings.workers, seconds
         )
     return BodyLimit(wrapper, api, settings.max_body_bytes, metrics, route_of)
 

@@ -57,9 +57,10 @@ def make_settings(state_dir: Path, **overrides: Any) -> Settings:
 
 
 @contextlib.contextmanager
-def running_app(state_dir: Path, **overrides: Any) -> Iterator[TestClient]:
-    """The real ASGI app, lifespan started (claims made), driven over HTTP semantics by TestClient."""
-    with TestClient(create_app(make_settings(state_dir, **overrides))) as client:
+def running_app(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) -> Iterator[TestClient]:
+    """The real ASGI app, lifespan started (claims made), driven over HTTP semantics by TestClient; ``clock``
+    injected (the node's, and the API keys' quota clock; None: the real clocks)."""
+    with TestClient(create_app(make_settings(state_dir, **overrides), clock=clock)) as client:
         yield client
 
 

@@ -255,7 +255,9 @@ class KeyState:
         )
 
     @classmethod
-    def build(cls, entry: KeyEntry, previous: KeyState | None, workers: int = 1) -> KeyState:
+    def build(
+        cls, entry: KeyEntry, previous: KeyState | None, workers: int = 1, clock: Callable[[], float] = time.monotonic
+    ) -> KeyState:
         state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes), workers=workers)
         same_rates = previous is not None and (previous.entry.requests_per_second, previous.entry.ids_per_second) == (
             entry.requests_per_second,
@@ -264,8 +266,9 @@ class KeyState:
         if same_rates and previous is not None:
             state.requests, state.ids, state.streams = previous.requests, previous.ids, previous.streams
         else:
-            state.requests = TokenBucket(entry.requests_per_second / workers) if entry.requests_per_second else None
-            state.ids = TokenBucket(entry.ids_per_second / workers) if entry.ids_per_second else None
+            requests, ids = entry.requests_per_second, entry.ids_per_second
+            state.requests = TokenBucket(requests / workers, clock) if requests else None
+            state.ids = TokenBucket(ids / workers, clock) if ids else None
             if previous is not None:
                 state.streams = previous.streams
         return state
@@ -303,8 +306,10 @@ class ApiKeys:
         metrics: Any,
         route_of: Callable[[Scope], str],
         workers: int = 1,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.app = app
+        self.clock = clock
         self.workers = workers
         self.path = Path(path)
         self.public = frozenset(public_scopes)
@@ -317,7 +322,7 @@ class ApiKeys:
     # -- loading -----------------------------------------------------------------------------------------
     def _install(self, entries: list[KeyEntry]) -> None:
         previous = {k.entry.name: k for k in self.keys}
-        keys = tuple(KeyState.build(e, previous.get(e.name), self.workers) for e in entries)
+        keys = tuple(KeyState.build(e, previous.get(e.name), self.workers, self.clock) for e in entries)
         self.metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
         self.keys = keys  # one assignment: a request sees the old table or the new one, never a mix
 
@@ -452,7 +457,7 @@ class ApiKeys:
                 + f"), got {count}"
             )
         if key.ids is not None:
-            wait = key.ids.take(count, time.monotonic())
+            wait = key.ids.take(count, self.clock())
             if wait:
                 self.metrics.api_key_request(name, "over_quota")
                 raise TooManyRequestsError(
@@ -475,7 +480,7 @@ class ApiKeys:
         try:
             key = self.authorise(scope_name, scope["headers"])
             if key is not None:
-                self.admit(key, scope, is_stream, time.monotonic())
+                self.admit(key, scope, is_stream, self.clock())
         except Refusal as refusal:
             self.metrics.api_key_request(refusal.key, refusal.outcome)
             await self._refuse(scope, send, refusal, start)
@@ -504,7 +509,7 @@ class ApiKeys:
                     lines = bytes(message.get("body", b"")).count(b"\n")
                 if lines:
                     metrics.api_key_ids(name, lines)
-                    wait = bucket.charge(lines, time.monotonic()) if bucket is not None else 0.0
+                    wait = bucket.charge(lines, self.clock()) if bucket is not None else 0.0
                     if wait:
                         await asyncio.sleep(wait)
             await send(message)

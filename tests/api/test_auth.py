@@ -1,4 +1,6 @@
-"""API keys and quotas against a real ``idmint serve``: 401/403/429, public scopes, pacing, SIGHUP reloads."""
+"""API keys and quotas: 401/403/429, public scopes and per-key metrics in-process on the injected clock (quotas
+refill as the test moves the clock on); stream pacing, SIGHUP reloads and worker shares against a real
+``idmint serve``."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from app.api.auth import ApiKeys, TokenBucket, load_key_file, required_scope
 from app.errors import ConfigError
-from tests.helpers import FakeClock, Replica, make_settings
+from tests.helpers import FakeClock, Replica, make_settings, running_app
 
 ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limited", "k-streamer", "k-watcher"
 
@@ -62,59 +65,99 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
         replica.stop()
 
 
-def test_probes_and_catalogue_need_no_key(server: Replica) -> None:
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient, FakeClock]]:
+    """The app in-process with the same key file, on a fake clock that stands still unless a test moves it on:
+    quotas refill only when a test says so (no sleeping, and no refill while a slow machine runs the requests)."""
+    tmp = tmp_path_factory.mktemp("auth-in-process")
+    clock = FakeClock.from_ns(time.time_ns())
+    keys = key_file(
+        tmp / "keys.toml",
+        entry(ISSUER, ISSUER, ["issue", "stream"]),
+        entry(DECODER, DECODER, ["decode"]),
+        entry(LIMITED, LIMITED, ["issue"], requests_per_second=5, ids_per_second=1000),
+        entry(WATCHER, WATCHER, ["metrics"]),
+    )
+    with running_app(tmp, clock, api_keys_file=keys, public_scopes=["decode"]) as client:
+        yield client, clock
+
+
+def test_probes_and_catalogue_need_no_key(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, _ = keyed
     for path in ("/healthz", "/readyz", "/v1/schemes", "/openapi.json"):
-        assert server.get(path).status_code == 200, path
+        assert client.get(path).status_code == 200, path
 
 
-def test_issue_without_a_key_is_401_with_a_json_reason(server: Replica) -> None:
+def test_issue_without_a_key_is_401_with_a_json_reason(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, _ = keyed
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"}):
-        r = httpx.get(f"{server.url}/v1/ids/wiji", headers=headers)
+        r = client.get("/v1/ids/wiji", headers=headers)
         assert r.status_code == 401, headers
         assert r.headers["content-type"] == "application/json"
         assert r.headers["www-authenticate"].startswith("Bearer")
         assert r.json()["detail"]
-    r = httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(ISSUER))
+    r = client.get("/v1/ids/wiji", headers=bearer(ISSUER))
     assert r.status_code == 200 and len(r.json()["ids"]) == 1
 
 
-def test_a_key_without_the_scope_is_403(server: Replica) -> None:
-    r = httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(DECODER))
+def test_a_key_without_the_scope_is_403(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, _ = keyed
+    r = client.get("/v1/ids/wiji", headers=bearer(DECODER))
     assert r.status_code == 403
     assert "lacks scope 'issue'" in r.json()["detail"]
-    r = httpx.get(f"{server.url}/v1/ids/wiji/stream?count=3", headers=bearer(LIMITED))
+    r = client.get("/v1/ids/wiji/stream?count=3", headers=bearer(LIMITED))
     assert r.status_code == 403 and "'stream'" in r.json()["detail"]
 
 
-def test_public_scope_serves_the_decode_api_and_page_without_a_key(server: Replica) -> None:
-    ids = httpx.get(f"{server.url}/v1/ids/eight-byte?count=1", headers=bearer(ISSUER)).json()["ids"]
-    r = httpx.get(f"{server.url}/v1/decode/eight-byte/{ids[0]}")
+def test_public_scope_serves_the_decode_api_and_page_without_a_key(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, _ = keyed
+    ids = client.get("/v1/ids/eight-byte?count=1", headers=bearer(ISSUER)).json()["ids"]
+    r = client.get(f"/v1/decode/eight-byte/{ids[0]}")
     assert r.status_code == 200 and r.json()["scheme"] == "eight-byte"
-    assert httpx.get(f"{server.url}/").status_code == 200
-    assert httpx.post(f"{server.url}/v1/decode", json={"text": ids[0]}).status_code == 200
+    assert client.get("/").status_code == 200
+    assert client.post("/v1/decode", json={"text": ids[0]}).status_code == 200
 
 
-def test_requests_per_second_quota_answers_429_with_retry_after(server: Replica) -> None:
+def test_requests_per_second_quota_answers_429_with_retry_after(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, clock = keyed
+    clock.advance_s(2)  # a full bucket, whatever ran before
     statuses = []
-    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
-        for _ in range(20):
-            r = client.get("/v1/ids/wiji")
-            statuses.append(r.status_code)
-            if r.status_code == 429:
-                assert int(r.headers["retry-after"]) >= 1
-                assert "requests/s" in r.json()["detail"]
+    for _ in range(20):
+        r = client.get("/v1/ids/wiji", headers=bearer(LIMITED))
+        statuses.append(r.status_code)
+        if r.status_code == 429:
+            assert int(r.headers["retry-after"]) >= 1
+            assert "requests/s" in r.json()["detail"]
     assert statuses.count(200) >= 5 and 429 in statuses
-    time.sleep(1.2)
-    assert httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(LIMITED)).status_code == 200
+    clock.advance_s(1.2)
+    assert client.get("/v1/ids/wiji", headers=bearer(LIMITED)).status_code == 200
 
 
-def test_ids_per_second_quota_counts_the_batch(server: Replica) -> None:
-    time.sleep(1.2)  # refill after the previous test
-    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
-        assert client.get("/v1/ids/wiji?count=1000").status_code == 200
-        r = client.get("/v1/ids/wiji?count=500")  # the bucket refills at 1000/s: not 500 in a few ms
-        assert r.status_code == 429
-        assert "IDs/s" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+def test_ids_per_second_quota_counts_the_batch(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, clock = keyed
+    clock.advance_s(2)  # refill after the previous test
+    assert client.get("/v1/ids/wiji?count=1000", headers=bearer(LIMITED)).status_code == 200
+    r = client.get("/v1/ids/wiji?count=500", headers=bearer(LIMITED))  # refilled at 1000/s: not 500 in a moment
+    assert r.status_code == 429
+    assert "IDs/s" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+
+
+def test_metrics_need_their_scope_and_count_per_key(keyed: tuple[TestClient, FakeClock]) -> None:
+    client, clock = keyed
+    clock.advance_s(2)
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/v1/ids/wiji?count=7", headers=bearer(ISSUER)).status_code == 200
+    assert client.get("/v1/ids/wiji").status_code == 401
+    assert client.get("/v1/ids/wiji", headers=bearer(DECODER)).status_code == 403
+    assert 429 in {client.get("/v1/ids/wiji?count=1000", headers=bearer(LIMITED)).status_code for _ in range(3)}
+    text = client.get("/metrics", headers=bearer(WATCHER)).text
+    assert f'idmint_api_key_requests_total{{key="{ISSUER}",outcome="allowed"}}' in text
+    assert 'idmint_api_key_requests_total{key="unknown",outcome="unauthorized"}' in text
+    assert f'idmint_api_key_requests_total{{key="{DECODER}",outcome="forbidden"}}' in text
+    assert f'idmint_api_key_requests_total{{key="{LIMITED}",outcome="over_quota"}}' in text
+    assert 'route="/v1/ids/{scheme}",status="401"' in text  # refusals are counted as requests too
+    ids = [line for line in text.splitlines() if line.startswith(f'idmint_api_key_ids_total{{key="{ISSUER}"}}')]
+    assert ids and float(ids[0].split()[-1]) >= 7
 
 
 def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
@@ -144,23 +187,6 @@ def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
     assert result["status"] == 200 and result["lines"] == 100000
     # 100,000 IDs at 40,000 IDs/s with one second's burst: at least ~1.5 s of pacing.
     assert result["seconds"] >= 1.2, result
-
-
-def test_metrics_need_their_scope_and_count_per_key(server: Replica) -> None:
-    assert httpx.get(f"{server.url}/metrics").status_code == 401
-    assert httpx.get(f"{server.url}/v1/ids/wiji?count=7", headers=bearer(ISSUER)).status_code == 200
-    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 401
-    assert httpx.get(f"{server.url}/v1/ids/wiji", headers=bearer(DECODER)).status_code == 403
-    with httpx.Client(base_url=server.url, headers=bearer(LIMITED)) as client:
-        assert 429 in {client.get("/v1/ids/wiji?count=1000").status_code for _ in range(3)}
-    text = httpx.get(f"{server.url}/metrics", headers=bearer(WATCHER)).text
-    assert f'idmint_api_key_requests_total{{key="{ISSUER}",outcome="allowed"}}' in text
-    assert 'idmint_api_key_requests_total{key="unknown",outcome="unauthorized"}' in text
-    assert f'idmint_api_key_requests_total{{key="{DECODER}",outcome="forbidden"}}' in text
-    assert f'idmint_api_key_requests_total{{key="{LIMITED}",outcome="over_quota"}}' in text
-    assert 'route="/v1/ids/{scheme}",status="401"' in text  # refusals are counted as requests too
-    ids = [line for line in text.splitlines() if line.startswith(f'idmint_api_key_ids_total{{key="{ISSUER}"}}')]
-    assert ids and float(ids[0].split()[-1]) >= 7
 
 
 def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Replica) -> None:
