@@ -28,12 +28,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TIME_RULE = "an RFC 3339 date-time with a time zone (2025-01-01T00:00:00Z) or an integer of Unix milliseconds"
 _RFC3339 = re.compile(
     r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ](?P<time>[0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.(?P<fraction>[0-9]{1,9}))?"
-    r"(?P<zone>[Zz]|[+-][0-9]{2}:[0-9]{2})",
+    r"(?P<zone>[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])",
     re.ASCII,
 )
 _UNIX_MS = re.compile(r"-?[0-9]{1,16}", re.ASCII)
 TIME_TEXT_MAX = 40
 """The longest time text accepted (an RFC 3339 time with nine fraction digits and an offset is 35)."""
+TIME_MIN_NS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1) * 1_000
+TIME_END_NS = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH) // timedelta(seconds=1) * NS_IN_S + NS_IN_S
+"""Times are read and written within 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z (RFC 3339's years)."""
 
 DIALECTS = ("postgresql", "sqlite")
 """SQL dialects of the ``sql`` member: PostgreSQL (the default) and SQLite (uuid and bytea columns as BLOBs)."""
@@ -45,8 +48,17 @@ BOUNDS_PARAMS = ("from", "to", "storage", "column", "dialect")
 
 
 def parse_time(name: str, text: str) -> int:
-    """``text`` (:data:`TIME_RULE`, ASCII digits only) as ns since the Unix epoch. Raises InvalidOptionError naming
-    the parameter ``name`` and the rule."""
+    """``text`` (:data:`TIME_RULE`, ASCII digits only) as ns since the Unix epoch, in years 0001 to 9999 (UTC).
+    Raises InvalidOptionError naming the parameter ``name`` and the rule."""
+    ns = _read_time(name, text)
+    if not TIME_MIN_NS <= ns < TIME_END_NS:
+        raise InvalidOptionError(
+            f"{name} must lie in 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z, got {text!r}"
+        )
+    return ns
+
+
+def _read_time(name: str, text: str) -> int:
     if len(text) <= TIME_TEXT_MAX:
         if _UNIX_MS.fullmatch(text):
             return int(text) * NS_IN_MS
@@ -65,9 +77,13 @@ def parse_time(name: str, text: str) -> int:
 
 def format_time(ns: int) -> str:
     """ns since the Unix epoch as RFC 3339 UTC, with as many fraction digits as it needs (3, 6 or 9; none for a
-    whole second)."""
+    whole second). A time past 9999-12-31 (a 48-bit-ms scheme's last instant is in 10889) is written as its
+    year and Unix ms, since RFC 3339 has no such years."""
     whole_s, rest = divmod(ns, NS_IN_S)
-    moment = (_EPOCH + timedelta(seconds=whole_s)).strftime("%Y-%m-%dT%H:%M:%S")
+    if not TIME_MIN_NS <= ns < TIME_END_NS:
+        return f"Unix ms {ns // NS_IN_MS} (year {1970 + round(ns / NS_IN_S / 31_556_952)})"
+    day = _EPOCH + timedelta(seconds=whole_s)
+    moment = f"{day.year:04d}-{day.month:02d}-{day.day:02d}T{day.hour:02d}:{day.minute:02d}:{day.second:02d}"
     if rest == 0:
         return moment + "Z"
     digits = f"{rest:09d}"

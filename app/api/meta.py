@@ -34,13 +34,21 @@ def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
 
 def bounds_entry(scheme: Scheme) -> dict[str, Any]:
     """What ``GET /v1/bounds/{scheme}`` takes: the parameters of the reading that sorts by time (``params``), the
-    column types (``storages``, the first the default) and the answer's ``note``; or empty storages and the
-    ``refused`` reason when the scheme's IDs do not sort by time."""
+    scheme's own parameters a user may set (``options``: name -> description), the column types (``storages``, the
+    first the default) and the answer's ``note``; or empty storages and the ``refused`` reason when the scheme's IDs
+    do not sort by time."""
     try:
         order = scheme.time_order(scheme.time_order_options)
     except InvalidOptionError as exc:
-        return {"params": {}, "storages": [], "refused": str(exc)}
-    return {"params": dict(scheme.time_order_options), "storages": list(order.storages), "note": order.note}
+        return {"params": {}, "options": {}, "storages": [], "refused": str(exc)}
+    described = {o.name: o.description for o in (*scheme.options, *scheme.decode_options)}
+    takes = {name: described.get(name, "") for name in scheme.time_order_takes if name not in scheme.time_order_options}
+    return {
+        "params": dict(scheme.time_order_options),
+        "options": takes,
+        "storages": list(order.storages),
+        "note": order.note,
+    }
 
 
 def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:

@@ -122,8 +122,9 @@ def no_options(scheme: str, options: Mapping[str, str], takes: tuple[str, ...] =
     if unknown:
         from app.errors import InvalidOptionError
 
+        named = ", ".join(name[:100] for name in unknown[:10])
         raise InvalidOptionError(
-            f"unknown parameter {', '.join(unknown)} for {scheme}" + (f"; it takes {', '.join(takes)}" if takes else "")
+            f"unknown parameter {named} for {scheme}" + (f"; it takes {', '.join(takes)}" if takes else "")
         )
 
 
@@ -499,6 +500,10 @@ class Scheme(abc.ABC):
     time_order_options: ClassVar[dict[str, str]] = {}
     """The parameters of the reading :meth:`time_order` answers by default on the decode page and in /v1/schemes
     (eight-byte: ``{"mode": "time_sequential"}``, its only mode that sorts by time)."""
+
+    time_order_takes: ClassVar[tuple[str, ...]] = ()
+    """The parameters :meth:`time_order` reads (snowflake ``layout``, eight-byte ``mode``, TypeID ``type``), each the
+    name of one of the scheme's :attr:`options` or :attr:`decode_options`; any other is refused."""
 
     def time_order(self, options: Mapping[str, str]) -> TimeOrder:
         """How this scheme's stored IDs sort by time (:mod:`app.schemes.time_order`), read with ``options`` (the

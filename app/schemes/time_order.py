@@ -106,7 +106,7 @@ class TimeOrder:
 
             raise InvalidOptionError(
                 f"storage must be one of {', '.join(self.storages)} for {scheme} (the column types its IDs sort by "
-                f"time in), got {kind!r}"
+                f"time in), got {kind[:100]!r}"
             )
         return found
 

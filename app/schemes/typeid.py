@@ -324,11 +324,13 @@ class TypeIdScheme(Scheme):
             "timestamp_ms": value >> TIMESTAMP_SHIFT if version == VERSION else None,
         }
 
+    time_order_takes = ("type",)
+
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """TypeIDs sort by their UUIDv7 ms timestamp in uuid, bytea (16 bytes) and text (``type_suffix``) columns;
         ``type`` is the prefix the text column's IDs carry (default none). Raises InvalidOptionError for another
         option or a prefix that breaks the rules."""
-        no_options(self.name, options, ("type",))
+        no_options(self.name, options, self.time_order_takes)
         prefix = self.parse_option("type", options["type"]) if "type" in options else ""
         storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
         storages[order.TEXT] = order.text(

@@ -12,6 +12,7 @@
   const fromInput = $("#bounds-from");
   const toInput = $("#bounds-to");
   const result = $("#bounds-result");
+  const optionsBox = $("#bounds-options");
   const HOUR_MS = 3_600_000;
   let entries = {}; // scheme name -> its /v1/schemes "bounds" member
 
@@ -28,9 +29,25 @@
     return node;
   }
 
+  // The scheme's own parameters (snowflake layout, TypeID prefix), one text input each, named by /v1/schemes.
   function fillStorages() {
     const entry = entries[schemeSelect.value];
     storageSelect.replaceChildren(...(entry ? entry.storages.map((s) => option(s, s)) : []));
+    const fields = Object.entries((entry && entry.options) || {}).map(([name, description]) => {
+      const field = el("div", undefined, "field");
+      const label = el("label", `${name} (optional)`);
+      const input = el("input");
+      label.htmlFor = input.id = `bounds-option-${name}`;
+      input.name = name;
+      input.type = "text";
+      input.title = description;
+      input.spellcheck = false;
+      input.autocomplete = "off";
+      input.dataset.option = name;
+      field.append(label, input);
+      return field;
+    });
+    optionsBox.replaceChildren(...fields);
   }
 
   function show(rows, note) {
@@ -59,6 +76,10 @@
     for (const field of ["from", "to", "storage", "column", "dialect"]) {
       const value = form.elements[field].value.trim();
       if (value) query.set(field, value);
+    }
+    for (const input of optionsBox.querySelectorAll("input[data-option]")) {
+      const value = input.value.trim();
+      if (value) query.set(input.dataset.option, value);
     }
     result.replaceChildren(el("p", "Asking the server…", "hint"));
     let response;

@@ -45,6 +45,17 @@ def test_the_box_shows_both_bounds_and_the_sql(page: Page, server: Server) -> No
     expect(result).to_contain_text("Spread-mode IDs")
 
 
+def test_a_typeid_text_column_gets_its_prefix(page: Page, server: Server) -> None:
+    page.goto("/")
+    page.get_by_label("Scheme", exact=True).select_option("typeid")
+    page.get_by_label("Column type").select_option("text")
+    page.get_by_label("type (optional)").fill("user")
+    page.get_by_label("From (inclusive)").fill("2025-01-01T00:00:00Z")
+    page.get_by_label("To (exclusive)").fill("2025-01-02T00:00:00Z")
+    page.get_by_role("button", name="Show the bounds").click()
+    expect(page.locator("#bounds-result")).to_contain_text("id >= 'user_01jgfjjz000000000000000000'")
+
+
 @pytest.mark.console_error("status of 422")
 def test_the_box_shows_the_rule_a_parameter_breaks(page: Page) -> None:
     page.goto("/")

@@ -144,11 +144,13 @@ class EightByteScheme(Scheme):
 
     time_order_options: ClassVar[dict[str, str]] = {"mode": "time_sequential"}
 
+    time_order_takes = ("mode",)
+
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Eight-byte IDs in ``mode=time_sequential`` sort by their ms timestamp (the top 42 bits) in bigint (the
         signed form, Java's ``long``), bytea (8 bytes) and text (16 hex digits) columns. Raises
         InvalidOptionError for the spread mode (the default), whose bit-reversed timestamp does not sort."""
-        no_options(self.name, options, ("mode",))
+        no_options(self.name, options, self.time_order_takes)
         if Mode.from_option(options.get("mode")) is Mode.SPREAD:
             raise InvalidOptionError(
                 "eight-byte IDs in mode spread (the default) store their timestamp bit-reversed, so they do not "
@@ -164,7 +166,10 @@ class EightByteScheme(Scheme):
             TIMESTAMP_MS_MAX,
             storages,
             label="mode time_sequential",
-            note="Spread-mode IDs in the same column fall inside at random: keep the modes in separate columns.",
+            note="An ID's time can be up to the lookback (IDMINT_EIGHT_BYTE_LOOKBACK_MS, 50 ms by default) before it "
+            "was issued (unused slots of the last milliseconds are filled first): to find rows by when they were "
+            "created, start that much earlier. Spread-mode IDs in the same column fall inside at random: keep the "
+            "modes in separate columns.",
         )
 
     def timestamp_ns(self, value: int) -> int | None:

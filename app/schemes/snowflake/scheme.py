@@ -202,10 +202,12 @@ class SnowflakeScheme(Scheme):
             "sequence": sequence,
         }
 
+    time_order_takes = ("layout",)
+
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Snowflakes sort by their time field (always the top field) in bigint and text (16 hex digits) columns,
         in the node's layout or ``layout=``. Raises InvalidOptionError for another option or an unknown layout."""
-        no_options(self.name, options, ("layout",))
+        no_options(self.name, options, self.time_order_takes)
         layout = self.with_decode_options(**options).snowflake_layout
         storages = {order.BIGINT: order.bigint(), order.TEXT: order.text("hex", encode_hex)}
         return order.TimeOrder(
@@ -216,6 +218,8 @@ class SnowflakeScheme(Scheme):
             layout.time_max,
             storages,
             label=f"layout {layout.name}",
+            note=f"An ID's time can be up to the lookback ({LOOKBACK_MS} ms) before it was issued (unused slots of "
+            "the last units are filled first): to find rows by when they were created, start that much earlier.",
         )
 
     def timestamp_ns(self, value: int) -> int:
