@@ -143,9 +143,9 @@ def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(
                 until(lambda: [a for a in load_owner.answers if a[0] > answered], 5, "the owner answers again")
                 after = [a for a in load_owner.answers if a[0] > answered]
                 assert {a[2] for a in after} == {503}, after[:3]
-                # ...and answered 503 within the time a watch event takes (well under a second, on a loaded machine).
+                # ...and answered 503 on its watch's news, not on the guard lease's expiry one TTL later.
                 first_refusal = min(a[1] for a in load_owner.answers if a[0] >= asked and a[2] == 503)
-                assert first_refusal - asked < 1.0, (first_refusal - asked, body)
+                assert first_refusal - asked < TTL_S, (first_refusal - asked, answered - asked, body)
                 got = until(
                     lambda: (ids := identities(waiting)).get("eight-byte") == [target] and ids,
                     TTL_S * 2 + 15,

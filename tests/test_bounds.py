@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.bounds import format_time, parse_time, time_bounds
+from app.bounds import TIME_END_NS, format_time, parse_time, time_bounds
 from app.errors import InvalidOptionError, TimeRangeError
 from app.schemes import get_scheme, schemes
 from app.schemes.base import Scheme
@@ -36,6 +36,7 @@ from tests.helpers import FakeClock, running_app
 from tests.support.postgres import PostgresServer
 
 NS_IN_MS = 1_000_000
+DAY_NS = 86_400 * 10**9
 CUSTOM_LAYOUT = "custom:1288834974657:7:41/10/12"
 """A custom layout whose epoch is not a whole number of its 7 ms units."""
 READINGS: list[tuple[str, dict[str, str]]] = [
@@ -103,8 +104,9 @@ def _inside(storage: Storage, answer: dict[str, Any], value: int) -> bool:
 
 
 def _span(order: TimeOrder) -> tuple[int, int]:
-    """The first and last instants (ns) the scheme's IDs hold, clamped to what the tests' clocks can read."""
-    return max(order.instant_ns(0), 0), min(order.instant_ns(order.field_max), 253_402_300_799 * 10**9)
+    """The first and last instants (ns) the scheme's IDs hold, the last kept four days inside RFC 3339's years (the
+    intervals drawn reach up to three days past it)."""
+    return max(order.instant_ns(0), 0), min(order.instant_ns(order.field_max), TIME_END_NS - 4 * DAY_NS)
 
 
 @pytest.mark.parametrize("reading", READINGS, ids=_reading_id)

@@ -30,6 +30,9 @@ from app.pool import IdentityPool
 from app.sequences.store.etcd import client_from_settings
 from app.settings import Settings
 
+OVERWRITE_ATTEMPTS = 5
+"""Tries at overwriting the claim key: the owner's own mark writes rewrite it (so its mod revision moves) as often as
+every mark interval under load; a key that changed owner is not retried."""
 ACK_POLL_S = 0.05
 """How often the revoker reads the owner's ledger record while it waits for the acknowledgement."""
 LEDGER_CLAIMS = "idmint/ledger/claims/"
@@ -47,25 +50,38 @@ async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by
     ns = settings.etcd_namespace
     key = keys.claim_key(ns, pool, identity).encode()
     ttl = settings.etcd_lease_ttl
+    first_lease = -1
     try:
-        found, _ = await client.range(key)
-        if not found:
-            raise NotClaimedError(f"{pool.scheme} {pool.kind} {identity} is not claimed by any node of this fleet")
-        held = found[0]
-        if held.value.startswith(keys.REVOKED_MARK):
-            raise RevokeRefusedError(
-                f"{pool.scheme} {pool.kind} {identity} is being revoked already; it is free in {ttl} s"
-            )
-        owner_lease = f"{held.lease:016x}"
-        # The owner's ledger records of this claim, open now: one of them ending is its acknowledgement. (An older
-        # record of the same lease and identity, ended before, must not count; none open: wait out the TTL.)
-        ledger_prefix = f"{ns}{LEDGER_CLAIMS}{pool.scheme}/{identity}/".encode()
-        records = await _records(client, ledger_prefix)
-        open_ids = {r["record"] for r in records if r.get("lease") == owner_lease and r.get("end") is None}
         guard, _ = await client.grant(ttl)
-        value = keys.revoked_value(by, held.value, keys.now_rfc3339())
-        result = await client.txn([compare(key, "MOD", held.mod_revision)], [put(key, value, guard)], [])
-        if not result.succeeded:
+        for attempt in range(OVERWRITE_ATTEMPTS):
+            found, _ = await client.range(key)
+            if not found:
+                await client.revoke(guard)
+                raise NotClaimedError(f"{pool.scheme} {pool.kind} {identity} is not claimed by any node of this fleet")
+            held = found[0]
+            if held.value.startswith(keys.REVOKED_MARK):
+                await client.revoke(guard)
+                raise RevokeRefusedError(
+                    f"{pool.scheme} {pool.kind} {identity} is being revoked already; it is free in {ttl} s"
+                )
+            if attempt and held.lease != first_lease:
+                break  # another owner since the first read: not the claim asked about
+            first_lease = held.lease
+            owner_lease = f"{held.lease:016x}"
+            # The owner's ledger records of this claim, open now: one of them ending is its acknowledgement. (An
+            # older record of the same lease and identity, ended before, must not count; none open: wait out the
+            # TTL.)
+            ledger_prefix = f"{ns}{LEDGER_CLAIMS}{pool.scheme}/{identity}/".encode()
+            records = await _records(client, ledger_prefix)
+            open_ids = {r["record"] for r in records if r.get("lease") == owner_lease and r.get("end") is None}
+            value = keys.revoked_value(by, held.value, keys.now_rfc3339())
+            result = await client.txn([compare(key, "MOD", held.mod_revision)], [put(key, value, guard)], [])
+            if result.succeeded:
+                break
+            # The owner rewrote its claim key meanwhile (every high-water mark write does): read it again.
+        else:
+            result = None
+        if result is None or not result.succeeded:
             await client.revoke(guard)
             raise RevokeRefusedError(f"{pool.scheme} {pool.kind} {identity} changed while being revoked; try again")
         stopped = bool(open_ids) and await _owner_stopped(client, ledger_prefix, open_ids, ttl)
