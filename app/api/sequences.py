@@ -25,10 +25,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.auth import charge_ids
 from app.api.errors import error_parts, send_json
 from app.api.issuing import off_loop
-from app.api.params import parse_body, parse_sequence_format, query_params, read_body
+from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body
 from app.errors import IdmintError, InvalidOptionError
 from app.metrics import Metrics
-from app.sequences import SequenceService, parse_count
+from app.sequences import SequenceService
 from app.sequences.buffer import Runs
 from app.sequences.store.base import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.sequences.text import encode_runs
