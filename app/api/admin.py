@@ -20,11 +20,13 @@ from fastapi import APIRouter, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.deps import NodeDep, SettingsDep
+from app.api.errors import refusal, send_json
 from app.errors import InvalidOptionError, RevokeRefusedError, UnknownSchemeError
 from app.node import Node
 
 router = APIRouter(tags=["admin"])
 
+DRAINING = "this node is draining: it issues no more IDs; ask another replica"
 DRAIN_RETRY_AFTER_S = 5
 """Retry-After of a request refused by a draining node (another replica answers it; this one never will)."""
 LIVE_CLAIMS_TIMEOUT_S = 2.0
@@ -96,15 +98,8 @@ class DrainGate:
             return
         drain = self.drain
         if drain.draining:
-            body = b'{"detail": "this node is draining: it issues no more IDs; ask another replica"}'
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"x-content-type-options", b"nosniff"),
-                (b"retry-after", str(DRAIN_RETRY_AFTER_S).encode()),
-                (b"content-length", str(len(body)).encode()),
-            ]
-            await send({"type": "http.response.start", "status": 503, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
+            await send_json(send, 503, body, headers)
             return
         drain.enter()
         try:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import logging
 import math
 import re
@@ -55,6 +54,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.errors import refusal as json_refusal
+from app.api.errors import send_json
 from app.api.streams import IDS_IN_MESSAGE
 from app.errors import ConfigError, InvalidOptionError, TooManyRequestsError
 from app.settings import SCOPES
@@ -73,8 +74,6 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
 CHARGE_KEY = "idmint.charge_ids"
 """ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
-
-JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
 
 def required_scope(method: str, path: str) -> str | None:
@@ -517,15 +516,8 @@ class ApiKeys:
         return paced_send
 
     async def _refuse(self, scope: Scope, send: Send, refusal: Refusal, start: float) -> None:
-        payload: dict[str, Any] = {"detail": refusal.reason}
-        headers = list(JSON_HEADERS)
+        body, headers = json_refusal(refusal.reason, refusal.retry_after)
         if refusal.status == 401:
             headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
-        if refusal.retry_after is not None:
-            payload["retry_after"] = refusal.retry_after
-            headers.append((b"retry-after", str(refusal.retry_after).encode()))
-        body = json.dumps(payload).encode()
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, refusal.status, body, headers)
         self.metrics.request(self.route_of(scope), scope["method"], refusal.status, time.perf_counter() - start)

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import Send
 
 from app.errors import (
     IdmintError,
@@ -28,6 +29,34 @@ from app.errors import (
 log = logging.getLogger("idmint.api")
 
 JSON = "application/json"
+JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+"""The headers of every JSON answer the raw ASGI layers write (:func:`send_json`)."""
+
+
+def refusal(detail: str, retry_after: int | None = None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """The JSON body ``{"detail": ...}`` of a refusal (with ``"retry_after"``) and its extra headers
+    (``Retry-After`` when given): the one shape of every error idmint answers."""
+    payload: dict[str, Any] = {"detail": detail}
+    headers: list[tuple[bytes, bytes]] = []
+    if retry_after is not None:
+        payload["retry_after"] = retry_after
+        headers.append((b"retry-after", str(retry_after).encode()))
+    return json.dumps(payload).encode(), headers
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Write a whole JSON answer on a raw ASGI ``send``: the one writer of the layers in front of FastAPI (the body
+    limit, the API keys, the drain gate, the hot paths), so each answers with the same headers and length."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*JSON_HEADERS, *(headers or ()), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 CLIENT_CLOSED_REQUEST = 499
 """The status counted (``idmint_requests_total{status="499"}``, nginx's code) for a request whose client went away
 before its body was complete: nothing is sent, it is no fault of ours (not 5xx), and it is logged in one INFO line."""
@@ -57,13 +86,9 @@ def status_for(exc: IdmintError) -> int:
 
 def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     """(status, JSON body, extra headers) for an idmint error: ``{"detail": "<rule broken or reason>"}``."""
-    status = status_for(exc)
-    headers: list[tuple[bytes, bytes]] = []
-    payload: dict[str, Any] = {"detail": str(exc)}
-    if isinstance(exc, (NotReadyError, TooManyRequestsError)):
-        headers.append((b"retry-after", str(exc.retry_after).encode()))
-        payload["retry_after"] = exc.retry_after
-    return status, json.dumps(payload).encode(), headers
+    retry_after = exc.retry_after if isinstance(exc, (NotReadyError, TooManyRequestsError)) else None
+    body, headers = refusal(str(exc), retry_after)
+    return status_for(exc), body, headers
 
 
 def error_response(exc: IdmintError) -> Response:

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.auth import charge_ids
-from app.api.errors import error_parts
+from app.api.errors import error_parts, send_json
 from app.api.issuing import answer_body
 from app.api.params import parse_issue, query_params
 from app.errors import IdmintError
@@ -29,7 +29,6 @@ log = logging.getLogger("idmint.api")
 INTERNAL_ERROR = b'{"detail": "internal error"}'
 PREFIX = "/v1/ids/"
 ROUTE = "/v1/ids/{scheme}"
-JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
@@ -70,7 +69,7 @@ class FastPath:
 
     async def _issue(self, node: Node, issuer: Issuer, scope: Scope, send: Send) -> None:
         start = time.perf_counter()
-        headers = JSON_HEADERS
+        headers: list[tuple[bytes, bytes]] = []
         try:
             query = scope["query_string"]
             params = query_params(split_query(query)) if query else {}
@@ -80,19 +79,11 @@ class FastPath:
             body = await answer_body(issuer.name, request.format, issued)
             status = 200
         except IdmintError as exc:
-            status, body, extra = error_parts(exc)
-            headers = JSON_HEADERS + extra
+            status, body, headers = error_parts(exc)
         except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
             log.exception("GET %s failed", ROUTE)
             status, body = 500, INTERNAL_ERROR
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": headers + [(b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, status, body, headers)
         node.metrics.request(ROUTE, "GET", status, time.perf_counter() - start)
 
 

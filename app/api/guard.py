@@ -9,7 +9,6 @@ metrics.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,10 +16,9 @@ from typing import Any
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.errors import body_too_large
+from app.api.errors import body_too_large, refusal, send_json
 
 UNMATCHED = "unmatched"
-JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
 
 
 def route_finder(api: Any) -> Callable[[Scope], str]:
@@ -78,9 +76,7 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
         start = time.perf_counter()
-        body = json.dumps({"detail": body_too_large(self.limit)}).encode()
+        body, _ = refusal(body_too_large(self.limit))
         # Connection: close -- the unread body must not be taken for the next request on this connection.
-        headers = JSON_HEADERS + [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 413, body, [(b"connection", b"close")])
         self.metrics.request(self.route_of(scope), scope["method"], 413, time.perf_counter() - start)

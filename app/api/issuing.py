@@ -11,15 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from app.api.params import IssueRequest, parse_issue
-from app.errors import InvalidOptionError
 from app.node import Issued, Issuer, Node
-
-
-def check_count(count: int, maximum: int, what: str = "count") -> int:
-    """``count`` if it is in 1..``maximum``; else InvalidOptionError naming the range."""
-    if not 1 <= count <= maximum:
-        raise InvalidOptionError(f"{what} must be in 1..{maximum}, got {count}")
-    return count
 
 
 def prepare(node: Node, scheme: str, params: Mapping[str, Any], maximum: int) -> tuple[Issuer, IssueRequest]:

@@ -40,12 +40,12 @@ COUNT_DIGITS_MAX = 18
 COUNT_RULE = "count must be a whole number written in ASCII digits 0-9"
 
 
-def _ascii_count(value: object) -> object:
+def _ascii_count(value: object) -> int:
     """``count`` as text of ASCII digits only (or a JSON integer); everything else names the rule."""
     if isinstance(value, str):
         if value and value.isascii() and value.isdigit():
             if len(value) > COUNT_DIGITS_MAX:
-                raise ValueError(f"count must have at most {COUNT_DIGITS_MAX} digits, got {len(value)}")
+                raise ValueError(f"{COUNT_RULE}, at most {COUNT_DIGITS_MAX} digits, got {len(value)}")
             return int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -53,6 +53,26 @@ def _ascii_count(value: object) -> object:
 
 
 Count = Annotated[int, BeforeValidator(_ascii_count)]
+
+
+def count_in_range(count: int, maximum: int) -> int:
+    """``count`` if it is in 1..``maximum``; else InvalidOptionError naming the range."""
+    if not 1 <= count <= maximum:
+        raise InvalidOptionError(f"count must be in 1..{maximum}, got {count}")
+    return count
+
+
+def parse_count(value: object, maximum: int) -> int:
+    """The one reader of ``count``: ASCII digits only (a JSON body may give an integer), at most
+    :data:`COUNT_DIGITS_MAX` of them, in 1..``maximum``; absent (None) is 1. The issue routes read it through
+    their models (:data:`Count`), the sequence routes and hot path here. Raises InvalidOptionError naming the rule."""
+    if value is None:
+        return 1
+    try:
+        count = _ascii_count(value)
+    except ValueError as exc:
+        raise InvalidOptionError(str(exc)) from None
+    return count_in_range(count, maximum)
 
 
 class IssueParams(BaseModel):
@@ -128,9 +148,7 @@ def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequ
         parsed = issue_model(scheme).model_validate(params)
     except ValidationError as exc:
         raise InvalidOptionError(_explain(scheme, exc)) from None
-    count = parsed.count
-    if not 1 <= count <= maximum:
-        raise InvalidOptionError(f"count must be in 1..{maximum}, got {count}")
+    count = count_in_range(parsed.count, maximum)
     fmt = scheme.resolve_format(parsed.format)
     options: dict[str, Any] = {}
     for option in scheme.options:

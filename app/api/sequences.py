@@ -23,13 +23,12 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.auth import charge_ids
-from app.api.errors import error_parts
-from app.api.guard import JSON_HEADERS
+from app.api.errors import error_parts, send_json
 from app.api.issuing import off_loop
-from app.api.params import parse_body, parse_sequence_format, query_params, read_body
+from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body
 from app.errors import IdmintError, InvalidOptionError
 from app.metrics import Metrics
-from app.sequences import SequenceService, parse_count
+from app.sequences import SequenceService
 from app.sequences.buffer import Runs
 from app.sequences.store.base import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.sequences.text import encode_runs
@@ -292,7 +291,7 @@ class SequenceFastPath:
         send: Send,
     ) -> None:
         start = time.perf_counter()
-        headers = JSON_HEADERS
+        headers: list[tuple[bytes, bytes]] = []
         try:
             count_text, as_strings = _query(scope["query_string"])
             if route is NEXT_ROUTE:
@@ -309,14 +308,6 @@ class SequenceFastPath:
                 body = range_body(name, first, last, count, as_strings)
             status = 200
         except IdmintError as exc:
-            status, body, extra = error_parts(exc)
-            headers = [*JSON_HEADERS, *extra]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*headers, (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+            status, body, headers = error_parts(exc)
+        await send_json(send, status, body, headers)
         self.metrics.request(route, method, status, time.perf_counter() - start)

@@ -7,6 +7,6 @@ integers as decimal text. Storage (etcd or the state directory) is behind :mod:`
 
 from __future__ import annotations
 
-from app.sequences.service import SequenceService, parse_count
+from app.sequences.service import SequenceService
 
-__all__ = ["SequenceService", "parse_count"]
+__all__ = ["SequenceService"]

@@ -218,16 +218,3 @@ def _fail(batch: list[tuple[int, asyncio.Future[tuple[int, int]]]], exc: BaseExc
     for _count, future in batch:
         if not future.done():
             future.set_exception(exc)
-
-
-def parse_count(text: str | None, maximum: int) -> int:
-    """The ``count`` query parameter: ASCII digits only (no sign, no spaces, no other Unicode digits), 1..maximum.
-
-    The one parser of this input (FastAPI routes and the fast path). Raises InvalidOptionError naming the rule.
-    """
-    if text is None or text == "":
-        return 1
-    if len(text) > 20 or not (text.isascii() and text.isdigit()):
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        raise InvalidOptionError(f"count must be an integer in 1..{maximum} written in ASCII digits, got {shown!r}")
-    return SequenceService.check_count(int(text), maximum)

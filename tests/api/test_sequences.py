@@ -57,6 +57,7 @@ def test_create_show_next_range(tmp_path: Path) -> None:
         ("GET", "/v1/sequences/orders/next?count=0", {}, 422, "count must be in 1..100000"),
         ("GET", "/v1/sequences/orders/next?count=100001", {}, 422, "count must be in 1..100000"),
         ("GET", "/v1/sequences/orders/next?count=-1", {}, 422, "ASCII digits"),
+        ("GET", "/v1/sequences/orders/next?count=", {}, 422, "ASCII digits"),  # as on /v1/ids: no silent 1
         ("GET", "/v1/sequences/orders/next?count=+1", {}, 422, "ASCII digits"),
         ("GET", "/v1/sequences/orders/next?count=1e3", {}, 422, "ASCII digits"),
         ("GET", "/v1/sequences/orders/next?count=" + "9" * 400, {}, 422, "ASCII digits"),
