@@ -18,8 +18,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.errors import InvalidOptionError
-from app.schemes.base import Scheme
-from app.schemes.time_order import BIGINT, BYTEA, SIGNED_64_LIMIT, TEXT, UNSIGNED_64_LIMIT, UUID, Storage, TimeOrder
+from app.schemes.base import Scheme, no_options
+from app.schemes.time_order import BIGINT, BYTEA, SIGNED_64_LIMIT, UNSIGNED_64_LIMIT, UUID, Storage, TimeOrder
 
 NS_IN_MS = 1_000_000
 NS_IN_S = 1_000_000_000
@@ -187,7 +187,9 @@ def time_bounds(scheme: Scheme, params: Mapping[str, str]) -> dict[str, Any]:
     to_ns = parse_time("to", params["to"])
     column = parse_column(params.get("column", "id"))
     dialect = _pick("dialect", params.get("dialect"), DIALECTS, DIALECTS[0])
-    order = scheme.time_order({k: v for k, v in params.items() if k not in BOUNDS_PARAMS})
+    own = {k: v for k, v in params.items() if k not in BOUNDS_PARAMS}
+    no_options(scheme.name, own, scheme.time_order_takes)
+    order = scheme.time_order(own)
     storage = order.storage(params.get("storage", next(iter(order.storages))), scheme.name)
     lower, upper = storage_range(storage, *value_range(order, from_ns, to_ns))
     return {
@@ -205,6 +207,3 @@ def time_bounds(scheme: Scheme, params: Mapping[str, str]) -> dict[str, Any]:
         "note": order.note,
         "storages": list(order.storages),
     }
-
-
-__all__ = ["TEXT", "time_bounds", "parse_time", "format_time", "value_range", "storage_range", "sql"]

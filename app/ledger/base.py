@@ -2,8 +2,8 @@
 
 A :class:`ClaimRecord` says who held one identity of one scheme, from when to when::
 
-    {"record": "<claimed_at ns, 20 digits>-<pid>-<8 hex>", "scheme": "eight-byte", "kind": "generator_id",
-     "group": "0", "identity": 17, "region": 0 | null, "fleet_id": "<uuid>" | null,
+    {"record": "<claimed_at ns, 20 digits>-<pid>-<8 hex>", "scheme": "<scheme>", "kind": "<identity kind>",
+     "group": "<group>", "identity": <int>, "region": 0 | null, "fleet_id": "<uuid>" | null,
      "owner": {"host", "pid", "version", "started_at", "address", "pod"?, "namespace"?},
      "lease": "694d8b2c1f3e0a11" | null, "claimed_at": "<RFC 3339>", "claimed_at_ns": <int>,
      "ended_at": "<RFC 3339>" | null, "ended_at_ns": <int> | null, "end": null | "released" | "lost",

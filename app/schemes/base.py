@@ -503,7 +503,8 @@ class Scheme(abc.ABC):
 
     time_order_takes: ClassVar[tuple[str, ...]] = ()
     """The parameters :meth:`time_order` reads (snowflake ``layout``, eight-byte ``mode``, TypeID ``type``), each the
-    name of one of the scheme's :attr:`options` or :attr:`decode_options`; any other is refused."""
+    name of one of the scheme's :attr:`options` or :attr:`decode_options`; :func:`app.bounds.time_bounds` refuses
+    any other before asking."""
 
     def time_order(self, options: Mapping[str, str]) -> TimeOrder:
         """How this scheme's stored IDs sort by time (:mod:`app.schemes.time_order`), read with ``options`` (the

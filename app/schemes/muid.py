@@ -28,7 +28,6 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -53,7 +52,6 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
-    no_options,
     scalar_lines,
 )
 from app.schemes.packed import PackedInt
@@ -251,11 +249,8 @@ class MuidScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Muids sort by their µs timestamp (the top 52 bits; the all-F "global" sentinel after every time) in uuid,
         bytea (16 bytes) and text (canonical) columns. Takes no options."""
-        no_options(self.name, options)
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text("canonical", encode_canonical)
-        return order.TimeOrder(
-            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MICROSECS), TIMESTAMP_US_MAX, storages
+        return order.sixteen_bytes(
+            TIMESTAMP_SHIFT, NANOSECS_IN_MICROSECS, TIMESTAMP_US_MAX, "canonical", encode_canonical
         )
 
     def timestamp_ns(self, value: int) -> int | None:

@@ -78,6 +78,22 @@ def text(form: str, render: Callable[[int], str]) -> Storage:
     return Storage(TEXT, render, form)
 
 
+def sixteen_bytes(
+    shift: int,
+    unit_ns: int,
+    field_max: int,
+    form: str,
+    render: Callable[[int], str],
+    *,
+    label: str = "",
+    note: str = "",
+) -> TimeOrder:
+    """The :class:`TimeOrder` of a 128-bit scheme whose timestamp (epoch 1970, ``unit_ns`` per unit) is its top field
+    from bit ``shift``: it sorts in uuid, bytea (16 bytes) and text (form ``form``, written by ``render``) columns."""
+    storages = {UUID: uuid_storage(), BYTEA: bytea(16), TEXT: text(form, render)}
+    return TimeOrder(shift, 128, 0, Fraction(unit_ns), field_max, storages, label, note)
+
+
 @dataclass(frozen=True)
 class TimeOrder:
     """A scheme's IDs sort by time: the timestamp field is the packed integer's top field.

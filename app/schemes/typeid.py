@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import ssl
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -54,7 +53,6 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     SchemeSettings,
-    no_options,
 )
 from app.schemes.uuidv7 import (
     COUNTER_LOW_BITS,
@@ -328,21 +326,15 @@ class TypeIdScheme(Scheme):
 
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """TypeIDs sort by their UUIDv7 ms timestamp in uuid, bytea (16 bytes) and text (``type_suffix``) columns;
-        ``type`` is the prefix the text column's IDs carry (default none). Raises InvalidOptionError for another
-        option or a prefix that breaks the rules."""
-        no_options(self.name, options, self.time_order_takes)
+        ``type`` is the prefix the text column's IDs carry (default none). Raises InvalidOptionError for a prefix
+        that breaks the rules."""
         prefix = self.parse_option("type", options["type"]) if "type" in options else ""
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text(
-            f"typeid ({prefix or 'no'} prefix)", lambda value: encode_typeid(value, prefix)
-        )
-        return order.TimeOrder(
+        return order.sixteen_bytes(
             TIMESTAMP_SHIFT,
-            PACKED_BYTES * 8,
-            0,
-            Fraction(NANOSECS_IN_MILLISECS),
+            NANOSECS_IN_MILLISECS,
             TIMESTAMP_MS_MAX,
-            storages,
+            f"typeid ({prefix or 'no'} prefix)",
+            lambda value: encode_typeid(value, prefix),
             label=f"type {prefix!r}",
             note="A text column sorts TypeIDs by prefix first: the bounds hold for IDs of this type (type=) only.",
         )

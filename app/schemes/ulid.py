@@ -30,7 +30,6 @@ import os
 import ssl
 import time
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any, ClassVar
 
 from app.errors import InvalidIdError, InvalidOptionError
@@ -47,7 +46,6 @@ from app.schemes.base import (
     Run,
     Scheme,
     SchemeSettings,
-    no_options,
 )
 from app.schemes.packed import PackedInt
 
@@ -227,12 +225,7 @@ class UlidScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """ULIDs sort by their ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (canonical
         Crockford base32, uppercase) columns. Takes no options."""
-        no_options(self.name, options)
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text("ulid", encode_ulid)
-        return order.TimeOrder(
-            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MILLISECS), TIMESTAMP_MS_MAX, storages
-        )
+        return order.sixteen_bytes(TIMESTAMP_SHIFT, NANOSECS_IN_MILLISECS, TIMESTAMP_MS_MAX, "ulid", encode_ulid)
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS

@@ -31,7 +31,6 @@ import ssl
 import threading
 import time
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,7 +50,6 @@ from app.schemes.base import (
     Run,
     Scheme,
     SchemeSettings,
-    no_options,
 )
 from app.schemes.packed import PackedInt
 
@@ -279,16 +277,12 @@ class Uuidv7Scheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """UUIDv7s sort by their ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (8-4-4-4-12
         lowercase) columns. Takes no options."""
-        no_options(self.name, options)
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text("uuid", uuid_text)
-        return order.TimeOrder(
+        return order.sixteen_bytes(
             TIMESTAMP_SHIFT,
-            PACKED_BITS,
-            0,
-            Fraction(NANOSECS_IN_MILLISECS),
+            NANOSECS_IN_MILLISECS,
             TIMESTAMP_MS_MAX,
-            storages,
+            "uuid",
+            uuid_text,
             note="Other UUID versions in the same column fall inside by their first 48 bits as if they were ms.",
         )
 

@@ -30,7 +30,6 @@ import itertools
 import os
 import time
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from app.errors import InvalidIdError, InvalidOptionError
@@ -49,7 +48,6 @@ from app.schemes.base import (
     SchemeSettings,
     grouped,
     hex_word,
-    no_options,
     scalar_lines,
 )
 from app.schemes.packed import PackedInt
@@ -291,12 +289,8 @@ class WijiScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Wiji IDs sort by their µs timestamp (the top 56 bits) in uuid, bytea (16 bytes) and text (base32)
         columns. Takes no options."""
-        no_options(self.name, options)
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text("base32", _crockford.encode)  # bounds need no version nibble
-        return order.TimeOrder(
-            TIMESTAMP_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_MICROSECS), TIMESTAMP_US_MAX, storages
-        )
+        base32 = _crockford.encode  # not encode_base32: a bound has no version nibble
+        return order.sixteen_bytes(TIMESTAMP_SHIFT, NANOSECS_IN_MICROSECS, TIMESTAMP_US_MAX, "base32", base32)
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MICROSECS

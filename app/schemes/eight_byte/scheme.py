@@ -23,7 +23,6 @@ from app.schemes.base import (
     SchemeOption,
     SchemeSettings,
     grouped,
-    no_options,
 )
 from app.schemes.eight_byte.codec import (
     CLUSTER_ID_MAX,
@@ -150,7 +149,6 @@ class EightByteScheme(Scheme):
         """Eight-byte IDs in ``mode=time_sequential`` sort by their ms timestamp (the top 42 bits) in bigint (the
         signed form, Java's ``long``), bytea (8 bytes) and text (16 hex digits) columns. Raises
         InvalidOptionError for the spread mode (the default), whose bit-reversed timestamp does not sort."""
-        no_options(self.name, options, self.time_order_takes)
         if Mode.from_option(options.get("mode")) is Mode.SPREAD:
             raise InvalidOptionError(
                 "eight-byte IDs in mode spread (the default) store their timestamp bit-reversed, so they do not "

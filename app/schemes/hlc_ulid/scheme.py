@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from pydantic import Field
@@ -24,13 +23,11 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
-    no_options,
 )
 from app.schemes.hlc_ulid.codec import (
     HEX_LEN,
     MAX_DRIFT_MS_DEFAULT,
     NANOSECS_IN_MILLISECS,
-    PACKED_BITS,
     PACKED_BYTES,
     PUBLISHER_ID_HEX_LEN,
     PUBLISHER_ID_MAX,
@@ -102,16 +99,12 @@ class HlcUlidScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """HLC-ULIDs sort by their HLC ms timestamp (the top 48 bits) in uuid, bytea (16 bytes) and text (canonical
         ULID string) columns. Takes no options."""
-        no_options(self.name, options)
-        storages = {order.UUID: order.uuid_storage(), order.BYTEA: order.bytea(PACKED_BYTES)}
-        storages[order.TEXT] = order.text("ulid", encode_ulid)
-        return order.TimeOrder(
+        return order.sixteen_bytes(
             TIMESTAMP_SHIFT,
-            PACKED_BITS,
-            0,
-            Fraction(NANOSECS_IN_MILLISECS),
+            NANOSECS_IN_MILLISECS,
             TIMESTAMP_MS_MAX,
-            storages,
+            "ulid",
+            encode_ulid,
             note="The timestamp is the hybrid logical clock's: it can run ahead of the wall clock after merging a "
             "later ID (after=) or under bursts of more than 65,536 IDs in one millisecond.",
         )

@@ -17,7 +17,6 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeSettings,
-    no_options,
 )
 from app.schemes.ksuid.codec import (
     BASE62_LEN,
@@ -82,7 +81,6 @@ class KsuidScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """KSUIDs sort by their timestamp (whole seconds since 2014-05-13T16:53:20Z, the top 32 bits) in bytea
         (20 bytes) and text (base62) columns. Takes no options."""
-        no_options(self.name, options)
         storages = {order.BYTEA: order.bytea(PACKED_BYTES), order.TEXT: order.text("base62", encode_base62)}
         return order.TimeOrder(
             TIMESTAMP_SHIFT,

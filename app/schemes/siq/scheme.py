@@ -24,7 +24,6 @@ from app.schemes.base import (
     grouped,
     hex_word,
     idmint_pool,
-    no_options,
 )
 from app.schemes.siq.codec import (
     _DECIMAL_RE,
@@ -150,7 +149,6 @@ class SiqScheme(Scheme):
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """SIQs sort by their tick (1/65536 s, the top 56 bits) in bytea (the 16-byte storage form) and text (28
         hex digits) columns; the did:siq form starts with a checksum and does not sort. Takes no options."""
-        no_options(self.name, options)
         storages = {order.BYTEA: order.bytea(STORAGE_BYTES), order.TEXT: order.text("hex", encode_hex)}
         return order.TimeOrder(
             TICK_SHIFT, PACKED_BITS, 0, Fraction(NANOSECS_IN_SECS, 1 << FRACTION_BITS), TICK_MAX, storages

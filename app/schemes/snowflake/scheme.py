@@ -22,7 +22,6 @@ from app.schemes.base import (
     SchemeSettings,
     grouped,
     idmint_pool,
-    no_options,
 )
 from app.schemes.snowflake.codec import (
     _ASCII_DIGITS,
@@ -206,8 +205,7 @@ class SnowflakeScheme(Scheme):
 
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """Snowflakes sort by their time field (always the top field) in bigint and text (16 hex digits) columns,
-        in the node's layout or ``layout=``. Raises InvalidOptionError for another option or an unknown layout."""
-        no_options(self.name, options, self.time_order_takes)
+        in the node's layout or ``layout=``. Raises InvalidOptionError for an unknown layout."""
         layout = self.with_decode_options(**options).snowflake_layout
         storages = {order.BIGINT: order.bigint(), order.TEXT: order.text("hex", encode_hex)}
         return order.TimeOrder(
