@@ -21,7 +21,7 @@ from starlette.types import Scope
 from app.api.access import declare
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import answer_body, prepare
+from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare
 from app.api.params import (
     IssueParams,
     merge_body,
@@ -92,6 +92,8 @@ def hot_issue(
         request = parse_issue(issuer.scheme, query_params(split_query(query)) if query else {}, settings.max_count)
         charge_ids(scope, request.count)
         issued = await issuer.issue(request.count, request.options)
+        if issued.count < THREAD_ENCODE_MIN:  # answer_body without its coroutine, for the common small answer
+            return 200, issue_body(issuer.name, request.format, issued), []
         return 200, await answer_body(issuer.name, request.format, issued), []
 
     return answer
