@@ -83,9 +83,9 @@ from app.metrics.multiprocess import (
     wipe_multiprocess_dir,
     worker_exit,
 )
-from app.metrics.requests import RequestTally
 from app.metrics.scheme import LargestRollback, SchemeMetrics
 from app.metrics.sequence import SequenceMetrics
+from app.metrics.tally import RequestTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
