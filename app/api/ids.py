@@ -26,10 +26,9 @@ from app.api.params import (
     IssueParams,
     merge_body,
     option_owners,
-    parse_issue,
+    parse_issue_query,
     query_params,
     read_body,
-    split_query,
 )
 from app.api.streams import open_stream
 from app.node import Node
@@ -88,8 +87,7 @@ def hot_issue(
         issuer = node.issuers.get(scheme)
         if issuer is None:
             return None
-        query = scope["query_string"]
-        request = parse_issue(issuer.scheme, query_params(split_query(query)) if query else {}, settings.max_count)
+        request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
         charge_ids(scope, request.count)
         issued = await issuer.issue(request.count, request.options)
         if issued.count < THREAD_ENCODE_MIN:  # answer_body without its coroutine, for the common small answer
