@@ -2,7 +2,9 @@
 
 (a) single-ID requests/s: ``GET /v1/ids/wiji`` against idmint vs the bare ASGI app of bare_app.py, both served by
     uvicorn with one worker, the same flags, and loaded by wrk (Debian package ``wrk``) from a second process.
-    Runs alternate (bare, idmint, bare, idmint, ...) and the ratio of medians is printed.
+    Runs alternate (bare, idmint, bare, idmint, ...) and the ratio of medians is printed, for requests/s and for
+    requests per second the server spent on a CPU (/proc schedstat: what a request costs the server, which the
+    shared machine's other processes disturb less than wall-clock rates).
 (b) streamed IDs/s per scheme: ``GET /v1/ids/{scheme}/stream?count=N`` (10,000,000 by default) read by curl into
     /dev/null, with the server's peak resident memory (VmRSS sampled every 20 ms) before and during the stream.
     ``--stream-rounds`` rounds; in each, per scheme: a wiji stream, the scheme's stream, then the bare ASGI app
@@ -258,23 +260,29 @@ def main() -> None:
             for url in (bare_url + "/", idm_url + "/v1/ids/wiji", *([base_url + "/v1/ids/wiji"] if base_url else [])):
                 wrk(url, 1, args.connections)  # warm-up
             bare_rps, idm_rps, base_rps = [], [], []
+            bare_cpu, idm_cpu, base_cpu = [], [], []
             for _ in range(args.rounds):
-                bare_rps.append(wrk(bare_url + "/", args.seconds, args.connections))
-                idm_rps.append(wrk(idm_url + "/v1/ids/wiji", args.seconds, args.connections))
-                if base_url:
-                    base_rps.append(wrk(base_url + "/v1/ids/wiji", args.seconds, args.connections))
+                for proc, url, rates, cpu_rates in (
+                    (bare, bare_url + "/", bare_rps, bare_cpu),
+                    (idm, idm_url + "/v1/ids/wiji", idm_rps, idm_cpu),
+                    *([(base, base_url + "/v1/ids/wiji", base_rps, base_cpu)] if base is not None else []),
+                ):
+                    rate, cpu_rate, _ = wrk_cpu(url, args.seconds, args.connections, proc.pid)
+                    rates.append(rate)
+                    cpu_rates.append(cpu_rate)
             b, i = statistics.median(bare_rps), statistics.median(idm_rps)
+            bc, ic = statistics.median(bare_cpu), statistics.median(idm_cpu)
             print(
                 f"(a) single-ID GET /v1/ids/wiji: idmint {i:,.0f} req/s, bare ASGI {b:,.0f} req/s, "
-                f"ratio {i / b:.2f}  (medians of {args.rounds} alternating {args.seconds}s wrk rounds, "
-                f"{args.connections} connections; all: idmint {[round(x) for x in idm_rps]}, "
-                f"bare {[round(x) for x in bare_rps]})"
+                f"ratio {i / b:.2f}; per server CPU-s {ic:,.0f} vs {bc:,.0f}, ratio {ic / bc:.2f}  (medians of "
+                f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections; all: idmint "
+                f"{[round(x) for x in idm_rps]}, bare {[round(x) for x in bare_rps]})"
             )
             if base_rps:
-                m = statistics.median(base_rps)
+                m, mc = statistics.median(base_rps), statistics.median(base_cpu)
                 print(
-                    f"    baseline {args.baseline}: {m:,.0f} req/s; this revision / baseline = {i / m:.3f} "
-                    f"(all: {[round(x) for x in base_rps]})"
+                    f"    baseline {args.baseline}: {m:,.0f} req/s, {mc:,.0f} per server CPU-s; this revision / "
+                    f"baseline = {i / m:.3f} (per CPU-s {ic / mc:.3f}; all: {[round(x) for x in base_rps]})"
                 )
         finally:
             stop(bare)
