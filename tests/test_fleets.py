@@ -349,27 +349,31 @@ def two_etcd_fleets(tmp_path: Path, etcd_server: Any, namespace: str, **env: str
     ]
 
 
+@pytest.mark.parametrize("layout", list(NAMED_LAYOUTS))
 def test_two_etcd_fleets_in_two_regions_never_repeat_an_id(
-    tmp_path: Path, etcd_server: Any, etcd_namespace: str
+    tmp_path: Path, etcd_server: Any, etcd_namespace: str, layout: str
 ) -> None:
-    for round_no, (layout, spec) in enumerate(NAMED_LAYOUTS.items()):
-        workers = str(min(16, (spec.worker_max + 1) // 2 // 3))  # three replicas in half the worker IDs (js53: 5)
-        envs = [
-            {
-                **env,
-                "IDMINT_REGIONS": "2",
-                "IDMINT_REGION": str(region),
-                "IDMINT_SNOWFLAKE_LAYOUT": layout,
-                "IDMINT_SNOWFLAKE_WORKERS": workers,
-            }
-            for region, env in enumerate(two_etcd_fleets(tmp_path, etcd_server, etcd_namespace))
-        ]
-        with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
-            assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
-            urls = [n.url for n in east + west]
-            for scheme in (*SLICED, "muid") if round_no == 0 else ("snowflake",):  # muid: random medallions
-                got = stream_everywhere(urls, scheme, PER_REPLICA)
-                assert duplicates(got) == 0, (scheme, layout)
+    """One test per snowflake layout (each its own six servers, so pytest-xdist can run them side by side); the
+    first layout's fleets also stream every other sliced scheme and muid."""
+    spec = NAMED_LAYOUTS[layout]
+    workers = str(min(16, (spec.worker_max + 1) // 2 // 3))  # three replicas in half the worker IDs (js53: 5)
+    envs = [
+        {
+            **env,
+            "IDMINT_REGIONS": "2",
+            "IDMINT_REGION": str(region),
+            "IDMINT_SNOWFLAKE_LAYOUT": layout,
+            "IDMINT_SNOWFLAKE_WORKERS": workers,
+        }
+        for region, env in enumerate(two_etcd_fleets(tmp_path, etcd_server, etcd_namespace))
+    ]
+    with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
+        assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
+        urls = [n.url for n in east + west]
+        first = layout == next(iter(NAMED_LAYOUTS))
+        for scheme in (*SLICED, "muid") if first else ("snowflake",):  # muid: random medallions
+            got = stream_everywhere(urls, scheme, PER_REPLICA)
+            assert duplicates(got) == 0, (scheme, layout)
 
 
 def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_server: Any, etcd_namespace: str) -> None:
