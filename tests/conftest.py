@@ -87,7 +87,6 @@ def _group_of(path: Path) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers (--dist loadgroup)
 def _shared_process_group(item: pytest.Item) -> str | None:
     """The module's own group when the test uses a real part shared at module scope or wider (a module's one
     ``idmint serve``): its tests run on one worker, so the part starts once, not once per worker."""
@@ -100,7 +99,21 @@ def _shared_process_group(item: pytest.Item) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _suffix_group(item: pytest.Item, group: str) -> None:
+    """What pytest-xdist's worker does for ``--dist loadgroup`` (the scheduler reads the group from a node ID's
+    ``@<group>`` suffix), done on pytest >= 9.2's structured node IDs, where xdist 3.8's write to ``item._nodeid``
+    no longer takes effect (pytest-dev/pytest-xdist#1386: every test would be handed out alone). A later xdist
+    that does it again adds a second ``@<group>``; the scheduler reads the last one, the same group."""
+    try:
+        from _pytest.nodeid import coerce_node_id
+    except ImportError:  # an older pytest: xdist's own suffix works
+        return
+    if not item.nodeid.endswith(f"@{group}"):
+        item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers (--dist loadgroup)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The lanes (markers registered in pyproject.toml): ``ops`` for tests/ops, ``e2e`` for tests/e2e (its
     conftest), ``integration`` for any test using a fixture of :data:`REAL_PART_FIXTURES`; modules that start
     processes themselves mark themselves. ``scripts/check.sh`` runs the rest, the fast lane.
@@ -117,6 +130,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         group = _group_of(item.path) or _shared_process_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            if config.getoption("loadgroup", False):  # set on a pytest-xdist worker under --dist loadgroup
+                _suffix_group(item, group)
     slow_modules = {
         item.path
         for item in items
