@@ -259,8 +259,15 @@ class IdentityHolder:
             if target <= self.recorded_mark or not self.claims:
                 return
             try:
-                for claim in list(self.claims):
-                    await claim.record_mark(target)
+                # Every claim's mark at once (eight-byte may hold 16 generator IDs: one fsync or etcd round trip
+                # each, which in turn held requests up to 1.8 s on a busy disk). All must be recorded before the
+                # mark is used; a mark written for one claim while another failed is only higher than needed.
+                results = await asyncio.gather(
+                    *(claim.record_mark(target) for claim in list(self.claims)), return_exceptions=True
+                )
+                failed = [r for r in results if isinstance(r, BaseException)]
+                if failed:
+                    raise failed[0]
             except NotReadyError as exc:
                 self._fault(exc.reason)
                 raise

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from starlette.types import ASGIApp
 
 from app import __version__
 from app.api import admin, bounds, decode, ids, meta
@@ -20,8 +19,7 @@ from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
-from app.api.fastpath import FastPath
-from app.api.guard import BodyLimit, route_finder
+from app.api.front import Front, HotRoute
 from app.api.streams import StreamSlots
 from app.lease import make_backend
 from app.ledger import make_ledger
@@ -36,10 +34,11 @@ from app.settings import Settings, load_settings
 NS_IN_S = 1_000_000_000
 
 
-def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> BodyLimit:
-    """Build the ASGI app for ``settings`` (default: from the environment). Returns the outermost ASGI layer
-    (body limit, then API keys when a key file is set, then the fast path, then FastAPI); the FastAPI app itself is
-    its ``.app`` attribute. ``clock`` (ns, like :func:`time.time_ns`; None: the real clocks) is the node's and the
+def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Front:
+    """Build the ASGI app for ``settings`` (default: from the environment). Returns the one ASGI layer in front of
+    FastAPI (:class:`~app.api.front.Front`: body limit, hot routes, API keys when a key file is set, drain, request
+    metrics); the FastAPI app itself is its ``.app`` attribute.
+    ``clock`` (ns, like :func:`time.time_ns`; None: the real clocks) is the node's and the
     API keys' quota clock, for tests. Raises ConfigError for a key file that does not load."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
@@ -96,16 +95,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     api.include_router(admin.router)
     _include_page(api)
 
-    wrapper: ASGIApp = FastPath(api, lambda: api.state.node, lambda: settings.max_count)
-    wrapper = sequence_routes.SequenceFastPath(wrapper, api, lambda: sequences, metrics)
-    wrapper = admin.DrainGate(wrapper, api, drain)  # a draining node refuses ID requests, fast paths included
-    route_of = route_finder(api)
-    if settings.api_keys_file is not None:  # no key file: no key layer at all (the hot path pays nothing)
+    hot = [
+        HotRoute("GET", "/v1/ids/{scheme}", ids.hot_issue(node, settings)),
+        HotRoute("GET", sequence_routes.NEXT_ROUTE, sequence_routes.hot_next(sequences)),
+        HotRoute("POST", sequence_routes.RANGE_ROUTE, sequence_routes.hot_range(sequences)),
+    ]
+    if settings.api_keys_file is not None:  # no key file: no key work at all (the hot path pays nothing)
         seconds = time.monotonic if clock is None else (lambda: clock() / NS_IN_S)
-        keys = wrapper = ApiKeys(
-            wrapper, settings.api_keys_file, settings.public_scopes, metrics, route_of, settings.workers, seconds
-        )
-    return BodyLimit(wrapper, api, settings.max_body_bytes, metrics, route_of)
+        keys = ApiKeys(settings.api_keys_file, settings.public_scopes, metrics, settings.workers, seconds)
+    return Front(api, hot, max_body_bytes=settings.max_body_bytes, drain=drain, metrics=metrics, keys=keys)
 
 
 def _include_page(api: FastAPI) -> None:

@@ -73,7 +73,7 @@ class Issued:
     def __init__(self, scheme: Scheme, batches: list[Batch]) -> None:
         self.scheme = scheme
         self.batches = batches
-        self.count = sum(b.count for b in batches)
+        self.count = batches[0].count if len(batches) == 1 else sum(b.count for b in batches)
 
     def encode(self, fmt: str) -> bytes:
         """Every ID in form ``fmt``, one per line, newline-terminated (always through the batches' own encoders,

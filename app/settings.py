@@ -50,7 +50,7 @@ class CoreSettings(BaseSettings):
     log_format: Literal["text", "json"] = Field("text", description="Log line format: text or json.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level.")
 
-    # -- limits and API keys (app/api/auth.py, app/api/guard.py) --------------------------------------------
+    # -- limits and API keys (app/api/auth.py, app/api/front.py) --------------------------------------------
     max_body_bytes: int = Field(
         2 * 1024 * 1024,
         ge=1024,

@@ -2,10 +2,10 @@
 
 Parts (``--part``, default all):
 
-keys     single-ID ``GET /v1/ids/wiji`` requests/s (wrk, one worker, alternating rounds, medians), for the stack as
-         it was before the limit layers (the fast path alone), the default app (with the body-limit layer, no key
-         file), and the app with a key file whose quotas never bind, once with our token bucket and once each with
-         the ``limits`` library's moving-window and fixed-window strategies (in-memory storage) in its place.
+keys     single-ID ``GET /v1/ids/wiji`` requests/s (wrk, one worker, alternating rounds, medians), for the default
+         app (no key file), and the app with a key file whose quotas never bind, once with our token bucket and
+         once each with the ``limits`` library's moving-window and fixed-window strategies (in-memory storage) in
+         its place.
 body     the server's VmRSS before and at peak while a client sends a 100 MB POST /v1/decode, declared
          (Content-Length) and chunked.
 decode   single-ID latency (p50, p99; sequential client requests) alone and while two clients each POST 1 MB of log
@@ -44,13 +44,6 @@ MB = 1024 * 1024
 
 
 # -- app factories for the variants (uvicorn --factory bench.bench_abuse:<name>) ---------------------------------------
-
-
-def fastpath_only() -> Any:
-    """The stack before the limit layers: the fast path in front of FastAPI, nothing outside it."""
-    from app.main import create_app
-
-    return create_app().next
 
 
 class LimitsBucket:
@@ -198,7 +191,6 @@ def part_keys(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
     )
     auth = [f"Authorization: Bearer {BENCH_KEY}"]
     variants = [
-        ("fast path alone (before)", ["--factory", "bench.bench_abuse:fastpath_only"], {}, []),
         ("default, no key file", ["--factory", "app.main:create_app"], {}, []),
         ("keys, our token bucket", ["--factory", "app.main:create_app"], {"IDMINT_API_KEYS_FILE": str(keys)}, auth),
         (

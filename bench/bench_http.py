@@ -16,17 +16,21 @@
     revision's app is served too (same interpreter, its own state dir) and joins the alternation; the ratio of
     this revision to the baseline is printed.
 
-(c) single-ID requests/s of each scheme in ``--request-schemes`` (default: the standard schemes uuidv7, ulid,
-    typeid, ksuid, snowflake) beside wiji's, on one idmint server, rounds alternating wiji and the scheme; the
-    ratio of medians (scheme / wiji) is printed, and the same for requests per second the server spent on a CPU
-    (/proc schedstat), which the shared machine's other processes disturb less. Issue 8's target: within 10%.
+(c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
+    on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
+    the same for requests per second the server spent on a CPU (/proc schedstat), which the shared machine's other
+    processes disturb less, and the median p99 latency (wrk --latency). Issue 22's target: at least 0.8 of wiji's,
+    p99 under 3 ms at 32 connections.
+(d) ``GET /v1/ids/uuidv7?count=N`` (``--stock-counts``, default 1 and 1000) from idmint and from the service a team
+    would write instead (bench/stock_app.py: stock FastAPI returning uuid-utils' UUIDv7s), rounds alternating;
+    the ratio idmint / stock is printed. Issue 22's target: 3x for single IDs, 5x for count=1000.
 
 Streams (b) cover ``--schemes`` (default: every registered scheme).
 
 Usage: python bench/bench_http.py [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
                                   [--stream-rounds 3] [--snowflake-workers 1] [--baseline DIR]
                                   [--skip-streams] [--skip-requests] [--schemes a,b,...]
-                                  [--request-schemes a,b,...]
+                                  [--request-schemes a,b,...] [--skip-stock] [--stock-counts 1,1000]
 Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
 """
 
@@ -53,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 from app.schemes import schemes  # noqa: E402
 
 SCHEMES = tuple(schemes())
-STANDARD = ("uuidv7", "ulid", "typeid", "ksuid", "snowflake")
+OTHERS = tuple(name for name in SCHEMES if name != "wiji")
 TARGETS = {"ulid": 20e6, "typeid": 20e6, "uuidv7": 15e6, "ksuid": 5e6}
 """Issue 8 section 4: streamed IDs/s each scheme should reach (snowflake: 95% of its cap)."""
 CAPPED = ("snowflake", "eight-byte")
@@ -120,17 +124,23 @@ def wrk(url: str, seconds: int, connections: int) -> float:
     return float(match.group(1))
 
 
-def wrk_cpu(url: str, seconds: int, connections: int, pid: int) -> tuple[float, float]:
-    """(requests/s, requests per second the server spent on a CPU) of one wrk round against server ``pid``."""
+def wrk_cpu(url: str, seconds: int, connections: int, pid: int) -> tuple[float, float, float]:
+    """(requests/s, requests per second the server spent on a CPU, p99 latency in ms) of one wrk round against
+    server ``pid``."""
     cpu0, _ = sched_ns(pid)
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     cpu1, _ = sched_ns(pid)
     rate, done = re.search(r"Requests/sec:\s+([\d.]+)", out), re.search(r"(\d+) requests in", out)
-    if not rate or not done or "Non-2xx" in out:
+    p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
+    if not rate or not done or not p99 or "Non-2xx" in out:
         raise SystemExit(f"wrk output not understood or errors seen:\n{out}")
-    return float(rate.group(1)), int(done.group(1)) / ((cpu1 - cpu0) / 1e9)
+    p99_ms = float(p99.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p99.group(2)]
+    return float(rate.group(1)), int(done.group(1)) / ((cpu1 - cpu0) / 1e9), p99_ms
 
 
 def rss_kib(pid: int) -> int:
@@ -210,6 +220,8 @@ def main() -> None:
     ap.add_argument("--skip-requests", action="store_true")
     ap.add_argument("--skip-streams", action="store_true")
     ap.add_argument("--baseline", type=Path, help="another idmint checkout to compare single-ID requests/s with")
+    ap.add_argument("--skip-stock", action="store_true", help="skip (d), the stock FastAPI + uuid-utils comparison")
+    ap.add_argument("--stock-counts", default="1,1000", help="counts compared in (d), comma-separated")
     ap.add_argument(
         "--schemes",
         default=",".join(SCHEMES),
@@ -217,8 +229,8 @@ def main() -> None:
     )
     ap.add_argument(
         "--request-schemes",
-        default=",".join(STANDARD),
-        help="schemes whose single-ID requests/s are compared with wiji's ('' = none)",
+        default=",".join(OTHERS),
+        help="schemes whose single-ID requests/s are compared with wiji's (default: every other; '' = none)",
     )
     args = ap.parse_args()
     streamed = [name for name in SCHEMES if name in {"wiji", *args.schemes.split(",")}]
@@ -283,21 +295,27 @@ def main() -> None:
                     wrk(url, 1, args.connections)  # warm-up
                 rps: dict[str, list[float]] = {"wiji": [], scheme: []}
                 per_cpu: dict[str, list[float]] = {"wiji": [], scheme: []}
+                p99: dict[str, list[float]] = {"wiji": [], scheme: []}
                 for _ in range(args.rounds):
                     for name, url in urls.items():
-                        rate, cpu_rate = wrk_cpu(url, args.seconds, args.connections, idm.pid)
+                        rate, cpu_rate, p99_ms = wrk_cpu(url, args.seconds, args.connections, idm.pid)
                         rps[name].append(rate)
                         per_cpu[name].append(cpu_rate)
+                        p99[name].append(p99_ms)
                 w, x = statistics.median(rps["wiji"]), statistics.median(rps[scheme])
                 wc, xc = statistics.median(per_cpu["wiji"]), statistics.median(per_cpu[scheme])
                 print(
                     f"    {scheme:10s} {x:10,.0f} req/s  wiji {w:10,.0f} req/s  ratio {x / w:.3f};  per server "
-                    f"CPU-s {xc:8,.0f} vs {wc:8,.0f}  ratio {xc / wc:.3f}  "
+                    f"CPU-s {xc:8,.0f} vs {wc:8,.0f}  ratio {xc / wc:.3f};  p99 {statistics.median(p99[scheme]):.2f} "
+                    f"ms vs {statistics.median(p99['wiji']):.2f} ms  "
                     f"(all req/s: {[round(v) for v in rps[scheme]]} vs {[round(v) for v in rps['wiji']]})",
                     flush=True,
                 )
         finally:
             stop(idm)
+
+    if not args.skip_requests and not args.skip_stock:
+        stock_comparison(args, env)
 
     if args.skip_streams:
         return
@@ -310,6 +328,38 @@ def main() -> None:
         stop(idm)
         stop(bare)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """(d): ``GET /v1/ids/uuidv7?count=N`` from idmint and from bench/stock_app.py (stock FastAPI + uuid-utils, the
+    service a team would write instead), rounds alternating, for each N in ``--stock-counts``."""
+    idm, idm_url = start(["--factory", "app.main:create_app"], env)
+    stock, stock_url = start(["bench.stock_app:app"], env)
+    try:
+        print(
+            f"(d) GET /v1/ids/uuidv7?count=N, idmint vs stock FastAPI + uuid-utils (bench/stock_app.py), medians of "
+            f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections:"
+        )
+        for count in (int(n) for n in args.stock_counts.split(",")):
+            urls = {
+                "idmint": f"{idm_url}/v1/ids/uuidv7?count={count}",
+                "stock": f"{stock_url}/v1/ids/uuidv7?count={count}",
+            }
+            for url in urls.values():
+                wrk(url, 1, args.connections)  # warm-up
+            rps: dict[str, list[float]] = {name: [] for name in urls}
+            for _ in range(args.rounds):
+                for name, url in urls.items():
+                    rps[name].append(wrk(url, args.seconds, args.connections))
+            i, s = statistics.median(rps["idmint"]), statistics.median(rps["stock"])
+            print(
+                f"    count={count:<6d} idmint {i:10,.0f} req/s  stock {s:10,.0f} req/s  idmint / stock = {i / s:.2f}  "
+                f"(all: {[round(v) for v in rps['idmint']]} vs {[round(v) for v in rps['stock']]})",
+                flush=True,
+            )
+    finally:
+        stop(idm)
+        stop(stock)
 
 
 def run_streams(

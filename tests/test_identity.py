@@ -3,6 +3,7 @@ on the backend's injected monotonic clock."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import types
@@ -133,3 +134,43 @@ async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_mo
         await eventually(lambda: node.readiness()[0], 10.0, "re-claimed on a new lease")
         assert held_claim(node).lease_id != lost.lease_id
         await issuer.issue(1, {})
+
+
+async def test_the_marks_of_several_claims_are_recorded_at_once_and_all_must_succeed(tmp_path: Path) -> None:
+    """Eight-byte holding 4 generator IDs: their 4 mark writes run together (serially, 16 fsyncs on a busy disk
+    held requests up to 1.8 s), and the holder's mark moves only when every one of them was recorded."""
+    from tests.helpers import new_node, started
+
+    async with started(new_node(tmp_path, eight_byte_generators=4)) as node:
+        holder = node.issuers["eight-byte"].holder
+        assert len(holder.claims) == 4
+        entered: list[int] = []
+        everyone_in = asyncio.Event()
+        fail: set[int] = set()
+
+        def stalling(claim: Any) -> Any:
+            async def record_mark(mark: int) -> None:
+                entered.append(claim.identity)
+                if len(entered) == len(holder.claims):
+                    everyone_in.set()
+                await everyone_in.wait()  # returns only once all four writes are in flight together
+                if claim.identity in fail:
+                    raise OSError("disk full")
+
+            return record_mark
+
+        for claim in holder.claims:
+            claim.record_mark = stalling(claim)  # type: ignore[method-assign]
+        before = holder.recorded_mark
+        await asyncio.wait_for(holder.record_mark(before + 10**9), timeout=30)
+        assert sorted(entered) == sorted(c.identity for c in holder.claims)
+        assert holder.recorded_mark == before + 10**9
+
+        entered.clear()
+        everyone_in.clear()
+        fail.add(holder.claims[2].identity)
+        with pytest.raises(NotReadyError, match="disk full"):
+            await asyncio.wait_for(holder.record_mark(before + 2 * 10**9), timeout=30)
+        assert holder.recorded_mark == before + 10**9  # one failed write: the mark did not move
+        with pytest.raises(NotReadyError, match="disk full"):
+            holder.check()  # and the scheme stops issuing until a mark is recorded again

@@ -1,9 +1,10 @@
-"""The fleet's admin routes (scope ``admin``) and the drain gate in front of every route that hands out IDs.
+"""The fleet's admin routes (scope ``admin``) and the drain of every route that hands out IDs.
 
 * ``GET /v1/admin/claims``: every live claim of the fleet the claim ledger knows (scheme, identity, owner, seconds
   left on its lease).
-* ``POST /v1/admin/drain``: this node stops taking requests for IDs (:class:`DrainGate`: 503 + Retry-After, also
-  on the raw fast paths of ``/v1/ids`` and ``/v1/sequences``), lets the requests in flight finish (at most
+* ``POST /v1/admin/drain``: this node stops taking requests for IDs (the front,
+  :class:`~app.api.front.Front`, answers 503 + Retry-After to every route that declares it hands out IDs, hot
+  routes included), lets the requests in flight finish (at most
   ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.node.Node.drain>`); it keeps
   answering health checks, ``/readyz`` (503, ``"status": "draining"``) and decode. A ``preStop`` hook calls it.
 * ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:mod:`app.lease.etcd.revoke`).
@@ -17,10 +18,9 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
-from app.api.errors import refusal, send_json
 from app.errors import InvalidOptionError, RevokeRefusedError, UnknownSchemeError
 from app.node import Node
 
@@ -33,16 +33,8 @@ LIVE_CLAIMS_TIMEOUT_S = 2.0
 """How long ``GET /v1/admin/claims`` waits for the ledger and the backend."""
 
 
-def issues_ids(path: str) -> bool:
-    """Whether a request hands out IDs or integers (what a draining node refuses): ``/v1/ids/...`` and a
-    sequence's ``next`` and ``range``."""
-    if path.startswith("/v1/ids/"):
-        return True
-    return path.startswith("/v1/sequences/") and path.endswith(("/next", "/range"))
-
-
 class Drain:
-    """Whether this process is draining, and the ID requests in flight (counted by :class:`DrainGate`)."""
+    """Whether this process is draining, and the ID requests in flight (counted by :class:`~app.api.front.Front`)."""
 
     def __init__(self) -> None:
         self.draining = False
@@ -81,33 +73,6 @@ class Drain:
             }
 
 
-class DrainGate:
-    """ASGI layer in front of the fast paths: while draining, a request for IDs is answered 503 + Retry-After;
-    otherwise it is counted in flight until its response (a stream's last chunk included) is sent.
-
-    ``.app`` is the FastAPI app (as on every idmint wrapper); requests go on to ``next_app``."""
-
-    def __init__(self, next_app: ASGIApp, api: Any, drain: Drain) -> None:
-        self.next = next_app
-        self.app = api
-        self.drain = drain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not issues_ids(scope["path"]):
-            await self.next(scope, receive, send)
-            return
-        drain = self.drain
-        if drain.draining:
-            body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
-            await send_json(send, 503, body, headers)
-            return
-        drain.enter()
-        try:
-            await self.next(scope, receive, send)
-        finally:
-            drain.leave()
-
-
 def parse_identity(node: Node, scheme: str, text: str) -> int:
     """The identity named in a revoke path: a decimal integer inside ``scheme``'s identity space on this node.
     Raises UnknownSchemeError, or InvalidOptionError naming the rule."""
@@ -128,7 +93,11 @@ def parse_identity(node: Node, scheme: str, text: str) -> int:
     return identity
 
 
-@router.get("/v1/admin/claims", responses={503: {"description": "the backend cannot be read now (Retry-After)"}})
+@router.get(
+    "/v1/admin/claims",
+    openapi_extra=declare("admin"),
+    responses={503: {"description": "the backend cannot be read now (Retry-After)"}},
+)
 async def live_claims(node: NodeDep) -> dict[str, Any]:
     """Every live claim of the fleet: ``{"claims": [{"scheme", "kind", "group", "identity", "owner", "lease",
     "claimed_at", "lease_left_s"}]}`` (``lease_left_s`` null on the embedded backend, whose locks never expire), from
@@ -158,7 +127,11 @@ async def live_claims(node: NodeDep) -> dict[str, Any]:
     return {"claims": out}
 
 
-@router.post("/v1/admin/drain", responses={503: {"description": "the backend cannot be written now (Retry-After)"}})
+@router.post(
+    "/v1/admin/drain",
+    openapi_extra=declare("admin"),
+    responses={503: {"description": "the backend cannot be written now (Retry-After)"}},
+)
 async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
     """Drain this node (see the module docstring): ``{"status": "drained", "released": [{"scheme", "kind",
     "identity"}], "in_flight": <requests still running past the timeout>, "seconds"}``."""
@@ -168,6 +141,7 @@ async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[
 
 @router.post(
     "/v1/admin/claims/{scheme}/{identity}/revoke",
+    openapi_extra=declare("admin"),
     responses={
         404: {"description": "unknown scheme, or no node holds that identity now"},
         409: {"description": "the embedded backend cannot revoke (file locks), or a revoke of it is under way"},

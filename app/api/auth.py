@@ -1,4 +1,5 @@
-"""API keys and per-key quotas: an ASGI middleware in front of every route, the fast path included.
+"""API keys and per-key quotas, checked by the front (:class:`~app.api.front.Front`) for every route, hot routes
+included.
 
 Off unless ``IDMINT_API_KEYS_FILE`` names a key file; then every request to a route that needs a scope must carry
 ``Authorization: Bearer <key>`` for a key holding that scope, unless the scope is listed in
@@ -12,10 +13,11 @@ Off unless ``IDMINT_API_KEYS_FILE`` names a key file; then every request to a ro
     ids_per_second = 1000000
     concurrent_streams = 2
 
-Scopes by route (``required_scope``): ``issue`` /v1/ids/{scheme}; ``stream`` /v1/ids/{scheme}/stream;
-``decode`` /v1/decode..., the decode page (/ and /decode); ``sequences`` /v1/sequences...; ``admin`` creating a
+Each route declares its scope where it is declared (:func:`app.api.access.declare`; the OpenAPI document shows
+it as ``x-idmint-scope``): ``issue`` /v1/ids/{scheme}; ``stream`` /v1/ids/{scheme}/stream; ``decode`` /v1/decode...,
+/v1/bounds/{scheme}, the decode page (/ and /decode); ``sequences`` /v1/sequences...; ``admin`` creating a
 sequence (POST /v1/sequences) and /v1/admin/...; ``metrics`` /metrics. Health, readiness, /v1/schemes, the
-OpenAPI documents and static files need no key.
+OpenAPI documents, static files and paths that match no route need no key.
 
 Answers: 401 (no key, or a key that matches none; ``WWW-Authenticate: Bearer``), 403 (the key lacks the scope),
 429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. The presented key is hashed
@@ -38,6 +40,7 @@ name and rates are unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -46,16 +49,15 @@ import re
 import signal
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Scope, Send
 
-from app.api.errors import refusal as json_refusal
-from app.api.errors import send_json
+from app.api.access import Access
 from app.api.streams import IDS_IN_MESSAGE
 from app.errors import ConfigError, InvalidOptionError, TooManyRequestsError
 from app.settings import SCOPES
@@ -74,27 +76,6 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
 CHARGE_KEY = "idmint.charge_ids"
 """ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
-
-
-def required_scope(method: str, path: str) -> str | None:
-    """The scope a request needs, or None for routes open to everyone (health, readiness, catalogue, docs)."""
-    if path.startswith("/v1/ids/"):
-        return "stream" if path.endswith("/stream") else "issue"
-    if path.startswith(("/v1/decode", "/v1/bounds/")) or path in ("/", "/decode"):
-        return "decode"
-    if path == "/v1/sequences" and method == "POST" or path.startswith("/v1/admin"):
-        return "admin"
-    if path.startswith("/v1/sequences"):
-        return "sequences"
-    if path == "/metrics":
-        return "metrics"
-    return None
-
-
-def counts_ids(path: str) -> bool:
-    """Whether the request's ``count`` is charged to the key's ``ids_per_second`` (issuing, sequence ``next`` and
-    ``range``: every ID or integer handed out)."""
-    return path.startswith("/v1/ids/") or (path.startswith("/v1/sequences/") and path.endswith(("/next", "/range")))
 
 
 def charge_ids(scope: Scope, count: int, within_quota: bool = False) -> None:
@@ -291,29 +272,26 @@ class Refusal(Exception):
 
 
 class ApiKeys:
-    """ASGI middleware: authenticate, authorise by scope, and apply per-key quotas, in front of ``app``.
+    """The API keys of a key file: authenticate, authorise by scope, and apply per-key quotas
+    (:meth:`check`, :meth:`streaming`, :meth:`paced`, called by :class:`~app.api.front.Front`).
 
-    ``metrics`` is the app's :class:`~app.metrics.Metrics`; ``route_of(scope)`` gives the route template used to
-    count a refused request in the request metrics.
+    ``metrics`` is the app's :class:`~app.metrics.Metrics`; ``clock`` gives seconds (the quotas' clock). Raises
+    ConfigError for a key file that does not load.
     """
 
     def __init__(
         self,
-        app: ASGIApp,
         path: Path,
         public_scopes: list[str],
         metrics: Any,
-        route_of: Callable[[Scope], str],
         workers: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.app = app
         self.clock = clock
         self.workers = workers
         self.path = Path(path)
         self.public = frozenset(public_scopes)
         self.metrics = metrics
-        self.route_of = route_of
         self.keys: tuple[KeyState, ...] = ()
         self._install(load_key_file(self.path, workers))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -400,13 +378,14 @@ class ApiKeys:
             )
         return key
 
-    def admit(self, key: KeyState, scope: Scope, is_stream: bool, now: float) -> None:
+    def admit(self, key: KeyState, scope: Scope, access: Access, now: float) -> None:
         """Apply the request quota and the stream cap up front. Raises Refusal (429).
 
         IDs are charged only once the route has parsed a valid count (:func:`charge_ids`): a request the route
         refuses (``count=²``, a count over the maximum) costs no IDs, so one bad call cannot put the key in debt.
         A stream needs an IDs bucket that is not in debt up front and is paced as it is sent."""
         name = key.entry.name
+        is_stream, counted = access.stream, access.hands_out_ids
         if is_stream and key.entry.concurrent_streams and key.streams >= key.stream_limit:
             raise Refusal(
                 429,
@@ -421,7 +400,6 @@ class ApiKeys:
                 1,
                 name,
             )
-        counted = counts_ids(scope["path"])
         if is_stream and counted and key.ids is not None:
             wait = key.ids.take(1, now)
             if wait:
@@ -465,36 +443,32 @@ class ApiKeys:
                 )
         self.metrics.api_key_ids(name, count)
 
-    # -- ASGI ---------------------------------------------------------------------------------------------
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        scope_name = required_scope(scope["method"], scope["path"])
-        if scope_name is None:
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        is_stream = scope_name == "stream"
+    # -- the front's calls ------------------------------------------------------------------------------
+    def check(self, access: Access, scope: Scope) -> KeyState | None:
+        """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
+        stream quotas: the key to charge, or None for a public request. Counted in
+        ``idmint_api_key_requests_total``. Raises Refusal (401, 403, 429)."""
+        assert access.scope is not None
         try:
-            key = self.authorise(scope_name, scope["headers"])
+            key = self.authorise(access.scope, scope["headers"])
             if key is not None:
-                self.admit(key, scope, is_stream, self.clock())
+                self.admit(key, scope, access, self.clock())
         except Refusal as refusal:
             self.metrics.api_key_request(refusal.key, refusal.outcome)
-            await self._refuse(scope, send, refusal, start)
-            return
+            raise
         self.metrics.api_key_request(key.entry.name if key else PUBLIC, "allowed")
-        if key is None or not is_stream:
-            await self.app(scope, receive, send)
-            return
+        return key
+
+    @contextlib.contextmanager
+    def streaming(self, key: KeyState) -> Iterator[None]:
+        """Hold one of ``key``'s streams while the block runs."""
         key.streams += 1
         try:
-            await self.app(scope, receive, self._paced(key, send))
+            yield
         finally:
             key.streams -= 1
 
-    def _paced(self, key: KeyState, send: Send) -> Send:
+    def paced(self, key: KeyState, send: Send) -> Send:
         """``send`` that counts each streamed chunk's IDs for the key (as the stream tells them on the chunk's first
         piece, :data:`IDS_IN_MESSAGE`; else by its lines) and, with an IDs/s quota, charges them and waits off any
         debt before the chunk is sent."""
@@ -514,10 +488,3 @@ class ApiKeys:
             await send(message)
 
         return paced_send
-
-    async def _refuse(self, scope: Scope, send: Send, refusal: Refusal, start: float) -> None:
-        body, headers = json_refusal(refusal.reason, refusal.retry_after)
-        if refusal.status == 401:
-            headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
-        await send_json(send, refusal.status, body, headers)
-        self.metrics.request(self.route_of(scope), scope["method"], refusal.status, time.perf_counter() - start)

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
+from app.api.access import declare
 from app.api.deps import NodeDep
 from app.api.params import query_params
 from app.bounds import COLUMN_RULE, DIALECTS, TIME_RULE, time_bounds
@@ -48,6 +49,7 @@ DESCRIPTION = (
 
 @router.get(
     "/v1/bounds/{scheme}",
+    openapi_extra=declare("decode"),
     response_model=BoundsObject,
     response_model_by_alias=True,
     description=DESCRIPTION,

@@ -1,7 +1,7 @@
 """The OpenAPI document tells the truth about errors: one place that documents every error answer of every route.
 
 Every error idmint sends is JSON ``{"detail": "<rule broken or reason>"}`` (plus ``retry_after`` with a 429 or 503),
-from :mod:`app.api.errors`, the body limit (:mod:`app.api.guard`) and the API keys (:mod:`app.api.auth`). FastAPI's
+from :mod:`app.api.errors`, the front (:mod:`app.api.front`: body limit, API keys, drain). FastAPI's
 generated document instead describes 422s as its own ``HTTPValidationError`` (a list) and leaves the other error
 codes without a body. :func:`install_openapi` post-processes the generated document once:
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api.auth import required_scope
+from app.api.access import SCOPE_KEY
 
 ERROR_SCHEMA: dict[str, Any] = {
     "title": "Error",
@@ -43,14 +43,14 @@ def document_errors(schema: dict[str, Any], keys_on: bool, public_scopes: frozen
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components["Error"] = ERROR_SCHEMA
     for path, operations in schema.get("paths", {}).items():
-        for method, operation in operations.items():
+        for _method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             wanted = ["500"]
             if "requestBody" in operation:
                 wanted.append("413")
             if path.endswith("/stream"):
                 wanted.append("429")
-            scope = required_scope(method.upper(), path)
+            scope = operation.get(SCOPE_KEY)  # declared by the route (app.api.access.declare)
             if keys_on and scope is not None:
                 wanted += ["401", "429"] + ([] if scope in public_scopes else ["403"])
             for code in wanted:

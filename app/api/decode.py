@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response
 
+from app.api.access import declare
 from app.api.deps import NodeDep
 from app.api.params import TextRequest, parse_text_body, query_params
 from app.decoding import decode_any, decode_one, decode_text, decode_text_json, read_with
@@ -110,6 +111,7 @@ class TextResponse(BaseModel):
 
 @router.get(
     "/v1/decode/{scheme}/{id}",
+    openapi_extra=declare("decode"),
     response_model=DecodeObject,
     responses={404: {"description": "unknown scheme"}, 422: {"description": "the rule the ID breaks"}},
 )
@@ -123,7 +125,12 @@ async def decode_scheme(scheme: str, id: str, request: Request, node: NodeDep) -
     return _with_region(node, decoded, other)
 
 
-@router.get("/v1/decode/{id}", response_model=Candidates, responses={422: {"description": "no scheme accepts the ID"}})
+@router.get(
+    "/v1/decode/{id}",
+    openapi_extra=declare("decode"),
+    response_model=Candidates,
+    responses={422: {"description": "no scheme accepts the ID"}},
+)
 async def decode_detect(id: str, request: Request, node: NodeDep) -> dict[str, Any]:
     """Decode ``id`` as every scheme whose parser accepts it (an ID can be valid in more than one). Query
     parameters are decode options, each applied to the schemes that declare it (``layout=discord``: snowflake
@@ -172,9 +179,13 @@ def decode_body_json(raw: bytes, limit: int, settings: Any) -> bytes:
     "/v1/decode",
     response_model=TextResponse,
     responses={422: {"description": "the body breaks a rule (the message names it)"}},
-    openapi_extra={
-        "requestBody": {"required": True, "content": {"application/json": {"schema": TextRequest.model_json_schema()}}}
-    },
+    openapi_extra=declare(
+        "decode",
+        requestBody={
+            "required": True,
+            "content": {"application/json": {"schema": TextRequest.model_json_schema()}},
+        },
+    ),
 )
 async def decode_free_text(request: Request, node: NodeDep) -> Response:
     """Pick the ID-shaped tokens out of free text (log lines, tickets) and decode each, with each reading's

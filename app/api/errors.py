@@ -45,8 +45,8 @@ def refusal(detail: str, retry_after: int | None = None) -> tuple[bytes, list[tu
 
 
 async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    """Write a whole JSON answer on a raw ASGI ``send``: the one writer of the layers in front of FastAPI (the body
-    limit, the API keys, the drain gate, the hot paths), so each answers with the same headers and length."""
+    """Write a whole JSON answer on a raw ASGI ``send``: the one writer of the front (:mod:`app.api.front`: the body
+    limit, the API keys, the drain, the hot routes), so each answers with the same headers and length."""
     await send(
         {
             "type": "http.response.start",
@@ -65,7 +65,7 @@ BODY_LIMIT_PREFIX = "request body must be at most"
 
 
 def body_too_large(limit: int) -> str:
-    """The 413 reason, the same from both layers (this handler and :mod:`app.api.guard`)."""
+    """The 413 reason, the same from both layers (this handler and :mod:`app.api.front`)."""
     return f"{BODY_LIMIT_PREFIX} {limit} bytes (IDMINT_MAX_BODY_BYTES)"
 
 

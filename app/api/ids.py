@@ -1,7 +1,8 @@
 """Issuing routes: ``/v1/ids/{scheme}`` (JSON) and ``/v1/ids/{scheme}/stream`` (text, one ID per line).
 
-``GET /v1/ids/{scheme}`` is normally answered by the lean ASGI fast path (:mod:`app.api.fastpath`) before FastAPI
-routing; these routes define the contract (and the OpenAPI docs) and serve POST and the stream. Every path parses
+``GET /v1/ids/{scheme}`` is a hot route: :func:`hot_issue` answers it from the front's table
+(:class:`~app.api.front.Front`) without FastAPI; the FastAPI routes here declare the contract (scope, OpenAPI docs)
+and serve POST, the stream and what the hot handler declines (an unknown scheme). Every path parses
 its parameters with the same per-scheme model (:mod:`app.api.params`): a query string, and for POST also a JSON
 object body with the same members.
 """
@@ -9,18 +10,31 @@ object body with the same members.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
 
+from app.api.access import declare
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import answer_body, prepare
-from app.api.params import IssueParams, merge_body, option_owners, query_params, read_body
+from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare
+from app.api.params import (
+    IssueParams,
+    merge_body,
+    option_owners,
+    parse_issue,
+    query_params,
+    read_body,
+    split_query,
+)
 from app.api.streams import open_stream
+from app.node import Node
 from app.schemes import schemes
+from app.settings import Settings
 
 log = logging.getLogger("idmint.api")
 router = APIRouter(tags=["issue"])
@@ -61,6 +75,28 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
     charge_ids(http.scope, request.count)
     issued = await issuer.issue(request.count, request.options)
     return Response(await answer_body(scheme, request.format, issued), media_type="application/json")
+
+
+def hot_issue(
+    node: Node, settings: Settings
+) -> Callable[[str, Scope], Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]] | None]]:
+    """The hot handler of ``GET /v1/ids/{scheme}``: the same parser (:func:`~app.api.params.parse_issue`), issuer
+    and body as :func:`issue`, without FastAPI. Declines (None) a scheme ``node`` does not issue, which the FastAPI
+    route then answers (404 naming the known schemes)."""
+
+    async def answer(scheme: str, scope: Scope) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
+        issuer = node.issuers.get(scheme)
+        if issuer is None:
+            return None
+        query = scope["query_string"]
+        request = parse_issue(issuer.scheme, query_params(split_query(query)) if query else {}, settings.max_count)
+        charge_ids(scope, request.count)
+        issued = await issuer.issue(request.count, request.options)
+        if issued.count < THREAD_ENCODE_MIN:  # answer_body without its coroutine, for the common small answer
+            return 200, issue_body(issuer.name, request.format, issued), []
+        return 200, await answer_body(issuer.name, request.format, issued), []
+
+    return answer
 
 
 async def stream(
@@ -139,7 +175,7 @@ for _method in ("GET", "POST"):
         response_model=IssueResponse,
         responses=ERRORS,
         operation_id=f"issue_{_method.lower()}",
-        openapi_extra=_openapi(_method),
+        openapi_extra=declare("issue", hands_out_ids=True, **_openapi(_method)),
     )
     router.add_api_route(
         "/v1/ids/{scheme}/stream",
@@ -148,5 +184,5 @@ for _method in ("GET", "POST"):
         response_class=StreamingResponse,
         responses={200: {"content": {"text/plain": {}}, "description": "one ID per line"}, **ERRORS, **STREAM_ERRORS},
         operation_id=f"stream_{_method.lower()}",
-        openapi_extra=_openapi(_method),
+        openapi_extra=declare("stream", hands_out_ids=True, **_openapi(_method)),
     )

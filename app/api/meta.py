@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
 from app.errors import InvalidOptionError
@@ -170,7 +171,7 @@ async def readyz(node: NodeDep, request: Request) -> Response:
     return Response(json.dumps(body), status_code=200 if ready else 503, media_type="application/json", headers=headers)
 
 
-@router.get("/metrics", include_in_schema=False)
+@router.get("/metrics", include_in_schema=False, openapi_extra=declare("metrics"))
 async def metrics(node: NodeDep) -> Response:
     body, content_type = node.metrics.render()
     return Response(body, media_type=content_type)

@@ -18,6 +18,8 @@ from fastapi import APIRouter, FastAPI
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
+from app.api.access import declare
+
 router = APIRouter()
 
 STATIC_URL_PATH = "/static"
@@ -58,8 +60,8 @@ def mount_static(app: FastAPI) -> None:
     app.mount(STATIC_URL_PATH, StaticFiles(directory=static_dir()), name=STATIC_ROUTE_NAME)
 
 
-@router.get("/", include_in_schema=False)
-@router.get("/decode", include_in_schema=False)
+@router.get("/", include_in_schema=False, openapi_extra=declare("decode"))
+@router.get("/decode", include_in_schema=False, openapi_extra=declare("decode"))
 async def decode_page() -> Response:
     """The decode page (HTML). ``?id=`` is read by the page's script, not here."""
     return Response(_page_bytes(), media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)

@@ -1,10 +1,10 @@
 """Sequence routes: ``/v1/sequences`` (create, list, show), ``/v1/sequences/{name}/next`` and ``.../range``.
 
-``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are also answered by
-:class:`SequenceFastPath`, a lean ASGI front placed before the app (FastAPI routing and dependency injection
-roughly halve single-request throughput): it serves them through the same service and the same query parser
-(:func:`sequence_query`: ``count`` and ``format``, each at most once), and hands anything else (POST next, a
-body) to FastAPI unchanged.
+``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are hot routes
+(:func:`hot_next`, :func:`hot_range`, in the front's table, :class:`~app.api.front.Front`): they are served through
+the same service and the same query parser (:func:`sequence_query`: ``count`` and ``format``, each at most once)
+without FastAPI; anything else (POST next, a body) goes to the FastAPI routes here, which also declare the
+contract.
 
 ``format=string`` answers the integers as JSON strings (``"ids": ["1", "2"]``; ``first`` and ``last`` of a
 range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps every 64-bit integer exact.
@@ -12,22 +12,19 @@ range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps e
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
-from urllib.parse import parse_qsl
 
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
+from app.api.access import declare
 from app.api.auth import charge_ids
-from app.api.errors import error_parts, send_json
 from app.api.issuing import off_loop
-from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body
-from app.errors import IdmintError, InvalidOptionError
-from app.metrics import Metrics
+from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body, split_query
+from app.errors import InvalidOptionError
 from app.sequences import SequenceService
 from app.sequences.buffer import Runs
 from app.sequences.store.base import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
@@ -36,9 +33,6 @@ from app.sequences.text import encode_runs
 router = APIRouter(tags=["sequences"])
 
 NEXT_ROUTE = "/v1/sequences/{name}/next"
-PREFIX = "/v1/sequences/"
-NEXT_SUFFIX = "/next"
-RANGE_SUFFIX = "/range"
 RANGE_ROUTE = "/v1/sequences/{name}/range"
 THREAD_ENCODE_MIN = 20_000
 """``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
@@ -110,12 +104,13 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         409: {"description": "exists with other settings, or too many sequences"},
         **ERRORS,
     },
-    openapi_extra={
-        "requestBody": {
+    openapi_extra=declare(
+        "admin",
+        requestBody={
             "required": True,
             "content": {"application/json": {"schema": CreateSequence.model_json_schema()}},
-        }
-    },
+        },
+    ),
 )
 async def create_sequence(request: Request, sequences: SequencesDep) -> Response:
     """Create a sequence (idempotent: 201 when created, 200 when it exists with the same settings). The body is
@@ -130,13 +125,13 @@ async def create_sequence(request: Request, sequences: SequencesDep) -> Response
     return _json(entry, 201 if created else 200)
 
 
-@router.get("/v1/sequences")
+@router.get("/v1/sequences", openapi_extra=declare("sequences"))
 async def list_sequences(sequences: SequencesDep) -> dict[str, Any]:
     """Every sequence (allocation point, cache, this node's ranges), the rules, and the storage in use."""
     return {"sequences": await sequences.list(), "limits": sequences.limits(), "store": sequences.store.status()}
 
 
-@router.get("/v1/sequences/{name}", response_model=SequenceOut, responses=ERRORS)
+@router.get("/v1/sequences/{name}", openapi_extra=declare("sequences"), response_model=SequenceOut, responses=ERRORS)
 async def show_sequence(name: str, sequences: SequencesDep) -> dict[str, Any]:
     """One sequence: allocation point, cache, and this node's ranges."""
     return await sequences.describe(name)
@@ -187,10 +182,16 @@ for _method in ("GET", "POST"):
         response_model=NextOut,
         responses=ERRORS,
         operation_id=f"sequence_next_{_method.lower()}",
+        openapi_extra=declare("sequences", hands_out_ids=True),
     )
 
 
-@router.post("/v1/sequences/{name}/range", response_model=RangeOut, responses=ERRORS)
+@router.post(
+    RANGE_ROUTE,
+    openapi_extra=declare("sequences", hands_out_ids=True),
+    response_model=RangeOut,
+    responses=ERRORS,
+)
 async def reserve_range(
     name: str,
     sequences: SequencesDep,
@@ -228,17 +229,17 @@ def _json(payload: dict[str, Any], status: int) -> Response:
     return Response(json.dumps(payload), status_code=status, media_type="application/json")
 
 
-# -- the fast path -------------------------------------------------------------------------------------------------
+# -- the hot routes ------------------------------------------------------------------------------------------------
 
 
 def _query(raw: bytes) -> tuple[str | None, bool]:
-    """:func:`sequence_query` of a raw query string, split as Starlette splits it for the FastAPI routes (latin-1,
-    ``parse_qsl`` keeping blank values), so both paths read the same text; a plain ``count=N`` skips the split."""
+    """:func:`sequence_query` of a raw query string, read as the FastAPI routes read it
+    (:func:`~app.api.params.split_query`); a plain ``count=N`` skips the split."""
     if not raw:
         return None, False
     if raw.startswith(b"count=") and not any(c in raw for c in (b"&", b"%", b"+")):
         return raw[6:].decode("latin-1"), False
-    return sequence_query(parse_qsl(raw.decode("latin-1"), keep_blank_values=True))
+    return sequence_query(split_query(raw))
 
 
 def _has_body(scope: Scope) -> bool:
@@ -249,65 +250,37 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-class SequenceFastPath:
-    """ASGI app: serves ``GET .../next`` and body-less ``POST .../range`` directly, everything else through ``inner``.
+Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
 
-    ``app`` is the FastAPI app behind (as on :class:`~app.api.fastpath.FastPath`), for callers that reach its state.
-    """
 
-    def __init__(
-        self, inner: ASGIApp, app: FastAPI, service_ref: Callable[[], SequenceService | None], metrics: Metrics
-    ) -> None:
-        self.inner = inner
-        self.app = app
-        self.service_ref = service_ref
-        self.metrics = metrics
+def hot_next(service: SequenceService) -> Callable[[str, Scope], Awaitable[Answer | None]]:
+    """The hot handler of ``GET /v1/sequences/{name}/next``: the same query reader, count parser, service and body
+    as :func:`next_ids`, without FastAPI. Declines (None) a request with a body (the FastAPI route refuses it)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path: str = scope["path"]
-            method = scope["method"]
-            if path.startswith(PREFIX):
-                if method == "GET" and path.endswith(NEXT_SUFFIX) and not _has_body(scope):
-                    suffix, route = NEXT_SUFFIX, NEXT_ROUTE
-                elif method == "POST" and path.endswith(RANGE_SUFFIX) and not _has_body(scope):
-                    suffix, route = RANGE_SUFFIX, RANGE_ROUTE
-                else:
-                    suffix = route = ""
-                service = self.service_ref()
-                name = path[len(PREFIX) : -len(suffix)] if suffix else "/"
-                if service is not None and name and "/" not in name:
-                    await self._answer(service, route, method, name, scope, send)
-                    return
-        await self.inner(scope, receive, send)
+    async def answer(name: str, scope: Scope) -> Answer | None:
+        if _has_body(scope):
+            return None
+        count_text, as_strings = _query(scope["query_string"])
+        count = parse_count(count_text, service.max_count)
+        charge_ids(scope, count)
+        runs = service.next_now(name, count)
+        if runs is None:
+            runs = await service.next(name, count)
+        return 200, await next_body(name, runs, count, as_strings), []
 
-    async def _answer(
-        self,
-        service: SequenceService,
-        route: str,
-        method: str,
-        name: str,
-        scope: Scope,
-        send: Send,
-    ) -> None:
-        start = time.perf_counter()
-        headers: list[tuple[bytes, bytes]] = []
-        try:
-            count_text, as_strings = _query(scope["query_string"])
-            if route is NEXT_ROUTE:
-                count = parse_count(count_text, service.max_count)
-                charge_ids(scope, count)
-                runs = service.next_now(name, count)
-                if runs is None:
-                    runs = await service.next(name, count)
-                body = await next_body(name, runs, count, as_strings)
-            else:
-                count = parse_count(count_text, MAX_RANGE_COUNT)
-                charge_ids(scope, count, within_quota=True)
-                first, last = await service.reserve_range(name, count)
-                body = range_body(name, first, last, count, as_strings)
-            status = 200
-        except IdmintError as exc:
-            status, body, headers = error_parts(exc)
-        await send_json(send, status, body, headers)
-        self.metrics.request(route, method, status, time.perf_counter() - start)
+    return answer
+
+
+def hot_range(service: SequenceService) -> Callable[[str, Scope], Awaitable[Answer | None]]:
+    """The hot handler of a body-less ``POST /v1/sequences/{name}/range`` (as :func:`reserve_range`)."""
+
+    async def answer(name: str, scope: Scope) -> Answer | None:
+        if _has_body(scope):
+            return None
+        count_text, as_strings = _query(scope["query_string"])
+        count = parse_count(count_text, MAX_RANGE_COUNT)
+        charge_ids(scope, count, within_quota=True)
+        first, last = await service.reserve_range(name, count)
+        return 200, range_body(name, first, last, count, as_strings), []
+
+    return answer

@@ -63,11 +63,14 @@ Nothing here imports prometheus-client at module import time: ``idmint serve`` i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from app.metrics.collectors import (
     ISSUE_WAIT_BUCKETS_SECONDS,
+    REQUEST_DURATION,
     REQUEST_DURATION_BUCKETS_SECONDS,
+    REQUESTS,
     Collectors,
     shared_collectors,
 )
@@ -82,6 +85,7 @@ from app.metrics.multiprocess import (
 )
 from app.metrics.scheme import LargestRollback, SchemeMetrics
 from app.metrics.sequence import SequenceMetrics
+from app.metrics.tally import RequestTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -127,6 +131,7 @@ class Metrics:
         self.scheme_names = scheme_names
         self.version = version
         self._multiprocess_dir = multiprocess_dir()
+        self._tally: Callable[[str, str, int, float], None] | None = None
         if self._multiprocess_dir is not None:
             require_multiprocess_values()
             self._registry: CollectorRegistry | None = None
@@ -137,6 +142,9 @@ class Metrics:
             PlatformCollector(registry=self._registry)
             GCCollector(registry=self._registry)
             self._c = Collectors(self._registry)
+            tally = RequestTally(REQUEST_DURATION_BUCKETS_SECONDS, REQUESTS, REQUEST_DURATION)
+            self._registry.register(tally)
+            self._tally = tally.observe
 
         c = self._c
         self._lock = threading.Lock()
@@ -170,12 +178,16 @@ class Metrics:
         """
         if method not in HTTP_METHODS:
             method = OTHER_METHOD
+        if self._tally is not None:
+            self._tally(route, method, status, seconds)
+            return
         key = (route, method, status)
         children = self._requests.get(key)
         if children is None:
             with self._lock:
                 children = self._requests.get(key)
                 if children is None:
+                    assert self._c.requests is not None and self._c.request_duration is not None
                     children = (
                         self._c.requests.labels(route=route, method=method, status=str(status)),
                         self._c.request_duration.labels(route=route, method=method),

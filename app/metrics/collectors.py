@@ -8,7 +8,9 @@ unregistered (values live in the mmap files) and shared by the whole process (:f
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from app.metrics.tally import CountTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -59,27 +61,39 @@ ISSUE_WAIT_BUCKETS_SECONDS = (
 """Clock-wait buckets: from one 64-ID eight-byte millisecond up to the default max_clock_wait (5 s) and beyond."""
 
 
+IDS_ISSUED = ("idmint_ids_issued_total", "IDs issued, by scheme.")
+"""Name and help of the IDs issued counter (label scheme)."""
+REQUESTS = ("idmint_requests_total", "Finished HTTP requests, by route template, method and status code.")
+"""Name and help of the request counter (labels route, method, status)."""
+REQUEST_DURATION = (
+    "idmint_request_duration_seconds",
+    "HTTP request duration in seconds, by route template and method.",
+)
+"""Name and help of the request duration histogram (labels route, method; :data:`REQUEST_DURATION_BUCKETS_SECONDS`)."""
+
+
 class Collectors:
-    """The metric objects. Single-process: registered on ``registry``; multiprocess: unregistered (mmap files)."""
+    """The metric objects. Single-process: registered on ``registry``, the IDs issued counted by a
+    :class:`~app.metrics.tally.CountTally` and the request metrics by a :class:`~app.metrics.tally.RequestTally`
+    (``requests`` and ``request_duration`` are None); multiprocess: unregistered (mmap files)."""
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
         r = registry
-        self.ids_issued = Counter("idmint_ids_issued_total", "IDs issued, by scheme.", ["scheme"], registry=r)
-        self.requests = Counter(
-            "idmint_requests_total",
-            "Finished HTTP requests, by route template, method and status code.",
-            ["route", "method", "status"],
-            registry=r,
-        )
-        self.request_duration = Histogram(
-            "idmint_request_duration_seconds",
-            "HTTP request duration in seconds, by route template and method.",
-            ["route", "method"],
-            buckets=REQUEST_DURATION_BUCKETS_SECONDS,
-            registry=r,
-        )
+        self.ids_issued: Any
+        if r is None:
+            self.ids_issued = Counter(*IDS_ISSUED, ["scheme"])
+        else:  # a single process: the plain-number tally (app/metrics/tally.py), read at scrape time
+            self.ids_issued = CountTally(*IDS_ISSUED, "scheme")
+            r.register(self.ids_issued)
+        self.requests: Counter | None = None
+        self.request_duration: Histogram | None = None
+        if r is None:
+            self.requests = Counter(*REQUESTS, ["route", "method", "status"])
+            self.request_duration = Histogram(
+                *REQUEST_DURATION, ["route", "method"], buckets=REQUEST_DURATION_BUCKETS_SECONDS
+            )
         self.lease_held = Gauge(
             "idmint_lease_held",
             "1 when this node holds an identity for the scheme and may issue, else 0 "

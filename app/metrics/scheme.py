@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from app.metrics.tally import CountTally
+
 if TYPE_CHECKING:
     from app.metrics.collectors import Collectors
 
@@ -56,7 +58,8 @@ class SchemeMetrics:
         self._hwm = c.high_water_mark.labels(scheme=scheme)
         self._space_end = c.id_space_end.labels(scheme=scheme)
         self._refused = c.identity_refused.labels(scheme=scheme)
-        self._issued = c.ids_issued.labels(scheme=scheme)
+        issued = c.ids_issued
+        self._issued = issued.child(scheme) if isinstance(issued, CountTally) else issued.labels(scheme=scheme)
         self._node_identity = c.node_identity
         self._identities: set[int] = set()
         self._largest_rollback = largest_rollback

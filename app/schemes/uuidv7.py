@@ -384,13 +384,11 @@ class Uuidv7Batch(Batch):
         hex4 = _text.hex4_table()
         _text.write_runs(rows, counter_column, [(hex4, first, count) for _, first, count in runs])
         count = self.count
-        halves = np.frombuffer(self.tails, dtype=">u2", count=2 * count).reshape(count, 2)
-        index = _text.scratch("uuidv7-tail-index", 2 * count, np.intp).reshape(2, count)
-        np.copyto(index, halves.T, casting="safe")
-        looked_up = _text.scratch("uuidv7-chars", count, "<u4")
+        # The tails' hex digits in one C call (bytes.hex), laid down 4 characters (one 16-bit half) at a time.
+        digits = np.frombuffer(self.tails[: TAIL_BYTES * count].hex().encode("ascii"), dtype="<u4")
+        halves = digits.reshape(count, TAIL_BYTES // 2)
         for half, column in enumerate(tail_columns):
-            np.take(hex4, index[half], out=looked_up, mode="wrap")
-            _text.char_view(rows, column)[...] = looked_up
+            _text.char_view(rows, column)[...] = halves[:, half]
         return rows.tobytes()
 
     def values(self) -> list[int]:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from app.api.admin import issues_ids
 from tests.api.test_auth import bearer, entry, key_file
 from tests.helpers import running_app
 
@@ -65,13 +64,6 @@ def test_admin_routes_need_the_admin_scope(tmp_path: Path) -> None:
         assert client.post("/v1/admin/drain", headers=bearer("app-key")).status_code == 403
         assert client.get("/v1/admin/claims", headers=bearer("ops-key")).status_code == 200
         assert client.get("/v1/ids/eight-byte", headers=bearer("app-key")).status_code == 200
-
-
-def test_only_requests_for_ids_are_gated() -> None:
-    assert issues_ids("/v1/ids/eight-byte") and issues_ids("/v1/ids/muid/stream")
-    assert issues_ids("/v1/sequences/orders/next") and issues_ids("/v1/sequences/orders/range")
-    for path in ("/v1/sequences", "/v1/sequences/orders", "/v1/decode", "/readyz", "/v1/admin/drain", "/"):
-        assert not issues_ids(path)
 
 
 def test_detection_leads_with_the_reading_the_ledger_confirms(tmp_path: Path) -> None:

@@ -19,8 +19,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from app.api.auth import ApiKeys, TokenBucket, load_key_file, required_scope
+from app.api.access import access_of
+from app.api.auth import ApiKeys, TokenBucket, load_key_file
+from app.api.front import all_routes, route_finder
 from app.errors import ConfigError
+from app.main import create_app
 from tests.helpers import FakeClock, make_settings, running_app
 from tests.support.server import Server
 
@@ -255,7 +258,7 @@ def test_every_stored_digest_is_compared_in_constant_time(tmp_path: Path, monkey
     path = key_file(tmp_path / "keys.toml", *(entry(n, f"secret-{n}", ["issue"]) for n in names))
     from app.metrics import Metrics
 
-    middleware = ApiKeys(lambda *a: None, path, [], Metrics([], "test"), lambda scope: "x")
+    middleware = ApiKeys(path, [], Metrics([], "test"))
     calls: list[tuple[bytes, bytes]] = []
     real = hmac.compare_digest
 
@@ -280,29 +283,76 @@ def test_token_bucket_admits_a_large_batch_once_and_then_waits() -> None:
     assert bucket.charge(150, 5.0) == pytest.approx(0.51)  # 1 + 98 refilled - 150
 
 
+@pytest.fixture(scope="module")
+def find_route(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return route_finder(create_app(make_settings(tmp_path_factory.mktemp("state"))).app)
+
+
 @pytest.mark.parametrize(
-    ("method", "path", "scope"),
+    ("method", "path", "scope", "hands_out_ids"),
     [
-        ("GET", "/v1/ids/wiji", "issue"),
-        ("POST", "/v1/ids/siq", "issue"),
-        ("GET", "/v1/ids/muid/stream", "stream"),
-        ("GET", "/v1/decode/x", "decode"),
-        ("POST", "/v1/decode", "decode"),
-        ("GET", "/", "decode"),
-        ("GET", "/decode", "decode"),
-        ("POST", "/v1/sequences", "admin"),
-        ("GET", "/v1/sequences", "sequences"),
-        ("POST", "/v1/sequences/orders/next", "sequences"),
-        ("GET", "/metrics", "metrics"),
-        ("GET", "/healthz", None),
-        ("GET", "/readyz", None),
-        ("GET", "/v1/schemes", None),
-        ("GET", "/docs", None),
-        ("GET", "/static/app.js", None),
+        ("GET", "/v1/ids/wiji", "issue", True),
+        ("POST", "/v1/ids/siq", "issue", True),
+        ("GET", "/v1/ids/muid/stream", "stream", True),
+        ("GET", "/v1/decode/x", "decode", False),
+        ("GET", "/v1/decode/wiji/x", "decode", False),
+        ("POST", "/v1/decode", "decode", False),
+        ("GET", "/v1/bounds/uuidv7", "decode", False),
+        ("GET", "/", "decode", False),
+        ("GET", "/decode", "decode", False),
+        ("POST", "/v1/sequences", "admin", False),
+        ("GET", "/v1/sequences", "sequences", False),
+        ("GET", "/v1/sequences/orders", "sequences", False),
+        ("GET", "/v1/sequences/orders/next", "sequences", True),
+        ("POST", "/v1/sequences/orders/next", "sequences", True),
+        ("POST", "/v1/sequences/orders/range", "sequences", True),
+        ("GET", "/v1/admin/claims", "admin", False),
+        ("POST", "/v1/admin/drain", "admin", False),
+        ("POST", "/v1/admin/claims/siq/3/revoke", "admin", False),
+        ("GET", "/metrics", "metrics", False),
+        ("GET", "/healthz", None, False),
+        ("GET", "/readyz", None, False),
+        ("GET", "/v1/schemes", None, False),
+        ("GET", "/v1/fleet", None, False),
+        ("GET", "/docs", None, False),
+        ("GET", "/openapi.json", None, False),
+        ("GET", "/static/app.js", None, False),
+        ("GET", "/v1/nothing-here", None, False),
     ],
 )
-def test_required_scope_by_route(method: str, path: str, scope: str | None) -> None:
-    assert required_scope(method, path) == scope
+def test_each_route_declares_its_scope_and_whether_it_hands_out_ids(
+    find_route: Any, method: str, path: str, scope: str | None, hands_out_ids: bool
+) -> None:
+    """What the front enforces is what each route declared where it is declared (app.api.access.declare)."""
+    _, access = find_route({"type": "http", "method": method, "path": path, "root_path": "", "headers": []})
+    assert (access.scope, access.hands_out_ids, access.stream) == (scope, hands_out_ids, scope == "stream")
+
+
+def test_every_route_that_is_not_declared_is_meant_to_be_open(tmp_path: Path) -> None:
+    """A new route that forgets its declaration would be open to everyone: the open ones are listed here."""
+    api = create_app(make_settings(tmp_path)).app
+    undeclared = {route.path for route in all_routes(api.router.routes) if access_of(route).scope is None}
+    assert undeclared == {
+        "/healthz",
+        "/readyz",
+        "/v1/schemes",
+        "/v1/fleet",
+        "/v1/fleet/members/{token}",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/static",
+        "/static-offline-docs",
+    }
+
+
+def test_the_openapi_document_names_each_operations_scope(tmp_path: Path) -> None:
+    document = create_app(make_settings(tmp_path)).app.openapi()
+    assert document["paths"]["/v1/ids/{scheme}"]["get"]["x-idmint-scope"] == "issue"
+    assert document["paths"]["/v1/ids/{scheme}"]["get"]["x-idmint-hands-out-ids"] is True
+    assert document["paths"]["/v1/ids/{scheme}/stream"]["post"]["x-idmint-scope"] == "stream"
+    assert "x-idmint-scope" not in document["paths"]["/healthz"]["get"]
 
 
 def test_public_scopes_setting_is_validated(tmp_path: Path) -> None:

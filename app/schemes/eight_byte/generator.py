@@ -38,6 +38,7 @@ from app.schemes.eight_byte.codec import (
     TIMESTAMP_SHIFT,
     Mode,
     _low_bits,
+    reverse_bits,
     reverse_bits_array,
 )
 from app.schemes.slots import CappedSlotGenerator
@@ -106,8 +107,25 @@ class EightByteBatch(Batch):
         return out.tobytes()
 
     def values(self) -> list[int]:
+        if self._array is None and self.count <= SMALL_BATCH:
+            return self._scalar_values()
         result: list[int] = self.array().tolist()
         return result
+
+    def _scalar_values(self) -> list[int]:
+        """:meth:`_build`'s values in plain ints, for a small batch (numpy's per-call cost was most of a single
+        ID's answer)."""
+        low_bits = self._low_bits.tolist()
+        mode = int(self.mode) << MODE_SHIFT
+        spread = self.mode is Mode.SPREAD
+        out: list[int] = []
+        for millisecond, first, count in self.runs:
+            head = (reverse_bits(millisecond) if spread else millisecond << TIMESTAMP_SHIFT) | mode
+            out.extend(
+                head | (slot & SEQUENCE_MASK) << SEQUENCE_SHIFT | low_bits[slot >> SEQUENCE_BITS]
+                for slot in range(first, first + count)
+            )
+        return out
 
     @property
     def high_water(self) -> int:

@@ -1,0 +1,42 @@
+"""The plain-int paths of small batches (eight-byte's values, HLC-ULID's random fields) give exactly what the
+column-wise numpy paths give: a single ID is answered from the former, a batch of more than SMALL_BATCH from the
+latter."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.schemes.base import SMALL_BATCH
+from app.schemes.eight_byte.codec import TIMESTAMP_MS_MAX, Mode
+from app.schemes.eight_byte.generator import EightByteBatch
+from app.schemes.hlc_ulid import generator as hlc
+from app.schemes.hlc_ulid.codec import _RANDOM_WORD_DTYPE, RANDOM_WORDS
+
+
+@given(st.integers(1, SMALL_BATCH).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=6 * n, max_size=6 * n))))
+def test_hlc_ulid_random_fields_of_a_small_batch_match_the_column_path(drawn: tuple[int, bytes]) -> None:
+    count, raw = drawn
+    words = np.frombuffer(raw, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, count)
+    high, middle, low = hlc.random_chunks(words).tolist()
+    assert hlc.random_field(words) == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
+
+
+@given(
+    st.integers(0, TIMESTAMP_MS_MAX - 1),
+    st.lists(st.integers(0, 2**15 - 1), min_size=1, max_size=4),
+    st.integers(0, 255),
+    st.integers(1, SMALL_BATCH),
+    st.sampled_from(list(Mode)),
+)
+def test_eight_byte_values_of_a_small_batch_match_the_column_path(
+    millisecond: int, low: list[int], first: int, count: int, mode: Mode
+) -> None:
+    slots = 64 * len(low)
+    first %= slots
+    runs = [(millisecond, first, min(count, slots - first))]
+    if count > runs[0][2]:
+        runs.append((millisecond + 1, 0, count - runs[0][2]))
+    batch = EightByteBatch(runs, np.array(low, dtype=np.uint64), mode)
+    assert batch.values() == batch._build().tolist()
