@@ -8,7 +8,10 @@
 #     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests), podman + runc
 #     and debootstrap (tests/ops/test_podman.py builds and runs the image; its Debian base image is cached in
 #     ~/.cache/idmint-tests, about 1.5 min to make the first time).
-# Then runs pytest; extra arguments go to pytest (e.g. scripts/test.sh tests/schemes -x).
+# Then runs pytest on pytest-xdist workers, one per core (IDMINT_TEST_WORKERS=N for another number; 0: one process),
+# --dist loadgroup: tests marked xdist_group run on one worker together (tests/conftest.py: the podman tests, the
+# browser tests, each module's shared server), the longest modules are handed out first. Extra arguments go to
+# pytest (e.g. scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python3 -m venv .venv
@@ -16,4 +19,4 @@ python3 -m venv .venv
 .venv/bin/pip install -q -e '.[dev]'
 .venv/bin/pip install -q -e clients/python
 bash .ci/install-debian-packages.sh
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n "${IDMINT_TEST_WORKERS:-auto}" --dist loadgroup "$@"

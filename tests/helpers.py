@@ -1,19 +1,16 @@
-"""Small shared test helpers: settings in a temp state dir, an app with its lifespan running, free ports."""
+"""Small shared test helpers: settings in a temp state dir, an app with its lifespan running, the one FakeClock.
+
+Real server processes: tests/support/server.py."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi.testclient import TestClient
 
 from app import __version__
@@ -79,89 +76,6 @@ async def started(node: Node) -> AsyncIterator[Node]:
         yield node
     finally:
         await node.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def serve_process(
-    state_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 20.0
-) -> Iterator[str]:
-    """A ready ``idmint serve`` using ``state_dir`` itself as its state dir; yields its base URL; stops it by PID."""
-    replica = Replica(state_dir, {"IDMINT_STATE_DIR": str(state_dir), **(env or {})}, *args)
-    try:
-        replica.wait("/readyz", timeout=timeout)
-        yield replica.url
-    finally:
-        replica.stop()
-
-
-class Replica:
-    """A real ``idmint serve`` subprocess on a free loopback port; started without waiting, stopped by PID.
-
-    Its state dir is ``state_dir/state-<port>`` (its own) unless ``env`` sets IDMINT_STATE_DIR; its log is
-    ``state_dir/replica-<port>.log``."""
-
-    def __init__(self, state_dir: Path, env: dict[str, str], *args: str, port: int | None = None) -> None:
-        self.port = free_port() if port is None else port
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = state_dir / f"replica-{self.port}.log"
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 -- closed in stop()
-        full_env = {**os.environ, "IDMINT_STATE_DIR": str(state_dir / f"state-{self.port}"), **env}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port), *args],
-            env=full_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def get(self, path: str, **params: Any) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", params=params, timeout=30.0)
-
-    def wait(self, path: str = "/healthz", status: int = 200, timeout: float = 30.0) -> httpx.Response:
-        """Poll ``path`` until it answers ``status``; fail with the server's log otherwise."""
-        deadline = time.monotonic() + timeout
-        last: httpx.Response | None = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"replica exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                last = httpx.get(f"{self.url}{path}", timeout=2.0)
-                if last.status_code == status:
-                    return last
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        body = last.text if last is not None else "(no answer)"
-        raise AssertionError(f"{self.url}{path} did not answer {status} in {timeout} s; last: {body}\n{self.log()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
-
-    def kill(self) -> None:
-        """SIGKILL: no clean release, no final mark; the lease must expire on its own."""
-        self.proc.kill()
-        self.proc.wait()
-        self._log.close()
 
 
 class FakeClock:

@@ -1,6 +1,6 @@
 """Admin routes on real replicas and a real etcd (issue 21): drain under load, revoke under load.
 
-Real ``idmint serve`` processes (tests/helpers.py ``Replica``) on the session's etcd, short lease TTL.
+Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd, short lease TTL.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import Replica
+from tests.support.server import Server
 from tests.test_ledger_replicas import until
 from tests.test_replicas import TTL_S, etcd_env, identities, replicas
 
@@ -25,7 +25,7 @@ class Load:
     """Threads asking ``replica`` for IDs of ``scheme`` over and over until stopped: every answer is kept as
     (sent at, answered at, status, ids) on the monotonic clock."""
 
-    def __init__(self, replica: Replica, scheme: str, count: int = 20, threads: int = 2) -> None:
+    def __init__(self, replica: Server, scheme: str, count: int = 20, threads: int = 2) -> None:
         self.replica, self.scheme, self.count = replica, scheme, count
         self.answers: list[tuple[float, float, int, list[str]]] = []
         self._stop = threading.Event()
@@ -60,7 +60,7 @@ def claim_keys(etcd_server, namespace: str) -> str:  # noqa: ANN001
     return etcd_server.etcdctl("get", namespace, "--prefix", "--keys-only")
 
 
-def stream(replica: Replica, scheme: str, count: int, out: list[Any], begun: threading.Event) -> Callable[[], None]:
+def stream(replica: Server, scheme: str, count: int, out: list[Any], begun: threading.Event) -> Callable[[], None]:
     """A stream of ``count`` IDs; ``begun`` is set once its response began (it is in flight)."""
 
     def run() -> None:
@@ -125,7 +125,7 @@ def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(
 ) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
     with replicas(tmp_path, 2, env) as (owner, peer):
-        waiting = Replica(tmp_path, env)  # the pool is full: it waits for an eight-byte generator ID
+        waiting = Server(tmp_path, env)  # the pool is full: it waits for an eight-byte generator ID
         try:
             waiting.wait("/healthz")
             assert waiting.get("/v1/ids/eight-byte").status_code == 503

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import serve_process
+from tests.support.server import serve_process
 
 pytestmark = pytest.mark.integration  # a real server process
 

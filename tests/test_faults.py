@@ -19,7 +19,8 @@ import pytest
 from app.errors import NotReadyError
 from app.lease.base import Owner
 from app.lease.embedded import EmbeddedBackend, MarkUnreadableError, _read_mark
-from tests.helpers import CLAIMING, FakeClock, Replica, new_node, pool_spec, started
+from tests.helpers import CLAIMING, FakeClock, new_node, pool_spec, started
+from tests.support.server import Server
 
 pytestmark = pytest.mark.anyio
 
@@ -71,14 +72,14 @@ def read_marks(state: Path) -> dict[str, int]:
     return {scheme: json.loads(path.read_text())["high_water_mark"] for scheme, path in mark_files(state).items()}
 
 
-def wait_status(replica: Replica, path: str, status: int, timeout: float = 10) -> httpx.Response:
+def wait_status(replica: Server, path: str, status: int, timeout: float = 10) -> httpx.Response:
     return replica.wait(path, status=status, timeout=timeout)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("fault", ["disk full", "read-only"])
 def test_a_storage_fault_is_503_naming_it_and_issuing_resumes_when_it_clears(tmpfs: Path, fault: str) -> None:
-    replica = Replica(tmpfs.parent, {"IDMINT_STATE_DIR": str(tmpfs)})
+    replica = Server(tmpfs.parent, {"IDMINT_STATE_DIR": str(tmpfs)})
     try:
         replica.wait("/readyz")
         before = read_marks(tmpfs)
@@ -155,7 +156,7 @@ def test_marks_that_are_integers_are_read(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    first = Server(tmp_path, {"IDMINT_STATE_DIR": str(state)})
     try:
         first.wait("/readyz")
     finally:
@@ -164,7 +165,7 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
     identity = int(mark.stem)
     mark.write_text('{"high_water_mark": true}')
 
-    pooled = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    pooled = Server(tmp_path, {"IDMINT_STATE_DIR": str(state)})
     try:
         pooled.wait("/readyz")
         held = pooled.get("/v1/schemes").json()["schemes"][1]["node"]["identities"]
@@ -173,7 +174,7 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
     finally:
         pooled.stop()
 
-    static = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_EIGHT_BYTE_GENERATOR_ID": str(identity)})
+    static = Server(tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_EIGHT_BYTE_GENERATOR_ID": str(identity)})
     try:
         r = static.wait("/readyz", status=503)
         reason = r.json()["schemes"]["eight-byte"]["reason"]
@@ -186,14 +187,14 @@ def test_an_unreadable_mark_refuses_that_identity_naming_the_file(tmp_path: Path
 @pytest.mark.integration
 def test_an_inherited_mark_more_than_a_second_ahead_is_not_ready_until_it_can_issue(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    first = Server(tmp_path, {"IDMINT_STATE_DIR": str(state)})
     try:
         first.wait("/readyz")
         assert first.get("/v1/ids/eight-byte").status_code == 200
     finally:
         first.kill()  # no final mark: the next holder inherits the reservation recorded ahead of the clock
     # 8 s behind (a start-up takes a few seconds on a loaded machine), within a 30 s max_clock_wait: waited out.
-    nxt = Replica(
+    nxt = Server(
         tmp_path, {"IDMINT_STATE_DIR": str(state), "IDMINT_CLOCK_OFFSET_MS": "-8000", "IDMINT_MAX_CLOCK_WAIT": "30"}
     )
     try:
@@ -294,13 +295,13 @@ async def test_a_read_only_lock_directory_is_not_ready_naming_the_file(tmpfs: Pa
 @pytest.mark.integration
 def test_a_node_starting_on_an_empty_state_directory_says_earlier_ids_cannot_be_protected(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    first = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    first = Server(tmp_path, {"IDMINT_STATE_DIR": str(state)})
     try:
         first.wait("/readyz")
         assert "is empty" in first.log() and "cannot be protected" in first.log()
     finally:
         first.stop()
-    again = Replica(tmp_path, {"IDMINT_STATE_DIR": str(state)})
+    again = Server(tmp_path, {"IDMINT_STATE_DIR": str(state)})
     try:
         again.wait("/readyz")
         assert "cannot be protected" not in again.log()

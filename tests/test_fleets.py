@@ -32,7 +32,8 @@ from app.pool import region_of, region_slice
 from app.schemes import schemes
 from app.schemes.snowflake import NAMED_LAYOUTS
 from app.settings import Settings, load_settings
-from tests.helpers import Replica, free_port, make_settings
+from tests.helpers import make_settings
+from tests.support.server import Server, free_port
 
 SLICED = tuple(name for name, s in schemes().items() if s.uniqueness == "identity")
 """eight-byte, hlc-ulid, siq, snowflake: uniqueness rests on a leased identity that regions slice."""
@@ -166,7 +167,7 @@ def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
 # -- real processes ------------------------------------------------------------------------------------------------
 
 
-def readyz_when(node: Replica, scheme: str, words: str, timeout: float = 60.0) -> dict[str, Any]:
+def readyz_when(node: Server, scheme: str, words: str, timeout: float = 60.0) -> dict[str, Any]:
     """``/readyz`` of ``node`` once ``scheme``'s reason holds ``words`` (it must be not ready by then)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -179,11 +180,11 @@ def readyz_when(node: Replica, scheme: str, words: str, timeout: float = 60.0) -
 
 
 @contextlib.contextmanager
-def peer_pair(tmp_path: Path, envs: list[dict[str, str]]) -> Iterator[list[Replica]]:
+def peer_pair(tmp_path: Path, envs: list[dict[str, str]]) -> Iterator[list[Server]]:
     """Two ``idmint serve`` processes started together, each listing the other in IDMINT_PEER_FLEETS."""
     ports = [free_port(), free_port()]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
-    nodes = [Replica(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i, env in enumerate(envs)]
+    nodes = [Server(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i, env in enumerate(envs)]
     try:
         yield nodes
     finally:
@@ -217,8 +218,8 @@ def stream_everywhere(urls: list[str], scheme: str, count: int) -> list[list[byt
 
 
 @contextlib.contextmanager
-def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Replica]]:
-    nodes = [Replica(tmp_path, env) for _ in range(size)]
+def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Server]]:
+    nodes = [Server(tmp_path, env) for _ in range(size)]
     try:
         for node in nodes:
             node.wait("/readyz")
@@ -231,7 +232,7 @@ def fleet_of(tmp_path: Path, size: int, env: dict[str, str]) -> Iterator[list[Re
 @pytest.mark.integration
 def test_two_embedded_hosts_in_two_regions_issue_no_duplicates(tmp_path: Path) -> None:
     env = {"IDMINT_REGIONS": "2", "IDMINT_EIGHT_BYTE_GENERATORS": "4", "IDMINT_SNOWFLAKE_WORKERS": "4"}
-    # Each host its own state directory (Replica's default), each the other's peer: different regions, so ready.
+    # Each host its own state directory (Server's default), each the other's peer: different regions, so ready.
     with peer_pair(tmp_path, [{**env, "IDMINT_REGION": str(i)} for i in range(2)]) as nodes:
         for node in nodes:
             node.wait("/readyz")
@@ -261,9 +262,9 @@ def test_peer_fleets_in_one_region_never_issue_the_overlapping_schemes(tmp_path:
 
     worker = threading.Thread(target=hammer)
     worker.start()
-    nodes: list[Replica] = []
+    nodes: list[Server] = []
     try:
-        nodes = [Replica(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i in range(2)]
+        nodes = [Server(tmp_path, {**env, "IDMINT_PEER_FLEETS": urls[1 - i]}, port=ports[i]) for i in range(2)]
         for node, peer in zip(nodes, reversed(urls), strict=True):
             ready = node.wait("/readyz", status=503)
             deadline = time.monotonic() + 60
@@ -289,9 +290,9 @@ def test_peer_fleets_in_one_region_never_issue_the_overlapping_schemes(tmp_path:
 
 @pytest.mark.integration
 def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_servers(tmp_path: Path) -> None:
-    two_hosts = [Replica(tmp_path, {}), Replica(tmp_path, {})]  # separate state dirs, one region: overlap
+    two_hosts = [Server(tmp_path, {}), Server(tmp_path, {})]  # separate state dirs, one region: overlap
     shared = {"IDMINT_STATE_DIR": str(tmp_path / "shared")}
-    one_fleet = [Replica(tmp_path, shared), Replica(tmp_path, shared)]
+    one_fleet = [Server(tmp_path, shared), Server(tmp_path, shared)]
     try:
         for node in two_hosts + one_fleet:
             node.wait("/readyz")
@@ -314,7 +315,7 @@ def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_s
 async def test_the_async_client_refuses_two_overlapping_fleets(tmp_path: Path) -> None:
     from idmint_client import AsyncClient
 
-    nodes = [Replica(tmp_path, {}), Replica(tmp_path, {})]
+    nodes = [Server(tmp_path, {}), Server(tmp_path, {})]
     try:
         for node in nodes:
             node.wait("/readyz")
@@ -348,27 +349,31 @@ def two_etcd_fleets(tmp_path: Path, etcd_server: Any, namespace: str, **env: str
     ]
 
 
+@pytest.mark.parametrize("layout", list(NAMED_LAYOUTS))
 def test_two_etcd_fleets_in_two_regions_never_repeat_an_id(
-    tmp_path: Path, etcd_server: Any, etcd_namespace: str
+    tmp_path: Path, etcd_server: Any, etcd_namespace: str, layout: str
 ) -> None:
-    for round_no, (layout, spec) in enumerate(NAMED_LAYOUTS.items()):
-        workers = str(min(16, (spec.worker_max + 1) // 2 // 3))  # three replicas in half the worker IDs (js53: 5)
-        envs = [
-            {
-                **env,
-                "IDMINT_REGIONS": "2",
-                "IDMINT_REGION": str(region),
-                "IDMINT_SNOWFLAKE_LAYOUT": layout,
-                "IDMINT_SNOWFLAKE_WORKERS": workers,
-            }
-            for region, env in enumerate(two_etcd_fleets(tmp_path, etcd_server, etcd_namespace))
-        ]
-        with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
-            assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
-            urls = [n.url for n in east + west]
-            for scheme in (*SLICED, "muid") if round_no == 0 else ("snowflake",):  # muid: random medallions
-                got = stream_everywhere(urls, scheme, PER_REPLICA)
-                assert duplicates(got) == 0, (scheme, layout)
+    """One test per snowflake layout (each its own six servers, so pytest-xdist can run them side by side); the
+    first layout's fleets also stream every other sliced scheme and muid."""
+    spec = NAMED_LAYOUTS[layout]
+    workers = str(min(16, (spec.worker_max + 1) // 2 // 3))  # three replicas in half the worker IDs (js53: 5)
+    envs = [
+        {
+            **env,
+            "IDMINT_REGIONS": "2",
+            "IDMINT_REGION": str(region),
+            "IDMINT_SNOWFLAKE_LAYOUT": layout,
+            "IDMINT_SNOWFLAKE_WORKERS": workers,
+        }
+        for region, env in enumerate(two_etcd_fleets(tmp_path, etcd_server, etcd_namespace))
+    ]
+    with fleet_of(tmp_path, 3, envs[0]) as east, fleet_of(tmp_path, 3, envs[1]) as west:
+        assert east[0].get("/v1/fleet").json()["fleet_id"] != west[0].get("/v1/fleet").json()["fleet_id"]
+        urls = [n.url for n in east + west]
+        first = layout == next(iter(NAMED_LAYOUTS))
+        for scheme in (*SLICED, "muid") if first else ("snowflake",):  # muid: random medallions
+            got = stream_everywhere(urls, scheme, PER_REPLICA)
+            assert duplicates(got) == 0, (scheme, layout)
 
 
 def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_server: Any, etcd_namespace: str) -> None:

@@ -1,6 +1,6 @@
 """The claim ledger across real replicas on a real etcd: every ID decodes to the process that issued it (issue 21).
 
-Real ``idmint serve`` processes (tests/helpers.py ``Replica``) on the session's etcd, short lease TTL.
+Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd, short lease TTL.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import pytest
 
 from app.schemes import get_scheme
 from app.schemes.eight_byte import pack
-from tests.helpers import CLAIMING, Replica
+from tests.helpers import CLAIMING
+from tests.support.server import Server
 from tests.test_replicas import TTL_S, etcd_env, identities, replicas
 
 pytestmark = pytest.mark.integration  # real replicas and etcd
@@ -35,7 +36,7 @@ def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(0.05)
 
 
-def issue(replica: Replica) -> dict[str, list[str]]:
+def issue(replica: Server) -> dict[str, list[str]]:
     out = {}
     for scheme in CLAIMING:
         r = replica.get(f"/v1/ids/{scheme}", count=IDS_PER_SCHEME)
@@ -44,7 +45,7 @@ def issue(replica: Replica) -> dict[str, list[str]]:
     return out
 
 
-def decoded(replica: Replica, texts: list[str]) -> list[list[dict[str, Any]]]:
+def decoded(replica: Server, texts: list[str]) -> list[list[dict[str, Any]]]:
     """POST /v1/decode of ``texts`` (one per line): each item's candidates."""
     r = httpx.post(f"{replica.url}/v1/decode", json={"text": "\n".join(texts)}, timeout=60)
     assert r.status_code == 200, r.text
@@ -53,7 +54,7 @@ def decoded(replica: Replica, texts: list[str]) -> list[list[dict[str, Any]]]:
     return [item["candidates"] for item in items]
 
 
-def pids_of(replica: Replica, scheme: str, texts: list[str]) -> list[int | None]:
+def pids_of(replica: Server, scheme: str, texts: list[str]) -> list[int | None]:
     out = []
     for candidates in decoded(replica, texts):
         reading = next(c for c in candidates if c["scheme"] == scheme)
@@ -77,7 +78,7 @@ def test_every_id_decodes_to_the_replica_that_issued_it_through_a_sigkill(
             "IDMINT_SIQ_SHARD": str(held["siq"][0]),
             "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
         }
-        heir = Replica(tmp_path, {**env, **static})
+        heir = Server(tmp_path, {**env, **static})
         try:
             heir.wait("/readyz", 200, timeout=TTL_S * 4 + 15)
             now_held = identities(heir)
@@ -124,7 +125,7 @@ def test_ids_no_claim_covers_are_flagged_with_their_reason(tmp_path: Path, etcd_
                 "the ledger does not reach back that far",
             }
         # A claimed identity, at a time after its claim ended (the holder stopped cleanly).
-        gone = Replica(tmp_path, env)
+        gone = Server(tmp_path, env)
         try:
             gone.wait("/readyz")
             identity = identities(gone)["eight-byte"][0]

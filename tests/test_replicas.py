@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD, Replica
+from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD
+from tests.support.server import Server
 
 pytestmark = pytest.mark.integration  # real replicas and etcd
 
@@ -37,8 +38,8 @@ def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # no
 
 
 @contextlib.contextmanager
-def replicas(tmp_path: Path, count: int, env: dict[str, str], ready: bool = True) -> Iterator[list[Replica]]:
-    started = [Replica(tmp_path, env) for _ in range(count)]
+def replicas(tmp_path: Path, count: int, env: dict[str, str], ready: bool = True) -> Iterator[list[Server]]:
+    started = [Server(tmp_path, env) for _ in range(count)]
     try:
         for r in started:
             r.wait("/readyz" if ready else "/healthz")
@@ -48,12 +49,12 @@ def replicas(tmp_path: Path, count: int, env: dict[str, str], ready: bool = True
             r.stop()
 
 
-def identities(replica: Replica) -> dict[str, list[int]]:
+def identities(replica: Server) -> dict[str, list[int]]:
     cat = replica.get("/v1/schemes").json()["schemes"]
     return {s["name"]: s["node"].get("identities", [s["node"].get("random_part")]) for s in cat}
 
 
-def ids_of(replica: Replica, scheme: str, count: int, stream: bool) -> list[bytes]:
+def ids_of(replica: Server, scheme: str, count: int, stream: bool) -> list[bytes]:
     if stream:
         r = httpx.get(f"{replica.url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=120)
         assert r.status_code == 200, r.text
@@ -65,7 +66,7 @@ def ids_of(replica: Replica, scheme: str, count: int, stream: bool) -> list[byte
     return [i.encode() for i in r.json()["ids"]]
 
 
-def native_timestamp(replica: Replica, scheme: str, text: bytes) -> int:
+def native_timestamp(replica: Server, scheme: str, text: bytes) -> int:
     """The ID's timestamp in its scheme's own unit (SIQ: seconds * 65536 + fraction)."""
     fields = replica.get(f"/v1/decode/{scheme}/{text.decode()}").json()["fields"]
     if scheme == "siq":
@@ -161,7 +162,7 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
     tmp_path: Path, etcd_server, etcd_namespace: str
 ) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
-    first = Replica(tmp_path, env)
+    first = Server(tmp_path, env)
     try:
         first.wait("/readyz")
         held = identities(first)
@@ -182,7 +183,7 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
         "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
         "IDMINT_CLOCK_OFFSET_MS": "-1500",
     }
-    nxt = Replica(tmp_path, {**env, **static})
+    nxt = Server(tmp_path, {**env, **static})
     try:
         nxt.wait("/healthz")
         early = nxt.get("/readyz")
@@ -200,12 +201,12 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
 
 def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
-    a, b = Replica(tmp_path, env), Replica(tmp_path, env)
-    c: Replica | None = None
+    a, b = Server(tmp_path, env), Server(tmp_path, env)
+    c: Server | None = None
     try:
         a.wait("/readyz")
         b.wait("/readyz")
-        c = Replica(tmp_path, env)
+        c = Server(tmp_path, env)
         c.wait("/healthz")
         r = c.wait("/readyz", 503, timeout=20)
         reason = r.json()["schemes"]["eight-byte"]["reason"]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.api.test_limits import read_response, rss_kib
-from tests.helpers import Replica
+from tests.support.server import Server
 
 MB = 1024 * 1024
 DEADLINE_S = 60.0
@@ -23,8 +23,8 @@ STREAM = "/v1/ids/wiji/stream?count=100000000"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    replica = Replica(
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    replica = Server(
         tmp_path_factory.mktemp("serving"),
         {
             "IDMINT_MAX_CONCURRENT_STREAMS": "2",
@@ -40,7 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
         replica.stop()
 
 
-def connect(replica: Replica, rcvbuf: int | None = None) -> socket.socket:
+def connect(replica: Server, rcvbuf: int | None = None) -> socket.socket:
     sock = socket.socket()
     if rcvbuf is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -63,7 +63,7 @@ def closed_by_server(sock: socket.socket) -> bool:
     return False
 
 
-def wait_for_status(replica: Replica, path: str, status: int) -> httpx.Response:
+def wait_for_status(replica: Server, path: str, status: int) -> httpx.Response:
     end = time.monotonic() + DEADLINE_S
     while True:
         r = httpx.get(f"{replica.url}{path}", timeout=DEADLINE_S)
@@ -73,7 +73,7 @@ def wait_for_status(replica: Replica, path: str, status: int) -> httpx.Response:
         time.sleep(0.05)
 
 
-def test_streams_whose_clients_read_nothing_end_and_free_their_slots(server: Replica) -> None:
+def test_streams_whose_clients_read_nothing_end_and_free_their_slots(server: Server) -> None:
     hogs = [connect(server, rcvbuf=4096) for _ in range(2)]
     for sock in hogs:
         sock.sendall(f"GET {STREAM} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -97,7 +97,7 @@ def test_streams_whose_clients_read_nothing_end_and_free_their_slots(server: Rep
     assert "accepted no bytes" in server.log()
 
 
-def test_the_429_for_a_full_house_gives_the_soonest_expected_end(server: Replica) -> None:
+def test_the_429_for_a_full_house_gives_the_soonest_expected_end(server: Server) -> None:
     # Two slow, steady eight-byte streams (capped at 64,000 IDs/s): about 3 s each.
     streams = [connect(server) for _ in range(2)]
     for sock in streams:
@@ -125,7 +125,7 @@ def test_the_429_for_a_full_house_gives_the_soonest_expected_end(server: Replica
 
 
 @pytest.mark.parametrize("size", [70 * 1024, 8 * MB])
-def test_request_headers_over_the_limit_get_431(server: Replica, size: int) -> None:
+def test_request_headers_over_the_limit_get_431(server: Server, size: int) -> None:
     with connect(server) as sock:
         head = b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size + b"\r\n\r\n"
         try:
@@ -138,14 +138,14 @@ def test_request_headers_over_the_limit_get_431(server: Replica, size: int) -> N
     assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
 
 
-def test_one_complete_header_block_over_the_limit_in_one_read_gets_431(server: Replica) -> None:
+def test_one_complete_header_block_over_the_limit_in_one_read_gets_431(server: Server) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (65 * 1024) + b"\r\n\r\n")
         status, _ = read_response(sock)
     assert status == 431
 
 
-def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Replica) -> None:
+def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Server) -> None:
     before = rss_kib(server.pid)
     peak = before
     refused = 0
@@ -172,7 +172,7 @@ def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Replica) -> No
     assert peak - before < 24 * 1024, (before, peak)
 
 
-def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Replica) -> None:
+def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Server) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n")
         status, body = read_response(sock)
@@ -180,7 +180,7 @@ def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Replica)
         assert closed_by_server(sock)
 
 
-def test_idle_connections_are_closed(server: Replica) -> None:
+def test_idle_connections_are_closed(server: Server) -> None:
     with connect(server) as fresh:
         assert closed_by_server(fresh)  # never sent a byte
     with connect(server) as kept:

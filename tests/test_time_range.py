@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Replica
+from tests.support.server import Server
 
 pytestmark = pytest.mark.integration  # real idmint serve processes (the generator's own test is in test_snowflake)
 
@@ -20,13 +20,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def start(tmp_path: Path, layout: str) -> Replica:
-    replica = Replica(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": layout, "IDMINT_SNOWFLAKE_WORKER_ID": "1"})
+def start(tmp_path: Path, layout: str) -> Server:
+    replica = Server(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": layout, "IDMINT_SNOWFLAKE_WORKER_ID": "1"})
     replica.wait("/healthz")  # it starts: only snowflake is out
     return replica
 
 
-def assert_only_snowflake_is_out(replica: Replica, words: str) -> None:
+def assert_only_snowflake_is_out(replica: Server, words: str) -> None:
     r = replica.get("/v1/ids/snowflake")
     assert r.status_code == 503, r.text
     assert words in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
@@ -79,7 +79,7 @@ def test_a_layout_that_runs_out_while_serving_answers_503_and_turns_not_ready(tm
 
 
 def test_invalid_layout_settings_still_fail_fast(tmp_path: Path) -> None:
-    replica = Replica(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": "custom:0:1:41/11/12"})  # 64 bits: too wide
+    replica = Server(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": "custom:0:1:41/11/12"})  # 64 bits: too wide
     try:
         assert replica.proc.wait(DEADLINE_S) != 0
         assert "IDMINT_SNOWFLAKE_LAYOUT" in replica.log() and "63" in replica.log()

@@ -24,7 +24,8 @@ from app.api.auth import ApiKeys, TokenBucket, load_key_file
 from app.api.front import all_routes, route_finder
 from app.errors import ConfigError
 from app.main import create_app
-from tests.helpers import FakeClock, Replica, make_settings, running_app
+from tests.helpers import FakeClock, make_settings, running_app
+from tests.support.server import Server
 
 ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limited", "k-streamer", "k-watcher"
 
@@ -50,7 +51,7 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("auth")
     keys = key_file(
         tmp / "keys.toml",
@@ -60,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
         entry(STREAMER, STREAMER, ["stream"], ids_per_second=40000, concurrent_streams=1),
         entry(WATCHER, WATCHER, ["metrics"]),
     )
-    replica = Replica(tmp, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
+    replica = Server(tmp, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
     try:
         replica.wait("/readyz")
         yield replica
@@ -163,7 +164,7 @@ def test_metrics_need_their_scope_and_count_per_key(keyed: tuple[TestClient, Fak
     assert ids and float(ids[0].split()[-1]) >= 7
 
 
-def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
+def test_streams_are_paced_and_capped_per_key(server: Server) -> None:
     started = threading.Event()
     result: dict[str, Any] = {}
 
@@ -192,7 +193,7 @@ def test_streams_are_paced_and_capped_per_key(server: Replica) -> None:
     assert result["seconds"] >= 1.2, result
 
 
-def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Replica) -> None:
+def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Server) -> None:
     """The stream tells the key layer how many IDs each chunk completes (no newline counting): 300,000 IDs in
     several chunks of several 256 KiB pieces are 300,000 on the key's counter."""
 
@@ -210,7 +211,7 @@ def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Replica) ->
 @pytest.mark.integration
 def test_sighup_reloads_the_key_file_and_a_broken_file_keeps_the_old_keys(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("first", "first-key", ["issue"]))
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
     try:
         replica.wait("/readyz")
         url = f"{replica.url}/v1/ids/wiji"
@@ -365,7 +366,7 @@ def test_public_scopes_setting_is_validated(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_ids_per_second_counts_a_post_body_count(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("poster", "poster-key", ["issue"], ids_per_second=1000))
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
     try:
         replica.wait("/readyz")
         with httpx.Client(base_url=replica.url, headers=bearer("poster-key")) as client:
@@ -386,7 +387,7 @@ def test_a_count_the_route_refuses_costs_the_key_nothing(tmp_path: Path) -> None
         tmp_path / "keys.toml",
         entry("quota", "quota-key", ["issue", "stream", "sequences", "admin"], ids_per_second=1000),
     )
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
     try:
         replica.wait("/readyz")
         with httpx.Client(base_url=replica.url, headers=bearer("quota-key"), timeout=30) as client:
@@ -419,7 +420,7 @@ def test_range_is_charged_to_the_keys_ids_quota(tmp_path: Path) -> None:
     keys = key_file(
         tmp_path / "keys.toml", entry("ranger", "ranger-key", ["sequences", "admin", "metrics"], ids_per_second=1000)
     )
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)})
     try:
         replica.wait("/readyz")
         with httpx.Client(base_url=replica.url, headers=bearer("ranger-key"), timeout=30) as client:
@@ -446,7 +447,7 @@ def test_with_two_workers_a_key_gets_its_quota_once(tmp_path: Path) -> None:
         tmp_path / "keys.toml",
         entry("pair", "pair-key", ["issue", "stream"], requests_per_second=10, concurrent_streams=2),
     )
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
     try:
         replica.wait("/readyz", timeout=60)
         # Fresh connections, so both workers take requests; at 10/s the key may have 10 at once plus what refills.
@@ -479,7 +480,7 @@ def test_with_two_workers_a_key_gets_its_quota_once(tmp_path: Path) -> None:
 @pytest.mark.integration
 def test_a_stream_cap_the_workers_cannot_share_stops_start_up(tmp_path: Path) -> None:
     keys = key_file(tmp_path / "keys.toml", entry("one", "one-key", ["stream"], concurrent_streams=1))
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys)}, "--workers", "2")
     try:
         assert replica.proc.wait(60) != 0
         assert "concurrent_streams must be 0 or at least the number of worker processes (2" in replica.log()

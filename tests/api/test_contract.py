@@ -15,14 +15,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Replica
+from tests.support.server import Server
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    replica = Replica(tmp_path_factory.mktemp("contract"), {})
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    replica = Server(tmp_path_factory.mktemp("contract"), {})
     try:
         replica.wait("/readyz")
         yield replica
@@ -67,7 +67,7 @@ def summary(out: str) -> str:
 
 
 @pytest.mark.integration
-def test_schemathesis_finds_nothing_over_every_operation(server: Replica, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing_over_every_operation(server: Server, tmp_path: Path) -> None:
     done = schemathesis(server.url, tmp_path / "junit.xml")
     print(summary(done.stdout))
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
@@ -81,7 +81,7 @@ def test_schemathesis_with_api_keys_on(tmp_path: Path) -> None:
         f'[[key]]\nname = "all"\nsha256 = "{hashlib.sha256(b"contract-key").hexdigest()}"\n'
         'scopes = ["issue", "stream", "decode", "sequences", "admin", "metrics"]\n'
     )
-    replica = Replica(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
+    replica = Server(tmp_path, {"IDMINT_API_KEYS_FILE": str(keys), "IDMINT_PUBLIC_SCOPES": "decode"})
     try:
         replica.wait("/readyz")
         for headers in ([], ["-H", "Authorization: Bearer contract-key"]):
@@ -105,7 +105,7 @@ def test_schemathesis_with_api_keys_on(tmp_path: Path) -> None:
     ],
 )
 def test_every_error_is_json_with_nosniff(
-    server: Replica, method: str, path: str, body: bytes | None, status: int
+    server: Server, method: str, path: str, body: bytes | None, status: int
 ) -> None:
     r = httpx.request(
         method,
@@ -119,13 +119,13 @@ def test_every_error_is_json_with_nosniff(
     assert isinstance(json.loads(r.text)["detail"], str)
 
 
-def test_json_successes_carry_nosniff(server: Replica) -> None:
+def test_json_successes_carry_nosniff(server: Server) -> None:
     for path in ("/v1/ids/wiji", "/v1/ids/wiji?count=3&format=uuid", "/v1/schemes", "/healthz", "/readyz"):
         r = httpx.get(f"{server.url}{path}")
         assert r.status_code == 200 and r.headers["x-content-type-options"] == "nosniff", path
 
 
-def test_unknown_methods_are_counted_as_other(server: Replica) -> None:
+def test_unknown_methods_are_counted_as_other(server: Server) -> None:
     for method in ("BREW", "PROPFIND", "X-Y"):
         httpx.request(method, f"{server.url}/healthz")
     text = httpx.get(f"{server.url}/metrics").text

@@ -160,10 +160,10 @@ def test_large_batches_encoded_in_worker_threads_stay_distinct_and_valid(tmp_pat
     import httpx
 
     from app.api.issuing import THREAD_ENCODE_MIN
-    from tests.helpers import Replica
+    from tests.support.server import Server
 
     count = max(20_000, THREAD_ENCODE_MIN)
-    replica = Replica(tmp_path, {})
+    replica = Server(tmp_path, {})
     try:
         replica.wait("/readyz")
 

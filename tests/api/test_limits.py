@@ -13,14 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Replica
+from tests.support.server import Server
 
 MB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    replica = Replica(tmp_path_factory.mktemp("limits"), {})
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    replica = Server(tmp_path_factory.mktemp("limits"), {})
     try:
         replica.wait("/readyz")
         yield replica
@@ -54,7 +54,7 @@ def read_response(sock: socket.socket) -> tuple[int, bytes]:
     return int(head.split()[1]), body
 
 
-def test_a_declared_100_mb_body_is_refused_before_it_is_read(server: Replica) -> None:
+def test_a_declared_100_mb_body_is_refused_before_it_is_read(server: Server) -> None:
     before = rss_kib(server.pid)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(
@@ -68,7 +68,7 @@ def test_a_declared_100_mb_body_is_refused_before_it_is_read(server: Replica) ->
     assert rss_kib(server.pid) - before < 10 * 1024
 
 
-def test_a_chunked_100_mb_body_is_cut_off_at_the_limit_with_flat_memory(server: Replica) -> None:
+def test_a_chunked_100_mb_body_is_cut_off_at_the_limit_with_flat_memory(server: Server) -> None:
     before = rss_kib(server.pid)
     peak = before
     sent = 0
@@ -93,7 +93,7 @@ def test_a_chunked_100_mb_body_is_cut_off_at_the_limit_with_flat_memory(server: 
     assert peak - before < 20 * 1024, (before, peak)
 
 
-def test_413_is_json_and_counted(server: Replica) -> None:
+def test_413_is_json_and_counted(server: Server) -> None:
     r = httpx.post(f"{server.url}/v1/decode", content=b"x" * (3 * MB), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.headers["content-type"] == "application/json"
     assert r.headers["x-content-type-options"] == "nosniff"
@@ -101,7 +101,7 @@ def test_413_is_json_and_counted(server: Replica) -> None:
     assert 'route="/v1/decode",status="413"' in metrics
 
 
-def test_unknown_json_members_are_a_422_naming_them(server: Replica) -> None:
+def test_unknown_json_members_are_a_422_naming_them(server: Server) -> None:
     r = httpx.post(f"{server.url}/v1/decode", json={"text": "x", "txet": "y"})
     assert r.status_code == 422
     assert "txet" in r.json()["detail"]
@@ -120,7 +120,7 @@ def test_unknown_json_members_are_a_422_naming_them(server: Replica) -> None:
     ],
 )
 def test_a_decode_body_breaking_a_rule_is_a_422_naming_it(
-    server: Replica, body: bytes, fragment: str, filler: int
+    server: Server, body: bytes, fragment: str, filler: int
 ) -> None:
     if filler:
         body = body + b" " * filler  # JSON allows trailing whitespace: the same body, too long to parse inline
@@ -129,14 +129,14 @@ def test_a_decode_body_breaking_a_rule_is_a_422_naming_it(
     assert fragment in r.json()["detail"], r.json()
 
 
-def test_free_text_decoding_stops_at_its_item_limit(server: Replica) -> None:
+def test_free_text_decoding_stops_at_its_item_limit(server: Server) -> None:
     ids = httpx.get(f"{server.url}/v1/ids/wiji?count=6000").json()["ids"]
     r = httpx.post(f"{server.url}/v1/decode", json={"text": "\n".join(ids)}, timeout=60)
     body = r.json()
     assert r.status_code == 200 and len(body["items"]) == 5000 and body["truncated"] is True
 
 
-def test_free_text_decoding_leaves_the_event_loop_free(server: Replica) -> None:
+def test_free_text_decoding_leaves_the_event_loop_free(server: Server) -> None:
     line = "2026-11-21 12:00:01 ERROR order 01FZ11RQKT000002NAM48H248H failed for 5D5EAC793E61F-1BFC71B112D-0000000B\n"
     text = line * (900_000 // len(line))
     finished: list[float] = []
@@ -160,7 +160,7 @@ def test_free_text_decoding_leaves_the_event_loop_free(server: Replica) -> None:
     assert len([t for t in answered if t < min(finished)]) >= 3, (len(answered), finished)
 
 
-def test_clients_gone_mid_body_are_499_in_one_log_line_each(server: Replica) -> None:
+def test_clients_gone_mid_body_are_499_in_one_log_line_each(server: Server) -> None:
     lines_before = len(server.log().splitlines())
     bodies = [
         b"Content-Length: 1000\r\n\r\n" + b'{"text": "01FZ11RQKT',

@@ -18,7 +18,8 @@ from app.api.streams import StreamSlots
 from app.errors import TooManyRequestsError
 from app.node import STREAM_SLICE_S
 from app.schemes import get_scheme
-from tests.helpers import Replica, new_node, started
+from tests.helpers import new_node, started
+from tests.support.server import Server
 
 MB = 1024 * 1024
 
@@ -26,8 +27,8 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
-    replica = Replica(tmp_path_factory.mktemp("streams"), {"IDMINT_MAX_CONCURRENT_STREAMS": "64"})
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    replica = Server(tmp_path_factory.mktemp("streams"), {"IDMINT_MAX_CONCURRENT_STREAMS": "64"})
     try:
         replica.wait("/readyz")
         yield replica
@@ -35,7 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
         replica.stop()
 
 
-def issued_total(replica: Replica, scheme: str) -> float:
+def issued_total(replica: Server, scheme: str) -> float:
     text = httpx.get(f"{replica.url}/metrics", timeout=60).text
     match = re.search(rf'^idmint_ids_issued_total{{scheme="{scheme}"}} (\S+)$', text, re.M)
     assert match, text[:2000]
@@ -48,7 +49,7 @@ def open_stream(port: int, path: str) -> socket.socket:
     return sock
 
 
-def test_fifty_aborted_streams_stop_within_a_chunk(server: Replica) -> None:
+def test_fifty_aborted_streams_stop_within_a_chunk(server: Server) -> None:
     socks = [open_stream(server.port, "/v1/ids/wiji/stream?count=100000000") for _ in range(50)]
     for sock in socks:
         got = 0
@@ -75,14 +76,14 @@ def test_fifty_aborted_streams_stop_within_a_chunk(server: Replica) -> None:
         ("/v1/ids/hlc-ulid/stream?count=10&after=7ZZZZZZZZZ0000000000000000", "after"),
     ],
 )
-def test_stream_options_are_refused_before_the_first_byte(server: Replica, path: str, fragment: str) -> None:
+def test_stream_options_are_refused_before_the_first_byte(server: Server, path: str, fragment: str) -> None:
     r = httpx.get(f"{server.url}{path}")
     assert r.status_code == 422, r.text[:200]
     assert r.headers["content-type"] == "application/json"
     assert fragment in r.json()["detail"]
 
 
-def test_a_stream_longer_than_max_stream_seconds_at_the_cap_is_refused_with_the_figure(server: Replica) -> None:
+def test_a_stream_longer_than_max_stream_seconds_at_the_cap_is_refused_with_the_figure(server: Server) -> None:
     r = httpx.get(f"{server.url}/v1/ids/eight-byte/stream?count=100000000")
     assert r.status_code == 422
     detail = r.json()["detail"]
@@ -94,7 +95,7 @@ def test_a_stream_longer_than_max_stream_seconds_at_the_cap_is_refused_with_the_
 
 @pytest.mark.integration
 def test_the_node_caps_concurrent_streams_with_429(tmp_path: Path) -> None:
-    replica = Replica(tmp_path, {"IDMINT_MAX_CONCURRENT_STREAMS": "2"})
+    replica = Server(tmp_path, {"IDMINT_MAX_CONCURRENT_STREAMS": "2"})
     try:
         replica.wait("/readyz")
         held = [open_stream(replica.port, "/v1/ids/wiji/stream?count=100000000") for _ in range(2)]
@@ -160,7 +161,7 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
 def test_a_snowflake_stream_is_sized_and_bounded_by_its_layouts_cap(tmp_path: Path) -> None:
     """Sonyflake: 256 IDs per 10 ms unit = 25,600 IDs/s per worker ID. A stream that would take longer than
     IDMINT_MAX_STREAM_SECONDS at that cap is refused up front, like eight-byte's; a shorter one completes."""
-    replica = Replica(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": "sonyflake"})
+    replica = Server(tmp_path, {"IDMINT_SNOWFLAKE_LAYOUT": "sonyflake"})
     try:
         replica.wait("/readyz")
         r = httpx.get(f"{replica.url}/v1/ids/snowflake/stream?count=100000000")

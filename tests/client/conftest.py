@@ -18,13 +18,13 @@ except ImportError:  # pragma: no cover - a setup error, not a skip
         "idmint_client is not installed: run scripts/test.sh, or .venv/bin/pip install -e clients/python", pytrace=False
     )
 
-from tests.helpers import Replica
+from tests.support.server import Server
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One ready ``idmint serve`` (one worker, embedded lease backend) shared by a test module."""
-    replica = Replica(tmp_path_factory.mktemp("server"), {})
+    replica = Server(tmp_path_factory.mktemp("server"), {})
     try:
         replica.wait("/readyz")
         yield replica
@@ -33,36 +33,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
 
 
 @pytest.fixture(scope="module")
-def scheme_names(server: Replica) -> list[str]:
+def scheme_names(server: Server) -> list[str]:
     """Every scheme the server serves, from its catalogue (the set grows: tests take it from here)."""
     return [s["name"] for s in httpx.get(f"{server.url}/v1/schemes", timeout=10).json()["schemes"]]
 
 
-def replica_on(tmp_path: Path, env: dict[str, str], port: int | None = None) -> Replica:
-    """A Replica, optionally on a given port (a restart on the address the client knows)."""
-    replica = Replica.__new__(Replica)
-    if port is None:
-        Replica.__init__(replica, tmp_path, env)
-        return replica
-    import os
-    import subprocess
-    import sys
-
-    replica.port = port
-    replica.url = f"http://127.0.0.1:{port}"
-    replica.log_path = tmp_path / f"replica-{port}-restart.log"
-    replica._log = open(replica.log_path, "wb")  # noqa: SIM115 -- closed by stop()
-    full_env = {**os.environ, "IDMINT_STATE_DIR": str(tmp_path / f"state-{port}-restart"), **env}
-    replica.proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=full_env,
-        stdout=replica._log,
-        stderr=subprocess.STDOUT,
-    )
-    return replica
+def replica_on(tmp_path: Path, env: dict[str, str], port: int | None = None) -> Server:
+    """A started :class:`Server` (not waited for), optionally on a given port: a restart on the address the
+    client knows, with a state dir of its own."""
+    if port is not None and "IDMINT_STATE_DIR" not in env:
+        env = {**env, "IDMINT_STATE_DIR": str(tmp_path / f"state-{port}-restart")}
+    return Server(tmp_path, env, port=port)
 
 
-def issued_total(replica: Replica, scheme: str) -> float:
+def issued_total(replica: Server, scheme: str) -> float:
     """``idmint_ids_issued_total{scheme=...}`` of a replica."""
     for line in replica.get("/metrics").text.splitlines():
         if line.startswith("idmint_ids_issued_total{") and f'scheme="{scheme}"' in line:

@@ -26,7 +26,7 @@ from idmint_client import (
 )
 
 from tests.client.fakes import catalogue_answer, fake_id
-from tests.helpers import Replica, free_port
+from tests.support.server import Server, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +46,7 @@ def one_fleet(handler: Callable[[httpx.Request], httpx.Response]) -> httpx.MockT
 FAKE_FLEET_ID = "00000000-0000-4000-8000-000000000001"
 
 
-def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_names: list[str]) -> None:
+def test_new_id_every_scheme_decodes_as_that_scheme(server: Server, scheme_names: list[str]) -> None:
     with Client(server.url) as client:
         for scheme in scheme_names:
             got = [client.new_id(scheme) for _ in range(300)]
@@ -59,7 +59,7 @@ def test_new_id_every_scheme_decodes_as_that_scheme(server: Replica, scheme_name
             )
 
 
-def test_new_id_formats_and_options_have_their_own_buffers(server: Replica) -> None:
+def test_new_id_formats_and_options_have_their_own_buffers(server: Server) -> None:
     with Client(server.url) as client:
         hex_id = client.new_id("wiji", format="hex")
         assert len(hex_id) == 32 and int(hex_id, 16) >= 0
@@ -74,13 +74,13 @@ def test_new_id_formats_and_options_have_their_own_buffers(server: Replica) -> N
         }
 
 
-def test_unbuffered_new_id_asks_the_server_every_time(server: Replica) -> None:
+def test_unbuffered_new_id_asks_the_server_every_time(server: Server) -> None:
     with Client(server.url, buffer=False) as client:
         got = {client.new_id("wiji") for _ in range(50)}
         assert len(got) == 50 and client.stats() == []
 
 
-def test_ids_and_stream_every_scheme(server: Replica, scheme_names: list[str]) -> None:
+def test_ids_and_stream_every_scheme(server: Server, scheme_names: list[str]) -> None:
     with Client(server.url) as client:
         for scheme in scheme_names:
             batch = client.ids(scheme, 500)
@@ -91,7 +91,7 @@ def test_ids_and_stream_every_scheme(server: Replica, scheme_names: list[str]) -
 
 @pytest.mark.integration
 def test_ids_split_above_the_server_max_count_learned_from_a_422(tmp_path: Path) -> None:
-    small = Replica(tmp_path, {"IDMINT_MAX_COUNT": "1000"})
+    small = Server(tmp_path, {"IDMINT_MAX_COUNT": "1000"})
     try:
         small.wait("/readyz")
         with Client(small.url) as client:
@@ -110,7 +110,7 @@ def test_ids_split_above_the_server_max_count_learned_from_a_422(tmp_path: Path)
         small.stop()
 
 
-def test_decode_detects_the_scheme_and_returns_typed_candidates(server: Replica) -> None:
+def test_decode_detects_the_scheme_and_returns_typed_candidates(server: Server) -> None:
     with Client(server.url) as client:
         wiji = client.new_id("wiji")
         found = client.decode(wiji)
@@ -123,13 +123,13 @@ def test_decode_detects_the_scheme_and_returns_typed_candidates(server: Replica)
 
 
 @pytest.mark.parametrize("bad", ["not-an-id", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "0" * 200])
-def test_decode_of_a_bad_id_raises_bad_request_with_the_rule(server: Replica, bad: str) -> None:
+def test_decode_of_a_bad_id_raises_bad_request_with_the_rule(server: Server, bad: str) -> None:
     with Client(server.url) as client, pytest.raises(BadRequest) as caught:
         client.decode(bad, scheme="hlc-ulid")
     assert caught.value.status == 422 and caught.value.detail
 
 
-def test_schemes_lists_formats_and_limits(server: Replica, scheme_names: list[str]) -> None:
+def test_schemes_lists_formats_and_limits(server: Server, scheme_names: list[str]) -> None:
     with Client(server.url) as client:
         infos = client.schemes()
         assert [i.name for i in infos] == scheme_names
@@ -138,7 +138,7 @@ def test_schemes_lists_formats_and_limits(server: Replica, scheme_names: list[st
             assert info.max_count and info.max_stream_count and info.raw["name"] == info.name
 
 
-def test_bad_requests_raise_at_once_with_the_server_detail(server: Replica) -> None:
+def test_bad_requests_raise_at_once_with_the_server_detail(server: Server) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with Client([server.url, dead]) as client:
         with pytest.raises(UnknownScheme, match="unknown scheme"):
@@ -152,7 +152,7 @@ def test_bad_requests_raise_at_once_with_the_server_detail(server: Replica) -> N
         assert issubclass(BadRequest, RequestRejected) and issubclass(BadRequest, ValueError)
 
 
-def test_no_replica_error_names_every_replica_and_its_reason(server: Replica) -> None:
+def test_no_replica_error_names_every_replica_and_its_reason(server: Server) -> None:
     dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     with Client(dead, timeout=2) as client:
         for call in (
@@ -208,7 +208,7 @@ def test_bad_settings_are_rejected_up_front(replicas: object) -> None:
         Client(replicas)
 
 
-async def test_async_client_every_method(server: Replica, scheme_names: list[str]) -> None:
+async def test_async_client_every_method(server: Server, scheme_names: list[str]) -> None:
     async with AsyncClient(server.url) as client:
         for scheme in scheme_names:
             got = await asyncio.gather(*(client.new_id(scheme) for _ in range(500)))
@@ -229,7 +229,7 @@ async def test_async_client_every_method(server: Replica, scheme_names: list[str
         assert len({await client.new_id("wiji") for _ in range(20)}) == 20 and client.stats() == []
 
 
-async def test_async_client_failover_and_error_naming_every_replica(server: Replica) -> None:
+async def test_async_client_failover_and_error_naming_every_replica(server: Server) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     async with AsyncClient([dead, server.url], timeout=2) as client:
         assert len(await client.ids("wiji", 10)) == 10  # the dead one is skipped

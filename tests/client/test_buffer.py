@@ -10,7 +10,7 @@ import time
 import pytest
 from idmint_client import AsyncClient, Client
 
-from tests.helpers import Replica
+from tests.support.server import Server
 
 pytestmark = pytest.mark.anyio
 
@@ -19,7 +19,7 @@ def wiji_time_us(client: Client, text: str) -> int:
     return int(client.decode(text, scheme="wiji").fields["timestamp_us"])
 
 
-def test_buffer_is_refilled_before_it_runs_dry(server: Replica) -> None:
+def test_buffer_is_refilled_before_it_runs_dry(server: Server) -> None:
     with Client(server.url, min_refill=200) as client:
 
         def steady_use(seconds: float) -> None:  # bursts of 100 IDs every ~20 ms (~5000 IDs/s)
@@ -38,7 +38,7 @@ def test_buffer_is_refilled_before_it_runs_dry(server: Replica) -> None:
         assert stats.expired == 0, stats
 
 
-def test_max_age_discards_stale_ids(server: Replica) -> None:
+def test_max_age_discards_stale_ids(server: Server) -> None:
     with Client(server.url, max_age=0.2) as client:
         client.new_id("wiji")
         time.sleep(0.35)
@@ -54,7 +54,7 @@ def test_max_age_discards_stale_ids(server: Replica) -> None:
         assert client.new_id("wiji") > old and client.stats()[0].refills == 1
 
 
-def test_refill_size_adapts_to_the_rate_of_use_within_its_bounds(server: Replica) -> None:
+def test_refill_size_adapts_to_the_rate_of_use_within_its_bounds(server: Server) -> None:
     with Client(server.url, min_refill=50, max_refill=20_000) as client:
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:  # as fast as one thread can draw
@@ -70,7 +70,7 @@ def test_refill_size_adapts_to_the_rate_of_use_within_its_bounds(server: Replica
         assert fast.issued > 100 * slow.issued
 
 
-def test_eight_threads_never_get_the_same_id(server: Replica) -> None:
+def test_eight_threads_never_get_the_same_id(server: Server) -> None:
     per_thread = 50_000
     results: list[list[str]] = [[] for _ in range(8)]
     with Client(server.url, min_refill=100) as client:
@@ -90,7 +90,7 @@ def test_eight_threads_never_get_the_same_id(server: Replica) -> None:
         assert r == sorted(r)
 
 
-def test_forked_child_starts_with_an_empty_buffer(server: Replica) -> None:
+def test_forked_child_starts_with_an_empty_buffer(server: Server) -> None:
     with Client(server.url, max_age=None) as client:
         parent_first = [client.new_id("hlc-ulid") for _ in range(10)]  # warm buffer in the parent
         read_fd, write_fd = os.pipe()
@@ -120,7 +120,7 @@ def test_forked_child_starts_with_an_empty_buffer(server: Replica) -> None:
         assert len(set(everything)) == len(everything), "a buffered ID was handed out by two processes"
 
 
-async def test_async_tasks_share_one_buffer_without_duplicates(server: Replica) -> None:
+async def test_async_tasks_share_one_buffer_without_duplicates(server: Server) -> None:
     async with AsyncClient(server.url, max_age=0.3, min_refill=100) as client:
 
         async def worker() -> list[str]:

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Replica, free_port
+from tests.support.server import Server, free_port
 from tests.test_cli import idmint
 
 pytestmark = pytest.mark.integration  # a real idmint serve
 
 
-def test_mint_from_a_server_with_a_dead_replica_listed_first(tmp_path: Path, server: Replica) -> None:
+def test_mint_from_a_server_with_a_dead_replica_listed_first(tmp_path: Path, server: Server) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     r = idmint(
         tmp_path,
@@ -33,7 +33,7 @@ def test_mint_from_a_server_with_a_dead_replica_listed_first(tmp_path: Path, ser
     assert not list((tmp_path).iterdir()), "minted locally instead of asking the server"
 
 
-def test_mint_from_servers_errors_are_clear(tmp_path: Path, server: Replica) -> None:
+def test_mint_from_servers_errors_are_clear(tmp_path: Path, server: Server) -> None:
     dead = [f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"]
     r = idmint(tmp_path, "mint", "wiji", "-n", "10", "--server", ",".join(dead))
     assert r.returncode == 1 and "no replica available" in r.stderr and all(u in r.stderr for u in dead)

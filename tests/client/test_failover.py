@@ -16,7 +16,7 @@ import pytest
 from idmint_client import AsyncClient, Client, NoReplicaAvailable
 
 from tests.client.conftest import issued_total, replica_on
-from tests.helpers import Replica
+from tests.support.server import Server
 from tests.test_replicas import etcd_env
 
 pytestmark = pytest.mark.anyio
@@ -25,7 +25,7 @@ SCHEME = "hlc-ulid"
 """A scheme whose node identity (publisher ID) is leased, so two replicas' IDs differ by construction."""
 
 
-def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Replica, Replica]:
+def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Server, Server]:
     """Two ready replicas holding different identities; both stopped when they do not get there."""
     a, b = replica_on(tmp_path, env), replica_on(tmp_path, env)
     try:
@@ -47,7 +47,7 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(
 ) -> None:
     env = etcd_env(etcd_server, etcd_namespace)
     a, b = two_replicas(tmp_path, env)
-    restarted: Replica | None = None
+    restarted: Server | None = None
     stop = threading.Event()
     results: list[list[str]] = [[] for _ in range(8)]
     errors: list[BaseException] = []
@@ -151,7 +151,7 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(
 ) -> None:
     env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID for two replicas
     holder = replica_on(tmp_path, env)
-    refuser: Replica | None = None
+    refuser: Server | None = None
     try:
         holder.wait("/readyz")
         refuser = replica_on(tmp_path, env)

@@ -20,7 +20,7 @@ from idmint_client import (
     UnknownScheme,
 )
 
-from tests.helpers import Replica, free_port
+from tests.support.server import Server, free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,7 @@ def create(url: str, name: str, start: int = 1, cache: int = 100) -> None:
     assert r.status_code in (200, 201), r.text
 
 
-def test_next_and_range_give_exact_python_ints(server: Replica) -> None:
+def test_next_and_range_give_exact_python_ints(server: Server) -> None:
     start = MAX_VALUE - 10**7  # far above 2**53: a JSON number would be rounded by many readers
     create(server.url, "client-big", start=start)
     with Client(server.url) as client:
@@ -62,7 +62,7 @@ def test_next_and_range_give_exact_python_ints(server: Replica) -> None:
             client.range("client-big", 2**40)  # fewer remain before the maximum
 
 
-async def test_async_client_next_and_range(server: Replica) -> None:
+async def test_async_client_next_and_range(server: Server) -> None:
     create(server.url, "client-async")
     async with AsyncClient(server.url) as client:
         got = await asyncio.gather(*(client.next("client-async", 3) for _ in range(50)))
@@ -76,7 +76,7 @@ async def test_async_client_next_and_range(server: Replica) -> None:
 
 def test_two_servers_of_one_fleet_share_the_sequence_and_fail_over(tmp_path: Path) -> None:
     env = {"IDMINT_STATE_DIR": str(tmp_path / "shared")}  # one state directory: one fleet, one store
-    a, b = Replica(tmp_path, env), Replica(tmp_path, env)
+    a, b = Server(tmp_path, env), Server(tmp_path, env)
     dead = f"http://127.0.0.1:{free_port()}"
     try:
         a.wait("/readyz")
@@ -96,7 +96,7 @@ def test_two_servers_of_one_fleet_share_the_sequence_and_fail_over(tmp_path: Pat
 
 def test_servers_of_two_fleets_are_refused_for_sequences(tmp_path: Path) -> None:
     env = {"IDMINT_REGIONS": "2", "IDMINT_EIGHT_BYTE_GENERATORS": "4", "IDMINT_SNOWFLAKE_WORKERS": "4"}
-    nodes = [Replica(tmp_path, {**env, "IDMINT_REGION": str(i)}) for i in range(2)]  # own state dirs: two fleets
+    nodes = [Server(tmp_path, {**env, "IDMINT_REGION": str(i)}) for i in range(2)]  # own state dirs: two fleets
     try:
         for node in nodes:
             node.wait("/readyz")

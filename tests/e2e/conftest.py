@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.harness import ARTIFACTS_DIR, Server, browser_missing_reason, launch_browser, run_server
+from tests.e2e.harness import ARTIFACTS_DIR, browser_missing_reason, launch_browser, run_server
+from tests.support.server import Server
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, ViewportSize

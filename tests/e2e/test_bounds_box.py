@@ -8,7 +8,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.e2e.harness import Server
+from tests.support.server import Server
 
 
 def test_the_box_shows_both_bounds_and_the_sql(page: Page, server: Server) -> None:

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Page, expect  # dev extra; a missing package fails here, it is never skipped
 
 from app.schemes import schemes
-from tests.e2e.harness import Server
+from tests.support.server import Server
 
 SCHEMES = tuple(schemes())
 INPUT_LABEL = "IDs, log lines or ticket text"

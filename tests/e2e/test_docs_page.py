@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.harness import Server
+from tests.support.server import Server
 
 
 def test_docs_render_offline_with_every_route(page: Page, server: Server) -> None:

@@ -10,8 +10,8 @@ from playwright.sync_api import Page
 
 from app.schemes.snowflake import JS53, TWITTER, Layout, SnowflakeGenerator
 from app.sequences.store.base import MAX_VALUE
-from tests.e2e.harness import Server
 from tests.helpers import FakeClock
+from tests.support.server import Server
 
 FETCH_AND_PARSE = """async path => {
     const response = await fetch(path);

@@ -14,7 +14,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from app.errors import PoolExhaustedError
 from app.lease.base import Owner
 from app.lease.embedded import EmbeddedBackend
-from tests.helpers import CLAIMING, SCHEMES, pool_spec, serve_process
+from tests.helpers import CLAIMING, SCHEMES, pool_spec
+from tests.support.server import serve_process
 
 HOLDER = Owner(host="test", pid=1, version="0", started_at="2026-01-01T00:00:00Z")
 POOL = pool_spec("eight-byte", minimum=0, maximum=2, settings={"cluster_id": 0})

@@ -22,7 +22,8 @@ from app.lease.base import Owner
 from app.lease.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
 from app.settings import Settings, load_settings
 from tests.helpers import FakeClock, pool_spec
-from tests.support.etcd import EtcdServer, RawEtcd, free_port, make_tls_material
+from tests.support.etcd import EtcdServer, RawEtcd, make_tls_material
+from tests.support.server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 

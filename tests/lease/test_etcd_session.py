@@ -12,7 +12,8 @@ from app.errors import BackendUnavailableError, LeaseLostError
 from app.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
 from app.lease.etcd.session import Session
 from tests.helpers import FakeClock
-from tests.support.etcd import EtcdServer, free_port
+from tests.support.etcd import EtcdServer
+from tests.support.server import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from app.settings import Settings
-from tests.support.prometheus import DEPLOY, REPO, find_tool, free_port, run_tool
+from tests.support.prometheus import DEPLOY, REPO, find_tool, run_tool
+from tests.support.server import free_port
 
 DOCKERFILE = REPO / "Dockerfile"
 COMPOSE = REPO / "docker-compose.yml"

@@ -114,8 +114,8 @@ def test_configure_logging_applies_to_the_idmint_tree(capsys: pytest.CaptureFixt
 
 def test_serve_writes_json_lines_and_access_lines_when_enabled(idmint_server) -> None:
     server = idmint_server(workers=1, env={"IDMINT_LOG_FORMAT": "json", "IDMINT_ACCESS_LOG": "true"})
-    assert httpx.get(f"{server.base_url}/v1/ids/wiji", params={"count": 2}, timeout=5).status_code == 200
-    assert httpx.get(f"{server.base_url}/v1/ids/nope", timeout=5).status_code == 404
+    assert httpx.get(f"{server.url}/v1/ids/wiji", params={"count": 2}, timeout=5).status_code == 200
+    assert httpx.get(f"{server.url}/v1/ids/nope", timeout=5).status_code == 404
     server.proc.terminate()
     server.proc.wait(timeout=15)
     lines = [line for line in server.log().splitlines() if line.strip()]
@@ -132,7 +132,7 @@ def test_serve_writes_json_lines_and_access_lines_when_enabled(idmint_server) ->
 def test_serve_has_no_access_lines_by_default(idmint_server) -> None:
     server = idmint_server(workers=1)
     for _ in range(3):
-        assert httpx.get(f"{server.base_url}/v1/ids/muid", timeout=5).status_code == 200
+        assert httpx.get(f"{server.url}/v1/ids/muid", timeout=5).status_code == 200
     server.proc.terminate()
     server.proc.wait(timeout=15)
     lines = [line for line in server.log().splitlines() if line.strip() and not line.startswith(" ")]

@@ -23,7 +23,8 @@ import yaml
 
 from tests.support.etcd import EtcdServer, find_etcd_binary
 from tests.support.podman import REPO, SESSION, STATE_DIR, Container, ContainerFactory, Image, Podman, build_image
-from tests.support.prometheus import DEPLOY, IDMINT_JOB, find_tool, free_port
+from tests.support.prometheus import DEPLOY, IDMINT_JOB, find_tool
+from tests.support.server import free_port
 
 GRACE_S = 15  # docker-compose.yml's stop_grace_period
 STREAM_COUNT = 100_000

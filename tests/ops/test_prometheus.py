@@ -16,12 +16,12 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from app.schemes import schemes
 from tests.support.prometheus import (
     DEPLOY,
-    IdmintServer,
     PrometheusServer,
     find_tool,
     process_environ,
     run_tool,
 )
+from tests.support.server import Server
 
 # scheme -> list of (method, count): GETs go through the fast path, POSTs through the router. Every scheme is
 # issued (those without an entry here get OTHER_CALLS), so the first scrape shows one series per scheme.
@@ -58,12 +58,12 @@ def _issue(base_url: str, scheme: str, method: str, count: int) -> int:
     return count
 
 
-def _issue_all(server: IdmintServer, repeat: int) -> dict[str, int]:
+def _issue_all(server: Server, repeat: int) -> dict[str, int]:
     jobs = [
         (scheme, method, count) for _ in range(repeat) for scheme, calls in ISSUES.items() for method, count in calls
     ]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        received = list(pool.map(lambda job: _issue(server.base_url, *job), jobs))
+        received = list(pool.map(lambda job: _issue(server.url, *job), jobs))
     totals: dict[str, int] = {}
     for (scheme, _, _), count in zip(jobs, received, strict=True):
         totals[scheme] = totals.get(scheme, 0) + count
@@ -77,7 +77,7 @@ def _issued(prometheus: PrometheusServer) -> dict[str, float]:
 
 
 def _scrape_and_count(
-    server: IdmintServer,
+    server: Server,
     prometheus_server: Callable[[dict[str, Any]], PrometheusServer],
     scrape_config: Callable[..., dict[str, Any]],
     repeat: int,
@@ -156,8 +156,8 @@ def _check_metrics(text: str) -> None:
 def test_promtool_check_metrics_passes_on_our_metrics(idmint_server) -> None:
     server = idmint_server(workers=1)
     for scheme, calls in ISSUES.items():
-        _issue(server.base_url, scheme, *calls[0])
-    httpx.get(f"{server.base_url}/no/such/path", timeout=5)
+        _issue(server.url, scheme, *calls[0])
+    httpx.get(f"{server.url}/no/such/path", timeout=5)
     text = server.metrics_text()
     for name in (
         "idmint_ids_issued_total",
@@ -183,7 +183,7 @@ def test_promtool_check_metrics_passes_on_our_metrics(idmint_server) -> None:
 def test_promtool_check_metrics_passes_with_two_workers(idmint_server) -> None:
     server = idmint_server(workers=2)
     for scheme, calls in ISSUES.items():
-        _issue(server.base_url, scheme, *calls[0])
+        _issue(server.url, scheme, *calls[0])
     text = server.metrics_text()
     assert "\nidmint_ids_issued_total" in text and "pid=" not in text
     _check_metrics(text)
@@ -201,9 +201,9 @@ def test_promtool_check_config_and_rules_on_deploy_files() -> None:
 
 def test_readyz_body_names_schemes(idmint_server) -> None:
     server = idmint_server(workers=1)
-    response = httpx.get(f"{server.base_url}/readyz", timeout=5)
+    response = httpx.get(f"{server.url}/readyz", timeout=5)
     assert response.status_code == 200
     body = json.loads(response.text)
     assert body["status"] == "ready"
     assert set(body["schemes"]) == set(ISSUES)
-    assert httpx.get(f"{server.base_url}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from app.sequences.buffer import HAND_BACK_TIMEOUT_S
-from tests.helpers import Replica
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
 from tests.support.etcd import EtcdServer
+from tests.support.server import Server
 from tests.test_replicas import etcd_env
 
 pytestmark = pytest.mark.integration  # real processes (and a real etcd)
@@ -37,20 +37,20 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, st
         yield etcd_env(request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_namespace"))
 
 
-def start(tmp_path: Path, env: dict[str, str]) -> Replica:
-    node = Replica(tmp_path, env)
+def start(tmp_path: Path, env: dict[str, str]) -> Server:
+    node = Server(tmp_path, env)
     node.wait("/readyz")
     return node
 
 
-def next_ids(node: Replica, count: int, name: str = "orders") -> list[int]:
+def next_ids(node: Server, count: int, name: str = "orders") -> list[int]:
     r = httpx.get(f"{node.url}/v1/sequences/{name}/next", params={"count": count}, timeout=30)
     assert r.status_code == 200, r.text
     ids: list[int] = r.json()["ids"]
     return ids
 
 
-def terminate(node: Replica) -> str:
+def terminate(node: Server) -> str:
     """SIGTERM and wait for the clean exit (uvicorn runs the lifespan's shutdown, then exits by the signal it got);
     the node's log."""
     node.proc.send_signal(signal.SIGTERM)
@@ -84,7 +84,7 @@ def test_a_clean_stop_hands_the_range_back_and_the_next_node_follows_on(tmp_path
 def test_a_range_reserved_since_keeps_it_a_gap_and_two_nodes_never_repeat(tmp_path: Path, env: dict[str, str]) -> None:
     a = start(tmp_path, env)
     b = start(tmp_path, env)
-    c: Replica | None = None
+    c: Server | None = None
     try:
         create(a.url, cache=CACHE)
         from_a = next_ids(a, 3)  # a holds 1..1000
@@ -124,7 +124,7 @@ def test_stops_and_restarts_under_load_never_issue_an_integer_twice(tmp_path: Pa
         for round_ in range(3):
             victim, other = nodes[round_ % 2], nodes[1 - round_ % 2]
 
-            def stop_one_cleanly(victim: Replica = victim, other: Replica = other) -> None:
+            def stop_one_cleanly(victim: Server = victim, other: Server = other) -> None:
                 wait_served(served, victim.url, 300)  # load on it first
                 terminate(victim)  # SIGTERM while clients call it and the other node
                 wait_served(served, other.url, 300)  # the other goes on after the hand-back

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Replica
 from tests.sequences.support import Served, check, create, run_clients
+from tests.support.server import Server
 
 pytestmark = pytest.mark.integration  # real processes
 
@@ -18,8 +18,8 @@ CLIENTS_PER_REPLICA = 8
 
 def test_two_processes_on_one_state_directory_crash_and_restart(tmp_path: Path) -> None:
     env = {"IDMINT_STATE_DIR": str(tmp_path / "state")}
-    a, b = Replica(tmp_path, env), Replica(tmp_path, env)
-    restarted: Replica | None = None
+    a, b = Server(tmp_path, env), Server(tmp_path, env)
+    restarted: Server | None = None
     try:
         a.wait("/readyz")
         b.wait("/readyz")
@@ -36,7 +36,7 @@ def test_two_processes_on_one_state_directory_crash_and_restart(tmp_path: Path) 
             time.sleep(0.5)
 
         run_clients([a.url, b.url], CLIENTS_PER_REPLICA, 0, served, during=crash_b, tolerate=(0,))
-        restarted = Replica(tmp_path, env)
+        restarted = Server(tmp_path, env)
         restarted.wait("/readyz")
         run_clients([a.url, restarted.url], CLIENTS_PER_REPLICA, 3.0, served)
         check(served, restarted.url)

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Replica
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
 from tests.support.etcd import EtcdServer
+from tests.support.server import Server
 from tests.test_replicas import etcd_env, replicas
 
 pytestmark = pytest.mark.integration  # real etcd and processes
@@ -40,7 +40,7 @@ def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(
             time.sleep(0.5)
 
         run_clients([n.url for n in nodes], CLIENTS_PER_REPLICA, 0, served, during=crash, tolerate=(0,))
-        restarted = Replica(tmp_path, env)
+        restarted = Server(tmp_path, env)
         try:
             restarted.wait("/readyz")
             run_clients([nodes[0].url, nodes[1].url, restarted.url], CLIENTS_PER_REPLICA, 3.0, served)

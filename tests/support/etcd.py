@@ -28,7 +28,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -43,6 +42,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.support.server import free_port
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -204,13 +205,6 @@ class EtcdCluster:
 
     def etcdctl(self, *args: str) -> str:
         return next(m for m in self.members if m.running).etcdctl(*args)
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class EtcdServer:

@@ -53,7 +53,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.prometheus import free_port
+from tests.support.server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = "bookworm"

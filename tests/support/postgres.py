@@ -16,7 +16,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support.server import free_port
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -47,13 +48,6 @@ def find_postgres_bin() -> Path:
             pytrace=False,
         )
     return found[-1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -117,7 +111,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         check=True,
         capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     log = open(directory / "postgres.log", "wb")  # noqa: SIM115 - closed after the server stops
     process = subprocess.Popen(
         _as_user(

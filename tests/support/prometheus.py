@@ -7,8 +7,9 @@ fails the test (never skips it) with a message naming the install script.
 Fixtures:
 
 * ``ops_tool(name) -> str``: the path of an installed tool (PATH, then the virtualenv's bin).
-* ``idmint_server(workers=1, env=None) -> IdmintServer``: start ``idmint serve`` (the Dockerfile's CMD) with
-  ``IDMINT_STATE_DIR`` in tmp; waits until every worker finished startup and /readyz answers 200.
+* ``idmint_server(workers=1, env=None) -> Server``: start ``idmint serve`` (the Dockerfile's CMD, through
+  tests/support/server.py) with ``IDMINT_STATE_DIR`` in tmp; waits until every worker finished startup and /readyz
+  answers 200.
 * ``prometheus_server(config) -> PrometheusServer``: start Debian's ``prometheus`` with ``config`` (a dict written
   as YAML), waits for /-/ready; ``query()`` speaks the HTTP API.
 * ``scrape_config_for(target) -> dict``: a Prometheus config made from deploy/prometheus.yml's ``idmint`` job (same
@@ -21,7 +22,6 @@ import copy
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +33,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+
+from tests.support.server import Server, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -62,12 +64,6 @@ def run_tool(
     return subprocess.run(args, input=input_text, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
     """SIGTERM the process by PID; after ``timeout``, SIGKILL its process group (its own session)."""
     if proc.poll() is None:
@@ -79,122 +75,11 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
             proc.wait(timeout=timeout)
 
 
-def _children(pid: int) -> list[int]:
-    """PIDs whose parent is ``pid`` (Linux /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...; comm may contain spaces and parentheses
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and int(fields[1]) == pid:
-            out.append(int(entry.name))
-    return out
-
-
 def process_environ(pid: int) -> dict[str, str]:
     """The environment a process started with (Linux /proc)."""
     raw = Path(f"/proc/{pid}/environ").read_bytes()
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-# -- idmint serve ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class IdmintServer:
-    """A running ``idmint serve``."""
-
-    proc: subprocess.Popen[bytes]
-    port: int
-    workers: int
-    log_path: Path
-    state_dir: Path
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def worker_pids(self) -> list[int]:
-        """uvicorn worker processes (children that run the app); the server itself with one worker."""
-        if self.workers == 1:
-            return [self.pid]
-        return [pid for pid in _children(self.pid) if b"spawn_main" in _cmdline(pid)]
-
-    def metrics_text(self) -> str:
-        response = httpx.get(f"{self.base_url}/metrics", timeout=5)
-        response.raise_for_status()
-        return response.text
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def idmint_command() -> list[str]:
-    """``idmint`` as installed (the Dockerfile's CMD), else the same entry point through ``python -m``."""
-    script = Path(sys.executable).parent / "idmint"
-    if script.is_file():
-        return [str(script)]
-    return [sys.executable, "-m", "app.cli"]
-
-
-def start_idmint(
-    workdir: Path, workers: int = 1, env: dict[str, str] | None = None, timeout: float = 60.0
-) -> IdmintServer:
-    workdir.mkdir(parents=True, exist_ok=True)
-    state_dir = workdir / "state"
-    state_dir.mkdir(exist_ok=True)
-    port = free_port()
-    log_path = workdir / f"idmint-{port}.log"
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("IDMINT_") and k != "PROMETHEUS_MULTIPROC_DIR"}
-    full_env.update({"IDMINT_STATE_DIR": str(state_dir), "PYTHONUNBUFFERED": "1", **(env or {})})
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [*idmint_command(), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)],
-            cwd=REPO,
-            env=full_env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = IdmintServer(proc, port, workers, log_path, state_dir)
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"idmint serve exited with {proc.returncode}:\n{server.log()}")
-            if server.log().count("Application startup complete") >= workers:
-                try:
-                    if httpx.get(f"{server.base_url}/readyz", timeout=2).status_code == 200:
-                        return server
-                except httpx.TransportError:
-                    pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"idmint serve was not ready within {timeout:g} s:\n{server.log()}")
-            time.sleep(0.1)
-    except BaseException:
-        _stop(proc)
-        raise
 
 
 # -- prometheus ------------------------------------------------------------------------------------------------
@@ -324,17 +209,20 @@ def ops_tool() -> Callable[[str], str]:
 
 
 @pytest.fixture
-def idmint_server(tmp_path: Path) -> Iterator[Callable[..., IdmintServer]]:
-    started: list[IdmintServer] = []
+def idmint_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    """``start(workers=1, env=None)``: a ready ``idmint serve`` (tests/support/server.py), every worker started."""
+    started: list[Server] = []
 
-    def start(workers: int = 1, env: dict[str, str] | None = None) -> IdmintServer:
-        server = start_idmint(tmp_path / f"idmint-{len(started)}", workers=workers, env=env)
+    def start(workers: int = 1, env: dict[str, str] | None = None) -> Server:
+        workdir = tmp_path / f"idmint-{len(started)}"
+        server = Server(workdir, {"IDMINT_STATE_DIR": str(workdir / "state"), **(env or {})}, workers=workers)
         started.append(server)
+        server.wait_ready()
         return server
 
     yield start
     for server in started:
-        _stop(server.proc)
+        server.stop()
 
 
 @pytest.fixture

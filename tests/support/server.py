@@ -1,0 +1,322 @@
+"""The tests' one harness for real idmint servers: :class:`Server` starts ``idmint serve`` (or, with
+``uvicorn=True``, ``python -m uvicorn --factory app.main:create_app``) on 127.0.0.1 and a free port, waits for it
+by condition (``/healthz``, ``/readyz``, every worker's startup line), captures its log, and stops it by PID.
+
+* The environment is the test process's without any ``IDMINT_*`` variable (nor ``PROMETHEUS_MULTIPROC_DIR``), then
+  ``IDMINT_STATE_DIR`` (``<workdir>/state-<port>``, unless ``env`` names one) and ``env``: a server sees only the
+  settings its test gives it.
+* The process runs in a session of its own: :meth:`Server.stop` SIGTERMs its PID and waits, then SIGKILLs what is
+  left of its process group (uvicorn's workers); every server still running at interpreter exit is SIGKILLed.
+* Its log is ``<workdir>/server-<port>.log`` (or ``log_path``); failures to start quote it.
+
+:func:`serve_process` and :func:`running_server` wrap it as context managers; :func:`free_port` is the suite's
+one free-port helper (etcd, PostgreSQL, Prometheus and podman take theirs from here too).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+START_TIMEOUT_S = 120.0
+"""A guard against a server that never comes up (its log is then quoted), not a time budget: on a busy machine a
+start takes seconds, and the wait ends as soon as the server answers."""
+STOP_TIMEOUT_S = 30.0
+POLL_S = 0.05
+HTTP_TIMEOUT_S = 30.0
+
+_RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+"""PID -> process of every server started here and not yet stopped (killed at exit as a last resort)."""
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for pid, proc in list(_RUNNING.items()):
+        if proc.poll() is None:
+            _killpg(pid)
+            proc.wait()
+        _RUNNING.pop(pid, None)
+
+
+def _killpg(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def idmint_command() -> list[str]:
+    """``idmint`` as installed (the Dockerfile's CMD), else the same entry point through ``python -m app.cli``."""
+    script = Path(sys.executable).parent / "idmint"
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "app.cli"]
+
+
+def clean_environment() -> dict[str, str]:
+    """The test process's environment without idmint's settings (``IDMINT_*``, ``PROMETHEUS_MULTIPROC_DIR``)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("IDMINT_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+
+
+def _children(pid: int) -> list[int]:
+    """PIDs whose parent is ``pid`` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...; comm may contain spaces and parentheses
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+class Server:
+    """A real idmint server process on a free loopback port (or ``port``); started without waiting (call
+    :meth:`wait`, :meth:`wait_ready`, or use :func:`serve_process`), stopped by PID.
+
+    ``args`` go to ``idmint serve`` after ``--host`` and ``--port`` (``--workers`` is added when ``workers`` > 1).
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        env: Mapping[str, str] | None = None,
+        *args: str,
+        port: int | None = None,
+        workers: int = 1,
+        uvicorn: bool = False,
+        log_path: Path | None = None,
+    ) -> None:
+        self.port = free_port() if port is None else port
+        self.workers = workers
+        self.url = f"http://127.0.0.1:{self.port}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        full_env = clean_environment()
+        full_env.update({"PYTHONUNBUFFERED": "1", "IDMINT_STATE_DIR": str(workdir / f"state-{self.port}")})
+        full_env.update(env or {})
+        self.state_dir = Path(full_env["IDMINT_STATE_DIR"])
+        self.log_path = log_path if log_path is not None else _unused(workdir / f"server-{self.port}.log")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if uvicorn:
+            command = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app"]
+            command += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning", "--no-access-log"]
+        else:
+            command = [*idmint_command(), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+            if workers != 1:
+                command += ["--workers", str(workers)]
+        command += list(args)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=full_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _RUNNING[self.proc.pid] = self.proc
+
+    # -- what it is --------------------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def target(self) -> str:
+        """``127.0.0.1:<port>`` (a Prometheus target)."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log().splitlines()[-lines:])
+
+    def worker_pids(self) -> list[int]:
+        """uvicorn's worker processes (children that run the app); the server itself with one worker."""
+        if self.workers == 1:
+            return [self.pid]
+        return [pid for pid in _children(self.pid) if b"spawn_main" in _cmdline(pid)]
+
+    # -- waiting -----------------------------------------------------------------------------------------------
+
+    def wait(self, path: str = "/healthz", status: int = 200, timeout: float = START_TIMEOUT_S) -> httpx.Response:
+        """Poll ``path`` until it answers ``status``; fail with the server's log when it exits first (or
+        ``timeout`` passes: a guard, not a budget)."""
+        deadline = time.monotonic() + timeout
+        last: httpx.Response | None = None
+        error = ""
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                last = httpx.get(f"{self.url}{path}", timeout=5.0)
+                if last.status_code == status:
+                    return last
+            except httpx.TransportError as exc:
+                error = repr(exc)
+            if time.monotonic() > deadline:
+                body = last.text if last is not None else f"(no answer: {error})"
+                raise AssertionError(
+                    f"{self.url}{path} did not answer {status} in {timeout:g} s; last: {body}\n{self.log()}"
+                )
+            time.sleep(POLL_S)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Wait until ``/readyz`` answers 200 and, with more than one worker, every worker logged its startup
+        (any one of them may answer ``/readyz``)."""
+        deadline = time.monotonic() + timeout
+        while self.workers > 1 and self.log().count("Application startup complete") < self.workers:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.workers} worker(s) did not start in {timeout:g} s:\n{self.log()}")
+            time.sleep(POLL_S)
+        self.wait("/readyz", timeout=max(1.0, deadline - time.monotonic()))
+
+    # -- stopping ----------------------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM by PID and wait for the exit (SIGKILL to its process group after ``timeout``); then SIGKILL
+        whatever of its group is left. Returns the exit status."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                _killpg(self.proc.pid)
+                self.proc.wait()
+        self._kill_workers()
+        _RUNNING.pop(self.proc.pid, None)
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL (and its workers): no clean release, no final mark; a lease must expire on its own."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._kill_workers()
+        _RUNNING.pop(self.proc.pid, None)
+
+    def _kill_workers(self) -> None:
+        """SIGKILL what is left of the server's process group (uvicorn's workers outliving a killed server)."""
+        if self.workers > 1:
+            _killpg(self.proc.pid)
+
+    # -- talking to it -----------------------------------------------------------------------------------------
+
+    def get(self, path: str, **params: Any) -> httpx.Response:
+        return httpx.get(f"{self.url}{path}", params=params, timeout=HTTP_TIMEOUT_S)
+
+    def metrics_text(self) -> str:
+        response = self.get("/metrics")
+        response.raise_for_status()
+        return response.text
+
+    def get_json(self, path: str, **params: Any) -> Any:
+        """GET ``path`` (with query ``params``) and return the decoded JSON; raises on a status >= 400."""
+        response = self.get(path, **params)
+        response.raise_for_status()
+        return response.json()
+
+    def status_and_json(self, path: str) -> tuple[int, Any]:
+        """GET ``path``; ``(status, JSON body)``, also for error statuses."""
+        response = self.get(path)
+        return response.status_code, response.json()
+
+    def post_json(self, path: str, body: Any) -> Any:
+        response = httpx.post(
+            f"{self.url}{path}",
+            content=json.dumps(body),
+            headers={"content-type": "application/json"},
+            timeout=HTTP_TIMEOUT_S,
+        )
+        response.raise_for_status()
+        return response.json()
+
+    def issue(self, scheme: str, count: int = 1, **options: Any) -> list[str]:
+        """``count`` fresh IDs of ``scheme`` from ``GET /v1/ids/{scheme}``, in their canonical form."""
+        return list(self.get_json(f"/v1/ids/{scheme}", count=count, **options)["ids"])
+
+    def decode(self, scheme: str, text: str) -> dict[str, Any]:
+        """The server's own decode object for ``text`` (``GET /v1/decode/{scheme}/{id}``)."""
+        return dict(self.get_json(f"/v1/decode/{scheme}/{urllib.parse.quote(text, safe='')}"))
+
+    def __repr__(self) -> str:
+        return f"Server({self.url}, pid {self.proc.pid}, {'running' if self.running else 'stopped'})"
+
+
+def _unused(path: Path) -> Path:
+    """``path``, or ``<stem>-2<suffix>``, ``-3``...: the first that does not exist (a restart on the same port
+    keeps the earlier log)."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+@contextlib.contextmanager
+def running_server(
+    workdir: Path, env: Mapping[str, str] | None = None, *args: str, ready: bool = True, **kwargs: Any
+) -> Iterator[Server]:
+    """A started :class:`Server`, ready (``/readyz`` and every worker up; ``ready=False``: ``/healthz``), stopped
+    on exit."""
+    server = Server(workdir, env, *args, **kwargs)
+    try:
+        if ready:
+            server.wait_ready()
+        else:
+            server.wait("/healthz")
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def serve_process(state_dir: Path, *args: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A ready ``idmint serve`` using ``state_dir`` itself as its state dir; yields its base URL."""
+    with running_server(state_dir, {"IDMINT_STATE_DIR": str(state_dir), **(env or {})}, *args) as server:
+        yield server.url
