@@ -100,11 +100,18 @@ def route_finder(api: Any) -> Callable[[Scope], tuple[str, Access]]:
     """``find(scope)``: the template and declared access of the FastAPI route a request would reach
     (``("/v1/ids/{scheme}/stream", Access("stream", ...))``), or ``("unmatched", OPEN)``."""
 
+    # Each route's literal head (its template up to the first parameter): a route is matched (a regex each, about
+    # 1 µs) only when the path starts with its head, so a request tries one to three routes, not all of them (the
+    # full walk cost 12 to 50 µs a request). Order is kept: the first route that matches wins, as in Starlette.
+    routes = [(str(getattr(route, "path", "")).partition("{")[0], route) for route in all_routes(api.router.routes)]
+
     def route_of(scope: Scope) -> tuple[str, Access]:
-        for route in all_routes(api.router.routes):
-            match, _ = route.matches(scope)
-            if match == Match.FULL:
-                return str(getattr(route, "path", UNMATCHED)), access_of(route)
+        path = scope["path"]
+        for head, route in routes:
+            if path.startswith(head):
+                match, _ = route.matches(scope)
+                if match == Match.FULL:
+                    return str(getattr(route, "path", UNMATCHED)), access_of(route)
         return UNMATCHED, OPEN
 
     return route_of
