@@ -412,14 +412,17 @@ class IdentityHolder:
             await self.record_mark()
 
     async def stop(self) -> None:
-        """Record the exact final mark and release every claim."""
+        """Record the exact final mark and release every claim, after any mark write in flight: under the mark
+        lock, so the two never write one claim's mark at once (the embedded backend's writes share a temporary
+        file, and one of the two failed)."""
         gen, claims = self.generator, self.claims
         self.generator, self.claims = None, []
         self.reason = "stopping"
         final = gen.high_water if gen is not None else None
-        for claim in claims:
-            valid = claim.valid()
-            await self._release_quietly(claim, final if valid else None)
+        async with self._mark_lock:
+            for claim in claims:
+                valid = claim.valid()
+                await self._release_quietly(claim, final if valid else None)
         self._lease_held(False, None)
 
 

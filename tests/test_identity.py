@@ -174,3 +174,37 @@ async def test_the_marks_of_several_claims_are_recorded_at_once_and_all_must_suc
         assert holder.recorded_mark == before + 10**9  # one failed write: the mark did not move
         with pytest.raises(NotReadyError, match="disk full"):
             holder.check()  # and the scheme stops issuing until a mark is recorded again
+
+
+async def test_stopping_waits_for_a_mark_write_in_flight_before_the_final_mark(tmp_path: Path) -> None:
+    """A mark write in flight and the final mark at a clean stop never write one claim's mark at once (on the
+    embedded backend both renamed the same temporary file, and one failed: "releasing ... failed")."""
+    from tests.helpers import new_node, started
+
+    async with started(new_node(tmp_path)) as node:
+        holder = node.issuers["muid"].holder
+        (claim,) = holder.claims
+        writing, let_go = asyncio.Event(), asyncio.Event()
+        order: list[str] = []
+        real_record, real_release = claim.record_mark, node.backend.release
+
+        async def slow_record(mark: int) -> None:
+            writing.set()
+            await let_go.wait()
+            await real_record(mark)
+            order.append("mark")
+
+        async def release(claim: Any, final_mark: int | None) -> None:
+            order.append("final")
+            await real_release(claim, final_mark)
+
+        claim.record_mark = slow_record  # type: ignore[method-assign]
+        node.backend.release = release  # type: ignore[method-assign]
+        in_flight = asyncio.create_task(holder.record_mark(holder.recorded_mark + 10**6))
+        await asyncio.wait_for(writing.wait(), timeout=30)
+        stopping = asyncio.create_task(holder.stop())
+        await asyncio.sleep(0)  # stop runs up to the lock
+        assert order == []  # the final mark waits for the write in flight
+        let_go.set()
+        await asyncio.wait_for(asyncio.gather(in_flight, stopping), timeout=30)
+        assert order == ["mark", "final"]
