@@ -10,7 +10,6 @@ object body with the same members.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -21,7 +20,8 @@ from starlette.types import Scope
 from app.api.access import declare
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
-from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare
+from app.api.front import Answer, HotHandler
+from app.api.issuing import answer_body, prepare
 from app.api.params import (
     IssueParams,
     merge_body,
@@ -76,22 +76,18 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
     return Response(await answer_body(scheme, request.format, issued), media_type="application/json")
 
 
-def hot_issue(
-    node: Node, settings: Settings
-) -> Callable[[str, Scope], Awaitable[tuple[int, bytes, list[tuple[bytes, bytes]]] | None]]:
+def hot_issue(node: Node, settings: Settings) -> HotHandler:
     """The hot handler of ``GET /v1/ids/{scheme}``: the same parser (:func:`~app.api.params.parse_issue`), issuer
     and body as :func:`issue`, without FastAPI. Declines (None) a scheme ``node`` does not issue, which the FastAPI
     route then answers (404 naming the known schemes)."""
 
-    async def answer(scheme: str, scope: Scope) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
+    async def answer(scheme: str, scope: Scope) -> Answer | None:
         issuer = node.issuers.get(scheme)
         if issuer is None:
             return None
         request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
         charge_ids(scope, request.count)
         issued = await issuer.issue(request.count, request.options)
-        if issued.count < THREAD_ENCODE_MIN:  # answer_body without its coroutine, for the common small answer
-            return 200, issue_body(issuer.name, request.format, issued), []
         return 200, await answer_body(issuer.name, request.format, issued), []
 
     return answer

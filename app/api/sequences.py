@@ -12,7 +12,6 @@ range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -22,6 +21,7 @@ from starlette.types import Scope
 
 from app.api.access import declare
 from app.api.auth import charge_ids
+from app.api.front import Answer, HotHandler
 from app.api.issuing import off_loop
 from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body, split_query
 from app.errors import InvalidOptionError
@@ -250,10 +250,7 @@ def _has_body(scope: Scope) -> bool:
     return False
 
 
-Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
-
-
-def hot_next(service: SequenceService) -> Callable[[str, Scope], Awaitable[Answer | None]]:
+def hot_next(service: SequenceService) -> HotHandler:
     """The hot handler of ``GET /v1/sequences/{name}/next``: the same query reader, count parser, service and body
     as :func:`next_ids`, without FastAPI. Declines (None) a request with a body (the FastAPI route refuses it)."""
 
@@ -271,7 +268,7 @@ def hot_next(service: SequenceService) -> Callable[[str, Scope], Awaitable[Answe
     return answer
 
 
-def hot_range(service: SequenceService) -> Callable[[str, Scope], Awaitable[Answer | None]]:
+def hot_range(service: SequenceService) -> HotHandler:
     """The hot handler of a body-less ``POST /v1/sequences/{name}/range`` (as :func:`reserve_range`)."""
 
     async def answer(name: str, scope: Scope) -> Answer | None:

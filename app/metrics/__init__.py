@@ -68,9 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.metrics.collectors import (
     ISSUE_WAIT_BUCKETS_SECONDS,
-    REQUEST_DURATION,
     REQUEST_DURATION_BUCKETS_SECONDS,
-    REQUESTS,
     Collectors,
     shared_collectors,
 )
@@ -85,7 +83,6 @@ from app.metrics.multiprocess import (
 )
 from app.metrics.scheme import LargestRollback, SchemeMetrics
 from app.metrics.sequence import SequenceMetrics
-from app.metrics.tally import RequestTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -142,11 +139,10 @@ class Metrics:
             PlatformCollector(registry=self._registry)
             GCCollector(registry=self._registry)
             self._c = Collectors(self._registry)
-            tally = RequestTally(REQUEST_DURATION_BUCKETS_SECONDS, REQUESTS, REQUEST_DURATION)
-            self._registry.register(tally)
-            self._tally = tally.observe
 
         c = self._c
+        if c.request_tally is not None:
+            self._tally = c.request_tally.observe
         self._lock = threading.Lock()
         self._largest_rollback = LargestRollback(c)
         self._schemes: dict[str, SchemeMetrics] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from app.metrics.tally import CountTally
+from app.metrics.tally import CountTally, RequestTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -75,25 +75,28 @@ REQUEST_DURATION = (
 class Collectors:
     """The metric objects. Single-process: registered on ``registry``, the IDs issued counted by a
     :class:`~app.metrics.tally.CountTally` and the request metrics by a :class:`~app.metrics.tally.RequestTally`
-    (``requests`` and ``request_duration`` are None); multiprocess: unregistered (mmap files)."""
+    (``request_tally``; ``requests`` and ``request_duration`` are None); multiprocess: unregistered (mmap files),
+    ``request_tally`` None."""
 
     def __init__(self, registry: CollectorRegistry | None) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
         r = registry
         self.ids_issued: Any
-        if r is None:
-            self.ids_issued = Counter(*IDS_ISSUED, ["scheme"])
-        else:  # a single process: the plain-number tally (app/metrics/tally.py), read at scrape time
-            self.ids_issued = CountTally(*IDS_ISSUED, "scheme")
-            r.register(self.ids_issued)
         self.requests: Counter | None = None
         self.request_duration: Histogram | None = None
+        self.request_tally: RequestTally | None = None
         if r is None:
+            self.ids_issued = Counter(*IDS_ISSUED, ["scheme"])
             self.requests = Counter(*REQUESTS, ["route", "method", "status"])
             self.request_duration = Histogram(
                 *REQUEST_DURATION, ["route", "method"], buckets=REQUEST_DURATION_BUCKETS_SECONDS
             )
+        else:  # a single process: plain-number tallies (app/metrics/tally.py), read at scrape time
+            self.ids_issued = CountTally(*IDS_ISSUED, "scheme")
+            self.request_tally = RequestTally(REQUEST_DURATION_BUCKETS_SECONDS, REQUESTS, REQUEST_DURATION)
+            r.register(self.ids_issued)
+            r.register(self.request_tally)
         self.lease_held = Gauge(
             "idmint_lease_held",
             "1 when this node holds an identity for the scheme and may issue, else 0 "
