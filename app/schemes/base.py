@@ -22,7 +22,7 @@ Registering it is one line in :func:`app.schemes._load`; ``tests/test_completene
 everywhere.
 
 Clocks are ``Callable[[], int]`` returning **nanoseconds since the Unix epoch** (``time.time_ns``); each generator
-converts to its own unit. Random sources are ``Callable[[int], bytes]`` (``os.urandom``).
+converts to its own unit. Random sources are ``Callable[[int], bytes]`` (:func:`csprng` by default).
 
 "Native timestamp" below means the scheme's own timestamp field as an integer in the scheme's unit (µs for Muid and
 Wiji, ms for eight-byte and HLC-ULID, 1/65536 s for SIQ). High-water marks are stored in native units.
@@ -34,6 +34,7 @@ import abc
 import functools
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -49,7 +50,22 @@ Clock = Callable[[], int]
 """Returns nanoseconds since the Unix epoch, like :func:`time.time_ns`."""
 
 RandomSource = Callable[[int], bytes]
-"""Returns n random bytes from a CSPRNG, like :func:`os.urandom`."""
+"""Returns n random bytes from a CSPRNG, like :func:`csprng` or :func:`os.urandom`."""
+
+CSPRNG_SMALL_DRAW = 256
+"""Draws shorter than this many bytes come from :func:`os.urandom`, longer ones from :func:`ssl.RAND_bytes`."""
+
+
+def csprng(n: int) -> bytes:
+    """``n`` bytes from a CSPRNG, the default random source of every generator.
+
+    Small draws (under :data:`CSPRNG_SMALL_DRAW` bytes: single IDs and small batches) come from :func:`os.urandom`
+    (the kernel's getrandom), larger ones (column-wise batches and stream chunks) from :func:`ssl.RAND_bytes`
+    (OpenSSL's DRBG, seeded from the kernel and reseeded after fork). Measured side by side: os.urandom took 0.5
+    µs for a 4 to 64-byte draw, RAND_bytes 1.0 µs; at 256 bytes they were even (1.2 and 1.0 µs); for 4 KiB
+    RAND_bytes was 6.6x faster and for 384 KiB (one 65,536-ID chunk of HLC-ULID) 12x (84 µs against 1.04 ms).
+    """
+    return os.urandom(n) if n < CSPRNG_SMALL_DRAW else ssl.RAND_bytes(n)
 
 
 @dataclass(frozen=True)
@@ -397,7 +413,7 @@ class Scheme(abc.ABC):
         return None
 
     def new_generator(
-        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = csprng
     ) -> Generator:
         """A generator for the claimed ``identities`` (``IdentityPool.claims`` of them; [] without a pool), that
         issues nothing at or below ``floor`` (native units; -1 = none), reading ``clock``. Must be overridden

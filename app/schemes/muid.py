@@ -24,7 +24,6 @@ A request for n IDs is one Gink *bundle*: one timestamp strictly above the last 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -49,6 +48,7 @@ from app.schemes.base import (
     RandomSource,
     Scheme,
     SchemeSettings,
+    csprng,
     grouped,
     hex_word,
     idmint_pool,
@@ -284,7 +284,7 @@ class MuidScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: MuidSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: MuidSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = csprng
     ) -> Generator:
         return MuidGenerator(identities[0], clock=clock, floor=floor)
 

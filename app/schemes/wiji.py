@@ -27,7 +27,6 @@ the version's top bit, 15..25 the rest. Inside a batch only characters 11..14 ch
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -46,6 +45,7 @@ from app.schemes.base import (
     Run,
     Scheme,
     SchemeSettings,
+    csprng,
     grouped,
     hex_word,
     scalar_lines,
@@ -315,7 +315,7 @@ class WijiScheme(Scheme):
         identities: list[int],
         floor: int,
         clock: Clock,
-        random: RandomSource = os.urandom,
+        random: RandomSource = csprng,
     ) -> Generator:
         """No claimed identity: a random part drawn once per generator (52 bits)."""
         return WijiGenerator(clock=clock, rng=random)
@@ -422,7 +422,7 @@ class WijiGenerator(Generator):
     counts each microsecond whose sequences ran out while more IDs were asked for (a floor above the clock is not).
     """
 
-    def __init__(self, *, clock: Clock = time.time_ns, rng: RandomSource = os.urandom, floor: int = -1) -> None:
+    def __init__(self, *, clock: Clock = time.time_ns, rng: RandomSource = csprng, floor: int = -1) -> None:
         if not -1 <= floor < TIMESTAMP_US_MAX:
             raise ValueError(f"floor must be in -1..{TIMESTAMP_US_MAX - 1} microseconds, got {floor}")
         drawn = rng(RANDOM_DRAW_BYTES)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     SchemeSettings,
+    csprng,
     grouped,
 )
 from app.schemes.eight_byte.codec import (
@@ -227,7 +227,7 @@ class EightByteScheme(Scheme):
         identities: list[int],
         floor: int,
         clock: Clock,
-        random: RandomSource = os.urandom,
+        random: RandomSource = csprng,
     ) -> Generator:
         return EightByteGenerator(
             identities, settings.cluster_id, clock=clock, floor=floor, lookback_ms=settings.eight_byte_lookback_ms

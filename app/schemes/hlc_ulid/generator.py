@@ -6,7 +6,6 @@ Imports :mod:`app.schemes.hlc_ulid.codec` (layout and text forms); :mod:`app.sch
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, cast
 
@@ -23,6 +22,7 @@ from app.schemes.base import (
     GeneratorStats,
     RandomSource,
     Run,
+    csprng,
     scalar_lines,
 )
 from app.schemes.hlc_ulid.codec import (
@@ -257,7 +257,7 @@ class HlcUlidGenerator(Generator):
         publisher_id: int,
         *,
         clock: Clock = time.time_ns,
-        rng: RandomSource = os.urandom,
+        rng: RandomSource = csprng,
         floor: int = -1,
         max_drift_ms: int = MAX_DRIFT_MS_DEFAULT,
     ) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     SchemeSettings,
+    csprng,
     grouped,
     hex_word,
     idmint_pool,
@@ -162,7 +162,7 @@ class HlcUlidScheme(Scheme):
         identities: list[int],
         floor: int,
         clock: Clock,
-        random: RandomSource = os.urandom,
+        random: RandomSource = csprng,
     ) -> Generator:
         return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
 

@@ -17,7 +17,6 @@ Two encoders, checked against :func:`app.schemes.ksuid.encode_base62` by the tes
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,6 +32,7 @@ from app.schemes.base import (
     Generator,
     GeneratorStats,
     RandomSource,
+    csprng,
 )
 from app.schemes.ksuid.codec import (
     BASE62_ALPHABET,
@@ -241,7 +241,7 @@ class KsuidGenerator(Generator):
     before the KSUID epoch or the timestamp would pass 2150-06-19T23:21:35Z.
     """
 
-    def __init__(self, *, clock: Clock = time.time_ns, random: RandomSource = os.urandom, floor: int = -1) -> None:
+    def __init__(self, *, clock: Clock = time.time_ns, random: RandomSource = csprng, floor: int = -1) -> None:
         if not (floor == -1 or TIMESTAMP_S_MIN - 1 <= floor <= TIMESTAMP_S_MAX):
             raise ValueError(f"floor must be -1 or in {TIMESTAMP_S_MIN - 1}..{TIMESTAMP_S_MAX} seconds, got {floor}")
         self._clock = clock

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -21,6 +20,7 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     SchemeSettings,
+    csprng,
     grouped,
     hex_word,
     idmint_pool,
@@ -197,7 +197,7 @@ class SiqScheme(Scheme):
         )
 
     def new_generator(
-        self, settings: SiqSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = os.urandom
+        self, settings: SiqSettings, identities: list[int], floor: int, clock: Clock, random: RandomSource = csprng
     ) -> Generator:
         return SiqGenerator(identities[0], settings.siq_domain, clock=clock, floor=floor)
 

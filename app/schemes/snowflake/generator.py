@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +37,7 @@ from app.schemes.base import (
     Batch,
     Clock,
     RandomSource,
+    csprng,
 )
 from app.schemes.slots import CappedSlotGenerator
 from app.schemes.snowflake.codec import (
@@ -396,7 +396,7 @@ class SnowflakeGenerator(CappedSlotGenerator):
         clock: Clock = time.time_ns,
         floor: int = -1,
         lookback_units: int = 0,
-        random: RandomSource = os.urandom,
+        random: RandomSource = csprng,
     ) -> None:
         ids = tuple(worker_ids)
         if not ids:

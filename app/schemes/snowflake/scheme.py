@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ from app.schemes.base import (
     Scheme,
     SchemeOption,
     SchemeSettings,
+    csprng,
     grouped,
     idmint_pool,
 )
@@ -275,7 +275,7 @@ class SnowflakeScheme(Scheme):
         identities: list[int],
         floor: int,
         clock: Clock,
-        random: RandomSource = os.urandom,
+        random: RandomSource = csprng,
     ) -> SnowflakeGenerator:
         """A generator for the node's layout and the worker IDs claimed; ``floor`` in native units."""
         layout = self.configured(settings).snowflake_layout
