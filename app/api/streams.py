@@ -223,9 +223,12 @@ async def _body(
     sent = 0
     try:
         async for issued in _chunks(issuer, count, options, first):
-            text = issued.encode(fmt)
-            for start in range(0, len(text), SEND_PIECE_BYTES):  # the first piece carries the chunk's count
-                yield text[start : start + SEND_PIECE_BYTES], issued.count if start == 0 else 0
+            ids = issued.count  # the chunk's first piece carries the chunk's count, the others 0
+            for batch in issued.batches:  # not issued.encode(): joining a chunk's batches copied the chunk again
+                text = batch.encode(fmt)
+                for start in range(0, len(text), SEND_PIECE_BYTES):
+                    yield text[start : start + SEND_PIECE_BYTES], ids
+                    ids = 0
             sent += issued.count  # not chunk.count(b"\n"): that byte scan cost ~3 ms per 1.7 MB chunk
             await asyncio.sleep(0)  # let the disconnect listener, and every other request, run
             if sent < count and await request.is_disconnected():
