@@ -6,6 +6,7 @@ Parameters are parsed by :mod:`app.api.params` (one pydantic model per scheme); 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -45,12 +46,18 @@ async def answer_body(scheme: str, fmt: str, issued: Issued) -> bytes:
     return await off_loop(issue_body, scheme, fmt, issued)
 
 
+@functools.lru_cache(maxsize=256)
+def _head(scheme: str, fmt: str) -> bytes:
+    """An issue body's bytes up to its first ID (``fmt`` is one the scheme's parser accepted)."""
+    return b'{"scheme":"' + scheme.encode() + b'","format":"' + fmt.encode() + b'","ids":["'
+
+
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
     """``{"scheme", "format", "ids": [...]}`` (+ scheme extras such as Muid's "bundle"), built without a JSON
     encoder: every text form is ASCII letters, digits, ``-``, ``_`` and ``:``, so no escaping is ever needed."""
     lines = issued.encode(fmt)
-    head = b'{"scheme":"' + scheme.encode() + b'","format":"' + fmt.encode() + b'","ids":["'
-    body = head + lines[:-1].replace(b"\n", b'","') + b'"]'
+    ids = lines[:-1] if issued.count == 1 else lines[:-1].replace(b"\n", b'","')
+    body = b"".join((_head(scheme, fmt), ids, b'"]'))
     for key, value in issued.extra(fmt).items():
         body += b',"' + key.encode() + b'":"' + str(value).encode() + b'"'
     return body + b"}"

@@ -190,6 +190,8 @@ SMALL_BATCH = 8
 def scalar_lines(format_one: Callable[[int, str], str], values: list[int], fmt: str) -> bytes:
     """``values`` formatted one by one with ``format_one(value, fmt)``, each followed by a newline (ASCII): the
     small-batch path of :meth:`Batch.encode`."""
+    if len(values) == 1:  # a single-ID request
+        return (format_one(values[0], fmt) + "\n").encode("ascii")
     return "".join([format_one(v, fmt) + "\n" for v in values]).encode("ascii")
 
 
@@ -201,6 +203,11 @@ class Run(NamedTuple):
     tick: int
     first: int
     count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
+
+
+def runs_count(runs: tuple[Run, ...] | list[Run]) -> int:
+    """IDs in ``runs`` (the sum of their counts; a lone run's count without a generator expression)."""
+    return runs[0].count if len(runs) == 1 else sum(run.count for run in runs)
 
 
 @dataclass

@@ -45,6 +45,7 @@ from app.schemes.base import (
     Scheme,
     SchemeSettings,
     csprng,
+    runs_count,
 )
 from app.schemes.packed import PackedInt
 
@@ -255,7 +256,7 @@ class UlidBatch(Batch):
 
     def __init__(self, segments: tuple[Run, ...]) -> None:
         self.segments = segments
-        self.count = sum(segment.count for segment in segments)
+        self.count = runs_count(segments)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""

@@ -49,6 +49,7 @@ from app.schemes.base import (
     Scheme,
     SchemeSettings,
     csprng,
+    runs_count,
 )
 from app.schemes.packed import PackedInt
 
@@ -316,7 +317,7 @@ class Uuidv7Batch(Batch):
 
     def __init__(self, segments: tuple[Run, ...], tails: bytes) -> None:
         self.segments = segments
-        self.count = sum(segment.count for segment in segments)
+        self.count = runs_count(segments)
         self.tails = tails
 
     def runs(self) -> list[tuple[int, int]]:

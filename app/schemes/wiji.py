@@ -48,6 +48,7 @@ from app.schemes.base import (
     csprng,
     grouped,
     hex_word,
+    runs_count,
     scalar_lines,
 )
 from app.schemes.packed import PackedInt
@@ -355,7 +356,7 @@ class WijiBatch(Batch):
     def __init__(self, random: int, segments: tuple[Run, ...]) -> None:
         self.random = random
         self.segments = segments
-        self.count = sum(segment.count for segment in segments)
+        self.count = runs_count(segments)
 
     def _base(self, segment: Run) -> int:
         """The packed ID of sequence 0 in ``segment`` (fields valid by construction: the generator checked them)."""

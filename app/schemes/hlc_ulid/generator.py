@@ -23,6 +23,7 @@ from app.schemes.base import (
     RandomSource,
     Run,
     csprng,
+    runs_count,
     scalar_lines,
 )
 from app.schemes.hlc_ulid.codec import (
@@ -156,7 +157,7 @@ class HlcUlidBatch(Batch):
         self.publisher_id = publisher_id
         self.segments = segments
         self.random_words = random_words
-        self.count = sum(segment.count for segment in segments)
+        self.count = runs_count(segments)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
