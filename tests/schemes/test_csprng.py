@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Callable
 
 import pytest
 
@@ -14,8 +15,16 @@ from app.schemes.base import CSPRNG_SMALL_DRAW, csprng
 @pytest.mark.parametrize("size", [0, 1, 6, CSPRNG_SMALL_DRAW - 1, CSPRNG_SMALL_DRAW, 6 * 65_536])
 def test_draws_the_size_asked_from_the_source_for_its_size(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[str] = []
-    monkeypatch.setattr(os, "urandom", lambda n: used.append("urandom") or b"\x01" * n)
-    monkeypatch.setattr(ssl, "RAND_bytes", lambda n: used.append("RAND_bytes") or b"\x02" * n)
+
+    def source(name: str) -> Callable[[int], bytes]:
+        def draw(n: int) -> bytes:
+            used.append(name)
+            return bytes(n)
+
+        return draw
+
+    monkeypatch.setattr(os, "urandom", source("urandom"))
+    monkeypatch.setattr(ssl, "RAND_bytes", source("RAND_bytes"))
     assert len(csprng(size)) == size
     assert used == ["urandom" if size < CSPRNG_SMALL_DRAW else "RAND_bytes"]
 
