@@ -35,7 +35,7 @@ import functools
 import os
 import re
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -64,6 +64,7 @@ def csprng(n: int) -> bytes:
     (OpenSSL's DRBG, seeded from the kernel and reseeded after fork). Measured side by side: os.urandom took 0.5
     µs for a 4 to 64-byte draw, RAND_bytes 1.0 µs; at 256 bytes they were even (1.2 and 1.0 µs); for 4 KiB
     RAND_bytes was 6.6x faster and for 384 KiB (one 65,536-ID chunk of HLC-ULID) 12x (84 µs against 1.04 ms).
+    Raises ValueError for a negative ``n``, :class:`ssl.SSLError` if OpenSSL's generator fails.
     """
     return os.urandom(n) if n < CSPRNG_SMALL_DRAW else ssl.RAND_bytes(n)
 
@@ -205,7 +206,7 @@ class Run(NamedTuple):
     count: int  # type: ignore[assignment]  # the field shadows tuple.count; mypy wants a method there
 
 
-def runs_count(runs: tuple[Run, ...] | list[Run]) -> int:
+def runs_count(runs: Sequence[Run]) -> int:
     """IDs in ``runs`` (the sum of their counts; a lone run's count without a generator expression)."""
     return runs[0].count if len(runs) == 1 else sum(run.count for run in runs)
 

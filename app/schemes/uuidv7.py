@@ -364,7 +364,8 @@ class Uuidv7Batch(Batch):
         """The batch as ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format.
 
         Rows start as copies of a template per :meth:`runs16` run; counter bits 15..0 are copied from slices of
-        the hex table, the tail's two 16-bit halves looked up per ID.
+        the hex table, the tail's 8 hex digits (one ``bytes.hex`` call for the batch) written as one 8-byte word
+        per row.
         """
         fmt = SCHEME.resolve_format(fmt)
         if self.count <= SCALAR_COUNT_MAX:

@@ -193,9 +193,11 @@ def test_streams_are_paced_and_capped_per_key(server: Server) -> None:
     assert result["seconds"] >= 1.2, result
 
 
-def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Server) -> None:
+@pytest.mark.parametrize("scheme", ["ulid", "siq"])
+def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Server, scheme: str) -> None:
     """The stream tells the key layer how many IDs each chunk completes (no newline counting): 300,000 IDs in
-    several chunks of several 256 KiB pieces are 300,000 on the key's counter."""
+    several chunks of several 256 KiB pieces are 300,000 on the key's counter (SIQ: each chunk is several batches,
+    sent one after another, the chunk's count on its first piece)."""
 
     def counted() -> float:
         text = httpx.get(f"{server.url}/metrics", headers=bearer(WATCHER)).text
@@ -203,7 +205,7 @@ def test_a_keyed_streams_ids_are_counted_exactly_for_its_key(server: Server) -> 
         return float(found[0].split()[-1]) if found else 0.0
 
     before = counted()
-    r = httpx.get(f"{server.url}/v1/ids/ulid/stream?count=300000", headers=bearer(ISSUER), timeout=60)
+    r = httpx.get(f"{server.url}/v1/ids/{scheme}/stream?count=300000", headers=bearer(ISSUER), timeout=60)
     assert r.status_code == 200 and r.content.count(b"\n") == 300_000
     assert counted() - before == 300_000
 

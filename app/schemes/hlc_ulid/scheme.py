@@ -164,7 +164,9 @@ class HlcUlidScheme(Scheme):
         clock: Clock,
         random: RandomSource = csprng,
     ) -> Generator:
-        return HlcUlidGenerator(identities[0], clock=clock, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms)
+        return HlcUlidGenerator(
+            identities[0], clock=clock, rng=random, floor=floor, max_drift_ms=settings.hlc_ulid_max_drift_ms
+        )
 
     def words(self, fields: dict[str, Any]) -> dict[str, str]:
         counter = fields["counter"]
