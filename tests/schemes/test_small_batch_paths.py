@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.schemes.base import SMALL_BATCH
+from app.schemes.base import SMALL_BATCH, Run
 from app.schemes.eight_byte.codec import TIMESTAMP_MS_MAX, Mode
 from app.schemes.eight_byte.generator import EightByteBatch
 from app.schemes.hlc_ulid import generator as hlc
@@ -21,6 +21,10 @@ def test_hlc_ulid_random_fields_of_a_small_batch_match_the_column_path(drawn: tu
     words = np.frombuffer(raw, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, count)
     high, middle, low = hlc.random_chunks(words).tolist()
     assert hlc.random_field(words) == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
+    assert hlc.random_field_of_draw(raw, count) == hlc.random_field(words)
+    batch = hlc.HlcUlidBatch(5, (Run(1_700_000_000_000, 0, count),), raw)
+    column = [v & (2**48 - 1) for v in batch.values()]  # the small path of values(), from the draw
+    assert column == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
 
 
 @given(

@@ -6,7 +6,9 @@ Imports :mod:`app.schemes.hlc_ulid.codec` (layout and text forms); :mod:`app.sch
 
 from __future__ import annotations
 
+import struct
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -108,21 +110,31 @@ def random_field(words: npt.NDArray[np.uint16]) -> list[int]:
     """The 48-bit random fields of a batch's ``(3, n)`` random words, as ints: :func:`random_chunks`'s placement,
     in plain ints for a small batch (numpy's per-call cost was 50 µs of a single ID's answer)."""
     if words.shape[1] <= SMALL_BATCH:
-        out = []
-        for w0, w1, w2 in zip(*words.tolist()):
-            high = (
-                w0 >> W0_OFFSET_BITS
-                | (w1 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS)
-                | (w2 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS + 1)
-            )
-            middle = (w1 & RANDOM_GROUP_MASK) >> GROUP_OFFSET_BITS | (
-                w0 << (RANDOM_WORD_BITS - W0_OFFSET_BITS)
-            ) & WORD_MASK
-            low = (w1 << (RANDOM_WORD_BITS - GROUP_OFFSET_BITS)) & WORD_MASK | w2 & RANDOM_GROUP_MASK
-            out.append(high << (2 * RANDOM_WORD_BITS) | middle << RANDOM_WORD_BITS | low)
-        return out
+        return _plain_fields(*words.tolist())
     high, middle, low = random_chunks(words).tolist()
     return [h << (2 * RANDOM_WORD_BITS) | m << RANDOM_WORD_BITS | lo for h, m, lo in zip(high, middle, low)]
+
+
+def random_field_of_draw(drawn: bytes, count: int) -> list[int]:
+    """:func:`random_field` of a small batch's draw as it came from the random source (``6 * count`` bytes: three
+    planes of ``count`` little-endian 16-bit words), without numpy: a single ID's answer skips ``np.frombuffer``."""
+    words = struct.unpack_from(f"<{RANDOM_WORDS * count}H", drawn)
+    return _plain_fields(words[:count], words[count : 2 * count], words[2 * count : 3 * count])
+
+
+def _plain_fields(w0s: Sequence[int], w1s: Sequence[int], w2s: Sequence[int]) -> list[int]:
+    """:func:`random_chunks`'s placement in plain ints, one ID per ``(w0, w1, w2)``."""
+    out = []
+    for w0, w1, w2 in zip(w0s, w1s, w2s):
+        high = (
+            w0 >> W0_OFFSET_BITS
+            | (w1 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS)
+            | (w2 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS + 1)
+        )
+        middle = (w1 & RANDOM_GROUP_MASK) >> GROUP_OFFSET_BITS | (w0 << (RANDOM_WORD_BITS - W0_OFFSET_BITS)) & WORD_MASK
+        low = (w1 << (RANDOM_WORD_BITS - GROUP_OFFSET_BITS)) & WORD_MASK | w2 & RANDOM_GROUP_MASK
+        out.append(high << (2 * RANDOM_WORD_BITS) | middle << RANDOM_WORD_BITS | low)
+    return out
 
 
 def _counter_table(publisher_id: int) -> npt.NDArray[np.uint32]:
@@ -150,14 +162,20 @@ class HlcUlidBatch(Batch):
     """HLC-ULIDs of one publisher issued together: consecutive (ms, counter) slots, fresh random per ID.
 
     ``segments`` lists the slots (usually one logical millisecond; a counter overflow starts another);
-    ``random_words`` is the ``(3, count)`` uint16 draw the random fields are made of.
+    ``drawn`` is the random draw the random fields are made of (6 bytes per ID: three planes of little-endian
+    16-bit words, :attr:`random_words`).
     """
 
-    def __init__(self, publisher_id: int, segments: tuple[Run, ...], random_words: npt.NDArray[np.uint16]) -> None:
+    def __init__(self, publisher_id: int, segments: tuple[Run, ...], drawn: bytes) -> None:
         self.publisher_id = publisher_id
         self.segments = segments
-        self.random_words = random_words
+        self.drawn = drawn
         self.count = runs_count(segments)
+
+    @property
+    def random_words(self) -> npt.NDArray[np.uint16]:
+        """The draw as ``(3, count)`` uint16 (a view of :attr:`drawn`)."""
+        return np.frombuffer(self.drawn, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, self.count)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
@@ -216,7 +234,8 @@ class HlcUlidBatch(Batch):
 
     def values(self) -> list[int]:
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
-        randoms = random_field(self.random_words)
+        count = self.count
+        randoms = random_field_of_draw(self.drawn, count) if count <= SMALL_BATCH else random_field(self.random_words)
         out: list[int] = []
         start = 0
         for seg in self.segments:
@@ -326,10 +345,8 @@ class HlcUlidGenerator(Generator):
         random_bytes = self._rng(RANDOM_BYTES_PER_ID * count)
         if len(random_bytes) != RANDOM_BYTES_PER_ID * count:
             raise ValueError(f"rng returned {len(random_bytes)} bytes, asked for {RANDOM_BYTES_PER_ID * count}")
-        words = np.frombuffer(random_bytes, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, count)
-
         self._last_ms, self._last_counter = ms, counter - 1
-        return HlcUlidBatch(self.publisher_id, tuple(segments), words)
+        return HlcUlidBatch(self.publisher_id, tuple(segments), random_bytes)
 
     def _check_after(self, after: object, now_ms: int) -> tuple[int, int]:
         """``(timestamp_ms, counter)`` of a valid ``after``; InvalidOptionError naming the rule otherwise."""
