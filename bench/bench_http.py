@@ -72,11 +72,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(
-    target: list[str], env: dict[str, str], cwd: Path = ROOT, http: str = "httptools"
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [
+def uvicorn_command(target: list[str], port: int, http: str = "httptools") -> list[str]:
+    """The command serving ``target`` (uvicorn's app arguments) on loopback ``port``: one worker, uvloop, no access
+    log; the flags every benchmark here serves its apps with."""
+    return [
         sys.executable,
         "-m",
         "uvicorn",
@@ -95,6 +94,13 @@ def start(
         "--http",
         http,
     ]
+
+
+def start(
+    target: list[str], env: dict[str, str], cwd: Path = ROOT, http: str = "httptools"
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    cmd = uvicorn_command(target, port, http)
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

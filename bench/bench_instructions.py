@@ -35,7 +35,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,14 +44,11 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_http import free_port, uvicorn_command  # noqa: E402
+
 READY_TIMEOUT_S = 600.0
 """How long a server under valgrind may take to answer its first request (imports run about 50 times slower)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def instructions_per_request(target: list[str], cwd: Path, path: str, requests: int, warm: int) -> int:
@@ -61,28 +57,7 @@ def instructions_per_request(target: list[str], cwd: Path, path: str, requests: 
     work = Path(tempfile.mkdtemp(prefix="idmint-callgrind-"))
     state = work / "state"
     state.mkdir()
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        f"--callgrind-out-file={work}/cg.%p",
-        sys.executable,
-        "-m",
-        "uvicorn",
-        *target,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-    ]
+    cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.%p", *uvicorn_command(target, port)]
     env = {**os.environ, "PYTHONPATH": str(cwd), "IDMINT_STATE_DIR": str(state)}
     log = (work / "server.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -96,7 +71,8 @@ def instructions_per_request(target: list[str], cwd: Path, path: str, requests: 
             except httpx.TransportError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"{target} did not answer {path}; see {work}/server.log")
+                tail = (work / "server.log").read_text(errors="replace")[-2000:]
+                raise SystemExit(f"{target} did not answer {path}; its log ends:\n{tail}")
             time.sleep(1)
         ab(url, warm)
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True, capture_output=True)

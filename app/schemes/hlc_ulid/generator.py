@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -107,25 +106,19 @@ WORD_MASK = (1 << RANDOM_WORD_BITS) - 1
 
 
 def random_field(words: npt.NDArray[np.uint16]) -> list[int]:
-    """The 48-bit random fields of a batch's ``(3, n)`` random words, as ints: :func:`random_chunks`'s placement,
-    in plain ints for a small batch (numpy's per-call cost was 50 µs of a single ID's answer)."""
-    if words.shape[1] <= SMALL_BATCH:
-        return _plain_fields(*words.tolist())
+    """The 48-bit random fields of a batch's ``(3, n)`` random words, as ints: :func:`random_chunks`'s placement
+    (column-wise; a small batch's :meth:`HlcUlidBatch.values` uses :func:`random_field_of_draw`)."""
     high, middle, low = random_chunks(words).tolist()
     return [h << (2 * RANDOM_WORD_BITS) | m << RANDOM_WORD_BITS | lo for h, m, lo in zip(high, middle, low)]
 
 
 def random_field_of_draw(drawn: bytes, count: int) -> list[int]:
     """:func:`random_field` of a small batch's draw as it came from the random source (``6 * count`` bytes: three
-    planes of ``count`` little-endian 16-bit words), without numpy: a single ID's answer skips ``np.frombuffer``."""
+    planes of ``count`` little-endian 16-bit words), in plain ints: numpy's per-call cost was most of a single ID's
+    answer (50 µs)."""
     words = struct.unpack_from(f"<{RANDOM_WORDS * count}H", drawn)
-    return _plain_fields(words[:count], words[count : 2 * count], words[2 * count : 3 * count])
-
-
-def _plain_fields(w0s: Sequence[int], w1s: Sequence[int], w2s: Sequence[int]) -> list[int]:
-    """:func:`random_chunks`'s placement in plain ints, one ID per ``(w0, w1, w2)``."""
     out = []
-    for w0, w1, w2 in zip(w0s, w1s, w2s):
+    for w0, w1, w2 in zip(words[:count], words[count : 2 * count], words[2 * count :]):
         high = (
             w0 >> W0_OFFSET_BITS
             | (w1 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS)
