@@ -158,10 +158,10 @@ def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options:
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
     from app.api.params import parse_issue
     from app.api.streams import lines
-    from app.lease import make_backend
     from app.metrics import Metrics
     from app.node import Node
     from app.schemes import get_scheme
+    from app.storage import make_backend
 
     params: dict[str, Any] = {"count": count, **options}
     if fmt is not None:
@@ -188,7 +188,7 @@ def sequence() -> None:
 
 
 def _run_sequences(work: Any) -> Any:
-    from app.sequences.store import make_store
+    from app.storage import make_store
 
     async def run() -> Any:
         store = make_store(_settings())
@@ -218,7 +218,7 @@ def _run_sequences(work: Any) -> Any:
 )
 def sequence_range(name: str, count: int) -> None:
     """Reserve a fresh contiguous range of COUNT integers of NAME; print {"name", "first", "last", "count"}."""
-    from app.sequences.store.base import check_name
+    from app.storage.sequences import check_name
 
     first, last = _run_sequences(lambda store: store.reserve(check_name(name), count))
     click.echo(json.dumps({"name": name, "first": first, "last": last, "count": count}))
@@ -230,7 +230,7 @@ def sequence_range(name: str, count: int) -> None:
 @click.option("--cache", type=int, default=1000, show_default=True, help="Smallest range a node reserves.")
 def sequence_create(name: str, start: int, cache: int) -> None:
     """Create sequence NAME (nothing happens if it exists with the same settings); print it."""
-    from app.sequences.store.base import check_name, check_settings
+    from app.storage.sequences import check_name, check_settings
 
     async def work(store: Any) -> Any:
         check_name(name)
@@ -249,7 +249,7 @@ def sequence_show(name: str | None) -> None:
         records = _run_sequences(lambda store: store.list())
         click.echo(json.dumps([r.as_dict() for r in records], indent=2))
         return
-    from app.sequences.store.base import check_name
+    from app.storage.sequences import check_name
 
     record = _run_sequences(lambda store: store.get(check_name(name)))
     click.echo(json.dumps(record.as_dict(), indent=2))

@@ -8,7 +8,7 @@ space. The guard here checks that configuration against the fleets it is told ab
 * :meth:`FleetGuard.document` is ``GET /v1/fleet``: ``{"fleet_id", "member", "region", "regions", "backend",
   "schemes": {name: {"kind", "slice", "pool", "group", "group_in_id"}}, "peers": {url: {...}}}`` for every scheme
   whose uniqueness rests on a leased identity (and Muid when its medallion is static). ``member`` is a token of this
-  process that only a node on the same backend can confirm (:meth:`~app.lease.base.LeaseBackend.has_member`), so a
+  process that only a node on the same backend can confirm (:meth:`~app.storage.lease.LeaseBackend.has_member`), so a
   fleet ID copied with a cloned state directory or a restored etcd snapshot is told apart from the real fleet.
 * with ``IDMINT_PEER_FLEETS`` set, :meth:`FleetGuard.run` reads each peer's ``/v1/fleet`` at start and every
   ``IDMINT_PEER_CHECK_INTERVAL`` seconds. A peer of another fleet whose pool for a scheme overlaps ours
@@ -42,9 +42,9 @@ from app.errors import NotReadyError
 from app.identity import PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
-    from app.lease.base import LeaseBackend
     from app.pool import IdentityPool
     from app.settings import Settings
+    from app.storage.lease import LeaseBackend
 
 log = logging.getLogger("idmint.fleet")
 

@@ -4,7 +4,7 @@ gives it up (stop, drop), and alone answers "may this scheme issue now, and with
 (:meth:`IdentityHolder.check`) and "how long may a request wait for the clock?" (:meth:`IdentityHolder.clock_wait`).
 The :class:`~app.node.Issuer` on top only asks, issues and meters.
 
-The holder is told of a loss, never polls for one: it registers :meth:`~app.lease.base.Claim.on_lost` on every
+The holder is told of a loss, never polls for one: it registers :meth:`~app.storage.lease.Claim.on_lost` on every
 claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and
 wakes the background task to claim again. A deadline that passes without a confirmed refresh is a matter of time,
 not an event: :meth:`IdentityHolder.check` compares it on the backend's monotonic clock (``backend.clock``), the
@@ -25,10 +25,10 @@ import math
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.lease.base import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
+from app.storage.lease import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.node")  # the logger these lines always had (operators filter on it)
 

@@ -21,15 +21,14 @@ from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.front import Front, HotRoute
 from app.api.streams import StreamSlots
-from app.lease import make_backend
 from app.ledger import make_ledger
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Clock
 from app.sequences import SequenceService
-from app.sequences.store import make_store
 from app.settings import Settings, load_settings
+from app.storage import make_backend, make_store
 
 NS_IN_S = 1_000_000_000
 

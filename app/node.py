@@ -41,13 +41,13 @@ from app import __version__
 from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
 from app.identity import IdentityHolder, Keeper, register
-from app.lease.base import LeaseBackend, Owner
 from app.ledger import Ledger
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes import schemes
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, Scheme
 from app.settings import Settings
+from app.storage.lease import LeaseBackend, Owner
 
 log = logging.getLogger("idmint.node")
 

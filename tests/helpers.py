@@ -14,13 +14,13 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from app import __version__
-from app.lease.embedded import EmbeddedBackend
 from app.main import create_app
 from app.metrics import Metrics
 from app.node import Node
 from app.pool import IdentityPool
 from app.schemes import get_scheme, schemes
 from app.settings import Settings
+from app.storage.embedded.lease import EmbeddedBackend
 
 SCHEMES = tuple(schemes())
 HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}

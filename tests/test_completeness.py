@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.lease.etcd import claim_key, mark_key
 from app.schemes import schemes
 from app.settings import Settings
+from app.storage.etcd import claim_key, mark_key
 from tests.helpers import running_app
 
 SCHEMES = tuple(schemes())

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
-from app.lease.base import Owner
-from app.lease.embedded import EmbeddedBackend, MarkUnreadableError, _read_mark
+from app.storage.embedded.lease import EmbeddedBackend, MarkUnreadableError, _read_mark
+from app.storage.lease import Owner
 from tests.helpers import CLAIMING, FakeClock, new_node, pool_spec, started
 from tests.support.server import Server
 

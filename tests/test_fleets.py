@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from idmint_client import Client, FleetOverlap
 
 from app.errors import ConfigError
-from app.lease.draw import draw
 from app.main import create_app
 from app.pool import region_of, region_slice
 from app.schemes import schemes
 from app.schemes.snowflake import NAMED_LAYOUTS
 from app.settings import Settings, load_settings
+from app.storage.draw import draw
 from tests.helpers import make_settings
 from tests.support.server import Server, free_port
 
@@ -460,7 +460,7 @@ def test_a_damaged_fleet_file_is_named_and_the_server_still_starts(tmp_path: Pat
 @pytest.mark.anyio
 async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_path: Path) -> None:
     from app.fleet import PEER_TIMEOUT_S, FleetGuard
-    from app.lease.embedded import EmbeddedBackend
+    from app.storage.embedded.lease import EmbeddedBackend
 
     handlers: list[asyncio.Task[None] | None] = []
 

@@ -16,10 +16,10 @@ import pytest
 
 from app import __version__
 from app.errors import NotReadyError
-from app.lease.etcd import EtcdBackend, EtcdClaim
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
+from app.storage.etcd import EtcdBackend, EtcdClaim
 from tests.helpers import FakeClock, make_settings
 from tests.lease.test_etcd_backend import eventually
 from tests.support.etcd import EtcdServer, RawEtcd

@@ -2,7 +2,7 @@
 
 Every ``import app...`` / ``from app... import ...`` in every module counts, wherever it sits (module level, inside a
 function, under ``if TYPE_CHECKING``): a lazy import hides a circle from the interpreter, not from a reader. An
-edge goes to the module named (``from app.lease.etcd import keys`` -> ``app.lease.etcd.keys``), not to the parent
+edge goes to the module named (``from app.storage.etcd import keys`` -> ``app.storage.etcd.keys``), not to the parent
 packages Python also initialises. The cycles are the strongly connected components of that graph; there must be none
 (a big scheme is a package whose modules import one way: codec, then generator, then scheme).
 """

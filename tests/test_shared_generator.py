@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from app import __version__
-from app.lease.embedded import EmbeddedBackend
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Batch, Generator
 from app.schemes.hlc_ulid import HlcUlidScheme
+from app.storage.embedded.lease import EmbeddedBackend
 from tests.helpers import make_settings, started
 
 pytestmark = pytest.mark.anyio

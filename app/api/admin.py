@@ -7,7 +7,7 @@
   routes included), lets the requests in flight finish (at most
   ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.node.Node.drain>`); it keeps
   answering health checks, ``/readyz`` (503, ``"status": "draining"``) and decode. A ``preStop`` hook calls it.
-* ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:mod:`app.lease.etcd.revoke`).
+* ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:mod:`app.storage.etcd.revoke`).
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ async def revoke(scheme: str, identity: str, request: Request, node: NodeDep, se
             "the embedded backend's claims are OS file locks held by a process on this machine: stop that process "
             "(GET /v1/admin/claims names its pid); its lock is freed the moment it exits"
         )
-    from app.lease.etcd.revoke import revoke_claim
+    from app.storage.etcd.revoke import revoke_claim
 
     pool = node.issuers[scheme].holder.pool
     assert pool is not None

@@ -27,8 +27,8 @@ from app.api.params import parse_body, parse_count, parse_sequence_format, query
 from app.errors import InvalidOptionError
 from app.sequences import SequenceService
 from app.sequences.buffer import Runs
-from app.sequences.store.base import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 from app.sequences.text import encode_runs
+from app.storage.sequences import DEFAULT_CACHE, DEFAULT_START, MAX_RANGE_COUNT, NAME_PATTERN
 
 router = APIRouter(tags=["sequences"])
 

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import NotReadyError
-from app.lease.base import Claim, Owner
 from app.ledger.base import (
     END_LOST,
     END_RELEASED,
@@ -38,6 +37,7 @@ from app.ledger.base import (
 )
 from app.pool import IdentityPool
 from app.settings import Settings
+from app.storage.lease import Claim, Owner
 
 __all__ = ["ClaimRecord", "Ledger", "LedgerStore", "Verdict", "make_ledger"]
 
@@ -331,11 +331,11 @@ def make_ledger(
     """The ledger on etcd when ``settings.etcd_endpoints`` is set, else in the state directory."""
     store: LedgerStore
     if settings.etcd_endpoints:
-        from app.ledger.etcd import EtcdLedgerStore
+        from app.storage.etcd.ledger import EtcdLedgerStore
 
         store = EtcdLedgerStore(settings, clock)
     else:
-        from app.ledger.embedded import EmbeddedLedgerStore
+        from app.storage.embedded.ledger import EmbeddedLedgerStore
 
         store = EmbeddedLedgerStore(settings.state_dir, clock)
     return Ledger(store, retention_days=settings.ledger_days, clock=clock, fleet_id=fleet_id, failures=failures)

@@ -14,8 +14,8 @@ is written when the claim is made (``end`` null) and written again, whole, when 
 
     LedgerStore           -- keeps records beyond any lease (one per process, owned by :class:`app.ledger.Ledger`)
      +-- MemoryLedgerStore    (this module: the fake for tests of code above the interface)
-     +-- EmbeddedLedgerStore  (app.ledger.embedded: append-only daily files in the state directory)
-     +-- EtcdLedgerStore      (app.ledger.etcd: keys under <namespace>idmint/ledger/, on no lease)
+     +-- EmbeddedLedgerStore  (app.storage.embedded.ledger: append-only daily files in the state directory)
+     +-- EtcdLedgerStore      (app.storage.etcd.ledger: keys under <namespace>idmint/ledger/, on no lease)
 """
 
 from __future__ import annotations

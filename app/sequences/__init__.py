@@ -2,7 +2,7 @@
 
 :mod:`app.sequences.buffer` holds a node's ranges of one sequence (double buffer, adaptive reservation size);
 :mod:`app.sequences.service` serves ``next``, ``range`` and the catalogue; :mod:`app.sequences.text` writes runs of
-integers as decimal text. Storage (etcd or the state directory) is behind :mod:`app.sequences.store.base`.
+integers as decimal text. Storage (etcd or the state directory) is behind :mod:`app.storage.sequences`.
 """
 
 from __future__ import annotations

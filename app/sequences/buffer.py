@@ -21,7 +21,7 @@ Order: integers leave in rising order within one process (ranges are reserved on
 allocation point only rises while the node runs), and never twice anywhere (storage hands out each range once).
 
 Stopping: at a clean stop (:meth:`SequenceBuffer.stop`) the node stops issuing first, then hands the unused top of
-what it holds back to storage (:meth:`~app.sequences.store.base.SequenceStore.give_back`: one compare-and-set,
+what it holds back to storage (:meth:`~app.storage.sequences.SequenceStore.give_back`: one compare-and-set,
 applied only when nobody reserved since), so the next node's first integer follows the last one issued. What
 cannot go back (someone reserved since, an older range below another node's, storage slow or down past the
 timeout, a SIGKILL) is lost, a gap as with SQL sequences' cache, counted in ``idmint_sequence_gap_total``; when the
@@ -40,7 +40,7 @@ from typing import Any
 
 from app.errors import BackendUnavailableError, IdmintError, NotReadyError, SequenceOverflowError
 from app.metrics import SequenceMetrics
-from app.sequences.store.base import MAX_VALUE, SequenceStore
+from app.storage.sequences import MAX_VALUE, SequenceStore
 
 log = logging.getLogger("idmint.sequences")
 

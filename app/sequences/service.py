@@ -17,7 +17,7 @@ from typing import Any
 from app.errors import BackendUnavailableError, InvalidOptionError, SequenceOverflowError
 from app.metrics import Metrics
 from app.sequences.buffer import MAX_CACHE_FACTOR, PREFETCH_AT, TARGET_RANGE_S, Runs, SequenceBuffer
-from app.sequences.store.base import (
+from app.storage.sequences import (
     CACHE_MAX,
     CACHE_MIN,
     MAX_RANGE_COUNT,

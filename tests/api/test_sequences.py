@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.sequences.store.base import MAX_VALUE
+from app.storage.sequences import MAX_VALUE
 from tests.helpers import running_app
 
 

@@ -9,7 +9,7 @@ import json
 from playwright.sync_api import Page
 
 from app.schemes.snowflake import JS53, TWITTER, Layout, SnowflakeGenerator
-from app.sequences.store.base import MAX_VALUE
+from app.storage.sequences import MAX_VALUE
 from tests.helpers import FakeClock
 from tests.support.server import Server
 

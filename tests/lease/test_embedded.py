@@ -12,8 +12,8 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from app.errors import PoolExhaustedError
-from app.lease.base import Owner
-from app.lease.embedded import EmbeddedBackend
+from app.storage.embedded.lease import EmbeddedBackend
+from app.storage.lease import Owner
 from tests.helpers import CLAIMING, SCHEMES, pool_spec
 from tests.support.server import serve_process
 
@@ -57,8 +57,8 @@ async def test_a_killed_process_frees_its_identity_but_keeps_its_mark(tmp_path: 
     script = textwrap.dedent(f"""
         import asyncio, sys, time
         from pathlib import Path
-        from app.lease.base import Owner
-        from app.lease.embedded import EmbeddedBackend
+        from app.storage.lease import Owner
+        from app.storage.embedded.lease import EmbeddedBackend
         from tests.helpers import pool_spec
         pool = pool_spec("eight-byte", minimum=0, maximum=2, settings={{"cluster_id": 0}})
         b = EmbeddedBackend(Path({str(tmp_path)!r}))

@@ -18,9 +18,9 @@ import anyio
 import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
-from app.lease.base import Owner
-from app.lease.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
 from app.settings import Settings, load_settings
+from app.storage.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
+from app.storage.lease import Owner
 from tests.helpers import FakeClock, pool_spec
 from tests.support.etcd import EtcdServer, RawEtcd, make_tls_material
 from tests.support.server import free_port
@@ -266,8 +266,8 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 
 HOLDER_SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, time
-    from app.lease.base import Owner
-    from app.lease.etcd import EtcdBackend
+    from app.storage.lease import Owner
+    from app.storage.etcd import EtcdBackend
     from app.settings import load_settings
     from tests.helpers import pool_spec
 

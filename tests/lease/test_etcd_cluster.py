@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from app.lease.etcd import EtcdBackend, EtcdClaim
 from app.settings import load_settings
+from app.storage.etcd import EtcdBackend, EtcdClaim
 from tests.lease.test_etcd_backend import HLC_ULID, SIQ, eventually, holder
 from tests.support.etcd import EtcdCluster, EtcdServer
 

@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from app.errors import BackendUnavailableError, LeaseLostError
-from app.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
-from app.lease.etcd.session import Session
+from app.storage.etcd.client import ERRORS, EtcdCallError, EtcdClient, map_error
+from app.storage.etcd.session import Session
 from tests.helpers import FakeClock
 from tests.support.etcd import EtcdServer
 from tests.support.server import free_port

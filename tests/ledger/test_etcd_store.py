@@ -8,8 +8,8 @@ import pytest
 
 from app.ledger import Ledger
 from app.ledger.base import END_RELEASED, NS_IN_DAY, NS_IN_S, REASON_BEFORE, ClaimRecord
-from app.ledger.etcd import EtcdLedgerStore
 from app.settings import Settings
+from app.storage.etcd.ledger import EtcdLedgerStore
 from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio

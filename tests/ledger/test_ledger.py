@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from app.lease.base import Owner
-from app.lease.embedded import EmbeddedBackend
 from app.ledger import Ledger
 from app.ledger.base import (
     END_LOST,
@@ -20,7 +18,9 @@ from app.ledger.base import (
     ClaimRecord,
     MemoryLedgerStore,
 )
-from app.ledger.embedded import EmbeddedLedgerStore
+from app.storage.embedded.lease import EmbeddedBackend
+from app.storage.embedded.ledger import EmbeddedLedgerStore
+from app.storage.lease import Owner
 from tests.helpers import FakeClock, pool_spec
 
 OWNER = Owner(host="h", pid=4242, version="9.9.9", started_at="2026-01-01T00:00:00Z", pod="orders-7f9c")

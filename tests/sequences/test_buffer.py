@@ -11,7 +11,7 @@ from app import __version__
 from app.errors import BackendUnavailableError, SequenceOverflowError
 from app.metrics import Metrics
 from app.sequences.buffer import MAX_CACHE_FACTOR, TARGET_RANGE_S, SequenceBuffer, next_reservation_size
-from app.sequences.store.base import MAX_VALUE, MemorySequenceStore
+from app.storage.sequences import MAX_VALUE, MemorySequenceStore
 from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio

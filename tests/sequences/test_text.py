@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.sequences.store.base import MAX_VALUE
 from app.sequences.text import BLOCK, SCALAR_RUN_MAX, encode_run, encode_runs
+from app.storage.sequences import MAX_VALUE
 
 
 def reference(first: int, last: int) -> bytes:

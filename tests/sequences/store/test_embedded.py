@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
-from app.sequences.store.base import MAX_VALUE
-from app.sequences.store.embedded import EmbeddedSequenceStore
+from app.storage.embedded.sequences import EmbeddedSequenceStore
+from app.storage.sequences import MAX_VALUE
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +72,7 @@ async def test_an_unreadable_record_is_never_taken_as_empty(tmp_path: Path) -> N
 
 WORKER = """
 import asyncio, json, random, sys
-from app.sequences.store.embedded import EmbeddedSequenceStore
+from app.storage.embedded.sequences import EmbeddedSequenceStore
 async def main():
     store = EmbeddedSequenceStore(sys.argv[1])
     out = []

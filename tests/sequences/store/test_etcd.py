@@ -9,9 +9,9 @@ import json
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
-from app.sequences.store.base import MAX_VALUE
-from app.sequences.store.etcd import EtcdSequenceStore
 from app.settings import Settings
+from app.storage.etcd.sequences import EtcdSequenceStore
+from app.storage.sequences import MAX_VALUE
 from tests.support.etcd import EtcdServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd

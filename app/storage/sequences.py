@@ -19,13 +19,13 @@ is neither issued nor held by a live node (a reservation moves ``next`` past wha
 only over integers its node held, still unissued, and gives up). A node never hands back twice, and issues nothing
 once it has decided what to hand back; when the answer is lost or late, the range counts as a gap.
 
-Why an interface beside :class:`~app.lease.base.LeaseBackend` rather than methods on it: a sequence needs no
+Why an interface beside :class:`~app.storage.lease.LeaseBackend` rather than methods on it: a sequence needs no
 lease, no claim and no deadline (its safety is the atomic advance, not an exclusive identity), so the lease
 interface stays small and its doubles untouched; the two are chosen by the same settings (``IDMINT_ETCD_*`` or
-``IDMINT_STATE_DIR``) through :func:`app.sequences.store.make_store`, beside :func:`app.lease.make_backend`.
+``IDMINT_STATE_DIR``) through :func:`app.storage.make_store`, beside :func:`app.storage.make_backend`.
 
-Implementations: :class:`app.sequences.store.embedded.EmbeddedSequenceStore` (a file per sequence under the state
-directory), :class:`app.sequences.store.etcd.EtcdSequenceStore` (one key per sequence under the namespace), and
+Implementations: :class:`app.storage.embedded.sequences.EmbeddedSequenceStore` (a file per sequence under the state
+directory), :class:`app.storage.etcd.sequences.EtcdSequenceStore` (one key per sequence under the namespace), and
 :class:`MemorySequenceStore` (the test double: one process, optional injected outage).
 """
 

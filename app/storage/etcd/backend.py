@@ -1,4 +1,4 @@
-"""The etcd lease backend: the lease's upkeep and health, claims, release (see :mod:`app.lease.etcd`)."""
+"""The etcd lease backend: the lease's upkeep and health, claims, release (see :mod:`app.storage.etcd`)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError
-from app.etcd.calls import Calls
-from app.etcd.client import redact
-from app.lease.base import Claim, LeaseBackend, Owner
-from app.lease.etcd.claim import EtcdClaim
-from app.lease.etcd.claimer import Claimer, Leftovers
-from app.lease.etcd.records import FleetReads, Registrations
-from app.lease.etcd.session import Session
-from app.lease.etcd.watch import wait_event
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
+from app.storage.etcd.calls import Calls
+from app.storage.etcd.claim import EtcdClaim
+from app.storage.etcd.claimer import Claimer, Leftovers
+from app.storage.etcd.client import redact
+from app.storage.etcd.records import FleetReads, Registrations
+from app.storage.etcd.session import Session
+from app.storage.etcd.watch import wait_event
+from app.storage.lease import Claim, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 
@@ -33,7 +33,7 @@ __all__ = ["EtcdBackend", "EtcdClaim"]
 
 
 class EtcdBackend(LeaseBackend):
-    """etcd leases for node identities (see :mod:`app.lease.etcd` for the key layout and the safety argument).
+    """etcd leases for node identities (see :mod:`app.storage.etcd` for the key layout and the safety argument).
 
     ``settings``: the ``etcd_*`` settings (endpoints, namespace, TTL, safety margin, timeouts, TLS, auth);
     ``metrics``: optional :class:`~app.metrics.Metrics`; ``clock``: monotonic seconds (deadlines use it).
@@ -302,7 +302,7 @@ class EtcdBackend(LeaseBackend):
 
     # -- the fleet ---------------------------------------------------------------------------------------------
     async def fleet_id(self) -> str:
-        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.lease.etcd.records.FleetReads.read_fleet_id>`)."""
+        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.storage.etcd.records.FleetReads.read_fleet_id>`)."""
         return await self._fleet.read_fleet_id()
 
     def member_token(self) -> str | None:

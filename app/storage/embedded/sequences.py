@@ -13,7 +13,7 @@ nobody was given. Locks are ``flock`` locks on their own open file description, 
 process dies. All file work runs in a worker thread (``asyncio.to_thread``), never on the event loop; a lock held
 longer than ``LOCK_TIMEOUT_S`` (another process stuck) is reported as BackendUnavailableError.
 
-A hand-back (:meth:`~app.sequences.store.base.SequenceStore.give_back`) is the same read and write under the same
+A hand-back (:meth:`~app.storage.sequences.SequenceStore.give_back`) is the same read and write under the same
 lock, applied only when the record read is the one this process's latest reservation wrote.
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError
-from app.sequences.store.base import SequenceRecord, SequenceStore, conflict, handed_back, too_many, unknown
+from app.storage.sequences import SequenceRecord, SequenceStore, conflict, handed_back, too_many, unknown
 
 FOLDER = "sequences"
 CREATE_LOCK = ".create.lock"

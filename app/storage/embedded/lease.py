@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError
-from app.files import create_once, flocked_inodes, locked
-from app.lease.base import Claim, LeaseBackend, Owner
-from app.lease.draw import draw
 from app.pool import IdentityPool
+from app.storage.draw import draw
+from app.storage.embedded.files import create_once, flocked_inodes, locked
+from app.storage.lease import Claim, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.lease")
 

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from app.errors import BackendUnavailableError, ConfigError
-from app.etcd.client import EtcdCallError, EtcdClient, map_error, redact, ssl_context
+from app.storage.etcd.client import EtcdCallError, EtcdClient, map_error, redact, ssl_context
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -52,7 +52,7 @@ class Calls:
     @asynccontextmanager
     async def bounded(self, doing: str) -> AsyncIterator[EtcdClient]:
         """Yield the client for one call made while ``doing`` (words for the error). Raises the mapped
-        :class:`~app.errors.NotReadyError` (:func:`~app.etcd.client.map_error`) for an etcd error, and
+        :class:`~app.errors.NotReadyError` (:func:`~app.storage.etcd.client.map_error`) for an etcd error, and
         BackendUnavailableError when the call did not finish in time."""
         try:
             async with asyncio.timeout(self.limit):

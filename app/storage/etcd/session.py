@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 
 from app.errors import LeaseLostError, NotReadyError
-from app.etcd.client import EtcdCallError, EtcdClient, map_error
+from app.storage.etcd.client import EtcdCallError, EtcdClient, map_error
 
 log = logging.getLogger("idmint.lease.etcd")
 

@@ -21,7 +21,7 @@ Creating is ``If(CreateRevision(key) == 0) Then Put(key, value) Else Get(key)``.
 checked by counting the keys first (count-only range read); two replicas creating different names at the same
 moment can pass it by one each, which keeps the number of sequences (and metric labels) bounded all the same.
 
-etcd's errors become the project's in one place, :func:`app.etcd.client.map_error`; this module only adds
+etcd's errors become the project's in one place, :func:`app.storage.etcd.client.map_error`; this module only adds
 the overall time bound of one operation.
 """
 
@@ -37,7 +37,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from app.errors import BackendUnavailableError, ConfigError
-from app.etcd.client import (
+from app.storage.etcd.client import (
     EtcdCallError,
     EtcdClient,
     b64,
@@ -49,7 +49,7 @@ from app.etcd.client import (
     redact,
     ssl_context,
 )
-from app.sequences.store.base import (
+from app.storage.sequences import (
     NAME_PATTERN,
     SequenceRecord,
     SequenceStore,

@@ -6,7 +6,7 @@ Words, one meaning each (the rest of idmint uses them so)::
                   an eight-byte generator ID, a snowflake worker ID, a Muid medallion, an HLC-ULID publisher ID,
                   a SIQ shard (:class:`~app.pool.IdentityPool` says which numbers, and the kind's name)
     lease         the backend's time-limited grant behind every claim of a process (etcd: one lease, kept alive
-                  every TTL/3 by :class:`~app.lease.etcd.session.Session`; embedded: the process's file locks)
+                  every TTL/3 by :class:`~app.storage.etcd.session.Session`; embedded: the process's file locks)
     claim         one identity held on the lease (:class:`Claim`): its key, its high-water mark, its deadline
     owner         who holds a claim, written into it for operators: host, pid, version, start time, address
                   (:class:`Owner`)
@@ -16,11 +16,11 @@ Words, one meaning each (the rest of idmint uses them so)::
     mark          before those IDs leave the process (:meth:`Claim.record_mark`)
 
     LeaseBackend  -- claims identities for a process (one per process)
-     +-- EmbeddedBackend  (app.lease.embedded: flock-ed files under a state directory; one machine)
-     +-- EtcdBackend      (app.lease.etcd.backend: etcd leases; any number of replicas)
+     +-- EmbeddedBackend  (app.storage.embedded.lease: flock-ed files under a state directory; one machine)
+     +-- EtcdBackend      (app.storage.etcd.backend: etcd leases; any number of replicas)
     Claim         -- one identity held; lost is pushed to :meth:`Claim.on_lost` callbacks
      +-- EmbeddedClaim    (an OS file lock: never lost behind our back, deadline never)
-     +-- EtcdClaim        (app.lease.etcd.claim: a key on the lease, watched; lost with the lease or the key)
+     +-- EtcdClaim        (app.storage.etcd.claim: a key on the lease, watched; lost with the lease or the key)
 
 Modelled on etcd's Go ``concurrency.Session``. A claim's surface:
 

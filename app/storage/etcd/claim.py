@@ -1,11 +1,11 @@
 """One identity held as a key on this process's etcd lease: its revisions, its watch, its mark writes.
 
-An :class:`EtcdClaim` is made by :meth:`~app.lease.etcd.claimer.Claimer.claim` once the claiming transaction
+An :class:`EtcdClaim` is made by :meth:`~app.storage.etcd.claimer.Claimer.claim` once the claiming transaction
 succeeded. It knows the claim key's create and mod revisions and the mark key's mod revision, and writes marks
 with one transaction guarded by both mod revisions (:meth:`EtcdClaim.record_mark`), so only the current holder
 of the key ever raises the mark. Its loss is pushed, never polled: the lease's :meth:`Session.on_done
-<app.lease.etcd.session.Session.on_done>`, the key's :class:`~app.lease.etcd.watch.ClaimWatch` and a refused mark
-write all end in :meth:`EtcdClaim.set_lost`, which calls every :meth:`~app.lease.base.Claim.on_lost` callback at
+<app.storage.etcd.session.Session.on_done>`, the key's :class:`~app.storage.etcd.watch.ClaimWatch` and a refused mark
+write all end in :meth:`EtcdClaim.set_lost`, which calls every :meth:`~app.storage.lease.Claim.on_lost` callback at
 once.
 """
 
@@ -16,13 +16,13 @@ import logging
 import math
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
-from app.etcd.calls import Calls
-from app.etcd.client import compare, get, put, redact
-from app.lease.base import Claim, LossCallback, Owner
-from app.lease.etcd import keys
-from app.lease.etcd.session import Session
-from app.lease.etcd.watch import ClaimWatch, loss_of
 from app.pool import IdentityPool
+from app.storage.etcd import keys
+from app.storage.etcd.calls import Calls
+from app.storage.etcd.client import compare, get, put, redact
+from app.storage.etcd.session import Session
+from app.storage.etcd.watch import ClaimWatch, loss_of
+from app.storage.lease import Claim, LossCallback, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 

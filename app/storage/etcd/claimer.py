@@ -1,5 +1,5 @@
 """Claiming one identity on the lease: read the pool, give back what an unfinished claim left on our lease, draw
-(:mod:`app.lease.draw`), and take the first free key with one transaction ``If(CreateRevision(key) == 0) Then
+(:mod:`app.storage.draw`), and take the first free key with one transaction ``If(CreateRevision(key) == 0) Then
 Put(key, value, lease)``. Released keys etcd could not be told of wait in :class:`Leftovers`."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import logging
 
 from app.errors import LeaseLostError, NotReadyError, PoolExhaustedError
-from app.etcd.calls import Calls
-from app.etcd.client import compare, delete, get, prefix_end, put
-from app.lease.base import LossCallback, Owner
-from app.lease.draw import draw
-from app.lease.etcd import keys
-from app.lease.etcd.claim import EtcdClaim
-from app.lease.etcd.session import Session
 from app.pool import IdentityPool
+from app.storage.draw import draw
+from app.storage.etcd import keys
+from app.storage.etcd.calls import Calls
+from app.storage.etcd.claim import EtcdClaim
+from app.storage.etcd.client import compare, delete, get, prefix_end, put
+from app.storage.etcd.session import Session
+from app.storage.lease import LossCallback, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 

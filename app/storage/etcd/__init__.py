@@ -1,11 +1,11 @@
 """The etcd lease backend: node identities leased from etcd, for any number of replicas.
 
-Files: :mod:`~app.lease.etcd.session` (one lease kept alive; its done event and status),
-:mod:`~app.lease.etcd.claim` (one claim: its revisions, mark writes and re-arming), :mod:`~app.lease.etcd.watch`
-(a claim key's watch), :mod:`~app.lease.etcd.keys` (key layout and values, pure), :mod:`~app.lease.etcd.claimer`
-(the pool scan, draw and claiming transaction; deleting released keys), :mod:`~app.lease.etcd.records`
-(registrations, the fleet's keys), :mod:`~app.lease.etcd.backend` (the lease's upkeep, health, release); every etcd
-call goes through :mod:`app.etcd` (client, error table).
+Files: :mod:`~app.storage.etcd.session` (one lease kept alive; its done event and status),
+:mod:`~app.storage.etcd.claim` (one claim: its revisions, mark writes and re-arming), :mod:`~app.storage.etcd.watch`
+(a claim key's watch), :mod:`~app.storage.etcd.keys` (key layout and values, pure), :mod:`~app.storage.etcd.claimer`
+(the pool scan, draw and claiming transaction; deleting released keys), :mod:`~app.storage.etcd.records`
+(registrations, the fleet's keys), :mod:`~app.storage.etcd.backend` (the lease's upkeep, health, release); every etcd
+call goes through :mod:`app.storage.etcd` (client, error table).
 
 Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.etcd_lease_ttl``), refreshed
 by a background task every TTL/3; every claim is one key bound to that lease, created by one transaction
@@ -24,7 +24,7 @@ Key layout under ``settings.etcd_namespace`` (default ``unique-id-generator/``),
     idmint/wiji/<random part hex>            Wiji random part of a replica, on the lease (no exclusivity)
     idmint/marks/<scheme>/<rest of claim>    high-water mark of an identity, on NO lease: it outlives holders
                                              (e.g. idmint/marks/eight-byte/3/17, idmint/marks/siq/86ce1947/7)
-    idmint/ledger/claims/<scheme>/<id>/<rec> claim ledger record, on NO lease (app.ledger.etcd; kept
+    idmint/ledger/claims/<scheme>/<id>/<rec> claim ledger record, on NO lease (app.storage.etcd.ledger; kept
                                              IDMINT_LEDGER_DAYS after the claim ended)
 
 Claim value (JSON, UTF-8)::
@@ -43,7 +43,7 @@ java-uniqueid (``uniqueid-etcd``, ``ResourceClaim``) claims ``pool/<cluster>:<ge
 is ignored by Java clients, and keys it holds (with an empty value) are skipped here. Our marks live outside
 ``pool/`` so its pool count is not disturbed.
 
-Fail closed: a claim's :attr:`~app.lease.base.Claim.deadline` is the ``clock()`` time at which the last
+Fail closed: a claim's :attr:`~app.storage.lease.Claim.deadline` is the ``clock()`` time at which the last
 successful refresh (or grant) was *sent*, plus the TTL, minus ``settings.etcd_safety_margin``; etcd cannot expire
 the lease before that. A refresh answering TTL <= 0 (lease expired or revoked), a write refused with "lease not
 found" (gRPC NOT_FOUND), or a watch event showing the claim key deleted or overwritten makes the claim lost. A lost
@@ -51,7 +51,7 @@ lease is re-granted automatically; the node
 re-claims on it.
 
 Member loss: each process shuffles ``settings.etcd_endpoints``; a request that fails or stalls on one member
-moves to the next at once (:mod:`app.etcd.client`), and watches follow the client to the member that
+moves to the next at once (:mod:`app.storage.etcd.client`), and watches follow the client to the member that
 answers, re-armed by verifying the key (same lease, same create revision) and watching from the verified
 revision on. A broken watch freezes the claim's deadline at the lease deadline of the moment it broke (no later
 refresh extends it) until it is re-armed; the identity is kept as long as the lease is valid.
@@ -60,8 +60,8 @@ A released claim whose key cannot be deleted (etcd unreachable) is remembered an
 it sits on our live lease and would otherwise stay held for as long as this process runs.
 """
 
-from app.lease.etcd.backend import EtcdBackend
-from app.lease.etcd.claim import EtcdClaim
-from app.lease.etcd.keys import claim_key, mark_key, pool_prefix, register_key
+from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.claim import EtcdClaim
+from app.storage.etcd.keys import claim_key, mark_key, pool_prefix, register_key
 
 __all__ = ["EtcdBackend", "EtcdClaim", "claim_key", "mark_key", "pool_prefix", "register_key"]

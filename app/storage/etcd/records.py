@@ -9,11 +9,11 @@ import uuid
 from typing import Any
 
 from app.errors import NotReadyError
-from app.etcd.calls import Calls
-from app.etcd.client import compare, get, prefix_end, put
-from app.lease.etcd import keys
-from app.lease.etcd.session import Session
 from app.pool import IdentityPool
+from app.storage.etcd import keys
+from app.storage.etcd.calls import Calls
+from app.storage.etcd.client import compare, get, prefix_end, put
+from app.storage.etcd.session import Session
 
 log = logging.getLogger("idmint.lease.etcd")
 

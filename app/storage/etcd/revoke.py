@@ -3,9 +3,9 @@
 Deleting the claim key would free the identity at once, before its owner heard of it. Instead, in order:
 
 1. The claim key is **overwritten** (one transaction guarded by its mod revision) with a value that begins with
-   :data:`~app.lease.etcd.keys.REVOKED_MARK`, on a fresh *guard* lease of the fleet's TTL. The key still exists, so
+   :data:`~app.storage.etcd.keys.REVOKED_MARK`, on a fresh *guard* lease of the fleet's TTL. The key still exists, so
    nobody can claim the identity (claims need ``CreateRevision == 0``). The owner's watch reports the overwrite
-   (:data:`~app.lease.base.REVOKED_REASON`): it stops issuing at once, and no longer raises the high-water mark
+   (:data:`~app.storage.lease.REVOKED_REASON`): it stops issuing at once, and no longer raises the high-water mark
    (mark writes compare the claim key's mod revision, which just changed).
 2. The owner's **acknowledgement** is its claim ledger record ending (written right after it stopped). Once seen,
    the guard lease is revoked, which deletes the key: the identity is free.
@@ -24,11 +24,11 @@ import time
 from typing import Any
 
 from app.errors import NotClaimedError, RevokeRefusedError
-from app.etcd.client import EtcdCallError, EtcdClient, compare, map_error, prefix_end, put
-from app.lease.etcd import keys
 from app.pool import IdentityPool
-from app.sequences.store.etcd import client_from_settings
 from app.settings import Settings
+from app.storage.etcd import keys
+from app.storage.etcd.client import EtcdCallError, EtcdClient, compare, map_error, prefix_end, put
+from app.storage.etcd.sequences import client_from_settings
 
 OVERWRITE_ATTEMPTS = 5
 """Tries at overwriting the claim key: the owner's own mark writes rewrite it (so its mod revision moves) as often as
@@ -36,7 +36,7 @@ every mark interval under load; a key that changed owner is not retried."""
 ACK_POLL_S = 0.05
 """How often the revoker reads the owner's ledger record while it waits for the acknowledgement."""
 LEDGER_CLAIMS = "idmint/ledger/claims/"
-"""Where :mod:`app.ledger.etcd` keeps claim records (``<scheme>/<identity>/<record ID>``)."""
+"""Where :mod:`app.storage.etcd.ledger` keeps claim records (``<scheme>/<identity>/<record ID>``)."""
 
 
 async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:

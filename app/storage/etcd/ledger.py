@@ -17,10 +17,21 @@ import contextlib
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.etcd.client import EtcdCallError, EtcdClient, KeyValue, b64, compare, delete, get, map_error, prefix_end, put
 from app.ledger.base import NS_IN_S, ClaimRecord, LedgerStore
-from app.sequences.store.etcd import client_from_settings
 from app.settings import Settings
+from app.storage.etcd.client import (
+    EtcdCallError,
+    EtcdClient,
+    KeyValue,
+    b64,
+    compare,
+    delete,
+    get,
+    map_error,
+    prefix_end,
+    put,
+)
+from app.storage.etcd.sequences import client_from_settings
 
 LEDGER_PREFIX = "idmint/ledger/"
 RANGE_LIMIT = 100_000

@@ -1,8 +1,8 @@
-"""The etcd key layout and values, as pure functions of a :class:`~app.lease.base.IdentityPool` (no scheme names).
+"""The etcd key layout and values, as pure functions of a :class:`~app.storage.lease.IdentityPool` (no scheme names).
 
 Claim key ``<namespace><pool.key_prefix><segment>``, mark key ``<namespace><pool.mark_prefix><segment>``, where
 ``segment = pool.key_format.format(identity)``; registrations ``<namespace>idmint/<scheme>/<name>``. Values are
-JSON (UTF-8); see :mod:`app.lease.etcd` for the whole layout and its java-uniqueid compatibility.
+JSON (UTF-8); see :mod:`app.storage.etcd` for the whole layout and its java-uniqueid compatibility.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError, NotReadyError
-from app.lease.base import Owner
-from app.lease.draw import SMALL_POOL_SIZE
 from app.pool import IdentityPool
+from app.storage.draw import SMALL_POOL_SIZE
+from app.storage.lease import Owner
 
 REGISTER_PREFIX = "idmint/"
 REVOKED_MARK = b'{"revoked":'
-"""How a claim key overwritten by ``POST /v1/admin/claims/.../revoke`` begins (:mod:`app.lease.etcd.revoke`): its
-owner's watch reads it as :data:`~app.lease.base.REVOKED_REASON`."""
+"""How a claim key overwritten by ``POST /v1/admin/claims/.../revoke`` begins (:mod:`app.storage.etcd.revoke`): its
+owner's watch reads it as :data:`~app.storage.lease.REVOKED_REASON`."""
 
 
 def pool_prefix(namespace: str, pool: IdentityPool) -> str:

@@ -4,7 +4,7 @@ A :class:`ClaimWatch` streams the key's events from a revision on, on the client
 ``on_loss(reason)`` for the first event that shows the key deleted or written by anyone else (another lease,
 another create revision); our own mark writes keep the lease and the create revision and are not a loss. When
 the stream ends (its member died or stalled) it calls ``on_broken()`` and the claim is re-armed by the backend
-on the member the client moved to (:meth:`~app.lease.etcd.claim.EtcdClaim.rearm`).
+on the member the client moved to (:meth:`~app.storage.etcd.claim.EtcdClaim.rearm`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import logging
 from collections.abc import Callable
 from contextlib import aclosing
 
-from app.etcd.client import EtcdCallError, EtcdClient, KeyValue
-from app.lease.base import REVOKED_REASON
-from app.lease.etcd import keys
+from app.storage.etcd import keys
+from app.storage.etcd.client import EtcdCallError, EtcdClient, KeyValue
+from app.storage.lease import REVOKED_REASON
 
 log = logging.getLogger("idmint.lease.etcd")
 
