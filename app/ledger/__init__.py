@@ -21,23 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import NotReadyError
-from app.ledger.base import (
-    END_LOST,
-    END_RELEASED,
-    FUTURE_TOLERANCE_NS,
-    NS_IN_DAY,
-    NS_IN_S,
-    REASON_BEFORE,
-    REASON_FUTURE,
-    REASON_NO_CLAIM,
-    ClaimRecord,
-    LedgerIndex,
-    LedgerStore,
-    Verdict,
-)
+from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_BEFORE, REASON_FUTURE, REASON_NO_CLAIM, LedgerIndex, Verdict
 from app.pool import IdentityPool
 from app.settings import Settings
 from app.storage.lease import Claim, Owner
+from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, LedgerStore
 
 __all__ = ["ClaimRecord", "Ledger", "LedgerStore", "Verdict", "make_ledger"]
 

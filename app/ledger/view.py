@@ -20,9 +20,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.ledger import Ledger
-from app.ledger.base import FUTURE_TOLERANCE_NS, NS_IN_S, REASON_NO_LEDGER
+from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_NO_LEDGER
 from app.pool import IdentityPool
 from app.schemes.base import Scheme
+from app.storage.ledger import NS_IN_S
 
 GROUP_FIELDS: dict[str, Callable[[int], str]] = {
     "cluster_id": str,  # eight-byte: the pool's group is the cluster ID in decimal

@@ -7,9 +7,10 @@ import asyncio
 import pytest
 
 from app.ledger import Ledger
-from app.ledger.base import END_RELEASED, NS_IN_DAY, NS_IN_S, REASON_BEFORE, ClaimRecord
+from app.ledger.index import REASON_BEFORE
 from app.settings import Settings
 from app.storage.etcd.ledger import EtcdLedgerStore
+from app.storage.ledger import END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord
 from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio

@@ -7,20 +7,11 @@ from pathlib import Path
 import pytest
 
 from app.ledger import Ledger
-from app.ledger.base import (
-    END_LOST,
-    END_RELEASED,
-    NS_IN_DAY,
-    NS_IN_S,
-    REASON_BEFORE,
-    REASON_FUTURE,
-    REASON_NO_CLAIM,
-    ClaimRecord,
-    MemoryLedgerStore,
-)
+from app.ledger.index import REASON_BEFORE, REASON_FUTURE, REASON_NO_CLAIM
 from app.storage.embedded.lease import EmbeddedBackend
 from app.storage.embedded.ledger import EmbeddedLedgerStore
 from app.storage.lease import Owner
+from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, MemoryLedgerStore
 from tests.helpers import FakeClock, pool_spec
 
 OWNER = Owner(host="h", pid=4242, version="9.9.9", started_at="2026-01-01T00:00:00Z", pod="orders-7f9c")

@@ -3,7 +3,7 @@
 Layout under ``state_dir``::
 
     ledger/since                    the ledger's first moment (ns), written once, create-exclusive
-    ledger/claims-YYYY-MM-DD.jsonl  one JSON record per line (app.ledger.base.ClaimRecord), appended under flock;
+    ledger/claims-YYYY-MM-DD.jsonl  one JSON record per line (app.storage.ledger.ClaimRecord), appended under flock;
                                     a later line of the same record replaces an earlier one
 
 Retention drops whole files: a file older than the retention (by its date) is deleted once every record whose
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.ledger.base import NS_IN_S, ClaimRecord, LedgerStore
+from app.storage.ledger import NS_IN_S, ClaimRecord, LedgerStore
 
 LEDGER_DIR = "ledger"
 SINCE_FILE = "since"

@@ -3,7 +3,7 @@
 Keys under ``settings.etcd_namespace``::
 
     idmint/ledger/since                                   the ledger's first moment (ns), create-if-absent
-    idmint/ledger/claims/<scheme>/<identity>/<record ID>  JSON record (app.ledger.base.ClaimRecord)
+    idmint/ledger/claims/<scheme>/<identity>/<record ID>  JSON record (app.storage.ledger.ClaimRecord)
 
 Reads after the first are incremental (``min_mod_revision``: only keys written since the last read), so the
 periodic refresh costs one small range read. Retention deletes each record that ended before the limit, guarded by
@@ -17,7 +17,6 @@ import contextlib
 from collections.abc import Callable
 
 from app.errors import NotReadyError
-from app.ledger.base import NS_IN_S, ClaimRecord, LedgerStore
 from app.settings import Settings
 from app.storage.etcd.client import (
     EtcdCallError,
@@ -32,6 +31,7 @@ from app.storage.etcd.client import (
     put,
 )
 from app.storage.etcd.sequences import client_from_settings
+from app.storage.ledger import NS_IN_S, ClaimRecord, LedgerStore
 
 LEDGER_PREFIX = "idmint/ledger/"
 RANGE_LIMIT = 100_000
