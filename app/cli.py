@@ -159,9 +159,9 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
     from app.api.params import parse_issue
     from app.api.streams import lines
     from app.metrics import Metrics
-    from app.node import Node
+    from app.node import Node, node_clock
     from app.schemes import get_scheme
-    from app.storage import make_backend
+    from app.storage import open_storage
 
     params: dict[str, Any] = {"count": count, **options}
     if fmt is not None:
@@ -169,9 +169,11 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
     request = parse_issue(get_scheme(scheme), params, maximum=count)
     needed = [scheme, *filter(None, [get_scheme(scheme).shares_generator_with])]
     metrics = Metrics(needed, __version__)
-    node = Node(settings, make_backend(settings, metrics), metrics, only=needed)
-    await node.start()
+    clock = node_clock(settings)
+    storage = open_storage(settings, clock, metrics)
+    node = Node(settings, storage, metrics, clock=clock, only=needed)
     try:
+        await node.start()
         issuer = node.issuer(scheme)
         issuer.check()
         out = sys.stdout.buffer
@@ -180,23 +182,28 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         out.flush()
     finally:
         await node.stop()
+        await storage.close()
 
 
 @main.group()
 def sequence() -> None:
-    """Sequences (dense integers per name) in the configured storage: etcd, or the state directory."""
+    """Sequences (dense integers per name) in the configured storage: etcd, PostgreSQL, or the state directory."""
 
 
 def _run_sequences(work: Any) -> Any:
-    from app.storage import make_store
+    from app.node import node_clock
+    from app.storage import open_storage
 
     async def run() -> Any:
-        store = make_store(_settings())
-        await store.start()
+        settings = _settings()
+        storage = open_storage(settings, node_clock(settings))
+        store = storage.sequences
         try:
+            await store.start()
             return await work(store)
         finally:
             await store.close()
+            await storage.close()
 
     try:
         return asyncio.run(run())

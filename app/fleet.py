@@ -44,7 +44,7 @@ from app.identity import PEER_CHECK_PENDING
 if TYPE_CHECKING:
     from app.pool import IdentityPool
     from app.settings import Settings
-    from app.storage.lease import LeaseBackend
+    from app.storage.base import Storage
 
 log = logging.getLogger("idmint.fleet")
 
@@ -110,19 +110,21 @@ def listens_beyond_loopback(host: str) -> bool:
 
 
 class FleetGuard:
-    """This node's fleet identity and its peer checks. ``pools``: scheme name -> the identity pool it claims from
-    (schemes whose uniqueness rests on a leased identity, and a static Muid medallion); ``block``: called with
-    (scheme, reason or None) when a scheme must stop (or may resume) issuing because of a peer fleet."""
+    """This node's fleet identity and its peer checks, on ``storage``'s lease backend. ``pools``: scheme name -> the
+    identity pool it claims from (schemes whose uniqueness rests on a leased identity, and a static Muid
+    medallion); ``block``: called with (scheme, reason or None) when a scheme must stop (or may resume) issuing
+    because of a peer fleet."""
 
     def __init__(
         self,
         settings: Settings,
-        backend: LeaseBackend,
+        storage: Storage,
         pools: Mapping[str, IdentityPool],
         block: Callable[[str, str | None], None],
     ) -> None:
         self.settings = settings
-        self.backend = backend
+        self.storage = storage
+        self.backend = storage.leases
         self.pools = dict(pools)
         self.block = block
         self.peers = list(settings.peer_fleets)
@@ -160,7 +162,7 @@ class FleetGuard:
             "member": self.backend.member_token(),
             "region": settings.region,
             "regions": settings.regions,
-            "backend": self.backend.name,
+            "backend": self.storage.name,
             "schemes": {name: pool_entry(pool) for name, pool in self.pools.items()},
             "peers": self.peer_status(),
         }

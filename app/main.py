@@ -21,14 +21,14 @@ from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.front import Front, HotRoute
 from app.api.streams import StreamSlots
-from app.ledger import make_ledger
+from app.ledger import Ledger
 from app.metrics import Metrics
-from app.node import Node
+from app.node import Node, node_clock
 from app.schemes import schemes
 from app.schemes.base import Clock
 from app.sequences import SequenceService
 from app.settings import Settings, load_settings
-from app.storage import make_backend, make_store
+from app.storage import open_storage
 
 NS_IN_S = 1_000_000_000
 
@@ -41,13 +41,19 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     API keys' quota clock, for tests. Raises ConfigError for a key file that does not load."""
     settings = settings or load_settings()
     metrics = Metrics(list(schemes()), __version__)
-    node = Node(settings, make_backend(settings, metrics), metrics, clock=clock)
+    node_time = clock or node_clock(settings)
+    storage = open_storage(settings, node_time, metrics)
+    node = Node(settings, storage, metrics, clock=node_time)
     node.attach_ledger(
-        make_ledger(
-            settings, clock=node.clock, fleet_id=lambda: node.fleet.fleet_id, failures=metrics.ledger_write_failed
+        Ledger(
+            storage.ledger,
+            retention_days=settings.ledger_days,
+            clock=node_time,
+            fleet_id=lambda: node.fleet.fleet_id,
+            failures=metrics.ledger_write_failed,
         )
     )
-    sequences = SequenceService(make_store(settings), metrics, settings.max_count)
+    sequences = SequenceService(storage.sequences, metrics, settings.max_count)
     keys: ApiKeys | None = None
 
     @asynccontextmanager
@@ -65,6 +71,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             decode.shutdown_text_pool()
             await sequences.stop()
             await node.stop()
+            await storage.close()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
     # running idmint may have no internet).
@@ -72,7 +79,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         title="idmint",
         version=__version__,
         summary=f"Issue and decode {', '.join(s.title for s in schemes().values())} IDs; node identities leased "
-        "via etcd.",
+        "via etcd or PostgreSQL.",
         lifespan=lifespan,
         favicon_url="/static/favicon.svg",
         max_body_size=settings.max_body_bytes,  # bodies without a declared length: counted as they are read

@@ -47,6 +47,7 @@ from app.pool import IdentityPool
 from app.schemes import schemes
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, Scheme
 from app.settings import Settings
+from app.storage.base import Storage
 from app.storage.lease import LeaseBackend, Owner
 
 log = logging.getLogger("idmint.node")
@@ -304,25 +305,30 @@ class SharedIssuer(Issuer):
         return out
 
 
+def node_clock(settings: Settings) -> Clock:
+    """The clock of a node (ns since the Unix epoch): the system clock, shifted by ``settings.clock_offset_ms`` (a
+    test hook)."""
+    offset_ns = settings.clock_offset_ms * 1_000_000
+    return time.time_ns if not offset_ns else (lambda: time.time_ns() + offset_ns)
+
+
 class Node:
     """All issuers of this process, the lease backend behind them, and the clock they share."""
 
     def __init__(
         self,
         settings: Settings,
-        backend: LeaseBackend,
+        storage: Storage,
         metrics: Metrics,
         clock: Clock | None = None,
         only: list[str] | None = None,
         ledger: Ledger | None = None,
     ) -> None:
         self.settings = settings
-        self.backend = backend
+        self.storage = storage
+        self.backend: LeaseBackend = storage.leases
         self.metrics = metrics
-        if clock is None:
-            offset_ns = settings.clock_offset_ms * 1_000_000
-            clock = time.time_ns if not offset_ns else (lambda: time.time_ns() + offset_ns)
-        self.clock: Clock = clock
+        self.clock: Clock = clock or node_clock(settings)
         self.owner = Owner(
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -342,7 +348,7 @@ class Node:
         self._build_issuers()
         if only is not None:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
-        self.fleet = FleetGuard(settings, backend, self._guarded_pools(), self._block)
+        self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
 
     def attach_ledger(self, ledger: Ledger) -> None:
@@ -403,7 +409,7 @@ class Node:
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
         await self.backend.start()
-        if self.backend.name == "embedded":  # file locks never expire; the etcd backend reports its own
+        if not self.storage.capabilities.claims_expire:  # file locks never expire; a lease reports its own deadline
             self.metrics.lease_deadline(math.inf)
         self._check_regions()
         for name, scheme in self.schemes.items():
@@ -437,13 +443,14 @@ class Node:
         with one region: a second such fleet (another host, another state directory) claims the same identities."""
         settings = self.settings
         exposed = listens_beyond_loopback(settings.host)
-        self.metrics.region_configured(settings.regions > 1, self.backend.name, exposed)
-        if self.backend.name == "embedded" and exposed and settings.regions == 1 and not settings.peer_fleets:
+        self.metrics.region_configured(settings.regions > 1, self.storage.name, exposed)
+        if self.storage.capabilities.one_host and exposed and settings.regions == 1 and not settings.peer_fleets:
             log.warning(
                 "the embedded lease backend serves one state directory (%s) on %s with IDMINT_REGIONS=1: another "
                 "idmint with another state directory (another host, another container volume) claims the same "
                 "identities and issues the same IDs. Give each such fleet its own IDMINT_REGION of IDMINT_REGIONS "
-                "(and list the others in IDMINT_PEER_FLEETS), or share one etcd (IDMINT_ETCD_ENDPOINTS)",
+                "(and list the others in IDMINT_PEER_FLEETS), or share one etcd (IDMINT_ETCD_ENDPOINTS) or PostgreSQL "
+                "(IDMINT_POSTGRES_URL)",
                 settings.state_dir,
                 settings.host,
             )

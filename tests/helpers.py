@@ -20,7 +20,11 @@ from app.node import Node
 from app.pool import IdentityPool
 from app.schemes import get_scheme, schemes
 from app.settings import Settings
-from app.storage.embedded.lease import EmbeddedBackend
+from app.storage.base import Capabilities, Storage
+from app.storage.embedded import open_embedded
+from app.storage.lease import LeaseBackend
+from app.storage.ledger import MemoryLedgerStore
+from app.storage.sequences import MemorySequenceStore
 
 SCHEMES = tuple(schemes())
 HEX_DIGITS = {name: scheme.packed_bytes * 2 for name, scheme in schemes().items()}
@@ -65,7 +69,14 @@ def new_node(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) 
     """A :class:`Node` (not started) on the real embedded backend in ``state_dir``, ``clock`` injected (None: the
     node's own, the real clock)."""
     settings = make_settings(state_dir, **overrides)
-    return Node(settings, EmbeddedBackend(state_dir), Metrics(list(SCHEMES), __version__), clock=clock)
+    storage = open_embedded(settings, clock or time.time_ns)
+    return Node(settings, storage, Metrics(list(SCHEMES), __version__), clock=clock)
+
+
+def storage_of(backend: LeaseBackend, capabilities: Capabilities) -> Storage:
+    """A :class:`Storage` around one lease backend (with ``capabilities``), the memory fakes for the ledger's and
+    the sequences' stores beside it: for tests of the node above a backend they build themselves."""
+    return Storage("test", capabilities, backend, MemoryLedgerStore(), MemorySequenceStore())
 
 
 @contextlib.asynccontextmanager

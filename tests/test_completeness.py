@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from app.schemes import schemes
 from app.settings import Settings
-from app.storage.etcd import claim_key, mark_key
+from app.storage.etcd.keys import claim_key, mark_key
 from tests.helpers import running_app
 
 SCHEMES = tuple(schemes())

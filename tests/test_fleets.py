@@ -32,6 +32,7 @@ from app.schemes import schemes
 from app.schemes.snowflake import NAMED_LAYOUTS
 from app.settings import Settings, load_settings
 from app.storage.draw import draw
+from app.storage.embedded import open_embedded
 from tests.helpers import make_settings
 from tests.support.server import Server, free_port
 
@@ -460,7 +461,6 @@ def test_a_damaged_fleet_file_is_named_and_the_server_still_starts(tmp_path: Pat
 @pytest.mark.anyio
 async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_path: Path) -> None:
     from app.fleet import PEER_TIMEOUT_S, FleetGuard
-    from app.storage.embedded.lease import EmbeddedBackend
 
     handlers: list[asyncio.Task[None] | None] = []
 
@@ -481,7 +481,8 @@ async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_p
     server = await asyncio.start_server(drip, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     peer = f"http://127.0.0.1:{port}"
-    guard = FleetGuard(make_settings(tmp_path, peer_fleets=peer), EmbeddedBackend(tmp_path), {}, lambda *_: None)
+    settings = make_settings(tmp_path, peer_fleets=peer)
+    guard = FleetGuard(settings, open_embedded(settings, time.time_ns), {}, lambda *_: None)
     try:
         async with httpx.AsyncClient() as client:
             started = time.monotonic()

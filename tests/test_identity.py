@@ -19,8 +19,10 @@ from app.errors import NotReadyError
 from app.metrics import Metrics
 from app.node import Node
 from app.schemes import schemes
-from app.storage.etcd import EtcdBackend, EtcdClaim
-from tests.helpers import FakeClock, make_settings
+from app.storage.etcd import CAPABILITIES as ETCD
+from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.claim import EtcdClaim
+from tests.helpers import FakeClock, make_settings, storage_of
 from tests.lease.test_etcd_backend import eventually
 from tests.support.etcd import EtcdServer, RawEtcd
 
@@ -47,7 +49,7 @@ async def etcd_node(
         **overrides,
     )
     backend = EtcdBackend(settings, clock=mono.seconds) if mono is not None else EtcdBackend(settings)
-    node = Node(settings, backend, Metrics(list(schemes()), __version__), only=[SCHEME])
+    node = Node(settings, storage_of(backend, ETCD), Metrics(list(schemes()), __version__), only=[SCHEME])
     await node.start()
     try:
         yield node

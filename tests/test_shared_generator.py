@@ -3,6 +3,7 @@ one claim, one generator, its own text through its own Batch (small batches too)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Batch, Generator
 from app.schemes.hlc_ulid import HlcUlidScheme
-from app.storage.embedded.lease import EmbeddedBackend
+from app.storage.embedded import open_embedded
 from tests.helpers import make_settings, started
 
 pytestmark = pytest.mark.anyio
@@ -68,7 +69,8 @@ async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
     registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
     monkeypatch.setattr("app.node.schemes", lambda: registry)
 
-    node = Node(make_settings(tmp_path), EmbeddedBackend(tmp_path), Metrics(list(registry), __version__))
+    settings = make_settings(tmp_path)
+    node = Node(settings, open_embedded(settings, time.time_ns), Metrics(list(registry), __version__))
     async with started(node):
         base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
         assert shared.holder.claims is base.holder.claims and len(base.holder.claims) == 1

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 
 from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
-from app.errors import InvalidOptionError, RevokeRefusedError, UnknownSchemeError
+from app.errors import InvalidOptionError, UnknownSchemeError
 from app.node import Node
 
 router = APIRouter(tags=["admin"])
@@ -149,19 +149,12 @@ async def drain(request: Request, node: NodeDep, settings: SettingsDep) -> dict[
         503: {"description": "etcd cannot be used now (Retry-After)"},
     },
 )
-async def revoke(scheme: str, identity: str, request: Request, node: NodeDep, settings: SettingsDep) -> Any:
+async def revoke(scheme: str, identity: str, node: NodeDep) -> Any:
     """Free a stuck claim: the owner, if alive, sees the loss (its claim key is overwritten, which its watch
     reports at once) and stops issuing with that identity before any other node can claim it; the key is freed
     once the owner's ledger record says it stopped, else when the owner's lease TTL has passed. High-water marks
     still hold: the owner can no longer raise the mark, and the next holder issues above it."""
     number = parse_identity(node, scheme, identity)
-    if not settings.etcd_endpoints:
-        raise RevokeRefusedError(
-            "the embedded backend's claims are OS file locks held by a process on this machine: stop that process "
-            "(GET /v1/admin/claims names its pid); its lock is freed the moment it exits"
-        )
-    from app.storage.etcd.revoke import revoke_claim
-
     pool = node.issuers[scheme].holder.pool
     assert pool is not None
-    return await revoke_claim(settings, pool, number, node.owner.as_dict())
+    return await node.backend.revoke(pool, number, node.owner.as_dict())

@@ -122,7 +122,7 @@ async def scheme_catalogue(node: Node, settings: Any) -> list[dict[str, Any]]:
 async def list_schemes(node: NodeDep, settings: SettingsDep) -> dict[str, Any]:
     """Each scheme's bit layout, text forms, options, limits, the decode page's titles, examples and field
     captions, what its uniqueness rests on, and this node's identity for it (with its region's slice)."""
-    return {"schemes": await scheme_catalogue(node, settings), "backend": node.backend.status()}
+    return {"schemes": await scheme_catalogue(node, settings), "backend": node.storage.status()}
 
 
 @router.get("/v1/fleet")
@@ -164,7 +164,7 @@ async def readyz(node: NodeDep, request: Request) -> Response:
     drain = getattr(request.app.state, "drain", None)
     if drain is not None and drain.draining:
         ready, status = False, "draining"
-    body = {"status": status, "schemes": detail, "backend": node.backend.status()}
+    body = {"status": status, "schemes": detail, "backend": node.storage.status()}
     if node.fleet.peers:
         body["peer_fleets"] = node.fleet.peer_status()
     headers = {} if ready else {"Retry-After": "1"}

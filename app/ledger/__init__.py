@@ -23,11 +23,10 @@ from typing import Any
 from app.errors import NotReadyError
 from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_BEFORE, REASON_FUTURE, REASON_NO_CLAIM, LedgerIndex, Verdict
 from app.pool import IdentityPool
-from app.settings import Settings
 from app.storage.lease import Claim, Owner
 from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, LedgerStore
 
-__all__ = ["ClaimRecord", "Ledger", "LedgerStore", "Verdict", "make_ledger"]
+__all__ = ["ClaimRecord", "Ledger", "LedgerStore", "Verdict"]
 
 log = logging.getLogger("idmint.ledger")
 
@@ -307,23 +306,3 @@ class Ledger:
 
 def _why(exc: Exception) -> str:
     return exc.reason if isinstance(exc, NotReadyError) else str(exc)
-
-
-def make_ledger(
-    settings: Settings,
-    *,
-    clock: Callable[[], int],
-    fleet_id: Callable[[], str | None],
-    failures: Callable[[], None],
-) -> Ledger:
-    """The ledger on etcd when ``settings.etcd_endpoints`` is set, else in the state directory."""
-    store: LedgerStore
-    if settings.etcd_endpoints:
-        from app.storage.etcd.ledger import EtcdLedgerStore
-
-        store = EtcdLedgerStore(settings, clock)
-    else:
-        from app.storage.embedded.ledger import EmbeddedLedgerStore
-
-        store = EmbeddedLedgerStore(settings.state_dir, clock)
-    return Ledger(store, retention_days=settings.ledger_days, clock=clock, fleet_id=fleet_id, failures=failures)

@@ -1,8 +1,17 @@
 """Storage: every backend idmint keeps state in, one folder each, behind one interface family.
 
+The interfaces (what the code above storage may import):
+
+* :mod:`app.storage.base` -- the :class:`~app.storage.base.Storage` bundle :func:`open_storage` returns, and
+  :class:`~app.storage.base.Capabilities` (what a backend can do: asked instead of its name);
 * :mod:`app.storage.lease` -- claims of node identities (:class:`~app.storage.lease.LeaseBackend`), their
-  high-water marks, the fleet ID and member tokens; :mod:`app.storage.draw` -- the identity draw every backend uses;
-* :mod:`app.storage.sequences` -- sequence records and their store (:class:`~app.storage.sequences.SequenceStore`);
+  high-water marks, the fleet ID and member tokens, revoke; :mod:`app.storage.draw` -- the identity draw every
+  backend uses;
+* :mod:`app.storage.ledger` -- the claim ledger's records and their store (:class:`~app.storage.ledger.LedgerStore`);
+* :mod:`app.storage.sequences` -- sequence records and their store (:class:`~app.storage.sequences.SequenceStore`).
+
+The backends (imported only here, by :func:`open_storage`):
+
 * :mod:`app.storage.embedded` -- one machine: file locks and files under the state directory;
 * :mod:`app.storage.etcd` -- any number of replicas: etcd's v3 JSON gateway (its client included).
 """
@@ -10,30 +19,22 @@
 from __future__ import annotations
 
 from app.metrics import Metrics
+from app.schemes.base import Clock
 from app.settings import Settings
-from app.storage.lease import LeaseBackend
-from app.storage.sequences import SequenceStore
+from app.storage.base import Capabilities, Storage
 
-__all__ = ["make_backend", "make_store"]
+__all__ = ["Capabilities", "Storage", "open_storage"]
 
 
-def make_backend(settings: Settings, metrics: Metrics | None = None) -> LeaseBackend:
-    """etcd when ``settings.etcd_endpoints`` is set, else the embedded file-lock backend."""
+def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = None) -> Storage:
+    """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, else the
+    embedded backend in ``IDMINT_STATE_DIR``. ``clock``: the node's clock (ns since the epoch; the ledger dates
+    records with it); ``metrics``: lease renewals and deadlines are counted there. Connects lazily (each store when
+    started). Raises ConfigError for unusable settings."""
     if settings.etcd_endpoints:
-        from app.storage.etcd import EtcdBackend
+        from app.storage.etcd import open_etcd
 
-        return EtcdBackend(settings, metrics)
-    from app.storage.embedded.lease import EmbeddedBackend
+        return open_etcd(settings, metrics, clock)
+    from app.storage.embedded import open_embedded
 
-    return EmbeddedBackend(settings.state_dir)
-
-
-def make_store(settings: Settings) -> SequenceStore:
-    """The etcd store when ``settings.etcd_endpoints`` is set, else the embedded one (state directory)."""
-    if settings.etcd_endpoints:
-        from app.storage.etcd.sequences import EtcdSequenceStore
-
-        return EtcdSequenceStore(settings)
-    from app.storage.embedded.sequences import EmbeddedSequenceStore
-
-    return EmbeddedSequenceStore(settings.state_dir, settings.max_sequences)
+    return open_embedded(settings, clock)

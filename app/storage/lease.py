@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.errors import RevokeRefusedError
 from app.pool import IdentityPool
 
 
@@ -197,6 +198,14 @@ class LeaseBackend(abc.ABC):
 
     async def register(self, scheme: str, name: str, value: dict[str, Any]) -> None:
         """Publish information that needs no exclusivity (Wiji's random part). Default: nothing."""
+
+    async def revoke(self, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:
+        """Revoke another node's claim of ``identity`` of ``pool`` so that its owner stops before anyone else may
+        claim it (``by``: the revoking node's :meth:`Owner.as_dict`). Returns ``{"scheme", "kind", "identity",
+        "owner", "lease", "owner_stopped", "freed", "lease_ttl_s", "seconds"}``. Raises NotClaimedError when nobody
+        holds it, RevokeRefusedError when it cannot be revoked (this default: a backend without
+        ``Capabilities.can_revoke``), NotReadyError when the backend cannot be used now."""
+        raise RevokeRefusedError(f"the {self.name} backend cannot revoke another node's claim")
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -19,7 +19,9 @@ import pytest
 
 from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError, PoolExhaustedError
 from app.settings import Settings, load_settings
-from app.storage.etcd import EtcdBackend, EtcdClaim, claim_key, mark_key
+from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.claim import EtcdClaim
+from app.storage.etcd.keys import claim_key, mark_key
 from app.storage.lease import Owner
 from tests.helpers import FakeClock, pool_spec
 from tests.support.etcd import EtcdServer, RawEtcd, make_tls_material
@@ -267,7 +269,7 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 HOLDER_SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, time
     from app.storage.lease import Owner
-    from app.storage.etcd import EtcdBackend
+    from app.storage.etcd.backend import EtcdBackend
     from app.settings import load_settings
     from tests.helpers import pool_spec
 

@@ -14,7 +14,8 @@ import anyio
 import pytest
 
 from app.settings import load_settings
-from app.storage.etcd import EtcdBackend, EtcdClaim
+from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.claim import EtcdClaim
 from tests.lease.test_etcd_backend import HLC_ULID, SIQ, eventually, holder
 from tests.support.etcd import EtcdCluster, EtcdServer
 
@@ -103,13 +104,13 @@ async def test_expired_auth_token_is_obtained_again(etcd_factory: Callable[..., 
     server.etcdctl("auth", "enable")
     async with backend(server.endpoint, "auth-ttl/", etcd_user="root", etcd_password="rootpw") as b:
         claim = await b.claim(HLC_ULID, holder(0))
-        first_token = b._client._token
+        first_token = b._client._link.token
         assert first_token
         # Simple tokens live --auth-token-ttl seconds without use; every request after that is refused with
         # UNAUTHENTICATED until the client authenticates again -- which it does by itself.
         for mark in range(1, 4):
             await anyio.sleep(2.5)
             await claim.record_mark(mark)
-        assert b._client._token != first_token
+        assert b._client._link.token != first_token
         await eventually(claim.valid, 1, "claim valid with a new token")
         assert not claim.lost and b.status()["healthy"]

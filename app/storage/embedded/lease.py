@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from app.errors import BackendUnavailableError, PoolExhaustedError
+from app.errors import BackendUnavailableError, PoolExhaustedError, RevokeRefusedError
 from app.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.embedded.files import create_once, flocked_inodes, locked
@@ -302,6 +302,13 @@ class EmbeddedBackend(LeaseBackend):
         except OSError:
             return None
         return held
+
+    async def revoke(self, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:
+        """Refused: a claim here is an OS file lock held by a process on this machine, freed when it exits."""
+        raise RevokeRefusedError(
+            "the embedded backend's claims are OS file locks held by a process on this machine: stop that process "
+            "(GET /v1/admin/claims names its pid); its lock is freed the moment it exits"
+        )
 
     async def release(self, claim: Claim, final_mark: int | None) -> None:
         self.release_sync(claim, final_mark)

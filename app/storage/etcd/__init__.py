@@ -1,11 +1,14 @@
-"""The etcd lease backend: node identities leased from etcd, for any number of replicas.
+"""The etcd backend: node identities leased from etcd, for any number of replicas, and the stores beside them.
 
 Files: :mod:`~app.storage.etcd.session` (one lease kept alive; its done event and status),
 :mod:`~app.storage.etcd.claim` (one claim: its revisions, mark writes and re-arming), :mod:`~app.storage.etcd.watch`
 (a claim key's watch), :mod:`~app.storage.etcd.keys` (key layout and values, pure), :mod:`~app.storage.etcd.claimer`
 (the pool scan, draw and claiming transaction; deleting released keys), :mod:`~app.storage.etcd.records`
-(registrations, the fleet's keys), :mod:`~app.storage.etcd.backend` (the lease's upkeep, health, release); every etcd
-call goes through :mod:`app.storage.etcd` (client, error table).
+(registrations, the fleet's keys), :mod:`~app.storage.etcd.backend` (the lease's upkeep, health, release, revoke),
+:mod:`~app.storage.etcd.revoke` (revoking another node's claim), :mod:`~app.storage.etcd.ledger` (the claim ledger),
+:mod:`~app.storage.etcd.sequences` (sequences); every etcd call goes through the process's one client
+(:mod:`~app.storage.etcd.client`: the gateway, the error table; :mod:`~app.storage.etcd.calls`: the client's one
+factory and calls bounded in time).
 
 Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.etcd_lease_ttl``), refreshed
 by a background task every TTL/3; every claim is one key bound to that lease, created by one transaction
@@ -60,8 +63,30 @@ A released claim whose key cannot be deleted (etcd unreachable) is remembered an
 it sits on our live lease and would otherwise stay held for as long as this process runs.
 """
 
-from app.storage.etcd.backend import EtcdBackend
-from app.storage.etcd.claim import EtcdClaim
-from app.storage.etcd.keys import claim_key, mark_key, pool_prefix, register_key
+from __future__ import annotations
 
-__all__ = ["EtcdBackend", "EtcdClaim", "claim_key", "mark_key", "pool_prefix", "register_key"]
+from app.metrics import Metrics
+from app.schemes.base import Clock
+from app.settings import Settings
+from app.storage.base import Capabilities, Storage
+from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.calls import open_client
+from app.storage.etcd.ledger import EtcdLedgerStore
+from app.storage.etcd.sequences import EtcdSequenceStore
+
+CAPABILITIES = Capabilities(claims_expire=True, one_host=False, can_revoke=True)
+
+
+def open_etcd(settings: Settings, metrics: Metrics | None, clock: Clock) -> Storage:
+    """The stores on etcd (``settings.etcd_*``), all on one client (:func:`~app.storage.etcd.calls.open_client`),
+    closed by :meth:`Storage.close`; ``clock``: the node's (ns since the epoch). Connects lazily. Raises
+    ConfigError for unusable settings (unreadable TLS files)."""
+    client = open_client(settings)
+    return Storage(
+        "etcd",
+        CAPABILITIES,
+        EtcdBackend(settings, metrics, client=client),
+        EtcdLedgerStore(settings, clock, client),
+        EtcdSequenceStore(settings, client),
+        closing=client.close,
+    )

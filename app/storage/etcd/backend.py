@@ -14,11 +14,12 @@ from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, Not
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
-from app.storage.etcd.calls import Calls
+from app.storage.etcd.calls import RETRY_BUDGET_S, Calls, open_client
 from app.storage.etcd.claim import EtcdClaim
 from app.storage.etcd.claimer import Claimer, Leftovers
-from app.storage.etcd.client import redact
+from app.storage.etcd.client import EtcdClient, redact
 from app.storage.etcd.records import FleetReads, Registrations
+from app.storage.etcd.revoke import revoke_claim
 from app.storage.etcd.session import Session
 from app.storage.etcd.watch import wait_event
 from app.storage.lease import Claim, LeaseBackend, Owner
@@ -43,7 +44,11 @@ class EtcdBackend(LeaseBackend):
     name = "etcd"
 
     def __init__(
-        self, settings: Settings, metrics: Metrics | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: Settings,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        client: EtcdClient | None = None,
     ) -> None:
         if not settings.etcd_endpoints:
             raise ConfigError("etcd backend needs etcd_endpoints (IDMINT_ETCD_ENDPOINTS), got none")
@@ -64,8 +69,11 @@ class EtcdBackend(LeaseBackend):
         self._attempt_timeout = max(
             MIN_ATTEMPT_TIMEOUT_S, min(settings.etcd_request_timeout, self._refresh_interval / 2)
         )
-        self._calls = Calls.connect(settings, self._attempt_timeout, self._retry_after)
+        self._owns_client = client is None
+        shared = client or open_client(settings)
+        self._calls = Calls.on(shared, settings, self._attempt_timeout, self._retry_after)
         self._client = self._calls.client
+        self._revoking = shared.limited(timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S)
         self._session: Session | None = None
         self._leftovers = Leftovers(self._calls)
         self._claimer = Claimer(
@@ -110,7 +118,8 @@ class EtcdBackend(LeaseBackend):
         session, self._session = self._session, None
         if session is not None:
             await session.close(min(float(self._ttl), self.settings.etcd_request_timeout))
-        await self._client.close()
+        if self._owns_client:
+            await self._client.close()
 
     # -- the background task: a lease, watches, registrations, deferred deletes -------------------------------
     async def _run(self) -> None:
@@ -299,6 +308,11 @@ class EtcdBackend(LeaseBackend):
         self._registrations.add(scheme, name, value)
         session = await self._usable()
         await self._registrations.publish(session)
+
+    async def revoke(self, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:
+        """Revoke another node's claim of ``identity`` of ``pool`` (:func:`~app.storage.etcd.revoke.revoke_claim`:
+        the owner stops first, then the identity is freed)."""
+        return await revoke_claim(self._revoking, self._namespace, self._ttl, pool, identity, by)
 
     # -- the fleet ---------------------------------------------------------------------------------------------
     async def fleet_id(self) -> str:

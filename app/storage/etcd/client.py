@@ -168,12 +168,34 @@ def ssl_context(ca_cert: Path | None, cert: Path | None, key: Path | None) -> ss
     return context
 
 
+class _Link:
+    """What every view of one client shares: the endpoints in their shuffled order and which one answers now, the
+    connections, the auth token."""
+
+    def __init__(
+        self, endpoints: list[str], connect_timeout: float, tls: ssl.SSLContext | None, user: str | None,
+        password: str | None,
+    ) -> None:  # fmt: skip
+        self.endpoints = endpoints
+        self.current = 0
+        self.connect_timeout = connect_timeout
+        self.tls = tls
+        self.user, self.password = user, password
+        self.token: str | None = None
+        self.auth_lock = asyncio.Lock()
+        self.http: httpx.AsyncClient | None = None
+        self.closed = False
+
+
 class EtcdClient:
     """etcd v3 over its JSON gateway. Methods raise :class:`EtcdCallError`; create and close on one event loop.
 
     ``endpoints``: base URLs (no user info; shuffled by ``rng``); ``timeout``: seconds per attempt on one
     endpoint; ``budget``: seconds after which a call stops trying further endpoints (every endpoint is tried
     once anyway); ``connect_timeout``: seconds to open a connection; ``tls``: context for https endpoints.
+
+    One client per process: each user takes a view with its own limits (:meth:`limited`), sharing the
+    connections, the endpoint that answers and the auth token; :meth:`close` on any view closes them all.
     """
 
     def __init__(
@@ -187,47 +209,58 @@ class EtcdClient:
         user: str | None = None,
         password: str | None = None,
         rng: random.Random | None = None,
+        link: _Link | None = None,
     ) -> None:
-        self.endpoints = [url.rstrip("/") for url in endpoints]
-        (rng or random.Random()).shuffle(self.endpoints)
-        self._current = 0
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, connect_timeout))
+        if link is None:
+            shuffled = [url.rstrip("/") for url in endpoints]
+            (rng or random.Random()).shuffle(shuffled)
+            link = _Link(shuffled, connect_timeout, tls, user, password)
+        self._link = link
+        self._timeout = httpx.Timeout(timeout, connect=min(timeout, link.connect_timeout))
         self._budget = budget
-        self._tls = tls
-        self._user, self._password = user, password
-        self._token: str | None = None
-        self._auth_lock = asyncio.Lock()
-        self._http: httpx.AsyncClient | None = None
-        self._closed = False
+
+    def limited(self, *, timeout: float, budget: float) -> EtcdClient:
+        """A view of this client whose calls give one endpoint ``timeout`` seconds and stop trying further
+        endpoints after ``budget`` seconds (see the class); everything else is shared."""
+        link = self._link
+        return EtcdClient(link.endpoints, timeout=timeout, budget=budget, connect_timeout=0, link=link)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every endpoint, in this process's shuffled order."""
+        return self._link.endpoints
 
     @property
     def endpoint(self) -> str:
         """The endpoint requests go to first (the one that last answered)."""
-        return self.endpoints[self._current]
+        return self._link.endpoints[self._link.current]
 
     def _client(self) -> httpx.AsyncClient:
-        if self._closed:  # a straggling task after close() must not open a connection nothing will close
+        link = self._link
+        if link.closed:  # a straggling task after close() must not open a connection nothing will close
             raise EtcdCallError(1, "the etcd client is closed", self.endpoint)
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                verify=self._tls or True, timeout=self._timeout, limits=httpx.Limits(max_keepalive_connections=32)
+        if link.http is None:
+            link.http = httpx.AsyncClient(
+                verify=link.tls or True, timeout=self._timeout, limits=httpx.Limits(max_keepalive_connections=32)
             )
-        return self._http
+        return link.http
 
     async def close(self) -> None:
-        """Close the connections; every later call raises EtcdCallError (code 1, cancelled)."""
-        self._closed = True
-        http, self._http = self._http, None
+        """Close the connections of every view; every later call raises EtcdCallError (code 1, cancelled)."""
+        link = self._link
+        link.closed = True
+        http, link.http = link.http, None
         if http is not None:
             await http.aclose()
 
     def failed(self, endpoint: str) -> None:
         """Move on from ``endpoint`` (when it is still the current one)."""
         if self.endpoint == endpoint:
-            self._current = (self._current + 1) % len(self.endpoints)
+            self._link.current = (self._link.current + 1) % len(self._link.endpoints)
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": self._token} if self._token else {}
+        token = self._link.token
+        return {"Authorization": token} if token else {}
 
     async def call(self, path: str, body: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """POST ``body`` to ``path`` on the current endpoint, moving on to the next ones as :data:`ERRORS` says.
@@ -243,7 +276,7 @@ class EtcdClient:
             try:
                 return await self._call_one(endpoint, path, body, timeout)
             except EtcdCallError as exc:
-                if self._closed or not ERRORS.get(exc.code, ERRORS[2])[2]:
+                if self._link.closed or not ERRORS.get(exc.code, ERRORS[2])[2]:
                     raise
                 tries += 1
                 self.failed(endpoint)
@@ -253,15 +286,15 @@ class EtcdClient:
                     await asyncio.sleep(0.05)  # a full round failed: do not spin
 
     async def _call_one(self, endpoint: str, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        if self._user is not None and self._token is None:
+        if self._link.user is not None and self._link.token is None:
             await self._authenticate(endpoint, None)
         for attempt in range(2):
-            token = self._token
+            token = self._link.token
             data = await self._post(endpoint, path, body, self._headers(), timeout)
             code = _code(data)
             if code is None:
                 return data
-            if code == UNAUTHENTICATED and self._user is not None and attempt == 0:
+            if code == UNAUTHENTICATED and self._link.user is not None and attempt == 0:
                 await self._authenticate(endpoint, token)
                 continue
             raise EtcdCallError(code, _message(data), redact(endpoint))
@@ -287,17 +320,18 @@ class EtcdClient:
 
     async def _authenticate(self, endpoint: str, rejected: str | None) -> None:
         """Get a token (again, unless another task already replaced the ``rejected`` one)."""
-        async with self._auth_lock:
-            if self._token is not None and self._token != rejected:
+        link = self._link
+        async with link.auth_lock:
+            if link.token is not None and link.token != rejected:
                 return
             data = await self._post(
-                endpoint, "/v3/auth/authenticate", {"name": self._user, "password": self._password}, {}, None
+                endpoint, "/v3/auth/authenticate", {"name": link.user, "password": link.password}, {}, None
             )
             code = _code(data)
             if code is not None:
                 code = UNAUTHENTICATED if code in AUTHENTICATE_REFUSED else code
-                raise EtcdCallError(code, _message(data) + f" (user {self._user!r})", redact(endpoint))
-            self._token = str(data.get("token", ""))
+                raise EtcdCallError(code, _message(data) + f" (user {link.user!r})", redact(endpoint))
+            link.token = str(data.get("token", ""))
 
     # -- KV ----------------------------------------------------------------------------------------------------
     async def range(
@@ -359,7 +393,7 @@ class EtcdClient:
         by etcd, connection lost) raises EtcdCallError; the caller stops it by cancelling its task.
         """
         endpoint = self.endpoint
-        if self._user is not None and self._token is None:
+        if self._link.user is not None and self._link.token is None:
             await self._authenticate(endpoint, None)
         body = {"create_request": {"key": b64(key), "start_revision": str(start_revision)}}
         timeout = httpx.Timeout(self._timeout.connect, read=None)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from app.errors import NotReadyError
 from app.settings import Settings
+from app.storage.etcd.calls import RETRY_BUDGET_S, open_client
 from app.storage.etcd.client import (
     EtcdCallError,
     EtcdClient,
@@ -30,7 +31,6 @@ from app.storage.etcd.client import (
     prefix_end,
     put,
 )
-from app.storage.etcd.sequences import client_from_settings
 from app.storage.ledger import NS_IN_S, ClaimRecord, LedgerStore
 
 LEDGER_PREFIX = "idmint/ledger/"
@@ -47,7 +47,10 @@ class EtcdLedgerStore(LedgerStore):
         self.prefix = f"{settings.etcd_namespace}{LEDGER_PREFIX}".encode()
         self.claims_prefix = self.prefix + b"claims/"
         self.clock = clock
-        self._client = client or client_from_settings(settings)
+        self._owns_client = client is None
+        self._client = (client or open_client(settings)).limited(
+            timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S
+        )
         self._revision = 0
         self._mod: dict[bytes, int] = {}
         """Record key -> mod revision last read (compaction deletes only what it read)."""
@@ -133,4 +136,6 @@ class EtcdLedgerStore(LedgerStore):
         return False, None
 
     async def close(self) -> None:
-        await self._client.close()
+        """Close the etcd client when this store opened it (a shared one is closed by its storage)."""
+        if self._owns_client:
+            await self._client.close()

@@ -25,10 +25,8 @@ from typing import Any
 
 from app.errors import NotClaimedError, RevokeRefusedError
 from app.pool import IdentityPool
-from app.settings import Settings
 from app.storage.etcd import keys
 from app.storage.etcd.client import EtcdCallError, EtcdClient, compare, map_error, prefix_end, put
-from app.storage.etcd.sequences import client_from_settings
 
 OVERWRITE_ATTEMPTS = 5
 """Tries at overwriting the claim key: the owner's own mark writes rewrite it (so its mod revision moves) as often as
@@ -39,17 +37,17 @@ LEDGER_CLAIMS = "idmint/ledger/claims/"
 """Where :mod:`app.storage.etcd.ledger` keeps claim records (``<scheme>/<identity>/<record ID>``)."""
 
 
-async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:
-    """Revoke ``identity`` of ``pool`` (see the module docstring); ``by``: the revoking node's owner record.
+async def revoke_claim(
+    client: EtcdClient, ns: str, ttl: int, pool: IdentityPool, identity: int, by: dict[str, Any]
+) -> dict[str, Any]:
+    """Revoke ``identity`` of ``pool`` (see the module docstring) through ``client`` under namespace ``ns``, with a
+    guard lease of ``ttl`` seconds (the fleet's lease TTL); ``by``: the revoking node's owner record.
 
     Returns ``{"scheme", "kind", "identity", "owner", "lease", "owner_stopped", "freed", "seconds"}``: ``freed``
     False means the guard lease frees it within ``lease_ttl_s``. Raises NotClaimedError when nobody holds it,
     RevokeRefusedError when the key changed under us, NotReadyError when etcd cannot be used."""
     started = time.monotonic()
-    client = client_from_settings(settings)
-    ns = settings.etcd_namespace
     key = keys.claim_key(ns, pool, identity).encode()
-    ttl = settings.etcd_lease_ttl
     first_lease = -1
     try:
         guard, _ = await client.grant(ttl)
@@ -104,8 +102,6 @@ async def revoke_claim(settings: Settings, pool: IdentityPool, identity: int, by
         }
     except EtcdCallError as exc:
         raise map_error(exc, f"revoking {key.decode()}") from exc
-    finally:
-        await client.close()
 
 
 async def _records(client: EtcdClient, prefix: bytes) -> list[dict[str, Any]]:

@@ -36,7 +36,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from app.errors import BackendUnavailableError, ConfigError
+from app.errors import BackendUnavailableError
+from app.storage.etcd.calls import RETRY_BUDGET_S, open_client
 from app.storage.etcd.client import (
     EtcdCallError,
     EtcdClient,
@@ -47,7 +48,6 @@ from app.storage.etcd.client import (
     prefix_end,
     put,
     redact,
-    ssl_context,
 )
 from app.storage.sequences import (
     NAME_PATTERN,
@@ -63,9 +63,6 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 SEQUENCES_PREFIX = "idmint/sequences/"
-RETRY_BUDGET_S = 0.5
-"""Seconds one call keeps retrying the endpoints (each is tried once anyway). Short: a node's buffer rides out
-etcd trouble and retries in the background with backoff, so a request should learn of an outage quickly."""
 CONFLICT_PAUSE_START_S = 0.001
 CONFLICT_PAUSE_MAX_S = 0.02
 JITTER_EVERY = 4
@@ -80,24 +77,6 @@ conflict with each other; only other processes' writes can."""
 _NAME = re.compile(NAME_PATTERN)
 
 
-def client_from_settings(settings: Settings) -> EtcdClient:
-    """An :class:`EtcdClient` for ``settings.etcd_*`` (endpoints, timeouts, TLS, auth). Raises ConfigError."""
-    if not settings.etcd_endpoints:
-        raise ConfigError("etcd sequence storage needs etcd_endpoints (IDMINT_ETCD_ENDPOINTS), got none")
-    tls_wanted = any(url.startswith("https://") for url in settings.etcd_endpoints)
-    tls = ssl_context(settings.etcd_ca_cert, settings.etcd_cert_cert, settings.etcd_cert_key) if tls_wanted else None
-    timeout = settings.etcd_request_timeout
-    return EtcdClient(
-        settings.etcd_endpoints,
-        timeout=timeout,
-        budget=RETRY_BUDGET_S,
-        connect_timeout=settings.etcd_connect_timeout,
-        tls=tls,
-        user=settings.etcd_user,
-        password=settings.etcd_password,
-    )
-
-
 class EtcdSequenceStore(SequenceStore):
     """Sequences as keys ``<namespace>idmint/sequences/<name>``; any number of replicas."""
 
@@ -106,7 +85,10 @@ class EtcdSequenceStore(SequenceStore):
     def __init__(self, settings: Settings, client: EtcdClient | None = None) -> None:
         self.max_sequences = settings.max_sequences
         self.prefix = f"{settings.etcd_namespace}{SEQUENCES_PREFIX}"
-        self._client = client or client_from_settings(settings)
+        self._owns_client = client is None
+        self._client = (client or open_client(settings)).limited(
+            timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S
+        )
         self._timeout = settings.etcd_request_timeout
         self._limit = self._timeout * len(settings.etcd_endpoints) + 1.0
         self._seen: dict[str, tuple[SequenceRecord, int]] = {}
@@ -123,7 +105,9 @@ class EtcdSequenceStore(SequenceStore):
         return f"{self.prefix}{name}".encode()
 
     async def close(self) -> None:
-        await self._client.close()
+        """Close the etcd client when this store opened it (a shared one is closed by its storage)."""
+        if self._owns_client:
+            await self._client.close()
 
     @asynccontextmanager
     async def _etcd(self, doing: str, limit: float | None = None) -> AsyncIterator[None]:
