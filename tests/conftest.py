@@ -62,7 +62,7 @@ LONGEST_FIRST = tuple(
         "sequences/test_etcd_replicas.py",
         "test_etcd_member_loss.py",
         "ops/test_prometheus.py",
-        "lease/test_etcd_cluster.py",
+        "storage/etcd/test_cluster.py",
         "test_admin_replicas.py",
         "test_ledger_replicas.py",
         "test_bounds.py",

@@ -23,7 +23,7 @@ from app.storage.etcd import CAPABILITIES as ETCD
 from app.storage.etcd.backend import EtcdBackend
 from app.storage.etcd.claim import EtcdClaim
 from tests.helpers import FakeClock, make_settings, storage_of
-from tests.lease.test_etcd_backend import eventually
+from tests.storage.etcd.test_backend import eventually
 from tests.support.etcd import EtcdServer, RawEtcd
 
 pytestmark = pytest.mark.anyio

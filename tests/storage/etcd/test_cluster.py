@@ -16,7 +16,7 @@ import pytest
 from app.settings import load_settings
 from app.storage.etcd.backend import EtcdBackend
 from app.storage.etcd.claim import EtcdClaim
-from tests.lease.test_etcd_backend import HLC_ULID, SIQ, eventually, holder
+from tests.storage.etcd.test_backend import HLC_ULID, SIQ, eventually, holder
 from tests.support.etcd import EtcdCluster, EtcdServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
