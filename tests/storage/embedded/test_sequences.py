@@ -16,7 +16,7 @@ from app.storage.embedded.sequences import EmbeddedSequenceStore
 from app.storage.sequences import MAX_VALUE
 
 pytestmark = pytest.mark.anyio
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def test_create_is_idempotent_and_settings_never_change(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real etcd
 
 TTL_S = 2
 MARGIN_S = 0.5
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 EIGHT_BYTE = pool_spec("eight-byte", minimum=0, maximum=2047, settings={"cluster_id": 0})
 MUID = pool_spec("muid", minimum=0x10000000000, maximum=0x1FFFFFFFFFF, draw="random")
