@@ -36,6 +36,7 @@ Digits = npt.NDArray[np.uint8]
 
 LUHN_DOUBLED = (0, 2, 4, 6, 8, 1, 3, 5, 7, 9)
 """Luhn: a doubled digit's contribution (2d, its two digits summed when 2d > 9)."""
+_LUHN_DOUBLED = np.asarray(LUHN_DOUBLED, dtype=np.int64)
 
 DAMM_TABLE = (
     (0, 3, 1, 7, 5, 9, 8, 6, 4, 2),
@@ -54,6 +55,7 @@ the interim digit is ``DAMM_TABLE[interim][digit]``, starting at 0; the check di
 
 MOD97 = 97
 MOD97_RADIX = 10
+_TENS_ONES = np.asarray([10, 1], dtype=np.int64)
 
 
 def _digit_values(payload: str) -> list[int]:
@@ -90,13 +92,10 @@ def _luhn_columns(prefix: str, middle: Digits, suffix: str) -> Digits:
     """Column-wise :func:`luhn` of ``prefix + row + suffix`` for each row of ``middle``."""
     width = middle.shape[1]
     constant = _luhn_sum(_digit_values(prefix + "0" * width + suffix), False)
-    doubled = np.asarray(LUHN_DOUBLED, dtype=np.int64)
-    total = np.full(middle.shape[0], constant, dtype=np.int64)
-    for col in range(width):
-        place = len(suffix) + width - col  # 1 = the payload's last digit (doubled)
-        column = middle[:, col]
-        total += doubled[column] if place % 2 else column
-    return ((-total % 10) + ZERO).astype(np.uint8).reshape(-1, 1)
+    places = len(suffix) + width - np.arange(width)  # 1 = the payload's last digit (doubled)
+    doubled = places % 2 == 1
+    total: npt.NDArray[np.int64] = _LUHN_DOUBLED[middle[:, doubled]].sum(axis=1) + middle[:, ~doubled].sum(axis=1)
+    return ((-(total + constant) % 10) + ZERO).astype(np.uint8).reshape(-1, 1)
 
 
 # -- Damm ------------------------------------------------------------------------------------------------------------
@@ -146,17 +145,13 @@ def mod97_valid(number: str) -> bool:
 
 def _mod97_columns(prefix: str, middle: Digits, suffix: str) -> Digits:
     width = middle.shape[1]
-    remainder = np.zeros(middle.shape[0], dtype=np.int64)
-    for col in range(width):
-        remainder = (remainder * MOD97_RADIX + middle[:, col]) % MOD97
+    weights = np.asarray([pow(MOD97_RADIX, width - 1 - col, MOD97) for col in range(width)], dtype=np.int64)
+    remainder = (middle @ weights) % MOD97  # each row's value modulo 97 (at most 19 x 9 x 96: no overflow)
     head = (int(prefix) if prefix else 0) * pow(MOD97_RADIX, width + len(suffix), MOD97)
     tail = int(suffix) if suffix else 0
     value = (remainder * pow(MOD97_RADIX, len(suffix), MOD97) + head + tail) % MOD97
     check = MOD97 + 1 - value * MOD97_RADIX**2 % MOD97
-    out = np.empty((middle.shape[0], 2), dtype=np.uint8)
-    out[:, 0] = check // 10 + ZERO
-    out[:, 1] = check % 10 + ZERO
-    return out
+    return (check[:, None] // _TENS_ONES % 10 + ZERO).astype(np.uint8)
 
 
 # -- the table -------------------------------------------------------------------------------------------------------
