@@ -399,10 +399,11 @@ def _check_period_fields(kinds: set[str], reset: Reset) -> None:
     present = kinds | ({"year"} if kinds & {"yyyy", "yy"} else set())
     missing = [f for f in REQUIRED[reset] if f not in present]
     if missing:
-        named = {"year": "the year ({yyyy} or {yy})", "mm": "the month ({mm})", "dd": "the day ({dd})"}
-        needs = ", ".join(named[f] for f in REQUIRED[reset])
+        named = {"year": "year ({yyyy} or {yy})", "mm": "month ({mm})", "dd": "day ({dd})"}
+        needs = [named[f] for f in REQUIRED[reset]]
+        listed = needs[0] if len(needs) == 1 else ", ".join(needs[:-1]) + " and " + needs[-1]
         raise InvalidOptionError(
-            f"template: a {reset} template must contain its period's {needs}, or two {RESET_NOUN[reset]}s would "
+            f"template: a {reset} template must contain its period's {listed}, or two {RESET_NOUN[reset]}s would "
             f"render the same numbers; missing {', '.join(named[f] for f in missing)}"
         )
 

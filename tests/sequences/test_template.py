@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import date
+from pathlib import Path
 
 import pytest
 from hypothesis import assume, given, settings
@@ -295,10 +296,15 @@ def test_a_mistyped_digit_is_caught_on_parse(check: str, n: int, data: st.DataOb
         ("{seq}", "never", "luhn", "check_digit luhn needs a {check} field"),
         ("{check}{seq}", "never", "damm", "{check} must come after {seq}"),
         ("{seq}{check}", "never", "verhoeff", "check_digit must be one of luhn, damm, mod97"),
-        ("{yyyy}{mm}-{seq}", "daily", None, "a daily template must contain its period's the year ({yyyy} or {yy})"),
-        ("{yyyy}{mm}-{seq}", "daily", None, "missing the day ({dd})"),
-        ("{mm}{dd}-{seq}", "daily", None, "missing the year ({yyyy} or {yy})"),
-        ("{yyyy}-{seq}", "monthly", None, "missing the month ({mm})"),
+        (
+            "{yyyy}{mm}-{seq}",
+            "daily",
+            None,
+            "a daily template must contain its period's year ({yyyy} or {yy}), month ({mm}) and day",
+        ),
+        ("{yyyy}{mm}-{seq}", "daily", None, "missing day ({dd})"),
+        ("{mm}{dd}-{seq}", "daily", None, "missing year ({yyyy} or {yy})"),
+        ("{yyyy}-{seq}", "monthly", None, "missing month ({mm})"),
         ("INV-{seq}", "yearly", None, "two years would render the same numbers"),
         ("{yyyy}{mm}{dd}-{seq}", "monthly", None, "a monthly template may not contain {dd}"),
         ("{yyyy}{mm}-{seq}", "yearly", None, "a yearly template may not contain {mm}"),
@@ -320,3 +326,25 @@ def test_hostile_templates(source: object, reset: str, check: str | None, fragme
 def test_printable_non_digit_literals_are_accepted(source: str) -> None:
     template = Template.compile(source)
     assert template.parse_text(template.render(None, 42)) == (None, 42)
+
+
+# -- the design note's examples --------------------------------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "sequences-business.md"
+
+
+def doc_examples() -> list[list[str]]:
+    """The rows of the examples table in docs/sequences-business.md (between its ``examples`` markers)."""
+    text = DOC.read_text()
+    table = text[text.index("<!-- examples:") : text.index("<!-- /examples -->")].splitlines()[3:]
+    return [[cell.strip().strip("`") for cell in row.strip().strip("|").split("|")] for row in table if row.strip()]
+
+
+def test_the_design_notes_examples_render_as_printed() -> None:
+    rows = doc_examples()
+    assert len(rows) >= 5
+    for source, reset, check, period, integer, text in rows:
+        day = None if period == "none" else date.fromisoformat(period)
+        template = Template.compile(source, reset, None if check == "none" else check)
+        assert template.render(day, int(integer)) == text, source
+        assert template.parse_text(text) == (day, int(integer))
