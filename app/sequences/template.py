@@ -107,6 +107,9 @@ FIELDS_TEXT = "{yyyy} {yy} {mm} {dd} {seq} {seq:0N} {check}"
 _SEQ_PADDED = re.compile(r"seq:0([1-9][0-9]?)", re.ASCII)
 _ASCII_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 ZERO = ord("0")
+DIGIT = object()
+"""A place of a template that holds some ASCII digit (a field), in :meth:`Template.keeps_distinct_from`."""
+ASCII_DIGITS = "0123456789"
 _POWERS_OF_TEN = np.asarray([10**k for k in range(SEQ_WIDTH_MAX - 1, -1, -1)], dtype=np.int64)
 """10**18 .. 10**0: the divisors that cut an integer into its decimal digits, most significant first."""
 QUOTE = ord('"')
@@ -368,7 +371,53 @@ class Template:
                     f"{_shown(text)}: its {self.check.name} check digit {fields['check']} does not match the digits "
                     f"before it (expected {self.check.compute(payload)}): a digit was mistyped or swapped"
                 )
+        if Bound(self, first_day).render(n) != text:  # MOD 97-10's 00 and 01 pass its check, yet are never written
+            raise InvalidIdError(
+                f"{_shown(text)} is not a number of template {self.source!r}: number {n} of period {first_day} is "
+                f"written {Bound(self, first_day).render(n)!r}"
+            )
         return first_day, n
+
+    def keeps_distinct_from(self, old: Template) -> bool:
+        """Whether this template may replace ``old`` on a sequence (PATCH): no text it renders equals a text
+        ``old`` rendered for another (period, integer). Sufficient tests, else False (refuse):
+
+        - the same pieces, but for ``{seq}``'s padding and a check digit algorithm of the same width: the integer
+          and the period sit at the same places in both, so equal texts are the same pair;
+        - or the texts cannot meet: at some place counted from the start (before both ``{seq}``, and the first
+          digits of the integers, which are at least the padding) or from the end, the two templates hold
+          characters that cannot be equal (two different literals, or a digit field against a literal that is
+          not a digit).
+
+        Raises ValueError when the resets differ (a sequence's reset never changes)."""
+        if self.reset != old.reset:
+            raise ValueError(f"templates of a {old.reset} and a {self.reset} sequence are never compared")
+        if self._skeleton() == old._skeleton():
+            return True
+        return any(
+            not _may_meet(a, b)
+            for mine, theirs in ((self._head(), old._head()), (self._tail(), old._tail()))
+            for a, b in zip(mine, theirs, strict=False)
+        )
+
+    def _skeleton(self) -> tuple[tuple[str, str, int], ...]:
+        """The pieces with ``{seq}``'s padding left out and ``{check}`` as its width."""
+        return tuple((t.kind, t.text, 0 if t.kind == "seq" else self._width(t)) for t in self.tokens)
+
+    def _head(self) -> list[str | object]:
+        """What each place from the start holds, up to the integer's first ``pad`` digits: a literal character, or
+        DIGIT (any ASCII digit)."""
+        return self._places(self.tokens[: self.seq_at]) + [DIGIT] * self.pad
+
+    def _tail(self) -> list[str | object]:
+        """The same from the end, backwards, up to the integer's last ``pad`` digits."""
+        return self._places(self.tokens[self.seq_at + 1 :])[::-1] + [DIGIT] * self.pad
+
+    def _places(self, tokens: tuple[Token, ...]) -> list[str | object]:
+        places: list[str | object] = []
+        for token in tokens:
+            places += list(token.text) if token.kind == "literal" else [DIGIT] * self._width(token)
+        return places
 
     def _first_day(self, fields: dict[str, str], text: str) -> date | None:
         if self.reset == "never":
@@ -382,6 +431,15 @@ class Template:
             raise InvalidIdError(
                 f"{_shown(text)}: its period {year:04d}-{month:02d}-{day:02d} is no date of the calendar"
             ) from None
+
+
+def _may_meet(a: str | object, b: str | object) -> bool:
+    """Whether two places (a literal character, or DIGIT) can hold the same character."""
+    if a is DIGIT:
+        return b is DIGIT or (isinstance(b, str) and b in ASCII_DIGITS)
+    if b is DIGIT:
+        return isinstance(a, str) and a in ASCII_DIGITS
+    return a == b
 
 
 def _check_period_fields(kinds: set[str], reset: Reset) -> None:

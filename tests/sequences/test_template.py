@@ -348,3 +348,58 @@ def test_the_design_notes_examples_render_as_printed() -> None:
         template = Template.compile(source, reset, None if check == "none" else check)
         assert template.render(day, int(integer)) == text, source
         assert template.parse_text(text) == (day, int(integer))
+
+
+# -- replacing a template (PATCH) ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "check_old", "check_new", "distinct"),
+    [
+        ("INV-{seq:06}", "INV-{seq:08}", None, None, True),  # the integer sits where it sat: equal texts, equal pairs
+        ("INV-{seq}{check}", "INV-{seq}{check}", "luhn", "damm", True),
+        ("INV-{seq}", "ORD-{seq}", None, None, True),
+        ("INV-{seq}", "INV-{seq}-B", None, None, True),  # old texts end in a digit, new ones in B
+        ("INV-{seq}", "INV-{seq:04}X", None, None, True),
+        ("INV-{seq}", "INV-{seq}7", None, None, False),  # INV-57: old 57 or new 5
+        ("{seq}", "{seq}{check}", None, "luhn", False),
+        ("A{seq}{check}", "A{seq}{check}", "luhn", "mod97", False),
+        ("INV-{seq}", "INV{seq}", None, None, True),  # the fourth character: '-' in old texts, a digit in new ones
+        ("{seq}", "1{seq}", None, None, False),  # 15: old 15 or new 5
+    ],
+)
+def test_keeps_distinct_from(old: str, new: str, check_old: str | None, check_new: str | None, distinct: bool) -> None:
+    old_template = Template.compile(old, "never", check_old)
+    assert Template.compile(new, "never", check_new).keeps_distinct_from(old_template) is distinct
+
+
+def test_keeps_distinct_needs_one_reset() -> None:
+    with pytest.raises(ValueError, match="never compared"):
+        Template.compile("{yyyy}{seq}", "yearly").keeps_distinct_from(Template.compile("{seq}"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_a_replacement_accepted_never_renders_an_old_text(data: st.DataObject) -> None:
+    old, reset = data.draw(accepted_templates())
+    new, new_reset = data.draw(accepted_templates().filter(lambda c: c[1] == reset))
+    if not new.keeps_distinct_from(old):
+        return
+    for _ in range(5):
+        day, n = data.draw(first_days(reset)), data.draw(INTEGERS)
+        text = new.render(day, n)
+        try:
+            parsed = old.parse_text(text)
+        except InvalidIdError:
+            continue
+        assert parsed == (day, n), (old.source, new.source, text)
+
+
+def test_parse_accepts_only_what_render_writes() -> None:
+    template = Template.compile("R{seq}{check}", "never", "mod97")
+    n = next(n for n in range(1000) if template.render(None, n)[-2:] in ("97", "98"))
+    text = template.render(None, n)
+    other = text[:-2] + ("00" if text[-2:] == "97" else "01")  # the same remainder modulo 97
+    assert ALGORITHMS["mod97"].valid(other[1:])
+    with pytest.raises(InvalidIdError, match="is written"):
+        template.parse_text(other)
