@@ -44,7 +44,7 @@ def test_the_issues_example() -> None:
         ("{seq}7", "never", None, None, 12, "127"),
         ("{seq:03}", "never", None, None, 1000, "1000"),  # past the padding: the integer whole
         ("Nº {seq}{check}", "never", "damm", None, 572, "Nº 5724"),  # Wikipedia's Damm example
-        ("R{seq}{check}", "never", "mod97", None, 794, "R79444"),  # ISO 7064's example
+        ("R{seq}{check}", "never", "mod97", None, 794, "R79444"),  # 79444 is 1 modulo 97
         ("{yyyy}{mm}{dd}{seq:02}{check}", "daily", "mod97", date(2026, 2, 28), 5, "2026022805" + "86"),
         ('a"b\\c{seq}', "never", None, None, 1, 'a"b\\c1'),  # JSON's special characters are literals too
         ("請求-{yyyy}-{seq}", "yearly", None, date(2026, 1, 1), 3, "請求-2026-3"),
