@@ -15,12 +15,16 @@
 #   - postgresql                                       tests/test_bounds.py runs the bounds' SQL in a real
 #                                                      PostgreSQL (its own cluster on a free loopback port, made
 #                                                      by initdb in a temporary directory)
+#   - faketime                                         libfaketime and its `faketime` wrapper: a real idmint
+#                                                      serve whose wall clock reads a chosen time (a resetting
+#                                                      sequence's rollover at midnight across a daylight-saving
+#                                                      change; docs/sequences-business.md says how)
 # Idempotent: installs only what is missing, with one `apt-get update`, via sudo when not root. Services are not
 # started by the install (the tests start their own Prometheus on a loopback port).
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose
-          podman runc debootstrap postgresql)
+          podman runc debootstrap postgresql faketime)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 
@@ -37,7 +41,7 @@ else
 fi
 
 status=0
-for tool in chromium prometheus promtool docker-compose podman runc debootstrap; do
+for tool in chromium prometheus promtool docker-compose podman runc debootstrap faketime; do
     if path=$(command -v "$tool"); then
         echo "install-debian-packages: $tool: $path: $("$tool" --version 2>/dev/null | head -n 1)"
     else
