@@ -10,11 +10,12 @@ Every rule is stated in the error message (``cluster_id must be in 0..15, got 17
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
@@ -160,16 +161,30 @@ class CoreSettings(BaseSettings):
         description="Seconds POST /v1/admin/drain waits for in-flight ID requests before releasing the claims.",
     )
 
+    # -- networked storage: leases (etcd or PostgreSQL) -----------------------------------------------------
+    lease_ttl: int = Field(
+        10,
+        ge=2,
+        le=3600,
+        validation_alias=AliasChoices("lease_ttl", "etcd_lease_ttl", "idmint_lease_ttl", "idmint_etcd_lease_ttl"),
+        description="Lease TTL in seconds (2..3600) on etcd or PostgreSQL; alias IDMINT_ETCD_LEASE_TTL.",
+    )
+    lease_safety_margin: float = Field(
+        2.0,
+        ge=0,
+        validation_alias=AliasChoices(
+            "lease_safety_margin", "etcd_safety_margin", "idmint_lease_safety_margin", "idmint_etcd_safety_margin"
+        ),
+        description="Seconds before the lease could expire at which the node stops issuing (fail closed); "
+        "alias IDMINT_ETCD_SAFETY_MARGIN.",
+    )
+
     # -- etcd backend --------------------------------------------------------------------------------------
     etcd_endpoints: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated etcd URLs (http://host:2379,...); empty = embedded backend.",
     )
     etcd_namespace: str = Field("unique-id-generator/", description="etcd key prefix.")
-    etcd_lease_ttl: int = Field(10, ge=2, le=3600, description="etcd lease TTL in seconds (2..3600).")
-    etcd_safety_margin: float = Field(
-        2.0, ge=0, description="Seconds before the lease could expire at which the node stops issuing."
-    )
     etcd_connect_timeout: float = Field(3.0, gt=0, description="Seconds to wait for an etcd connection.")
     etcd_request_timeout: float = Field(2.0, gt=0, description="Seconds to wait for one etcd request.")
     etcd_ca_cert: Path | None = Field(None, description="CA bundle for TLS to etcd.")
@@ -177,6 +192,29 @@ class CoreSettings(BaseSettings):
     etcd_cert_key: Path | None = Field(None, description="Client key for TLS to etcd.")
     etcd_user: str | None = Field(None, description="etcd auth user.")
     etcd_password: str | None = Field(None, description="etcd auth password.")
+
+    # -- PostgreSQL backend ----------------------------------------------------------------------------------
+    postgres_url: SecretStr | None = Field(
+        None,
+        description="PostgreSQL connection string (a libpq URI or key=value string; TLS, password and sslmode as "
+        "libpq reads them); set = the PostgreSQL backend. Never shown unredacted.",
+    )
+    postgres_schema: str = Field(
+        "idmint",
+        description="Schema idmint's tables live in (created at start when absent; `idmint storage sql` prints "
+        "the DDL).",
+    )
+    postgres_pool_size: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="Connections each process keeps to PostgreSQL (1..100); 1 lets 50 replicas fit a default "
+        "max_connections of 100.",
+    )
+    postgres_connect_timeout: float = Field(3.0, gt=0, le=60, description="Seconds to open a PostgreSQL connection.")
+    postgres_statement_timeout: float = Field(
+        2.0, gt=0, le=60, description="Seconds one PostgreSQL statement may take (server and client side)."
+    )
 
     @field_validator("etcd_endpoints", "peer_fleets", "public_scopes", mode="before")
     @classmethod
@@ -214,6 +252,16 @@ class CoreSettings(BaseSettings):
             raise ValueError(f"public_scopes must be among {', '.join(SCOPES)}, got {', '.join(unknown)}")
         return value
 
+    @field_validator("postgres_schema")
+    @classmethod
+    def _check_schema(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", value):
+            raise ValueError(
+                f"postgres_schema must be a lowercase SQL identifier (a-z, 0-9 and _, not starting with a digit, at "
+                f"most 63 characters), got {value[:80]!r}"
+            )
+        return value
+
     @field_validator("etcd_namespace")
     @classmethod
     def _check_namespace(cls, value: str) -> str:
@@ -223,10 +271,15 @@ class CoreSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> CoreSettings:
-        if self.etcd_endpoints and self.etcd_safety_margin >= self.etcd_lease_ttl / 2:
+        if self.etcd_endpoints and self.postgres_url is not None:
             raise ValueError(
-                f"etcd_safety_margin must be less than half of etcd_lease_ttl ({self.etcd_lease_ttl / 2:g} s), "
-                f"got {self.etcd_safety_margin:g}"
+                "IDMINT_ETCD_ENDPOINTS and IDMINT_POSTGRES_URL are both set: idmint keeps its state in one backend; "
+                "unset one of them"
+            )
+        if (self.etcd_endpoints or self.postgres_url is not None) and self.lease_safety_margin >= self.lease_ttl / 2:
+            raise ValueError(
+                f"lease_safety_margin must be less than half of lease_ttl ({self.lease_ttl / 2:g} s), "
+                f"got {self.lease_safety_margin:g}"
             )
         if self.region >= self.regions:
             raise ValueError(
@@ -291,7 +344,7 @@ def load_settings(**overrides: object) -> Settings:
             bounds = _bounds(loc)
             if err["type"] in _RANGE_ERRORS and bounds is not None:
                 msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
-            if loc == "etcd_password":
+            if loc in ("etcd_password", "postgres_url"):
                 msg = msg.replace(str(err.get("input")), "***")
             problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
         raise ConfigError("invalid settings: " + "; ".join(problems)) from exc

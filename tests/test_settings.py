@@ -17,8 +17,10 @@ from app.settings import load_settings
         ({"IDMINT_MUID_MEDALLION": "1"}, "muid_medallion must be in"),
         ({"IDMINT_ETCD_ENDPOINTS": "127.0.0.1:2379"}, "http:// or https:// URLs"),
         ({"IDMINT_EIGHT_BYTE_POOL": "5-2"}, "eight_byte_pool must be LOW-HIGH"),
-        ({"IDMINT_ETCD_ENDPOINTS": "http://a:1", "IDMINT_ETCD_LEASE_TTL": "2"}, "etcd_safety_margin must be less"),
+        ({"IDMINT_ETCD_ENDPOINTS": "http://a:1", "IDMINT_ETCD_LEASE_TTL": "2"}, "lease_safety_margin must be less"),
+        ({"IDMINT_POSTGRES_URL": "postgresql://h/db", "IDMINT_LEASE_TTL": "2"}, "lease_safety_margin must be less"),
         ({"IDMINT_EIGHT_BYTE_GENERATOR_ID": "1", "IDMINT_EIGHT_BYTE_GENERATORS": "2"}, "must be 1 when"),
+        ({"IDMINT_POSTGRES_SCHEMA": "Idmint; drop"}, "postgres_schema"),
     ],
 )
 def test_bad_settings_state_the_rule(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], fragment: str) -> None:
@@ -42,3 +44,29 @@ def test_a_password_in_an_endpoint_url_is_refused_and_never_shown(monkeypatch: p
     with pytest.raises(ConfigError, match="IDMINT_ETCD_USER and IDMINT_ETCD_PASSWORD") as info:
         load_settings()
     assert "secret" not in str(info.value) and "***@" in str(info.value)
+
+
+def test_lease_settings_apply_to_every_networked_backend_and_keep_their_etcd_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IDMINT_ETCD_LEASE_TTL", "12")
+    monkeypatch.setenv("IDMINT_ETCD_SAFETY_MARGIN", "3")
+    settings = load_settings()
+    assert (settings.lease_ttl, settings.lease_safety_margin) == (12, 3.0)
+    monkeypatch.setenv("IDMINT_LEASE_TTL", "20")
+    assert load_settings().lease_ttl == 20  # the new name wins over its alias
+
+
+def test_etcd_and_postgres_together_stop_start_up_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDMINT_ETCD_ENDPOINTS", "http://127.0.0.1:2379")
+    monkeypatch.setenv("IDMINT_POSTGRES_URL", "postgresql://idmint:hunter2@127.0.0.1/idmint")
+    with pytest.raises(ConfigError, match="IDMINT_ETCD_ENDPOINTS and IDMINT_POSTGRES_URL are both set") as info:
+        load_settings()
+    assert "hunter2" not in str(info.value)
+
+
+def test_the_postgres_url_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDMINT_POSTGRES_URL", "host=db password=hunter2 dbname=idmint")
+    settings = load_settings()
+    assert "hunter2" not in repr(settings) and "hunter2" not in str(settings.postgres_url)
+    assert settings.postgres_url is not None and "hunter2" in settings.postgres_url.get_secret_value()

@@ -10,7 +10,7 @@ Files: :mod:`~app.storage.etcd.session` (one lease kept alive; its done event an
 (:mod:`~app.storage.etcd.client`: the gateway, the error table; :mod:`~app.storage.etcd.calls`: the client's one
 factory and calls bounded in time).
 
-Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.etcd_lease_ttl``), refreshed
+Modelled on etcd's Go ``concurrency.Session``: one lease per process (TTL ``settings.lease_ttl``), refreshed
 by a background task every TTL/3; every claim is one key bound to that lease, created by one transaction
 ``If(CreateRevision(key) == 0) Then Put(key, value, lease)``. When the lease expires (the process died or lost
 etcd for longer than the TTL) etcd deletes its keys and the identities return to the pool.
@@ -47,7 +47,7 @@ is ignored by Java clients, and keys it holds (with an empty value) are skipped 
 ``pool/`` so its pool count is not disturbed.
 
 Fail closed: a claim's :attr:`~app.storage.lease.Claim.deadline` is the ``clock()`` time at which the last
-successful refresh (or grant) was *sent*, plus the TTL, minus ``settings.etcd_safety_margin``; etcd cannot expire
+successful refresh (or grant) was *sent*, plus the TTL, minus ``settings.lease_safety_margin``; etcd cannot expire
 the lease before that. A refresh answering TTL <= 0 (lease expired or revoked), a write refused with "lease not
 found" (gRPC NOT_FOUND), or a watch event showing the claim key deleted or overwritten makes the claim lost. A lost
 lease is re-granted automatically; the node

@@ -57,8 +57,8 @@ class EtcdBackend(LeaseBackend):
         self.clock = clock
         """Monotonic seconds: every deadline of the lease and its claims is on this clock."""
         self._namespace = settings.etcd_namespace
-        self._ttl = int(settings.etcd_lease_ttl)
-        self._margin = float(settings.etcd_safety_margin)
+        self._ttl = int(settings.lease_ttl)
+        self._margin = float(settings.lease_safety_margin)
         self.mark_interval = self._ttl / 3
         # Marks reach at most max_clock_wait ahead (at least one interval), so a node that re-claims the
         # identity it just dropped waits for its own mark instead of refusing it.
