@@ -39,13 +39,15 @@ Tests of code above this interface use the embedded backend; tests of the etcd o
 from __future__ import annotations
 
 import abc
+import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.errors import RevokeRefusedError
+from app.errors import BackendUnavailableError, RevokeRefusedError
 from app.pool import IdentityPool
 
 
@@ -88,6 +90,34 @@ class ClaimObserver(Protocol):
 
     def ended(self, claim: Claim) -> None:
         """``claim`` is being given up (released, or dropped as lost or late), before the backend releases it."""
+
+
+RECORD_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+"""What a fleet record's name (:meth:`LeaseBackend.read_record`) must match: it names a file or a key."""
+
+
+def record_bytes(value: dict[str, Any]) -> bytes:
+    """A fleet record as stored: compact JSON with sorted keys, so equal records are equal bytes (etcd compares
+    values byte for byte)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def parse_record(data: bytes | str, where: str) -> dict[str, Any]:
+    """A stored fleet record; NotReadyError naming ``where`` when it is not a JSON object."""
+    try:
+        value = json.loads(data)
+    except ValueError as exc:
+        raise BackendUnavailableError(f"fleet record {where} is unreadable: {exc}") from exc
+    if not isinstance(value, dict):
+        raise BackendUnavailableError(f"fleet record {where} holds {type(value).__name__}, not a JSON object")
+    return value
+
+
+def check_record_name(name: str) -> str:
+    """``name`` when it matches :data:`RECORD_NAME`; ValueError otherwise (a programming error: names are ours)."""
+    if not RECORD_NAME.fullmatch(name):
+        raise ValueError(f"fleet record name must match {RECORD_NAME.pattern}, got {name!r}")
+    return name
 
 
 REVOKED_REASON = "claim revoked by an operator"
@@ -178,6 +208,18 @@ class LeaseBackend(abc.ABC):
         """This fleet's ID: a random UUID (text) written once in the backend (the etcd namespace, the state
         directory) by the first node that asks, and read by every later one. Raises NotReadyError when the backend
         cannot be read or written now."""
+
+    @abc.abstractmethod
+    async def read_record(self, name: str) -> dict[str, Any] | None:
+        """The fleet record ``name`` (see :data:`RECORD_NAME`): a small JSON object every node of this fleet reads
+        the same, kept beyond any lease; None when absent. Raises NotReadyError when the backend cannot be read now,
+        or the record is not a JSON object (it must not be taken as absent)."""
+
+    @abc.abstractmethod
+    async def swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        """Write ``value`` as fleet record ``name`` when it is still ``expected`` (None: absent), in one atomic step
+        (compare-and-set): True when written, False when it was something else (another node wrote first: read it
+        again). Raises NotReadyError when the backend cannot be used now."""
 
     def member_token(self) -> str | None:
         """A token naming this process in the backend now (etcd: its lease ID; embedded: a lock file's name), which

@@ -1,5 +1,6 @@
-"""File-system primitives with no idmint knowledge: a file written once (first writer wins, durably), a directory
-fsync, whether a file is flock-ed, and the kernel's table of flock-ed files. Used by the embedded lease backend."""
+"""File-system primitives with no idmint knowledge: a file written once (first writer wins, durably), a file
+replaced atomically, a directory fsync, whether a file is flock-ed, and the kernel's table of flock-ed files. Used
+by the embedded lease backend."""
 
 from __future__ import annotations
 
@@ -65,3 +66,26 @@ def flocked_inodes() -> set[tuple[int, int, int]]:
                 except ValueError:
                     continue
     return found
+
+
+def replace_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically: written and fsynced under a temporary name, renamed over it, the
+    directory fsynced. Raises OSError (the old content then stays)."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(f"short write to {tmp}")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

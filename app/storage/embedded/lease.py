@@ -28,8 +28,8 @@ from typing import Any
 from app.errors import BackendUnavailableError, PoolExhaustedError, RevokeRefusedError
 from app.pool import IdentityPool
 from app.storage.draw import draw
-from app.storage.embedded.files import create_once, flocked_inodes, locked
-from app.storage.lease import Claim, LeaseBackend, Owner
+from app.storage.embedded.files import create_once, flocked_inodes, locked, replace_file
+from app.storage.lease import Claim, LeaseBackend, Owner, check_record_name, parse_record, record_bytes
 
 log = logging.getLogger("idmint.lease")
 
@@ -115,6 +115,8 @@ def _write_mark(path: Path, mark: int) -> None:
         raise BackendUnavailableError(f"high-water mark file {path} cannot be written: {exc}") from exc
 
 
+RECORDS_DIR = "records"
+"""``<state_dir>/records/<name>.json``: the fleet records (:meth:`EmbeddedBackend.read_record`)."""
 MEMBERS_DIR = "members"
 """``<state_dir>/members/<token>.lock``: one per running process, flock-ed (see :meth:`EmbeddedBackend._join`)."""
 MEMBER_TOKEN_LEN = 32
@@ -256,6 +258,43 @@ class EmbeddedBackend(LeaseBackend):
                 f"fleet ID file {path} cannot be read or written, or holds no fleet ID ({exc!r}); if it is damaged, "
                 "delete it: the next start writes a new one (this state directory then counts as a new fleet)"
             ) from exc
+
+    async def read_record(self, name: str) -> dict[str, Any] | None:
+        """``<state_dir>/records/<name>.json``; None when absent."""
+        return await asyncio.to_thread(self._read_record, check_record_name(name))
+
+    def _read_record(self, name: str) -> dict[str, Any] | None:
+        path = self.state_dir / RECORDS_DIR / f"{name}.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise BackendUnavailableError(f"fleet record file {path} cannot be read: {exc}") from exc
+        return parse_record(data, str(path))
+
+    async def swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        """Compare and replace ``<state_dir>/records/<name>.json`` under an flock of ``records/.lock`` (every
+        process on this state directory takes it), written atomically (fsync, rename)."""
+        return await asyncio.to_thread(self._swap_record, check_record_name(name), expected, value)
+
+    def _swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        folder = self.state_dir / RECORDS_DIR
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise BackendUnavailableError(f"fleet records under {folder} cannot be written: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self._read_record(name) != expected:
+                return False
+            replace_file(folder / f"{name}.json", record_bytes(value))
+            return True
+        except OSError as exc:
+            raise BackendUnavailableError(f"fleet record {folder / name}.json cannot be written: {exc}") from exc
+        finally:
+            os.close(fd)
 
     def member_token(self) -> str | None:
         return self._member[0] if self._member is not None else None

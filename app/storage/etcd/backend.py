@@ -319,6 +319,12 @@ class EtcdBackend(LeaseBackend):
         """The fleet ID (:meth:`FleetReads.read_fleet_id <app.storage.etcd.records.FleetReads.read_fleet_id>`)."""
         return await self._fleet.read_fleet_id()
 
+    async def read_record(self, name: str) -> dict[str, Any] | None:
+        return await self._fleet.read_record(name)
+
+    async def swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        return await self._fleet.swap_record(name, expected, value)
+
     def member_token(self) -> str | None:
         """This process's lease ID (hex): a node on the same etcd sees it live, one on a restored copy does not."""
         session = self._session

@@ -73,6 +73,12 @@ def read_fleet_id(value: bytes, key: str) -> str:
         raise BackendUnavailableError(f"fleet key {key} holds no fleet ID: {exc}") from exc
 
 
+def record_key(namespace: str, name: str) -> str:
+    """``<namespace>idmint/records/<name>``: a fleet record (:meth:`~app.storage.lease.LeaseBackend.read_record`),
+    on no lease."""
+    return f"{namespace}{REGISTER_PREFIX}records/{name}"
+
+
 def register_key(namespace: str, scheme: str, name: str) -> str:
     """``idmint/<scheme>/<name>``: information published on the lease without exclusivity."""
     return f"{namespace}{REGISTER_PREFIX}{scheme}/{name}"

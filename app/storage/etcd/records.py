@@ -12,8 +12,9 @@ from app.errors import NotReadyError
 from app.pool import IdentityPool
 from app.storage.etcd import keys
 from app.storage.etcd.calls import Calls
-from app.storage.etcd.client import compare, get, prefix_end, put
+from app.storage.etcd.client import b64, compare, get, prefix_end, put
 from app.storage.etcd.session import Session
+from app.storage.lease import check_record_name, parse_record, record_bytes
 
 log = logging.getLogger("idmint.lease.etcd")
 
@@ -65,6 +66,27 @@ class FleetReads:
         found = result.ranges[1] if result.succeeded else result.ranges[0]
         self.fleet_id = keys.read_fleet_id(found[0].value if found else b"", key.decode())
         return self.fleet_id
+
+    async def read_record(self, name: str) -> dict[str, Any] | None:
+        """The fleet record at ``<namespace>idmint/records/<name>`` (on no lease), None when absent. Raises
+        NotReadyError when etcd cannot be used now or the value is not a JSON object."""
+        key = keys.record_key(self.namespace, check_record_name(name))
+        async with self.calls.bounded(f"reading fleet record {name}") as client:
+            found, _ = await client.range(key.encode())
+        return parse_record(found[0].value, key) if found else None
+
+    async def swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        """One transaction: ``If(Value(key) == expected) Then Put(key, value)`` (``If(CreateRevision(key) == 0)``
+        for ``expected`` None); records are compared as :func:`~app.storage.lease.record_bytes`."""
+        key = keys.record_key(self.namespace, check_record_name(name)).encode()
+        guard = (
+            compare(key, "CREATE", 0)
+            if expected is None
+            else {"target": "VALUE", "key": b64(key), "value": b64(record_bytes(expected)), "result": "EQUAL"}
+        )
+        async with self.calls.bounded(f"writing fleet record {name}") as client:
+            result = await client.txn([guard], [put(key, record_bytes(value))], [])
+        return result.succeeded
 
     async def has_member(self, token: str) -> bool | None:
         """Whether lease ``token`` (16 hex digits) is live in this etcd (LeaseTimeToLive); None when etcd cannot

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from app.errors import PoolExhaustedError
+from app.errors import NotReadyError, PoolExhaustedError
 from app.storage.embedded.lease import EmbeddedBackend
 from app.storage.lease import Owner
 from tests.helpers import CLAIMING, SCHEMES, pool_spec
@@ -125,3 +125,21 @@ def test_uvicorn_workers_hold_distinct_identities(tmp_path: Path) -> None:
             time.sleep(0.2)
         for scheme, identities in held.items():
             assert len(set(identities)) == 2, scheme
+
+
+async def test_fleet_records_are_compared_and_set(tmp_path: Path) -> None:
+    """A fleet record is created once (the first writer wins), replaced only from the value it holds, and read the
+    same by every backend on the state directory."""
+    one, two = EmbeddedBackend(tmp_path), EmbeddedBackend(tmp_path)
+    assert await one.read_record("scheme.snowflake") is None
+    assert await one.swap_record("scheme.snowflake", None, {"layout": "a"})
+    assert not await two.swap_record("scheme.snowflake", None, {"layout": "b"})
+    assert await two.read_record("scheme.snowflake") == {"layout": "a"}
+    assert not await two.swap_record("scheme.snowflake", {"layout": "b"}, {"layout": "c"})
+    assert await two.swap_record("scheme.snowflake", {"layout": "a"}, {"layout": "c"})
+    assert await one.read_record("scheme.snowflake") == {"layout": "c"}
+    (tmp_path / "records" / "broken.json").write_text("[1]")
+    with pytest.raises(NotReadyError, match="not a JSON object"):
+        await one.read_record("broken")
+    with pytest.raises(ValueError, match="fleet record name"):
+        await one.read_record("../escape")

@@ -523,3 +523,18 @@ def test_tls_files_need_https_endpoints(tmp_path: Path) -> None:
         EtcdBackend(etcd_settings("http://127.0.0.1:2379", "x/", etcd_ca_cert=tmp_path / "ca.pem"))
     with pytest.raises(ConfigError, match="etcd_ca_cert .* cannot be read"):
         EtcdBackend(etcd_settings("https://127.0.0.1:2379", "x/", etcd_ca_cert=tmp_path / "missing.pem"))
+
+
+async def test_fleet_records_are_compared_and_set(etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
+    """One create-if-absent and compare-and-set transaction per write: two backends on one namespace agree."""
+    async with backend(etcd_server, etcd_namespace) as one, backend(etcd_server, etcd_namespace) as two:
+        assert await one.read_record("scheme.snowflake") is None
+        assert await one.swap_record("scheme.snowflake", None, {"layout": "a", "regions": 1})
+        assert not await two.swap_record("scheme.snowflake", None, {"layout": "b"})
+        assert await two.read_record("scheme.snowflake") == {"layout": "a", "regions": 1}
+        assert not await two.swap_record("scheme.snowflake", {"layout": "b"}, {"layout": "c"})
+        assert await two.swap_record("scheme.snowflake", {"regions": 1, "layout": "a"}, {"layout": "c"})
+        assert await one.read_record("scheme.snowflake") == {"layout": "c"}
+        await raw.put(f"{etcd_namespace}idmint/records/broken".encode(), b"[1]")
+        with pytest.raises(NotReadyError, match="not a JSON object"):
+            await one.read_record("broken")
