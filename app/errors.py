@@ -10,6 +10,7 @@
     ├── SequenceConflictError   a sequence exists with other settings, or too many exist     -> 409
     ├── NotClaimedError         (LookupError) no node holds that identity now (admin revoke)  -> 404
     ├── RevokeRefusedError      the backend cannot revoke a claim (embedded: an OS file lock)  -> 409
+    ├── FleetConflictError      the fleet's settings record cannot change while nodes use it   -> 409
     ├── SequenceOverflowError   (InvalidOptionError) a sequence would pass 2**63-1            -> 422
     ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
@@ -55,6 +56,11 @@ class SequenceOverflowError(InvalidOptionError):
 
 class NotClaimedError(IdmintError, LookupError):
     """No node of this fleet holds that identity now (``POST /v1/admin/claims/{scheme}/{identity}/revoke``)."""
+
+
+class FleetConflictError(IdmintError):
+    """The fleet's record of a scheme's settings cannot change now: a node still holds claims under the recorded
+    settings (``POST /v1/admin/fleet/settings/{scheme}``); the message names them."""
 
 
 class RevokeRefusedError(IdmintError):

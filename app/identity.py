@@ -23,8 +23,9 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
-from app.errors import NotReadyError
+from app.errors import InvalidOptionError, NotReadyError
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
@@ -46,6 +47,34 @@ GeneratorFactory = Callable[[list[int], int], Generator]
 
 PEER_CHECK_PENDING = "checking the peer fleets"
 """How :mod:`app.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
+
+SETTINGS_RECORD = "settings.{scheme}"
+"""The fleet record (:meth:`~app.storage.lease.LeaseBackend.read_record`) of a scheme's settings that every replica
+must share: the region and the region count of a sliced pool, and what :meth:`Scheme.identity_settings
+<app.schemes.base.Scheme.identity_settings>` names (snowflake's layout)."""
+SETTINGS_RETRY_AFTER_S = 30
+"""Retry-After (s) of a scheme whose settings differ from the fleet's record (an operator must act)."""
+
+
+def fleet_settings(scheme: Scheme, pool: IdentityPool | None, settings: Any) -> dict[str, Any]:
+    """What every replica of a fleet must share for ``scheme`` (its :data:`SETTINGS_RECORD`): ``region`` and
+    ``regions`` when regions slice its pool, plus :meth:`Scheme.identity_settings`; {} when nothing (no pool)."""
+    if pool is None:
+        return {}
+    out = dict(scheme.identity_settings(settings))
+    if pool.sliced:
+        out.update(region=pool.region, regions=pool.regions)
+    return out
+
+
+def settings_words(values: dict[str, Any]) -> str:
+    """``"layout twitter, region 0 of 1"`` (a :func:`fleet_settings` record in words)."""
+    rest = {k: v for k, v in values.items() if k not in ("region", "regions")}
+    words = [f"{key} {value}" for key, value in sorted(rest.items())]
+    if "regions" in values:
+        words.append(f"region {values.get('region')} of {values['regions']}")
+    return ", ".join(words) or "no settings"
+
 
 NO_MARK_NEEDED = 1 << 128
 """The "recorded mark" of a scheme without a claimed identity (Wiji): its IDs never wait for a record."""
@@ -86,8 +115,12 @@ class IdentityHolder:
         clock: Clock,
         max_clock_wait: float,
         observer: ClaimObserver | None = None,
+        fleet_settings: dict[str, Any] | None = None,
     ) -> None:
         self.backend = backend
+        self.fleet_settings = fleet_settings or {}
+        """The settings every replica of the fleet must share for this scheme (:func:`fleet_settings`), checked
+        against the fleet's record before each claim; {}: none."""
         self.observer = observer
         """Told of every claim made and given up (the claim ledger); None: nobody."""
         self.owner = owner
@@ -309,8 +342,57 @@ class IdentityHolder:
         except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
             log.warning("%s: releasing %s failed: %s", self.name, claim.key, exc)
 
+    async def check_fleet_settings(self) -> None:
+        """The fleet's record of this scheme's settings (:data:`SETTINGS_RECORD`) must be this node's: the first node
+        to ask writes it; a node whose settings differ claims nothing and is not ready, naming both and the fix
+        (NotReadyError), so a change of layout or regions is a deliberate step, never a silent overlap."""
+        if not self.fleet_settings:
+            return
+        name = SETTINGS_RECORD.format(scheme=self.name)
+        stored = await self.backend.read_record(name)
+        if stored is None and await self.backend.swap_record(name, None, self.fleet_settings):
+            log.info("%s: recorded the fleet's settings: %s", self.name, settings_words(self.fleet_settings))
+            return
+        stored = stored if stored is not None else await self.backend.read_record(name)
+        if stored == self.fleet_settings:
+            return
+        raise NotReadyError(
+            f"{self.name}: this node's {settings_words(self.fleet_settings)} differ from the fleet's "
+            f"{settings_words(stored or {})} (fleet record {name}): replicas of one fleet must agree on them, or two "
+            "could issue the same IDs. Run this node with the fleet's settings; to change them, drain every replica "
+            "on the old ones (POST /v1/admin/drain), then adopt the new ones (IDMINT_* settings) with POST "
+            f"/v1/admin/fleet/settings/{self.name} on a node that has them, or run them as a new fleet in a region "
+            "of its own (IDMINT_REGIONS / IDMINT_REGION)",
+            retry_after=SETTINGS_RETRY_AFTER_S,
+        )
+
+    async def fleet_record(self) -> dict[str, Any] | None:
+        """The fleet's record of this scheme's settings (None: none yet). Raises NotReadyError."""
+        return await self.backend.read_record(SETTINGS_RECORD.format(scheme=self.name))
+
+    async def adopt_fleet_settings(self) -> dict[str, Any] | None:
+        """Make this node's settings the fleet's record (the caller made sure no node holds claims under the
+        recorded ones); returns the record replaced (None: there was none). Raises NotReadyError when the backend
+        cannot be used now, InvalidOptionError when this scheme keeps no fleet settings."""
+        if not self.fleet_settings:
+            raise InvalidOptionError(f"{self.name} keeps no fleet settings (it leases no identity that regions slice)")
+        name = SETTINGS_RECORD.format(scheme=self.name)
+        for _ in range(3):
+            stored = await self.backend.read_record(name)
+            if stored == self.fleet_settings or await self.backend.swap_record(name, stored, self.fleet_settings):
+                log.warning(
+                    "%s: the fleet's settings are now %s (were %s)",
+                    self.name,
+                    settings_words(self.fleet_settings),
+                    settings_words(stored) if stored is not None else "unrecorded",
+                )
+                self.wake.set()
+                return stored
+        raise NotReadyError(f"{self.name}: fleet record {name} keeps changing under us; try again", retry_after=2)
+
     async def acquire(self) -> None:
-        """Claim identities and build the generator. Raises NotReadyError when it cannot."""
+        """Claim identities and build the generator. Raises NotReadyError when it cannot (the fleet's settings
+        differ from ours: :meth:`check_fleet_settings`)."""
         limit = self.max_clock_wait
         if self.pool is None:
             self.generator = self.factory([], -1)
@@ -318,6 +400,7 @@ class IdentityHolder:
             self.reason = ""
             self._lease_held(True, None)
             return
+        await self.check_fleet_settings()
         while True:
             claims: list[Claim] = []
             try:

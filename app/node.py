@@ -40,7 +40,7 @@ from typing import Any
 from app import __version__
 from app.errors import NotReadyError
 from app.fleet import FleetGuard, listens_beyond_loopback
-from app.identity import IdentityHolder, Keeper, register
+from app.identity import IdentityHolder, Keeper, fleet_settings, register
 from app.ledger import Ledger
 from app.metrics import Metrics, SchemeMetrics
 from app.pool import IdentityPool
@@ -396,6 +396,7 @@ class Node:
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
                 observer=self.ledger,
+                fleet_settings=fleet_settings(scheme, pool, settings),
             )
             self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():

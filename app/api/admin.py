@@ -7,7 +7,10 @@
   routes included), lets the requests in flight finish (at most
   ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.node.Node.drain>`); it keeps
   answering health checks, ``/readyz`` (503, ``"status": "draining"``) and decode. A ``preStop`` hook calls it.
-* ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:mod:`app.storage.etcd.revoke`).
+* ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:meth:`LeaseBackend.revoke
+  <app.storage.lease.LeaseBackend.revoke>`).
+* ``POST /v1/admin/fleet/settings/{scheme}``: makes this node's settings of a scheme the fleet's record (the
+  deliberate step of a change of layout or regions, after the old replicas were drained).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from fastapi import APIRouter, Request
 
 from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
-from app.errors import InvalidOptionError, UnknownSchemeError
+from app.errors import FleetConflictError, InvalidOptionError, UnknownSchemeError
 from app.node import Node
+from app.storage.ledger import ClaimRecord
 
 router = APIRouter(tags=["admin"])
 
@@ -102,21 +106,8 @@ async def live_claims(node: NodeDep) -> dict[str, Any]:
     """Every live claim of the fleet: ``{"claims": [{"scheme", "kind", "group", "identity", "owner", "lease",
     "claimed_at", "lease_left_s"}]}`` (``lease_left_s`` null on the embedded backend, whose locks never expire), from
     the claim ledger checked against the backend (a claim whose owner is gone is left out)."""
-    ledger = node.ledger
-    if ledger is None:
-        return {"claims": []}
     out = []
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
-            await ledger.refresh()
-    now = ledger.clock()
-    for record in ledger.live():
-        alive, expires_ns = None, None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
-                alive, expires_ns = await ledger.store.owner_alive(record)
-        if alive is False:
-            continue
+    for record, expires_ns, now in await _live_records(node):
         entry = {
             key: value
             for key, value in record.as_dict().items()
@@ -125,6 +116,28 @@ async def live_claims(node: NodeDep) -> dict[str, Any]:
         entry["lease_left_s"] = None if expires_ns is None else round((expires_ns - now) / 1e9, 1)
         out.append(entry)
     return {"claims": out}
+
+
+async def _live_records(node: Node) -> list[tuple[ClaimRecord, int | None, int]]:
+    """(record, its lease's expiry in ns or None, now in ns) of every live claim the claim ledger knows, after one
+    bounded refresh, each checked against the backend (an owner found gone is left out; one the backend cannot
+    tell about in time is kept)."""
+    ledger = node.ledger
+    if ledger is None:
+        return []
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
+            await ledger.refresh()
+    now = ledger.clock()
+    out = []
+    for record in ledger.live():
+        alive, expires_ns = None, None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LIVE_CLAIMS_TIMEOUT_S):
+                alive, expires_ns = await ledger.store.owner_alive(record)
+        if alive is not False:
+            out.append((record, expires_ns, now))
+    return out
 
 
 @router.post(
@@ -158,3 +171,36 @@ async def revoke(scheme: str, identity: str, node: NodeDep) -> Any:
     pool = node.issuers[scheme].holder.pool
     assert pool is not None
     return await node.backend.revoke(pool, number, node.owner.as_dict())
+
+
+@router.post(
+    "/v1/admin/fleet/settings/{scheme}",
+    openapi_extra=declare("admin"),
+    responses={
+        404: {"description": "unknown scheme"},
+        409: {"description": "a node still holds claims of the scheme (drain it first); the detail names them"},
+        422: {"description": "the scheme keeps no fleet settings"},
+        503: {"description": "the backend cannot be used now (Retry-After)"},
+    },
+)
+async def adopt_settings(scheme: str, node: NodeDep) -> dict[str, Any]:
+    """Make this node's settings of ``scheme`` (snowflake's layout; the region and region count of a sliced pool)
+    the fleet's record, so that nodes with them may claim: the deliberate step of a change, once every replica on
+    the old settings is drained or stopped. Refused (409, naming them) while any node holds a live claim of the
+    scheme. Answers ``{"scheme", "before", "after"}`` (``before`` null: nothing was recorded)."""
+    if scheme not in node.schemes:
+        raise UnknownSchemeError(f"unknown scheme {scheme!r}; known schemes: {', '.join(node.schemes)}")
+    holder = node.issuers[scheme].holder
+    recorded = await holder.fleet_record()
+    if recorded == holder.fleet_settings:
+        return {"scheme": scheme, "before": recorded, "after": recorded}
+    # This node holds nothing of the scheme (its settings differ from the record): every live claim is another's.
+    held = [record for record, _, _ in await _live_records(node) if record.scheme == holder.name]
+    if held:
+        owners = "; ".join(f"{r.kind} {r.identity} held by {r.words}" for r in held[:5])
+        raise FleetConflictError(
+            f"{scheme}: {len(held)} claim(s) are live under the fleet's recorded settings ({owners}): drain or "
+            "stop those replicas first (POST /v1/admin/drain)"
+        )
+    before = await holder.adopt_fleet_settings()
+    return {"scheme": scheme, "before": before, "after": holder.fleet_settings}

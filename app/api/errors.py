@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.errors import (
+    FleetConflictError,
     IdmintError,
     InvalidIdError,
     InvalidOptionError,
@@ -75,7 +76,7 @@ def status_for(exc: IdmintError) -> int:
         return 422
     if isinstance(exc, (UnknownSchemeError, UnknownSequenceError, NotClaimedError)):
         return 404
-    if isinstance(exc, (SequenceConflictError, RevokeRefusedError)):
+    if isinstance(exc, (SequenceConflictError, RevokeRefusedError, FleetConflictError)):
         return 409
     if isinstance(exc, NotReadyError):
         return 503

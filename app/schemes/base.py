@@ -420,6 +420,13 @@ class Scheme(abc.ABC):
         identity or claim count that does not fit the region's slice."""
         return None
 
+    def identity_settings(self, settings: Any) -> dict[str, Any]:
+        """The settings beyond regions that move this scheme's IDs' bits while its identities keep their numbers
+        (snowflake: the layout), in a canonical form (two spellings of one value are equal). Every replica of a
+        fleet must agree on them: the node checks them against the fleet's record before claiming
+        (:meth:`app.identity.IdentityHolder.acquire`). Default: none."""
+        return {}
+
     def new_generator(
         self, settings: Any, identities: list[int], floor: int, clock: Clock, random: RandomSource = csprng
     ) -> Generator:

@@ -215,10 +215,19 @@ class Layout:
         return self.order == ORDER_TIME_WORKER_SEQUENCE
 
     @property
+    def bits(self) -> tuple[int, int, int, int, int, tuple[str, str, str]]:
+        """What fixes this layout's IDs, bit for bit: (epoch ms, unit ms, T, W, S, order). The name does not:
+        ``custom:1288834974657:1:41/10/12`` is twitter's layout spelled another way."""
+        return (self.epoch_ms, self.unit_ms, self.time_bits, self.worker_bits, self.sequence_bits, self.order)
+
+    @functools.cached_property
     def key_name(self) -> str:
-        """The layout's name as an etcd key / folder segment: the name, or ``custom-EPOCH-UNIT-T-W-S``."""
-        if self.name in NAMED_LAYOUTS:
-            return self.name
+        """The layout as an etcd key / folder segment, by what fixes its bits (:attr:`bits`), whatever the
+        spelling: the name of the named layout with the same bits, else ``custom-EPOCH-UNIT-T-W-S``. Claims and
+        high-water marks are keyed by it, so two spellings of one layout share them."""
+        for named in NAMED_LAYOUTS.values():
+            if named.bits == self.bits:
+                return named.name
         return (
             f"{CUSTOM_PREFIX}-{self.epoch_ms}-{self.unit_ms}-{self.time_bits}-{self.worker_bits}-{self.sequence_bits}"
         )

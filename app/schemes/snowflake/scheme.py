@@ -269,6 +269,11 @@ class SnowflakeScheme(Scheme):
             claims=settings.snowflake_workers,
         )
 
+    def identity_settings(self, settings: SnowflakeSettings) -> dict[str, Any]:
+        """``{"layout": <the layout's key name>}``: what fixes its bits, whatever the spelling (a worker ID means
+        other bits in another layout, and two layouts can give the same number)."""
+        return {"layout": self.configured(settings).snowflake_layout.key_name}
+
     def new_generator(
         self,
         settings: SnowflakeSettings,
