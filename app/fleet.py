@@ -13,11 +13,15 @@ space. The guard here checks that configuration against the fleets it is told ab
 * with ``IDMINT_PEER_FLEETS`` set, :meth:`FleetGuard.run` reads each peer's ``/v1/fleet`` at start and every
   ``IDMINT_PEER_CHECK_INTERVAL`` seconds. A peer of another fleet whose pool for a scheme overlaps ours
   (:func:`overlap`) makes that scheme not ready here (503 naming the peer and the scheme), until a later answer
-  shows the overlap gone. Until the first round is over, the guarded schemes are not ready either; it asks a peer
-  that does not answer again for up to one interval (fleets started together see each other before either
-  issues), then goes on without it. A peer that cannot be reached, takes longer than :data:`PEER_TIMEOUT_S`, or
-  answers anything but a well-formed fleet document decides nothing: its last verdict stands, and ``/v1/fleet``'s
-  ``peers`` and ``/readyz`` show it unreachable.
+  shows the overlap gone. The guard fails closed until it knows: until the first round is over the guarded
+  schemes are not ready (it asks a peer that does not answer again for up to one interval, so fleets started
+  together see each other before either issues), and after it they stay not ready while any listed peer has
+  never given a fleet document (``/readyz`` names the peer and what was wrong: refused, HTTP 404, not a fleet
+  document). A peer that gave one is remembered in storage (the fleet record ``peer.<digest of its URL>``:
+  its last document), so after a restart, or while it cannot be reached, takes longer than
+  :data:`PEER_TIMEOUT_S` or answers anything but a well-formed fleet document, its last-known ranges are what
+  it is judged by; ``/v1/fleet``'s ``peers``, ``/readyz`` and ``idmint_peer_fleet_up{peer}`` show it
+  unreachable.
 * A check carries our fleet ID in the ``Idmint-Fleet`` request header; a node that sees another fleet's ID there
   runs its own round at once (at most once a second), so when both fleets list each other, the node that started
   first stops as soon as the second one asks, before that one issues anything. A fleet that does not list the
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -42,6 +47,7 @@ from app.errors import NotReadyError
 from app.identity import PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
+    from app.metrics import Metrics
     from app.pool import IdentityPool
     from app.settings import Settings
     from app.storage.base import Storage
@@ -55,6 +61,8 @@ PEER_TIMEOUT_S = 2.0
 unreachable this round."""
 PEER_DOCUMENT_MAX_BYTES = 64 * 1024
 """A peer's fleet document larger than this is not read (a fleet document is a few hundred bytes)."""
+PEER_RECORD = "peer.{digest}"
+"""The fleet record of a peer's last fleet document (``digest``: the first 24 hex digits of its URL's SHA-256)."""
 FIRST_ROUND_RETRY_S = 0.25
 """How often the first round asks a peer that has not answered yet (it may be starting too)."""
 POKE_MIN_INTERVAL_S = 1.0
@@ -121,17 +129,24 @@ class FleetGuard:
         storage: Storage,
         pools: Mapping[str, IdentityPool],
         block: Callable[[str, str | None], None],
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.backend = storage.leases
+        self.metrics = metrics
         self.pools = dict(pools)
         self.block = block
         self.peers = list(settings.peer_fleets)
         self.fleet_id: str | None = None
-        self.verdicts: dict[str, dict[str, str]] = {peer: {} for peer in self.peers}
-        """peer URL -> {scheme: reason} for the overlaps that peer's last answer showed."""
+        self.verdicts: dict[str, dict[str, str] | None] = dict.fromkeys(self.peers)
+        """peer URL -> {scheme: reason} for the overlaps its last known document shows; None while it has never
+        given one (answered now, or remembered in storage): then the guarded schemes are not ready."""
         self.reachable: dict[str, bool | None] = {peer: None for peer in self.peers}
+        self.problem: dict[str, str] = {}
+        """peer URL -> what was wrong with its last answer (refused, HTTP 404, not a fleet document...)."""
+        self.remembered: dict[str, dict[str, Any] | None] = {}
+        """peer URL -> its fleet record as last read or written (None: none stored)."""
         self.seen: dict[str, str] = {}
         """peer URL -> the fleet ID it last answered with."""
         self._wake = asyncio.Event()
@@ -141,6 +156,9 @@ class FleetGuard:
         if self.peers:
             for scheme in self.pools:
                 self.block(scheme, f"{PEER_CHECK_PENDING} (IDMINT_PEER_FLEETS) before issuing")
+            if metrics is not None:
+                for peer in self.peers:
+                    metrics.peer_fleet_up(peer, False)
 
     # -- what we are ---------------------------------------------------------------------------------------
     async def read_fleet_id(self) -> str | None:
@@ -168,12 +186,15 @@ class FleetGuard:
         }
 
     def peer_status(self) -> dict[str, dict[str, Any]]:
-        """Each peer's state: ``{"reachable": bool or null (not asked yet), "fleet_id", "overlaps": [schemes]}``."""
+        """Each peer's state: ``{"reachable": bool or null (not asked yet), "known": bool (a fleet document given,
+        now or remembered), "problem": what was wrong last or null, "fleet_id", "overlaps": [schemes]}``."""
         return {
             peer: {
                 "reachable": self.reachable[peer],
+                "known": self.verdicts[peer] is not None,
+                "problem": None if self.reachable[peer] else self.problem.get(peer),
                 "fleet_id": self.seen.get(peer),
-                "overlaps": sorted(self.verdicts[peer]),
+                "overlaps": sorted(self.verdicts[peer] or {}),
             }
             for peer in self.peers
         }
@@ -194,6 +215,7 @@ class FleetGuard:
             await asyncio.sleep(FIRST_ROUND_RETRY_S)
         if not self.peers:
             return
+        await self.recall()
         async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S, follow_redirects=True, max_redirects=3) as client:
             pending = list(self.peers)
             deadline = time.monotonic() + self.settings.peer_check_interval
@@ -222,16 +244,64 @@ class FleetGuard:
         self._apply()
 
     async def _check(self, client: httpx.AsyncClient, peer: str) -> bool:
-        """Ask ``peer`` and record its verdict; False when it gave none (its last verdict stands)."""
+        """Ask ``peer`` and record its verdict (and remember its document); False when it gave none (its last
+        verdict, or the one its remembered document gives, stands)."""
         assert self.fleet_id is not None
         answer = await self._ask(client, peer, self.fleet_id)
+        if self.metrics is not None:
+            self.metrics.peer_fleet_up(peer, answer is not None)
         if answer is None:
             return False
-        verdict = await self._compare(peer, answer)
-        if verdict is None:
+        judged = await self._compare(peer, answer)
+        if judged is None:
             return False
-        self.verdicts[peer] = verdict
+        self.verdicts[peer], same = judged
+        await self._remember(peer, answer, same)
         return True
+
+    # -- what we remember of peers (fleet records) ------------------------------------------------------
+    @staticmethod
+    def record_name(peer: str) -> str:
+        return PEER_RECORD.format(digest=hashlib.sha256(peer.encode()).hexdigest()[:24])
+
+    async def recall(self) -> None:
+        """Judge every peer by the document remembered in storage (its verdict until it answers). A storage that
+        cannot be read now leaves the peers unknown (fail closed), logged."""
+        for peer in self.peers:
+            try:
+                async with asyncio.timeout(PEER_TIMEOUT_S):
+                    stored = await self.backend.read_record(self.record_name(peer))
+            except (NotReadyError, TimeoutError) as exc:
+                log.warning("peer fleet %s: its last document cannot be read from storage: %s", peer, _why(exc))
+                continue
+            self.remembered[peer] = stored
+            document = valid_document(stored.get("document")) if stored is not None else None
+            if stored is None or document is None or stored.get("url") != peer:
+                continue
+            same = stored.get("same_fleet") is True
+            self.verdicts[peer] = {} if same else self._overlaps(peer, document, copied=False)
+            self.seen.setdefault(peer, document["fleet_id"])
+            log.info("peer fleet %s: judged by its last document (fleet %s) until it answers", peer,
+                     document["fleet_id"])  # fmt: skip
+
+    async def _remember(self, peer: str, answer: dict[str, Any], same: bool) -> None:
+        """Store ``answer`` as ``peer``'s last document when it differs from the one stored. Never raises."""
+        document = {key: answer[key] for key in ("fleet_id", "region", "regions", "schemes")}
+        value = {"url": peer, "same_fleet": same, "document": document}
+        before = self.remembered.get(peer)
+        if before == value:
+            return
+        name = self.record_name(peer)
+        try:
+            async with asyncio.timeout(PEER_TIMEOUT_S):
+                if not await self.backend.swap_record(name, before, value):
+                    before = await self.backend.read_record(name)  # another replica of ours wrote it
+                    if before != value and not await self.backend.swap_record(name, before, value):
+                        return
+        except (NotReadyError, TimeoutError) as exc:
+            log.warning("peer fleet %s: its document could not be remembered in storage: %s", peer, _why(exc))
+            return
+        self.remembered[peer] = value
 
     async def _ask(self, client: httpx.AsyncClient, peer: str, fleet_id: str) -> dict[str, Any] | None:
         """The peer's ``/v1/fleet`` document, or None (logged when that changes) when it gives none in time."""
@@ -248,10 +318,12 @@ class FleetGuard:
             if answer is None:
                 raise ValueError("not a well-formed /v1/fleet document with a fleet ID")
         except (httpx.HTTPError, ValueError, TimeoutError) as exc:
-            if self.reachable[peer] is not False:
-                why = exc if str(exc) else f"no answer within {PEER_TIMEOUT_S:g} s"
-                log.warning("peer fleet %s gave no fleet document (%s); its last verdict stands", peer, why)
+            why = _problem(exc)
+            if self.reachable[peer] is not False or self.problem.get(peer) != why:
+                known = "its last known document stands" if self.verdicts[peer] is not None else "never known"
+                log.warning("peer fleet %s gave no fleet document (%s); %s", peer, why, known)
             self.reachable[peer] = False
+            self.problem[peer] = why
             return None
         if self.reachable[peer] is not True:
             log.info("peer fleet %s answers: fleet %s, region %s of %s", peer, answer["fleet_id"],
@@ -260,21 +332,31 @@ class FleetGuard:
         self.seen[peer] = answer["fleet_id"]
         return answer
 
-    async def _compare(self, peer: str, answer: dict[str, Any]) -> dict[str, str] | None:
-        """{scheme: reason} for every scheme whose pool overlaps the peer's; {} for a peer of our own fleet (its
-        member token live in our backend); None when that cannot be told now (the last verdict stands)."""
-        copied = ""
+    async def _compare(self, peer: str, answer: dict[str, Any]) -> tuple[dict[str, str], bool] | None:
+        """({scheme: reason} for every scheme whose pool overlaps the peer's, whether it is a node of our own
+        fleet): ({}, True) for a peer of our own fleet (its member token live in our backend); None when that
+        cannot be told now (the last verdict stands)."""
+        copied = False
         if answer["fleet_id"] == self.fleet_id:
             member = answer.get("member")
             same = await self.backend.has_member(member) if member else None
             if same is None:  # no member token (no lease now) or our backend cannot tell: decide nothing
                 return None
             if same:
-                return {}
-            copied = (
+                return {}, True
+            copied = True
+        return self._overlaps(peer, answer, copied), False
+
+    def _overlaps(self, peer: str, answer: dict[str, Any], copied: bool) -> dict[str, str]:
+        """{scheme: reason} for every scheme whose pool overlaps the one in ``answer`` (a fleet document of
+        ``peer``; ``copied``: it shows our fleet ID but is not on our backend)."""
+        if copied:
+            copied_words = (
                 f" (it shows our fleet ID {self.fleet_id} but is not on our backend: a copied state directory or a "
                 "restored etcd snapshot; delete the fleet ID in one of them, fleet.json or <namespace>idmint/fleet)"
             )
+        else:
+            copied_words = ""
         found: dict[str, str] = {}
         for name, pool in self.pools.items():
             ours, theirs = pool_entry(pool), answer["schemes"].get(name)
@@ -284,8 +366,8 @@ class FleetGuard:
             found[name] = (
                 f"{pool.kind}s {ours['pool'][0]}..{ours['pool'][1]}{layouts} (region {self.settings.region} of "
                 f"{self.settings.regions}) overlap {theirs['pool'][0]}..{theirs['pool'][1]} of fleet "
-                f"{answer['fleet_id']} at {peer} (region {answer['region']} of {answer['regions']}){copied}: both "
-                "could issue the same IDs; give each fleet its own IDMINT_REGION"
+                f"{answer['fleet_id']} at {peer} (region {answer['region']} of {answer['regions']}){copied_words}: "
+                "both could issue the same IDs; give each fleet its own IDMINT_REGION"
                 + ("" if not layouts else ", and both the same layout")
             )
         return found
@@ -293,13 +375,42 @@ class FleetGuard:
     def _apply(self) -> None:
         blocked: dict[str, str] = {}
         for peer in self.peers:
-            for scheme, reason in self.verdicts[peer].items():
+            for scheme, reason in (self.verdicts[peer] or {}).items():
                 blocked.setdefault(scheme, reason)
+        unknown = [peer for peer in self.peers if self.verdicts[peer] is None]
         for scheme in self.pools:
             verdict = blocked.get(scheme)
-            if verdict is None and not self._first_round_done:
-                continue
+            if verdict is None and unknown:
+                if not self._first_round_done:
+                    continue
+                verdict = self._unknown_reason(unknown)
             self.block(scheme, verdict)
+
+    def _unknown_reason(self, unknown: list[str]) -> str:
+        """Why the guarded schemes wait for peers that never gave a fleet document."""
+        named = "; ".join(f"{peer} ({self.problem.get(peer, 'not asked yet')})" for peer in unknown)
+        return (
+            f"peer fleet {named} has never answered with a fleet document, so whether its identities overlap ours "
+            "is unknown: not issuing until it does (check IDMINT_PEER_FLEETS: the URL of an idmint server of that "
+            "fleet, which must be running)"
+        )
+
+
+def _problem(exc: Exception) -> str:
+    """What was wrong with a peer's answer, in words (refused, HTTP 404, not a fleet document, no answer)."""
+    if isinstance(exc, httpx.HTTPStatusError):
+        return f"it answered HTTP {exc.response.status_code}"
+    if isinstance(exc, httpx.ConnectError):
+        return f"cannot connect: {exc}" if str(exc) else "cannot connect"
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return f"no answer within {PEER_TIMEOUT_S:g} s"
+    if isinstance(exc, ValueError):
+        return f"not a fleet document: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _why(exc: Exception) -> str:
+    return exc.reason if isinstance(exc, NotReadyError) else f"no answer within {PEER_TIMEOUT_S:g} s"
 
 
 def pool_entry(pool: IdentityPool) -> dict[str, Any]:

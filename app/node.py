@@ -348,7 +348,7 @@ class Node:
         self._build_issuers()
         if only is not None:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
-        self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block)
+        self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block, metrics)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
 
     def attach_ledger(self, ledger: Ledger) -> None:

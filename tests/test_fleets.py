@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -540,3 +541,118 @@ def test_the_client_reads_a_404_fleet_again_after_a_while() -> None:
     assert check.unread(["http://a"]) == []
     now[0] += NOT_SERVED_RECHECK_S
     assert check.unread(["http://a"]) == ["http://a"]
+
+
+# -- the peer guard fails closed until it knows (issue 31 item 2) ------------------------------------------------
+async def _answering(body: bytes, status: str = "200 OK") -> tuple[asyncio.Server, str]:
+    """A loopback HTTP server answering every request with ``status`` and ``body`` (a peer that is not idmint)."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")
+            head = f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            writer.write(head.encode() + body)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("peer_kind", "words"),
+    [("closed", "cannot connect"), ("404", "answered HTTP 404"), ("not-fleet", "not a fleet document")],
+)
+async def test_a_peer_that_never_answers_keeps_the_guarded_schemes_not_ready_naming_why(
+    tmp_path: Path, peer_kind: str, words: str
+) -> None:
+    """A peer URL mistyped (a closed port, a wrong path, another service) used to turn the guard off after the first
+    round: the issue's two fleets with each other's URL mistyped issued the same snowflakes. Now it keeps them
+    not ready, naming the peer and what was wrong, and idmint_peer_fleet_up{peer} says 0."""
+    from app.fleet import FleetGuard
+    from app.metrics import Metrics
+
+    server = None
+    if peer_kind == "closed":
+        peer = f"http://127.0.0.1:{free_port()}"
+    else:
+        server, peer = (
+            await _answering(b'{"detail": "Not Found"}', "404 Not Found")
+            if peer_kind == "404"
+            else (await _answering(b'{"status": "ok"}'))
+        )
+    settings = make_settings(tmp_path, peer_fleets=peer, peer_check_interval=0.5)
+    storage = open_embedded(settings, time.time_ns)
+    pools = {"snowflake": schemes()["snowflake"].identity_pool(settings)}
+    blocked: dict[str, str | None] = {}
+    changed = asyncio.Event()
+
+    def block(scheme: str, why: str | None) -> None:
+        blocked[scheme] = why
+        changed.set()
+
+    metrics = Metrics(list(schemes()), "0")
+    guard = FleetGuard(settings, storage, pools, block, metrics)
+    task = asyncio.create_task(guard.run())
+    try:
+        with anyio.fail_after(60):
+            while "never answered" not in (blocked.get("snowflake") or ""):
+                changed.clear()
+                await changed.wait()
+        reason = blocked["snowflake"] or ""
+        assert peer in reason and words in reason, reason
+        assert guard.peer_status()[peer]["known"] is False and words in guard.peer_status()[peer]["problem"]
+        assert metrics.registry.get_sample_value("idmint_peer_fleet_up", {"peer": peer}) == 0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+
+@pytest.mark.integration
+def test_a_peer_known_once_is_judged_by_its_last_document_while_down_and_after_a_restart(tmp_path: Path) -> None:
+    """Region 0 lists region 1's server: ready once it answered; ready still while region 1 is down (its
+    remembered ranges do not overlap), and after a restart of region 0 with region 1 still down. A fresh fleet
+    (another state directory) that never read region 1 is not ready."""
+    peer_port = free_port()
+    peer_url = f"http://127.0.0.1:{peer_port}"
+    peer = Server(tmp_path, {"IDMINT_REGIONS": "2", "IDMINT_REGION": "1"}, port=peer_port)
+    env = {
+        "IDMINT_REGIONS": "2",
+        "IDMINT_REGION": "0",
+        "IDMINT_PEER_FLEETS": peer_url,
+        "IDMINT_PEER_CHECK_INTERVAL": "0.5",
+        "IDMINT_STATE_DIR": str(tmp_path / "region-0"),
+    }
+    try:
+        peer.wait("/readyz")
+        node = Server(tmp_path, env)
+        node.wait("/readyz")
+        assert node.get("/v1/fleet").json()["peers"][peer_url]["known"] is True
+    finally:
+        peer.stop()
+    try:
+        until_down = time.monotonic() + 60
+        while node.get("/v1/fleet").json()["peers"][peer_url]["reachable"] is not False:
+            assert time.monotonic() < until_down
+            time.sleep(0.1)
+        assert node.get("/readyz").status_code == 200
+        assert 'idmint_peer_fleet_up{peer="' + peer_url + '"} 0.0' in node.metrics_text()
+        assert node.get("/v1/ids/snowflake").status_code == 200
+    finally:
+        node.stop()
+    again = Server(tmp_path, env)
+    fresh = Server(tmp_path, {**env, "IDMINT_STATE_DIR": str(tmp_path / "fresh")})
+    try:
+        again.wait("/readyz")  # remembered across the restart
+        assert again.get("/v1/ids/snowflake").status_code == 200
+        ready = readyz_when(fresh, "snowflake", "never answered")
+        assert peer_url in ready["schemes"]["snowflake"]["reason"]
+        assert fresh.get("/v1/ids/snowflake").status_code == 503
+        assert fresh.get("/v1/ids/wiji").status_code == 200  # random bits: not guarded
+    finally:
+        again.stop()
+        fresh.stop()

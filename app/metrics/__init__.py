@@ -27,6 +27,8 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_build_info{version}                            gauge = 1
     idmint_id_space_end_timestamp_seconds{scheme}         gauge      when the scheme's timestamp runs out (+Inf: never)
     idmint_region_configured{backend,exposed}             gauge 0/1  IDMINT_REGIONS > 1 (identities sliced by region)
+    idmint_peer_fleet_up{peer}                            gauge 0/1  the last check of an IDMINT_PEER_FLEETS server got
+                                                                     a fleet document
     idmint_api_key_requests_total{key,outcome}            counter    requests checked by API key (key names come from
                                                                      the key file, plus "public" and "unknown")
     idmint_api_key_ids_total{key}                         counter    IDs charged to each API key's quota
@@ -233,6 +235,11 @@ class Metrics:
         """``idmint_region_configured{backend, exposed}``: 1 when IDMINT_REGIONS > 1. ``exposed``: the server
         listens on an address other than loopback (then another fleet's clients can reach it)."""
         self._c.region_configured.labels(backend=backend, exposed="true" if exposed else "false").set(int(configured))
+
+    def peer_fleet_up(self, peer: str, up: bool) -> None:
+        """``idmint_peer_fleet_up{peer}``: 1 when the last check of ``peer`` (an IDMINT_PEER_FLEETS URL: a bounded
+        label) got a well-formed fleet document, else 0."""
+        self._c.peer_fleet_up.labels(peer=peer).set(int(up))
 
     # -- sequences -------------------------------------------------------------------------------------------
     def sequence(self, name: str) -> SequenceMetrics:

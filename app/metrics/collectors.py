@@ -244,6 +244,14 @@ class Collectors:
             multiprocess_mode="livemax",
             registry=r,
         )
+        self.peer_fleet_up = Gauge(
+            "idmint_peer_fleet_up",
+            "1 when the last check of a peer fleet (IDMINT_PEER_FLEETS) got a fleet document, else 0; a peer never "
+            "read keeps the guarded schemes not ready (several workers: the minimum over live workers).",
+            ["peer"],
+            multiprocess_mode="livemin",
+            registry=r,
+        )
         self.api_key_requests = Counter(
             "idmint_api_key_requests_total",
             'Requests checked against the API keys, by key name (from the key file; "public" = served without '

@@ -176,6 +176,21 @@ def _unit_tests() -> list[dict[str, Any]]:
                 },
             ],
         },
+        {  # a cannot read its peer fleet for 10 minutes; b read its peer after 3 minutes (no alert)
+            "interval": "1m",
+            "input_series": [
+                _series("idmint_peer_fleet_up", {**A, "peer": "http://fleet-2:8000"}, "0x20"),
+                _series("idmint_peer_fleet_up", {**B, "peer": "http://fleet-1:8000"}, "0 0 0 1x20"),
+            ],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "IdmintPeerFleetDown", "exp_alerts": []},
+                {
+                    "eval_time": "10m",
+                    "alertname": "IdmintPeerFleetDown",
+                    "exp_alerts": [_expected("IdmintPeerFleetDown", {**A, "peer": "http://fleet-2:8000"})],
+                },
+            ],
+        },
         {  # a's embedded fleet listens beyond loopback with one region; b's too, but regions set; c's on loopback
             "interval": "1m",
             "input_series": [
@@ -248,6 +263,7 @@ def _exposed_names() -> set[str]:
     m.request("/r", "GET", 200, 0.001)
     m.scheme("muid").lease_held(True, 1)
     m.region_configured(False, "embedded", False)
+    m.peer_fleet_up("http://peer:8000", False)
     m.scheme("muid").id_space_end(1.0)
     names: set[str] = set()
     for family in m.registry.collect():
