@@ -30,7 +30,7 @@ def main() -> None:
     """idmint: issue and decode IDs of every registered scheme (``idmint mint --help`` lists their options);
     reserve sequence ranges.
 
-    Settings come from IDMINT_* environment variables (see README.md).
+    Settings come from IDMINT_* environment variables (see docs/settings.md).
     """
 
 

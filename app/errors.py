@@ -93,7 +93,7 @@ class BackendUnavailableError(NotReadyError):
 
 class TimeRangeError(NotReadyError):
     """The clock is outside the times a scheme's layout can encode: before its epoch, or past the end of its time
-    field (a snowflake layout with few time bits, ``instagram`` after 2046-06-28). Only that scheme stops."""
+    field (a snowflake layout with few time bits, ``instagram`` from 2046-06-27T17:00:49Z). Only that scheme stops."""
 
 
 class TooManyRequestsError(IdmintError):

@@ -99,7 +99,7 @@ class CoreSettings(BaseSettings):
     )
     api_keys_file: Path | None = Field(
         None,
-        description='TOML file of API keys, scopes and quotas (README "API keys"); unset = no keys, '
+        description="TOML file of API keys, scopes and quotas (docs/api-keys.md); unset = no keys, "
         "every route open. Re-read on SIGHUP.",
     )
     public_scopes: Annotated[list[str], NoDecode] = Field(

@@ -14,6 +14,11 @@
 # pytest (e.g. scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    echo "test.sh: python3 cannot make a virtual environment here: install Debian's python3-venv" \
+         "(sudo apt-get install python3-venv), then run this again" >&2
+    exit 1
+fi
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[dev]'

@@ -33,6 +33,21 @@ def _options(options: tuple[SchemeOption, ...]) -> dict[str, Any]:
     }
 
 
+UNIT_NAMES = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"), (1, "ns"))
+"""Named time units, ns each, largest first."""
+
+
+def timestamp_precision(unit_ns: float) -> str:
+    """A scheme's time unit (its ``native_unit_ns``) as ``/v1/schemes`` names it: ``s``, ``ms`` or ``us``, a
+    multiple of one (``10 ms``: the sonyflake layout) or a fraction of a second (``1/65536 s``: SIQ)."""
+    for size, name in UNIT_NAMES:
+        if unit_ns >= size and unit_ns % size == 0:
+            count = int(unit_ns // size)
+            return name if count == 1 else f"{count} {name}"
+    per_second = UNIT_NAMES[0][0] / unit_ns
+    return f"1/{per_second:.0f} s" if per_second.is_integer() else f"{unit_ns:g} ns"
+
+
 def bounds_entry(scheme: Scheme) -> dict[str, Any]:
     """What ``GET /v1/bounds/{scheme}`` takes: the parameters of the reading that sorts by time (``params``), the
     scheme's own parameters a user may set (``options``: name -> description), the column types (``storages``, the
@@ -66,7 +81,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "formats": list(scheme.formats),
         "canonical_format": scheme.formats[0],
         "token_patterns": token_patterns(scheme.name),
-        "timestamp_precision": {3: "ms", 6: "us"}.get(scheme.timestamp_digits, "s"),
+        "timestamp_precision": timestamp_precision(scheme.native_unit_ns),
         "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),
         "reference": scheme.reference,
         "limits": {"max_count": settings.max_count, "max_stream_count": settings.max_stream_count},
@@ -168,7 +183,12 @@ async def readyz(node: NodeDep, request: Request) -> Response:
     if node.fleet.peers:
         body["peer_fleets"] = node.fleet.peer_status()
     headers = {} if ready else {"Retry-After": "1"}
-    return Response(json.dumps(body), status_code=200 if ready else 503, media_type="application/json", headers=headers)
+    return Response(
+        json.dumps(body, separators=(",", ":")),
+        status_code=200 if ready else 503,
+        media_type="application/json",
+        headers=headers,
+    )
 
 
 @router.get("/metrics", include_in_schema=False, openapi_extra=declare("metrics"))

@@ -226,7 +226,7 @@ def range_body(name: str, first: int, last: int, count: int, as_strings: bool = 
 def _json(payload: dict[str, Any], status: int) -> Response:
     import json
 
-    return Response(json.dumps(payload), status_code=status, media_type="application/json")
+    return Response(json.dumps(payload, separators=(",", ":")), status_code=status, media_type="application/json")
 
 
 # -- the hot routes ------------------------------------------------------------------------------------------------

@@ -389,7 +389,7 @@ class Scheme(abc.ABC):
     """Query parameters of ``GET /v1/decode/{scheme}/{id}`` (snowflake: "layout"); unknown ones are a 422."""
     settings_model: ClassVar[type[pydantic.BaseModel] | None] = None
     """A :class:`SchemeSettings` model whose fields join :class:`app.settings.Settings` (env ``IDMINT_<FIELD>``),
-    each with ``Field(description=...)`` (the README's settings table documents them), plus its validators; the
+    each with ``Field(description=...)`` (docs/settings.md's table documents them), plus its validators; the
     scheme's hooks take ``settings`` typed as that model. None = none."""
     shares_generator_with: ClassVar[str | None] = None
     """The name of the scheme whose issuer (generator, claimed identity, marks) this scheme issues through; the node

@@ -1,6 +1,6 @@
 """Muid (Gink): 128-bit IDs made of a microsecond timestamp, a medallion and an offset.
 
-Follows SPEC_NOTES.md "Muid (Gink), 128 bits" and the Gink reference (``x5e/gink``, Python and TypeScript)::
+Follows docs/schemes/muid.md and the Gink reference (``x5e/gink``, Python and TypeScript)::
 
     127                                 76 75                          32 31               0
     +-------------------------------------+------------------------------+-----------------+
@@ -214,7 +214,7 @@ class MuidSettings(SchemeSettings):
 
 
 class MuidScheme(Scheme):
-    """Muid: metadata, strict parser, canonical text, field decoding (SPEC_NOTES.md "Muid")."""
+    """Muid: metadata, strict parser, canonical text, field decoding (docs/schemes/muid.md)."""
 
     name = "muid"
     packed_bytes = PACKED_BYTES
@@ -232,7 +232,7 @@ class MuidScheme(Scheme):
         "a medallion of 40 random bits per node (leased within a fleet, not sliced by regions): two fleets share one "
         "with odds of about 1 in 2**40 per pair of nodes"
     )
-    reference = 'Gink Muid (x5e/gink, docs/muid.md); SPEC_NOTES.md "Muid (Gink), 128 bits"'
+    reference = "Gink Muid (x5e/gink, docs/muid.md); docs/schemes/muid.md"
 
     def parse(self, text: str) -> int:
         return decode_canonical(text)
@@ -452,7 +452,7 @@ class MuidBatch(Batch):
 
 
 class MuidGenerator(Generator):
-    """Issues Gink bundles for one medallion (SPEC_NOTES.md "Muid", Generation).
+    """Issues Gink bundles for one medallion (docs/schemes/muid.md "Generation").
 
     Each :meth:`generate` call is one bundle whose timestamp is ``max(now_us, last + 1)``, ``last`` being the
     previous bundle's timestamp (or ``floor``, in µs, after a restart): strictly increasing, never blocking, so a

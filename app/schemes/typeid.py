@@ -1,7 +1,7 @@
 """TypeID: a type prefix and a UUID (a UUIDv7 when issued) in lowercase base32.
 
-Follows the TypeID specification v0.3 (``github.com/jetify-com/typeid``, ``spec/README.md``) and STANDARD_SCHEMES.md
-"typeid"::
+Follows the TypeID specification v0.3 (``github.com/jetify-com/typeid``, ``spec/README.md``) and
+docs/schemes/typeid.md::
 
     text:   prefix _ suffix              e.g.  user_01h455vb4pex5vsknk084sn02q
             |      | └ 26 characters of 0123456789abcdefghjkmnpqrstvwxyz: 2 zero bits + the UUID's 128 bits,
@@ -221,7 +221,7 @@ class TypeIdScheme(Scheme):
     )
     identity = None
     uniqueness_note = "the UUIDv7 it wraps (random bits; it shares uuidv7's generator); no slice needed"
-    reference = 'TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); STANDARD_SCHEMES.md "typeid"'
+    reference = "TypeID specification v0.3 (github.com/jetify-com/typeid, spec/); docs/schemes/typeid.md"
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "TypeID (jetify, spec v0.3)"

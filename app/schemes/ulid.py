@@ -1,7 +1,7 @@
 """ULID: a 48-bit Unix-millisecond timestamp and 80 bits of randomness, written in Crockford base32.
 
 Follows the ULID specification (``github.com/ulid/spec``), its monotonic mode, python-ulid for the text forms, and
-STANDARD_SCHEMES.md "ulid"::
+docs/schemes/ulid.md::
 
     127                                   80 79                                                       0
     +---------------------------------------+---------------------------------------------------------+
@@ -171,7 +171,7 @@ class UlidScheme(Scheme):
     )
     identity = None
     uniqueness_note = "80 random bits per ID (monotonic within a millisecond from a random start); no slice needed"
-    reference = 'ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; STANDARD_SCHEMES.md "ulid"'
+    reference = "ULID specification (github.com/ulid/spec), monotonic mode; python-ulid; docs/schemes/ulid.md"
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "ULID"

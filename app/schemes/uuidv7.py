@@ -1,7 +1,7 @@
 """UUIDv7: a 48-bit Unix-millisecond timestamp, version 7, variant 10 and 74 bits of counter and randomness.
 
 Follows RFC 9562 section 5.7 (layout) and section 6.2 method 1 (monotonic counter), the generator as CPython
-3.14's ``uuid.uuid7()``, and STANDARD_SCHEMES.md "uuidv7"::
+3.14's ``uuid.uuid7()``, and docs/schemes/uuidv7.md::
 
     127                         80 79  76 75        64 63 62 61                 32 31                  0
     +-----------------------------+------+------------+-----+---------------------+--------------------+
@@ -227,7 +227,7 @@ class Uuidv7Scheme(Scheme):
     uniqueness_note = (
         "random bits in every ID (RFC 9562 method 1: a random counter seed and tail per millisecond); no slice needed"
     )
-    reference = 'RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); STANDARD_SCHEMES.md "uuidv7"'
+    reference = "RFC 9562 sections 5.7 and 6.2 (method 1, as CPython 3.14 uuid.uuid7()); docs/schemes/uuidv7.md"
 
     # --- what the service learns from the scheme (app/schemes/base.py) ---
     title = "UUIDv7 (RFC 9562)"
@@ -421,7 +421,7 @@ class Uuidv7Generator(Generator):
 
     * ``now > last``: the counter is seeded with 41 random bits (its top bit clear) in ``now``;
     * ``now == last`` or ``now < last`` (clock rollback): ``last`` is kept and the counter continues + 1 (CPython
-      moves a rolled-back timestamp to ``last + 1``; STANDARD_SCHEMES.md says the same or an earlier millisecond
+      moves a rolled-back timestamp to ``last + 1``; docs/schemes/uuidv7.md says the same or an earlier millisecond
       increments the counter, which keeps the timestamp from running ahead of the clock);
     * the counter passing 2**42 - 1 moves to ``last + 1`` and reseeds it (never waits, never fails).
 

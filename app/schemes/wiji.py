@@ -1,7 +1,7 @@
 """Wiji v1: 128-bit IDs made of a microsecond timestamp, a sequence, a version nibble and a per-process random part.
 
-Follows SPEC_NOTES.md "Wiji v1, 128 bits" and the Wiji specification (``sangkan-dev/wiji``, WIJI_SPEC.md v1.0.0,
-with the errata SPEC_NOTES.md lists)::
+Follows docs/schemes/wiji.md and the Wiji specification (``sangkan-dev/wiji``, WIJI_SPEC.md v1.0.0,
+with the errata docs/schemes/wiji.md lists)::
 
     127                              72 71            56 55  52 51                                0
     +----------------------------------+----------------+------+-----------------------------------+
@@ -77,7 +77,8 @@ RANDOM_DRAW_BYTES = 7
 """Bytes drawn for the random part (the reference's ``random_bytes(7)``, top nibble dropped)."""
 TIMESTAMP_USABLE_BITS = TIMESTAMP_BITS - _crockford.PAD_BITS  # 54
 TIMESTAMP_US_MAX = (1 << TIMESTAMP_USABLE_BITS) - 1
-"""Largest timestamp whose base32 form starts with 0 or 1 (SPEC_NOTES: "first character must decode to 0 or 1")."""
+"""Largest timestamp whose base32 form starts with 0 or 1 (docs/schemes/wiji.md "Text forms": "the first character
+must decode to 0 or 1")."""
 PACKED_MAX = (1 << PACKED_BITS) - 1
 
 NANOSECS_IN_MICROSECS = 1_000
@@ -244,7 +245,7 @@ def _check_v1(value: int) -> int:
 
 
 class WijiScheme(Scheme):
-    """Wiji v1: metadata, strict parser, text forms, field decoding (SPEC_NOTES.md "Wiji v1")."""
+    """Wiji v1: metadata, strict parser, text forms, field decoding (docs/schemes/wiji.md)."""
 
     name = "wiji"
     packed_bytes = PACKED_BYTES
@@ -261,7 +262,7 @@ class WijiScheme(Scheme):
     )
     identity = None
     uniqueness_note = "a random part drawn per generator (nothing leased), published for operators; no slice needed"
-    reference = 'Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); SPEC_NOTES.md "Wiji v1, 128 bits"'
+    reference = "Wiji specification v1.0.0 (sangkan-dev/wiji, WIJI_SPEC.md); docs/schemes/wiji.md"
 
     def parse(self, text: str) -> int:
         """base32 (26 characters), uuid (36) or hex (32); InvalidIdError naming the rule broken."""
@@ -407,7 +408,7 @@ class WijiBatch(Batch):
 
 
 class WijiGenerator(Generator):
-    """Issues Wiji v1 IDs (WIJI_SPEC section 3.2 and its clock drift rule; SPEC_NOTES.md "Wiji v1", Generation).
+    """Issues Wiji v1 IDs (WIJI_SPEC section 3.2 and its clock drift rule; docs/schemes/wiji.md "Generation").
 
     ``random_part`` (52 bits) is drawn once from ``rng`` when the generator is made. Per batch the clock is read
     (``now``, µs): ``now > last`` starts at sequence 0 in ``now``; ``now == last`` continues with sequence + 1; ``now <

@@ -341,32 +341,50 @@
       return;
     }
     const candidates = item.candidates || [];
-    if (candidates.length > 1) {
+    // Readings come ordered by plausibility (the ledger confirms it, then dated inside the fleet's lifetime).
+    // One reading the ledger confirms leads, and every other reading folds away; otherwise every plausible
+    // reading is shown and only the rest fold, each with its reason.
+    const confirmed = confirmedReading(candidates);
+    const others = confirmed ? candidates.filter((c) => c !== confirmed) : [];
+    if (confirmed && others.length) {
+      single.append(el("div", { class: "notice notice-ok", dataset: { confirmed: confirmed.scheme } },
+        el("p", {}, el("strong", { text: `Most likely ${confirmed.scheme}: ` }), "this fleet's ledger confirms it."),
+        el("p", { text: `The same text also parses as ${others.map((c) => c.scheme).join(", ")}; ` +
+          `${others.length === 1 ? "that reading is" : "those readings are"} folded below.` })));
+    } else if (candidates.length > 1) {
       single.append(el("div", { class: "notice notice-warn", dataset: { ambiguous: "" } },
         el("p", {}, el("strong", { text: `Parses as ${candidates.length} schemes: ` }),
           candidates.map((c) => c.scheme).join(", "), "."),
         el("p", { text: "The text alone cannot tell which scheme made it, so every reading is shown. " +
           "Where the ID came from tells which one is meant." })));
     }
-    // Readings come ordered by plausibility (the ledger confirms it, then dated inside the fleet's lifetime);
-    // the rest fold away, each with its reason.
-    const folded = candidates.filter((c) => c.plausibility && c.plausibility.rank >= 2);
+    const folded = confirmed ? others : candidates.filter((c) => c.plausibility && c.plausibility.rank >= 2);
     const shown = candidates.length > folded.length ? candidates.filter((c) => !folded.includes(c)) : candidates;
     shown.forEach((candidate, i) => single.append(renderCard(item, candidate, i)));
     if (shown !== candidates && folded.length) {
+      const what = confirmed ? "other reading" : "less plausible reading";
       const fold = el("details", { class: "implausible", dataset: { implausible: String(folded.length) } },
-        el("summary", { text: `${plural(folded.length, "less plausible reading")}: ` +
+        el("summary", { text: `${plural(folded.length, what)}: ` +
           folded.map((c) => `${c.scheme} (${c.plausibility.reason})`).join("; ") }));
       folded.forEach((candidate, i) => fold.append(renderCard(item, candidate, shown.length + i)));
       single.append(fold);
     }
     const first = candidates[0];
     const parsed = first ? parseTimestamp(first.timestamp) : null;
-    if (candidates.length > 1) {
+    if (confirmed && others.length) {
+      setStatus(`Most likely ${confirmed.scheme}: this fleet's ledger confirms it. ${summary(confirmed)}` +
+        (parsed ? `, made ${age(parsed.ms)}.` : ".") + ` Also parses as ${others.map((c) => c.scheme).join(", ")}.`);
+    } else if (candidates.length > 1) {
       setStatus(`${item.input} parses as ${candidates.length} schemes: ${candidates.map((c) => c.scheme).join(", ")}.`);
     } else if (first) {
       setStatus(`Decoded as ${first.scheme}: ${summary(first)}` + (parsed ? `, made ${age(parsed.ms)}.` : "."));
     }
+  }
+
+  // The one reading of an ID the claim ledger confirms (plausibility rank 0), or null when none or several are.
+  function confirmedReading(candidates) {
+    const ranked = candidates.filter((c) => c.plausibility && c.plausibility.rank === 0);
+    return ranked.length === 1 ? ranked[0] : null;
   }
 
   // --- rendering: many IDs ---------------------------------------------------------------------------------------
@@ -400,6 +418,7 @@
   function renderRows(row) {
     const { item } = row;
     const candidates = item.candidates || [];
+    const confirmed = confirmedReading(candidates); // its other readings are dimmed, as folded on a single ID
     const group = "group";
     const span = Math.max(1, candidates.length);
     const link = el("a", { href: `decode?id=${encodeURIComponent(item.input)}`, text: item.input,
@@ -436,7 +455,8 @@
         words.append(el("span", { class: `sub ledger${flagged ? " ledger-flag" : ""}`, dataset: { ledger: c.ledger.status },
           text: flagged ? `not issued by this fleet: ${c.ledger.words}` : c.ledger.words }));
       }
-      if (c.plausibility && c.plausibility.rank >= 2) tr.classList.add("implausible");
+      if ((c.plausibility && c.plausibility.rank >= 2) || (confirmed && c !== confirmed)) tr.classList.add("implausible");
+      if (c === confirmed && candidates.length > 1) tr.dataset.confirmed = c.scheme;
       tr.append(el("td", {}, badge(c.scheme)), time, words);
       return tr;
     });

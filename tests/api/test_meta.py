@@ -11,7 +11,9 @@ from fastapi.testclient import TestClient
 from app.schemes import schemes
 from tests.helpers import SCHEMES, running_app
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+SETTINGS_DOC = REPO / "docs" / "settings.md"
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +67,30 @@ def test_every_registered_scheme_is_served_documented_and_round_trips(client: Te
                 assert scheme.format(value, fmt) == text
 
 
-def test_every_setting_is_in_the_readme_table() -> None:
+def test_every_setting_is_in_the_settings_table() -> None:
     from app.settings import Settings
 
-    readme = README.read_text()
-    missing = [name for name in Settings.model_fields if f"`IDMINT_{name.upper()}`" not in readme]
-    assert not missing, f"settings missing from README.md: {missing}"
+    table = SETTINGS_DOC.read_text()
+    missing = [name for name in Settings.model_fields if f"`IDMINT_{name.upper()}`" not in table]
+    assert not missing, f"settings missing from docs/settings.md: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("unit_ns", "named"),
+    [(1e9, "s"), (1e6, "ms"), (1e3, "us"), (1e7, "10 ms"), (1e9 / 65536, "1/65536 s"), (1, "ns")],
+)
+def test_timestamp_precision_names_the_time_unit(unit_ns: float, named: str) -> None:
+    from app.api.meta import timestamp_precision
+
+    assert timestamp_precision(unit_ns) == named
+
+
+def test_the_catalogue_gives_each_scheme_its_own_unit_and_lays_out_its_time_field(client: TestClient) -> None:
+    cat = {s["name"]: s for s in client.get("/v1/schemes").json()["schemes"]}
+    precision = {name: entry["timestamp_precision"] for name, entry in cat.items()}
+    assert precision["ksuid"] == "s" and precision["siq"] == "1/65536 s" and precision["muid"] == "us"
+    for name, entry in cat.items():
+        example = client.get(f"/v1/decode/{name}/{entry['example']}").json()
+        times = {field for field in example["fields"] if field.startswith("timestamp")}
+        # the decode page finds a field's bits by its name: the time field is named alike in both
+        assert times <= {f["name"] for f in entry["layout"]} and times <= set(entry["captions"]), name

@@ -26,7 +26,7 @@ INPUT_LABEL = "IDs, log lines or ticket text"
 LOCAL_ZONE = re.compile(r"\((Asia/Kolkata|Asia/Calcutta), UTC\+05:30\)$")  # ICU may name the zone either way
 LOCAL_OFFSET = timedelta(hours=5, minutes=30)
 
-# The scheme documents' vectors (shared/SPEC_NOTES.md) and what the page must say about them.
+# The scheme documents' vectors (docs/schemes/) and what the page must say about them.
 MUID_VECTOR = "5D5EAC793E61F-1BFC71B112D-0000000B"
 EIGHT_BYTE_VECTOR = "cb54ecf2840a0015"  # (143062936275 ms, sequence 10, generator 1, cluster 5, SPREAD)
 HLC_ULID_VECTOR = "01FZ11RQKT000002NAM48H248H"  # publisher 0x000A
@@ -300,6 +300,49 @@ def test_an_id_several_schemes_accept_shows_every_candidate(page: Page, server: 
         expect(fact(card(page, candidate["scheme"]), "canonical")).to_have_text(candidate["id"])
     if len(candidates) > 1:
         expect(page.locator("[data-ambiguous]")).to_contain_text(f"Parses as {len(candidates)} schemes")
+
+
+def test_the_reading_the_ledger_confirms_leads_and_the_others_fold(page: Page, server: Server) -> None:
+    issued = server.issue("hlc-ulid")[0]
+    readings = server.get_json(f"/v1/decode/{issued}")["candidates"]
+    others = [c["scheme"] for c in readings[1:]]
+    assert readings[0]["scheme"] == "hlc-ulid" and readings[0]["plausibility"]["rank"] == 0 and "ulid" in others
+    open_page(page)
+    decode(page, issued)
+    expect(page.locator("[data-confirmed='hlc-ulid']")).to_have_text(
+        re.compile(r"^Most likely hlc-ulid: this fleet's ledger confirms it\.The same text also parses as ulid")
+    )
+    expect(page.locator("[data-ambiguous]")).to_have_count(0)
+    expect(page.locator("#status")).to_have_text(re.compile(r"^Most likely hlc-ulid: this fleet's ledger confirms it"))
+    lead = page.locator("#single > article.card")
+    expect(lead).to_have_count(1)
+    expect(lead).to_have_attribute("data-scheme", "hlc-ulid")
+    expect(fact(lead, "issued-by")).to_have_text(readings[0]["ledger"]["words"])
+    fold = page.locator("#single details.implausible")
+    expect(fold).to_have_attribute("data-implausible", str(len(others)))
+    ulid_reason = readings[others.index("ulid") + 1]["plausibility"]["reason"]
+    expect(fold.locator("summary")).to_contain_text(f"ulid ({ulid_reason})")
+    expect(card(page, "ulid")).to_be_hidden()
+    fold.locator("summary").click()
+    expect(card(page, "ulid")).to_be_visible()
+
+
+def test_in_the_table_the_confirmed_reading_leads_its_row(page: Page, server: Server) -> None:
+    issued = server.issue("hlc-ulid")[0]
+    open_page(page)
+    decode(page, f"{issued}\n{HLC_ULID_VECTOR}")
+    group = page.locator("#id-table-body tr[data-line='1'], #id-table-body tr[data-also='1']")
+    expect(group.first).to_have_attribute("data-confirmed", "hlc-ulid")
+    expect(page.locator("#id-table-body tr[data-also='1'].implausible").first).to_be_visible()
+    # the 2022 vector is older than this fleet's ledger: no reading leads, none is confirmed
+    expect(page.locator("#id-table-body tr[data-line='2']")).not_to_have_attribute("data-confirmed", re.compile(".*"))
+
+
+def test_an_id_no_claim_confirms_shows_every_reading_as_ambiguous(page: Page, server: Server) -> None:
+    open_page(page)
+    decode(page, HLC_ULID_VECTOR)  # 2022: before this fleet's ledger began, so no claim confirms either reading
+    expect(page.locator("[data-confirmed]")).to_have_count(0)
+    expect(page.locator("[data-ambiguous]")).to_contain_text("Parses as 2 schemes")
 
 
 def test_accepted_alternate_form_shows_canonical_and_pasted_form(page: Page, server: Server) -> None:
@@ -607,7 +650,8 @@ def test_every_visible_text_meets_wcag_aa_contrast(page: Page, server: Server) -
     for scheme in SCHEMES:
         page.locator(f"#layout-{scheme} summary").click()
     checked = []
-    for text in (WIJI_VECTOR, INVALID, "\n".join([*ids, INVALID])):
+    hlc_ulid = ids[SCHEMES.index("hlc-ulid")]  # one reading confirmed by the ledger: the page's confirmed notice
+    for text in (WIJI_VECTOR, INVALID, hlc_ulid, "\n".join([*ids, INVALID])):
         decode(page, text)
         for item in page.evaluate(_COLOURS_JS):
             large = item["size"] >= 24 or (item["size"] >= 18.66 and item["weight"] >= 700)

@@ -1,6 +1,7 @@
-"""README "Adding a scheme": its example module, run as printed, registered in-process, issues and decodes.
+"""docs/development.md "Adding a scheme": its example module, run as printed, registered in-process, issues and
+decodes.
 
-The module is the README's Python block itself (not a copy), so the README cannot drift from what works.
+The module is the docs' Python block itself (not a copy), so the docs cannot drift from what works.
 """
 
 from __future__ import annotations
@@ -19,19 +20,19 @@ from app.schemes import get_scheme, schemes
 from app.schemes.base import Scheme
 from tests.helpers import FakeClock, running_app
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "development.md"
 NOW_NS = 1_720_000_000_123_456_789
 NOW_MS = NOW_NS // 1_000_000
 RANDOM = bytes.fromhex("a1b2c3d4e5f60718")
 
 
 def _example_module() -> types.ModuleType:
-    text = README.read_text(encoding="utf-8")
+    text = GUIDE.read_text(encoding="utf-8")
     section = text.split("\n## Adding a scheme\n", 1)[1].split("\n## ", 1)[0]
     source = re.search(r"```python\n(.*?)```", section, re.S)
-    assert source, "README's 'Adding a scheme' has no python block"
+    assert source, "docs/development.md's 'Adding a scheme' has no python block"
     module = types.ModuleType("tiny")
-    exec(compile(source.group(1), f"{README}:Adding a scheme", "exec"), module.__dict__)
+    exec(compile(source.group(1), f"{GUIDE}:Adding a scheme", "exec"), module.__dict__)
     return module
 
 

@@ -27,7 +27,7 @@ WIJI_VALUES = st.integers(min_value=0, max_value=(1 << 126) - 1)  # first charac
         (32, "00000000000000000000000010"),
         (_crockford.VALUE_MAX, "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"),
         (1 << 125, "10000000000000000000000000"),
-        # HLC-ULID vector (SPEC_NOTES.md) and Wiji vectors (errata-corrected).
+        # HLC-ULID vector (docs/schemes/hlc-ulid.md) and Wiji vectors (errata-corrected).
         (0x017FC21C5E7A0000000AAAA111111111, "01FZ11RQKT000002NAM48H248H"),
         (0x00000000000000000010000000000000, "00000000000000040000000000"),
         (0x0006524DE00000002A1ABCDEF0123450, "000S94VR000002M6NWVVR14D2G"),

@@ -1,4 +1,4 @@
-"""Tests of app/schemes/eight_byte.py against SPEC_NOTES.md "Eight-byte IDs" and LableOrg/java-uniqueid."""
+"""Tests of app/schemes/eight_byte.py against docs/schemes/eight-byte.md and LableOrg/java-uniqueid."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def decoded(batch: eight_byte.EightByteBatch) -> list[tuple[int, int, int, int, 
     return [eight_byte.unpack(v) for v in batch.values()]
 
 
-# --- vectors (SPEC_NOTES.md "Eight-byte IDs", Vectors: the reference's own tests) ---------------------------------
+# --- vectors (docs/schemes/eight-byte.md "Vectors": the reference's own tests) ---------------------------------
 
 VECTORS = [
     ((0, 0, 0, 0, SPREAD), "0000000000000000"),

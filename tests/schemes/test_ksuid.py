@@ -1,4 +1,4 @@
-"""Tests of app/schemes/ksuid/ against STANDARD_SCHEMES.md "ksuid", segmentio/ksuid's README and
+"""Tests of app/schemes/ksuid/ against docs/schemes/ksuid.md, segmentio/ksuid's README and
 tests (vectors), and svix-ksuid (peer interop)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests of app/schemes/muid.py against SPEC_NOTES.md "Muid (Gink), 128 bits"."""
+"""Tests of app/schemes/muid.py against docs/schemes/muid.md."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ packed = st.integers(min_value=0, max_value=(1 << 128) - 1)
 new_medallions = st.integers(min_value=muid.NEW_MEDALLION_MIN, max_value=muid.NEW_MEDALLION_MAX)
 
 
-# --- vectors (SPEC_NOTES.md "Muid", Vectors) ----------------------------------------------------------------------
+# --- vectors (docs/schemes/muid.md "Vectors") ----------------------------------------------------------------------
 
 VECTORS = [
     # (timestamp_us, medallion, offset), canonical text, packed bytes

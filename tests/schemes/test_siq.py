@@ -1,4 +1,4 @@
-"""Tests for app.schemes.siq (SPEC_NOTES.md "SIQ, 112 bits"; reference yusurko/suou iding.py)."""
+"""Tests for app.schemes.siq (docs/schemes/siq.md; reference yusurko/suou iding.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of app/schemes/snowflake/ against STANDARD_SCHEMES.md "snowflake", Discord's
+"""Tests of app/schemes/snowflake/ against docs/schemes/snowflake.md, Discord's
 documented vector, and the peers snowflake-id and sonyflake."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def test_discord_vector() -> None:
 
 
 def test_layout_table() -> None:
-    """STANDARD_SCHEMES.md's layouts table: epochs, units, widths and order (most significant first)."""
+    """docs/schemes/snowflake.md's layouts table: epochs, units, widths and order (most significant first)."""
     rows = {
         "twitter": (1288834974657, 1, {"time": 41, "worker": 10, "sequence": 12}, ("time", "worker", "sequence")),
         "discord": (1420070400000, 1, {"time": 41, "worker": 10, "sequence": 12}, ("time", "worker", "sequence")),

@@ -50,7 +50,7 @@ def test_scheme_metadata() -> None:
     assert SCHEME.resolve_format("canonical") == "base32"
 
 
-# --- spec vectors (WIJI_SPEC section 11, corrected by SPEC_NOTES.md errata) ---------------------------------------
+# --- spec vectors (WIJI_SPEC section 11, corrected by docs/schemes/wiji.md "Errata") ----------------------------------
 
 VECTORS = [
     pytest.param(
@@ -87,7 +87,7 @@ def test_spec_vectors(hex_text: str, base32: str, uuid: str, fields: dict[str, i
 
 
 def test_document_examples_are_not_wiji_v1() -> None:
-    # The specification's section 5 examples carry version nibbles 8 and 14 (SPEC_NOTES.md errata).
+    # The specification's section 5 examples carry version nibbles 8 and 14 (docs/schemes/wiji.md "Errata").
     with pytest.raises(InvalidIdError, match="version nibble .* must be 1, got 8"):
         SCHEME.parse("01JKM5WXR9P003K1F4Q8XTBZN2")
     with pytest.raises(InvalidIdError, match="must be 1, got 14"):

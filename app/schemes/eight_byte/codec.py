@@ -1,6 +1,6 @@
 """Eight-byte IDs (LableOrg/java-uniqueid): 64-bit IDs of a millisecond timestamp, sequence, generator and cluster.
 
-Follows SPEC_NOTES.md "Eight-byte IDs (LableOrg/java-uniqueid), 64 bits" and the reference's ``IDBuilder`` and its
+Follows docs/schemes/eight-byte.md and the reference's ``IDBuilder`` and its
 tests (v4.7, 11-bit generator IDs)::
 
     TTTTTTTT TTTTTTTT TTTTTTTT TTTTTTTT TTTTTTTT TTSSSSSS GGGMGGGG GGGGCCCC

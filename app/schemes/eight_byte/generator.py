@@ -136,7 +136,7 @@ class EightByteBatch(Batch):
 
 
 class EightByteGenerator(CappedSlotGenerator):
-    """Issues eight-byte IDs for the generator IDs this node holds (SPEC_NOTES.md "Eight-byte IDs", Generation).
+    """Issues eight-byte IDs for the generator IDs this node holds (docs/schemes/eight-byte.md "Generation").
 
     Each millisecond has ``64 * len(generator_ids)`` slots: for each held generator ID in order, sequence 0..63.
     :meth:`generate` hands out slots strictly after the last one it handed out, so no ID ever repeats:

@@ -104,7 +104,7 @@ class EightByteSettings(SchemeSettings):
 
 
 class EightByteScheme(Scheme):
-    """Eight-byte IDs: metadata, strict parser, hex/decimal text, field decoding (SPEC_NOTES.md "Eight-byte IDs")."""
+    """Eight-byte IDs: metadata, strict parser, hex/decimal text, field decoding (docs/schemes/eight-byte.md)."""
 
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
@@ -125,7 +125,7 @@ class EightByteScheme(Scheme):
         "a generator ID (0..2047) leased within the cluster ID; regions slice the generator IDs, so cluster IDs and "
         "java-uniqueid's pool/<cluster>:<generator> claim keys keep their meaning"
     )
-    reference = 'LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); SPEC_NOTES.md "Eight-byte IDs"'
+    reference = "LableOrg/java-uniqueid v4.7 (IDBuilder, Blueprint); docs/schemes/eight-byte.md"
 
     def parse(self, text: str) -> int:
         return decode(text)

@@ -1,6 +1,6 @@
 """HLC-ULID: a ULID whose 80 entropy bits carry a hybrid-logical-clock counter, a publisher ID and randomness.
 
-Follows SPEC_NOTES.md "HLC-ULID, 128 bits", the HLC-ULID document and its reference implementation
+Follows docs/schemes/hlc-ulid.md, the HLC-ULID document and its reference implementation
 (``ajzawawi/flink-amps-source``, ``HlcUlid.scala``)::
 
     127                        80 79            64 63            48 47                         0

@@ -249,7 +249,7 @@ class HlcUlidBatch(Batch):
 
 
 class HlcUlidGenerator(Generator):
-    """Issues HLC-ULIDs for one publisher ID (SPEC_NOTES.md "HLC-ULID", the document's "How to Generate").
+    """Issues HLC-ULIDs for one publisher ID (docs/schemes/hlc-ulid.md "Generation", the document's "How to Generate").
 
     For each batch the clock is read once (``now``, ms) and compared with the last logical millisecond used:
     ``now > last`` starts at counter 0 in ``now``; ``now == last`` continues with counter + 1; ``now < last`` (the

@@ -62,7 +62,7 @@ class HlcUlidSettings(SchemeSettings):
 
 
 class HlcUlidScheme(Scheme):
-    """HLC-ULID: metadata, strict parser, text forms, field decoding (SPEC_NOTES.md "HLC-ULID")."""
+    """HLC-ULID: metadata, strict parser, text forms, field decoding (docs/schemes/hlc-ulid.md)."""
 
     name = "hlc-ulid"
     packed_bytes = PACKED_BYTES
@@ -79,7 +79,7 @@ class HlcUlidScheme(Scheme):
     )
     uniqueness = "identity"
     uniqueness_note = "a publisher ID (0..65535) leased per node, plus random bits; regions slice the publisher IDs"
-    reference = 'HLC-ULID document and HlcUlid.scala (ajzawawi/flink-amps-source); SPEC_NOTES.md "HLC-ULID, 128 bits"'
+    reference = "HLC-ULID document and HlcUlid.scala (ajzawawi/flink-amps-source); docs/schemes/hlc-ulid.md"
 
     def parse(self, text: str) -> int:
         """ULID (26 characters) or hyphenated hex (35); InvalidIdError naming the rule broken."""

@@ -1,6 +1,6 @@
 """KSUID (segmentio/ksuid): 160-bit IDs of a 32-bit second timestamp and a 128-bit payload.
 
-Follows STANDARD_SCHEMES.md "ksuid (github.com/segmentio/ksuid), 160 bits" and the reference implementation
+Follows docs/schemes/ksuid.md and the reference implementation
 (``ksuid.go``, ``base62.go``; vectors from its README and ``ksuid_test.go``)::
 
     159                             128 127                                                           0

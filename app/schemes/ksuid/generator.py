@@ -227,7 +227,7 @@ class KsuidBatch(Batch):
 
 
 class KsuidGenerator(Generator):
-    """Issues monotonic KSUIDs (STANDARD_SCHEMES.md "ksuid", Generator).
+    """Issues monotonic KSUIDs (docs/schemes/ksuid.md "Generation").
 
     Per batch the clock is read (``now``, Unix seconds). ``now`` past the last second used: the first ID is
     ``(now, 16 fresh random bytes)``. Otherwise (same second, or the clock stepped back: a clock rollback, counted

@@ -42,7 +42,7 @@ from app.schemes.ksuid.generator import (
 
 
 class KsuidScheme(Scheme):
-    """KSUID: metadata, strict parser, base62/hex text, field decoding (STANDARD_SCHEMES.md "ksuid")."""
+    """KSUID: metadata, strict parser, base62/hex text, field decoding (docs/schemes/ksuid.md)."""
 
     name = "ksuid"
     packed_bytes = PACKED_BYTES
@@ -52,12 +52,12 @@ class KsuidScheme(Scheme):
     native_unit_ns = NANOSECS_IN_SECS
     timestamp_native_max = TIMESTAMP_S_MAX
     layout = (
-        LayoutField("timestamp", "159..128", "seconds since 1,400,000,000 (2014-05-13T16:53:20Z)"),
+        LayoutField("timestamp_s", "159..128", "seconds since 1,400,000,000 (2014-05-13T16:53:20Z)"),
         LayoutField("payload", "127..0", "16 random bytes on a new second, then +1 per ID (monotonic)"),
     )
     identity = None
     uniqueness_note = "128 random payload bits per ID; no slice needed"
-    reference = 'segmentio/ksuid (ksuid.go, base62.go); STANDARD_SCHEMES.md "ksuid"'
+    reference = "segmentio/ksuid (ksuid.go, base62.go); docs/schemes/ksuid.md"
 
     # What the service learns from the scheme (app/schemes/base.py).
     title: ClassVar[str] = "KSUID (Segment)"

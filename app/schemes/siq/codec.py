@@ -1,6 +1,6 @@
 """SIQ: 112-bit IDs made of a 1/65536-second timestamp, a shard, a domain hash, a counter and a type qualifier.
 
-Follows SPEC_NOTES.md "SIQ, 112 bits" and the reference library (``yusurko/suou``, ``src/suou/iding.py``)::
+Follows docs/schemes/siq.md and the reference library (``yusurko/suou``, ``src/suou/iding.py``)::
 
     111                                     56 55      48 47                    16 15              w w-1     0
     +------------------------------------------+----------+-----------------------+-----------------+---------+
@@ -138,7 +138,7 @@ def domain_hash(domain: str) -> int:
     """The 32-bit domain hash: the last 4 bytes of SHA-256(domain), big-endian; ``''`` and ``'0'`` give 0.
 
     ``domain`` must be ASCII (write IDNs in their punycode form), as in the reference ``make_domain_hash``;
-    raises ValueError otherwise. SPEC_NOTES.md "SIQ", domain hash row.
+    raises ValueError otherwise. docs/schemes/siq.md "Layout", domain hash row.
     """
     if not domain or domain == "0":
         return 0

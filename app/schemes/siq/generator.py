@@ -410,7 +410,7 @@ SPIN_BUDGET_NS = 50_000
 
 
 class SiqGenerator(Generator):
-    """Issues SIQs for one shard and domain (SPEC_NOTES.md "SIQ", generator errata fixed).
+    """Issues SIQs for one shard and domain (docs/schemes/siq.md "Generation", with the "Errata" fixed).
 
     One counter per qualifier, each remembering the tick it counts in; one shared last tick, updated after every
     ID. An ID is issued at tick ``t = max(now, last tick, floor + 1)``: a qualifier whose counter belongs to an

@@ -90,7 +90,7 @@ QUALIFIER_WORDS = {
 
 
 class SiqScheme(Scheme):
-    """SIQ: metadata, strict parser, did/hex/decimal text, field decoding (SPEC_NOTES.md "SIQ, 112 bits")."""
+    """SIQ: metadata, strict parser, did/hex/decimal text, field decoding (docs/schemes/siq.md)."""
 
     name = "siq"
     packed_bytes = PACKED_BYTES
@@ -118,7 +118,7 @@ class SiqScheme(Scheme):
     )
     uniqueness = "identity"
     uniqueness_note = "a shard (0..255) leased within the domain; regions slice the shards"
-    reference = 'SIQ (yusurko/suou src/suou/iding.py, https://yusur.moe/protocols/siq.html); SPEC_NOTES.md "SIQ"'
+    reference = "SIQ (yusurko/suou src/suou/iding.py, https://yusur.moe/protocols/siq.html); docs/schemes/siq.md"
 
     def parse(self, text: str) -> int:
         """did form (``did:siq:`` + 29 base32), 28 hex digits, or decimal; a 28-digit string is the hex form."""

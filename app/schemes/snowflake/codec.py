@@ -1,6 +1,6 @@
 """Snowflake IDs: 64-bit IDs of a time field, a worker ID and a sequence, in one of several layouts.
 
-Follows STANDARD_SCHEMES.md "snowflake (64 bits, layouts)", Twitter's announcement of Snowflake, Discord's API
+Follows docs/schemes/snowflake.md, Twitter's announcement of Snowflake, Discord's API
 reference ("Snowflakes"), Instagram's sharded IDs and sony/sonyflake. Bit 63 is always 0 (signed 64-bit integers)::
 
      63 62                                        22 21                12 11                     0
@@ -22,7 +22,7 @@ reference ("Snowflakes"), Instagram's sharded IDs and sony/sonyflake. Bit 63 is 
     custom:EPOCH_MS:UNIT_MS:T/W/S        as given: time T, worker W, sequence S
 
 Instagram's widths add up to 64: its time field's top bit is bit 63, which is 0 in every snowflake, so its time
-field holds 0 .. 2**40 - 1 (until 2046-06-28). The other layouts leave bit 63 out of every field.
+field holds 0 .. 2**40 - 1 (until 2046-06-27T17:00:49Z). The other layouts leave bit 63 out of every field.
 
 Decode fields (every layout): ``layout`` (its name), ``timestamp_ms`` (Unix ms: epoch + time x unit), ``worker_id``,
 ``sequence``. Every value 0 .. 2**63 - 1 decodes in every layout. Text: unsigned ``decimal`` (canonical, no leading

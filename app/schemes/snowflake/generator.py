@@ -73,7 +73,7 @@ _POWERS_OF_TEN = np.array([10**k for k in range(1, DECIMAL_LEN_MAX)], dtype=np.u
 
 @functools.cache
 def _utc(unix_ms: int) -> str:
-    """RFC 3339 UTC text of a Unix ms timestamp (``2046-06-28T...Z``)."""
+    """RFC 3339 UTC text of a Unix ms timestamp (``2046-06-27T17:00:49.497Z``)."""
     moment = datetime.datetime.fromtimestamp(unix_ms / 1000, datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -366,7 +366,7 @@ class SnowflakeBatch(Batch):
 
 class SnowflakeGenerator(CappedSlotGenerator):
     """Issues snowflakes in ``layout`` for the worker IDs this node holds (eight-byte's rules,
-    STANDARD_SCHEMES.md "snowflake", Generator).
+    docs/schemes/snowflake.md "Generation").
 
     Each time unit has ``2**S * len(worker_ids)`` slots, in increasing packed order: worker IDs are sorted; slot k
     is (worker k // 2**S, sequence k % 2**S) when the worker ID sits above the sequence, else (sequence

@@ -129,7 +129,7 @@ class SnowflakeScheme(Scheme):
     """Snowflake IDs in one :class:`Layout`: metadata, strict parser, decimal/hex text, field decoding.
 
     The registry's instance uses the default layout (twitter); :meth:`configured` gives the node's layout and
-    :meth:`with_decode_options` another one (``layout=``). STANDARD_SCHEMES.md "snowflake".
+    :meth:`with_decode_options` another one (``layout=``). docs/schemes/snowflake.md.
     """
 
     name = "snowflake"
@@ -139,7 +139,7 @@ class SnowflakeScheme(Scheme):
     timestamp_digits = 3
     reference = (
         "Twitter Snowflake, Discord API reference (Snowflakes), Instagram sharded IDs, sony/sonyflake; "
-        'STANDARD_SCHEMES.md "snowflake"'
+        "docs/schemes/snowflake.md"
     )
 
     uniqueness: ClassVar[str] = "identity"
@@ -225,7 +225,7 @@ class SnowflakeScheme(Scheme):
         return layout.timestamp_ms(layout.unpack(value)[0]) * NANOSECS_IN_MILLISECS
 
     def id_space_end_ns(self) -> int:
-        """The layout's end: its epoch plus 2**T units (instagram: 2046-06-28; twitter: 2080-09-05)."""
+        """The layout's end: its epoch plus 2**T units (instagram: 2046-06-27T17:00:49Z; twitter: 2080-07-10)."""
         layout = self.snowflake_layout
         return (layout.timestamp_ms(layout.time_max) + layout.unit_ms) * NANOSECS_IN_MILLISECS
 
