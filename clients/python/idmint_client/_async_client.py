@@ -183,6 +183,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         """``count`` fresh IDs, split above the server's max count; see :meth:`Client.ids
         <idmint_client.Client.ids>`."""
         deadline = Deadline(self.timeout)
+        await self._shape(scheme, format)  # the catalogue, with the server's max count, before the first request
         cap = self._max_count
         if cap is None or count <= cap:
             try:

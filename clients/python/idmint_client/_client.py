@@ -231,6 +231,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         request is split into several batch calls (the max is learned from /v1/schemes or a 422 naming the
         count range). Raises BadRequest (bad count, option or format), UnknownScheme, NoReplicaAvailable."""
         deadline = Deadline(self.timeout)
+        self._shape(scheme, format)  # the catalogue, with the server's max count, before the first request
         cap = self._max_count
         if cap is None or count <= cap:
             try:
