@@ -68,7 +68,7 @@ def runner_commands() -> dict[str, list[str]]:
     :func:`prepare`)."""
     return {
         "python": [sys.executable, str(HERE / "runners" / "python_runner.py")],
-        "typescript": ["node", str(REPO / "clients" / "typescript" / "dist" / "conformance" / "runner.js")],
+        "typescript": ["node", str(REPO / "clients" / "typescript" / "build" / "conformance" / "runner.js")],
         "go": [str(Path(tempfile.gettempdir()) / f"idmint-conformance-go-{os.getuid()}")],
     }
 
