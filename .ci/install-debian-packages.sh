@@ -19,12 +19,16 @@
 #                                                      serve whose wall clock reads a chosen time (a resetting
 #                                                      sequence's rollover at midnight across a daylight-saving
 #                                                      change; docs/sequences-business.md says how)
+#   - golang-go                                        the Go client (clients/go, Go 1.19 as Debian ships it):
+#                                                      go vet, go test and its conformance runner
+#   - nodejs, npm (only when `node` / `npm` are not on   the TypeScript client (clients/typescript): tsc, Node's
+#     PATH: a Node.js from elsewhere is kept)          test runner, its dev dependencies from the npm registry
 # Idempotent: installs only what is missing, with one `apt-get update`, via sudo when not root. Services are not
 # started by the install (the tests start their own Prometheus on a loopback port).
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose
-          podman runc debootstrap postgresql faketime)
+          podman runc debootstrap postgresql faketime golang-go)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 
@@ -32,6 +36,8 @@ missing=()
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "install-debian-packages: already installed: ${packages[*]}"
 else
@@ -41,9 +47,9 @@ else
 fi
 
 status=0
-for tool in chromium prometheus promtool docker-compose podman runc debootstrap faketime; do
+for tool in chromium prometheus promtool docker-compose podman runc debootstrap faketime go node npm; do
     if path=$(command -v "$tool"); then
-        echo "install-debian-packages: $tool: $path: $("$tool" --version 2>/dev/null | head -n 1)"
+        echo "install-debian-packages: $tool: $path: $({ "$tool" --version || "$tool" version; } 2>/dev/null | head -n 1)"
     else
         echo "install-debian-packages: $tool is missing after the install" >&2
         status=1

@@ -5,7 +5,7 @@
 # scripts/test.sh makes it (run that once); extra arguments go to pytest. The whole suite stays `bash scripts/test.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-LINTED=(app clients/python tests bench)
+LINTED=(app clients/python clients/conformance tests bench)
 .venv/bin/ruff check "${LINTED[@]}"
 .venv/bin/ruff format --check --quiet "${LINTED[@]}"
 .venv/bin/mypy

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LINTED = ["app", "clients/python", "tests", "bench"]
+LINTED = ["app", "clients/python", "clients/conformance", "tests", "bench"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -250,7 +250,8 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
         if request.url.host == "a.invalid":
             return httpx.Response(503, headers={"retry-after": "30"}, json={"detail": "lease lost", "retry_after": 30})
         count = int(request.url.params["count"])
-        return httpx.Response(200, content=json.dumps({"ids": [fake_id(request.url.host, i) for i in range(count)]}))
+        ids = [fake_id(request.url.host, len(calls) * 1000 + i) for i in range(count)]  # fresh on every call
+        return httpx.Response(200, content=json.dumps({"ids": ids}))
 
     with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         for _ in range(6):

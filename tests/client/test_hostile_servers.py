@@ -40,7 +40,13 @@ BAD_BATCHES = [
 
 
 def handler_of(bad_body: str, bad_type: dict[str, str], bad_json: object = None) -> httpx.MockTransport:
-    """Replica a answers 200 with ``bad_body`` (streams) or ``bad_json`` (batches); replica b answers correctly."""
+    """Replica a answers 200 with ``bad_body`` (streams) or ``bad_json`` (batches); replica b answers correctly
+    (fresh IDs, numbered on from 0)."""
+    issued = [0]
+
+    def fresh(count: int) -> list[str]:
+        issued[0] += count
+        return [fake_id("b", i) for i in range(issued[0] - count, issued[0])]
 
     def handler(request: httpx.Request) -> httpx.Response:
         listed = catalogue_answer(request)
@@ -51,10 +57,10 @@ def handler_of(bad_body: str, bad_type: dict[str, str], bad_json: object = None)
         if request.url.path.endswith("/stream"):
             if host == "a.invalid":
                 return httpx.Response(200, text=bad_body, headers=bad_type)
-            return httpx.Response(200, text="".join(f"{fake_id(host, i)}\n" for i in range(count)), headers=TEXT)
+            return httpx.Response(200, text="".join(f"{i}\n" for i in fresh(count)), headers=TEXT)
         if host == "a.invalid":
             return httpx.Response(200, json=bad_json)
-        return httpx.Response(200, json={"ids": [fake_id(host, i) for i in range(count)]})
+        return httpx.Response(200, json={"ids": fresh(count)})
 
     return httpx.MockTransport(handler)
 
@@ -195,3 +201,81 @@ async def test_an_async_call_timeout_is_a_deadline_too(drip: DripServer) -> None
         with pytest.raises(NoReplicaAvailable, match="Timeout|timeout"):
             await client.new_id("wiji")
         assert time.monotonic() - started < 30
+
+
+# -- answers that would hand out an ID twice (issue 31) -------------------------------------------------------
+
+
+def repeating(mode: str) -> httpx.MockTransport:
+    """Replica a answers with an ID twice (``within``) or replays its first answer to every later request
+    (``replay``); replica b answers correctly, each ID once."""
+    replayed: dict[str, httpx.Response] = {}
+    counters = {"a.invalid": 0, "b.invalid": 0}
+
+    def fresh(host: str, count: int) -> list[str]:
+        first = counters[host]
+        counters[host] += count
+        return [fake_id(host, first + i) for i in range(count)]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)
+        if listed is not None:
+            return listed
+        count = int(request.url.params["count"])
+        host = request.url.host
+        stream = request.url.path.endswith("/stream")
+        ids = fresh(host, count)
+        if host == "a.invalid" and mode == "within" and count > 1:
+            ids[-1] = ids[0]
+        if stream:
+            answer = httpx.Response(200, text="".join(f"{i}\n" for i in ids), headers=TEXT)
+        else:
+            answer = httpx.Response(200, json={"ids": ids})
+        if host == "a.invalid" and mode == "replay":
+            answer = replayed.setdefault(str(request.url), answer)
+        return answer
+
+    return httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize("mode", ["within", "replay"])
+def test_an_answer_that_repeats_an_id_fails_its_server_and_nothing_is_handed_out_twice(mode: str) -> None:
+    words = "twice" if mode == "within" else "received before"
+    with Client([A], transport=repeating(mode), buffer=False) as client:
+        for call in (lambda: client.ids("wiji", 5), lambda: list(client.stream("wiji", 5))):
+            first = call() if mode == "replay" else []  # the replaying cache's first answer is fresh
+            with pytest.raises(NoReplicaAvailable) as caught:
+                call()
+            assert words in caught.value.reasons[A], caught.value.reasons
+            assert len(set(first)) == len(first)
+    with Client([A, B], transport=repeating(mode)) as client:
+        got = (
+            client.ids("wiji", 5)
+            + client.ids("wiji", 5)
+            + list(client.stream("wiji", 5))
+            + list(client.stream("wiji", 5))
+        )
+        got += [client.new_id("wiji") for _ in range(200)]
+        assert len(set(got)) == len(got) == 220
+
+
+def test_a_replayed_sequence_answer_fails_its_server() -> None:
+    answers = {"next": {"name": "s", "ids": ["7", "8"]}, "range": {"name": "s", "first": "5", "last": "9", "count": 5}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/fleet":
+            return httpx.Response(404, json={"detail": "Not Found"})
+        return httpx.Response(200, json=answers[request.url.path.rsplit("/", 1)[1]])
+
+    with Client([A], transport=httpx.MockTransport(handler)) as client:
+        assert client.next("s", 2) == [7, 8]
+        with pytest.raises(NoReplicaAvailable, match="received before"):
+            client.next("s", 2)
+        with pytest.raises(NoReplicaAvailable, match="holds 7, received before"):
+            client.range("s", 5)
+    with Client([A], transport=httpx.MockTransport(handler)) as client:
+        assert client.range("s", 5).as_range() == range(5, 10)
+        with pytest.raises(NoReplicaAvailable, match="overlaps 5..9"):
+            client.range("s", 5)
+        with pytest.raises(NoReplicaAvailable, match="inside the range 5..9"):
+            client.next("s", 2)

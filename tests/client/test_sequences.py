@@ -18,6 +18,7 @@ from idmint_client import (
     SequenceRange,
     SequenceStoresDiffer,
     UnknownScheme,
+    UnknownSequence,
 )
 
 from tests.support.server import Server, free_port
@@ -45,9 +46,10 @@ def test_next_and_range_give_exact_python_ints(server: Server) -> None:
         assert block.count == 2**20 and block.last - block.first + 1 == 2**20 and block.first > start + 5
         assert block.as_range() == range(block.first, block.last + 1)
         assert client.next("client-big")[0] not in block.as_range()
-        with pytest.raises(UnknownScheme, match="no sequence named 'nope'"):
+        with pytest.raises(UnknownSequence, match="no sequence named 'nope'") as caught:
             client.next("nope")
-        with pytest.raises(UnknownScheme):
+        assert not isinstance(caught.value, UnknownScheme) and isinstance(caught.value, LookupError)
+        with pytest.raises(UnknownSequence):
             client.range("nope", 3)
         with pytest.raises(BadRequest, match="count must be in 1..100000"):
             client.next("client-big", 0)
@@ -56,7 +58,7 @@ def test_next_and_range_give_exact_python_ints(server: Server) -> None:
         with pytest.raises(BadRequest, match="must match"):
             client.next("Client Big")  # quoted into the path: the server names the rule
         for name in ("client-big/next", "../../ids/wiji", "client-big/range"):
-            with pytest.raises(UnknownScheme):  # a slash (even quoted) reaches no other route
+            with pytest.raises(UnknownSequence):  # a slash (even quoted) reaches no other route
                 client.next(name)
         with pytest.raises(BadRequest, match=r"2\*\*63-1"):
             client.range("client-big", 2**40)  # fewer remain before the maximum
@@ -70,7 +72,7 @@ async def test_async_client_next_and_range(server: Server) -> None:
         assert len(set(flat)) == 150 and all(part == sorted(part) for part in got)
         block = await client.range("client-async", 1000)
         assert block.count == 1000 and not set(flat) & set(block.as_range())
-        with pytest.raises(UnknownScheme):
+        with pytest.raises(UnknownSequence):
             await client.range("nope", 1)
 
 
@@ -148,12 +150,13 @@ def test_an_answer_that_is_not_sequence_integers_fails_its_server(answer: object
     def handler(request: httpx.Request) -> httpx.Response:
         asked.append(request.url)
         if request.url.host == "good":
-            return httpx.Response(200, json={"name": "s", "ids": ["7", "8"]})
+            first = 7 + 2 * sum(u.host == "good" for u in asked[:-1])  # fresh integers on every call
+            return httpx.Response(200, json={"name": "s", "ids": [str(first), str(first + 1)]})
         return httpx.Response(200, json=answer)
 
     with Client(["http://bad", "http://good"], transport=fleet(handler)) as client:
         assert client.next("s", 2) == [7, 8]
-        assert client.next("s", 2) == [7, 8]  # the bad server is kept out (or tried and failed again)
+        assert client.next("s", 2) == [9, 10]  # the bad server is kept out (or tried and failed again)
     assert asked[0].params["format"] == "string" and asked[0].params["count"] == "2"
     with Client(["http://bad"], transport=fleet(handler)) as client, pytest.raises(NoReplicaAvailable):
         client.next("s", 2)

@@ -31,6 +31,7 @@ from idmint_client._exceptions import (
     SequenceStoresDiffer,
     Unauthorized,
     UnknownScheme,
+    UnknownSequence,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
 from idmint_client._sequences import SequenceRange
@@ -43,8 +44,8 @@ __all__ = [
     "BufferStats",
     "Candidates",
     "Client",
-    "FleetOverlap",
     "ClientClosed",
+    "FleetOverlap",
     "Decoded",
     "IdmintClientError",
     "NoReplicaAvailable",
@@ -54,5 +55,6 @@ __all__ = [
     "SequenceStoresDiffer",
     "Unauthorized",
     "UnknownScheme",
+    "UnknownSequence",
     "__version__",
 ]

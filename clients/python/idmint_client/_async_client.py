@@ -25,7 +25,7 @@ from idmint_client._base import (
 from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
 from idmint_client._deadline import Deadline, async_deadline_transport, timeout_of
-from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable
+from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable, UnknownScheme, UnknownSequence
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
@@ -183,6 +183,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         """``count`` fresh IDs, split above the server's max count; see :meth:`Client.ids
         <idmint_client.Client.ids>`."""
         deadline = Deadline(self.timeout)
+        await self._shape(scheme, format)  # the catalogue, with the server's max count, before the first request
         cap = self._max_count
         if cap is None or count <= cap:
             try:
@@ -209,7 +210,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             issue_path(scheme),
             scheme,
             issue_params(count, fmt, options),
-            lambda r: parse_ids(r, count, shape),
+            lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options)),
             f"issue {count} {scheme}",
             deadline,
         )
@@ -242,6 +243,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         """The stream machinery; ``whole_call``: the timeout bounds the whole call (a refill), else the time
         without progress (no complete, checked line)."""
         shape = await self._shape(scheme, format)
+        key = buffer_key(scheme, format, options)
         deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0
@@ -270,6 +272,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                         partial = ""
                         async for raw in response.aiter_bytes():
                             lines, partial = split_lines(partial, raw, shape, delivered - before + 1)
+                            self._repeats.check(key, lines, "line", delivered - before + 1)
                             if lines:
                                 if delivered + len(lines) > count:
                                     raise Failed(f"stream sent more than the {count - before} IDs asked for")
@@ -336,7 +339,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
             sequence_params(count),
-            lambda r: parse_next(r, name, count),
+            lambda r: self._repeats.check_next(name, parse_next(r, name, count)),
             f"next {count} of sequence {name}",
         )
 
@@ -347,7 +350,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             sequence_path(name, "range"),
             SCOPE_PREFIX + name,
             sequence_params(count),
-            lambda r: parse_range(r, name, count),
+            lambda r: self._checked_range(parse_range(r, name, count)),
             f"range of {count} of sequence {name}",
             method="POST",
         )
@@ -396,6 +399,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
+        missing = UnknownSequence if scope.startswith(SCOPE_PREFIX) else UnknownScheme
         plan, reasons = await self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)
@@ -405,7 +409,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                 continue
             try:
                 response = await self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
-                check(response)
+                check(response, missing)
                 result = parse(response)
             except Refused as exc:
                 self._replicas.refused(url, scope, exc)

@@ -16,7 +16,9 @@ from idmint_client._buffer import Buffer
 from idmint_client._exceptions import BadRequest
 from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
+from idmint_client._repeats import Repeats
 from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
+from idmint_client._sequences import SequenceRange
 from idmint_client._shapes import IdShape, missing_shape
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -64,9 +66,9 @@ def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> 
     return params
 
 
-def parse_ids(response: httpx.Response, count: int, shape: IdShape) -> list[str]:
-    """The ``ids`` of a batch answer, each checked against ``shape``; Failed when the answer is not what the API
-    promises (naming the first ID that is not one)."""
+def parse_ids(response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key) -> list[str]:
+    """The ``ids`` of a batch answer, each checked against ``shape`` and for repeats (:mod:`idmint_client._repeats`,
+    under ``key``); Failed when the answer is not what the API promises (naming the first ID that is not one)."""
     try:
         ids = response.json()["ids"]
     except (ValueError, KeyError, TypeError) as exc:
@@ -74,6 +76,7 @@ def parse_ids(response: httpx.Response, count: int, shape: IdShape) -> list[str]
     if not isinstance(ids, list) or len(ids) != count:
         raise Failed(f"batch answer holds {len(ids) if isinstance(ids, list) else '?'} IDs, asked for {count}")
     shape.check_ids(ids)
+    repeats.check(key, ids)
     return ids
 
 
@@ -142,6 +145,8 @@ class BaseClient(Generic[LockT, TransportT]):
         self._catalogue: dict[str, SchemeInfo] = {}
         """The fleet's schemes by name, once fetched (/v1/schemes): their token patterns check every answer."""
         self._shapes: dict[tuple[str, str | None], IdShape] = {}
+        self._repeats = Repeats()
+        """The ends of recent answers: an answer repeating one fails its server (never an ID handed out twice)."""
         self._fresh_state()
         ref = weakref.ref(self)
 
@@ -219,6 +224,11 @@ class BaseClient(Generic[LockT, TransportT]):
             self._max_count = maximum
             return maximum
         return None
+
+    def _checked_range(self, found: SequenceRange) -> SequenceRange:
+        """A ``range`` answer that overlaps no range (nor ``next`` answer) received before; Failed otherwise."""
+        self._repeats.check_range(found.name, found.first, found.last)
+        return found
 
     def stats(self) -> list[BufferStats]:
         """The state of every ``new_id`` buffer of this process (sizes, refills, IDs discarded as expired)."""

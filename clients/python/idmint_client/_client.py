@@ -30,6 +30,8 @@ from idmint_client._exceptions import (
     ClientClosed,
     IdmintClientError,
     NoReplicaAvailable,
+    UnknownScheme,
+    UnknownSequence,
 )
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
@@ -229,6 +231,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         request is split into several batch calls (the max is learned from /v1/schemes or a 422 naming the
         count range). Raises BadRequest (bad count, option or format), UnknownScheme, NoReplicaAvailable."""
         deadline = Deadline(self.timeout)
+        self._shape(scheme, format)  # the catalogue, with the server's max count, before the first request
         cap = self._max_count
         if cap is None or count <= cap:
             try:
@@ -255,7 +258,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             issue_path(scheme),
             scheme,
             issue_params(count, fmt, options),
-            lambda r: parse_ids(r, count, shape),
+            lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options)),
             f"issue {count} {scheme}",
             deadline,
         )
@@ -289,6 +292,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """The stream machinery; ``whole_call``: the timeout bounds the whole call (a refill), else the time
         without progress (no complete, checked line)."""
         shape = self._shape(scheme, format)
+        key = buffer_key(scheme, format, options)
         deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0
@@ -317,6 +321,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                         partial = ""
                         for raw in response.iter_bytes():
                             lines, partial = split_lines(partial, raw, shape, delivered - before + 1)
+                            self._repeats.check(key, lines, "line", delivered - before + 1)
                             if lines:
                                 if delivered + len(lines) > count:
                                     raise Failed(f"stream sent more than the {count - before} IDs asked for")
@@ -386,13 +391,13 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         rising, as Python ints: asked with ``format=string``, so nothing on the way rounds them. Never the same
         integer twice, from any server of the fleet (calls answered by different servers are not ordered among
         themselves: each issues from its own ranges); a call that fails over leaves a gap, never a repeat. Raises
-        BadRequest (count, name), UnknownScheme (404: no such sequence), NoReplicaAvailable (every server refused:
+        BadRequest (count, name), UnknownSequence (404: no such sequence), NoReplicaAvailable (every server refused:
         its ranges ran out and its storage is down), SequenceStoresDiffer (servers of two fleets)."""
         return self._call(
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
             sequence_params(count),
-            lambda r: parse_next(r, name, count),
+            lambda r: self._repeats.check_next(name, parse_next(r, name, count)),
             f"next {count} of sequence {name}",
         )
 
@@ -405,7 +410,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             sequence_path(name, "range"),
             SCOPE_PREFIX + name,
             sequence_params(count),
-            lambda r: parse_range(r, name, count),
+            lambda r: self._checked_range(parse_range(r, name, count)),
             f"range of {count} of sequence {name}",
             method="POST",
         )
@@ -446,6 +451,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
+        missing = UnknownSequence if scope.startswith(SCOPE_PREFIX) else UnknownScheme
         plan, reasons = self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)
@@ -455,7 +461,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                 continue
             try:
                 response = self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
-                check(response)
+                check(response, missing)
                 result = parse(response)
             except Refused as exc:
                 self._replicas.refused(url, scope, exc)

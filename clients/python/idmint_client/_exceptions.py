@@ -6,9 +6,11 @@
     ├── RequestRejected         a replica answered 4xx (not 429/503): the request itself is wrong; never retried
     │   ├── BadRequest          (ValueError) 422: ``detail`` names the rule broken (count range, option, ID rule)
     │   ├── UnknownScheme       (LookupError) 404: no scheme of that name on the server
+    │   ├── UnknownSequence     (LookupError) 404: no sequence of that name in the fleet's storage
     │   └── Unauthorized        401/403: the API key is missing or not accepted
-    ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, broken or truncated
-    │                           answer) or could not be reached; ``reasons`` maps each replica URL to its reason
+    ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, a redirect, a broken,
+    │                           truncated or repeating answer) or could not be reached; ``reasons`` maps each
+    │                           replica URL to its reason
     ├── FleetOverlap            two of the servers belong to fleets whose leased identities overlap: IDs from both
     │                           could repeat, so the client hands out none
     ├── SequenceStoresDiffer    a sequence call with servers of two fleets (each keeps its own sequences, whose
@@ -48,6 +50,11 @@ class BadRequest(RequestRejected, ValueError):
 
 class UnknownScheme(RequestRejected, LookupError):
     """HTTP 404: the server has no scheme of that name."""
+
+
+class UnknownSequence(RequestRejected, LookupError):
+    """HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: ``POST /v1/sequences``
+    or ``idmint sequence create``)."""
 
 
 class Unauthorized(RequestRejected):

@@ -95,9 +95,11 @@ def retry_after_s(response: httpx.Response) -> float:
         return DEFAULT_RETRY_AFTER_S
 
 
-def check(response: httpx.Response) -> None:
-    """Classify an answer whose body has been read: return on 2xx; raise Refused (503/429), Failed (other 5xx or
-    unexpected status), or a RequestRejected subclass (4xx: the request's fault)."""
+def check(response: httpx.Response, missing: type[RequestRejected] = UnknownScheme) -> None:
+    """Classify an answer whose body has been read: return on 2xx; raise Refused (503/429), Failed (other 5xx, or
+    any other status: a redirect is never followed, so no API key and no request goes to a host the client was not
+    given), or a RequestRejected subclass (4xx: the request's fault; ``missing`` for 404: UnknownScheme, or
+    UnknownSequence for sequence calls)."""
     status = response.status_code
     if status < 300:
         return
@@ -108,7 +110,7 @@ def check(response: httpx.Response) -> None:
     if status == 422:
         raise BadRequest(status, detail_of(response), url)
     if status == 404:
-        raise UnknownScheme(status, detail_of(response), url)
+        raise missing(status, detail_of(response), url)
     if status in (401, 403):
         raise Unauthorized(status, detail_of(response), url)
     if 400 <= status < 500:

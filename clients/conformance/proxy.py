@@ -1,0 +1,343 @@
+"""The conformance suite's fault proxy: an HTTP/1.1 proxy on a free loopback port in front of one real idmint server
+(or several, taken in turn), whose answers the driver breaks on purpose. Standard library only.
+
+Every request is forwarded as it came (method, path, query, body, headers less the hop-by-hop ones) unless the
+current *mode* answers it; modes act on the issuing routes (``/v1/ids/...`` and a sequence's ``next`` or ``range``)
+and let the catalogue, ``/v1/fleet`` and decode through, unless ``every_route`` is set. The modes:
+
+=============  ===========================================================================================
+``pass``       forward (counting requests and the IDs of 200 ID answers)
+``refuse``     503 + ``Retry-After: retry_after`` and a JSON ``detail``, as a node that cannot issue
+``status``     ``status`` (401, 404, 422, 500...) with a JSON ``detail``
+``redirect``   307 to ``location`` + the request's path and query
+``garbage``    200 with ``size`` random bytes (the upstream's content type)
+``html``       200 ``text/html`` with a proxy's welcome page (``as_text``: labelled ``text/plain``)
+``truncate``   the upstream's answer cut after ``after`` body bytes (a batch: half of it), connection closed
+``drip``       the upstream's status and headers, then the body a byte every ``interval`` seconds
+``kill``       forward ``after`` body bytes (a batch: half of it), then SIGKILL the upstream server
+               (``on_kill``) and break the answer there: a server killed mid-call
+``repeat``     the upstream's answer with its last ID (or sequence integer) replaced by its first: an ID twice
+``replay``     the first answer to each method, path and query kept and sent again for every later one
+``lb``         every request to the next upstream in turn: one URL in front of several generators
+=============  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
+UPSTREAM_TIMEOUT_S = 60.0
+DRIP_LIMIT_S = 120.0
+"""A dripping answer stops after this long, whether or not the client still listens (every loop is bounded)."""
+HTML = b"<!doctype html>\n<html><body>\n<h1>Welcome to our proxy</h1>\n</body></html>\n"
+
+
+@dataclass
+class Seen:
+    """What a proxy saw: each request's method, path and query, and its Authorization header."""
+
+    method: str
+    path: str
+    query: str
+    authorization: str | None
+
+
+@dataclass
+class Mode:
+    name: str = "pass"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+class QuietServer(ThreadingHTTPServer):
+    """A client going away mid-answer is what the faults are about: not worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return
+
+
+def issuing(method: str, path: str) -> bool:
+    """Whether a request asks for IDs or sequence integers (the routes modes act on)."""
+    if path.startswith("/v1/ids/"):
+        return True
+    return path.startswith("/v1/sequences/") and path.rsplit("/", 1)[-1] in ("next", "range")
+
+
+class FaultProxy:
+    """A running proxy: :attr:`url`; :meth:`set` changes its mode; :attr:`seen` and :attr:`ids_passed` count
+    what went through; :meth:`close` stops it. ``upstreams``: base URLs (several only for mode ``lb``);
+    ``on_kill``: what mode ``kill`` calls (SIGKILL the upstream server)."""
+
+    def __init__(self, upstreams: list[str], on_kill: Callable[[], None] | None = None) -> None:
+        self.upstreams = upstreams
+        self.on_kill = on_kill
+        self.mode = Mode()
+        self.seen: list[Seen] = []
+        self.ids_passed = 0
+        self._turn = 0
+        self._cache: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
+                proxy.handle(self)
+
+            do_POST = do_GET  # noqa: N815
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                return
+
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def set(self, name: str, **params: Any) -> None:
+        with self._lock:
+            self.mode = Mode(name, params)
+            self._cache.clear()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.seen.clear()
+            self.ids_passed = 0
+
+    def close(self) -> None:
+        self._stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- one request ---------------------------------------------------------------------------------------------
+    def handle(self, h: BaseHTTPRequestHandler) -> None:
+        parts = urllib.parse.urlsplit(h.path)
+        length = int(h.headers.get("content-length") or 0)
+        body = h.rfile.read(length) if length else b""
+        with self._lock:
+            self.seen.append(Seen(h.command, parts.path, parts.query, h.headers.get("authorization")))
+            mode = self.mode
+        acts = mode.get("every_route", False) or issuing(h.command, parts.path)
+        name = mode.name if acts else "pass"
+        try:
+            if name == "refuse":
+                wait = mode.get("retry_after", 30)
+                detail = {"detail": "not ready: the proxy's node lost its lease", "retry_after": wait}
+                return self._send(h, 503, _json(detail), {"retry-after": str(wait)})
+            if name == "status":
+                code = int(mode.get("status", 500))
+                return self._send(h, code, _json({"detail": mode.get("detail", f"the proxy answers {code}")}))
+            if name == "redirect":
+                return self._send(h, 307, b"", {"location": mode.get("location", "") + h.path})
+            if name == "replay":
+                key = (h.command, h.path)
+                with self._lock:
+                    cached = self._cache.get(key)
+                if cached is not None:
+                    status, headers, content = cached
+                    return self._send(h, status, content, dict(headers))
+            self._forward(h, name, mode, parts.path, body)
+        except (OSError, http.client.HTTPException):
+            h.close_connection = True
+
+    def _upstream(self, name: str) -> str:
+        with self._lock:
+            self._turn += 1
+            return self.upstreams[self._turn % len(self.upstreams)] if name == "lb" else self.upstreams[0]
+
+    def _forward(self, h: BaseHTTPRequestHandler, name: str, mode: Mode, path: str, body: bytes) -> None:
+        target = urllib.parse.urlsplit(self._upstream(name))
+        conn = http.client.HTTPConnection(target.hostname, target.port, timeout=UPSTREAM_TIMEOUT_S)
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
+        try:
+            conn.request(h.command, h.path, body=body or None, headers=headers)
+            response = conn.getresponse()
+        except OSError:
+            conn.close()
+            return self._send(h, 502, _json({"detail": "the proxy's upstream is unreachable"}))
+        try:
+            status = response.status
+            kept = [(k, v) for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP | {"content-length"}]
+            streamed = path.endswith("/stream") and status == 200
+            if status != 200 or name in ("pass", "lb", "replay", "refuse", "status", "redirect"):
+                if streamed and name != "replay":
+                    return self._relay_stream(h, response, kept, name, mode)
+                content = response.read()
+                if status == 200:
+                    self._count(content, streamed)
+                if name == "replay" and status == 200:
+                    with self._lock:
+                        self._cache.setdefault((h.command, h.path), (status, kept, content))
+                return self._send(h, status, content, dict(kept))
+            if name == "garbage":
+                response.read()
+                return self._send(h, 200, os.urandom(int(mode.get("size", 600))), dict(kept))
+            if name == "html":
+                response.read()
+                kind = "text/plain; charset=us-ascii" if mode.get("as_text") else "text/html; charset=utf-8"
+                return self._send(h, 200, HTML, {"content-type": kind})
+            if streamed:
+                return self._relay_stream(h, response, kept, name, mode)
+            content = response.read()
+            if name == "repeat":
+                return self._send(h, 200, _repeated_json(content), dict(kept))
+            if name in ("truncate", "kill"):
+                cut = int(mode.get("after", len(content) // 2))
+                return self._send_cut(h, content, kept, cut, kill=name == "kill")
+            if name == "drip":
+                return self._drip(h, content, kept, float(mode.get("interval", 0.2)))
+            return self._send(h, status, content, dict(kept))
+        finally:
+            conn.close()
+
+    # -- answers -------------------------------------------------------------------------------------------------
+    def _send(
+        self, h: BaseHTTPRequestHandler, status: int, content: bytes, headers: dict[str, str] | None = None
+    ) -> None:
+        h.send_response(status)
+        for key, value in (headers or {}).items():
+            if key.lower() not in ("content-length", "date", "server"):
+                h.send_header(key, value)
+        h.send_header("content-length", str(len(content)))
+        h.end_headers()
+        h.wfile.write(content)
+        h.wfile.flush()
+
+    def _send_cut(
+        self, h: BaseHTTPRequestHandler, content: bytes, kept: list[tuple[str, str]], cut: int, kill: bool
+    ) -> None:
+        """Promise the whole length, send ``cut`` bytes (then SIGKILL the upstream when ``kill``), and close."""
+        h.send_response(200)
+        for key, value in kept:
+            if key.lower() not in ("date", "server"):
+                h.send_header(key, value)
+        h.send_header("content-length", str(len(content)))
+        h.end_headers()
+        h.wfile.write(content[:cut])
+        h.wfile.flush()
+        if kill and self.on_kill is not None:
+            self.on_kill()
+        self._abort(h)
+
+    def _drip(self, h: BaseHTTPRequestHandler, content: bytes, kept: list[tuple[str, str]], interval: float) -> None:
+        h.send_response(200)
+        for key, value in kept:
+            if key.lower() not in ("date", "server"):
+                h.send_header(key, value)
+        h.send_header("content-length", str(len(content)))
+        h.end_headers()
+        h.wfile.flush()
+        ends = time.monotonic() + DRIP_LIMIT_S
+        for byte in content:
+            if self._stopping.wait(interval) or time.monotonic() > ends:
+                break
+            h.wfile.write(bytes([byte]))
+            h.wfile.flush()
+        self._abort(h)
+
+    def _relay_stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        response: http.client.HTTPResponse,
+        kept: list[tuple[str, str]],
+        name: str,
+        mode: Mode,
+    ) -> None:
+        """Relay a stream answer chunk by chunk (chunked transfer), breaking it as ``name`` says."""
+        h.send_response(200)
+        for key, value in kept:
+            if key.lower() not in ("date", "server"):
+                h.send_header(key, value)
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        after = int(mode.get("after", 1000))
+        sent = 0
+        held = b""
+        repeated = False
+        ends = time.monotonic() + DRIP_LIMIT_S
+        while True:
+            try:
+                data = response.read1(65536)
+            except (OSError, http.client.HTTPException):
+                return self._abort(h)  # the upstream broke (killed): so does the answer
+            if not data:
+                break
+            if name == "repeat" and not repeated:
+                held += data
+                lines = held.split(b"\n")
+                if len(lines) < 3:
+                    continue
+                lines[1] = lines[0]
+                data, held, repeated = b"\n".join(lines), b"", True
+            if name in ("truncate", "kill") and sent + len(data) >= after:
+                _chunk(h, data[: max(after - sent, 0)])
+                if name == "kill" and self.on_kill is not None:
+                    self.on_kill()
+                return self._abort(h)
+            if name == "drip":
+                for byte in data:
+                    if self._stopping.wait(float(mode.get("interval", 0.2))) or time.monotonic() > ends:
+                        return self._abort(h)
+                    _chunk(h, bytes([byte]))
+                sent += len(data)
+                continue
+            self._count(data, True)
+            _chunk(h, data)
+            sent += len(data)
+        if held:
+            _chunk(h, held)
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    def _abort(self, h: BaseHTTPRequestHandler) -> None:
+        h.close_connection = True
+        try:
+            h.wfile.flush()
+            h.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _count(self, content: bytes, streamed: bool) -> None:
+        if streamed:
+            found = content.count(b"\n")
+        else:
+            try:
+                found = len(json.loads(content).get("ids", []))
+            except (ValueError, AttributeError):
+                found = 0
+        with self._lock:
+            self.ids_passed += found
+
+
+def _chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:
+    if data:
+        h.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        h.wfile.flush()
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _repeated_json(content: bytes) -> bytes:
+    """A batch or ``next`` answer with its last ID replaced by its first (an ID twice, the count unchanged)."""
+    data = json.loads(content)
+    ids = data.get("ids")
+    if isinstance(ids, list) and len(ids) > 1:
+        ids[-1] = ids[0]
+    return _json(data)

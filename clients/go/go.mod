@@ -1,0 +1,3 @@
+module idmint/client
+
+go 1.19

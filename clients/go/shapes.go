@@ -1,0 +1,74 @@
+package idmint
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// What an ID looks like: each scheme's token pattern per text form, from GET /v1/schemes (token_patterns). Every
+// answer is checked against it before any of it is handed out (a batch whole, a stream chunk by chunk of complete
+// lines), so "", null, numbers or an HTML page from a server or a proxy fail that server, never become IDs.
+
+const shownChars = 80
+
+type idShape struct {
+	scheme, format string
+	one, lines     *regexp.Regexp
+	missing        string
+}
+
+func newShape(scheme, format, pattern string, known bool) *idShape {
+	s := &idShape{scheme: scheme, format: format}
+	if !known {
+		s.missing = fmt.Sprintf("/v1/schemes gives no token pattern for %s in format %q: its answers cannot be checked",
+			scheme, format)
+		return s
+	}
+	one, err := regexp.Compile(`^(?:` + pattern + `)$`)
+	if err == nil {
+		s.one = one
+		s.lines, err = regexp.Compile(`^(?:` + pattern + `)(?:\n(?:` + pattern + `))*$`)
+	}
+	if err != nil {
+		s.missing = fmt.Sprintf("/v1/schemes gives a token pattern for %s in format %q that is no regex: %v",
+			scheme, format, err)
+	}
+	return s
+}
+
+func shown(text string) string {
+	if len(text) > shownChars {
+		text = text[:shownChars]
+	}
+	return "'" + text + "'"
+}
+
+// checkLines checks complete lines (joined by \n, no final newline), the first being line first of the answer.
+func (s *idShape) checkLines(text string, lines []string, first int) error {
+	if s.missing != "" {
+		return &failed{s.missing}
+	}
+	if s.lines.MatchString(text) {
+		return nil
+	}
+	for i, line := range lines {
+		if !s.one.MatchString(line) {
+			return failf("line %d is not a %s ID (%s): %s", first+i, s.scheme, s.format, shown(line))
+		}
+	}
+	return nil
+}
+
+// checkIDs checks the ids of a batch answer (already known to be strings).
+func (s *idShape) checkIDs(ids []string) error {
+	if s.missing != "" {
+		return &failed{s.missing}
+	}
+	for i, id := range ids {
+		if strings.Contains(id, "\n") || !s.one.MatchString(id) {
+			return failf("ID %d is not a %s ID (%s): %s", i+1, s.scheme, s.format, shown(id))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+/**
+ * The error classes of the idmint client, one tree (catch `IdmintError` and nothing else):
+ *
+ * ```
+ * IdmintError
+ * ├── RequestRejected        4xx (not 429/503): status, detail, url; never retried on another replica
+ * │   ├── BadRequest         422: the rule broken (count range, option, format, ID)
+ * │   ├── UnknownScheme      404 to an ID or decode call
+ * │   ├── UnknownSequence    404 to a sequence call: no sequence of that name
+ * │   └── Unauthorized       401/403: the API key is missing or not accepted
+ * ├── NoReplicaAvailable     every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx, a redirect,
+ * │                          a broken, truncated or repeating answer); reasons: {url: reason}; delivered (streams)
+ * ├── FleetOverlap           servers of two fleets whose identities overlap: IDs from both could repeat
+ * ├── SequenceStoresDiffer   a sequence call with servers of two fleets (each keeps its own sequences)
+ * └── ClientClosed
+ * ```
+ */
+
+export class IdmintError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A replica rejected the request itself (HTTP 4xx other than 429): asking another replica would not help. */
+export class RequestRejected extends IdmintError {
+  constructor(
+    readonly status: number,
+    readonly detail: string,
+    readonly url: string,
+  ) {
+    super(`${status} from ${url}: ${detail}`);
+  }
+}
+
+/** HTTP 422: a count, format, option or ID breaks a rule; `detail` names it. */
+export class BadRequest extends RequestRejected {}
+
+/** HTTP 404 to an ID or decode call: the server has no scheme of that name. */
+export class UnknownScheme extends RequestRejected {}
+
+/** HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: POST /v1/sequences). */
+export class UnknownSequence extends RequestRejected {}
+
+/** HTTP 401 or 403: the API key is missing, wrong, or not allowed to do this. */
+export class Unauthorized extends RequestRejected {}
+
+/**
+ * Every replica refused or failed; nothing was issued by this call (a stream: see `delivered`). `reasons` maps
+ * each replica's base URL to why it was not used.
+ */
+export class NoReplicaAvailable extends IdmintError {
+  constructor(
+    what: string,
+    readonly reasons: Record<string, string>,
+    readonly delivered = 0,
+  ) {
+    const listed = Object.entries(reasons)
+      .map(([url, reason]) => `${url}: ${reason}`)
+      .join("; ");
+    super(`${what}: no replica available (${listed})`);
+  }
+}
+
+/** Two servers belong to different fleets whose identity pools overlap for `scheme` (both could issue one ID). */
+export class FleetOverlap extends IdmintError {
+  constructor(
+    message: string,
+    readonly urls: [string, string],
+    readonly scheme: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A sequence call on servers that do not share one fleet's storage (their integers would repeat). */
+export class SequenceStoresDiffer extends IdmintError {
+  constructor(
+    readonly urls: [string, string | null],
+    readonly fleets: [string | null, string | null],
+  ) {
+    super(
+      urls[1] === null
+        ? `${urls[0]} does not tell its fleet (no /v1/fleet): with several servers, sequence integers from it and ` +
+            "the others could repeat; use servers that tell their fleet"
+        : `${urls[0]} (fleet ${fleets[0]}) and ${urls[1]} (fleet ${fleets[1]}) keep separate sequences: their ` +
+            "integers would repeat; use servers of one fleet for sequences",
+    );
+  }
+}
+
+/** The client was closed; create a new one. */
+export class ClientClosed extends IdmintError {}
+
+/** Internal: this replica refused (503/429); keep it out for `retryAfter` seconds. */
+export class Refused extends Error {
+  constructor(
+    readonly reason: string,
+    readonly retryAfter: number,
+  ) {
+    super(reason);
+  }
+}
+
+/** Internal: this replica failed (unreachable, 5xx, a redirect, a broken answer); move on. */
+export class Failed extends Error {
+  constructor(readonly reason: string) {
+    super(reason);
+  }
+}

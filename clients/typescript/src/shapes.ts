@@ -1,0 +1,58 @@
+import { Failed } from "./errors.js";
+
+/**
+ * What an ID looks like: each scheme's token pattern per text form, from GET /v1/schemes (`token_patterns`).
+ * Every answer is checked against it before any of it is handed out (a batch whole, a stream chunk by chunk of
+ * complete lines), so "", null, numbers or an HTML page from a server or a proxy fail that server, never become IDs.
+ */
+
+const SHOWN_CHARS = 80;
+
+export function shown(text: string): string {
+  return `'${text.slice(0, SHOWN_CHARS)}'`;
+}
+
+export class IdShape {
+  private one: RegExp | null = null;
+  private lines: RegExp | null = null;
+  readonly missing: string | null = null;
+
+  constructor(
+    readonly scheme: string,
+    readonly format: string,
+    pattern: string | undefined,
+  ) {
+    if (pattern === undefined) {
+      this.missing = `/v1/schemes gives no token pattern for ${scheme} in format '${format}': its answers cannot be checked`;
+      return;
+    }
+    try {
+      this.one = new RegExp(`^(?:${pattern})$`);
+      this.lines = new RegExp(`^(?:${pattern})(?:\\n(?:${pattern}))*$`);
+    } catch (error) {
+      this.missing = `/v1/schemes gives a token pattern for ${scheme} in format '${format}' that is no regex: ${error}`;
+    }
+  }
+
+  /** Complete lines joined by \n (no final newline), the first being line `first` of the answer. */
+  checkText(text: string, lines: string[], first: number): void {
+    if (this.missing !== null || !this.one || !this.lines) throw new Failed(this.missing ?? "no pattern");
+    if (this.lines.test(text)) return;
+    lines.forEach((line, i) => {
+      if (!this.one?.test(line)) {
+        throw new Failed(`line ${first + i} is not a ${this.scheme} ID (${this.format}): ${shown(line)}`);
+      }
+    });
+  }
+
+  /** The `ids` of a batch answer: every one a string of the pattern. */
+  checkIds(ids: unknown[]): string[] {
+    if (this.missing !== null || !this.one) throw new Failed(this.missing ?? "no pattern");
+    ids.forEach((id, i) => {
+      if (typeof id !== "string" || id.includes("\n") || !this.one?.test(id)) {
+        throw new Failed(`ID ${i + 1} is not a ${this.scheme} ID (${this.format}): ${shown(String(id))}`);
+      }
+    });
+    return ids as string[];
+  }
+}
