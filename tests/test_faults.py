@@ -47,13 +47,13 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 def fill(directory: Path) -> Path:
     """Fill the file system of ``directory`` until ENOSPC; returns the filler file."""
     filler = directory / "filler"
-    with open(filler, "wb") as out:
-        try:
-            while True:
-                out.write(b"\0" * 65536)
-                out.flush()
-        except OSError:
-            pass
+    with open(filler, "wb", buffering=0) as out:  # unbuffered: nothing is left to fail again on close
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError:
+                pass
     return filler
 
 

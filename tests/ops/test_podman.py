@@ -202,7 +202,7 @@ def test_three_containers_on_etcd_hold_distinct_identities_and_never_repeat_an_i
     env = {
         "IDMINT_ETCD_ENDPOINTS": etcd.endpoint,
         "IDMINT_ETCD_NAMESPACE": f"test/podman-{SESSION}/",
-        "IDMINT_ETCD_LEASE_TTL": "10",
+        "IDMINT_LEASE_TTL": "10",
     }
     replicas = [containers.start(env=env, ready=False) for _ in range(3)]
     for replica in replicas:

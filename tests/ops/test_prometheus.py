@@ -44,6 +44,7 @@ ALERTS = {
     "IdmintSequenceExhausted",
     "IdmintNoIdsIssued",
     "IdmintEmbeddedFleetWithoutRegion",
+    "IdmintPeerFleetDown",
     "IdmintIdSpaceEndingSoon",
 }
 

@@ -36,6 +36,7 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,28 @@ HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)\1")
 EXITS = re.compile(r"^exits (?P<status>\d+)(?::\s*(?P<rest>.*))?$")
 ELLIPSIS = "..."
 
+PYTHON_DONE = b"\x00docs-example-done"
+PYTHON_SESSION = r"""
+import sys, traceback
+namespace = {"__name__": "__main__"}
+stdin = sys.stdin.buffer
+while True:
+    size = stdin.readline()
+    if not size:
+        break
+    source = stdin.read(int(size)).decode()
+    try:
+        exec(compile(source, "<docs example>", "exec"), namespace)
+        outcome = b"ok"
+    except BaseException:
+        traceback.print_exc(file=sys.stdout)
+        outcome = b"error"
+    sys.stdout.flush()
+    sys.stdout.buffer.write(b"\x00docs-example-done " + outcome + b"\n")
+    sys.stdout.buffer.flush()
+"""
+"""The file's Python session: reads blocks (a length line, then the source), runs each in one namespace, and ends
+each with a :data:`PYTHON_DONE` line saying ``ok`` or ``error`` (after the traceback)."""
 COMMAND_GUARD_S = 600.0
 """Only a command that never ends reaches this (its output is then quoted); the wait is on the command's end."""
 DEFAULT_PORT = 8000
@@ -414,7 +437,7 @@ class DocsRunError(AssertionError):
 
 class DocsRun:
     """One markdown file's examples run in order, as a reader following it would: one bash for its shell blocks,
-    a Python process per Python block, the servers its lines start (or a default one), all stopped by
+    one Python session for its Python blocks, the servers its lines start (or a default one), all stopped by
     :meth:`close`. ``etcd``: called once when an example names ``etcd.internal:2379``; returns an endpoint."""
 
     def __init__(self, workdir: Path, etcd: Callable[[], str]) -> None:
@@ -441,6 +464,8 @@ class DocsRun:
         self.ports: dict[int, Server] = {}
         self.replicas: dict[int, Server] = {}
         self._count = 0
+        self.python: subprocess.Popen[bytes] | None = None
+        """The file's one Python session (started by its first Python block)."""
         self.bash = subprocess.Popen(
             ["bash", "--noprofile", "--norc"],
             cwd=self.cwd,
@@ -582,25 +607,43 @@ class DocsRun:
                 )
 
     def run_python(self, block: Block) -> None:
+        """Run ``block`` in the file's one Python session (names carry on to later blocks, as in one interpreter
+        a reader pastes the page into); DocsRunError with the traceback when it raises."""
         self._count += 1
         source = self.rewrite(block.text, block.where)
-        script = self.cwd / f"docs_example_{self._count}.py"
-        script.write_text(source)
-        try:
-            done = subprocess.run(
-                [sys.executable, str(script)],
+        if self.python is None:
+            self.python = subprocess.Popen(
+                [sys.executable, "-u", "-c", PYTHON_SESSION],
                 cwd=self.cwd,
                 env=self.env,
-                capture_output=True,
-                text=True,
-                timeout=COMMAND_GUARD_S,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
             )
-        except subprocess.TimeoutExpired as exc:
-            raise DocsRunError(f"{block.where}: no end after {COMMAND_GUARD_S:g} s") from exc
-        if done.returncode != 0:
+        session = self.python
+        assert session.stdin is not None and session.stdout is not None
+        data = source.encode()
+        session.stdin.write(f"{len(data)}\n".encode() + data)
+        session.stdin.flush()
+        output: list[bytes] = []
+        guard = threading.Timer(COMMAND_GUARD_S, session.kill)
+        guard.start()
+        try:
+            while True:
+                line = session.stdout.readline()
+                if not line:
+                    raise DocsRunError(
+                        f"{block.where}: the Python session ended\n{b''.join(output).decode(errors='replace')}"
+                    )
+                if line.startswith(PYTHON_DONE):
+                    break
+                output.append(line)
+        finally:
+            guard.cancel()
+        if line.strip() != PYTHON_DONE + b" ok":
             raise DocsRunError(
-                f"{block.where}: the Python example failed ({done.returncode})\n{textwrap.indent(source, '    ')}\n"
-                f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}" + self._server_logs()
+                f"{block.where}: the Python example failed\n{textwrap.indent(source, '    ')}\n"
+                f"output:\n{b''.join(output).decode(errors='replace')[-3000:]}" + self._server_logs()
             )
 
     def run(self, block: Block) -> None:
@@ -613,6 +656,16 @@ class DocsRun:
         return "".join(f"\n--- {s!r} log:\n{s.log_tail(20)}" for s in self.servers)
 
     def close(self) -> None:
+        if self.python is not None:
+            if self.python.stdin is not None:
+                self.python.stdin.close()
+            try:
+                self.python.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.python.kill()
+                self.python.wait()
+            if self.python.stdout is not None:
+                self.python.stdout.close()
         if self.bash.stdin is not None:
             self.bash.stdin.close()
         try:
