@@ -226,6 +226,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.linger_timer: asyncio.TimerHandle | None = None
         self.running: RequestResponseCycle | None = None  # the request under way through ASGI or in a task
         self.cycle_transport: _ClosingTransport | None = None
+        self.bad_request: str | None = None  # bad bytes behind requests under way: the 400 that follows them
 
     # -- connection ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -463,13 +464,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         # uvicorn's, with the idle timer kept (not re-armed per request), the send watched until the client took
-        # the answer, and a connection whose request body was not read closed (gently), not read on.
+        # the answer, a connection whose request body was not read closed (gently), not read on, and the 400 of
+        # bad bytes pipelined behind answers written after the last of them.
         self.server_state.total_requests += 1
         transport = self.transport
         if transport.is_closing() or self.closing:
             return
         if unsent_bytes(transport):
             self._watch_send()
+        if self.bad_request is not None:
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._refuse(400, self.bad_request)
+            return
         if not self.message_complete and not self.in_headers and not self.pipeline:
             self.close_after_answer()  # the request's body is still arriving, unread
             return
@@ -541,17 +550,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _bad_request(self, exc: Exception) -> None:
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not self.transport.is_closing():
-            # Requests before it are under way: they are answered in order, the last one closes the connection.
-            self.refused = True
-            self.in_headers = False
-            self._cancel_header_timer()
-            self.flow.pause_reading()  # nothing after the bad bytes is read, let alone parsed
-            cycle.keep_alive = False
-            return
         self.logger.warning("Invalid HTTP request received.")
-        self._refuse(400, f"invalid HTTP request: {exc}")
+        detail = f"invalid HTTP request: {exc}"
+        if self._between_requests() or self.transport.is_closing():
+            self._refuse(400, detail)
+            return
+        # Requests before it are under way: the 400 follows their answers (on_response_complete), in order.
+        self.refused = True
+        self.in_headers = False
+        self._cancel_header_timer()
+        self.flow.pause_reading()  # nothing after the bad bytes is read, let alone parsed
+        self.bad_request = detail
 
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` and close (gently), or just close when a response is under way (pipelining)."""
