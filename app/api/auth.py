@@ -20,9 +20,12 @@ sequence (POST /v1/sequences) and /v1/admin/...; ``metrics`` /metrics. Health, r
 OpenAPI documents, static files and paths that match no route need no key.
 
 Answers: 401 (no key, or a key that matches none; ``WWW-Authenticate: Bearer``), 403 (the key lacks the scope),
-429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. The presented key is hashed
-with SHA-256 and compared with every stored digest by :func:`hmac.compare_digest`, without stopping at a match,
-so the time taken does not depend on which key (or how much of a digest) matched.
+429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. A presented key not seen
+before is hashed with SHA-256 and compared with every stored digest by :func:`hmac.compare_digest`, without
+stopping at a match, so the time taken does not depend on which key (or how much of a digest) matched. A key that
+matched is remembered (at most one entry per key of the file, forgotten on reload), and found again by a dict
+lookup: its cost depends only on the presented text's hash, which Python keys per process (SipHash), so it tells a
+caller nothing about any other key.
 
 Quotas are token buckets (:class:`TokenBucket`) holding one second of the rate: ``requests_per_second`` counts
 requests; ``ids_per_second`` counts the ``count`` of an issue request up front (a batch larger than one second's
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -217,6 +221,8 @@ class KeyState:
     ids: TokenBucket | None = None
     streams: int = 0
     scopes: frozenset[str] = field(default_factory=frozenset)
+    charge: Callable[[int, bool], None] | None = None
+    """The charge of a parsed count to this key (set by :class:`ApiKeys`: :data:`CHARGE_KEY`'s callable)."""
     workers: int = 1
     """Worker processes sharing the key's quotas: this one holds 1/workers of each rate and
     ``concurrent_streams // workers`` streams."""
@@ -293,6 +299,8 @@ class ApiKeys:
         self.public = frozenset(public_scopes)
         self.metrics = metrics
         self.keys: tuple[KeyState, ...] = ()
+        self.known: dict[bytes, KeyState] = {}
+        """Presented keys that matched a stored digest (at most one per key of the file): see the module docstring."""
         self._install(load_key_file(self.path, workers))
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -300,8 +308,12 @@ class ApiKeys:
     def _install(self, entries: list[KeyEntry]) -> None:
         previous = {k.entry.name: k for k in self.keys}
         keys = tuple(KeyState.build(e, previous.get(e.name), self.workers, self.clock) for e in entries)
+        for key in keys:
+            key.charge = functools.partial(self._charge_parsed, key)
         self.metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
-        self.keys = keys  # one assignment: a request sees the old table or the new one, never a mix
+        # One assignment each: a request sees the old table or the new one, never a mix; the remembered keys of
+        # the old table are dropped with it.
+        self.keys, self.known = keys, {}
 
     def reload(self) -> bool:
         """Re-read the key file; on any error keep the keys in force and log why. Returns True when replaced."""
@@ -337,13 +349,19 @@ class ApiKeys:
 
     # -- checking ----------------------------------------------------------------------------------------
     def identify(self, token: bytes) -> KeyState | None:
-        """The key whose stored digest equals SHA-256(token). Every digest is compared (constant time each,
-        no early exit), so timing does not tell which one matched."""
+        """The key whose stored digest equals SHA-256(token). A token not matched before has every digest compared
+        (constant time each, no early exit), so timing does not tell which one matched; a matched one is
+        remembered."""
+        known = self.known
+        found = known.get(token)
+        if found is not None:
+            return found
         digest = hashlib.sha256(token).digest()
-        found = None
         for key in self.keys:
             if hmac.compare_digest(digest, key.digest):
                 found = key
+        if found is not None and len(known) < len(self.keys):
+            known[bytes(token)] = found
         return found
 
     def authorise(self, scope_name: str, headers: list[tuple[bytes, bytes]]) -> KeyState | None:
@@ -422,7 +440,7 @@ class ApiKeys:
                     name,
                 )
         if counted and not is_stream:
-            scope[CHARGE_KEY] = lambda count, within_quota: self._charge_parsed(key, count, within_quota)
+            scope[CHARGE_KEY] = key.charge
 
     def _charge_parsed(self, key: KeyState, count: int, within_quota: bool) -> None:
         name = key.entry.name

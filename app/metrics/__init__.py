@@ -83,6 +83,7 @@ from app.metrics.multiprocess import (
 )
 from app.metrics.scheme import LargestRollback, SchemeMetrics
 from app.metrics.sequence import SequenceMetrics
+from app.metrics.tally import CountTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -201,9 +202,15 @@ class Metrics:
             for name in names:
                 for outcome in outcomes:
                     if (name, outcome) not in self._key_requests:
-                        self._key_requests[(name, outcome)] = c.api_key_requests.labels(key=name, outcome=outcome)
+                        requests = c.api_key_requests
+                        self._key_requests[(name, outcome)] = (
+                            requests.child(name, outcome)
+                            if isinstance(requests, CountTally)
+                            else requests.labels(key=name, outcome=outcome)
+                        )
                 if name not in self._key_ids:
-                    self._key_ids[name] = c.api_key_ids.labels(key=name)
+                    ids = c.api_key_ids
+                    self._key_ids[name] = ids.child(name) if isinstance(ids, CountTally) else ids.labels(key=name)
 
     def api_key_request(self, name: str, outcome: str) -> None:
         """One request checked for key ``name`` (initialised by :meth:`api_keys`) with ``outcome``."""
