@@ -115,6 +115,21 @@ def test_pipelined_requests_mixing_hot_and_other_routes_answer_in_order(server: 
     first, second = ids_of(answers[7].body)
     assert second == first + 1
     assert json.loads(answers[9].body)["scheme"] == "siq" and len(ids_of(answers[9].body)) == 2
+    # Every answer that hands out IDs says no cache may keep it (a replayed one would hand the same IDs out twice):
+    # single and batch, GET and POST, stream, sequence next, and their refusals; none other.
+    stored = [answer.headers.get("cache-control") for answer in answers]
+    assert (
+        stored
+        == ["no-store", None, "no-store", "no-store", "no-store", "no-store", None, "no-store"] + ["no-store"] * 2
+    )
+
+
+def test_sequence_ranges_and_streams_say_no_store_and_health_does_not(server: Server) -> None:
+    ranged = httpx.post(f"{server.url}/v1/sequences/orders/range?count=5")
+    assert ranged.status_code == 200 and ranged.headers["cache-control"] == "no-store"
+    with httpx.stream("GET", f"{server.url}/v1/ids/ulid/stream?count=5") as streamed:
+        assert streamed.status_code == 200 and streamed.headers["cache-control"] == "no-store"
+    assert "cache-control" not in httpx.get(f"{server.url}/readyz").headers
 
 
 def test_http_1_0_is_answered_then_closed(server: Server) -> None:
