@@ -220,6 +220,15 @@ class Metrics:
         """``count`` IDs charged to key ``name``."""
         self._key_ids[name].inc(count)
 
+    def api_key_counter(self, name: str, outcome: str) -> Callable[[], None]:
+        """The one-request counter of key ``name`` and ``outcome`` (initialised by :meth:`api_keys`): what
+        :meth:`api_key_request` does, bound once for a caller that counts on every request."""
+        return self._key_requests[(name, outcome)].inc  # type: ignore[no-any-return]
+
+    def api_key_ids_counter(self, name: str) -> Callable[[int], None]:
+        """``count`` -> :meth:`api_key_ids` of key ``name``, bound once."""
+        return self._key_ids[name].inc  # type: ignore[no-any-return]
+
     # -- leases ----------------------------------------------------------------------------------------------
     def ledger_write_failed(self) -> None:
         """One claim ledger write failed (it is retried)."""
