@@ -8,11 +8,11 @@ front calls (the same handler, API-key check and quotas, drain gate and metrics)
 ``transport.write`` with the same headers (:func:`app.api.front.reply_headers`, after uvicorn's ``date`` and
 ``server``). Simple means: ``GET`` over HTTP/1.1 (with ``Host``) or HTTP/1.0; no ``Content-Length``,
 ``Transfer-Encoding``, ``Expect`` or ``Upgrade``; no request of the connection still unanswered before it; the
-transport accepting writes; and the server run without an access log, ``root_path`` or ``limit_concurrency`` (each
-of which only uvicorn's own path honours). Everything else goes through ASGI to :class:`~app.api.front.Front`, as
-with any uvicorn protocol. A hot answer that must wait (a clock behind its mark, a capped scheme's next tick, a
-batch encoded in a thread) goes on in a task, in order with the requests pipelined behind it; nothing drawn is
-dropped.
+transport accepting writes; one of the first :data:`ANSWERS_PER_READ` of its socket read; and the server run without
+an access log, ``root_path`` or ``limit_concurrency`` (each of which only uvicorn's own path honours). Everything else
+goes through ASGI to :class:`~app.api.front.Front`, as with any uvicorn protocol. A hot answer that must wait (a clock
+behind its mark, a capped scheme's next tick, a batch encoded in a thread) goes on in a task, in order with the requests
+pipelined behind it; nothing drawn is dropped.
 
 **Bounds** uvicorn (0.54, read from its source) lacks: ``timeout_keep_alive`` closes a connection idle *after a
 response*, the httptools protocol bounds neither headers nor their arrival, and a response whose client reads
@@ -81,6 +81,10 @@ WATCH_BYTES = 65_536
 """A hot answer's body at least this long is handed to the transport beside its head (one ``writev``), not copied
 into one buffer with it, and is watched until its client took it (the send timeout): the kernel may have taken it
 all at once."""
+ANSWERS_PER_READ = 32
+"""At most this many requests of one socket read are answered inside its read callback (about 0.5 ms of work);
+requests pipelined past them queue behind one another through ASGI, one per turn of the event loop, so a client
+that pipelines thousands of requests in one write cannot hold the loop from every other client."""
 DECLINED_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"expect", b"upgrade"))
 """A request carrying any of these goes through ASGI (a body, an expectation, an upgrade)."""
 
@@ -214,6 +218,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.header_bytes = 0  # bytes of the socket reads after the one the headers began in
         self.begun = 0  # requests begun on this connection
         self.read_bytes = 0  # size of the socket read being parsed
+        self.answered_in_read = 0  # requests of that read answered here
         self.refused = False  # answered 431/408/400, or closing: what the client sends is no longer parsed
         self.fast = False  # the request being parsed is answered here, not through ASGI
         self.message_complete = True  # the request being parsed has been read whole (its body too)
@@ -254,6 +259,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         continued = self.in_headers
         begun = self.begun
         self.read_bytes = len(data)
+        self.answered_in_read = 0
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -349,6 +355,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if (cycle is not None and not cycle.response_complete) or self.flow.write_paused:
             return False
+        if self.answered_in_read >= ANSWERS_PER_READ:
+            return False
         parser = self.parser
         if parser.get_method() != b"GET":
             return False
@@ -386,6 +394,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         }
         keep_alive = version == "1.1" and parser.should_keep_alive()
         self.fast = True
+        self.answered_in_read += 1
         coro = front.answer_hot(found[0], found[1], scope, start)
         try:
             pending = coro.send(None)

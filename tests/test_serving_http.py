@@ -23,7 +23,7 @@ from uvicorn.server import ServerState
 
 from app.api.issuing import THREAD_ENCODE_MIN
 from app.main import create_app
-from app.serving import BoundedHttpToolsProtocol
+from app.serving import ANSWERS_PER_READ, BoundedHttpToolsProtocol
 from tests.api.test_auth import entry, key_file
 from tests.helpers import make_settings
 from tests.support.raw_http import Reader, connect, exchange
@@ -302,6 +302,16 @@ async def test_a_hot_answer_is_one_write_inside_the_read_callback(
         assert [w.split(b"\r\n\r\n")[1].split(b'"')[3] for w in transport.writes] == [b"wiji", b"uuidv7", b"ulid"]
         assert all(w.startswith(b"HTTP/1.1 200 OK\r\n") for w in transport.writes)
         assert transport.closing and b"\r\nconnection: close\r\n" in transport.writes[2]
+        # Pipelined past ANSWERS_PER_READ in one read: the rest wait their turn through ASGI, in order.
+        protocol = BoundedHttpToolsProtocol(config=config, server_state=state, app_state={})
+        transport = RecordingTransport()
+        protocol.connection_made(transport)
+        protocol.data_received(get("/v1/ids/wiji") * (ANSWERS_PER_READ + 8))
+        assert len(transport.writes) == ANSWERS_PER_READ and state.tasks
+        while state.tasks:  # each starts the next when it ends
+            await asyncio.gather(*state.tasks)
+        assert len([w for w in transport.writes if w.startswith(b"HTTP/1.1 200 OK")]) == ANSWERS_PER_READ + 8
+        protocol.connection_lost(None)
         # A request through ASGI (a body) is a task writing head and body apart.
         protocol = BoundedHttpToolsProtocol(config=config, server_state=state, app_state={})
         transport = RecordingTransport()
