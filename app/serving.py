@@ -317,8 +317,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if front is not None and self._answer_here(front):
             return
         self._begin_asgi()
+        cycle = self.cycle
         super().on_headers_complete()
-        self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
+        if self.cycle is not cycle:  # not an upgrade (uvicorn hands those to its websocket protocol)
+            self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         if not self.refused and not self.fast:

@@ -190,6 +190,16 @@ def test_expect_100_continue(server: Server) -> None:
     assert answer.status == 200 and len(ids_of(answer.body)) == 4
 
 
+def test_upgrade_requests_go_to_uvicorn(server: Server) -> None:
+    # A websocket upgrade is uvicorn's websocket protocol's (no route takes one: 403); any other is ignored.
+    websocket = ("Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13")
+    [answer] = exchange(server.port, get("/v1/ids/wiji", *websocket, "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="))
+    assert answer.status == 403
+    [answer] = exchange(server.port, get("/v1/ids/wiji?count=2", "Connection: Upgrade", "Upgrade: h2c"))
+    assert answer.status == 200 and len(ids_of(answer.body)) == 2
+    assert "Traceback" not in server.log()
+
+
 @pytest.mark.parametrize(
     "target",
     ["/v1/ids/w%69ji?count=2", "/v1%2Fids/wiji?count=2", "http://elsewhere.test/v1/ids/wiji?count=2"],
