@@ -16,7 +16,9 @@
 # pytest (e.g. scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-python3 -m venv .venv
+# Made once: python3 -m venv over an existing venv whose pip was upgraded lays its bundled pip over the newer one's
+# files, and the mix cannot start (ImportError: open_rich_spinner).
+[ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q --require-hashes --no-deps -r requirements-dev.lock
 .venv/bin/pip install -q --no-deps -e . -e clients/python
