@@ -1,11 +1,22 @@
-"""The HTTP/1.1 connection layer of ``idmint serve``: uvicorn's httptools protocol with the bounds it lacks.
+"""The HTTP/1.1 connection layer of ``idmint serve``: uvicorn's httptools protocol, answering the hot routes itself
+and bounding what uvicorn leaves unbounded.
 
-What uvicorn 0.3x-0.5x enforces by itself (read from its source): ``timeout_keep_alive`` closes a connection idle
-*after a response*; ``h11_max_incomplete_event_size`` bounds the header buffer of the **h11** protocol only (and
-answers 400, not 431). Neither protocol bounds the headers of the default, faster **httptools** protocol, neither
-has a deadline for a request's headers, neither closes a fresh connection that never sends a byte, and a response
-whose client reads nothing waits in ``send`` for ever. Switching to h11 would buy the size bound only, at a cost in
-single-ID throughput, and still need the timers; so :class:`BoundedHttpToolsProtocol` keeps httptools and adds:
+**Hot routes from the connection layer.** A *simple* request for a hot route (``GET /v1/ids/{scheme}``,
+``GET /v1/sequences/{name}/next``; see :class:`app.api.front.HotRoute`) is answered here, without an ASGI scope,
+a task or receive/send coroutines: by the same :meth:`Front.answer_hot <app.api.front.Front.answer_hot>` the ASGI
+front calls (the same handler, API-key check and quotas, drain gate and metrics), written in one
+``transport.write`` with the same headers (:func:`app.api.front.reply_headers`, after uvicorn's ``date`` and
+``server``). Simple means: ``GET`` over HTTP/1.1 (with ``Host``) or HTTP/1.0; no ``Content-Length``,
+``Transfer-Encoding``, ``Expect`` or ``Upgrade``; no request of the connection still unanswered before it; the
+transport accepting writes; one of the first :data:`ANSWERS_PER_READ` of its socket read; and the server run without
+an access log, ``root_path`` or ``limit_concurrency`` (each of which only uvicorn's own path honours). Everything else
+goes through ASGI to :class:`~app.api.front.Front`, as with any uvicorn protocol. A hot answer that must wait (a clock
+behind its mark, a capped scheme's next tick, a batch encoded in a thread) goes on in a task, in order with the requests
+pipelined behind it; nothing drawn is dropped.
+
+**Bounds** uvicorn (0.54, read from its source) lacks: ``timeout_keep_alive`` closes a connection idle *after a
+response*, the httptools protocol bounds neither headers nor their arrival, and a response whose client reads
+nothing waits for ever. Here:
 
 * **header size**: a request whose headers (request line and fields, counted as parsed) pass
   ``IDMINT_MAX_HEADER_BYTES`` is answered **431** and the connection closed, also while they are still arriving
@@ -13,29 +24,69 @@ single-ID throughput, and still need the timers; so :class:`BoundedHttpToolsProt
   buffered for it;
 * **header deadline**: a request's headers must be complete ``IDMINT_HEADER_TIMEOUT`` seconds after its first
   byte, else **408** and the connection is closed;
-* **idle connections**: a fresh connection is idle like a keep-alive one and is closed after
-  ``IDMINT_KEEP_ALIVE_TIMEOUT`` seconds without a byte (uvicorn's own ``timeout_keep_alive`` timer, armed at once);
-* **send timeout**: while the client accepts no bytes (the transport's write buffer stays above its high-water
-  mark, so ``send`` is paused) for ``IDMINT_STREAM_SEND_TIMEOUT`` seconds, the connection is aborted; the response
-  (in practice a stream) then sees a disconnected client, ends, and gives its stream slot back.
+* **idle connections**: a connection with no request under way (a fresh one too) is closed after
+  ``IDMINT_KEEP_ALIVE_TIMEOUT`` seconds; one timer per connection, re-armed only when it fires early (never per
+  request);
+* **send timeout**: every response, batches and single answers as well as streams, must be taken by its client:
+  while bytes of it wait in the transport (paused, or left over when it ended) and the client takes none of them for
+  ``IDMINT_STREAM_SEND_TIMEOUT`` seconds, the connection is aborted, however it was to end (a graceful close waits
+  for ever on a client that reads nothing); a stream then sees a disconnected client, ends, and frees its slot;
+* **lingering close**: a connection closed while its client may still be sending (a body refused before it was
+  read, a 431) is half-closed after the answer, and what the client still sends is read and dropped, at most
+  :data:`LINGER_BYTES` for :data:`LINGER_SECONDS`, before the socket is closed, as nginx's ``lingering_close``:
+  closing a socket with unread bytes resets it, and a client that writes its whole body before reading (Python's
+  urllib) would see a broken pipe instead of its 413. A response that ends before its request's body was read
+  closes the connection the same way, rather than reading an unbounded body to find the next request;
+* **bad requests**: a request the parser refuses is a JSON **400** (after the answers to the requests before it,
+  in order) and the connection is closed.
 
 ``idmint serve`` passes it to uvicorn as ``http="app.serving:BoundedHttpToolsProtocol"`` (an import string, so each
-worker process builds its own); its limits come from the same ``IDMINT_*`` environment, read once per process.
+worker process builds its own); its limits come from the same ``IDMINT_*`` environment, read once per process. It
+subclasses uvicorn's :class:`HttpToolsProtocol` and reads its internals: ``pyproject.toml`` pins uvicorn's minor
+version, and ``tests/test_serving_internals.py`` fails when the parts used here move.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import functools
+import json
 import logging
+import socket
+import struct
+import termios
+import time
+import types
+import urllib.parse
+from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+
+from app.api.front import Front, Header, Reply
 
 log = logging.getLogger("idmint.http")
 
 PROTOCOL_IMPORT = "app.serving:BoundedHttpToolsProtocol"
+
+LINGER_BYTES = 16 * 1024 * 1024
+"""A lingering close reads and drops at most this many bytes (a refused 3 MB body is read; a 50 MB one is cut)."""
+LINGER_SECONDS = 5.0
+"""A lingering close lasts at most this long (nginx: ``lingering_time``, 30 s; ``lingering_timeout``, 5 s)."""
+WATCH_BYTES = 65_536
+"""A hot answer's body at least this long is handed to the transport beside its head (one ``writev``), not copied
+into one buffer with it, and is watched until its client took it (the send timeout): the kernel may have taken it
+all at once."""
+ANSWERS_PER_READ = 32
+"""At most this many requests of one socket read are answered inside its read callback (about 0.5 ms of work);
+requests pipelined past them queue behind one another through ASGI, one per turn of the event loop, so a client
+that pipelines thousands of requests in one write cannot hold the loop from every other client."""
+DECLINED_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"expect", b"upgrade"))
+"""A request carrying any of these goes through ASGI (a body, an expectation, an upgrade)."""
 
 
 @dataclass(frozen=True)
@@ -57,65 +108,198 @@ def connection_limits() -> ConnectionLimits:
     return ConnectionLimits(settings.max_header_bytes, settings.header_timeout, settings.stream_send_timeout)
 
 
-def _response(status: int, reason: str, detail: str) -> bytes:
-    body = ('{"detail": "' + detail + '"}').encode("ascii")
+def find_front(app: Any) -> Front | None:
+    """The :class:`Front` inside uvicorn's loaded app (wrapped in its middlewares, each holding the next as
+    ``.app``), or None (another app: then every request goes through ASGI)."""
+    for _ in range(8):
+        if isinstance(app, Front):
+            return app
+        app = getattr(app, "app", None)
+        if app is None:
+            return None
+    return None
+
+
+def refusal_bytes(status: int, detail: str, default: bytes) -> bytes:
+    """A refusal written by the connection layer itself (400, 408, 431): JSON ``{"detail": ...}`` with uvicorn's
+    ``default`` headers (:func:`default_head`), closing the connection."""
+    body = json.dumps({"detail": detail}).encode()
     return (
-        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    ).encode("ascii") + body
+        b"%s%scontent-type: application/json\r\nx-content-type-options: nosniff\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (STATUS_LINE[status], default, len(body), body)
+    )
+
+
+@functools.cache
+def _fixed_head(fixed: tuple[Header, ...]) -> bytes:
+    """The fixed headers of a reply (a few constants, :data:`app.api.front.JSON_HEADERS`), as written."""
+    return b"".join(name + b": " + value + b"\r\n" for name, value in fixed)
+
+
+_default_head: tuple[object, bytes] = (None, b"")
+
+
+def default_head(headers: list[Header]) -> bytes:
+    """uvicorn's default headers (``date``, ``server``) as written; the server replaces the list once a second."""
+    global _default_head
+    source, written = _default_head
+    if source is not headers:
+        written = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        _default_head = headers, written
+    return written
+
+
+@types.coroutine
+def resumed(coro: Coroutine[Any, Any, Reply], pending: Any) -> Generator[Any, Any, Reply]:
+    """Carry ``coro`` on inside a task after it was started by hand and first waited on ``pending`` (what its
+    ``send(None)`` yielded): ``pending`` is handed to the task as if ``coro`` had yielded it there, then every
+    step the task takes (a value sent, a cancellation thrown) goes to ``coro``."""
+    while True:
+        try:
+            sent = yield pending
+        except BaseException as exc:
+            try:
+                pending = coro.throw(exc)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        else:
+            try:
+                pending = coro.send(sent)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+
+
+class _ClosingTransport:
+    """The transport uvicorn's request cycles write to: its ``close()`` (uvicorn's, after an answer that says
+    ``Connection: close``) is the protocol's :meth:`~BoundedHttpToolsProtocol.close_after_answer`."""
+
+    __slots__ = ("protocol", "transport")
+
+    def __init__(self, protocol: BoundedHttpToolsProtocol) -> None:
+        self.protocol = protocol
+        self.transport = protocol.transport
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        self.protocol.close_after_answer()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+def unsent_bytes(transport: asyncio.Transport) -> int:
+    """Bytes written to ``transport`` that its client has not taken: in the transport's buffer, and in the kernel's
+    send queue (``SIOCOUTQ``: not yet sent, or sent and not yet acknowledged)."""
+    size = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError, ValueError):
+            size += struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    return size
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's :class:`HttpToolsProtocol` with a header size limit (431), a header deadline (408), an idle timer
-    from the first moment of a connection, and a send timeout (see the module docstring)."""
+    """uvicorn's :class:`HttpToolsProtocol` answering simple hot-route requests itself, with a header size limit
+    (431), a header deadline (408), one idle timer per connection, a send timeout on every response, and a
+    lingering close (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = connection_limits()
+        # Only uvicorn's own path writes access lines and honours root_path and limit_concurrency.
+        plain = not self.access_log and not self.root_path and self.limit_concurrency is None
+        self.front = find_front(self.app) if plain else None
         self.in_headers = False  # between a request's first byte and the end of its headers
         self.header_bytes = 0  # bytes of the socket reads after the one the headers began in
+        self.begun = 0  # requests begun on this connection
         self.read_bytes = 0  # size of the socket read being parsed
-        self.refused = False  # answered 431/408: the parser's further callbacks are ignored
+        self.answered_in_read = 0  # requests of that read answered here
+        self.refused = False  # answered 431/408/400, or closing: what the client sends is no longer parsed
+        self.fast = False  # the request being parsed is answered here, not through ASGI
+        self.message_complete = True  # the request being parsed has been read whole (its body too)
+        self.idle_since: float | None = None  # loop time the connection last had no request under way
+        self.closing = False  # closing gently: the answer is being taken, what the client sends is dropped
+        self.drop_left = LINGER_BYTES
         self.header_timer: asyncio.TimerHandle | None = None
         self.send_timer: asyncio.TimerHandle | None = None
+        self.send_left = 0  # bytes not yet taken when the send timer was armed
+        self.linger_timer: asyncio.TimerHandle | None = None
+        self.running: RequestResponseCycle | None = None  # the request under way through ASGI or in a task
+        self.cycle_transport: _ClosingTransport | None = None
+        self.bad_request: str | None = None  # bad bytes behind requests under way: the 400 that follows them
 
     # -- connection ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_idle_timer()
+        self.idle_since = self.loop.time()
+        self._arm_idle_timer(self.timeout_keep_alive)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._disconnect()  # uvicorn's tells only the last request parsed, not the one under way before it
         self._cancel_header_timer()
         self._cancel_send_timer()
+        if self.linger_timer is not None:
+            self.linger_timer.cancel()
+            self.linger_timer = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        # The hot path (a whole request in one read) pays for two attribute reads here and no timer: the header
+        # uvicorn's data_received, without its per-read timer cancel (the idle timer stays armed; see _idle_check).
+        # The hot path (a whole request in one read) pays for a few attribute reads here and no timer: the header
         # deadline is armed only when a read ends with the headers unfinished.
+        if self.refused:
+            if self.closing:
+                self._drop(len(data))
+            return
         continued = self.in_headers
+        begun = self.begun
         self.read_bytes = len(data)
-        super().data_received(data)
-        if not self.in_headers:
-            cycle = self.cycle
-            if (cycle is None or cycle.response_complete) and not self.transport.is_closing():
-                self._arm_idle_timer()  # bytes that start no request (blank lines) do not keep a connection open
+        self.answered_in_read = 0
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            self._bad_request(exc)
             return
-        if self.transport.is_closing():
+        if not self.in_headers or self.transport.is_closing():
             return
-        if continued:
+        if continued and self.begun == begun:  # the same request's headers, still arriving: count this read
             self.header_bytes += len(data)
         if max(self._parsed_header_bytes(), self.header_bytes) > self.limits.max_header_bytes:
             self._refuse_too_large()
         elif self.header_timer is None:
             self.header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
 
+    def eof_received(self) -> bool | None:  # type: ignore[override]
+        # uvicorn's returns None: the transport closes at once. A gentle close goes on while the answer is taken.
+        if self.closing and unsent_bytes(self.transport):
+            return True
+        return None
+
     # -- parser callbacks ---------------------------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        # uvicorn's on_message_begin builds the ASGI scope here; a request answered here needs none, so it is built
+        # (by uvicorn's own code, _begin_asgi) only for a request that goes through ASGI.
         if self.refused:
             return
-        super().on_message_begin()
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         self.in_headers = True
+        self.begun += 1
         self.header_bytes = 0
+        self.fast = False
+        self.message_complete = False
+        self.idle_since = None
 
     def on_headers_complete(self) -> None:
         if self.refused:
@@ -129,32 +313,300 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ):
             self._refuse_too_large()
             return
+        front = self.front
+        if front is not None and self._answer_here(front):
+            return
+        self._begin_asgi()
+        cycle = self.cycle
         super().on_headers_complete()
+        if self.cycle is not cycle:  # not an upgrade (uvicorn hands those to its websocket protocol)
+            self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
-        if not self.refused:
+        if not self.refused and not self.fast:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if not self.refused:
+        if self.refused:
+            return
+        self.message_complete = True
+        if not self.fast:
             super().on_message_complete()
 
+    def _begin_asgi(self) -> None:
+        """uvicorn's on_message_begin (the ASGI scope), run once the request is known to go through ASGI."""
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        HttpToolsProtocol.on_message_begin(self)
+        self.url, self.expect_100_continue = url, expect
+        self.headers = self.scope["headers"] = headers
+
+    def _cycle_transport(self) -> _ClosingTransport:
+        closing = self.cycle_transport
+        if closing is None:
+            closing = self.cycle_transport = _ClosingTransport(self)
+        return closing
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self.running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    # -- hot routes ---------------------------------------------------------------------------------------------
+    def _answer_here(self, front: Front) -> bool:
+        """Answer the request whose headers are complete, when it is simple and for a hot route (see the module
+        docstring). False: it goes through ASGI."""
+        cycle = self.cycle
+        if (cycle is not None and not cycle.response_complete) or self.flow.write_paused:
+            return False
+        if self.answered_in_read >= ANSWERS_PER_READ:
+            return False
+        parser = self.parser
+        if parser.get_method() != b"GET":
+            return False
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            return False
+        host = False
+        for name, _ in self.headers:
+            if name in DECLINED_HEADERS:
+                return False
+            if name == b"host":
+                host = True
+        if not host and version == "1.1":
+            return False
+        try:
+            url = httptools.parse_url(self.url)
+            raw_path = url.path
+            path = raw_path.decode("ascii")
+        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+            return False
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        found = front.hot_route("GET", path)
+        if found is None:
+            return False
+        start = time.perf_counter()
+        scope = {
+            "type": "http",
+            "http_version": version,
+            "method": "GET",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": url.query or b"",
+            "headers": self.headers,
+        }
+        keep_alive = version == "1.1" and parser.should_keep_alive()
+        self.fast = True
+        self.answered_in_read += 1
+        coro = front.answer_hot(found[0], found[1], scope, start)
+        try:
+            pending = coro.send(None)
+        except StopIteration as done:
+            self._answered(done.value, keep_alive)
+            return True
+        # It waits: a task carries it on, as the request under way that later ones queue behind (uvicorn's
+        # pipeline), and writes its answer when it has one.
+        self.cycle = self.running = cycle = RequestResponseCycle(
+            scope=scope,  # type: ignore[arg-type]
+            transport=self._cycle_transport(),  # type: ignore[arg-type]
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=keep_alive,
+            on_response=self.on_response_complete,
+        )
+        task = self.loop.create_task(self._answer_later(cycle, coro, pending))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+        return True
+
+    async def _answer_later(self, cycle: RequestResponseCycle, coro: Coroutine[Any, Any, Reply], pending: Any) -> None:
+        try:
+            reply = await resumed(coro, pending)
+            if not cycle.disconnected and self.flow.write_paused:
+                await self.flow.drain()
+        except BaseException:
+            if not cycle.disconnected:
+                self.transport.close()  # the server is stopping (cancelled): no answer, no further request
+            raise
+        if cycle.disconnected:
+            return
+        cycle.response_started = cycle.response_complete = True
+        cycle.message_event.set()
+        self._answered(reply, cycle.keep_alive)
+        self.on_response_complete()
+
+    def _answered(self, reply: Reply, keep_alive: bool) -> None:
+        """Write a hot answer in one transport write: the bytes uvicorn writes for the same ASGI messages (status
+        line, its default headers, :func:`~app.api.front.reply_headers`, ``connection: close`` when the connection
+        ends), so either transport answers the same. Then count it, close or go idle, and watch a large answer (or
+        one the transport could not send at once) until its client took it."""
+        status, fixed, extra, body = reply
+        head = [STATUS_LINE[status], default_head(self.server_state.default_headers), _fixed_head(fixed)]
+        for name, value in extra:
+            head += (name, b": ", value, b"\r\n")
+        head.append(b"content-length: %d\r\n" % len(body))
+        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        transport = self.transport
+        size = len(body)
+        if size < WATCH_BYTES:
+            head.append(body)
+            transport.write(b"".join(head))
+        else:
+            transport.writelines((b"".join(head), body))
+        if self.running is not None and self.running.response_complete:
+            self.running = None
+        self.server_state.total_requests += 1
+        watch = size >= WATCH_BYTES or transport.get_write_buffer_size()
+        if not keep_alive:
+            if watch:
+                self.close_after_answer()
+            else:
+                transport.close()
+            return
+        self.idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self._arm_idle_timer(self.timeout_keep_alive)
+        if watch:
+            self._watch_send()
+
+    def on_response_complete(self) -> None:
+        # uvicorn's, with the idle timer kept (not re-armed per request), the send watched until the client took
+        # the answer, a connection whose request body was not read closed (gently), not read on, and the 400 of
+        # bad bytes pipelined behind answers written after the last of them.
+        self.server_state.total_requests += 1
+        transport = self.transport
+        if transport.is_closing() or self.closing:
+            return
+        if unsent_bytes(transport):
+            self._watch_send()
+        if self.bad_request is not None:
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._refuse(400, self.bad_request)
+            return
+        if not self.message_complete and not self.in_headers and not self.pipeline:
+            self.close_after_answer()  # the request's body is still arriving, unread
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif not self.in_headers:
+            self.idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self._arm_idle_timer(self.timeout_keep_alive)
+
+    def shutdown(self) -> None:
+        if self.closing:
+            self.transport.close()
+            return
+        super().shutdown()
+
+    # -- closing ------------------------------------------------------------------------------------------------
+    def close_after_answer(self) -> None:
+        """Close once the answer is written: at once when the client has taken it and sent nothing unread, else
+        gently (:meth:`_close_gently`)."""
+        if self.closing:
+            return
+        transport = self.transport
+        if (self.message_complete or transport.is_closing()) and not unsent_bytes(transport):
+            transport.close()
+            return
+        self._close_gently()
+
+    def _close_gently(self) -> None:
+        """Half-close after the answer (its end, then the end of the stream), keep reading and dropping what the
+        client sends (at most LINGER_BYTES), and close the socket once the client has taken every byte (or stops
+        taking them: the send timeout aborts it) and LINGER_SECONDS have passed, or the client closes its end."""
+        transport = self.transport
+        if self.closing or transport.is_closing():
+            return
+        self.refused = self.closing = True
+        self.in_headers = False
+        self._cancel_header_timer()
+        self.flow.resume_reading()  # uvicorn pauses reading while a body waits for its app
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._linger_check)
+        self._watch_send()
+
+    def _drop(self, size: int) -> None:
+        self.drop_left -= size
+        if self.drop_left < 0:
+            self._abort()
+
+    def _linger_check(self) -> None:
+        self.linger_timer = None
+        if self.transport.is_closing():
+            return
+        if unsent_bytes(self.transport):  # still being taken: the send timeout judges it
+            self.linger_timer = self.loop.call_later(LINGER_SECONDS, self._linger_check)
+        else:
+            self.transport.close()
+
+    # -- refusals -----------------------------------------------------------------------------------------------
     def _parsed_header_bytes(self) -> int:
         """The request line's target and the header fields parsed so far, with their separators."""
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def _refuse_too_large(self) -> None:
         self._refuse(
-            431,
-            "Request Header Fields Too Large",
-            f"request headers must be at most {self.limits.max_header_bytes} bytes (IDMINT_MAX_HEADER_BYTES)",
+            431, f"request headers must be at most {self.limits.max_header_bytes} bytes (IDMINT_MAX_HEADER_BYTES)"
         )
+
+    def _bad_request(self, exc: Exception) -> None:
+        self.logger.warning("Invalid HTTP request received.")
+        detail = f"invalid HTTP request: {exc}"
+        if self._between_requests() or self.transport.is_closing():
+            self._refuse(400, detail)
+            return
+        # Requests before it are under way: the 400 follows their answers (on_response_complete), in order.
+        self.refused = True
+        self.in_headers = False
+        self._cancel_header_timer()
+        self.flow.pause_reading()  # nothing after the bad bytes is read, let alone parsed
+        self.bad_request = detail
+
+    def _refuse(self, status: int, detail: str) -> None:
+        """Answer ``status`` and close (gently), or just close when a response is under way (pipelining)."""
+        self.refused = True
+        self.in_headers = False
+        self._cancel_header_timer()
+        if self._between_requests():
+            self.transport.write(refusal_bytes(status, detail, default_head(self.server_state.default_headers)))
+            self._close_gently()
+        else:
+            self._abort()
+
+    def _abort(self) -> None:
+        """Reset the connection (``SO_LINGER`` 0: the kernel drops what it still holds for the client, too), the
+        responses under way told first: the transport wakes a writer waiting for it to drain before it reports the
+        loss, and that writer must not write to a closed transport."""
+        self._disconnect()
+        transport = self.transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+    def _disconnect(self) -> None:
+        for cycle in (self.running, self.cycle):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
 
     # -- write flow control -------------------------------------------------------------------------------------
     def pause_writing(self) -> None:
         super().pause_writing()
-        if self.send_timer is None:
-            self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_timed_out)
+        self._cancel_send_timer()
+        self._watch_send()
 
     def resume_writing(self) -> None:
         self._cancel_send_timer()
@@ -164,11 +616,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _between_requests(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
 
-    def _arm_idle_timer(self) -> None:
-        if self.timeout_keep_alive_task is None:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+    def _arm_idle_timer(self, delay: float) -> None:
+        # uvicorn's attribute: its connection_lost cancels it.
+        self.timeout_keep_alive_task = self.loop.call_later(delay, self._idle_check)
+
+    def _idle_check(self) -> None:
+        """The one idle timer fired: close the connection if it has been idle for the keep-alive timeout, else arm
+        it for the time left (a request came and went since it was armed) or leave it to the next answer's end (a
+        request is under way)."""
+        self.timeout_keep_alive_task = None
+        since = self.idle_since
+        if self.transport.is_closing() or self.closing or since is None or self.in_headers:
+            return
+        left = since + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self._arm_idle_timer(left)
+        else:
+            self.close_after_answer()
+
+    def _watch_send(self) -> None:
+        if self.send_timer is None:
+            self.send_left = unsent_bytes(self.transport)
+            self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_check)
 
     def _cancel_header_timer(self) -> None:
         if self.header_timer is not None:
@@ -187,33 +656,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if not self._between_requests():  # a pipelined request waits for the response before it: so do we
             self.header_timer = self.loop.call_later(self.limits.header_timeout, self._header_timed_out)
             return
-        self._refuse(
-            408,
-            "Request Timeout",
-            f"request headers must arrive within {self.limits.header_timeout:g} s (IDMINT_HEADER_TIMEOUT)",
-        )
+        timeout = self.limits.header_timeout
+        self._refuse(408, f"request headers must arrive within {timeout:g} s (IDMINT_HEADER_TIMEOUT)")
 
-    def _send_timed_out(self) -> None:
+    def _send_check(self) -> None:
+        """The send timer fired: abort the connection when its client took none of the bytes waiting for it since
+        the timer was armed, else watch on (it takes them, however slowly)."""
         self.send_timer = None
-        if self.transport.is_closing():
+        left = unsent_bytes(self.transport)
+        if not left:
+            if self.closing:
+                self.transport.close()
+            return
+        if left < self.send_left:
+            self._watch_send()
             return
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "client"
-        path = self.cycle.scope.get("path", "") if self.cycle is not None else ""
+        cycle = self.running or self.cycle
+        path = cycle.scope.get("path", "") if cycle is not None else ""
         log.info(
             "%s accepted no bytes of %s for %g s (IDMINT_STREAM_SEND_TIMEOUT): connection closed",
             client,
             path or "a response",
             self.limits.send_timeout,
         )
-        self.transport.abort()  # close() would wait to flush what the client does not read
-
-    def _refuse(self, status: int, reason: str, detail: str) -> None:
-        """Answer ``status`` and close, or just close when a response is under way (pipelining)."""
-        self.refused = True
-        self.in_headers = False
-        self._cancel_header_timer()
-        if self._between_requests():
-            self.transport.write(_response(status, reason, detail))
-            self.transport.close()
-        else:
-            self.transport.abort()
+        self._abort()  # close() would wait to flush what the client does not read

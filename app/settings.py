@@ -75,8 +75,8 @@ class CoreSettings(BaseSettings):
         30.0,
         gt=0,
         le=3600,
-        description="Seconds a response (in practice a stream) may wait for its client to accept bytes; then the "
-        "connection is closed and the stream's slot freed.",
+        description="Seconds a response (a batch, a single ID, a stream) may wait for its client to take any of "
+        "its bytes, until its last byte is taken; then the connection is reset and a stream's slot freed.",
     )
     max_header_bytes: int = Field(
         64 * 1024,

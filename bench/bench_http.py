@@ -1,10 +1,16 @@
 """Benchmark idmint over real HTTP on this machine, in one run, and print the figures.
 
-(a) single-ID requests/s: ``GET /v1/ids/wiji`` against idmint vs the bare ASGI app of bare_app.py, both served by
-    uvicorn with one worker, the same flags, and loaded by wrk (Debian package ``wrk``) from a second process.
-    Runs alternate (bare, idmint, bare, idmint, ...) and the ratio of medians is printed, for requests/s and for
-    requests per second the server spent on a CPU (/proc schedstat: what a request costs the server, which the
-    shared machine's other processes disturb less than wall-clock rates).
+(a) single-ID requests/s, rounds alternating four servers, each uvicorn with one worker and the same flags, loaded
+    by wrk (Debian package ``wrk``) from a second process: the bare ASGI app of bare_app.py (uvicorn's own httptools
+    protocol), idmint ``GET /v1/ids/wiji`` without API keys, idmint with an API key file (each request carrying a
+    key without quotas), and ``GET /v1/ids/uuidv7`` from the stock FastAPI + uuid-utils service (stock_app.py).
+    idmint runs the protocol ``idmint serve`` runs (``--http idmint``, app.serving's, which answers the hot routes
+    itself) unless ``--http httptools``. Printed per server: the median requests/s and its ratio to bare and to
+    stock, the requests per second the server spent on a CPU (/proc schedstat: what a request costs the server,
+    which the shared machine's other processes disturb less than wall-clock rates), user and system CPU
+    microseconds per request (/proc/PID/stat), the median p99 latency (wrk --latency), and every round's figure.
+    Issue 30's goals: idmint at least 0.7 of bare with and without keys, p99 under 2 ms at 32 connections, at least
+    3x stock.
 (b) streamed IDs/s per scheme: ``GET /v1/ids/{scheme}/stream?count=N`` (10,000,000 by default) read by curl into
     /dev/null, with the server's peak resident memory (VmRSS sampled every 20 ms) before and during the stream.
     ``--stream-rounds`` rounds; in each, per scheme: a wiji stream, the scheme's stream, then the bare ASGI app
@@ -14,23 +20,22 @@
     snowflake 95% of its cap: 2^S IDs per unit per worker ID held, ``--snowflake-workers`` held).
     Eight-byte is capped by its format at 64 IDs per ms per generator ID (--eight-byte-generators IDs held).
 
-    With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git worktree add /tmp/base main``), that
-    revision's app is served too (same interpreter, its own state dir) and joins the alternation; the ratio of
-    this revision to the baseline is printed.
+    With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git archive <rev> | tar -x -C DIR``),
+    that revision's app is served too (same interpreter, its own state dir, its own app.serving protocol) and joins
+    the alternation of (a); its ratios are printed.
 
 (c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
     on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
     the same for requests per second the server spent on a CPU (/proc schedstat), which the shared machine's other
-    processes disturb less, and the median p99 latency (wrk --latency). Issue 22's target: at least 0.8 of wiji's,
-    p99 under 3 ms at 32 connections.
+    processes disturb less, and the median p99 latency (wrk --latency). Issue 30's target: at least 0.85 of wiji's.
 (d) ``GET /v1/ids/uuidv7?count=N`` (``--stock-counts``, default 1 and 1000) from idmint and from the service a team
     would write instead (bench/stock_app.py: stock FastAPI returning uuid-utils' UUIDv7s), rounds alternating;
-    the ratio idmint / stock is printed. Issue 22's target: 3x for single IDs, 5x for count=1000.
+    the ratio idmint / stock is printed. Issue 30's target: 3x for single IDs, 5x for count=1000.
 
 Streams (b) cover ``--schemes`` (default: every registered scheme).
 
 Usage: python bench/bench_http.py [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
-                                  [--stream-rounds 3] [--snowflake-workers 1] [--baseline DIR]
+                                  [--stream-rounds 3] [--snowflake-workers 1] [--baseline DIR] [--http idmint|httptools]
                                   [--skip-streams] [--skip-requests] [--schemes a,b,...]
                                   [--request-schemes a,b,...] [--skip-stock] [--stock-counts 1,1000]
 Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
@@ -39,6 +44,7 @@ Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -64,6 +70,12 @@ TARGETS = {"ulid": 20e6, "typeid": 20e6, "uuidv7": 15e6, "ksuid": 5e6}
 """Issue 8 section 4: streamed IDs/s each scheme should reach (snowflake: 95% of its cap)."""
 CAPPED = ("snowflake", "eight-byte")
 """Schemes whose streams the clock bounds (no HTTP ceiling measured beside them)."""
+
+
+IDMINT_PROTOCOL = "app.serving:BoundedHttpToolsProtocol"
+"""The protocol ``idmint serve`` runs (app.serving.PROTOCOL_IMPORT), which idmint's servers here are served with."""
+IDMINT = ["--factory", "app.main:create_app"]
+"""uvicorn's app arguments for idmint."""
 
 
 def free_port() -> int:
@@ -99,6 +111,8 @@ def uvicorn_command(target: list[str], port: int, http: str = "httptools") -> li
 def start(
     target: list[str], env: dict[str, str], cwd: Path = ROOT, http: str = "httptools"
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Serve ``target`` from ``cwd`` with protocol ``http`` on a free port; returns (process, base URL) once it
+    answers."""
     port = free_port()
     cmd = uvicorn_command(target, port, http)
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
@@ -132,23 +146,58 @@ def wrk(url: str, seconds: int, connections: int) -> float:
     return float(match.group(1))
 
 
-def wrk_cpu(url: str, seconds: int, connections: int, pid: int) -> tuple[float, float, float]:
-    """(requests/s, requests per second the server spent on a CPU, p99 latency in ms) of one wrk round against
-    server ``pid``."""
+class Round(NamedTuple):
+    """One wrk round against one server."""
+
+    rate: float
+    """Requests per second."""
+    per_cpu: float
+    """Requests per second the server spent on a CPU (all its threads, /proc schedstat)."""
+    p99_ms: float
+    user_us: float
+    """User CPU microseconds per request (/proc/PID/stat, all threads)."""
+    system_us: float
+    """System CPU microseconds per request."""
+
+
+def wrk_round(url: str, seconds: int, connections: int, pid: int, headers: tuple[str, ...] = ()) -> Round:
+    """One wrk round (``--latency``; each ``headers`` entry sent with every request) against server ``pid``."""
     cpu0, _ = sched_ns(pid)
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    user0, system0 = cpu_ticks(pid)
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    for header in headers:
+        command += ["-H", header]
+    out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
     cpu1, _ = sched_ns(pid)
+    user1, system1 = cpu_ticks(pid)
     rate, done = re.search(r"Requests/sec:\s+([\d.]+)", out), re.search(r"(\d+) requests in", out)
     p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
     if not rate or not done or not p99 or "Non-2xx" in out:
         raise SystemExit(f"wrk output not understood or errors seen:\n{out}")
     p99_ms = float(p99.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p99.group(2)]
-    return float(rate.group(1)), int(done.group(1)) / ((cpu1 - cpu0) / 1e9), p99_ms
+    requests = int(done.group(1))
+    tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+    return Round(
+        float(rate.group(1)),
+        requests / ((cpu1 - cpu0) / 1e9),
+        p99_ms,
+        (user1 - user0) * tick_us / requests,
+        (system1 - system0) * tick_us / requests,
+    )
+
+
+def wrk_cpu(url: str, seconds: int, connections: int, pid: int) -> tuple[float, float, float]:
+    """(requests/s, requests per second the server spent on a CPU, p99 latency in ms) of one wrk round against
+    server ``pid``."""
+    got = wrk_round(url, seconds, connections, pid)
+    return got.rate, got.per_cpu, got.p99_ms
+
+
+def cpu_ticks(pid: int) -> tuple[int, int]:
+    """(user, system) CPU time of process ``pid``, all its threads, in clock ticks (/proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[11]), int(fields[12])
 
 
 def rss_kib(pid: int) -> int:
@@ -240,7 +289,11 @@ def main() -> None:
         default=",".join(OTHERS),
         help="schemes whose single-ID requests/s are compared with wiji's (default: every other; '' = none)",
     )
+    ap.add_argument(
+        "--http", choices=("idmint", "httptools"), default="idmint", help="the protocol idmint's servers run"
+    )
     args = ap.parse_args()
+    args.protocol = IDMINT_PROTOCOL if args.http == "idmint" else "httptools"
     streamed = [name for name in SCHEMES if name in {"wiji", *args.schemes.split(",")}]
     compared = [name for name in args.request_schemes.split(",") if name]
     for tool in ("wrk", "curl"):
@@ -256,48 +309,10 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
     if not args.skip_requests:
-        bare, bare_url = start(["bench.bare_app:app"], env)
-        idm, idm_url = start(["--factory", "app.main:create_app"], env)
-        base = base_url = None
-        if args.baseline is not None:
-            base_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-")}
-            base, base_url = start(["--factory", "app.main:create_app"], base_env, cwd=args.baseline.resolve())
-        try:
-            for url in (bare_url + "/", idm_url + "/v1/ids/wiji", *([base_url + "/v1/ids/wiji"] if base_url else [])):
-                wrk(url, 1, args.connections)  # warm-up
-            bare_rps, idm_rps, base_rps = [], [], []
-            bare_cpu, idm_cpu, base_cpu = [], [], []
-            for _ in range(args.rounds):
-                for proc, url, rates, cpu_rates in (
-                    (bare, bare_url + "/", bare_rps, bare_cpu),
-                    (idm, idm_url + "/v1/ids/wiji", idm_rps, idm_cpu),
-                    *([(base, base_url + "/v1/ids/wiji", base_rps, base_cpu)] if base is not None else []),
-                ):
-                    rate, cpu_rate, _ = wrk_cpu(url, args.seconds, args.connections, proc.pid)
-                    rates.append(rate)
-                    cpu_rates.append(cpu_rate)
-            b, i = statistics.median(bare_rps), statistics.median(idm_rps)
-            bc, ic = statistics.median(bare_cpu), statistics.median(idm_cpu)
-            print(
-                f"(a) single-ID GET /v1/ids/wiji: idmint {i:,.0f} req/s, bare ASGI {b:,.0f} req/s, "
-                f"ratio {i / b:.2f}; per server CPU-s {ic:,.0f} vs {bc:,.0f}, ratio {ic / bc:.2f}  (medians of "
-                f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections; all: idmint "
-                f"{[round(x) for x in idm_rps]}, bare {[round(x) for x in bare_rps]})"
-            )
-            if base_rps:
-                m, mc = statistics.median(base_rps), statistics.median(base_cpu)
-                print(
-                    f"    baseline {args.baseline}: {m:,.0f} req/s, {mc:,.0f} per server CPU-s; this revision / "
-                    f"baseline = {i / m:.3f} (per CPU-s {ic / mc:.3f}; all: {[round(x) for x in base_rps]})"
-                )
-        finally:
-            stop(bare)
-            stop(idm)
-            if base is not None:
-                stop(base)
+        single_ids(args, env)
 
     if not args.skip_requests and compared:
-        idm, idm_url = start(["--factory", "app.main:create_app"], env)
+        idm, idm_url = start(IDMINT, env, http=args.protocol)
         try:
             print(
                 f"(c) single-ID GET /v1/ids/{{scheme}} beside wiji, one idmint server (medians of {args.rounds} "
@@ -334,7 +349,7 @@ def main() -> None:
     if args.skip_streams:
         return
     stream_env = {**env, "IDMINT_SNOWFLAKE_WORKERS": str(args.snowflake_workers)}
-    idm, idm_url = start(["--factory", "app.main:create_app"], stream_env)
+    idm, idm_url = start(IDMINT, stream_env, http=args.protocol)
     bare, bare_url = start(["bench.bare_app:app"], env)
     try:
         run_streams(args, streamed, idm, idm_url, bare_url)
@@ -344,10 +359,71 @@ def main() -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
+KEY = "bench-key"
+"""The API key idmint's keyed server in (a) is asked with (its file holds it without quotas)."""
+
+
+def single_ids(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """(a): bare, idmint, idmint with an API key file, stock (and the baseline), rounds alternating."""
+    keys = Path(env["IDMINT_STATE_DIR"]) / "bench-keys.toml"
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    keys.write_text(f'[[key]]\nname = "bench"\nsha256 = "{digest}"\nscopes = ["issue"]\n')
+    keyed_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-keyed-")}
+    keyed_env["IDMINT_API_KEYS_FILE"] = str(keys)
+    rows: list[tuple[str, list[str], dict[str, str], Path, str, str, tuple[str, ...]]] = [
+        ("bare ASGI app", ["bench.bare_app:app"], env, ROOT, "httptools", "/", ()),
+        ("idmint", IDMINT, env, ROOT, args.protocol, "/v1/ids/wiji", ()),
+        (
+            "idmint + API keys",
+            IDMINT,
+            keyed_env,
+            ROOT,
+            args.protocol,
+            "/v1/ids/wiji",
+            (f"Authorization: Bearer {KEY}",),
+        ),
+        ("stock FastAPI", ["bench.stock_app:app"], env, ROOT, "httptools", "/v1/ids/uuidv7", ()),
+    ]
+    if args.baseline is not None:
+        base_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-")}
+        rows.append(("baseline", IDMINT, base_env, args.baseline.resolve(), args.protocol, "/v1/ids/wiji", ()))
+    servers = []
+    try:
+        for _, target, row_env, cwd, http, path, headers in rows:
+            proc, url = start(target, row_env, cwd=cwd, http=http)
+            servers.append((proc, url + path, headers))
+            wrk_round(url + path, 1, args.connections, proc.pid, headers)  # warm-up
+        rounds: list[list[Round]] = [[] for _ in rows]
+        for _ in range(args.rounds):
+            for i, (proc, url, headers) in enumerate(servers):
+                rounds[i].append(wrk_round(url, args.seconds, args.connections, proc.pid, headers))
+    finally:
+        for proc, _, _ in servers:
+            stop(proc)
+    median = [statistics.median(r.rate for r in got) for got in rounds]
+    print(
+        f"(a) single IDs, {args.rounds} rounds alternating {len(rows)} servers, wrk {args.seconds} s at "
+        f"{args.connections} connections, idmint on {args.protocol}; medians, then every round's requests/s:"
+    )
+    print(
+        f"    {'server':18s} {'req/s':>9s} {'x bare':>7s} {'x stock':>7s} {'per CPU-s':>9s} {'x bare':>7s} "
+        f"{'user us':>7s} {'sys us':>7s} {'p99 ms':>7s}"
+    )
+    per_cpu = [statistics.median(r.per_cpu for r in got) for got in rounds]
+    for (name, *_), got, rate, cpu in zip(rows, rounds, median, per_cpu):
+        print(
+            f"    {name:18s} {rate:9,.0f} {rate / median[0]:7.2f} {rate / median[3]:7.2f} {cpu:9,.0f} "
+            f"{cpu / per_cpu[0]:7.2f} {statistics.median(r.user_us for r in got):7.1f} "
+            f"{statistics.median(r.system_us for r in got):7.1f} {statistics.median(r.p99_ms for r in got):7.2f}"
+            f"   {[round(r.rate) for r in got]}",
+            flush=True,
+        )
+
+
 def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
     """(d): ``GET /v1/ids/uuidv7?count=N`` from idmint and from bench/stock_app.py (stock FastAPI + uuid-utils, the
     service a team would write instead), rounds alternating, for each N in ``--stock-counts``."""
-    idm, idm_url = start(["--factory", "app.main:create_app"], env)
+    idm, idm_url = start(IDMINT, env, http=args.protocol)
     stock, stock_url = start(["bench.stock_app:app"], env)
     try:
         print(

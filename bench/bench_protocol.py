@@ -1,10 +1,11 @@
 """Single-ID speed of idmint's connection layer (app/serving.py) beside uvicorn's plain httptools protocol.
 
-Two idmint servers of this checkout, one worker each, the same flags except ``--http``: uvicorn's ``httptools`` and
-``app.serving:BoundedHttpToolsProtocol`` (what ``idmint serve`` runs: header limit and deadline, idle timer, send
-timeout). Each round loads ``GET /v1/ids/wiji`` on both with wrk, alternating (plain, bounded, plain, ...), and the
-ratio of medians (bounded / plain) is printed, with the requests per second the server spent on a CPU (/proc
-schedstat), which the shared machine disturbs less.
+Two idmint servers of this checkout, one worker each, the same flags except ``--http``: uvicorn's ``httptools``
+(every request through ASGI to the front) and ``app.serving:BoundedHttpToolsProtocol`` (what ``idmint serve`` runs:
+the hot routes answered by the connection layer itself, header limit and deadline, one idle timer, send timeout).
+Each round loads ``GET /v1/ids/wiji`` on both with wrk, alternating (plain, bounded, plain, ...), and the ratio of
+medians (bounded / plain) is printed, with the requests per second the server spent on a CPU (/proc schedstat),
+which the shared machine disturbs less.
 
 Usage: python bench/bench_protocol.py [--rounds 5] [--seconds 5] [--connections 32]
 Needs: wrk (apt-get install wrk). Nothing here asserts: it prints.

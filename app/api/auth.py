@@ -20,9 +20,13 @@ sequence (POST /v1/sequences) and /v1/admin/...; ``metrics`` /metrics. Health, r
 OpenAPI documents, static files and paths that match no route need no key.
 
 Answers: 401 (no key, or a key that matches none; ``WWW-Authenticate: Bearer``), 403 (the key lacks the scope),
-429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. The presented key is hashed
-with SHA-256 and compared with every stored digest by :func:`hmac.compare_digest`, without stopping at a match,
-so the time taken does not depend on which key (or how much of a digest) matched.
+429 with ``Retry-After`` (over a quota). Each body is JSON ``{"detail": <reason>}``. A presented key is
+hashed with SHA-256 and compared with every stored digest by :func:`hmac.compare_digest`, without stopping at a
+match, so the time taken does not depend on which key (or how much of a digest) matched. An ``Authorization`` value
+that named a key is remembered (at most :data:`REMEMBERED_PER_KEY` per key of the file, forgotten on reload) and
+found again by a dict lookup: its cost depends only on the presented value's hash, which Python keys per process
+(SipHash), so it tells a caller nothing about any key it does not hold; a value that names no key is never
+remembered.
 
 Quotas are token buckets (:class:`TokenBucket`) holding one second of the rate: ``requests_per_second`` counts
 requests; ``ids_per_second`` counts the ``count`` of an issue request up front (a batch larger than one second's
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import logging
@@ -74,6 +79,8 @@ OUTCOMES = ("allowed", "unauthorized", "forbidden", "over_quota")
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
+REMEMBERED_PER_KEY = 4
+"""``Authorization`` values remembered per key of the file (a client may spell ``Bearer`` its own way)."""
 CHARGE_KEY = "idmint.charge_ids"
 """ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
 
@@ -217,6 +224,12 @@ class KeyState:
     ids: TokenBucket | None = None
     streams: int = 0
     scopes: frozenset[str] = field(default_factory=frozenset)
+    charge: Callable[[int, bool], None] | None = None
+    """The charge of a parsed count to this key (set by :class:`ApiKeys`: :data:`CHARGE_KEY`'s callable)."""
+    allowed: Callable[[], None] = lambda: None
+    """Counts one request allowed for this key (``idmint_api_key_requests_total``; set by :class:`ApiKeys`)."""
+    count_ids: Callable[[int], None] = lambda count: None
+    """Counts IDs charged to this key (``idmint_api_key_ids_total``; set by :class:`ApiKeys`)."""
     workers: int = 1
     """Worker processes sharing the key's quotas: this one holds 1/workers of each rate and
     ``concurrent_streams // workers`` streams."""
@@ -293,6 +306,10 @@ class ApiKeys:
         self.public = frozenset(public_scopes)
         self.metrics = metrics
         self.keys: tuple[KeyState, ...] = ()
+        self.known: dict[bytes, KeyState] = {}
+        """``Authorization`` values that named a key (at most REMEMBERED_PER_KEY per key): see the module
+        docstring."""
+        self.public_allowed: Callable[[], None] = lambda: None
         self._install(load_key_file(self.path, workers))
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -300,8 +317,16 @@ class ApiKeys:
     def _install(self, entries: list[KeyEntry]) -> None:
         previous = {k.entry.name: k for k in self.keys}
         keys = tuple(KeyState.build(e, previous.get(e.name), self.workers, self.clock) for e in entries)
-        self.metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
-        self.keys = keys  # one assignment: a request sees the old table or the new one, never a mix
+        metrics = self.metrics
+        metrics.api_keys([k.entry.name for k in keys] + [PUBLIC, UNKNOWN], OUTCOMES)
+        for key in keys:
+            key.charge = functools.partial(self._charge_parsed, key)
+            key.allowed = metrics.api_key_counter(key.entry.name, "allowed")
+            key.count_ids = metrics.api_key_ids_counter(key.entry.name)
+        self.public_allowed = metrics.api_key_counter(PUBLIC, "allowed")
+        # One assignment each: a request sees the old table or the new one, never a mix; the remembered keys of
+        # the old table are dropped with it.
+        self.keys, self.known = keys, {}
 
     def reload(self) -> bool:
         """Re-read the key file; on any error keep the keys in force and log why. Returns True when replaced."""
@@ -361,13 +386,17 @@ class ApiKeys:
                 "unauthorized",
                 f"this route needs an API key with scope {scope_name!r}: send Authorization: Bearer <key>",
             )
-        kind, _, token = auth.strip().partition(b" ")
-        token = token.strip()
-        if kind.lower() != b"bearer" or not token:
-            raise Refusal(401, "unauthorized", "Authorization must be 'Bearer <key>'")
-        key = self.identify(token)
+        key = self.known.get(auth)
         if key is None:
-            raise Refusal(401, "unauthorized", "unknown API key")
+            kind, _, token = auth.strip().partition(b" ")
+            token = token.strip()
+            if kind.lower() != b"bearer" or not token:
+                raise Refusal(401, "unauthorized", "Authorization must be 'Bearer <key>'")
+            key = self.identify(token)
+            if key is None:
+                raise Refusal(401, "unauthorized", "unknown API key")
+            if len(self.known) < REMEMBERED_PER_KEY * len(self.keys):
+                self.known[bytes(auth)] = key
         if scope_name not in key.scopes and scope_name not in self.public:
             raise Refusal(
                 403,
@@ -378,8 +407,9 @@ class ApiKeys:
             )
         return key
 
-    def admit(self, key: KeyState, scope: Scope, access: Access, now: float) -> None:
-        """Apply the request quota and the stream cap up front. Raises Refusal (429).
+    def admit(self, key: KeyState, scope: Scope, access: Access) -> None:
+        """Apply the request quota and the stream cap up front (the clock is read only for a key with a quota).
+        Raises Refusal (429).
 
         IDs are charged only once the route has parsed a valid count (:func:`charge_ids`): a request the route
         refuses (``count=²``, a count over the maximum) costs no IDs, so one bad call cannot put the key in debt.
@@ -401,7 +431,7 @@ class ApiKeys:
                 name,
             )
         if is_stream and counted and key.ids is not None:
-            wait = key.ids.take(1, now)
+            wait = key.ids.take(1, self.clock())
             if wait:
                 raise Refusal(
                     429,
@@ -411,7 +441,7 @@ class ApiKeys:
                     name,
                 )
         if key.requests is not None:
-            wait = key.requests.take(1, now)
+            wait = key.requests.take(1, self.clock())
             if wait:
                 raise Refusal(
                     429,
@@ -422,7 +452,7 @@ class ApiKeys:
                     name,
                 )
         if counted and not is_stream:
-            scope[CHARGE_KEY] = lambda count, within_quota: self._charge_parsed(key, count, within_quota)
+            scope[CHARGE_KEY] = key.charge
 
     def _charge_parsed(self, key: KeyState, count: int, within_quota: bool) -> None:
         name = key.entry.name
@@ -441,7 +471,7 @@ class ApiKeys:
                     f"API key {name!r} is over its quota of " + key.share(f"{key.entry.ids_per_second:g} IDs/s"),
                     math.ceil(wait),
                 )
-        self.metrics.api_key_ids(name, count)
+        key.count_ids(count)
 
     # -- the front's calls ------------------------------------------------------------------------------
     def check(self, access: Access, scope: Scope) -> KeyState | None:
@@ -452,11 +482,14 @@ class ApiKeys:
         try:
             key = self.authorise(access.scope, scope["headers"])
             if key is not None:
-                self.admit(key, scope, access, self.clock())
+                self.admit(key, scope, access)
         except Refusal as refusal:
             self.metrics.api_key_request(refusal.key, refusal.outcome)
             raise
-        self.metrics.api_key_request(key.entry.name if key else PUBLIC, "allowed")
+        if key is None:
+            self.public_allowed()
+        else:
+            key.allowed()
         return key
 
     @contextlib.contextmanager

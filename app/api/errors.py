@@ -11,7 +11,6 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import Send
 
 from app.errors import (
     FleetConflictError,
@@ -30,8 +29,6 @@ from app.errors import (
 log = logging.getLogger("idmint.api")
 
 JSON = "application/json"
-JSON_HEADERS = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
-"""The headers of every JSON answer the raw ASGI layers write (:func:`send_json`)."""
 
 
 def refusal(detail: str, retry_after: int | None = None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
@@ -43,19 +40,6 @@ def refusal(detail: str, retry_after: int | None = None) -> tuple[bytes, list[tu
         payload["retry_after"] = retry_after
         headers.append((b"retry-after", str(retry_after).encode()))
     return json.dumps(payload).encode(), headers
-
-
-async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    """Write a whole JSON answer on a raw ASGI ``send``: the one writer of the front (:mod:`app.api.front`: the body
-    limit, the API keys, the drain, the hot routes), so each answers with the same headers and length."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*JSON_HEADERS, *(headers or ()), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 CLIENT_CLOSED_REQUEST = 499

@@ -1,24 +1,36 @@
-"""The one ASGI layer in front of the FastAPI app: body limit, API keys, drain, hot routes and request metrics.
+"""The one ASGI layer in front of the FastAPI app: request framing, body rules, API keys, drain, hot routes,
+request metrics and the headers every answer carries.
 
 Every HTTP request passes here once, in this order:
 
-1. **Body limit.** A declared ``Content-Length`` over ``IDMINT_MAX_BODY_BYTES`` is answered 413 (``Connection:
-   close``) before a byte of the body is read. A body sent without a length (chunked) is counted as FastAPI reads
-   it (its ``max_body_size``), which answers 413 the same way.
-2. **Route.** A request for a hot route (:class:`HotRoute`: issuing one batch, a sequence's ``next`` and
-   ``range``) is matched from a short table by method, prefix and suffix; any other is matched against the FastAPI
-   routes (:func:`route_finder`). Either way the route's :class:`~app.api.access.Access` is the one its FastAPI
-   route declared (:func:`~app.api.access.access_of`): a hot route has a FastAPI twin of the same method and
-   template, which documents it and serves what the hot handler declines.
-3. **API keys** (when a key file is set): the route's scope and the key's quotas (:class:`~app.api.auth.ApiKeys`),
+1. **Route.** A request for a hot route (:class:`HotRoute`: issuing one batch, a sequence's ``next`` and
+   ``range``) is matched from a short table by method, prefix and suffix (:meth:`Front.hot_route`); any other is
+   matched against the FastAPI routes (:func:`route_finder`). Either way the route's :class:`~app.api.access.Access`
+   is the one its FastAPI route declared (:func:`~app.api.access.access_of`): a hot route has a FastAPI twin of the
+   same method and template, which documents it and serves the hot route's other methods (POST issue, POST next).
+2. **Framing** (:func:`framing_refusal`): an HTTP/1.1 request without ``Host`` is a 400, an HTTP version other
+   than 1.0 and 1.1 (or an ASGI server's 2 and 3) a 505, an ``Expect`` other than ``100-continue`` a 417.
+3. **Body.** A declared ``Content-Length`` over ``IDMINT_MAX_BODY_BYTES`` is a 413 before a byte of the body is
+   read. A body sent to a route that takes none (its operation documents no ``requestBody``) is refused before the
+   route acts: a 422 naming the rule, a 413 past the limit; one sent without a length (chunked) is read, counted
+   and dropped up to the limit first (an empty one passes). A body sent without a length to a route that takes one
+   is counted as FastAPI reads it (its ``max_body_size``), which answers 413. Each of these answers says
+   ``Connection: close`` (the rest of the body is not read); ``idmint serve``'s connection layer then reads and
+   drops what the client still sends for a while before closing (:mod:`app.serving`), so a client that writes its
+   whole body before reading still reads the answer.
+4. **API keys** (when a key file is set): the route's scope and the key's quotas (:class:`~app.api.auth.ApiKeys`),
    401/403/429 otherwise; a route that hands out IDs charges its parsed count to the key
    (:func:`~app.api.auth.charge_ids`); a stream is held against the key's stream cap and paced as it is sent.
-4. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
+5. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
    flight otherwise (:class:`~app.api.admin.Drain`).
-5. **Answer**: the hot handler's, written here with pre-built headers (:func:`~app.api.errors.send_json`), or the
-   FastAPI app's. Each request is counted once in ``idmint_requests_total`` and
-   ``idmint_request_duration_seconds`` under its route template (``"unmatched"`` for none), and every answer
-   carries ``X-Content-Type-Options: nosniff``.
+6. **Answer**: a hot route's from :meth:`Front.answer_hot` (steps 4 and 5, the route's handler, the count in the
+   metrics), or the FastAPI app's. ``idmint serve``'s connection layer calls the same :meth:`Front.answer_hot` for
+   a simple GET of a hot route (no body, no ``Expect``, nothing unfinished before it) and writes its
+   :data:`Reply` itself; any other request reaches this layer through ASGI. Each request is counted once in
+   ``idmint_requests_total`` and ``idmint_request_duration_seconds`` under its route template (``"unmatched"`` for
+   none). Every answer carries ``X-Content-Type-Options: nosniff``, and every answer of a route that hands out IDs
+   ``Cache-Control: no-store`` (a cache or proxy that replays one would hand the same IDs out twice): both are
+   added here and nowhere else.
 
 Every refusal written here is the JSON ``{"detail": ...}`` of :func:`~app.api.errors.refusal`, the one shape of
 every error idmint answers. The hot table exists for speed: FastAPI routing and dependency injection cost several
@@ -37,8 +49,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.access import OPEN, Access, access_of
 from app.api.admin import DRAIN_RETRY_AFTER_S, DRAINING, Drain
-from app.api.auth import ApiKeys, Refusal
-from app.api.errors import body_too_large, error_parts, refusal, send_json
+from app.api.auth import ApiKeys, KeyState, Refusal
+from app.api.errors import body_too_large, error_parts, refusal
 from app.errors import IdmintError
 
 log = logging.getLogger("idmint.api")
@@ -46,13 +58,76 @@ log = logging.getLogger("idmint.api")
 UNMATCHED = "unmatched"
 """The route label of a request that matches no route (a bounded label)."""
 INTERNAL_ERROR = b'{"detail": "internal error"}'
-NOSNIFF = (b"x-content-type-options", b"nosniff")
 
-Answer = tuple[int, bytes, list[tuple[bytes, bytes]]]
+Header = tuple[bytes, bytes]
+NOSNIFF: Header = (b"x-content-type-options", b"nosniff")
+NO_STORE: Header = (b"cache-control", b"no-store")
+CLOSE: Header = (b"connection", b"close")
+JSON_HEADERS: tuple[Header, ...] = ((b"content-type", b"application/json"), NOSNIFF)
+"""The first headers of every JSON answer this layer writes."""
+JSON_HEADERS_NO_STORE: tuple[Header, ...] = (*JSON_HEADERS, NO_STORE)
+"""The first headers of every JSON answer this layer writes for a route that hands out IDs."""
+
+HTTP_VERSIONS = frozenset({"1.0", "1.1", "2", "3"})
+"""The ``http_version`` values of a scope this layer serves: HTTP/1.0 and 1.1, and the ASGI spellings of HTTP/2 and
+HTTP/3 (an ASGI server speaking those). ``HTTP/2.0`` in an HTTP/1 request line (uvicorn's httptools parser reads it
+as ``"2.0"``) is not HTTP/2: a 505."""
+CONTINUE = b"100-continue"
+
+Answer = tuple[int, bytes, list[Header]]
 """A hot handler's answer: status, JSON body, extra headers."""
-HotHandler = Callable[[str, Scope], Awaitable[Answer | None]]
-"""``handler(param, scope)``: the answer to a request whose template parameter is ``param``, or None to let the
-FastAPI route answer it (an unknown scheme, a request with a body). Raises IdmintError for a refusal."""
+HotHandler = Callable[[str, Scope], Awaitable[Answer]]
+"""``handler(param, scope)``: the answer to a request whose template parameter is ``param``. Raises IdmintError
+for a refusal (an unknown scheme is UnknownSchemeError, a 404). ``scope`` holds at least ``method``, ``path``,
+``query_string`` and ``headers``.
+
+``idmint serve`` runs a hot handler's first steps inside the connection's read callback, not in a task, until its
+first real wait (then a task carries it on): before that wait it must not use what needs a current task
+(``asyncio.timeout``, a ``TaskGroup``); wrap such work in a task of its own (``create_task``, ``gather``,
+``shield``), as the node's mark writes and the sequences' reservations are."""
+Reply = tuple[int, tuple[Header, ...], list[Header], bytes]
+"""A whole JSON answer as this layer writes it: status, the fixed first headers (:data:`JSON_HEADERS` or
+:data:`JSON_HEADERS_NO_STORE`, constants), the extra headers, the body. Its headers in order are
+:func:`reply_headers`; ``Content-Length`` comes last."""
+
+
+def reply_headers(reply: Reply) -> list[Header]:
+    """Every header of ``reply``, in the order written: the fixed ones, the extra ones, ``content-length``."""
+    _, fixed, extra, body = reply
+    return [*fixed, *extra, (b"content-length", b"%d" % len(body))]
+
+
+async def send_reply(send: Send, reply: Reply) -> None:
+    """Write ``reply`` on a raw ASGI ``send`` (the connection layer writes the same headers itself,
+    :mod:`app.serving`)."""
+    await send({"type": "http.response.start", "status": reply[0], "headers": reply_headers(reply)})
+    await send({"type": "http.response.body", "body": reply[3]})
+
+
+def framing_refusal(version: str, host: bytes | None, expect: bytes | None) -> Answer | None:
+    """The refusal of a request by its framing, or None: an HTTP ``version`` this server does not speak (505), an
+    HTTP/1.1 request without ``host`` (400, RFC 9112 section 3.2), an ``expect`` other than ``100-continue`` (417,
+    RFC 9110 section 10.1.1: the only expectation defined). Each closes the connection."""
+    if version not in HTTP_VERSIONS:
+        body, headers = refusal(f"HTTP/{version} is not supported: this server speaks HTTP/1.1 (and HTTP/1.0)")
+        return 505, body, [*headers, CLOSE]
+    if host is None and version == "1.1":
+        body, headers = refusal("an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2)")
+        return 400, body, [*headers, CLOSE]
+    if expect is not None and expect.lower() != CONTINUE:
+        shown = expect.decode("latin-1")
+        body, headers = refusal(f"Expect must be 100-continue (the only expectation HTTP defines), got {shown!r}")
+        return 417, body, [*headers, CLOSE]
+    return None
+
+
+def takes_no_body(limit: int, size: int) -> Answer:
+    """The refusal of a ``size``-byte body sent to a route that takes none: 413 past ``limit``, else 422."""
+    if size > limit:
+        body, headers = refusal(body_too_large(limit))
+        return 413, body, [*headers, CLOSE]
+    body, headers = refusal("this route takes no request body (its parameters, if any, go in the query)")
+    return 422, body, [*headers, CLOSE]
 
 
 class HotRoute:
@@ -150,34 +225,43 @@ class Front:
             route.access = declared[(route.method, route.template)]
         self.hot = tuple(hot)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    break  # the server itself refuses a malformed length
-                if declared > self.limit:
-                    body, _ = refusal(body_too_large(self.limit))
-                    # Connection: close -- the unread body must not be taken for the next request.
-                    await self._refuse(scope, send, 413, body, [(b"connection", b"close")], start)
-                    return
-                break
-        method, path = scope["method"], scope["path"]
-        hot = param = None
+    def hot_route(self, method: str, path: str) -> tuple[HotRoute, str] | None:
+        """The hot route a request is for and its template parameter, or None."""
         for route in self.hot:
             param = route.param(method, path)
             if param is not None:
-                hot = route
-                break
-        if hot is not None:
-            template, access = hot.template, hot.access
-        else:
-            template, access = self.route_of(scope)
+                return route, param
+        return None
+
+    async def answer_hot(self, route: HotRoute, param: str, scope: Scope, start: float) -> Reply:
+        """The whole answer to a request for hot ``route`` (steps 4 to 6 of the module docstring: API keys, drain,
+        the handler, the count in the metrics since ``start``, a :func:`time.perf_counter` reading). Both transports
+        call it: this layer for a request that reached it through ASGI, the connection layer (:mod:`app.serving`)
+        for a simple GET. Never raises for a request's fault or ours (a fault of ours is a logged 500)."""
+        access = route.access
+        refused, _ = self.admit(scope, access)
+        if refused is not None:
+            return self.finish(refused, access, route.template, scope["method"], start)
+        drain = self.drain
+        counted = access.hands_out_ids
+        if counted:
+            drain.enter()
+        try:
+            answer = await route.handler(param, scope)
+        except IdmintError as exc:
+            answer = error_parts(exc)
+        except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
+            log.exception("%s %s failed", route.method, route.template)
+            answer = 500, INTERNAL_ERROR, []
+        finally:
+            if counted:
+                drain.leave()
+        return self.finish(answer, access, route.template, scope["method"], start)
+
+    def admit(self, scope: Scope, access: Access) -> tuple[Answer | None, KeyState | None]:
+        """(refusal, key): the API-key check (401/403/429, :meth:`ApiKeys.check`) and the drain (503 for a route
+        that hands out IDs while the node drains). A refusal is None when admitted; the key is None for a public
+        request or without API keys."""
         key = None
         keys = self.keys
         if keys is not None and access.scope is not None:
@@ -187,47 +271,113 @@ class Front:
                 body, headers = refusal(refused.reason, refused.retry_after)
                 if refused.status == 401:
                     headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
-                await self._refuse(scope, send, refused.status, body, headers, start, template)
-                return
+                return (refused.status, body, headers), None
+        if access.hands_out_ids and self.drain.draining:
+            body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
+            return (503, body, headers), None
+        return None, key
+
+    def finish(self, answer: Answer, access: Access, template: str, method: str, start: float) -> Reply:
+        """Count ``answer`` (one request of ``template``, since ``start``) and make it a :data:`Reply` with the
+        headers of its route (``Cache-Control: no-store`` when it hands out IDs)."""
+        status, body, extra = answer
+        self.metrics.request(template, method, status, time.perf_counter() - start)
+        return status, JSON_HEADERS_NO_STORE if access.hands_out_ids else JSON_HEADERS, extra, body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        method = scope["method"]
+        found = self.hot_route(method, scope["path"])
+        if found is not None:
+            template, access = found[0].template, found[0].access
+        else:
+            template, access = self.route_of(scope)
+        host = expect = length = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"expect":
+                expect = value
+        refused = framing_refusal(scope.get("http_version", "1.1"), host, expect)
+        if refused is None and length is not None:
+            refused = self._declared_body(length, access)
+        if refused is None and chunked and not access.takes_body:
+            refused, receive = await self._unwanted_body(receive)
+        if refused is not None:
+            await send_reply(send, self.finish(refused, access, template, method, start))
+            return
+        if found is not None:
+            await send_reply(send, await self.answer_hot(found[0], found[1], scope, start))
+            return
+        refused, key = self.admit(scope, access)
+        if refused is not None:
+            await send_reply(send, self.finish(refused, access, template, method, start))
+            return
         drain = self.drain
         if access.hands_out_ids:
-            if drain.draining:
-                body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
-                await self._refuse(scope, send, 503, body, headers, start, template)
-                return
             drain.enter()
         try:
-            if hot is not None and param is not None:
-                try:
-                    answer = await hot.handler(param, scope)
-                except IdmintError as exc:
-                    answer = error_parts(exc)
-                except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
-                    log.exception("%s %s failed", method, template)
-                    answer = 500, INTERNAL_ERROR, []
-                if answer is not None:
-                    status, body, headers = answer
-                    await send_json(send, status, body, headers)
-                    self.metrics.request(template, method, status, time.perf_counter() - start)
-                    return
-            if key is not None and access.stream:
-                assert keys is not None
+            keys = self.keys
+            if key is not None and keys is not None and access.stream:
                 with keys.streaming(key):
-                    await self._fastapi(scope, receive, keys.paced(key, send), start, template)
+                    await self._fastapi(scope, receive, keys.paced(key, send), start, template, access)
             else:
-                await self._fastapi(scope, receive, send, start, template)
+                await self._fastapi(scope, receive, send, start, template, access)
         finally:
             if access.hands_out_ids:
                 drain.leave()
 
-    async def _fastapi(self, scope: Scope, receive: Receive, send: Send, start: float, template: str) -> None:
+    def _declared_body(self, length: bytes, access: Access) -> Answer | None:
+        """The refusal of a body of declared ``length`` bytes, or None (over the limit: 413; to a route that takes
+        none: :func:`takes_no_body`)."""
+        try:
+            declared = int(length)
+        except ValueError:
+            return None  # the server itself refuses a malformed length
+        if declared > self.limit:
+            body, headers = refusal(body_too_large(self.limit))
+            return 413, body, [*headers, CLOSE]
+        if declared and not access.takes_body:
+            return takes_no_body(self.limit, declared)
+        return None
+
+    async def _unwanted_body(self, receive: Receive) -> tuple[Answer | None, Receive]:
+        """Read a body sent without a length to a route that takes none, counting and dropping it, at most up to
+        the limit: (refusal, None) when it holds a byte, else (None, a ``receive`` that gives the empty body)."""
+        size = 0
+        while True:
+            message = await receive()
+            size += len(message.get("body", b""))
+            if size > self.limit or message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        if size:
+            return takes_no_body(self.limit, size), receive
+        replay: list[Message] = [message]
+
+        async def replayed() -> Message:
+            return replay.pop() if replay else await receive()
+
+        return None, replayed
+
+    async def _fastapi(
+        self, scope: Scope, receive: Receive, send: Send, start: float, template: str, access: Access
+    ) -> None:
         status = 500
+        added = (NOSNIFF, NO_STORE) if access.hands_out_ids else (NOSNIFF,)
 
         async def counted(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", ()), NOSNIFF]  # every response: no MIME sniffing
+                message["headers"] = [*message.get("headers", ()), *added]
             await send(message)
 
         try:
@@ -237,18 +387,3 @@ class Front:
             self.metrics.request(
                 getattr(route, "path", None) or template, scope["method"], status, time.perf_counter() - start
             )
-
-    async def _refuse(
-        self,
-        scope: Scope,
-        send: Send,
-        status: int,
-        body: bytes,
-        headers: list[tuple[bytes, bytes]],
-        start: float,
-        template: str | None = None,
-    ) -> None:
-        await send_json(send, status, body, headers)
-        if template is None:
-            template, _ = self.route_of(scope)
-        self.metrics.request(template, scope["method"], status, time.perf_counter() - start)

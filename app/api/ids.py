@@ -1,8 +1,9 @@
 """Issuing routes: ``/v1/ids/{scheme}`` (JSON) and ``/v1/ids/{scheme}/stream`` (text, one ID per line).
 
 ``GET /v1/ids/{scheme}`` is a hot route: :func:`hot_issue` answers it from the front's table
-(:class:`~app.api.front.Front`) without FastAPI; the FastAPI routes here declare the contract (scope, OpenAPI docs)
-and serve POST, the stream and what the hot handler declines (an unknown scheme). Every path parses
+(:class:`~app.api.front.Front`; ``idmint serve``'s connection layer, :mod:`app.serving`, calls the same) without
+FastAPI; the FastAPI routes here declare the contract (scope, OpenAPI docs) and serve POST and the stream. Every
+path parses
 its parameters with the same per-scheme model (:mod:`app.api.params`): a query string, and for POST also a JSON
 object body with the same members.
 """
@@ -77,14 +78,12 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
 
 
 def hot_issue(node: Node, settings: Settings) -> HotHandler:
-    """The hot handler of ``GET /v1/ids/{scheme}``: the same parser (:func:`~app.api.params.parse_issue`), issuer
-    and body as :func:`issue`, without FastAPI. Declines (None) a scheme ``node`` does not issue, which the FastAPI
-    route then answers (404 naming the known schemes)."""
+    """The hot handler of ``GET /v1/ids/{scheme}``: the same issuer lookup (UnknownSchemeError, 404 naming the
+    known schemes), parser (:func:`~app.api.params.parse_issue`), issuer and body as :func:`issue`, without
+    FastAPI."""
 
-    async def answer(scheme: str, scope: Scope) -> Answer | None:
-        issuer = node.issuers.get(scheme)
-        if issuer is None:
-            return None
+    async def answer(scheme: str, scope: Scope) -> Answer:
+        issuer = node.issuer(scheme)
         request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
         charge_ids(scope, request.count)
         issued = await issuer.issue(request.count, request.options)

@@ -3,7 +3,7 @@
 ``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are hot routes
 (:func:`hot_next`, :func:`hot_range`, in the front's table, :class:`~app.api.front.Front`): they are served through
 the same service and the same query parser (:func:`sequence_query`: ``count`` and ``format``, each at most once)
-without FastAPI; anything else (POST next, a body) goes to the FastAPI routes here, which also declare the
+without FastAPI; anything else (POST next) goes to the FastAPI routes here, which also declare the
 contract.
 
 ``format=string`` answers the integers as JSON strings (``"ids": ["1", "2"]``; ``first`` and ``last`` of a
@@ -242,21 +242,11 @@ def _query(raw: bytes) -> tuple[str | None, bool]:
     return sequence_query(split_query(raw))
 
 
-def _has_body(scope: Scope) -> bool:
-    """True when the request may carry a body (then FastAPI answers it, reading the body as it should)."""
-    for name, value in scope["headers"]:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
-
-
 def hot_next(service: SequenceService) -> HotHandler:
     """The hot handler of ``GET /v1/sequences/{name}/next``: the same query reader, count parser, service and body
-    as :func:`next_ids`, without FastAPI. Declines (None) a request with a body (the FastAPI route refuses it)."""
+    as :func:`next_ids`, without FastAPI (the front refuses a body before it runs)."""
 
-    async def answer(name: str, scope: Scope) -> Answer | None:
-        if _has_body(scope):
-            return None
+    async def answer(name: str, scope: Scope) -> Answer:
         count_text, as_strings = _query(scope["query_string"])
         count = parse_count(count_text, service.max_count)
         charge_ids(scope, count)
@@ -271,9 +261,7 @@ def hot_next(service: SequenceService) -> HotHandler:
 def hot_range(service: SequenceService) -> HotHandler:
     """The hot handler of a body-less ``POST /v1/sequences/{name}/range`` (as :func:`reserve_range`)."""
 
-    async def answer(name: str, scope: Scope) -> Answer | None:
-        if _has_body(scope):
-            return None
+    async def answer(name: str, scope: Scope) -> Answer:
         count_text, as_strings = _query(scope["query_string"])
         count = parse_count(count_text, MAX_RANGE_COUNT)
         charge_ids(scope, count, within_quota=True)

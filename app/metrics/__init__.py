@@ -85,6 +85,7 @@ from app.metrics.multiprocess import (
 )
 from app.metrics.scheme import LargestRollback, SchemeMetrics
 from app.metrics.sequence import SequenceMetrics
+from app.metrics.tally import CountTally
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -203,9 +204,15 @@ class Metrics:
             for name in names:
                 for outcome in outcomes:
                     if (name, outcome) not in self._key_requests:
-                        self._key_requests[(name, outcome)] = c.api_key_requests.labels(key=name, outcome=outcome)
+                        requests = c.api_key_requests
+                        self._key_requests[(name, outcome)] = (
+                            requests.child(name, outcome)
+                            if isinstance(requests, CountTally)
+                            else requests.labels(key=name, outcome=outcome)
+                        )
                 if name not in self._key_ids:
-                    self._key_ids[name] = c.api_key_ids.labels(key=name)
+                    ids = c.api_key_ids
+                    self._key_ids[name] = ids.child(name) if isinstance(ids, CountTally) else ids.labels(key=name)
 
     def api_key_request(self, name: str, outcome: str) -> None:
         """One request checked for key ``name`` (initialised by :meth:`api_keys`) with ``outcome``."""
@@ -214,6 +221,15 @@ class Metrics:
     def api_key_ids(self, name: str, count: int) -> None:
         """``count`` IDs charged to key ``name``."""
         self._key_ids[name].inc(count)
+
+    def api_key_counter(self, name: str, outcome: str) -> Callable[[], None]:
+        """The one-request counter of key ``name`` and ``outcome`` (initialised by :meth:`api_keys`): what
+        :meth:`api_key_request` does, bound once for a caller that counts on every request."""
+        return self._key_requests[(name, outcome)].inc  # type: ignore[no-any-return]
+
+    def api_key_ids_counter(self, name: str) -> Callable[[int], None]:
+        """``count`` -> :meth:`api_key_ids` of key ``name``, bound once."""
+        return self._key_ids[name].inc  # type: ignore[no-any-return]
 
     # -- leases ----------------------------------------------------------------------------------------------
     def ledger_write_failed(self) -> None:

@@ -62,6 +62,12 @@ ISSUE_WAIT_BUCKETS_SECONDS = (
 
 
 IDS_ISSUED = ("idmint_ids_issued_total", "IDs issued, by scheme.")
+API_KEY_REQUESTS = (
+    "idmint_api_key_requests_total",
+    'Requests checked against the API keys, by key name (from the key file; "public" = served without a key, '
+    '"unknown" = refused with 401) and outcome (allowed, unauthorized, forbidden, over_quota).',
+)
+API_KEY_IDS = ("idmint_api_key_ids_total", "IDs charged to each API key's quota, by key name.")
 """Name and help of the IDs issued counter (label scheme)."""
 REQUESTS = ("idmint_requests_total", "Finished HTTP requests, by route template, method and status code.")
 """Name and help of the request counter (labels route, method, status)."""
@@ -252,19 +258,16 @@ class Collectors:
             multiprocess_mode="livemin",
             registry=r,
         )
-        self.api_key_requests = Counter(
-            "idmint_api_key_requests_total",
-            'Requests checked against the API keys, by key name (from the key file; "public" = served without '
-            'a key, "unknown" = refused with 401) and outcome (allowed, unauthorized, forbidden, over_quota).',
-            ["key", "outcome"],
-            registry=r,
-        )
-        self.api_key_ids = Counter(
-            "idmint_api_key_ids_total",
-            "IDs charged to each API key's quota, by key name.",
-            ["key"],
-            registry=r,
-        )
+        self.api_key_requests: Any
+        self.api_key_ids: Any
+        if r is None:
+            self.api_key_requests = Counter(*API_KEY_REQUESTS, ["key", "outcome"])
+            self.api_key_ids = Counter(*API_KEY_IDS, ["key"])
+        else:  # counted on every keyed request: plain numbers in a single process, as ids_issued
+            self.api_key_requests = CountTally(*API_KEY_REQUESTS, "key", "outcome")
+            self.api_key_ids = CountTally(*API_KEY_IDS, "key")
+            r.register(self.api_key_requests)
+            r.register(self.api_key_ids)
 
 
 _shared_lock = threading.Lock()

@@ -1,5 +1,6 @@
 """The metrics counted on every request, kept as plain numbers in a single process: ``idmint_requests_total`` and
-``idmint_request_duration_seconds`` (:class:`RequestTally`), ``idmint_ids_issued_total`` (:class:`CountTally`).
+``idmint_request_duration_seconds`` (:class:`RequestTally`), ``idmint_ids_issued_total``,
+``idmint_api_key_requests_total`` and ``idmint_api_key_ids_total`` (:class:`CountTally`).
 
 Every HTTP request is counted once, and every batch issued once, so these are the metrics on the hot path's every
 call. A
@@ -83,22 +84,22 @@ class Count:
 
 
 class CountTally:
-    """A prometheus-client collector of one counter family with one label: ``child(label_value)`` hands out its
-    :class:`Count` children, :meth:`collect` reports them."""
+    """A prometheus-client collector of one counter family with ``labels``: ``child(*label_values)`` hands out its
+    :class:`Count` children (one per combination of values), :meth:`collect` reports them."""
 
-    def __init__(self, name: str, documentation: str, label: str) -> None:
-        self.name, self.documentation, self.label = name, documentation, label
-        self._children: dict[str, Count] = {}
+    def __init__(self, name: str, documentation: str, *labels: str) -> None:
+        self.name, self.documentation, self.labels = name, documentation, list(labels)
+        self._children: dict[tuple[str, ...], Count] = {}
 
-    def child(self, value: str) -> Count:
-        return self._children.setdefault(value, Count())
+    def child(self, *values: str) -> Count:
+        return self._children.setdefault(values, Count())
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily
 
-        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
-        for value, count in list(self._children.items()):
-            family.add_metric([value], count.value)
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for values, count in list(self._children.items()):
+            family.add_metric(list(values), count.value)
         yield family
 
     def describe(self) -> Iterator[Any]:

@@ -1,5 +1,7 @@
 """Bounded work per request, tried as a hostile client against a real ``idmint serve``: huge bodies (declared and
-chunked), unknown JSON members, free-text decoding that must neither block the event loop nor run past its limit."""
+chunked), bodies sent to routes that take none, a client that writes its whole body before reading, requests
+without Host, of another HTTP version or with an unknown expectation, unknown JSON members, free-text decoding that
+must neither block the event loop nor run past its limit."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import re
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -184,3 +188,99 @@ def test_clients_gone_mid_body_are_499_in_one_log_line_each(server: Server) -> N
     gone = [line for line in new_lines if "went away before its request body was complete" in line]
     assert len(gone) == 30 and all(" INFO " in line for line in gone), gone[:3]
     assert len(new_lines) == 30, new_lines[:40]  # one line each: no traceback
+
+
+def test_a_50_mb_chunked_body_to_a_route_that_takes_none_is_refused_before_it_acts(server: Server) -> None:
+    # POST /v1/admin/drain takes no body: the node must not drain while (or after) one is sent to it.
+    before = rss_kib(server.pid)
+    sent = 0
+    chunk = b"A" * 65536
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/admin/drain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        try:
+            while sent < 50 * MB:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused, and the rest cut off
+        status, body = read_response(sock)
+    assert status == 413 and b"at most 2097152 bytes" in body, body
+    assert sent < 50 * MB
+    assert rss_kib(server.pid) - before < 20 * 1024
+    assert httpx.get(f"{server.url}/readyz").status_code == 200  # not drained
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "status"),
+    [
+        (b"POST /v1/admin/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", b"{}", 422),
+        (b"POST /v1/admin/drain HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n", b"", 413),
+        (
+            b"POST /v1/admin/drain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"2\r\n{}\r\n0\r\n\r\n",
+            422,
+        ),
+        (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\n", b"x", 422),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"1\r\nx\r\n0\r\n\r\n", 422),
+    ],
+    ids=["drain-length", "drain-over-the-limit", "drain-chunked", "issue-length", "health-chunked"],
+)
+def test_a_body_to_a_route_that_takes_none_is_refused(server: Server, head: bytes, body: bytes, status: int) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        got, answer = read_response(sock)
+    assert got == status, answer
+    assert b"takes no request body" in answer or b"at most 2097152 bytes" in answer
+    assert httpx.get(f"{server.url}/readyz").status_code == 200  # the drain route never acted
+
+
+def test_an_empty_body_to_a_route_that_takes_none_passes(server: Server) -> None:
+    # A chunked body that turns out empty is no body (then the route answers: an unknown sequence's 404).
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/sequences/none/range?count=1 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        )
+        status, body = read_response(sock)
+    assert status == 404 and b"none" in body, body
+
+
+@pytest.mark.parametrize("size", [3 * MB, 10 * MB])  # 10 MB: more than the kernel's buffers take at once
+@pytest.mark.parametrize("path", ["/v1/decode", "/v1/admin/drain"])
+def test_a_client_that_writes_its_whole_body_before_reading_still_reads_its_413(
+    server: Server, path: str, size: int
+) -> None:
+    # urllib sends the body whole, then reads: the server answers early, and must not reset the connection under it
+    # (closing a socket with unread bytes does: the client then sees a broken pipe, not its 413).
+    request = urllib.request.Request(
+        f"{server.url}{path}", data=b"x" * size, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 413
+    assert b"at most 2097152 bytes" in refused.value.read()
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "words"),
+    [
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400, b"Host header"),
+        (b"GET /v1/ids/wiji HTTP/1.1\r\n\r\n", 400, b"Host header"),
+        (b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505, b"HTTP/2.0 is not supported"),
+        (b"GET /v1/ids/wiji HTTP/2.0\r\nHost: x\r\n\r\n", 505, b"HTTP/2.0 is not supported"),
+        (b"GET /v1/ids/wiji HTTP/0.9\r\nHost: x\r\n\r\n", 505, b"HTTP/0.9 is not supported"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, b"200-ok"),
+        (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, b"200-ok"),
+        (b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}", 417, b"200-ok"),
+        (b"GET /v1/ids/wiji HTTP/9.9\r\nHost: x\r\n\r\n", 400, b"invalid HTTP request"),
+        (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", 400, b"invalid HTTP request"),
+    ],
+)
+def test_requests_without_host_of_another_version_or_expecting_more_are_refused(
+    server: Server, request_bytes: bytes, status: int, words: bytes
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request_bytes)
+        got, body = read_response(sock)
+    assert got == status and words in body, body
