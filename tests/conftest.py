@@ -36,6 +36,7 @@ REAL_PART_FIXTURES = frozenset(
         "idmint_server",
         "prometheus_server",
         "postgres_server",
+        "postgres_db",
     }
 )
 """Fixtures that start a real process (etcd, ``idmint serve``, Prometheus): a test using one is ``integration``."""

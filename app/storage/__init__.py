@@ -31,7 +31,8 @@ def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = Non
     """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, PostgreSQL when
     ``IDMINT_POSTGRES_URL`` is (the settings refuse both), else the embedded backend in ``IDMINT_STATE_DIR``.
     ``clock``: the node's clock (ns since the epoch; the ledger dates records with it); ``metrics``: lease
-    renewals and deadlines are counted there. Connects lazily (each store when started). Raises ConfigError for unusable settings."""
+    renewals and deadlines are counted there. Connects lazily (each store when started).
+    Raises ConfigError for unusable settings."""
     if settings.etcd_endpoints:
         from app.storage.etcd import open_etcd
 

@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("idmint.storage.postgres")
 
 # SQLSTATE (exact code, else its two-character class; None: no SQLSTATE, a failed or lost connection) -> (what
-# PostgreSQL did, our error class). The one table of PostgreSQL errors; nothing is told apart by message text.
+# PostgreSQL did, our error class). The one table of PostgreSQL errors; nothing is told apart by message text. A
+# connection that fails at start-up carries no SQLSTATE (libpq reports none): a wrong password, a missing database
+# and a refused TCP connection all map to None, and libpq's own words (appended) say which.
 ERRORS: dict[str | None, tuple[str, type[NotReadyError]]] = {
-    None: ("is unreachable", BackendUnavailableError),
+    None: ("is unreachable or refused the connection", BackendUnavailableError),
     "08": ("is unreachable (connection failed or lost)", BackendUnavailableError),
     "28": ("rejected our credentials", BackendUnavailableError),
     "3D": ("has no such database", BackendUnavailableError),
@@ -119,12 +121,16 @@ class Database:
         self.limit = self.statement_timeout + SLACK_S
         """Seconds one statement may take, as the client sees it (a connection's wait included)."""
         self._pool: AsyncConnectionPool | None = None
+        self.connect_error: psycopg.Error | None = None
+        """Why the pool's last connection attempt failed (None once one succeeds): what a statement that got no
+        connection reports (the pool itself only says it gave none in time)."""
         self._ready = False
         self._ready_lock: asyncio.Lock | None = None
         self._closed = False
 
     # -- the pool --------------------------------------------------------------------------------------------
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.connect_error = None
         ms = int(self.statement_timeout * 1000)
         await conn.execute(f"SET statement_timeout = {ms}")
         await conn.execute(f"SET idle_in_transaction_session_timeout = {max(ms, 1000)}")
@@ -134,8 +140,22 @@ class Database:
         if self._closed:
             raise BackendUnavailableError("the PostgreSQL connection pool is closed")
         if self._pool is None:
+            database = self
+
+            class Connection(psycopg.AsyncConnection[Any]):
+                """Keeps why a connection attempt failed (the pool only logs it)."""
+
+                @classmethod
+                async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+                    try:
+                        return await super().connect(*args, **kwargs)
+                    except psycopg.Error as exc:
+                        database.connect_error = exc
+                        raise
+
             self._pool = AsyncConnectionPool(
                 self._url,
+                connection_class=Connection,
                 min_size=self.size,
                 max_size=self.size,
                 kwargs={
@@ -186,7 +206,8 @@ class Database:
         try:
             conn = await pool.getconn(timeout=max(0.05, give_up - loop.time()))
         except (psycopg.Error, PoolTimeout) as exc:
-            raise map_error(exc, doing, self.where, self._secret) from None
+            why = self.connect_error if isinstance(exc, PoolTimeout) and self.connect_error is not None else exc
+            raise map_error(why, doing, self.where, self._secret) from None
         task: asyncio.Task[Any] = asyncio.ensure_future(work(conn))
         try:
             done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
