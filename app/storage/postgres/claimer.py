@@ -5,14 +5,17 @@ The lost-row rule: a row is created once per identity and never deleted, and may
 was created (by the database's clock). A row that vanished (a failover that lost commits, an operator's DELETE) may
 have had an owner who never learnt of it; that owner stops at its deadline, at most one TTL after its last
 renewal, so the row created anew is claimable only once no such owner can still issue. So rows that exist and are
-free are preferred; only when none is free are new rows created (as many as the pool's ``claims`` still need),
-and the claim answers not ready, naming when they become claimable. A fresh fleet's first start waits one TTL.
+free are preferred; only when none is free are new rows created (as many as the pool's ``claims`` still need,
+plus :data:`SPARE_ROWS`), and the claim answers not ready, naming when they become claimable. A fresh fleet's
+first start waits one TTL; every claim leaves a spare row aging in its pool, so a replica that joins later claims
+at once.
 
 Released rows that PostgreSQL could not be told of wait in :class:`Leftovers` and are freed once it answers.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -30,6 +33,10 @@ from app.storage.postgres.client import Database
 from app.storage.postgres.session import Session
 
 log = logging.getLogger("idmint.storage.postgres")
+
+SPARE_ROWS = 1
+"""Unheld rows a claim leaves in its pool (created when there are fewer, aging from then on): a replica that
+joins later finds a row older than one TTL and claims it at once, instead of making one and waiting."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,8 @@ class Claimer:
         self.claims: set[PostgresClaim] = set()
         self.held_before: dict[str, list[int]] = {}
         """Pool key -> identities this process claimed there, oldest first (re-claims prefer the newest)."""
+        self.made: dict[str, set[int]] = {}
+        """Pool key -> rows this process created and waits for (the lost-row rule), until claimed or taken."""
 
     async def read(self, pool: IdentityPool) -> dict[int, Row]:
         """The pool's rows in ``minimum..maximum`` (or its static identity). Raises NotReadyError."""
@@ -161,7 +170,10 @@ class Claimer:
             if identity in before:
                 before.remove(identity)
             before.append(identity)
+            self.made.get(pool.key_prefix, set()).discard(identity)
             claim.on_lost(self.on_lost)
+            if not any(not r.held and not r.revoking for i, r in rows.items() if i != identity and i not in exclude):
+                await self._spare(pool, rows, exclude | {identity})
             log.info(
                 "postgres: claimed %s %s %d (row %s, generation %d, lease %s, high-water mark %d)",
                 pool.scheme,
@@ -176,19 +188,36 @@ class Claimer:
         await self._make_rows(pool, rows, exclude)
         raise AssertionError("unreachable")
 
+    async def _spare(self, pool: IdentityPool, rows: dict[int, Row], exclude: frozenset[int]) -> None:
+        """Create :data:`SPARE_ROWS` rows (none when the pool has no identity without one). Never raises: a spare
+        is a convenience."""
+        new = list(itertools.islice(draw(pool, rows, exclude=exclude), SPARE_ROWS))
+        if not new:
+            return
+        try:
+            await self.db.run(
+                f"creating spare {pool.scheme} rows",
+                self.db.sql.create_rows,
+                {"pool": pool.key_prefix, "identities": new},
+            )
+        except NotReadyError as exc:
+            log.info("postgres: no spare %s row created now: %s", pool.scheme, exc.reason)
+
     async def _make_rows(self, pool: IdentityPool, rows: dict[int, Row], exclude: frozenset[int]) -> None:
-        """No row could be claimed: wait for rows the lost-row rule holds back, or create new ones. Always raises:
+        """No row could be claimed: wait for the rows this process made that the lost-row rule still holds back,
+        or make new ones (the pool's ``claims`` plus :data:`SPARE_ROWS`, less those waiting). Always raises:
         NotReadyError (naming when a row becomes claimable), PoolExhaustedError (every identity held)."""
+        made = self.made.setdefault(pool.key_prefix, set())
         waiting = sorted(
-            (row.wait_s, i) for i, row in rows.items() if not row.held and not row.revoking and i not in exclude
+            (rows[i].wait_s, i)
+            for i in made
+            if i in rows and not rows[i].held and not rows[i].revoking and i not in exclude
         )
-        needed = max(1, pool.claims - len(waiting))
+        made.intersection_update(i for _, i in waiting)  # those taken by others meanwhile are not awaited
         new: list[int] = []
         if len(waiting) < pool.claims:
-            for identity in draw(pool, rows, exclude=exclude):
-                new.append(identity)
-                if len(new) >= needed:
-                    break
+            needed = pool.claims + SPARE_ROWS - len(waiting)
+            new = list(itertools.islice(draw(pool, rows, exclude=exclude), needed))
         if new:
             await self.db.run(
                 f"creating {pool.scheme} rows",
@@ -203,11 +232,15 @@ class Claimer:
                 ", ".join(map(str, new)),
                 self.ttl,
             )
+            made.update(new)
             raise NotReadyError(
                 f"{pool.scheme}: {pool.kind} {', '.join(map(str, new))} had no row in PostgreSQL; created now, "
                 f"claimable in {self.ttl} s (one lease TTL: a row lost in a failover may have had an owner)",
                 retry_after=self.ttl,
             )
+        waiting = waiting or sorted(  # none of ours: rows others made, when the pool has no identity left
+            (row.wait_s, i) for i, row in rows.items() if not row.held and not row.revoking and i not in exclude
+        )
         if waiting:
             wait_s, identity = waiting[0]
             raise NotReadyError(

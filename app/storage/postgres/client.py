@@ -211,24 +211,25 @@ class Database:
         task: asyncio.Task[Any] = asyncio.ensure_future(work(conn))
         try:
             done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
-            if task not in done:
-                raise TimeoutError
+        except asyncio.CancelledError:  # we are being cancelled: do not leave the statement waiting on the server
+            await _abandon(task, conn)
+            await pool.putconn(conn)
+            raise
+        if task not in done:
+            # No answer in time: close the connection under the statement so that psycopg does not wait on a
+            # server that cannot answer (its own cancellation would); the pool replaces it.
+            await _abandon(task, conn)
+            await pool.putconn(conn)
+            raise BackendUnavailableError(f"PostgreSQL at {self.where} did not answer in time (while {doing})")
+        await pool.putconn(conn)
+        try:
             return task.result()
         except psycopg.Error as exc:
             raise map_error(exc, doing, self.where, self._secret) from None
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            # No answer in time (or we are being cancelled): close the connection under the statement so that
-            # psycopg does not wait on a server that cannot answer; the pool replaces it.
-            task.cancel()
-            conn.pgconn.finish()
-            await asyncio.gather(task, return_exceptions=True)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
+        except asyncio.CancelledError:  # the statement itself was cancelled, not us
             raise BackendUnavailableError(
-                f"PostgreSQL at {self.where} did not answer in time (while {doing})"
+                f"PostgreSQL at {self.where}: the statement was cancelled (while {doing})"
             ) from None
-        finally:
-            await pool.putconn(conn)
 
     async def ready(self) -> None:
         """Make sure the tables exist at :data:`~app.storage.postgres.sql.SCHEMA_VERSION` (creating them when
@@ -264,6 +265,13 @@ class Database:
         async with conn.transaction():
             await conn.execute(self.sql.ddl_lock, {"schema": self.schema})
             await conn.execute(self.sql.ddl)
+
+
+async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) -> None:
+    """Cancel ``task`` and close ``conn`` under it at once (psycopg then raises without asking the server)."""
+    task.cancel()
+    conn.pgconn.finish()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 async def _fetch(
