@@ -22,7 +22,8 @@ BACKENDS = ("etcd", "postgres")
 @dataclass
 class Store:
     """The backend a test's replicas share: ``name`` ("etcd" or "postgres"), ``settings`` (its IDMINT_* values),
-    and the server's ``stop``, ``start``, ``pause`` and ``resume``."""
+    the server's ``stop``, ``start``, ``pause`` and ``resume``, and ``held()``: the claims held now, each named as
+    its etcd key without the namespace (``pool/0:17``, ``idmint/hlc-ulid/3``), read from the store itself."""
 
     name: str
     settings: dict[str, str]
@@ -30,6 +31,7 @@ class Store:
     start: Callable[[], None]
     pause: Callable[[], None]
     resume: Callable[[], None]
+    held: Callable[[], list[str]]
 
     def env(self, **extra: str) -> dict[str, str]:
         """A replica's environment on this store (short lease, a SIQ domain), with ``extra`` on top."""
@@ -48,11 +50,26 @@ def store_for(request: pytest.FixtureRequest, name: str) -> Store:
         server = request.getfixturevalue("etcd_server")
         namespace = request.getfixturevalue("etcd_namespace")
         settings = {"IDMINT_ETCD_ENDPOINTS": server.endpoint, "IDMINT_ETCD_NAMESPACE": namespace}
-        return Store(name, settings, server.stop, server.start, server.pause, server.resume)
+
+        def keys() -> list[str]:
+            found = server.etcdctl("get", namespace, "--prefix", "--keys-only").split()
+            held = (k[len(namespace) :] for k in found)
+            return [k for k in held if not k.startswith(("idmint/marks/", "idmint/ledger/", "idmint/fleet"))]
+
+        return Store(name, settings, server.stop, server.start, server.pause, server.resume, keys)
     server = request.getfixturevalue("postgres_server")
     url = request.getfixturevalue("postgres_db")
     settings = {"IDMINT_POSTGRES_URL": url, "IDMINT_POSTGRES_STATEMENT_TIMEOUT": "1"}
-    return Store(name, settings, server.stop, server.start, server.pause, server.resume)
+
+    def rows() -> list[str]:
+        found = server.execute(
+            "SELECT c.pool_key || c.identity FROM idmint.claims c JOIN idmint.leases l USING (lease_id) "
+            "WHERE l.expires_at > clock_timestamp()",
+            url.rsplit("/", 1)[1],
+        )
+        return [str(r[0]) for r in found]
+
+    return Store(name, settings, server.stop, server.start, server.pause, server.resume, rows)
 
 
 @pytest.fixture(params=BACKENDS)
