@@ -203,8 +203,15 @@ class Database:
         pool = await self.open()
         loop = asyncio.get_running_loop()
         give_up = loop.time() + (limit or self.limit)
+        # The pool's wait is never cancelled: on Python 3.11 its asyncio.wait_for loses a cancellation that meets a
+        # connection handed over at the same moment, and the cancelled task would run on. It is shielded, and a
+        # connection it gets after we were cancelled goes back to the pool.
+        getting = asyncio.ensure_future(pool.getconn(timeout=max(0.05, give_up - loop.time())))
         try:
-            conn = await pool.getconn(timeout=max(0.05, give_up - loop.time()))
+            conn = await asyncio.shield(getting)
+        except asyncio.CancelledError:
+            getting.add_done_callback(lambda got: _give_back(pool, got))
+            raise
         except (psycopg.Error, PoolTimeout) as exc:
             why = self.connect_error if isinstance(exc, PoolTimeout) and self.connect_error is not None else exc
             raise map_error(why, doing, self.where, self._secret) from None
@@ -265,6 +272,12 @@ class Database:
         async with conn.transaction():
             await conn.execute(self.sql.ddl_lock, {"schema": self.schema})
             await conn.execute(self.sql.ddl)
+
+
+def _give_back(pool: AsyncConnectionPool, got: asyncio.Future[Any]) -> None:
+    """Return the connection ``got`` brought (if any) to ``pool``: its asker was cancelled meanwhile."""
+    if not got.cancelled() and got.exception() is None:
+        asyncio.ensure_future(pool.putconn(got.result()))
 
 
 async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) -> None:

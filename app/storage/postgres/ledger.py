@@ -87,14 +87,16 @@ class PostgresLedgerStore(LedgerStore):
             raise NotReadyError(f"PostgreSQL meta row {SINCE_KEY} holds no time: {exc}") from exc
 
     async def owner_alive(self, record: ClaimRecord) -> tuple[bool | None, int | None]:
-        """Whether the record's lease row is alive, and when it expires (ns, on the node's clock)."""
+        """Whether the record's lease row is alive, and when it expires (ns, on the node's clock: the time left,
+        measured by the database, added to our clock read before asking, so it is never later than the expiry)."""
         lease_id = lease_of(record.lease or "")
         if lease_id is None:
             return None, None
+        asked_ns = self.clock()  # before the question: the database measured the time left after it (never later)
         try:
             rows = await self.db.run("looking up an owner's lease", self.db.sql.lease_left, {"lease": lease_id})
         except NotReadyError:
             return None, None
         if rows and rows[0][0] > 0:
-            return True, self.clock() + int(rows[0][0] * NS_IN_S)
+            return True, asked_ns + int(rows[0][0] * NS_IN_S)
         return False, None
