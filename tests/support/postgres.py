@@ -171,12 +171,14 @@ def _ready(server: PostgresServer) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
+def start_postgres(directory: Path | None = None, *settings: str) -> PostgresServer:
+    """A fresh cluster in ``directory`` (default: a new temporary one), started on a free loopback port, ready,
+    with the password-only role :data:`PASSWORD_ROLE`; ``settings`` are extra ``name=value`` server settings.
+    Stop it with :meth:`PostgresServer.stop` (the directory stays: remove it when done)."""
     binaries = find_postgres_bin()
     run_as = RUN_AS if os.geteuid() == 0 else None
     user = run_as or pwd.getpwuid(os.geteuid()).pw_name
-    directory = Path(tempfile.mkdtemp(prefix="idmint-pg-"))
+    directory = directory or Path(tempfile.mkdtemp(prefix="idmint-pg-"))
     if run_as:
         entry = pwd.getpwnam(run_as)
         os.chown(directory, entry.pw_uid, entry.pw_gid)
@@ -189,34 +191,29 @@ def postgres_server() -> Iterator[PostgresServer]:
     hba = data / "pg_hba.conf"
     hba.write_text(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
     port = free_port()
-    command = _as_user(
-        [
-            str(binaries / "postgres"),
-            "-D",
-            str(data),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-k",
-            str(directory),
-            "-c",
-            "fsync=off",
-            "-c",
-            "max_connections=200",
-        ],
-        run_as,
-    )
-    server = PostgresServer(None, port, user, directory, command, run_as)
+    command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(directory)]
+    for setting in ("fsync=off", "max_connections=200", *settings):
+        command += ["-c", setting]
+    server = PostgresServer(None, port, user, directory, _as_user(command, run_as), run_as)
     server._launch()
     try:
         server.wait_ready()
         server.execute(f"CREATE ROLE {PASSWORD_ROLE} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = start_postgres()
+    try:
         yield server
     finally:
         server.stop()
         with contextlib.suppress(OSError):
-            shutil.rmtree(directory)
+            shutil.rmtree(server.directory)
 
 
 @pytest.fixture
