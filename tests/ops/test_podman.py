@@ -533,6 +533,7 @@ def test_compose_on_postgres_brings_up_three_replicas_that_never_repeat_an_id(
 
     def logs() -> str:
         done = compose("logs", timeout=60)
+        Path("/tmp/idmint-pg-compose.log").write_text(done.stdout + done.stderr)
         return (done.stdout + done.stderr)[-6000:]
 
     with httpx.Client(timeout=10) as client:
@@ -556,7 +557,7 @@ def test_compose_on_postgres_brings_up_three_replicas_that_never_repeat_an_id(
             seen: list[str] = []
             for port in COMPOSE_REPLICAS.values():
                 response = client.get(f"http://127.0.0.1:{port}/v1/ids/{name}", params={"count": 1000})
-                assert response.status_code == 200, response.text
+                assert response.status_code == 200, (port, response.text, logs())
                 seen += response.json()["ids"]
             assert len(set(seen)) == len(seen) == 3000, name
         assert "postgresql://idmint:" not in logs()  # the URL carries no password, and none is printed

@@ -161,12 +161,13 @@ class PostgresBackend(LeaseBackend):
         self._outcome(session, "ok", None)
         return session
 
-    def _snapshot(self, session: Session, sent_at: float, held: Held) -> None:
-        """A renewal's claim rows: every claim on ``session`` confirmed before it was sent and not among them is
-        lost (pushed through its loss callbacks)."""
-        for claim in list(self._claimer.claims):
-            if claim.session is session:
-                claim.check(sent_at, held)
+    async def _snapshot(self, session: Session, sent_at: float, held: Held) -> None:
+        """A renewal's claim rows: every claim on ``session`` confirmed before it was sent and not among them (or
+        being revoked) is lost, pushed through its loss callbacks, once its own row confirms it."""
+        suspects = [(c, c.suspect(sent_at, held)) for c in list(self._claimer.claims) if c.session is session]
+        for claim, reason in suspects:
+            if reason is not None:
+                await claim.confirm_loss(reason)
 
     def _outcome(self, session: Session, outcome: str, error: NotReadyError | None) -> None:
         """Called by the session after each renewal: health, reason, metrics, logs."""

@@ -113,17 +113,24 @@ class PostgresClaim(Claim):
             for callback in callbacks:
                 callback(self, reason)
 
-    def check(self, sent_at: float, held: dict[tuple[str, int], tuple[int, bool]]) -> None:
-        """Judge this claim by a renewal's snapshot ``held`` (sent at ``sent_at``): lost when its row is not on the
-        lease at its generation, revoked when a revoke is pending. A claim confirmed after the renewal was sent is
-        not judged by it (the snapshot may predate the claim)."""
+    def suspect(self, sent_at: float, held: dict[tuple[str, int], tuple[int, bool]]) -> str | None:
+        """Judge this claim by a renewal's snapshot ``held`` (sent at ``sent_at``): None while it holds there, else
+        why not (a revoke pending, or the row not on the lease at its generation). A claim confirmed after the
+        renewal was sent is not judged by it (the snapshot may predate the claim)."""
         if self.lost or self.confirmed_at >= sent_at:
-            return
+            return None
         found = held.get((self.pool_key, self.identity))
         if found is None or found[0] != self.generation:
-            self.set_lost(ROW_GONE)
-        elif found[1]:
-            self.set_lost(REVOKED_REASON)
+            return ROW_GONE
+        return REVOKED_REASON if found[1] else None
+
+    async def confirm_loss(self, reason: str) -> None:
+        """Read the row itself once before acting on a renewal's word that it is gone (the row decides: another
+        lease or generation, a revoke, or no row at all make the claim lost; so does a failed read: fail closed)."""
+        if reason == ROW_GONE:
+            reason = await self._why_refused(keep=True)
+        if reason:
+            self.set_lost(reason)
 
     def _params(self, **more: int) -> dict[str, int | str]:
         return {
@@ -134,14 +141,19 @@ class PostgresClaim(Claim):
             **more,
         }
 
-    async def _why_refused(self) -> str:
-        """Why a guarded write found no row: read the row once (a revoke, another holder, or gone)."""
+    async def _why_refused(self, keep: bool = False) -> str:
+        """Why a guarded write found no row: read the row once (a revoke, another holder, or gone). ``keep``: ""
+        when the row is still ours (lease, generation, no revoke)."""
         try:
             rows = await self._db.run(f"reading {self.key}", self._db.sql.row_of, self._params())
         except NotReadyError:
             return ROW_GONE
-        if rows and rows[0][0] == self.lease_id and rows[0][1] == self.generation and rows[0][2]:
+        ours = bool(rows) and rows[0][0] == self.lease_id and rows[0][1] == self.generation
+        if ours and rows[0][2]:
             return REVOKED_REASON
+        if ours and keep:
+            log.warning("postgres: %s is still ours though a renewal did not list it; kept", self.key)
+            return ""
         return ROW_GONE
 
     async def record_mark(self, mark: int) -> None:

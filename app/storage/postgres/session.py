@@ -22,7 +22,7 @@ import json
 import logging
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
@@ -43,8 +43,8 @@ Held = dict[tuple[str, int], tuple[int, bool]]
 """A renewal's snapshot of the claim rows on the lease: (pool key, identity) -> (generation, revoke pending)."""
 Outcome = Callable[["Session", str, "NotReadyError | None"], None]
 """Called after every renewal attempt: (session, "ok" | "late" | "failed" | "lost", the error or None)."""
-Snapshot = Callable[["Session", float, Held], None]
-"""Called after every renewal that found the lease: (session, the renewal's send time, the claim rows on it)."""
+Snapshot = Callable[["Session", float, Held], Awaitable[None]]
+"""Awaited after every renewal that found the lease: (session, the renewal's send time, the claim rows on it)."""
 DoneCallback = Callable[[str], None]
 """Called once when the lease is lost, with the reason."""
 
@@ -157,7 +157,7 @@ class Session:
         held: Held = {(str(r[0]), int(r[1])): (int(r[2]), bool(r[3])) for r in rows if r[0] is not None}
         # The claims first: one no longer on the lease is lost before the deadline moves.
         if self._on_snapshot is not None:
-            self._on_snapshot(self, sent_at, held)
+            await self._on_snapshot(self, sent_at, held)
         late = sent_at - self.last_sent > self.interval * LATE_FACTOR
         self.last_sent = sent_at
         self.deadline = max(self.deadline, sent_at + self.ttl - self.margin)
