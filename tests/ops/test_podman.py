@@ -512,7 +512,7 @@ def postgres_compose_stack(
             build_postgres_image(podman, base_image, postgres_tag, tmp_path / "postgres-image")
             up = compose("up", "-d", "postgres", *COMPOSE_REPLICAS)
             assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
-            yield {"compose": compose, "project": project}
+            yield {"compose": compose, "project": project, "log": tmp_path / "compose.log"}
         finally:
             label = f"label=io.podman.compose.project={project}"
             down = compose("down", "-v", "-t", str(GRACE_S))
@@ -533,7 +533,7 @@ def test_compose_on_postgres_brings_up_three_replicas_that_never_repeat_an_id(
 
     def logs() -> str:
         done = compose("logs", timeout=60)
-        Path("/tmp/idmint-pg-compose.log").write_text(done.stdout + done.stderr)
+        postgres_compose_stack["log"].write_text(done.stdout + done.stderr)  # whole, beside the test's tmp_path
         return (done.stdout + done.stderr)[-6000:]
 
     with httpx.Client(timeout=10) as client:
