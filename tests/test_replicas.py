@@ -326,7 +326,7 @@ def test_storage_down_11_s_fails_leased_schemes_closed_in_time_while_sequences_a
                     assert answer.status_code == 200, answer.text  # from the range it holds, in memory
                     served += 1
                 time.sleep(0.2)
-            assert served >= 10
+            assert served >= len(nodes)  # every node answered next from memory, the whole outage long
         finally:
             (store.start if outage == "stopped" else store.resume)()
         back = time.monotonic()

@@ -463,6 +463,8 @@ POSTGRES_COMPOSE_FILE = REPO / "docker-compose.postgres.yml"
 POSTGRES_COMPOSE_OVERRIDE = REPO / "tests" / "ops" / "compose.postgres.podman.yml"
 POSTGRES_IMAGE_FILES = REPO / "tests" / "ops" / "postgres-image"
 POSTGRES_PORT = 5432  # docker-compose.postgres.yml's (listening on 127.0.0.1 with the override)
+PORTS_WAIT_S = 120.0
+"""A guard, not a budget: sockets the previous stack closed (TIME_WAIT, 60 s) keep its ports from binding."""
 
 
 def build_postgres_image(podman: Podman, base_image: str, tag: str, workdir: Path) -> None:
@@ -505,9 +507,12 @@ def postgres_compose_stack(
 
     with open(podman.root / "compose.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one compose stack at a time on this machine (its ports are fixed)
-        busy = [port for port in (POSTGRES_PORT, *COMPOSE_REPLICAS.values()) if not port_free(port)]
-        if busy:
-            pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
+        # The etcd stack's replicas held the same ports a moment ago: wait out their closing connections.
+        deadline = time.monotonic() + PORTS_WAIT_S
+        while busy := [port for port in (POSTGRES_PORT, *COMPOSE_REPLICAS.values()) if not port_free(port)]:
+            if time.monotonic() > deadline:
+                pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
+            time.sleep(0.5)
         try:
             build_postgres_image(podman, base_image, postgres_tag, tmp_path / "postgres-image")
             up = compose("up", "-d", "postgres", *COMPOSE_REPLICAS)
