@@ -5,9 +5,9 @@ Bounds: the pool keeps ``IDMINT_POSTGRES_POOL_SIZE`` connections (default 1, so 
 default ``max_connections`` of 100), each opened within ``IDMINT_POSTGRES_CONNECT_TIMEOUT`` and configured with
 ``statement_timeout`` = ``IDMINT_POSTGRES_STATEMENT_TIMEOUT`` (the server cancels a statement that runs longer). A
 server that does not answer at all (stalled: SIGSTOP, a dead network) is met by a client-side limit as well: a
-statement whose answer has not come within the limit has its connection closed under it (the pool replaces it)
-and raises BackendUnavailableError at once; psycopg's own cancellation, which asks the server to cancel and then
-waits for it, is never left to wait on a server that cannot answer.
+statement whose answer has not come within the limit has its connection's socket shut down under it (the pool
+replaces the connection) and raises BackendUnavailableError at once; psycopg's own cancellation, which asks the
+server to cancel and then waits for it, is never left to wait on a server that cannot answer.
 
 The URL is a secret: it is parsed once (:func:`describe`), and only ``postgresql://user@host:port/dbname`` (no
 password, no options) is ever shown, in logs, ``/readyz``, ``/v1/schemes``, ``/v1/fleet`` or errors; error texts
@@ -20,8 +20,10 @@ replicas starting together do not race; a database whose tables are newer than t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import socket
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +61,8 @@ ERRORS: dict[str | None, tuple[str, type[NotReadyError]]] = {
 FALLBACK = ("failed", BackendUnavailableError)
 POOL_CLOSE_TIMEOUT_S = 1.0
 """Seconds :meth:`Database.close` waits for the pool's background workers."""
+ABANDON_WAIT_S = 1.0
+"""Seconds a statement whose socket was shut down under it gets to fail by itself."""
 SLACK_S = 0.5
 """The client-side limit of a statement: the server's statement_timeout plus this (answers in flight)."""
 
@@ -223,8 +227,8 @@ class Database:
             await pool.putconn(conn)
             raise
         if task not in done:
-            # No answer in time: close the connection under the statement so that psycopg does not wait on a
-            # server that cannot answer (its own cancellation would); the pool replaces it.
+            # No answer in time: end the statement under psycopg (its own cancellation would wait on a server that
+            # cannot answer); the pool replaces the connection.
             await _abandon(task, conn)
             await pool.putconn(conn)
             raise BackendUnavailableError(f"PostgreSQL at {self.where} did not answer in time (while {doing})")
@@ -281,10 +285,20 @@ def _give_back(pool: AsyncConnectionPool, got: asyncio.Future[Any]) -> None:
 
 
 async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) -> None:
-    """Cancel ``task`` and close ``conn`` under it at once (psycopg then raises without asking the server)."""
-    task.cancel()
-    conn.pgconn.finish()
-    await asyncio.gather(task, return_exceptions=True)
+    """End ``task``'s statement on ``conn`` at once: shut the connection's socket down under it (reads then see the
+    end of the stream, and psycopg fails the statement by itself), then wait for the task. The socket is not closed
+    here (psycopg and the pool close the connection later, when nothing uses it): closing it under a running
+    statement could hand its file descriptor to another socket while psycopg still waits on it."""
+    with contextlib.suppress(OSError, psycopg.Error):
+        sock = socket.socket(fileno=conn.pgconn.socket)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+    done, _ = await asyncio.wait({task}, timeout=ABANDON_WAIT_S)
+    if not done:  # not woken by the shutdown: psycopg's own cancellation (bounded by its timeouts)
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)  # its error (the statement we gave up) is ours to drop
 
 
 async def _fetch(
