@@ -8,6 +8,7 @@
 #   IDMINT_HOST / IDMINT_PORT   bind address and port (image default 0.0.0.0:8000)
 #   IDMINT_WORKERS              uvicorn worker processes (image default 1; >1 switches Prometheus multiprocess mode)
 #   IDMINT_ETCD_ENDPOINTS       comma-separated etcd URLs; unset = embedded backend in IDMINT_STATE_DIR (one host)
+#   IDMINT_POSTGRES_URL         PostgreSQL instead of etcd (a libpq URI; a secret: never printed; docs/storage.md)
 #   IDMINT_ETCD_NAMESPACE, IDMINT_LEASE_TTL, IDMINT_LEASE_SAFETY_MARGIN, IDMINT_CLUSTER_ID
 #   IDMINT_ETCD_USER / IDMINT_ETCD_PASSWORD, IDMINT_ETCD_CA_CERT / _CERT_CERT / _CERT_KEY   etcd auth and TLS
 #   IDMINT_EIGHT_BYTE_GENERATORS  generator IDs per replica (each caps at 64 IDs/ms)

@@ -1,5 +1,6 @@
 """The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
-``range``, ``show``) and ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node)."""
+``range``, ``show``), ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node) and
+``storage sql`` (the PostgreSQL backend's DDL)."""
 
 from __future__ import annotations
 
@@ -321,6 +322,22 @@ def admin_revoke(ctx: click.Context, scheme: str, identity: str) -> None:
 
     path = f"/v1/admin/claims/{quote(scheme, safe='')}/{quote(identity, safe='')}/revoke"
     click.echo(json.dumps(_admin_call(ctx, "POST", path), indent=2))
+
+
+@main.group()
+def storage() -> None:
+    """The storage backend's set-up."""
+
+
+@storage.command("sql")
+@click.option("--schema", help="The schema the tables go in (default: IDMINT_POSTGRES_SCHEMA, else idmint).")
+def storage_sql(schema: str | None) -> None:
+    """Print the SQL that creates the PostgreSQL backend's tables (idempotent: IF NOT EXISTS), for review; idmint
+    runs the same at start when they are absent, so a database user without CREATE rights needs it applied first."""
+    from app.storage import postgres_ddl
+
+    settings = _settings(postgres_schema=schema)
+    click.echo(postgres_ddl(settings.postgres_schema), nl=False)
 
 
 @main.group()

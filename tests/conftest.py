@@ -15,7 +15,13 @@ from hypothesis import settings
 settings.register_profile("idmint", deadline=None)
 settings.load_profile("idmint")
 
-pytest_plugins = ["tests.support.etcd", "tests.support.prometheus", "tests.support.podman", "tests.support.postgres"]
+pytest_plugins = [
+    "tests.support.etcd",
+    "tests.support.prometheus",
+    "tests.support.podman",
+    "tests.support.postgres",
+    "tests.support.storage",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +42,8 @@ REAL_PART_FIXTURES = frozenset(
         "idmint_server",
         "prometheus_server",
         "postgres_server",
+        "postgres_db",
+        "store",
     }
 )
 """Fixtures that start a real process (etcd, ``idmint serve``, Prometheus): a test using one is ``integration``."""

@@ -1,6 +1,6 @@
-"""Admin routes on real replicas and a real etcd (issue 21): drain under load, revoke under load.
+"""Admin routes on real replicas and a real etcd or PostgreSQL (issue 21): drain under load, revoke under load.
 
-Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd, short lease TTL.
+Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd or PostgreSQL, short lease TTL.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 from tests.support.server import Server
+from tests.support.storage import TTL_S, Store
 from tests.test_ledger_replicas import until
-from tests.test_replicas import TTL_S, etcd_env, identities, replicas
+from tests.test_replicas import identities, replicas
 
-pytestmark = pytest.mark.integration  # real replicas and etcd
+pytestmark = pytest.mark.integration  # real replicas and etcd or PostgreSQL (the store fixture: once per backend)
 
 
 class Load:
@@ -56,10 +57,6 @@ class Load:
         until(lambda: len(self.answers) >= n, 20, f"{n} answers from {self.replica.url}")
 
 
-def claim_keys(etcd_server, namespace: str) -> str:  # noqa: ANN001
-    return etcd_server.etcdctl("get", namespace, "--prefix", "--keys-only")
-
-
 def stream(replica: Server, scheme: str, count: int, out: list[Any], begun: threading.Event) -> Callable[[], None]:
     """A stream of ``count`` IDs; ``begun`` is set once its response began (it is in flight)."""
 
@@ -73,9 +70,9 @@ def stream(replica: Server, scheme: str, count: int, out: list[Any], begun: thre
 
 
 def test_drain_under_load_finishes_in_flight_releases_at_once_and_leaves_others_alone(
-    tmp_path: Path, etcd_server, etcd_namespace: str
+    tmp_path: Path, store: Store
 ) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+    env = store.env()
     with replicas(tmp_path, 3, env) as (drained, other, third):
         mine = identities(drained)
         streams: list[Any] = []
@@ -93,7 +90,7 @@ def test_drain_under_load_finishes_in_flight_releases_at_once_and_leaves_others_
             body = r.json()
             for t in runners:
                 t.join()
-            keys_after = claim_keys(etcd_server, etcd_namespace)
+            held_keys = store.held()
             refused = drained.get("/v1/ids/eight-byte")
             ready = drained.get("/readyz")
             load_third.wait_answers(len(load_third.answers) + 5)
@@ -102,8 +99,7 @@ def test_drain_under_load_finishes_in_flight_releases_at_once_and_leaves_others_
         last_done = max(s[2] for s in streams)
         assert answered - max(last_done, asked) < 1.0, (answered - asked, body)
         assert {c["scheme"] for c in body["released"]} >= {"eight-byte", "snowflake", "siq", "muid", "hlc-ulid"}
-        # Its claims are gone from etcd the moment drain answers; it refuses new requests and says it drains.
-        held_keys = [line for line in keys_after.splitlines() if "/marks/" not in line and "/ledger/" not in line]
+        # Its claims are gone from the store the moment drain answers; it refuses new requests and says it drains.
         for c in body["released"]:
             if c["scheme"] == "eight-byte":
                 assert not [k for k in held_keys if k.endswith(f"pool/0:{c['identity']}")], held_keys
@@ -120,10 +116,8 @@ def test_drain_under_load_finishes_in_flight_releases_at_once_and_leaves_others_
         assert len(every) == len(set(every))
 
 
-def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(
-    tmp_path: Path, etcd_server, etcd_namespace: str
-) -> None:
-    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
+def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(tmp_path: Path, store: Store) -> None:
+    env = store.env(IDMINT_EIGHT_BYTE_POOL="0-1")
     with replicas(tmp_path, 2, env) as (owner, peer):
         waiting = Server(tmp_path, env)  # the pool is full: it waits for an eight-byte generator ID
         try:

@@ -1,6 +1,7 @@
-"""The claim ledger across real replicas on a real etcd: every ID decodes to the process that issued it (issue 21).
+"""The claim ledger across real replicas on a real etcd or PostgreSQL: every ID decodes to the process that issued
+it (issue 21).
 
-Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd, short lease TTL.
+Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd or PostgreSQL, short lease TTL.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from app.schemes import get_scheme
 from app.schemes.eight_byte import pack
 from tests.helpers import CLAIMING
 from tests.support.server import Server
-from tests.test_replicas import TTL_S, etcd_env, identities, replicas
+from tests.support.storage import TTL_S, Store
+from tests.test_replicas import identities, replicas
 
-pytestmark = pytest.mark.integration  # real replicas and etcd
+pytestmark = pytest.mark.integration  # real replicas and etcd or PostgreSQL (the store fixture: once per backend)
 
 IDS_PER_SCHEME = 40
 
@@ -62,10 +64,8 @@ def pids_of(replica: Server, scheme: str, texts: list[str]) -> list[int | None]:
     return out
 
 
-def test_every_id_decodes_to_the_replica_that_issued_it_through_a_sigkill(
-    tmp_path: Path, etcd_server, etcd_namespace: str
-) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+def test_every_id_decodes_to_the_replica_that_issued_it_through_a_sigkill(tmp_path: Path, store: Store) -> None:
+    env = store.env()
     with replicas(tmp_path, 3, env) as nodes:
         issued: list[tuple[int, dict[str, list[str]]]] = [(r.pid, issue(r)) for r in nodes]
         dead = nodes[0]
@@ -105,8 +105,8 @@ def test_every_id_decodes_to_the_replica_that_issued_it_through_a_sigkill(
             heir.stop()
 
 
-def test_ids_no_claim_covers_are_flagged_with_their_reason(tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
-    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-9")
+def test_ids_no_claim_covers_are_flagged_with_their_reason(tmp_path: Path, store: Store) -> None:
+    env = store.env(IDMINT_EIGHT_BYTE_POOL="0-9")
     scheme = get_scheme("eight-byte")
     with replicas(tmp_path, 1, env) as (node,):
         now_ms = time.time_ns() // 1_000_000  # after the fleet's ledger began

@@ -1,7 +1,8 @@
-"""Many replicas on one real etcd: distinct identities, no duplicate IDs, fail-closed through faults.
+"""Many replicas on one real etcd or PostgreSQL: distinct identities, no duplicate IDs, fail-closed through faults.
 
-Every test starts real ``idmint serve`` processes (uvicorn) against the session's etcd (tests/support/etcd.py),
-on loopback and free ports, with a short lease TTL so faults play out in seconds.
+Every test starts real ``idmint serve`` processes (uvicorn) against the session's etcd (tests/support/etcd.py) or
+PostgreSQL (tests/support/postgres.py), on loopback and free ports, with a short lease TTL so faults play out in
+seconds; the tests taking the ``store`` fixture (tests/support/storage.py) run once per backend.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ import pytest
 
 from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD
 from tests.support.server import Server
+from tests.support.storage import MARGIN_S, TTL_S, Store
 
-pytestmark = pytest.mark.integration  # real replicas and etcd
+pytestmark = pytest.mark.integration  # real replicas and etcd or PostgreSQL
 
-TTL_S = 3
-MARGIN_S = 1.0
 CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake
 
 
@@ -64,6 +64,18 @@ def ids_of(replica: Server, scheme: str, count: int, stream: bool) -> list[bytes
     r = replica.get(f"/v1/ids/{scheme}", count=count)
     assert r.status_code == 200, r.text
     return [i.encode() for i in r.json()["ids"]]
+
+
+def wait_closed(replica: Server, schemes: tuple[str, ...], timeout: float) -> float:
+    """Wait until ``/readyz`` shows every scheme of ``schemes`` not ready (failed closed); the monotonic time then.
+    (One scheme may stop sooner, on a failed mark write: the lease's deadline stops them all.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        detail = replica.get("/readyz").json()["schemes"]
+        if not any(detail[s]["ready"] for s in schemes):
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"still issuing after {timeout} s: {detail}"
+        time.sleep(0.02)
 
 
 def native_timestamp(replica: Server, scheme: str, text: bytes) -> int:
@@ -127,28 +139,26 @@ def test_no_duplicate_across_replicas_over_a_million_ids_per_scheme(
             assert len(seen) == total, f"{scheme}: {total - len(seen)} duplicates"
 
 
-def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(
-    tmp_path: Path, etcd_server, etcd_namespace: str
+def test_a_storage_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(
+    tmp_path: Path, store: Store
 ) -> None:
-    with replicas(tmp_path, 3, etcd_env(etcd_server, etcd_namespace)) as nodes:
+    with replicas(tmp_path, 3, store.env()) as nodes:
         before: dict[str, set[str]] = {s: set() for s in SCHEMES}
         for node in nodes:
             for scheme in SCHEMES:
                 before[scheme].update(ids_of(node, scheme, 2000, False))
-        etcd_server.stop()
+        store.stop()
         stopped = time.monotonic()
         try:
-            for node in nodes:
-                r = node.wait("/readyz", 503, timeout=TTL_S + 2)
-                assert "eight-byte" in r.text
-            assert time.monotonic() - stopped <= TTL_S + 0.5, "a replica kept issuing past its lease TTL"
+            closed = max(wait_closed(node, CLAIMED, TTL_S + 2) for node in nodes)
+            assert closed - stopped <= TTL_S + 0.5, "a replica kept issuing past its lease TTL"
             for node in nodes:
                 for scheme in CLAIMED:
                     r = node.get(f"/v1/ids/{scheme}")
                     assert r.status_code == 503, (scheme, r.text)
                     assert int(r.headers["retry-after"]) >= 1
         finally:
-            etcd_server.start()
+            store.start()
         for node in nodes:
             node.wait("/readyz", 200, timeout=40)
         for node in nodes:
@@ -159,9 +169,9 @@ def test_etcd_outage_stops_issuing_within_ttl_and_recovers_without_duplicates(
 
 
 def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_stays_above_its_mark(
-    tmp_path: Path, etcd_server, etcd_namespace: str
+    tmp_path: Path, store: Store
 ) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+    env = store.env()
     first = Server(tmp_path, env)
     try:
         first.wait("/readyz")
@@ -199,8 +209,8 @@ def test_killed_replica_identity_is_free_only_after_its_lease_and_next_holder_st
         nxt.stop()
 
 
-def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_server, etcd_namespace: str) -> None:
-    env = etcd_env(etcd_server, etcd_namespace, IDMINT_EIGHT_BYTE_POOL="0-1")
+def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, store: Store) -> None:
+    env = store.env(IDMINT_EIGHT_BYTE_POOL="0-1")
     a, b = Server(tmp_path, env), Server(tmp_path, env)
     c: Server | None = None
     try:
@@ -212,7 +222,10 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
         reason = r.json()["schemes"]["eight-byte"]["reason"]
         assert "eight-byte" in reason and ("held" in reason or "exhausted" in reason), reason
         assert c.get("/v1/ids/eight-byte").status_code == 503
-        assert c.get("/v1/ids/hlc-ulid").status_code == 200  # the other schemes still issue
+        deadline = time.monotonic() + 20
+        while c.get("/v1/ids/hlc-ulid").status_code != 200:  # the other schemes still issue (once claimed)
+            assert time.monotonic() < deadline, c.log_tail()
+            time.sleep(0.05)
         a.stop()
         c.wait("/readyz", 200, timeout=30)
         assert identities(c)["eight-byte"][0] in (0, 1)
@@ -223,11 +236,9 @@ def test_pool_of_two_generator_ids_with_three_replicas(tmp_path: Path, etcd_serv
                 replica.stop()
 
 
-def test_a_stream_that_loses_its_lease_ends_truncated_not_short(
-    tmp_path: Path, etcd_server, etcd_namespace: str
-) -> None:
-    # One generator ID: 640,000 eight-byte IDs take ten seconds at the format's cap, so etcd stops mid-stream.
-    with replicas(tmp_path, 1, etcd_env(etcd_server, etcd_namespace)) as (node,):
+def test_a_stream_that_loses_its_lease_ends_truncated_not_short(tmp_path: Path, store: Store) -> None:
+    # One generator ID: 640,000 eight-byte IDs take ten seconds at the format's cap, so the store stops mid-stream.
+    with replicas(tmp_path, 1, store.env()) as (node,):
         received = bytearray()
         with httpx.stream("GET", f"{node.url}/v1/ids/eight-byte/stream", params={"count": 640_000}, timeout=60) as r:
             assert r.status_code == 200
@@ -236,9 +247,94 @@ def test_a_stream_that_loses_its_lease_ends_truncated_not_short(
                 for chunk in r.iter_bytes():
                     received += chunk
                     if not stopped and len(received) > 100_000:
-                        etcd_server.stop()
+                        store.stop()
                         stopped = True
-        etcd_server.start()
+        store.start()
         lines = bytes(received).split(b"\n")
         assert 0 < len(lines) - 1 < 640_000
         assert "stream stopped after" in node.log()
+
+
+def test_a_sigkill_and_a_clock_stepped_back_leave_no_duplicate_across_three_replicas(
+    tmp_path: Path, store: Store
+) -> None:
+    env = store.env()
+    issued: dict[str, list[bytes]] = {s: [] for s in CLAIMED}
+
+    def take(nodes: list[Server], rounds: int) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+            jobs = [(s, pool.submit(ids_of, n, s, 5000, False)) for _ in range(rounds) for n in nodes for s in CLAIMED]
+            for scheme, job in jobs:
+                issued[scheme].extend(job.result())
+
+    with replicas(tmp_path, 3, env) as nodes:
+        take(nodes, 2)
+        victim = nodes[0]
+        held = identities(victim)
+        victim.kill()  # no release, no final mark: its lease must run out
+        # Its successor takes exactly its identities, its clock stepped 1.5 s back (IDMINT_CLOCK_OFFSET_MS).
+        static = {
+            "IDMINT_EIGHT_BYTE_GENERATOR_ID": str(held["eight-byte"][0]),
+            "IDMINT_MUID_MEDALLION": str(held["muid"][0]),
+            "IDMINT_HLC_ULID_PUBLISHER_ID": str(held["hlc-ulid"][0]),
+            "IDMINT_SIQ_SHARD": str(held["siq"][0]),
+            "IDMINT_SNOWFLAKE_WORKER_ID": str(held["snowflake"][0]),
+            "IDMINT_CLOCK_OFFSET_MS": "-1500",
+        }
+        heir = Server(tmp_path, {**env, **static})
+        try:
+            take(nodes[1:], 2)  # the others go on meanwhile
+            heir.wait("/readyz", 200, timeout=TTL_S * 4 + 20)
+            now_held = identities(heir)
+            assert all(now_held[s] == held[s] for s in CLAIMED), (now_held, held)
+            take([heir, *nodes[1:]], 2)
+        finally:
+            heir.stop()
+    total = sum(len(v) for v in issued.values())
+    duplicates = {s: len(v) - len(set(v)) for s, v in issued.items()}
+    print(
+        f"{store.name}: {total} IDs of {len(CLAIMED)} schemes compared across a SIGKILL and a clock step: {duplicates}"
+    )
+    assert total >= 5000 * len(CLAIMED) * 14 and not any(duplicates.values()), duplicates
+
+
+@pytest.mark.parametrize("outage", ["stopped", "stalled"])
+def test_storage_down_11_s_fails_leased_schemes_closed_in_time_while_sequences_answer_then_recovers(
+    tmp_path: Path, store: Store, outage: str
+) -> None:
+    with replicas(tmp_path, 2, store.env()) as nodes:
+        r = httpx.post(f"{nodes[0].url}/v1/sequences", json={"name": "orders", "cache": 1000}, timeout=30)
+        assert r.status_code in (200, 201), r.text
+        before: dict[str, set[bytes]] = {s: set() for s in CLAIMED}
+        for node in nodes:
+            assert node.get("/v1/sequences/orders/next").status_code == 200  # each holds a range now
+            for scheme in CLAIMED:
+                before[scheme].update(ids_of(node, scheme, 1000, False))
+        (store.stop if outage == "stopped" else store.pause)()
+        down = time.monotonic()
+        try:
+            closed = max(wait_closed(node, CLAIMED, TTL_S + 5) for node in nodes) - down
+            print(f"{store.name} {outage}: leased schemes failed closed after {closed:.2f} s (TTL {TTL_S} s)")
+            assert closed <= TTL_S - MARGIN_S + 0.5, closed
+            served = 0
+            while time.monotonic() - down < 11:
+                for node in nodes:
+                    for scheme in CLAIMED:
+                        refused = node.get(f"/v1/ids/{scheme}")
+                        assert refused.status_code == 503 and int(refused.headers["retry-after"]) >= 1
+                    answer = node.get("/v1/sequences/orders/next")
+                    assert answer.status_code == 200, answer.text  # from the range it holds, in memory
+                    served += 1
+                time.sleep(0.2)
+            assert served >= len(nodes)  # every node answered next from memory, the whole outage long
+        finally:
+            (store.start if outage == "stopped" else store.resume)()
+        back = time.monotonic()
+        for node in nodes:
+            node.wait("/readyz", 200, timeout=60)
+        print(f"{store.name} {outage}: ready again {time.monotonic() - back:.2f} s after the store came back")
+        for node in nodes:
+            for scheme in CLAIMED:
+                after = ids_of(node, scheme, 1000, False)
+                assert before[scheme].isdisjoint(after), scheme
+                before[scheme].update(after)

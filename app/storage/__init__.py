@@ -13,7 +13,8 @@ The interfaces (what the code above storage may import):
 The backends (imported only here, by :func:`open_storage`):
 
 * :mod:`app.storage.embedded` -- one machine: file locks and files under the state directory;
-* :mod:`app.storage.etcd` -- any number of replicas: etcd's v3 JSON gateway (its client included).
+* :mod:`app.storage.etcd` -- any number of replicas: etcd's v3 JSON gateway (its client included);
+* :mod:`app.storage.postgres` -- any number of replicas: PostgreSQL tables (psycopg 3, one connection pool).
 """
 
 from __future__ import annotations
@@ -23,18 +24,31 @@ from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 
-__all__ = ["Capabilities", "Storage", "open_storage"]
+__all__ = ["Capabilities", "Storage", "open_storage", "postgres_ddl"]
 
 
 def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = None) -> Storage:
-    """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, else the
-    embedded backend in ``IDMINT_STATE_DIR``. ``clock``: the node's clock (ns since the epoch; the ledger dates
-    records with it); ``metrics``: lease renewals and deadlines are counted there. Connects lazily (each store when
-    started). Raises ConfigError for unusable settings."""
+    """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, PostgreSQL when
+    ``IDMINT_POSTGRES_URL`` is (the settings refuse both), else the embedded backend in ``IDMINT_STATE_DIR``.
+    ``clock``: the node's clock (ns since the epoch; the ledger dates records with it); ``metrics``: lease
+    renewals and deadlines are counted there. Connects lazily (each store when started).
+    Raises ConfigError for unusable settings."""
     if settings.etcd_endpoints:
         from app.storage.etcd import open_etcd
 
         return open_etcd(settings, metrics, clock)
+    if settings.postgres_url is not None:
+        from app.storage.postgres import open_postgres
+
+        return open_postgres(settings, metrics, clock)
     from app.storage.embedded import open_embedded
 
     return open_embedded(settings, clock)
+
+
+def postgres_ddl(schema: str) -> str:
+    """The SQL that creates the PostgreSQL backend's tables in ``schema`` (``idmint storage sql``): what the
+    backend runs itself at start when they are absent, for teams whose DDL goes through review."""
+    from app.storage.postgres.sql import ddl
+
+    return ddl(schema)

@@ -22,7 +22,18 @@ import pytest
 import yaml
 
 from tests.support.etcd import EtcdServer, find_etcd_binary
-from tests.support.podman import REPO, SESSION, STATE_DIR, Container, ContainerFactory, Image, Podman, build_image
+from tests.support.podman import (
+    REPO,
+    SESSION,
+    STATE_DIR,
+    SUITE,
+    Container,
+    ContainerFactory,
+    Image,
+    Podman,
+    apt_mirror,
+    build_image,
+)
 from tests.support.prometheus import DEPLOY, IDMINT_JOB, find_tool
 from tests.support.server import free_port
 
@@ -444,3 +455,114 @@ def test_compose_brings_up_etcd_three_replicas_and_prometheus_scraping_them(
             assert info.get("RestartCount", 0) == 0, (name, info.get("RestartCount"))
     finally:
         client.close()
+
+
+# -- the compose stack on PostgreSQL ------------------------------------------------------------------------------
+
+POSTGRES_COMPOSE_FILE = REPO / "docker-compose.postgres.yml"
+POSTGRES_COMPOSE_OVERRIDE = REPO / "tests" / "ops" / "compose.postgres.podman.yml"
+POSTGRES_IMAGE_FILES = REPO / "tests" / "ops" / "postgres-image"
+POSTGRES_PORT = 5432  # docker-compose.postgres.yml's (listening on 127.0.0.1 with the override)
+PORTS_WAIT_S = 120.0
+"""A guard, not a budget: sockets the previous stack closed (TIME_WAIT, 60 s) keep its ports from binding."""
+
+
+def build_postgres_image(podman: Podman, base_image: str, tag: str, workdir: Path) -> None:
+    """PostgreSQL on the Debian base: Debian's postgresql package (no cluster made by its scripts) and the
+    entrypoint in tests/ops/postgres-image/ (what the postgres image's does with POSTGRES_*)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "entrypoint.sh").write_bytes((POSTGRES_IMAGE_FILES / "entrypoint.sh").read_bytes())
+    (workdir / "Containerfile").write_text(
+        f"FROM {base_image}\n"
+        f"RUN printf 'deb {apt_mirror()} {SUITE} main\\n' > /etc/apt/sources.list \\\n"
+        " && mkdir -p /etc/postgresql-common \\\n"
+        " && echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf \\\n"
+        " && printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \\\n"
+        " && apt-get update \\\n"
+        " && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql \\\n"
+        " && rm -rf /var/lib/apt/lists/*\n"
+        "COPY entrypoint.sh /usr/local/bin/postgres-entrypoint\n"
+        "RUN chmod 755 /usr/local/bin/postgres-entrypoint\n"
+        'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]\n'
+    )
+    build_image(podman, tag, workdir, dockerfile=workdir / "Containerfile")
+
+
+@pytest.fixture
+def postgres_compose_stack(
+    podman: Podman, base_image: str, idmint_image: Image, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    """docker-compose.postgres.yml + tests/ops/compose.postgres.podman.yml brought up with podman-compose
+    (PostgreSQL, three replicas), torn down with ``down -v`` and the PostgreSQL image removed."""
+    project = f"idmint-test-pg-{SESSION}"
+    postgres_tag = f"localhost/idmint-test-postgres:{SESSION}"
+    env = {**podman.env, "IDMINT_TEST_IMAGE": idmint_image.tag, "IDMINT_TEST_POSTGRES_IMAGE": postgres_tag}
+    base = [podman_compose(), "--project-name", project, "-f", str(POSTGRES_COMPOSE_FILE)]
+    base += ["-f", str(POSTGRES_COMPOSE_OVERRIDE)]
+
+    def compose(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    with open(podman.root / "compose.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one compose stack at a time on this machine (its ports are fixed)
+        # The etcd stack's replicas held the same ports a moment ago: wait out their closing connections.
+        deadline = time.monotonic() + PORTS_WAIT_S
+        while busy := [port for port in (POSTGRES_PORT, *COMPOSE_REPLICAS.values()) if not port_free(port)]:
+            if time.monotonic() > deadline:
+                pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
+            time.sleep(0.5)
+        try:
+            build_postgres_image(podman, base_image, postgres_tag, tmp_path / "postgres-image")
+            up = compose("up", "-d", "postgres", *COMPOSE_REPLICAS)
+            assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+            yield {"compose": compose, "project": project, "log": tmp_path / "compose.log"}
+        finally:
+            label = f"label=io.podman.compose.project={project}"
+            down = compose("down", "-v", "-t", str(GRACE_S))
+            leftover = podman.run("ps", "-aq", "--filter", label, check=False).stdout.split()
+            if leftover:
+                podman.run("rm", "-f", "-v", "-t", "0", *leftover, check=False)
+            for volume in podman.run("volume", "ls", "-q", "--filter", label, check=False).stdout.split():
+                podman.run("volume", "rm", "-f", volume, check=False)
+            podman.run("rmi", "-f", postgres_tag, check=False)
+            assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
+            assert not leftover, f"podman-compose down left containers: {leftover}"
+
+
+def test_compose_on_postgres_brings_up_three_replicas_that_never_repeat_an_id(
+    postgres_compose_stack: dict[str, Any],
+) -> None:
+    compose = postgres_compose_stack["compose"]
+
+    def logs() -> str:
+        done = compose("logs", timeout=60)
+        postgres_compose_stack["log"].write_text(done.stdout + done.stderr)  # whole, beside the test's tmp_path
+        return (done.stdout + done.stderr)[-6000:]
+
+    with httpx.Client(timeout=10) as client:
+        for name, port in COMPOSE_REPLICAS.items():  # a fresh fleet waits one TTL (10 s): the lost-row rule
+            wait_for(
+                f"{name} ready on :{port}",
+                lambda port=port: client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200,
+                120,
+                logs,
+            )
+        for port in COMPOSE_REPLICAS.values():
+            assert client.get(f"http://127.0.0.1:{port}/v1/fleet").json()["backend"] == "postgres"
+            backend = client.get(f"http://127.0.0.1:{port}/readyz").json()["backend"]
+            assert backend["database"] == "postgresql://idmint@postgres:5432/idmint", backend
+        held: dict[str, list[int]] = {}
+        for port in COMPOSE_REPLICAS.values():
+            for entry in client.get(f"http://127.0.0.1:{port}/v1/schemes").json()["schemes"]:
+                held.setdefault(entry["name"], []).extend(entry["node"].get("identities", []))
+        for name in ("eight-byte", "snowflake", "hlc-ulid", "siq", "muid"):
+            assert len(held[name]) == len(set(held[name])) == 3, (name, held[name])
+            seen: list[str] = []
+            for port in COMPOSE_REPLICAS.values():
+                response = client.get(f"http://127.0.0.1:{port}/v1/ids/{name}", params={"count": 1000})
+                assert response.status_code == 200, (port, response.text, logs())
+                seen += response.json()["ids"]
+            assert len(set(seen)) == len(seen) == 3000, name
+        assert "postgresql://idmint:" not in logs()  # the URL carries no password, and none is printed

@@ -1,7 +1,7 @@
-"""A clean stop hands the unused range back (issue 20), on real ``idmint serve`` processes over the state directory
-and over a real etcd: after SIGTERM the next node's first integer follows the last one issued; when another node
-reserved since, the range stays a gap; under load with stops and restarts no integer is issued twice; SIGKILL
-still loses the range (nothing runs to hand it back), and the gap is measured.
+"""A clean stop hands the unused range back (issue 20), on real ``idmint serve`` processes over the state
+directory, a real etcd and a real PostgreSQL: after SIGTERM the next node's first integer follows the last one
+issued; when another node reserved since, the range stays a gap; under load with stops and restarts no integer is
+issued twice; SIGKILL still loses the range (nothing runs to hand it back), and the gap is measured.
 
 Each test prints what it measured (integers lost per stop), which ``pytest -s`` shows."""
 
@@ -18,23 +18,23 @@ import pytest
 
 from app.sequences.buffer import HAND_BACK_TIMEOUT_S
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
-from tests.support.etcd import EtcdServer
 from tests.support.server import Server
-from tests.test_replicas import etcd_env
+from tests.support.storage import Store, store_for
 
-pytestmark = pytest.mark.integration  # real processes (and a real etcd)
+pytestmark = pytest.mark.integration  # real processes (and a real etcd or PostgreSQL)
 
 CACHE = 1000
 CLIENTS_PER_REPLICA = 6
 
 
-@pytest.fixture(params=["embedded", "etcd"])
+@pytest.fixture(params=["embedded", "etcd", "postgres"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """The environment of every node of one test: one shared state directory, or one etcd namespace."""
+    """The environment of every node of one test: one shared state directory, one etcd namespace, or one
+    PostgreSQL database."""
     if request.param == "embedded":
         yield {"IDMINT_STATE_DIR": str(tmp_path / "state")}
     else:
-        yield etcd_env(request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_namespace"))
+        yield store_for(request, request.param).env()
 
 
 def start(tmp_path: Path, env: dict[str, str]) -> Server:
@@ -166,42 +166,40 @@ def test_sigkill_still_loses_the_range(tmp_path: Path, env: dict[str, str]) -> N
 
 
 @pytest.mark.parametrize("outage", ["stopped", "stalled"])
-def test_with_etcd_down_the_stop_is_bounded_and_the_range_a_gap(
-    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str, outage: str
-) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+def test_with_the_store_down_the_stop_is_bounded_and_the_range_a_gap(tmp_path: Path, store: Store, outage: str) -> None:
+    env = store.env()
     a = start(tmp_path, env)
     try:
         create(a.url, cache=CACHE)
         issued = next_ids(a, 9)
         if outage == "stopped":
-            etcd_server.stop()  # refuses connections: the hand-back fails at once
+            store.stop()  # refuses connections: the hand-back fails at once
         else:
-            etcd_server.pause()  # SIGSTOP: connections hang: the hand-back runs into its timeout
+            store.pause()  # SIGSTOP: connections hang: the hand-back runs into its timeout
     finally:
         try:
             log = terminate(a)
         finally:
             if outage == "stopped":
-                etcd_server.start()
+                store.start()
             else:
-                etcd_server.resume()
+                store.resume()
     lines = log.splitlines()
     began = next(i for i, line in enumerate(lines) if "Waiting for application shutdown." in line)
     done = next(i for i, line in enumerate(lines) if "unused integers handed back at stop" in line)
     assert "0 unused integers handed back at stop, 991 dropped (gap)" in lines[done], log
     assert any("was not handed back" in line for line in lines[began:done]), log
     took = stamp(lines[done]) - stamp(lines[began])
-    print(f"hand-back with etcd {outage} gave up after {took:.2f} s (bound {HAND_BACK_TIMEOUT_S:g} s)")
+    print(f"hand-back with {store.name} {outage} gave up after {took:.2f} s (bound {HAND_BACK_TIMEOUT_S:g} s)")
     assert took < HAND_BACK_TIMEOUT_S + 1.0, log
     b = start(tmp_path, env)
     try:
         first = next_ids(b, 1)[0]
     finally:
         b.stop()
-    if outage == "stopped":  # the transaction never reached etcd: the range stayed a gap
+    if outage == "stopped":  # the write never reached the store: the range stayed a gap
         assert first == issued[-1] + 992
-    else:  # sent to the stalled etcd, it may apply once etcd resumes (counted as a gap all the same: too high)
+    else:  # sent to the stalled store, it may apply once it resumes (counted as a gap all the same: too high)
         assert first in (issued[-1] + 1, issued[-1] + 992)  # either way never a repeat
 
 

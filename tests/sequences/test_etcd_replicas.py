@@ -1,6 +1,7 @@
-"""Three real ``idmint serve`` replicas on a real etcd: concurrent next and range calls for two sequences never
-share an integer, through a SIGKILL and restart, and through an etcd outage that the replicas ride out on the
-ranges they hold (then 503 + Retry-After), resuming with no overlap once etcd is back."""
+"""Three real ``idmint serve`` replicas on a real etcd or PostgreSQL (the ``store`` fixture: once per backend):
+concurrent next and range calls for two sequences never share an integer, through a SIGKILL and restart, and through
+a storage outage that the replicas ride out on the ranges they hold (then 503 + Retry-After), resuming with no
+overlap once the store is back."""
 
 from __future__ import annotations
 
@@ -11,19 +12,17 @@ import httpx
 import pytest
 
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
-from tests.support.etcd import EtcdServer
 from tests.support.server import Server
-from tests.test_replicas import etcd_env, replicas
+from tests.support.storage import Store
+from tests.test_replicas import replicas
 
-pytestmark = pytest.mark.integration  # real etcd and processes
+pytestmark = pytest.mark.integration  # a real etcd or PostgreSQL, and processes
 
 CLIENTS_PER_REPLICA = 8
 
 
-def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(
-    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
-) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: Path, store: Store) -> None:
+    env = store.env()
     with replicas(tmp_path, 3, env) as nodes:
         create(nodes[0].url, cache=20)
         served = Served()
@@ -61,10 +60,8 @@ def probe(url: str, name: str, served: Served) -> int:
     return r.status_code
 
 
-def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(
-    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
-) -> None:
-    env = etcd_env(etcd_server, etcd_namespace)
+def test_a_storage_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp_path: Path, store: Store) -> None:
+    env = store.env()
     with replicas(tmp_path, 3, env) as nodes:
         urls = [n.url for n in nodes]
         create(urls[0], cache=5)  # at most 500 per reservation: the held ranges run dry in seconds
@@ -72,35 +69,37 @@ def test_etcd_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(
         run_clients(urls, CLIENTS_PER_REPLICA, 3.0, served)
         outage: dict[str, float] = {}
 
-        def stop_etcd_until_every_buffer_is_empty() -> None:
+        def stop_the_store_until_every_buffer_is_empty() -> None:
             time.sleep(0.5)
-            etcd_server.stop()
+            store.stop()
             outage["start"] = time.monotonic()
             try:
                 deadline = time.monotonic() + 60
                 # Each replica's buffer of each sequence runs dry (the clients' load, plus these probes taking
-                # the last few integers one by one); with etcd down, a dry buffer stays dry: 503 from then on.
+                # the last few integers one by one); with the store down, a dry buffer stays dry: 503 from then on.
                 for u in urls:
                     for name in SEQUENCES:
                         while probe(u, name, served) != 503:
-                            assert time.monotonic() < deadline, f"{u} kept serving {name} for 60 s without etcd"
+                            assert time.monotonic() < deadline, f"{u} kept serving {name} for 60 s without storage"
                 outage["dry"] = time.monotonic()
             finally:
-                etcd_server.start()
+                store.start()
             outage["end"] = time.monotonic()
 
-        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=stop_etcd_until_every_buffer_is_empty, tolerate=(503,))
+        run_clients(
+            urls, CLIENTS_PER_REPLICA, 0, served, during=stop_the_store_until_every_buffer_is_empty, tolerate=(503,)
+        )
         during = served.served_between(outage["start"], outage["dry"])
         print(
-            f"integers served by next during the etcd outage: {during} "
+            f"integers served by next during the {store.name} outage: {during} "
             f"(held ranges ran dry after {outage['dry'] - outage['start']:.2f} s)"
         )
-        assert during > 0, "nothing was served from the held ranges while etcd was down"
+        assert during > 0, "nothing was served from the held ranges while the store was down"
         assert served.refused > 0
 
         deadline = time.monotonic() + 30
         while not all(probe(u, name, served) == 200 for u in urls for name in SEQUENCES):
-            assert time.monotonic() < deadline, "replicas did not resume after etcd came back"
+            assert time.monotonic() < deadline, f"replicas did not resume after {store.name} came back"
             time.sleep(0.2)
         run_clients(urls, CLIENTS_PER_REPLICA, 3.0, served)
         check(served, urls[0])

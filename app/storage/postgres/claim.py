@@ -1,0 +1,198 @@
+"""One identity held as a ``claims`` row on this process's PostgreSQL lease: its generation, its loss, its marks.
+
+A :class:`PostgresClaim` is made by :meth:`~app.storage.postgres.claimer.Claimer.claim` once the claiming ``UPDATE``
+returned the row. Every later write is guarded by (lease ID, generation): the generation rises at every claim, so a
+row claimed again by anyone (after our lease expired, or a revoke ran out) refuses our writes. Its loss is pushed,
+never polled: the lease's :meth:`Session.on_done <app.storage.postgres.session.Session.on_done>`, a renewal that no
+longer finds the row on the lease (:meth:`PostgresClaim.check`), and a refused mark write all end in
+:meth:`PostgresClaim.set_lost`, which calls every :meth:`~app.storage.lease.Claim.on_lost` callback at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from app.errors import LeaseLostError, NotReadyError
+from app.pool import IdentityPool
+from app.storage.lease import REVOKED_REASON, Claim, LossCallback, Owner
+from app.storage.postgres.client import Database
+from app.storage.postgres.session import Session
+
+log = logging.getLogger("idmint.storage.postgres")
+
+ROW_GONE = "claim row no longer on our lease (deleted, lost in a failover, or claimed by another node)"
+
+
+class PostgresClaim(Claim):
+    """One identity of ``pool`` held as row (``pool_key``, ``identity``) at ``generation`` on ``session``'s lease.
+
+    ``high_water_mark``: the mark found when claiming (native units, -1: none); ``confirmed_at``: the ``clock()``
+    reading when the claim's answer came back (a renewal sent before it cannot have seen the row)."""
+
+    def __init__(
+        self,
+        db: Database,
+        pool: IdentityPool,
+        identity: int,
+        generation: int,
+        high_water_mark: int,
+        session: Session,
+        owner: Owner,
+        confirmed_at: float,
+    ) -> None:
+        self.scheme = pool.scheme
+        self.identity = identity
+        self.pool = pool
+        self.pool_key = pool.key_prefix
+        self.key = f"{pool.key_prefix}{pool.key_format.format(identity)}"
+        self.high_water_mark = high_water_mark
+        self.generation = generation
+        self.owner = owner
+        self.session = session
+        self.clock = session.clock
+        self.confirmed_at = confirmed_at
+        self.released = False
+        self._db = db
+        self._stored_mark = high_water_mark
+        self._lost_reason: str | None = None
+        self._loss_callbacks: list[LossCallback] = []
+        self._lock = asyncio.Lock()
+        session.on_done(self._lease_lost)
+
+    @property
+    def lease_id(self) -> int:
+        return self.session.lease_id
+
+    @property
+    def deadline(self) -> float:
+        return self.session.deadline
+
+    @property
+    def lease_name(self) -> str | None:
+        return self.session.hex
+
+    def expired_at(self) -> float | None:
+        session = self.session
+        return session.last_sent + session.ttl if session.lost else None
+
+    @property
+    def lost_reason(self) -> str | None:
+        if self.released:
+            return "released"
+        return self._lost_reason or self.session.lost_reason
+
+    @property
+    def lost(self) -> bool:
+        return self.released or self._lost_reason is not None or self.session.lost
+
+    @property
+    def row_lost(self) -> bool:
+        """True when the row itself was found not ours (the lease may still be alive)."""
+        return self._lost_reason is not None
+
+    def on_lost(self, callback: LossCallback) -> None:
+        if self.lost_reason is not None and not self.released:
+            callback(self, self.lost_reason)
+        elif not self.released:
+            self._loss_callbacks.append(callback)
+
+    def set_lost(self, reason: str) -> None:
+        """The row is no longer ours (or a revoke is pending): lost for ``reason`` (final); tells every callback."""
+        if self._lost_reason is not None or self.released:
+            return
+        self._lost_reason = reason
+        log.error("postgres: %s %s %d lost: %s (%s)", self.scheme, self.pool.kind, self.identity, reason, self.key)
+        callbacks, self._loss_callbacks = self._loss_callbacks, []
+        for callback in callbacks:
+            callback(self, reason)
+
+    def _lease_lost(self, reason: str) -> None:
+        if self._lost_reason is None and not self.released:
+            callbacks, self._loss_callbacks = self._loss_callbacks, []
+            for callback in callbacks:
+                callback(self, reason)
+
+    def suspect(self, sent_at: float, held: dict[tuple[str, int], tuple[int, bool]]) -> str | None:
+        """Judge this claim by a renewal's snapshot ``held`` (sent at ``sent_at``): None while it holds there, else
+        why not (a revoke pending, or the row not on the lease at its generation). A claim confirmed after the
+        renewal was sent is not judged by it (the snapshot may predate the claim)."""
+        if self.lost or self.confirmed_at >= sent_at:
+            return None
+        found = held.get((self.pool_key, self.identity))
+        if found is None or found[0] != self.generation:
+            return ROW_GONE
+        return REVOKED_REASON if found[1] else None
+
+    async def confirm_loss(self, reason: str) -> None:
+        """Read the row itself once before acting on a renewal's word that it is gone (the row decides: another
+        lease or generation, a revoke, or no row at all make the claim lost; so does a failed read: fail closed)."""
+        if reason == ROW_GONE:
+            reason = await self._why_refused(keep=True)
+        if reason:
+            self.set_lost(reason)
+
+    def _params(self, **more: int) -> dict[str, int | str]:
+        return {
+            "pool": self.pool_key,
+            "identity": self.identity,
+            "lease": self.lease_id,
+            "generation": self.generation,
+            **more,
+        }
+
+    async def _why_refused(self, keep: bool = False) -> str:
+        """Why a guarded write found no row: read the row once (a revoke, another holder, or gone). ``keep``: ""
+        when the row is still ours (lease, generation, no revoke)."""
+        try:
+            rows = await self._db.run(f"reading {self.key}", self._db.sql.row_of, self._params())
+        except NotReadyError:
+            return ROW_GONE
+        ours = bool(rows) and rows[0][0] == self.lease_id and rows[0][1] == self.generation
+        if ours and rows[0][2]:
+            return REVOKED_REASON
+        if ours and keep:
+            log.warning("postgres: %s is still ours though a renewal did not list it; kept", self.key)
+            return ""
+        return ROW_GONE
+
+    async def record_mark(self, mark: int) -> None:
+        """Raise the row's high-water mark to ``mark`` (never lowers it). Raises LeaseLostError when the claim is
+        lost (and makes it so when the write shows it), BackendUnavailableError when PostgreSQL cannot be used."""
+        if self.lost:
+            raise LeaseLostError(f"{self.scheme} {self.pool.kind} {self.identity} lost: {self.lost_reason}")
+        if mark <= self._stored_mark:
+            return
+        async with self._lock:
+            rows = await self._db.run(
+                f"recording the high-water mark of {self.key}", self._db.sql.raise_mark, self._params(mark=mark)
+            )
+            if not rows:
+                self.set_lost(await self._why_refused())
+                raise LeaseLostError(f"{self.scheme} {self.pool.kind} {self.identity} lost: {self.lost_reason}")
+            self._stored_mark = max(self._stored_mark, int(rows[0][0]))
+
+    async def release(self, final_mark: int | None) -> bool:
+        """Write ``final_mark`` exactly (never below the mark inherited at claim time) and free the row, when still
+        held; the claim is released from then on either way. True when the row was ours to free. Raises
+        NotReadyError when PostgreSQL cannot be used (the caller frees the row later: :meth:`free`)."""
+        if self.released:
+            return False
+        still_ours = not self.lost
+        self.released = True
+        self._loss_callbacks.clear()
+        self.session.off_done(self._lease_lost)
+        if not still_ours:
+            return False
+        if final_mark is None:
+            await self.free()
+            return True
+        async with self._lock:
+            await self._db.run(
+                f"releasing {self.key}", self._db.sql.release, self._params(mark=final_mark, floor=self.high_water_mark)
+            )
+        return True
+
+    async def free(self) -> None:
+        """Free the row when still ours (lease and generation). Raises NotReadyError."""
+        await self._db.run(f"releasing {self.key}", self._db.sql.free, self._params())

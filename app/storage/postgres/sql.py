@@ -1,0 +1,282 @@
+"""Every SQL statement of the PostgreSQL backend, in one place: the tables (:func:`ddl`, printed by ``idmint storage
+sql``) and the statements the stores run (:class:`Statements`).
+
+Tables, all in the schema ``IDMINT_POSTGRES_SCHEMA`` (default ``idmint``)::
+
+    schema_version  one row per applied version of these tables (SCHEMA_VERSION)
+    meta            key -> text: the fleet ID, when the claim ledger began
+    leases          one row per process: lease_id (a random 63-bit number the process draws), owner, ttl_s,
+                    expires_at (the database's clock_timestamp() + ttl at the last renewal)
+    claims          one row per (pool_key, identity), created once and never deleted: lease_id (NULL: free),
+                    owner, generation (+1 at every claim), high_water_mark (native units, -1: none), created_at,
+                    claimed_at, revoked_by / revoked_until (a revoke pending until then)
+    registrations   key -> value on a lease (Wiji's random part): no exclusivity
+    records         fleet records (read_record / swap_record): name -> compact JSON, replaced by compare-and-set
+    ledger          claim ledger records: record ID -> JSON, updated_at from the database's clock
+    sequences       name -> start, cache, next (numeric: it may reach 2**63), reserved_first, version
+
+Every time that decides who owns an identity is the database's ``clock_timestamp()``; no node's clock is written
+or compared here. The schema name is interpolated into the statements once, after :mod:`app.settings` checked it
+is a lowercase SQL identifier (``[a-z_][a-z0-9_]{0,62}``), and quoted; every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+"""The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
+
+MAX_NEXT = 2**63
+"""The largest ``next`` of a sequence (one past 2**63-1: every integer issued): ``numeric``, not ``bigint``."""
+
+DDL = """\
+CREATE SCHEMA IF NOT EXISTS {s};
+
+CREATE TABLE IF NOT EXISTS {s}.schema_version (
+    version     integer PRIMARY KEY,
+    applied_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE IF NOT EXISTS {s}.meta (
+    key    text PRIMARY KEY,
+    value  text NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS {s}.leases (
+    lease_id    bigint PRIMARY KEY CHECK (lease_id > 0),
+    owner       jsonb NOT NULL,
+    ttl_s       integer NOT NULL CHECK (ttl_s > 0),
+    granted_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    expires_at  timestamptz NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS {s}.claims (
+    pool_key         text NOT NULL,
+    identity         bigint NOT NULL CHECK (identity >= 0),
+    lease_id         bigint,
+    owner            jsonb,
+    generation       bigint NOT NULL DEFAULT 0,
+    high_water_mark  bigint NOT NULL DEFAULT -1,
+    created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    claimed_at       timestamptz,
+    revoked_by       jsonb,
+    revoked_until    timestamptz,
+    PRIMARY KEY (pool_key, identity)
+);
+CREATE INDEX IF NOT EXISTS claims_lease ON {s}.claims (lease_id) WHERE lease_id IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS {s}.registrations (
+    key       text PRIMARY KEY,
+    value     jsonb NOT NULL,
+    lease_id  bigint NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS {s}.records (
+    name        text PRIMARY KEY,
+    value       text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE IF NOT EXISTS {s}.ledger (
+    record       text PRIMARY KEY,
+    scheme       text NOT NULL,
+    identity     bigint NOT NULL,
+    lease        text,
+    ended_at_ns  bigint,
+    body         text NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS ledger_updated ON {s}.ledger (updated_at);
+CREATE INDEX IF NOT EXISTS ledger_identity ON {s}.ledger (scheme, identity);
+
+CREATE TABLE IF NOT EXISTS {s}.sequences (
+    name            text PRIMARY KEY,
+    start           bigint NOT NULL CHECK (start >= 0),
+    cache           integer NOT NULL CHECK (cache >= 1),
+    next            numeric(20, 0) NOT NULL CHECK (next >= start AND next <= 9223372036854775808),
+    reserved_first  numeric(20, 0),
+    version         bigint NOT NULL DEFAULT 0,
+    created_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version) DO NOTHING;
+"""
+
+
+def quoted(schema: str) -> str:
+    """``schema`` as a quoted SQL identifier (already checked by the settings: lowercase letters, digits, _)."""
+    return '"' + schema.replace('"', '""') + '"'
+
+
+def ddl(schema: str) -> str:
+    """The DDL creating every table in ``schema`` (idempotent: ``IF NOT EXISTS``), and its schema-version row."""
+    return DDL.format(s=quoted(schema), version=SCHEMA_VERSION)
+
+
+class Statements:
+    """The statements of one schema, formatted once. Parameters are named (``%(lease)s``); every time compared is
+    the database's."""
+
+    def __init__(self, schema: str) -> None:
+        s = quoted(schema)
+        self.schema = schema
+        self.version = f"SELECT max(version) FROM {s}.schema_version"
+        self.ddl = ddl(schema)
+        self.ddl_lock = "SELECT pg_advisory_xact_lock(hashtext(%(schema)s))"
+
+        # -- leases --------------------------------------------------------------------------------------------
+        self.grant = f"""
+            INSERT INTO {s}.leases (lease_id, owner, ttl_s, expires_at)
+            VALUES (%(lease)s, %(owner)s, %(ttl)s, clock_timestamp() + make_interval(secs => %(ttl)s))
+            ON CONFLICT (lease_id) DO NOTHING
+            RETURNING lease_id"""
+        self.forget_leases = f"""
+            DELETE FROM {s}.leases WHERE expires_at < clock_timestamp() - make_interval(secs => %(keep)s)"""
+        # One snapshot: the lease renewed (no row: expired or deleted, final) and every claim row still on it.
+        self.renew = f"""
+            WITH lease AS (
+                UPDATE {s}.leases SET expires_at = clock_timestamp() + make_interval(secs => ttl_s)
+                WHERE lease_id = %(lease)s AND expires_at > clock_timestamp()
+                RETURNING lease_id
+            )
+            SELECT c.pool_key, c.identity, c.generation, c.revoked_until IS NOT NULL
+            FROM lease LEFT JOIN {s}.claims c ON c.lease_id = lease.lease_id"""
+        self.end_lease = f"DELETE FROM {s}.leases WHERE lease_id = %(lease)s"
+        self.lease_left = f"""
+            SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM {s}.leases
+            WHERE lease_id = %(lease)s"""
+
+        # -- claims --------------------------------------------------------------------------------------------
+        # Per row of the pool: is it claimable now, and if not, why (seconds to wait under the lost-row rule).
+        self.pool_rows = f"""
+            SELECT c.identity, c.generation, c.lease_id, c.owner,
+                   c.lease_id IS NOT NULL AND l.lease_id IS NOT NULL AND l.expires_at > clock_timestamp()
+                       AND (c.revoked_until IS NULL OR c.revoked_until > clock_timestamp()) AS held,
+                   c.revoked_until IS NOT NULL AND c.revoked_until > clock_timestamp() AS revoking,
+                   greatest(0, extract(epoch FROM c.created_at + make_interval(secs => %(ttl)s)
+                                                 - clock_timestamp()))::float8 AS wait_s
+            FROM {s}.claims c LEFT JOIN {s}.leases l ON l.lease_id = c.lease_id
+            WHERE c.pool_key = %(pool)s AND c.identity BETWEEN %(low)s AND %(high)s"""
+        self.create_rows = f"""
+            INSERT INTO {s}.claims (pool_key, identity)
+            SELECT %(pool)s, unnest(%(identities)s::bigint[])
+            ON CONFLICT (pool_key, identity) DO NOTHING"""
+        # The claim: the row as read (generation), free (no lease, or its holder's lease found expired and deleted
+        # here under its row lock, or a revoke that ran out), no revoke pending, older than one TTL (the lost-row
+        # rule), and our own lease alive. See the safety section of docs/safety.md.
+        self.claim = f"""
+            WITH expired AS (
+                DELETE FROM {s}.leases WHERE lease_id = %(holder)s AND expires_at <= clock_timestamp()
+                RETURNING lease_id
+            ), mine AS (
+                SELECT lease_id FROM {s}.leases WHERE lease_id = %(lease)s AND expires_at > clock_timestamp()
+            )
+            UPDATE {s}.claims c
+            SET lease_id = mine.lease_id, owner = %(owner)s, generation = c.generation + 1,
+                claimed_at = clock_timestamp(), revoked_by = NULL, revoked_until = NULL
+            FROM mine
+            WHERE c.pool_key = %(pool)s AND c.identity = %(identity)s AND c.generation = %(generation)s
+              AND c.created_at <= clock_timestamp() - make_interval(secs => %(ttl)s)
+              AND (c.revoked_until IS NULL OR c.revoked_until <= clock_timestamp())
+              AND (c.lease_id IS NULL
+                   OR c.revoked_until IS NOT NULL
+                   OR c.lease_id IN (SELECT lease_id FROM expired)
+                   OR NOT EXISTS (SELECT 1 FROM {s}.leases l WHERE l.lease_id = c.lease_id))
+            RETURNING c.generation, c.high_water_mark"""
+        # Marks: only the holder (lease and generation), never during a revoke, only ever up.
+        self.raise_mark = f"""
+            UPDATE {s}.claims SET high_water_mark = greatest(high_water_mark, %(mark)s)
+            WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
+              AND generation = %(generation)s AND revoked_until IS NULL
+            RETURNING high_water_mark"""
+        # Release: the exact final mark (never below the inherited one: the caller's floor), and the row freed.
+        self.release = f"""
+            UPDATE {s}.claims SET high_water_mark = greatest(%(mark)s, %(floor)s), lease_id = NULL
+            WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
+              AND generation = %(generation)s AND revoked_until IS NULL
+            RETURNING high_water_mark"""
+        self.free = f"""
+            UPDATE {s}.claims SET lease_id = NULL
+            WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
+              AND generation = %(generation)s AND revoked_until IS NULL"""
+        self.row_of = f"""
+            SELECT c.lease_id, c.generation, c.revoked_until IS NOT NULL
+            FROM {s}.claims c WHERE c.pool_key = %(pool)s AND c.identity = %(identity)s"""
+        self.count_held = f"""
+            SELECT count(*) FROM {s}.claims c JOIN {s}.leases l ON l.lease_id = c.lease_id
+            WHERE c.pool_key = %(pool)s AND c.identity BETWEEN %(low)s AND %(high)s
+              AND l.expires_at > clock_timestamp()
+              AND (c.revoked_until IS NULL OR c.revoked_until > clock_timestamp())"""
+
+        # -- revoke ----------------------------------------------------------------------------------------------
+        self.revoke_read = f"""
+            SELECT c.lease_id, c.generation, c.owner,
+                   c.lease_id IS NOT NULL AND l.lease_id IS NOT NULL AND l.expires_at > clock_timestamp(),
+                   greatest(0, extract(epoch FROM c.revoked_until - clock_timestamp()))::float8
+            FROM {s}.claims c LEFT JOIN {s}.leases l ON l.lease_id = c.lease_id
+            WHERE c.pool_key = %(pool)s AND c.identity = %(identity)s"""
+        self.revoke_mark = f"""
+            UPDATE {s}.claims
+            SET revoked_by = %(by)s, revoked_until = clock_timestamp() + make_interval(secs => %(ttl)s)
+            WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
+              AND generation = %(generation)s AND revoked_until IS NULL
+            RETURNING 1"""
+        self.revoke_free = f"""
+            UPDATE {s}.claims SET lease_id = NULL, revoked_until = NULL
+            WHERE pool_key = %(pool)s AND identity = %(identity)s AND generation = %(generation)s
+              AND revoked_until IS NOT NULL"""
+        self.open_records = f"""
+            SELECT record FROM {s}.ledger
+            WHERE scheme = %(scheme)s AND identity = %(identity)s AND lease = %(lease)s AND ended_at_ns IS NULL"""
+        self.ended_records = f"""
+            SELECT count(*) FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns IS NOT NULL"""
+
+        # -- the fleet -------------------------------------------------------------------------------------------
+        self.meta_put = f"INSERT INTO {s}.meta (key, value) VALUES (%(key)s, %(value)s) ON CONFLICT (key) DO NOTHING"
+        self.meta_get = f"SELECT value FROM {s}.meta WHERE key = %(key)s"
+        self.record_get = f"SELECT value FROM {s}.records WHERE name = %(name)s"
+        self.record_create = f"""
+            INSERT INTO {s}.records (name, value) VALUES (%(name)s, %(value)s)
+            ON CONFLICT (name) DO NOTHING RETURNING 1"""
+        self.record_swap = f"""
+            UPDATE {s}.records SET value = %(value)s, updated_at = clock_timestamp()
+            WHERE name = %(name)s AND value = %(expected)s RETURNING 1"""
+        self.register = f"""
+            INSERT INTO {s}.registrations (key, value, lease_id) VALUES (%(key)s, %(value)s, %(lease)s)
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value, lease_id = excluded.lease_id"""
+        self.lease_alive = f"""
+            SELECT expires_at > clock_timestamp() FROM {s}.leases WHERE lease_id = %(lease)s"""
+
+        # -- the claim ledger ------------------------------------------------------------------------------------
+        self.ledger_write = f"""
+            INSERT INTO {s}.ledger (record, scheme, identity, lease, ended_at_ns, body)
+            VALUES (%(record)s, %(scheme)s, %(identity)s, %(lease)s, %(ended_at_ns)s, %(body)s)
+            ON CONFLICT (record) DO UPDATE SET lease = excluded.lease, ended_at_ns = excluded.ended_at_ns,
+                body = excluded.body, updated_at = clock_timestamp()"""
+        self.ledger_read = f"""
+            SELECT record, body, updated_at FROM {s}.ledger
+            WHERE updated_at >= %(since)s ORDER BY updated_at LIMIT %(limit)s"""
+        self.ledger_read_all = f"SELECT record, body, updated_at FROM {s}.ledger ORDER BY updated_at LIMIT %(limit)s"
+        self.ledger_compact = f"""
+            DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1"""
+
+        # -- sequences -------------------------------------------------------------------------------------------
+        self.seq_create = f"""
+            INSERT INTO {s}.sequences (name, start, cache, next)
+            SELECT %(name)s, %(start)s, %(cache)s, %(start)s
+            WHERE (SELECT count(*) FROM {s}.sequences) < %(max)s
+            ON CONFLICT (name) DO NOTHING
+            RETURNING start, cache, next"""
+        self.seq_get = f"SELECT start, cache, next FROM {s}.sequences WHERE name = %(name)s"
+        self.seq_list = f"SELECT name, start, cache, next FROM {s}.sequences ORDER BY name LIMIT %(limit)s"
+        # One atomic step: ``count`` integers from next on (cut at 2**63-1 with ``partial``); SET reads the old row.
+        self.seq_reserve = f"""
+            UPDATE {s}.sequences
+            SET reserved_first = next, next = next + least(%(count)s::numeric, {MAX_NEXT} - next),
+                version = version + 1
+            WHERE name = %(name)s
+              AND (%(count)s::numeric <= {MAX_NEXT} - next OR (%(partial)s AND next < {MAX_NEXT}))
+            RETURNING reserved_first, next, version, start, cache"""
+        self.seq_give_back = f"""
+            UPDATE {s}.sequences SET next = %(first)s, version = version + 1
+            WHERE name = %(name)s AND version = %(version)s AND next = %(after)s
+            RETURNING version"""

@@ -1,0 +1,184 @@
+"""The PostgreSQL sequence and claim-ledger stores against a real PostgreSQL: the atomic advance up to 2**63-1,
+stores that compete, the hand-back's compare-and-set, an outage; ledger records, incremental reads, retention, a dead
+owner's lease."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
+from app.ledger import Ledger
+from app.ledger.index import REASON_BEFORE
+from app.settings import load_settings
+from app.storage import open_storage
+from app.storage.base import Storage
+from app.storage.ledger import END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord
+from app.storage.postgres.ledger import PostgresLedgerStore
+from app.storage.postgres.sequences import PostgresSequenceStore
+from app.storage.sequences import MAX_VALUE
+from tests.helpers import FakeClock
+from tests.support.postgres import PostgresServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real PostgreSQL
+
+
+@asynccontextmanager
+async def storage(url: str, clock: Callable[[], int] | None = None, **overrides: object) -> AsyncIterator[Storage]:
+    settings = load_settings(
+        postgres_url=url, postgres_statement_timeout=1.0, postgres_connect_timeout=1.0, lease_ttl=2,
+        lease_safety_margin=0.5, **overrides,
+    )  # fmt: skip
+    opened = open_storage(settings, clock or FakeClock.running_from_now())
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+def sequences(s: Storage) -> PostgresSequenceStore:
+    assert isinstance(s.sequences, PostgresSequenceStore)
+    return s.sequences
+
+
+async def test_create_reserve_up_to_the_last_integer(postgres_db: str, postgres_server: PostgresServer) -> None:
+    async with storage(postgres_db, max_sequences=2) as s:
+        store = sequences(s)
+        record, created = await store.create("orders", 1, 1000)
+        assert created and record.next == 1
+        assert (await store.create("orders", 1, 1000))[1] is False
+        with pytest.raises(SequenceConflictError, match="other settings"):
+            await store.create("orders", 5, 1000)
+        assert await store.reserve("orders", 10) == (1, 10)
+        assert await store.reserve("orders", 2**40) == (11, 2**40 + 10)
+        dbname = postgres_db.rsplit("/", 1)[1]
+        assert postgres_server.execute("SELECT next FROM idmint.sequences WHERE name = 'orders'", dbname) == [
+            (2**40 + 11,)
+        ]
+        await store.create("edge", MAX_VALUE - 1, 1)
+        with pytest.raises(SequenceConflictError, match="at most 2"):
+            await store.create("third", 1, 1)
+        with pytest.raises(SequenceOverflowError, match=r"2\*\*63-1"):
+            await store.reserve("edge", 3)
+        assert await store.reserve("edge", 3, partial=True) == (MAX_VALUE - 1, MAX_VALUE)
+        assert (await store.get("edge")).next == MAX_VALUE + 1  # 2**63: one past bigint, kept as numeric
+        with pytest.raises(SequenceOverflowError):
+            await store.reserve("edge", 1, partial=True)  # nothing at all is left
+        assert [r.name for r in await store.list()] == ["edge", "orders"]
+        with pytest.raises(UnknownSequenceError):
+            await store.reserve("nope", 1)
+
+
+async def test_competing_stores_never_overlap_and_lose_nothing(postgres_db: str) -> None:
+    async with storage(postgres_db) as a, storage(postgres_db) as b, storage(postgres_db) as c:
+        stores = [sequences(x) for x in (a, b, c)]
+        await stores[0].create("orders", 1, 10)
+
+        async def worker(store: PostgresSequenceStore, n: int) -> list[tuple[int, int]]:
+            return [await store.reserve("orders", 1 + (i * 7 + n) % 50) for i in range(30)]
+
+        got = await asyncio.gather(*(worker(s, n) for n in range(4) for s in stores))
+        spans = sorted(r for rs in got for r in rs)
+        assert all(x[1] < y[0] for x, y in itertools.pairwise(spans))
+        assert spans[-1][1] + 1 == (await stores[1].get("orders")).next
+        assert spans[0][0] == 1 and sum(y - x + 1 for x, y in spans) == spans[-1][1]  # no integer lost either
+
+
+async def test_give_back_is_one_compare_and_set(postgres_db: str, postgres_server: PostgresServer) -> None:
+    dbname = postgres_db.rsplit("/", 1)[1]
+    async with storage(postgres_db) as a, storage(postgres_db) as b:
+        mine, other = sequences(a), sequences(b)
+        await mine.create("orders", 1, 10)
+        assert await mine.reserve("orders", 100) == (1, 100)
+        assert await mine.give_back("orders", 41, 100, 1.0)
+        assert not await mine.give_back("orders", 41, 100, 1.0)  # never twice
+        assert await other.reserve("orders", 10) == (41, 50)
+
+        assert await mine.reserve("orders", 100) == (51, 150)
+        assert await other.reserve("orders", 5) == (151, 155)  # another replica reserved since
+        assert not await mine.give_back("orders", 60, 150, 1.0)
+
+        assert await mine.reserve("orders", 10) == (156, 165)
+        # The same value written again by someone else (an operator, a restored backup): a new version.
+        postgres_server.execute("UPDATE idmint.sequences SET version = version + 1", dbname)
+        assert not await mine.give_back("orders", 160, 165, 1.0)
+        assert (await other.get("orders")).next == 166
+
+        assert await mine.reserve("orders", 10) == (166, 175)
+        postgres_server.stop()
+        try:
+            with pytest.raises(BackendUnavailableError, match="PostgreSQL at postgresql://"):
+                await mine.give_back("orders", 170, 175, 0.5)
+            with pytest.raises(BackendUnavailableError):
+                await other.reserve("orders", 1)
+        finally:
+            postgres_server.start()
+        assert (await other.get("orders")).next == 176  # no answer: nothing was handed back
+
+
+def record(identity: int, claimed_ns: int, ended_ns: int | None, lease: str | None = None) -> ClaimRecord:
+    owner = {"host": "h", "pid": 1, "version": "9", "started_at": "x", "address": ""}
+    r = ClaimRecord(ClaimRecord.new_id(claimed_ns, 1), "siq", "shard", "0", identity, 0, None, owner, lease, claimed_ns)
+    return r if ended_ns is None else r.ended(END_RELEASED, ended_ns)
+
+
+async def test_ledger_records_outlive_retention_only_while_open(postgres_db: str) -> None:
+    clock = FakeClock(ms=1_800_000_000_000)
+    async with storage(postgres_db, clock) as a, storage(postgres_db, clock) as b:
+        ledger = Ledger(a.ledger, retention_days=30, clock=clock)
+        await ledger.start()
+        await ledger.refresh(full=True)
+        old, held = record(1, clock.ns, clock.ns + NS_IN_S), record(2, clock.ns, None)
+        for r in (old, held):
+            ledger._queue(r)
+        assert await ledger.flush()
+
+        other = Ledger(b.ledger, retention_days=30, clock=clock)
+        await other.refresh(full=True)  # a second node reads both, then what is new (and the overlap window)
+        assert other.verdict("siq", 1, clock.ns).record == old
+        newer = record(3, clock.ns + 5 * NS_IN_S, None)
+        ledger._queue(newer)
+        assert await ledger.flush()
+        again = await other.store.read(False)
+        assert newer in again and {r.record for r in again} <= {old.record, held.record, newer.record}
+
+        clock.ns += 31 * NS_IN_DAY
+        await other.refresh(full=True)
+        await other.compact()
+        await ledger.refresh(full=True)
+        assert sorted(r.identity for r in ledger.index.records.values()) == [2, 3]
+        assert ledger.verdict("siq", 1, old.claimed_at_ns).reason == REASON_BEFORE
+        assert await a.ledger.since_ns(0) == await b.ledger.since_ns(1) > 1
+        await ledger.stop()
+        await other.stop()
+
+
+async def test_a_dead_owners_claim_ends_at_its_lease_expiry(postgres_db: str) -> None:
+    async with storage(postgres_db) as s:
+        store = s.ledger
+        assert isinstance(store, PostgresLedgerStore)
+        await s.leases.start()
+        token = s.leases.member_token()
+        assert token is not None
+        clock = FakeClock.running_from_now()
+        ledger = Ledger(store, retention_days=30, clock=clock)
+        await ledger.start()
+        await ledger.refresh(full=True)
+        gone = record(4, clock(), None, token)
+        ledger._queue(gone)
+        assert await ledger.flush()
+        await ledger.sweep()  # alive: the expiry the database would apply is noted
+        assert ledger.index.records[gone.record].open
+        await s.leases.close()  # the lease row is deleted: the owner is gone
+        while ledger.index.records[gone.record].open:
+            await ledger.sweep()
+            await asyncio.sleep(0.05)
+        assert await ledger.flush()
+        ended = ledger.index.records[gone.record]
+        assert ended.end == "lost" and ended.ended_at_ns is not None
+        assert ended.ended_at_ns <= clock() + 2 * NS_IN_S
+        await ledger.stop()

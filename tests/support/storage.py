@@ -1,0 +1,78 @@
+"""pytest plugin: one test body, every networked storage backend. The fixture ``store`` is parametrized over
+``etcd`` (the session's etcd, a namespace of the test's own) and ``postgres`` (the session's PostgreSQL, a database of
+the test's own): a :class:`Store` that gives the environment of an ``idmint serve`` replica on it (:meth:`Store.env`)
+and stops, starts, pauses (SIGSTOP) and resumes the server behind it. A test that stops or pauses it need not undo
+it: the per-test fixtures behind it do (``etcd_namespace``, ``postgres_db``).
+
+Every replica gets a short lease (:data:`TTL_S` s, :data:`MARGIN_S` s margin) so faults play out in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+TTL_S = 3
+MARGIN_S = 1.0
+BACKENDS = ("etcd", "postgres")
+
+
+@dataclass
+class Store:
+    """The backend a test's replicas share: ``name`` ("etcd" or "postgres"), ``settings`` (its IDMINT_* values),
+    the server's ``stop``, ``start``, ``pause`` and ``resume``, and ``held()``: the claims held now, each named as
+    its etcd key without the namespace (``pool/0:17``, ``idmint/hlc-ulid/3``), read from the store itself."""
+
+    name: str
+    settings: dict[str, str]
+    stop: Callable[[], None]
+    start: Callable[[], None]
+    pause: Callable[[], None]
+    resume: Callable[[], None]
+    held: Callable[[], list[str]]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """A replica's environment on this store (short lease, a SIQ domain), with ``extra`` on top."""
+        return {
+            **self.settings,
+            "IDMINT_LEASE_TTL": str(TTL_S),
+            "IDMINT_LEASE_SAFETY_MARGIN": str(MARGIN_S),
+            "IDMINT_SIQ_DOMAIN": "example.com",
+            **extra,
+        }
+
+
+def store_for(request: pytest.FixtureRequest, name: str) -> Store:
+    """The :class:`Store` ``name`` for the test asking (its per-test fixtures taken from ``request``)."""
+    if name == "etcd":
+        server = request.getfixturevalue("etcd_server")
+        namespace = request.getfixturevalue("etcd_namespace")
+        settings = {"IDMINT_ETCD_ENDPOINTS": server.endpoint, "IDMINT_ETCD_NAMESPACE": namespace}
+
+        def keys() -> list[str]:
+            found = server.etcdctl("get", namespace, "--prefix", "--keys-only").split()
+            held = (k[len(namespace) :] for k in found)
+            return [k for k in held if not k.startswith(("idmint/marks/", "idmint/ledger/", "idmint/fleet"))]
+
+        return Store(name, settings, server.stop, server.start, server.pause, server.resume, keys)
+    server = request.getfixturevalue("postgres_server")
+    url = request.getfixturevalue("postgres_db")
+    settings = {"IDMINT_POSTGRES_URL": url, "IDMINT_POSTGRES_STATEMENT_TIMEOUT": "1"}
+
+    def rows() -> list[str]:
+        found = server.execute(
+            "SELECT c.pool_key || c.identity FROM idmint.claims c JOIN idmint.leases l USING (lease_id) "
+            "WHERE l.expires_at > clock_timestamp()",
+            url.rsplit("/", 1)[1],
+        )
+        return [str(r[0]) for r in found]
+
+    return Store(name, settings, server.stop, server.start, server.pause, server.resume, rows)
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest) -> Store:
+    """The test's store, once per networked backend."""
+    return store_for(request, request.param)
