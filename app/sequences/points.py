@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.decoding import rfc3339
-from app.errors import InvalidOptionError, SequenceConflictError, SequenceOverflowError
+from app.errors import IdmintError, InvalidOptionError, SequenceConflictError, SequenceOverflowError
 from app.storage.sequences import (
     HELD_MAX,
     MAX_VALUE,
@@ -101,6 +101,8 @@ class Step:
     expires_at_ns: int | None
     point: Point
     expired: int
+    refusal: IdmintError | None = None
+    """Why the step was refused (409), raised by the caller once it has counted what the step did (expiries)."""
 
 
 def reservation_id(period: str | None, token: str) -> str:
@@ -252,8 +254,8 @@ def reserve(
                 f"sequence {name}: {HELD_MAX} reservations are outstanding in this period; commit or void some "
                 f"(or let them expire) first"
             )
-            return Outcome(Step(None, None, None, "refused", False, None, point, len(events)),
-                           _written(record, period, point) if events else {}, events, error)  # fmt: skip
+            step = Step(None, None, None, "refused", False, None, point, len(events), error)
+            return Outcome(step, _written(record, period, point) if events else {}, events)
         if point.free:
             value, free = point.free[0], point.free[1:]
             point = replace(point, free=free)
@@ -319,7 +321,7 @@ def settle(
                 f"a deleted sequence of that name, or settled more than {SETTLED_MAX} settlements ago (the audit log, "
                 f"GET /v1/sequences/{name}/audit, says what became of it)"
             )
-            return Outcome(Step(None, None, rid, "unknown", False, None, point, expired), writes, events, error)
+            return Outcome(Step(None, None, rid, "unknown", False, None, point, expired, error), writes, events)
         _, state, value = found
         step = Step(value, render(value), rid, state, False, None, point, expired)
         if state == outcome or (outcome == "voided" and state == "expired"):
@@ -335,7 +337,7 @@ def settle(
                 f"sequence {name}: reservation {rid} cannot be voided: its integer {value} is committed, and a "
                 "committed integer is final"
             )
-        return Outcome(step, writes, events, error)
+        return Outcome(replace(step, refusal=error), writes, events)
 
     return _docs(period), change
 

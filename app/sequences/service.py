@@ -76,6 +76,8 @@ PRUNE_INTERVAL_S = 3600.0
 PERIOD_KEEP_DAYS = 366
 """Period documents are kept this many days past the ledger's retention (the longest period, a year, ends within
 it), so only periods long ended are pruned."""
+PATCHABLE = frozenset({"increment", "template", "check_digit"})
+"""The settings PATCH changes (beside ``cache``)."""
 AUDIT_PAGE_MAX = 1000
 AUDIT_PAGE_DEFAULT = 100
 
@@ -370,6 +372,12 @@ class SequenceService:
         UnknownSequenceError."""
         check_name(name)
         changes = dict(changes or {})
+        fixed = sorted(set(changes) - PATCHABLE)
+        if fixed:
+            raise InvalidOptionError(
+                f"{', '.join(fixed)} never change{'s' if len(fixed) == 1 else ''} (a sequence's periods and mode are "
+                f"its numbers' meaning): PATCH changes {', '.join(['cache', *sorted(PATCHABLE)])}"
+            )
         if cache is not None:
             check_settings(MIN_START, cache)
 
@@ -593,8 +601,8 @@ class SequenceService:
                 break
             except InvalidIdError as exc:
                 errors.append(exc)
-        else:
-            raise errors[0]
+        else:  # the reason of a template whose layout it has (a check digit, a date) says the most
+            raise next((e for e in errors if "is not a number of template" not in str(e)), errors[0])
         period = spec.periods.period_of_day(first_day).key if first_day is not None else None
         docs, change = points.read_point(name, period)
         _, point = await self.store.update(name, docs, change)
@@ -662,6 +670,8 @@ class SequenceService:
         if step.expired:
             m.gapless["expire"].inc(step.expired)
         m.outstanding.set(len(step.point.held))
+        if step.refusal is not None:
+            raise step.refusal
         return step
 
     async def audit(

@@ -295,22 +295,32 @@ class EmbeddedSequenceStore(SequenceStore):
 
     def _prune(self, events_before_ns: int, periods_before: str) -> int:
         self._ensure_dir()
-        removed = 0
         cut_day = day_of(events_before_ns)
-        audit = self.folder / AUDIT
-        for folder in sorted(audit.iterdir()) if audit.is_dir() else []:
-            for path in folder.glob("*.jsonl"):
-                if path.stem < cut_day:
-                    path.unlink(missing_ok=True)
-                    removed += 1
-        periods = self.folder / PERIODS
-        for folder in sorted(periods.iterdir()) if periods.is_dir() else []:
-            old = [p for p in folder.glob("*.json") if p.stem < periods_before]
-            if old:
-                with self._locked(folder.name):
-                    for path in old:
-                        obj, journal = self._read(path)
-                        self._flush(folder.name, journal)
+        names = {p.stem for p in self.folder.glob("*.json")}
+        for kind in (AUDIT, PERIODS):
+            folder = self.folder / kind
+            if folder.is_dir():
+                names.update(p.name for p in folder.iterdir() if p.is_dir())
+        removed = 0
+        for name in sorted(names):
+            with self._locked(name):  # journals go to their files first; then what is old goes, journals with it
+                paths = [self._path(name)]
+                periods = self.folder / PERIODS / name
+                if periods.is_dir():
+                    paths += sorted(periods.glob("*.json"))
+                for path in paths:
+                    obj, journal = self._read(path)
+                    if obj is None:
+                        continue
+                    self._flush(name, journal)
+                    if path.parent == periods and path.stem < periods_before:
+                        self._delete(path)
+                        removed += 1
+                    elif journal is not None and str(journal.get("file")) < cut_day:
+                        self._write(path, obj)  # its events are in a file about to go: the journal goes too
+                audit = self._audit_dir(name)
+                for path in sorted(audit.glob("*.jsonl")) if audit.is_dir() else []:
+                    if path.stem < cut_day:
                         path.unlink(missing_ok=True)
                         removed += 1
         return removed

@@ -7,13 +7,14 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
 from app.storage.embedded.sequences import EmbeddedSequenceStore
-from app.storage.sequences import MAX_VALUE, Run, run_last
+from app.storage.sequences import MAX_VALUE, Docs, Outcome, Run, period_doc, run_last
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +155,31 @@ async def test_give_back_applies_only_over_this_process_s_latest_reservation(tmp
         if isinstance(caught.value, BackendUnavailableError):
             assert "held by another process for over 0.5 s" in str(caught.value)
     assert (await other.get("orders")).next == 180
+
+
+async def test_events_a_crash_kept_from_the_audit_file_are_recovered_from_the_journal(tmp_path: Path) -> None:
+    store = EmbeddedSequenceStore(tmp_path)
+    doc = period_doc("2026-11-27")
+    at = 1_795_780_800 * 10**9
+
+    def change(n: int) -> Callable[[Docs], Outcome[None]]:
+        def apply(docs: Docs) -> Outcome[None]:
+            event = {"id": f"{at + n:020d}-0000000{n}", "at_ns": at + n, "event": "reserve", "period": "2026-11-27"}
+            return Outcome(None, {doc: {"next": n}}, [event])
+
+        return apply
+
+    await store.update("orders", (doc,), change(1))
+    audit_file = tmp_path / "sequences" / ".audit" / "orders" / "2026-11-27.jsonl"
+    written = audit_file.read_bytes()
+    assert json.loads(written)["id"].endswith("-00000001")
+    journal = json.loads((tmp_path / "sequences" / ".periods" / "orders" / "2026-11-27.json").read_text())["journal"]
+    assert journal["offset"] == 0 and journal["file"] == "2026-11-27"
+    audit_file.write_bytes(b"")  # as if the process died after renaming the document, before the append
+    events, _ = await store.audit("orders", None, 10)  # a read recovers them
+    assert [e["id"][-1] for e in events] == ["1"]
+    audit_file.write_bytes(b'{"id": "cut')  # or died in the middle of an append: a partial line
+    await store.update("orders", (doc,), change(2))  # the next write of the document checks its journal first
+    events, _ = await store.audit("orders", None, 10)
+    assert [e["id"][-1] for e in events] == ["1", "2"]  # each once, the partial line skipped
+    assert (await store.update("orders", (doc,), lambda docs: Outcome(docs[doc]))) == {"next": 2}  # journal unseen
