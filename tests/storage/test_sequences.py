@@ -204,3 +204,21 @@ async def test_prune_drops_old_events_and_old_periods(stores: Callable[[], Seque
     assert {e["period"] for e in events} == {"2026-01-01"}
     assert await store.update("orders", (period_doc("2023-01-01"),), bump("period/2023-01-01")) == 1  # it was gone
     assert await store.update("orders", (period_doc("2026-01-01"),), bump("period/2026-01-01")) == 2  # it stayed
+
+
+async def test_a_refusal_is_never_decided_on_an_old_snapshot(stores: Callable[[], SequenceStore]) -> None:
+    """A store object that deleted a sequence (and so remembers it absent) must find it once another object
+    created it again: an unknown-sequence refusal is confirmed against storage before it is believed."""
+    mine, other = stores(), stores()
+    await mine.create("orders", 1, 1)
+    assert (await mine.reserve("orders", 5))[0] == 1
+
+    def delete(docs: Docs) -> Outcome[None]:
+        return Outcome(None, {RECORD: None, TOMBSTONE: {**(docs[RECORD] or {}), "deleted_at_ns": 1}})
+
+    await mine.update("orders", (RECORD, TOMBSTONE), delete)
+    with pytest.raises(UnknownSequenceError):
+        await mine.reserve("orders", 1)
+    record, created = await other.create("orders", 1, 1)
+    assert created and record.next == 6 and record.generation == 2
+    assert (await mine.reserve("orders", 1))[0] == 6

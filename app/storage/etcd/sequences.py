@@ -14,7 +14,9 @@ is written blindly. A missing document compares as revision 0. On a conflict the
 values and revisions, and the change is applied to them at once, with a short jittered pause every few conflicts in
 a row (replicas that collided do not collide again in step), within a time bound (``settings.etcd_request_timeout``
 x ``CONFLICT_BUDGET_FACTOR``). The revisions last seen per key are remembered, so an uncontended update is one round
-trip; a document never seen is read first (one transaction of gets for all of them). A transaction whose answer is
+trip; a document never seen is read first (one transaction of gets for all of them). A change that refuses (raises)
+on remembered values is confirmed by a transaction of the compares alone before the refusal is believed: a node
+that saw a sequence deleted must not answer "unknown" once another node created it again. A transaction whose answer is
 lost may have applied: it is retried as a conflict, and the change, applied to the values it wrote, sees that
 (a reservation then counts as a gap; a gapless one finds its own token).
 
@@ -37,7 +39,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from app.errors import BackendUnavailableError
+from app.errors import BackendUnavailableError, IdmintError
 from app.storage.etcd.calls import RETRY_BUDGET_S, open_client
 from app.storage.etcd.client import (
     EtcdCallError,
@@ -202,7 +204,19 @@ class EtcdSequenceStore(SequenceStore):
                 self._remember(key, kvs)
         while True:
             seen = {doc: self._seen[key] for doc, key in keys.items()}
-            outcome = change({doc: _copy(value) for doc, (value, _) in seen.items()})
+            compares = [compare(key, "MOD", seen[doc][1]) for doc, key in keys.items()]
+            try:
+                outcome = change({doc: _copy(value) for doc, (value, _) in seen.items()})
+            except IdmintError:
+                # A refusal decided on remembered values (a sequence this process saw deleted, since created
+                # again) stands only if they are still current: confirmed like an outcome that writes nothing.
+                async with self._etcd(f"reading sequence {name}"):
+                    result = await self._client.txn(compares, [], [get(key) for key in keys.values()])
+                if result.succeeded:
+                    raise
+                for key, kvs in zip(keys.values(), result.ranges, strict=True):
+                    self._remember(key, kvs)
+                continue
             check_outcome(list(keys), outcome)
             ops = [
                 put(keys[doc], dumps(value)) if value is not None else delete(keys[doc])
@@ -210,11 +224,7 @@ class EtcdSequenceStore(SequenceStore):
             ]
             ops += [put(self.event_key(name, event["id"]), dumps(event)) for event in outcome.events]
             async with self._etcd(f"updating sequence {name}"):
-                result = await self._client.txn(
-                    [compare(key, "MOD", seen[doc][1]) for doc, key in keys.items()],
-                    ops,
-                    [get(key) for key in keys.values()],
-                )
+                result = await self._client.txn(compares, ops, [get(key) for key in keys.values()])
             if result.succeeded:
                 for doc, value in outcome.writes.items():
                     self._seen[keys[doc]] = (_copy(value), result.revision if value is not None else 0)
