@@ -63,6 +63,7 @@ AUDIT = ".audit"
 JOURNAL = "journal"
 LOCK_TIMEOUT_S = 5.0
 LOCK_POLL_S = 0.001
+LOCK_STRIPES = 64
 NS_IN_S = 1_000_000_000
 
 
@@ -83,6 +84,10 @@ class EmbeddedSequenceStore(SequenceStore):
     def __init__(self, state_dir: Path, max_sequences: int = 1000) -> None:
         super().__init__(max_sequences)
         self.folder = Path(state_dir) / FOLDER
+        self._stripes = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
+
+    def _stripe(self, name: str) -> asyncio.Lock:
+        return self._stripes[hash(name) % LOCK_STRIPES]
 
     async def start(self) -> None:
         with contextlib.suppress(BackendUnavailableError):  # reported by every call until it can be created
@@ -293,36 +298,38 @@ class EmbeddedSequenceStore(SequenceStore):
                         return page, (f"{path.stem}:{position}" if more else None)
         return page, None
 
-    def _prune(self, events_before_ns: int, periods_before: str) -> int:
+    def _prune_names(self) -> list[str]:
         self._ensure_dir()
-        cut_day = day_of(events_before_ns)
         names = {p.stem for p in self.folder.glob("*.json")}
         for kind in (AUDIT, PERIODS):
             folder = self.folder / kind
             if folder.is_dir():
                 names.update(p.name for p in folder.iterdir() if p.is_dir())
+        return sorted(names)
+
+    def _prune(self, name: str, events_before_ns: int, periods_before: str) -> int:
+        cut_day = day_of(events_before_ns)
         removed = 0
-        for name in sorted(names):
-            with self._locked(name):  # journals go to their files first; then what is old goes, journals with it
-                paths = [self._path(name)]
-                periods = self.folder / PERIODS / name
-                if periods.is_dir():
-                    paths += sorted(periods.glob("*.json"))
-                for path in paths:
-                    obj, journal = self._read(path)
-                    if obj is None:
-                        continue
-                    self._flush(name, journal)
-                    if path.parent == periods and path.stem < periods_before:
-                        self._delete(path)
-                        removed += 1
-                    elif journal is not None and str(journal.get("file")) < cut_day:
-                        self._write(path, obj)  # its events are in a file about to go: the journal goes too
-                audit = self._audit_dir(name)
-                for path in sorted(audit.glob("*.jsonl")) if audit.is_dir() else []:
-                    if path.stem < cut_day:
-                        path.unlink(missing_ok=True)
-                        removed += 1
+        with self._locked(name):  # journals go to their files first; then what is old goes, journals with it
+            paths = [self._path(name)]
+            periods = self.folder / PERIODS / name
+            if periods.is_dir():
+                paths += sorted(periods.glob("*.json"))
+            for path in paths:
+                obj, journal = self._read(path)
+                if obj is None:
+                    continue
+                self._flush(name, journal)
+                if path.parent == periods and path.stem < periods_before:
+                    self._delete(path)
+                    removed += 1
+                elif journal is not None and str(journal.get("file")) < cut_day:
+                    self._write(path, obj)  # its events are in a file about to go: the journal goes too
+            audit = self._audit_dir(name)
+            for path in sorted(audit.glob("*.jsonl")) if audit.is_dir() else []:
+                if path.stem < cut_day:
+                    path.unlink(missing_ok=True)
+                    removed += 1
         return removed
 
     # -- interface --------------------------------------------------------------------------------------------
@@ -336,17 +343,22 @@ class EmbeddedSequenceStore(SequenceStore):
         # The thread bounds its own lock wait (half the time given; a thread is not cancelled with its await), so a
         # lock held elsewhere is named; the await is bounded as a whole (a slow fsync: TimeoutError).
         lock_timeout = LOCK_TIMEOUT_S if timeout is None else timeout / 2
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout), self._stripe(name):
             outcome = await asyncio.to_thread(self._update, name, docs, change, lock_timeout)
         if outcome.error is not None:
             raise outcome.error
         return outcome.result  # type: ignore[no-any-return]
 
     async def audit(self, name: str, after: str | None, limit: int, period: str | None = None) -> AuditPage:
-        return await asyncio.to_thread(self._audit, name, after, limit, period)
+        async with self._stripe(name):
+            return await asyncio.to_thread(self._audit, name, after, limit, period)
 
     async def prune(self, events_before_ns: int, periods_before: str) -> int:
-        return await asyncio.to_thread(self._prune, events_before_ns, periods_before)
+        removed = 0
+        for name in await asyncio.to_thread(self._prune_names):
+            async with self._stripe(name):
+                removed += await asyncio.to_thread(self._prune, name, events_before_ns, periods_before)
+        return removed
 
     def status(self) -> dict[str, Any]:
         return {**super().status(), "directory": str(self.folder)}
