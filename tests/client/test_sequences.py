@@ -33,8 +33,9 @@ MAX_VALUE = 2**63 - 1
 FLEET_ID = "00000000-0000-4000-8000-000000000001"
 
 
-def create(url: str, name: str, start: int = 1, cache: int = 100) -> None:
-    r = httpx.post(f"{url}/v1/sequences", json={"name": name, "start": start, "cache": cache}, timeout=10)
+def create(url: str, name: str, start: int = 1, cache: int = 100, **settings: object) -> None:
+    body = {"name": name, "start": start, "cache": cache, **settings}
+    r = httpx.post(f"{url}/v1/sequences", json=body, timeout=10)
     assert r.status_code in (200, 201), r.text
 
 
@@ -231,7 +232,7 @@ def test_numbers_parse_and_gapless_reservations(server: Server) -> None:
 
 
 async def test_the_async_client_reserves_and_commits(server: Server) -> None:
-    httpx.post(f"{server.url}/v1/sequences", json={"name": "client-agap", "mode": "gapless"}, timeout=10)
+    create(server.url, "client-agap", mode="gapless")
     async with AsyncClient(server.url) as client:
         held = await client.reserve("client-agap")
         assert (await client.commit("client-agap", held.reservation)).state == "committed"
