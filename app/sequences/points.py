@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from app.decoding import rfc3339
 from app.errors import IdmintError, InvalidOptionError, SequenceConflictError, SequenceOverflowError
 from app.storage.sequences import (
+    EVENTS_MAX,
     HELD_MAX,
     MAX_VALUE,
     RECORD,
@@ -364,6 +365,40 @@ def read_point(name: str, period: str | None) -> tuple[tuple[str, ...], Change[t
         return Outcome((record, point))
 
     return _docs(period), change
+
+
+def together(changes: Sequence[Change[Step]]) -> Change[list[Step | IdmintError | None]]:
+    """One change applying ``changes`` in turn, each to the documents as the ones before left them (a node's
+    concurrent gapless steps of one period, written in one storage step). Its result has, per change, its Step,
+    the IdmintError it raised (it changed nothing), or None when it did not fit under EVENTS_MAX with the ones
+    before it (not applied: to be tried in the next step)."""
+
+    def change(docs: Docs) -> Outcome[list[Step | IdmintError | None]]:
+        current = dict(docs)
+        writes: dict[str, dict[str, Any] | None] = {}
+        events: list[dict[str, Any]] = []
+        results: list[Step | IdmintError | None] = []
+        full = False
+        for one in changes:
+            if full:
+                results.append(None)
+                continue
+            try:
+                outcome = one(current)
+            except IdmintError as exc:
+                results.append(exc)
+                continue
+            if events and len(events) + len(outcome.events) > EVENTS_MAX:
+                full = True  # this one and the rest wait for the next storage step
+                results.append(None)
+                continue
+            current.update(outcome.writes)
+            writes.update(outcome.writes)
+            events += outcome.events
+            results.append(outcome.result)
+        return Outcome(results, writes, events)
+
+    return change
 
 
 # -- the operator's steps ----------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from typing import Any
@@ -55,6 +54,7 @@ from app.storage.sequences import (
     MIN_START,
     NAME_PATTERN,
     PERIOD_KEY,
+    Change,
     Point,
     Run,
     SequenceRecord,
@@ -78,6 +78,8 @@ PERIOD_KEEP_DAYS = 366
 it), so only periods long ended are pruned."""
 PATCHABLE = frozenset({"increment", "template", "check_digit"})
 """The settings PATCH changes (beside ``cache``)."""
+STEPS_MAX = 64
+"""Gapless steps of one period a node makes in one storage step at most."""
 AUDIT_PAGE_MAX = 1000
 AUDIT_PAGE_DEFAULT = 100
 
@@ -143,6 +145,14 @@ class Reserved:
 
 
 @dataclass
+class _Steps:
+    """One sequence period's gapless steps pending on this node, made in one storage step."""
+
+    pending: list[tuple[Change[Step], asyncio.Future[Step]]] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
 class _Batcher:
     """Coalesces one sequence's (and period's) concurrent ``range`` requests into one storage reservation."""
 
@@ -182,6 +192,7 @@ class SequenceService:
         self.gapless: set[str] = set()
         self._opening: dict[str, asyncio.Task[Entry]] = {}
         self._batchers: dict[tuple[str, str | None], _Batcher] = {}
+        self._steps: dict[tuple[str, tuple[str, ...]], _Steps] = {}
         self._retiring: set[asyncio.Task[Any]] = set()
         self._maintenance: asyncio.Task[None] | None = None
 
@@ -199,6 +210,9 @@ class SequenceService:
         for batcher in self._batchers.values():
             if batcher.task is not None:
                 batcher.task.cancel()
+        for steps in self._steps.values():
+            if steps.task is not None:
+                steps.task.cancel()
         for task in self._opening.values():
             task.cancel()
         buffers = [*self.buffers.items(), *self.periodic.items()]
@@ -660,11 +674,20 @@ class SequenceService:
             "state": step.state,
         }
 
-    async def _gapless(self, name: str, docs: tuple[str, ...], change: Callable[..., Any]) -> Step:
-        """Apply a gapless step; count it (the step's own event, its expiries) whether it succeeded or was refused
-        after writing."""
+    async def _gapless(self, name: str, docs: tuple[str, ...], change: Change[Step]) -> Step:
+        """Apply a gapless step, with the other steps of the same period this node has pending (one storage step
+        for all: :func:`~app.sequences.points.together`); count it (the step's own event, its expiries) whether it
+        succeeded or was refused after writing."""
+        key = (name, docs)
+        batch = self._steps.get(key)
+        if batch is None:
+            batch = self._steps[key] = _Steps()
+        future: asyncio.Future[Step] = asyncio.get_running_loop().create_future()
+        batch.pending.append((change, future))
+        if batch.task is None:
+            batch.task = asyncio.get_running_loop().create_task(self._run_steps(key, batch))
         m = self.metrics.sequence(name)
-        step: Step = await self.store.update(name, docs, change)
+        step = await future
         if step.changed and step.state in ("held", "committed", "voided"):
             m.gapless[{"held": "reserve", "committed": "commit", "voided": "void"}[step.state]].inc()
         if step.expired:
@@ -673,6 +696,39 @@ class SequenceService:
         if step.refusal is not None:
             raise step.refusal
         return step
+
+    async def _run_steps(self, key: tuple[str, tuple[str, ...]], batch: _Steps) -> None:
+        name, docs = key
+        try:
+            while batch.pending:
+                taken, batch.pending = batch.pending[:STEPS_MAX], batch.pending[STEPS_MAX:]
+                try:
+                    results = await self.store.update(name, docs, points.together([c for c, _ in taken]))
+                except Exception as exc:  # storage: every step of the batch fails alike
+                    for _, future in taken:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                later = []
+                for (change, future), result in zip(taken, results, strict=True):
+                    if result is None:
+                        later.append((change, future))
+                    elif future.done():
+                        continue
+                    elif isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+                batch.pending[:0] = later
+        except asyncio.CancelledError:
+            for _, future in batch.pending:
+                if not future.done():
+                    future.set_exception(BackendUnavailableError("stopping: the step was not made", 1))
+            raise
+        finally:
+            batch.task = None
+            if self._steps.get(key) is batch:
+                del self._steps[key]
 
     async def audit(
         self, name: str, after: str | None = None, limit: int = AUDIT_PAGE_DEFAULT, period: str | None = None

@@ -281,3 +281,22 @@ async def test_delete_leaves_a_tombstone_and_a_re_created_name_continues() -> No
     doc = store.docs[("g", "period/2026-11-27")]
     assert period_point(record, doc) == Point(3, generation=2)  # above both, the voided 1 not reused
     assert (await reserve(store, T0, period="2026-11-27")).value == 3
+
+
+async def test_steps_made_together_are_applied_in_turn_within_one_update() -> None:
+    store = await gapless()
+    expiring = [await reserve(store, T0, ttl_s=1) for _ in range(5)]
+    later = T0 + 2 * S
+    changes = [points.reserve("g", None, points.new_token(), 60, later, WHO, texts)[1] for _ in range(120)]
+    bad = points.settle("g", None, "0123456789abcdef", "committed", later, WHO, texts)[1]
+    docs = points.reserve("g", None, "x", 60, later, WHO, texts)[0]
+    results = await store.update("g", docs, points.together([changes[0], bad, *changes[1:]]))
+    steps = [r for r in results if isinstance(r, Step)]
+    assert steps[1].refusal is not None and "not outstanding" in str(steps[1].refusal)  # refused, changed nothing
+    made = [s for s in steps if s.refusal is None]
+    assert made[0].expired == 5 and [s.value for s in made] == list(range(1, len(made) + 1))  # the freed ones first
+    assert len(made) == 100 - 5 and results[len(made) + 1 :] == [None] * (
+        121 - len(made) - 1
+    )  # EVENTS_MAX: the rest wait
+    assert len(store.events["g"]) == 5 + 5 + len(made)  # the first reserves, their expiries, the ones made
+    assert {s.reservation for s in expiring}.isdisjoint(s.reservation for s in made)
