@@ -339,6 +339,14 @@ async def parse_number(name: str, text: str, sequences: SequencesDep) -> dict[st
     return await sequences.parse(name, text)
 
 
+@router.get("/v1/sequence-numbers/{text:path}", openapi_extra=declare("sequences"))
+async def read_number(text: str, sequences: SequencesDep) -> dict[str, Any]:
+    """Which sequences' templates read ``text`` (the decode page asks this for text no ID scheme reads):
+    ``{"text", "readings": [...]}``, each reading as ``GET /v1/sequences/{name}/parse/{text}`` answers it; no
+    reading is no error."""
+    return {"text": text, "readings": await sequences.read(text)}
+
+
 def _who(request: Request, sequences: SequenceService) -> Who:
     client = request.scope.get("client")
     return Who(key_name(request.scope), sequences.node, str(client[0]) if client else None)

@@ -21,6 +21,7 @@ does it, :mod:`app.sequences.points`), and prunes audit events and old periods p
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import json
 import logging
@@ -629,6 +630,28 @@ class SequenceService:
             "template": template.source,
             "state": "unused" if value < record.start else _state(spec, point, value),
         }
+
+    async def read(self, text: str) -> builtins.list[dict[str, Any]]:
+        """Every sequence whose template (or a former one) reads ``text``, as :meth:`parse` answers for it (the
+        decode page asks this for text no ID scheme reads): [] when none does. The templates are tried in a worker
+        thread (at most IDMINT_MAX_SEQUENCES of them)."""
+        if len(text) > TEXT_CHARS_MAX or not text:
+            return []
+        records = [r for r in await self.store.list() if r.settings.get("template") or r.former_templates]
+
+        def readers() -> builtins.list[str]:
+            found = []
+            for record in records:
+                for template in _templates(record):
+                    try:
+                        template.parse_text(text)
+                    except InvalidIdError:
+                        continue
+                    found.append(record.name)
+                    break
+            return found
+
+        return [await self.parse(name, text) for name in await asyncio.to_thread(readers)]
 
     # -- gapless ------------------------------------------------------------------------------------------
     async def reserve(self, name: str, ttl_s: int, who: Who) -> dict[str, Any]:

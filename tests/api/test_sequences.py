@@ -427,3 +427,20 @@ def test_admin_routes_need_the_admin_scope_and_the_audit_names_the_key(tmp_path:
             ("reserve", "till", "testclient"), ("commit", "till", "testclient")
         ]  # fmt: skip
         assert all(e["node"] for e in events)
+
+
+def test_sequence_numbers_says_which_sequences_read_a_text(tmp_path: Path) -> None:
+    with running_app(tmp_path, FakeClock.from_ns(NOV_27)) as c:
+        c.post("/v1/sequences", json={"name": "a", "template": "N-{seq}"})
+        c.post("/v1/sequences", json={"name": "b", "template": "N-{seq:03}"})
+        c.post("/v1/sequences", json={"name": "plain"})
+        c.get("/v1/sequences/b/next")
+        answer = c.get("/v1/sequence-numbers/N-001").json()
+        assert [(r["name"], r["value"], r["state"]) for r in answer["readings"]] == [("b", 1, "reserved")]
+        both = c.get("/v1/sequence-numbers/N-100").json()["readings"]
+        assert [(r["name"], r["value"]) for r in both] == [("a", 100), ("b", 100)]
+        assert c.get("/v1/sequence-numbers/000S94VR000002M6NWVVR14D2G").json() == {
+            "text": "000S94VR000002M6NWVVR14D2G",
+            "readings": [],
+        }
+        assert c.get("/v1/sequence-numbers/" + "N" * 5000).json()["readings"] == []
