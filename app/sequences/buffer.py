@@ -20,6 +20,12 @@ reserves what it lacks at once (never split over many small reservations).
 Order: integers leave in rising order within one process (ranges are reserved one at a time, and storage's
 allocation point only rises while the node runs), and never twice anywhere (storage hands out each range once).
 
+Runs and periods (issue 29): a reservation is a run ``(first, count, step)``, ``step`` the sequence's increment
+when it was reserved (a PATCH of the increment applies to the next reservation; what is held is issued as
+reserved); sizes count integers, not span. A buffer of a resetting sequence belongs to one period (``period``, its
+first day): it reserves from that period's allocation point and hands back to it; the service starts another
+buffer when the clock enters the next period and stops this one.
+
 Stopping: at a clean stop (:meth:`SequenceBuffer.stop`) the node stops issuing first, then hands the unused top of
 what it holds back to storage (:meth:`~app.storage.sequences.SequenceStore.give_back`: one compare-and-set,
 applied only when nobody reserved since), so the next node's first integer follows the last one issued. What
