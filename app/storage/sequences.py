@@ -559,7 +559,8 @@ class SequenceStore(abc.ABC):
         sequence's increment (``count`` cut short at 2**63-1 with ``partial``).
 
         Raises UnknownSequenceError, SequenceOverflowError (see :func:`advance`), SequenceConflictError for a
-        gapless sequence (its integers are reserved one by one, app.sequences.points).
+        gapless sequence (its integers are reserved one by one, app.sequences.points), InvalidOptionError for a
+        period given to a sequence that never resets, or none to one that does.
         """
         doc = period_doc(period)
         docs = (RECORD,) if period is None else (RECORD, doc)
@@ -571,6 +572,9 @@ class SequenceStore(abc.ABC):
                     f"sequence {name} is gapless: its integers are reserved one at a time and committed or voided "
                     f"(POST /v1/sequences/{name}/reserve), never in ranges"
                 )
+            if record.resets == (period is None):
+                why = "resets: its integers are reserved in a period" if record.resets else "never resets: no period"
+                raise InvalidOptionError(f"sequence {name} {why}")
             point = record.point if period is None else period_point(record, found[doc])
             run, after = advance(point.next, count, record.increment, partial)
             moved = replace(point, next=after)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.errors import SequenceConflictError, UnknownSequenceError
+from app.errors import InvalidOptionError, SequenceConflictError, UnknownSequenceError
 from app.settings import Settings
 from app.storage.embedded.sequences import EmbeddedSequenceStore
 from app.storage.etcd.sequences import EtcdSequenceStore
@@ -89,6 +89,11 @@ async def test_create_get_list_and_an_idempotent_create(stores: Callable[[], Seq
     await store.create("invoices", 1, 1, {"reset": "daily", "template": "{yyyy}{mm}{dd}{seq}"})
     listed = await store.list()
     assert [r.name for r in listed] == ["invoices", "orders"]
+    assert (await store.reserve("invoices", 2, period="2026-11-27")) == (1, 2, 1)
+    with pytest.raises(InvalidOptionError, match="resets: its integers are reserved in a period"):
+        await store.reserve("invoices", 2)
+    with pytest.raises(InvalidOptionError, match="never resets"):
+        await store.reserve("orders", 2, period="2026-11-27")
     assert listed[0].settings == {"reset": "daily", "template": "{yyyy}{mm}{dd}{seq}"} and listed[0].resets
     with pytest.raises(UnknownSequenceError):
         await store.get("nope")
