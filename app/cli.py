@@ -1,12 +1,14 @@
 """The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
-``range``, ``show``), ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node) and
-``storage sql`` (the PostgreSQL backend's DDL)."""
+``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``, ``parse``),
+``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node) and ``storage sql`` (the
+PostgreSQL backend's DDL)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -192,18 +194,31 @@ def sequence() -> None:
 
 
 def _run_sequences(work: Any) -> Any:
+    """``work(service)`` on a :class:`~app.sequences.SequenceService` over the configured storage (no buffers
+    are used, no maintenance runs); idmint's errors become the command's."""
+    from app.metrics import Metrics
     from app.node import node_clock
+    from app.sequences import SequenceService
     from app.storage import open_storage
 
     async def run() -> Any:
         settings = _settings()
-        storage = open_storage(settings, node_clock(settings))
-        store = storage.sequences
+        clock = node_clock(settings)
+        storage = open_storage(settings, clock)
+        service = SequenceService(
+            storage.sequences,
+            Metrics([], __version__),
+            settings.max_count,
+            clock=clock,
+            node=f"{socket.gethostname()} pid {os.getpid()} (idmint sequence)",
+            ledger_days=settings.ledger_days,
+            maintain=False,
+        )
         try:
-            await store.start()
-            return await work(store)
+            await service.start()
+            return await work(service)
         finally:
-            await store.close()
+            await service.stop(hand_back=False)
             await storage.close()
 
     try:
@@ -212,6 +227,12 @@ def _run_sequences(work: Any) -> Any:
         raise click.ClickException(f"not ready: {exc.reason}") from exc
     except IdmintError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _cli_who() -> Any:
+    from app.sequences.points import Who
+
+    return Who(None, f"{socket.gethostname()} pid {os.getpid()} (idmint sequence)", None)
 
 
 @sequence.command("range")
@@ -225,25 +246,30 @@ def _run_sequences(work: Any) -> Any:
     help="How many integers (1..2**40).",
 )
 def sequence_range(name: str, count: int) -> None:
-    """Reserve a fresh contiguous range of COUNT integers of NAME; print {"name", "first", "last", "count"}."""
-    from app.storage.sequences import check_name
+    """Reserve a fresh contiguous range of COUNT integers of NAME (of the current period, for a resetting
+    sequence); print {"name", "first", "last", "count"} (and "increment", "period" for a business sequence)."""
+    from app.api.sequences import range_body
 
-    first, last = _run_sequences(lambda store: store.reserve(check_name(name), count))
-    click.echo(json.dumps({"name": name, "first": first, "last": last, "count": count}))
+    reserved = _run_sequences(lambda service: service.reserve_range(name, count))
+    click.echo(range_body(name, reserved).decode())
 
 
 @sequence.command("create")
 @click.argument("name")
 @click.option("--start", type=int, default=1, show_default=True, help="The first integer (0..2**63-1).")
 @click.option("--cache", type=int, default=1000, show_default=True, help="Smallest range a node reserves.")
-def sequence_create(name: str, start: int, cache: int) -> None:
+@click.option("--increment", type=int, default=1, show_default=True, help="Integers go start, start+increment...")
+@click.option("--reset", default="never", show_default=True, help="never, daily, monthly or yearly.")
+@click.option("--time-zone", default="UTC", show_default=True, help="IANA time zone of the periods (with --reset).")
+@click.option("--template", help="How numbers read, such as 'INV-{yyyy}{mm}{dd}-{seq:06}{check}'.")
+@click.option("--check-digit", help="luhn, damm or mod97 (with a template holding {check}).")
+@click.option("--mode", default="cached", show_default=True, help="cached or gapless.")
+def sequence_create(name: str, start: int, cache: int, **options: Any) -> None:
     """Create sequence NAME (nothing happens if it exists with the same settings); print it."""
-    from app.storage.sequences import check_name, check_settings
+    from app.sequences.spec import SequenceSpec
 
-    async def work(store: Any) -> Any:
-        check_name(name)
-        check_settings(start, cache)
-        return await store.create(name, start, cache)
+    async def work(service: Any) -> Any:
+        return await service.create(name, start, cache, SequenceSpec.build(**options))
 
     record, created = _run_sequences(work)
     click.echo(json.dumps({**record.as_dict(), "created": created}))
@@ -252,15 +278,105 @@ def sequence_create(name: str, start: int, cache: int) -> None:
 @sequence.command("show")
 @click.argument("name", required=False)
 def sequence_show(name: str | None) -> None:
-    """Print sequence NAME (or every sequence) with its allocation point."""
+    """Print sequence NAME (or every sequence) with its allocation point (the current period's) and settings."""
     if name is None:
-        records = _run_sequences(lambda store: store.list())
-        click.echo(json.dumps([r.as_dict() for r in records], indent=2))
+        entries = _run_sequences(lambda service: service.list())
+        click.echo(json.dumps([{k: v for k, v in e.items() if k != "node"} for e in entries], indent=2))
         return
-    from app.storage.sequences import check_name
+    entry = _run_sequences(lambda service: service.describe(name))
+    click.echo(json.dumps({k: v for k, v in entry.items() if k != "node"}, indent=2))
 
-    record = _run_sequences(lambda store: store.get(check_name(name)))
-    click.echo(json.dumps(record.as_dict(), indent=2))
+
+@sequence.command("alter")
+@click.argument("name")
+@click.option("--cache", type=int, help="Smallest range a node reserves (1..1,000,000).")
+@click.option("--increment", type=int, help="Applies from the allocation point on (1..2**31).")
+@click.option("--template", help="A template whose numbers cannot read as any the former templates rendered.")
+@click.option("--no-template", is_flag=True, help="Remove the template (the integers alone).")
+@click.option("--check-digit", help="luhn, damm or mod97 (with a template holding {check}).")
+def sequence_alter(
+    name: str,
+    cache: int | None,
+    increment: int | None,
+    template: str | None,
+    no_template: bool,
+    check_digit: str | None,
+) -> None:
+    """Change cache, increment or template of NAME (PATCH /v1/sequences/NAME); print it."""
+    changes: dict[str, Any] = {}
+    if increment is not None:
+        changes["increment"] = increment
+    if template is not None or no_template:
+        if template is not None and no_template:
+            raise click.UsageError("--template and --no-template contradict each other")
+        changes["template"] = template
+    if check_digit is not None or no_template:
+        changes["check_digit"] = check_digit
+    if cache is None and not changes:
+        raise click.UsageError(
+            "nothing to change: give --cache, --increment, --template, --no-template or --check-digit"
+        )
+    entry = _run_sequences(lambda service: service.patch(name, cache, changes))
+    click.echo(json.dumps({k: v for k, v in entry.items() if k != "node"}, indent=2))
+
+
+@sequence.command("setval")
+@click.argument("name")
+@click.argument("value", type=int)
+@click.option("--period", help="A resetting sequence's period (its first day, 2026-11-27); default the current one.")
+def sequence_setval(name: str, value: int, period: str | None) -> None:
+    """Move NAME's allocation point forward to VALUE (backward is refused: it could repeat)."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.setval(name, value, period))))
+
+
+@sequence.command("delete")
+@click.argument("name")
+def sequence_delete(name: str) -> None:
+    """Delete NAME, leaving a tombstone: created again, it continues above every integer it issued."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.delete(name))))
+
+
+@sequence.command("reserve")
+@click.argument("name")
+@click.option("--ttl", "ttl_s", type=int, default=60, show_default=True, help="Seconds before it expires (1..3600).")
+def sequence_reserve(name: str, ttl_s: int) -> None:
+    """Reserve the next integer of gapless NAME; print it with its reservation ID (commit or void it)."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who()))))
+
+
+@sequence.command("commit")
+@click.argument("name")
+@click.argument("reservation")
+def sequence_commit(name: str, reservation: str) -> None:
+    """Make RESERVATION's integer of gapless NAME final."""
+    click.echo(json.dumps(_run_sequences(lambda s: s.settle(name, reservation, "committed", _cli_who()))))
+
+
+@sequence.command("void")
+@click.argument("name")
+@click.argument("reservation")
+@click.option("--reason", help="Why (recorded in the audit log).")
+def sequence_void(name: str, reservation: str, reason: str | None) -> None:
+    """Give RESERVATION's integer of gapless NAME back: it is the next one reserved."""
+    click.echo(json.dumps(_run_sequences(lambda s: s.settle(name, reservation, "voided", _cli_who(), reason))))
+
+
+@sequence.command("audit")
+@click.argument("name")
+@click.option("--period", help="Only this period's events (2026-11-27, or never).")
+@click.option("--after", help="The cursor the previous page printed as next.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True, help="Events per page.")
+def sequence_audit(name: str, period: str | None, after: str | None, limit: int) -> None:
+    """Print a page of gapless NAME's audit log (reserve, commit, void, expire: who and when), oldest first."""
+    click.echo(json.dumps(_run_sequences(lambda s: s.audit(name, after, limit, period)), indent=2))
+
+
+@sequence.command("parse")
+@click.argument("name")
+@click.argument("text")
+def sequence_parse(name: str, text: str) -> None:
+    """Read TEXT as a number of NAME: its period and integer, its check digit checked, what became of it."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.parse(name, text)), indent=2))
 
 
 @main.group()

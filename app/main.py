@@ -53,7 +53,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             failures=metrics.ledger_write_failed,
         )
     )
-    sequences = SequenceService(storage.sequences, metrics, settings.max_count)
+    owner = node.owner
+    sequences = SequenceService(
+        storage.sequences,
+        metrics,
+        settings.max_count,
+        clock=node_time,
+        node=f"pod {owner.pod}" if owner.pod else f"{owner.host} pid {owner.pid}",
+        ledger_days=settings.ledger_days,
+    )
     keys: ApiKeys | None = None
 
     @asynccontextmanager

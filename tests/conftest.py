@@ -61,6 +61,7 @@ server (and write test-artifacts/e2e-server.log)."""
 LONGEST_FIRST = tuple(
     TESTS / name
     for name in (
+        "sequences/test_gapless_replicas.py",
         "test_fleets.py",
         "ops/test_podman.py",
         "sequences/test_clean_stop.py",
@@ -68,6 +69,7 @@ LONGEST_FIRST = tuple(
         "api/test_contract.py",
         "e2e",
         "sequences/test_etcd_replicas.py",
+        "sequences/test_admin_races.py",
         "test_etcd_member_loss.py",
         "ops/test_prometheus.py",
         "storage/etcd/test_cluster.py",

@@ -83,6 +83,14 @@ REMEMBERED_PER_KEY = 4
 """``Authorization`` values remembered per key of the file (a client may spell ``Bearer`` its own way)."""
 CHARGE_KEY = "idmint.charge_ids"
 """ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
+KEY_NAME = "idmint.key_name"
+"""ASGI scope key: the name of the API key a request was authorised with (absent: no key file, or public)."""
+
+
+def key_name(scope: Scope) -> str | None:
+    """The name of the API key that authorised the request (the audit log's "who"), None when none did."""
+    name = scope.get(KEY_NAME)
+    return name if isinstance(name, str) else None
 
 
 def charge_ids(scope: Scope, count: int, within_quota: bool = False) -> None:
@@ -483,6 +491,7 @@ class ApiKeys:
             key = self.authorise(access.scope, scope["headers"])
             if key is not None:
                 self.admit(key, scope, access)
+                scope[KEY_NAME] = key.entry.name
         except Refusal as refusal:
             self.metrics.api_key_request(refusal.key, refusal.outcome)
             raise

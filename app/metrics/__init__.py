@@ -40,6 +40,8 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_sequence_reservation_size{sequence}            gauge      current buffer reservation size (adaptive)
     idmint_sequence_storage_failures_total{sequence}      counter    reservations that failed (storage unreachable)
     idmint_sequence_unavailable_total{sequence}           counter    `next` answered 503: buffer empty, storage down
+    idmint_sequence_gapless_total{sequence,event}         counter    gapless reserve, commit, void, expire (this node)
+    idmint_sequence_reservations_outstanding{sequence}    gauge      gapless reservations outstanding (current period)
     process_*, python_*                                   default process, platform and GC collectors
                                                           (single-process mode only, see below)
 

@@ -235,6 +235,21 @@ class Collectors:
             ["sequence"],
             registry=r,
         )
+        self.sequence_gapless = Counter(
+            "idmint_sequence_gapless_total",
+            "Gapless reservations made, committed, voided and expired by this node (expired: voided by this node's "
+            "sweep or by a request that found them overdue), by sequence and event.",
+            ["sequence", "event"],
+            registry=r,
+        )
+        self.sequence_outstanding = Gauge(
+            "idmint_sequence_reservations_outstanding",
+            "Gapless reservations outstanding in the sequence's current period, as this node last saw them (the same "
+            "figure on every node that saw it: take the max over nodes), by sequence.",
+            ["sequence"],
+            multiprocess_mode="livemax",
+            registry=r,
+        )
         self.build_info = Gauge(
             "idmint_build_info",
             "idmint build information; value 1.",

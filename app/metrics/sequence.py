@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from app.metrics.collectors import Collectors
 
+GAPLESS_EVENTS = ("reserve", "commit", "void", "expire")
+"""The values of ``idmint_sequence_gapless_total{event}``."""
+
 
 class SequenceMetrics:
     """One sequence's labelled children (every series initialised at 0 when the sequence is first used)."""
@@ -21,6 +24,8 @@ class SequenceMetrics:
         "reservation_size",
         "storage_failures",
         "unavailable",
+        "gapless",
+        "outstanding",
     )
 
     def __init__(self, c: Collectors, name: str) -> None:
@@ -33,3 +38,6 @@ class SequenceMetrics:
         self.reservation_size = c.sequence_reservation_size.labels(sequence=name)
         self.storage_failures = c.sequence_storage_failures.labels(sequence=name)
         self.unavailable = c.sequence_unavailable.labels(sequence=name)
+        self.gapless = {event: c.sequence_gapless.labels(sequence=name, event=event) for event in GAPLESS_EVENTS}
+        """Gapless events by kind (:data:`GAPLESS_EVENTS`), each initialised at 0."""
+        self.outstanding = c.sequence_outstanding.labels(sequence=name)

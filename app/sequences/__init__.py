@@ -8,7 +8,9 @@ Business numbers (issue 29; pure, no I/O): :mod:`app.sequences.spec` holds the s
 (increment, reset, time_zone, template, check_digit, mode) and how a run with an increment is represented;
 :mod:`app.sequences.period` places an instant in its day, month or year in a time zone;
 :mod:`app.sequences.template` parses, renders and reads back templates such as ``INV-{yyyy}{mm}{dd}-{seq:06}{check}``;
-:mod:`app.sequences.checkdigit` computes and checks Luhn, Damm and ISO 7064 MOD 97-10 check digits.
+:mod:`app.sequences.checkdigit` computes and checks Luhn, Damm and ISO 7064 MOD 97-10 check digits;
+:mod:`app.sequences.points` holds the changes to a sequence's stored documents beyond reserving runs (delete, PATCH,
+setval, and gapless reserve, commit, void and expiry with their audit events).
 """
 
 from __future__ import annotations

@@ -20,6 +20,12 @@ reserves what it lacks at once (never split over many small reservations).
 Order: integers leave in rising order within one process (ranges are reserved one at a time, and storage's
 allocation point only rises while the node runs), and never twice anywhere (storage hands out each range once).
 
+Runs and periods (issue 29): a reservation is a run ``(first, count, step)``, ``step`` the sequence's increment
+when it was reserved (a PATCH of the increment applies to the next reservation; what is held is issued as
+reserved); sizes count integers, not span. A buffer of a resetting sequence belongs to one period (``period``, its
+first day): it reserves from that period's allocation point and hands back to it; the service starts another
+buffer when the clock enters the next period and stops this one.
+
 Stopping: at a clean stop (:meth:`SequenceBuffer.stop`) the node stops issuing first, then hands the unused top of
 what it holds back to storage (:meth:`~app.storage.sequences.SequenceStore.give_back`: one compare-and-set,
 applied only when nobody reserved since), so the next node's first integer follows the last one issued. What
@@ -40,7 +46,7 @@ from typing import Any
 
 from app.errors import BackendUnavailableError, IdmintError, NotReadyError, SequenceOverflowError
 from app.metrics import SequenceMetrics
-from app.storage.sequences import MAX_VALUE, SequenceStore
+from app.storage.sequences import MAX_VALUE, Run, SequenceStore, run_last
 
 log = logging.getLogger("idmint.sequences")
 
@@ -72,35 +78,43 @@ def next_reservation_size(cache: int, previous: int, issued: int, elapsed_s: flo
 
 
 class Segment:
-    """One reserved range ``first..last``; ``pos`` is the next integer to issue."""
+    """One reserved run ``first, first+step, ..., last`` (``count`` integers); ``pos`` is the next integer to issue
+    and ``left`` how many are left."""
 
-    __slots__ = ("first", "last", "pos")
+    __slots__ = ("first", "count", "step", "pos", "left")
 
-    def __init__(self, first: int, last: int) -> None:
+    def __init__(self, first: int, count: int, step: int = 1) -> None:
         self.first = first
-        self.last = last
+        self.count = count
+        self.step = step
         self.pos = first
+        self.left = count
+
+    @property
+    def last(self) -> int:
+        return self.first + (self.count - 1) * self.step
 
     @property
     def remaining(self) -> int:
-        return self.last - self.pos + 1
+        return self.left
 
 
-Runs = list[tuple[int, int]]
-"""Contiguous runs ``(first, last)`` in issue order."""
+Runs = list[Run]
+"""Runs ``(first, count, step)`` in issue order (:data:`app.storage.sequences.Run`)."""
 
 
-def _top_run(segments: list[Segment]) -> tuple[int, int] | None:
+def _top_run(segments: list[Segment]) -> Run | None:
     """The unused integers at the top of ``segments`` that form one run ending at the last one reserved (only
     these can go back: storage's allocation point follows the last reservation), or None when nothing is held."""
-    if not segments or segments[-1].remaining <= 0:
+    if not segments or segments[-1].left <= 0:
         return None
-    first, last = segments[-1].pos, segments[-1].last
+    top = segments[-1]
+    first, count, step = top.pos, top.left, top.step
     for seg in reversed(segments[:-1]):
-        if seg.last + 1 != first or seg.remaining <= 0:
+        if seg.step != step or seg.last + step != first or seg.left <= 0:
             break
-        first = seg.pos
-    return first, last
+        first, count = seg.pos, count + seg.left
+    return first, count, step
 
 
 class SequenceBuffer:
@@ -113,8 +127,11 @@ class SequenceBuffer:
         store: SequenceStore,
         metrics: SequenceMetrics,
         clock: Callable[[], float] = time.monotonic,
+        period: str | None = None,
     ) -> None:
         self.name = name
+        self.period = period
+        """The period key this buffer reserves in (None: a sequence that never resets)."""
         self.cache = cache
         self.store = store
         self.metrics = metrics
@@ -139,7 +156,7 @@ class SequenceBuffer:
     @property
     def held(self) -> int:
         """Integers held and not yet issued."""
-        return sum(s.remaining for s in self.segments)
+        return sum(s.left for s in self.segments)
 
     # -- issuing ------------------------------------------------------------------------------------------
     def take_now(self, count: int) -> Runs | None:
@@ -147,13 +164,14 @@ class SequenceBuffer:
         segments = self.segments
         if segments:
             seg = segments[0]
-            if seg.last - seg.pos + 1 >= count:
+            if seg.left >= count:
                 first = seg.pos
-                seg.pos = first + count
-                if seg.pos > seg.last:
+                seg.pos = first + count * seg.step
+                seg.left -= count
+                if not seg.left:
                     segments.popleft()
                 self._issued(count)
-                return [(first, first + count - 1)]
+                return [(first, count, seg.step)]
         held = self.held
         if held < count:
             if self._load_task is None:
@@ -163,11 +181,12 @@ class SequenceBuffer:
         need = count
         while need:
             seg = segments[0]
-            n = min(need, seg.remaining)
-            runs.append((seg.pos, seg.pos + n - 1))
-            seg.pos += n
+            n = min(need, seg.left)
+            runs.append((seg.pos, n, seg.step))
+            seg.pos += n * seg.step
+            seg.left -= n
             need -= n
-            if seg.pos > seg.last:
+            if not seg.left:
                 segments.popleft()
         self._issued(count)
         return runs
@@ -235,7 +254,7 @@ class SequenceBuffer:
                 return
             if segments:
                 seg = segments[0]
-                if (seg.pos - seg.first) < PREFETCH_AT * (seg.last - seg.first + 1):
+                if seg.count - seg.left < PREFETCH_AT * seg.count:
                     return
         if self.failure is not None and self.clock() < self._retry_at:
             return
@@ -258,7 +277,7 @@ class SequenceBuffer:
             count = max(self.size, at_least)
             try:
                 async with asyncio.timeout(RESERVE_TIMEOUT_S):
-                    first, last = await self.store.reserve(self.name, count, partial=True)
+                    first, got, step = await self.store.reserve(self.name, count, partial=True, period=self.period)
             except SequenceOverflowError:
                 self.exhausted = True
                 log.warning("sequence %s: no integers left before 2**63-1; this node issues what it holds", self.name)
@@ -286,7 +305,7 @@ class SequenceBuffer:
                 self._retry_at = self.clock() + RETRY_MAX_S
                 return
             if self._drained:
-                self.metrics.gap.inc(last - first + 1)
+                self.metrics.gap.inc(got)
                 return
             if self.failure is not None:
                 log.info("sequence %s: reserving ranges again", self.name)
@@ -295,9 +314,9 @@ class SequenceBuffer:
             self._retry_at = 0.0
             self._last_reserve_at = now
             self._issued_since = 0
-            self.segments.append(Segment(first, last))
+            self.segments.append(Segment(first, got, step))
             m = self.metrics
-            m.buffered.inc(last - first + 1)
+            m.buffered.inc(got)
             m.buffer_ranges.inc()
             m.reservation_size.set(self.size)
         finally:
@@ -319,20 +338,23 @@ class SequenceBuffer:
         segments = list(self.segments)
         self.segments.clear()  # from here on nothing is issued: what is handed back is never issued here
         self._drained = True
-        held = sum(s.remaining for s in segments)
+        held = sum(s.left for s in segments)
         returned = 0
         try:
             top = _top_run(segments)
             if hand_back and top is not None:
-                first, last = top
+                first, count, step = top
+                last = run_last(top)
                 try:
                     async with asyncio.timeout_at(deadline):
                         left = max(deadline - loop.time(), 0.001)
-                        if await self.store.give_back(self.name, first, last, left):
-                            returned = last - first + 1
+                        if await self.store.give_back(self.name, first, last, left, step=step, period=self.period):
+                            returned = count
                 except (IdmintError, TimeoutError) as exc:  # in doubt: not handed back, a gap
                     reason = str(exc) if isinstance(exc, IdmintError) else f"no answer within {timeout:g} s"
-                    log.warning("sequence %s: the unused range %d..%d was not handed back: %s", self.name, *top, reason)
+                    log.warning(
+                        "sequence %s: the unused range %d..%d was not handed back: %s", self.name, first, last, reason
+                    )
         finally:
             dropped = held - returned
             m = self.metrics
@@ -349,6 +371,8 @@ class SequenceBuffer:
             "reservation_size": self.size,
             "issued": self.issued,
         }
+        if self.period is not None:
+            out["period"] = self.period
         if self.failure is not None:
             out["storage"] = self.failure.reason
         if self.exhausted:

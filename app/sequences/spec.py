@@ -42,7 +42,8 @@ integer not reserved): :func:`advance`. So:
   ``first, first+increment, ..., last``).
 
 May import: :mod:`app.errors`, :mod:`app.sequences.period`, :mod:`app.sequences.template`,
-:mod:`app.sequences.checkdigit` and the integer bound of :mod:`app.storage.sequences`.
+:mod:`app.sequences.checkdigit` and the runs of :mod:`app.storage.sequences` (:func:`~app.storage.sequences.advance`,
+defined there beside the points it moves, and re-exported here).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from app.errors import InvalidOptionError, SequenceOverflowError
+from app.errors import InvalidOptionError
 from app.sequences.checkdigit import CHECK_DIGIT_NAMES, CheckDigitName
 from app.sequences.period import (
     DEFAULT_RESET,
@@ -66,16 +67,13 @@ from app.sequences.period import (
     check_time_zone,
 )
 from app.sequences.template import FIELDS_TEXT, SEQ_WIDTH_MAX, TEMPLATE_CHARS_MAX, YY_FIRST_YEAR, YY_LAST_YEAR, Template
-from app.storage.sequences import MAX_VALUE
+from app.storage.sequences import Run, advance, run_last
 
 Mode = Literal["cached", "gapless"]
 MODES: tuple[Mode, ...] = ("cached", "gapless")
 INCREMENT_MIN = 1
 INCREMENT_MAX = 2**31
 """Bounds of ``increment`` (2**31: as the issue states, and far below the 64-bit range a run must fit in)."""
-
-Run = tuple[int, int, int]
-"""``(first, count, step)``: the integers ``first + i * step`` for i in 0..count-1 (see the module)."""
 
 
 def _bool_safe_int(value: object) -> bool:
@@ -162,32 +160,6 @@ class SequenceSpec:
         return cls.build(**{k: v for k, v in record.items() if k in names})
 
 
-def advance(point: int, count: int, step: int, partial: bool = False) -> tuple[Run, int]:
-    """The run of ``count`` integers reserved at allocation point ``point`` with increment ``step``, and the
-    allocation point after it: ``((point, count, step), point + count * step)``.
-
-    Raises SequenceOverflowError when the run's last integer would pass 2**63-1; with ``partial`` the run is cut
-    at the last integer that fits instead, and the error is raised only when not one fits.
-    """
-    if count < 1 or step < 1:
-        raise ValueError(f"a run has count >= 1 and step >= 1, got count {count}, step {step}")
-    fits = (MAX_VALUE - point) // step + 1 if point <= MAX_VALUE else 0
-    if count > fits:
-        if not partial or fits <= 0:
-            raise SequenceOverflowError(
-                f"{count} more integers by {step} from {point} would pass the maximum value 2**63-1 ({MAX_VALUE}); "
-                f"{max(fits, 0)} fit"
-            )
-        count = fits
-    return (point, count, step), point + count * step
-
-
-def run_last(run: Run) -> int:
-    """The last integer of a run."""
-    first, count, step = run
-    return first + (count - 1) * step
-
-
 class SequenceOptions(BaseModel):
     """The business settings in a request body (``POST /v1/sequences``); all optional. :meth:`spec` validates them
     together (:meth:`SequenceSpec.build`)."""
@@ -234,3 +206,6 @@ def limits() -> dict[str, Any]:
         "seq_width_max": SEQ_WIDTH_MAX,
         "yy_years": [YY_FIRST_YEAR, YY_LAST_YEAR],
     }
+
+
+__all__ = ["MODES", "Mode", "Run", "SequenceOptions", "SequenceSpec", "advance", "limits", "run_last"]

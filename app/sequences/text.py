@@ -5,8 +5,10 @@ its high digits (one constant prefix, written once per block) and only the low `
 the cost per integer is ``BLOCK_DIGITS`` vectorised divisions whatever the integer's length. Integers below
 ``BLOCK`` are cut where their length changes; short runs take the scalar path (``str``).
 
-Shapes: ``encode_runs([(first, last), ...]) -> b"first,first+1,...,last,..."`` (comma separated, no brackets);
-integers must be in 0..2**63-1 (a sequence's domain).
+Runs with an increment (``step`` > 1) are written column-wise from ``np.arange`` (their integers share no block).
+
+Shapes: ``encode_runs([(first, count, step), ...]) -> b"first,first+step,...,..."`` (comma separated, no brackets;
+:data:`app.storage.sequences.Run`); integers must be in 0..2**63-1 (a sequence's domain).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ SCALAR_RUN_MAX = 64
 """Runs up to this many integers are formatted with ``str`` (numpy's fixed cost is higher)."""
 COMMA = ord(",")
 ZERO = ord("0")
+MAX_DIGITS = len(str(2**63 - 1))
+"""The digits of the largest integer (19): 10**19 is past int64."""
 
 
 def _scalar(first: int, last: int) -> bytes:
@@ -73,6 +77,31 @@ def encode_run(first: int, last: int) -> bytes:
     return b",".join(parts)
 
 
-def encode_runs(runs: Iterable[tuple[int, int]]) -> bytes:
+def encode_stepped(first: int, count: int, step: int) -> bytes:
+    """``first, first+step, ...`` (``count`` integers, ``step`` >= 2) as ASCII decimal, comma separated."""
+    if count <= SCALAR_RUN_MAX:
+        return ",".join(map(str, range(first, first + count * step, step))).encode("ascii")
+    values = np.arange(count, dtype=np.int64) * step + first  # the last is at most 2**63-1: no overflow
+    parts = []
+    at = 0
+    while at < count:  # one block per number of digits
+        width = len(str(int(values[at])))
+        end = count if width >= MAX_DIGITS else int(np.searchsorted(values, 10**width, side="left"))
+        block = values[at:end]
+        out = np.empty((end - at, width + 1), dtype=np.uint8)
+        out[:, width] = COMMA
+        for col in range(width - 1, -1, -1):
+            quotient = block // 10
+            out[:, col] = (block - quotient * 10 + ZERO).astype(np.uint8)
+            block = quotient
+        parts.append(out.tobytes()[:-1])
+        at = end
+    return b",".join(parts)
+
+
+def encode_runs(runs: Iterable[tuple[int, int, int]]) -> bytes:
     """Every run's integers, in order, comma separated."""
-    return b",".join(encode_run(first, last) for first, last in runs)
+    return b",".join(
+        encode_run(first, first + count - 1) if step == 1 else encode_stepped(first, count, step)
+        for first, count, step in runs
+    )

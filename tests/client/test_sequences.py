@@ -15,8 +15,13 @@ from idmint_client import (
     BadRequest,
     Client,
     NoReplicaAvailable,
+    ParsedNumber,
+    RequestRejected,
+    Reservation,
+    SequenceNumbers,
     SequenceRange,
     SequenceStoresDiffer,
+    Settled,
     UnknownScheme,
     UnknownSequence,
 )
@@ -29,8 +34,9 @@ MAX_VALUE = 2**63 - 1
 FLEET_ID = "00000000-0000-4000-8000-000000000001"
 
 
-def create(url: str, name: str, start: int = 1, cache: int = 100) -> None:
-    r = httpx.post(f"{url}/v1/sequences", json={"name": name, "start": start, "cache": cache}, timeout=10)
+def create(url: str, name: str, start: int = 1, cache: int = 100, **settings: object) -> None:
+    body = {"name": name, "start": start, "cache": cache, **settings}
+    r = httpx.post(f"{url}/v1/sequences", json=body, timeout=10)
     assert r.status_code in (200, 201), r.text
 
 
@@ -190,3 +196,51 @@ def test_a_server_that_does_not_tell_its_fleet_is_refused_beside_others() -> Non
             client.next("s")
     with Client("http://a", transport=fleet(handler, fleet_status=404)) as client:
         assert client.next("s") == [1]  # alone, it is the only store there is
+
+
+def test_numbers_parse_and_gapless_reservations(server: Server) -> None:
+    r = httpx.post(
+        f"{server.url}/v1/sequences",
+        json={"name": "client-inv", "reset": "yearly", "template": "INV-{yyyy}-{seq:05}{check}", "check_digit": "damm"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    httpx.post(f"{server.url}/v1/sequences", json={"name": "client-gap", "mode": "gapless"}, timeout=10)
+    with Client(server.url) as client:
+        numbers = client.numbers("client-inv", 2)
+        assert isinstance(numbers, SequenceNumbers) and numbers.ids == [1, 2] and len(numbers.texts) == 2
+        year = numbers.period
+        assert year is not None and year.endswith("-01-01") and numbers.texts[0].startswith(f"INV-{year[:4]}-00001")
+        parsed = client.parse("client-inv", numbers.texts[1])
+        assert isinstance(parsed, ParsedNumber)
+        assert (parsed.value, parsed.period, parsed.check_digit, parsed.state) == (2, year, "damm", "reserved")
+        with pytest.raises(BadRequest, match="damm check digit"):
+            wrong = numbers.texts[1][:-1] + str((int(numbers.texts[1][-1]) + 1) % 10)
+            client.parse("client-inv", wrong)
+        create(server.url, "client-plain")
+        assert client.numbers("client-plain").texts == []  # a plain sequence: no texts, no period
+        held = client.reserve("client-gap", ttl_s=30)
+        assert isinstance(held, Reservation) and held.value == 1 and held.text is None and held.period is None
+        done = client.commit("client-gap", held.reservation)
+        assert isinstance(done, Settled) and (done.value, done.state) == (1, "committed")
+        assert client.commit("client-gap", held.reservation).state == "committed"  # a retry answers the same
+        second = client.reserve("client-gap")
+        assert client.void("client-gap", second.reservation, "printer jam").state == "voided"
+        with pytest.raises(RequestRejected, match="it was voided") as refused:
+            client.commit("client-gap", second.reservation)
+        assert refused.value.status == 409
+        assert client.reserve("client-gap").value == 2  # the voided integer is the next one reserved
+        with pytest.raises(RequestRejected, match="is gapless: reserve its integers"):
+            client.next("client-gap")
+
+
+async def test_the_async_client_reserves_and_commits(server: Server) -> None:
+    create(server.url, "client-agap", mode="gapless")
+    async with AsyncClient(server.url) as client:
+        held = await client.reserve("client-agap")
+        assert (await client.commit("client-agap", held.reservation)).state == "committed"
+        held = await client.reserve("client-agap")
+        assert (await client.void("client-agap", held.reservation)).state == "voided"
+        create(server.url, "client-aplain")
+        numbers = await client.numbers("client-aplain", 3)
+        assert numbers.texts == [] and numbers.period is None and len(numbers.ids) == 3

@@ -19,7 +19,7 @@ from app.sequences.spec import (
     limits,
     run_last,
 )
-from app.storage.sequences import MAX_VALUE, SequenceRecord
+from app.storage.sequences import MAX_VALUE, Point, SequenceRecord
 
 
 def test_defaults_are_todays_sequences() -> None:
@@ -37,7 +37,7 @@ def test_defaults_are_todays_sequences() -> None:
 
 
 def test_todays_records_read_as_the_default() -> None:
-    stored = SequenceRecord("orders", 1, 1000, 5).to_json()
+    stored = SequenceRecord("orders", 1, 1000, Point(5)).to_json()
     assert stored == b'{"start":1,"cache":1000,"next":5}'
     assert SequenceSpec.from_stored(json.loads(stored)) == SequenceSpec()
 
@@ -174,9 +174,9 @@ def test_advance() -> None:
         (MAX_VALUE, 1, INCREMENT_MAX),
         MAX_VALUE + INCREMENT_MAX,
     )
-    with pytest.raises(SequenceOverflowError, match="4 more integers by 5 .* 3 fit"):
+    with pytest.raises(SequenceOverflowError, match="4 more integers by 5 .* 3 remain"):
         advance(MAX_VALUE - 10, 4, 5)
-    with pytest.raises(SequenceOverflowError, match="0 fit"):
+    with pytest.raises(SequenceOverflowError, match="0 remain"):
         advance(MAX_VALUE + 1, 1, 1, partial=True)
     with pytest.raises(ValueError, match="count >= 1 and step >= 1"):
         advance(1, 0, 1)

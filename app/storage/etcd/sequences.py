@@ -1,25 +1,28 @@
-"""etcd sequence storage: one key per sequence under the namespace, advanced by compare-mod-revision transactions.
+"""etcd sequence storage: a key per document under the namespace, changed by compare-mod-revision transactions.
 
-Key and value (JSON)::
+Keys (values JSON; documents and events: :mod:`app.storage.sequences`), all on no lease::
 
-    <namespace>idmint/sequences/<name>    {"start": 1, "cache": 1000, "next": 1001001}    on no lease
+    <namespace>idmint/sequences/<name>                  the record   {"start": 1, "cache": 1000, "next": 1001001}
+    <namespace>idmint/sequence-tombstones/<name>        the tombstone of a deleted sequence
+    <namespace>idmint/sequence-periods/<name>/<key>     the allocation point of one period (keys sort by date)
+    <namespace>idmint/sequence-audit/<name>/<event id>  one audit event (ids sort by time)
 
-A reservation is one transaction ``If(ModRevision(key) == seen) Then Put(key, next + count) Else Get(key)``: it
-applies only if nobody advanced the sequence since we read it, so two replicas never get the same range; the
-value is never written blindly. On a conflict the failure branch returns the current value and revision, and the
-reservation is tried again at once, with a short jittered pause every few conflicts in a row (replicas that
-collided do not collide again in step), within a time bound (``settings.etcd_request_timeout`` x
-``CONFLICT_BUDGET_FACTOR``). The revision last seen per sequence is remembered, so an uncontended reservation is
-one round trip.
+An update (:meth:`~app.storage.sequences.SequenceStore.update`) is one transaction ``If(ModRevision(k) == seen, for
+every document k) Then (Put or Delete each document written, Put each event) Else (Get every document)``: it applies
+only if nobody wrote those documents since we read them, so two replicas never reserve the same integers; no value
+is written blindly. A missing document compares as revision 0. On a conflict the failure branch returns the current
+values and revisions, and the change is applied to them at once, with a short jittered pause every few conflicts in
+a row (replicas that collided do not collide again in step), within a time bound (``settings.etcd_request_timeout``
+x ``CONFLICT_BUDGET_FACTOR``). The revisions last seen per key are remembered, so an uncontended update is one round
+trip; a document never seen is read first (one transaction of gets for all of them). A change that refuses (raises)
+on remembered values is confirmed by a transaction of the compares alone before the refusal is believed: a node
+that saw a sequence deleted must not answer "unknown" once another node created it again. A transaction whose answer is
+lost may have applied: it is retried as a conflict, and the change, applied to the values it wrote, sees that
+(a reservation then counts as a gap; a gapless one finds its own token).
 
-A hand-back at a clean stop is one transaction ``If(ModRevision(key) == R, Value(key) == V) Then Put(key, V with
-next = first)``, where R and V are the revision and value of this process's latest reservation of the sequence
-(kept apart from the revision merely seen): it applies only if nobody wrote the key since, and nothing is tried
-again after a failed compare.
-
-Creating is ``If(CreateRevision(key) == 0) Then Put(key, value) Else Get(key)``. The ``IDMINT_MAX_SEQUENCES`` cap is
-checked by counting the keys first (count-only range read); two replicas creating different names at the same
-moment can pass it by one each, which keeps the number of sequences (and metric labels) bounded all the same.
+Listing reads the record prefix (tombstones and periods live under other prefixes, so the ``IDMINT_MAX_SEQUENCES``
+cap and ``list`` never see them). Pruning deletes, per name (records and tombstones listed keys-only), the audit
+keys before the cutoff's id and the period keys before the cutoff's key: two DeleteRange calls a name.
 
 etcd's errors become the project's in one place, :func:`app.storage.etcd.client.map_error`; this module only adds
 the overall time bound of one operation.
@@ -29,20 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
+import json
 import random
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from app.errors import BackendUnavailableError
+from app.errors import BackendUnavailableError, IdmintError
 from app.storage.etcd.calls import RETRY_BUDGET_S, open_client
 from app.storage.etcd.client import (
     EtcdCallError,
     EtcdClient,
+    KeyValue,
     b64,
     compare,
+    delete,
     get,
     map_error,
     prefix_end,
@@ -50,12 +55,20 @@ from app.storage.etcd.client import (
     redact,
 )
 from app.storage.sequences import (
+    AUDIT_SCAN_MAX,
     NAME_PATTERN,
+    PERIOD_PREFIX,
+    RECORD,
+    TOMBSTONE,
+    AuditPage,
+    Change,
     SequenceRecord,
     SequenceStore,
-    conflict,
-    handed_back,
-    too_many,
+    T,
+    check_doc,
+    check_outcome,
+    dumps,
+    loads,
     unknown,
 )
 
@@ -63,6 +76,9 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 SEQUENCES_PREFIX = "idmint/sequences/"
+TOMBSTONES_PREFIX = "idmint/sequence-tombstones/"
+PERIODS_PREFIX = "idmint/sequence-periods/"
+AUDIT_PREFIX = "idmint/sequence-audit/"
 CONFLICT_PAUSE_START_S = 0.001
 CONFLICT_PAUSE_MAX_S = 0.02
 JITTER_EVERY = 4
@@ -70,39 +86,49 @@ JITTER_EVERY = 4
 back to a value already stale while the others write back to back, and starve); every JITTER_EVERY-th conflict in
 a row pauses for a random 0..pause (growing to CONFLICT_PAUSE_MAX_S) so writers in lockstep fall out of it."""
 CONFLICT_BUDGET_FACTOR = 5.0
-"""A reservation gives up (503) after this many request timeouts of back-to-back conflicts."""
+"""An update gives up (503) after this many request timeouts of back-to-back conflicts."""
 LOCK_STRIPES = 64
-"""Reservations of one sequence from this process go one at a time (locks striped by name), so they never
-conflict with each other; only other processes' writes can."""
+"""Updates of one sequence from this process go one at a time (locks striped by name), so they never conflict with
+each other; only other processes' writes can."""
+AUDIT_PAGE_READ = 1000
+"""Audit keys read per range request while filling a page."""
 _NAME = re.compile(NAME_PATTERN)
 
 
 class EtcdSequenceStore(SequenceStore):
-    """Sequences as keys ``<namespace>idmint/sequences/<name>``; any number of replicas."""
+    """Sequences as keys under ``<namespace>idmint/``; any number of replicas."""
 
     name = "etcd"
 
     def __init__(self, settings: Settings, client: EtcdClient | None = None) -> None:
-        self.max_sequences = settings.max_sequences
-        self.prefix = f"{settings.etcd_namespace}{SEQUENCES_PREFIX}"
+        super().__init__(settings.max_sequences)
+        namespace = settings.etcd_namespace
+        self.prefix = f"{namespace}{SEQUENCES_PREFIX}"
+        self.tombstones = f"{namespace}{TOMBSTONES_PREFIX}"
+        self.periods = f"{namespace}{PERIODS_PREFIX}"
+        self.audits = f"{namespace}{AUDIT_PREFIX}"
         self._owns_client = client is None
         self._client = (client or open_client(settings)).limited(
             timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S
         )
         self._timeout = settings.etcd_request_timeout
         self._limit = self._timeout * len(settings.etcd_endpoints) + 1.0
-        self._seen: dict[str, tuple[SequenceRecord, int]] = {}
-        """name -> (record, mod revision) last read or written: the compare of the next reservation."""
-        self._wrote: dict[str, tuple[SequenceRecord, int]] = {}
-        """name -> (record, mod revision) of this process's latest reservation: the compare of a hand-back."""
+        self._seen: dict[bytes, tuple[dict[str, Any] | None, int]] = {}
+        """key -> (value, mod revision) last read or written: the compare of the next update (0: absent)."""
         self._rng = random.Random()
         self._locks = [asyncio.Lock() for _ in range(LOCK_STRIPES)]
-        self.reservations = 0
         self.conflicts = 0
-        """Reservations made, and transactions that found the sequence advanced by another process (status)."""
+        """Transactions that found a document changed by another process (status)."""
 
-    def key(self, name: str) -> bytes:
-        return f"{self.prefix}{name}".encode()
+    def key(self, name: str, doc: str = RECORD) -> bytes:
+        if doc == RECORD:
+            return f"{self.prefix}{name}".encode()
+        if doc == TOMBSTONE:
+            return f"{self.tombstones}{name}".encode()
+        return f"{self.periods}{name}/{check_doc(doc)[len(PERIOD_PREFIX) :]}".encode()
+
+    def event_key(self, name: str, event_id: str) -> bytes:
+        return f"{self.audits}{name}/{event_id}".encode()
 
     async def close(self) -> None:
         """Close the etcd client when this store opened it (a shared one is closed by its storage)."""
@@ -121,46 +147,20 @@ class EtcdSequenceStore(SequenceStore):
                 f"etcd at {redact(self._client.endpoint)} did not answer in time (while {doing})"
             ) from None
 
-    def _parse(self, name: str, value: bytes) -> SequenceRecord:
-        return SequenceRecord.from_json(name, value, self.key(name).decode())
+    def _remember(self, key: bytes, kvs: list[KeyValue] | None) -> tuple[dict[str, Any] | None, int]:
+        seen = (loads(kvs[0].value, key.decode()), kvs[0].mod_revision) if kvs else (None, 0)
+        self._seen[key] = seen
+        return seen
 
     # -- interface ----------------------------------------------------------------------------------------
-    async def create(self, name: str, start: int, cache: int) -> tuple[SequenceRecord, bool]:
-        key = self.key(name)
-        record = SequenceRecord(name, start, cache, start)
-        async with self._etcd(f"creating sequence {name}"):
-            existing, _ = await self._client.range(key)
-            if not existing:
-                counted = await self._client.call(
-                    "/v3/kv/range",
-                    {
-                        "key": b64(self.prefix.encode()),
-                        "range_end": b64(prefix_end(self.prefix.encode())),
-                        "count_only": True,
-                    },
-                )
-                if int(counted.get("count", 0)) >= self.max_sequences:
-                    raise too_many(self.max_sequences)
-                result = await self._client.txn([compare(key, "CREATE", 0)], [put(key, record.to_json())], [get(key)])
-                if result.succeeded:
-                    self._seen[name] = (record, result.revision)
-                    return record, True
-                existing = result.ranges[0] or []
-        if not existing:  # created and deleted between our reads: let the caller try again
-            raise BackendUnavailableError(f"sequence {name} changed while being created; try again")
-        found = self._parse(name, existing[0].value)
-        if not found.same_settings(start, cache):
-            raise conflict(found, start, cache)
-        return found, False
-
     async def get(self, name: str) -> SequenceRecord:
+        key = self.key(name)
         async with self._etcd(f"reading sequence {name}"):
-            kvs, _ = await self._client.range(self.key(name))
-        if not kvs:
+            kvs, _ = await self._client.range(key)
+        obj, _ = self._remember(key, kvs)
+        if obj is None:
             raise unknown(name)
-        record = self._parse(name, kvs[0].value)
-        self._seen[name] = (record, kvs[0].mod_revision)
-        return record
+        return SequenceRecord.from_obj(name, obj, key.decode())
 
     async def list(self) -> list[SequenceRecord]:
         prefix = self.prefix.encode()
@@ -177,75 +177,125 @@ class EtcdSequenceStore(SequenceStore):
             )
         out = []
         for kv in data.get("kvs", []):
-            name = base64.b64decode(kv.get("key", "")).decode(errors="replace")[len(self.prefix) :]
+            key = base64.b64decode(kv.get("key", "")).decode(errors="replace")
+            name = key[len(self.prefix) :]
             if _NAME.fullmatch(name):
-                out.append(self._parse(name, base64.b64decode(kv.get("value", ""))))
+                out.append(SequenceRecord.from_obj(name, loads(base64.b64decode(kv.get("value", "")), key), key))
         return out
 
-    async def reserve(self, name: str, count: int, partial: bool = False) -> tuple[int, int]:
-        async with self._locks[hash(name) % LOCK_STRIPES]:
-            return await self._reserve(name, count, partial)
+    async def update(self, name: str, docs: Sequence[str], change: Change[T], timeout: float | None = None) -> T:
+        keys = {doc: self.key(name, check_doc(doc)) for doc in docs}
+        if timeout is None:
+            async with self._locks[hash(name) % LOCK_STRIPES]:
+                return await self._update(name, keys, change)
+        async with self._etcd(f"updating sequence {name}", timeout), self._locks[hash(name) % LOCK_STRIPES]:
+            return await self._update(name, keys, change)
 
-    async def _reserve(self, name: str, count: int, partial: bool) -> tuple[int, int]:
-        key = self.key(name)
+    async def _update(self, name: str, keys: dict[str, bytes], change: Change[T]) -> T:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._timeout * CONFLICT_BUDGET_FACTOR
         pause = CONFLICT_PAUSE_START_S
         conflicts = 0
-        seen = self._seen.get(name)
-        if seen is None:
-            await self.get(name)
-            seen = self._seen[name]
+        missing = [key for key in keys.values() if key not in self._seen]
+        if missing:
+            async with self._etcd(f"reading sequence {name}"):
+                result = await self._client.txn([], [get(key) for key in missing], [])
+            for key, kvs in zip(missing, result.ranges, strict=True):
+                self._remember(key, kvs)
         while True:
-            record, revision = seen
-            first, last, after = record.advance(count, partial)
-            async with self._etcd(f"reserving {count} integers of sequence {name}"):
-                result = await self._client.txn(
-                    [compare(key, "MOD", revision)], [put(key, after.to_json())], [get(key)]
-                )
+            seen = {doc: self._seen[key] for doc, key in keys.items()}
+            compares = [compare(key, "MOD", seen[doc][1]) for doc, key in keys.items()]
+            try:
+                outcome = change({doc: _copy(value) for doc, (value, _) in seen.items()})
+            except IdmintError:
+                # A refusal decided on remembered values (a sequence this process saw deleted, since created
+                # again) stands only if they are still current: confirmed like an outcome that writes nothing.
+                async with self._etcd(f"reading sequence {name}"):
+                    result = await self._client.txn(compares, [], [get(key) for key in keys.values()])
+                if result.succeeded:
+                    raise
+                for key, kvs in zip(keys.values(), result.ranges, strict=True):
+                    self._remember(key, kvs)
+                continue
+            check_outcome(list(keys), outcome)
+            ops = [
+                put(keys[doc], dumps(value)) if value is not None else delete(keys[doc])
+                for doc, value in outcome.writes.items()
+            ]
+            ops += [put(self.event_key(name, event["id"]), dumps(event)) for event in outcome.events]
+            async with self._etcd(f"updating sequence {name}"):
+                result = await self._client.txn(compares, ops, [get(key) for key in keys.values()])
             if result.succeeded:
-                self._seen[name] = self._wrote[name] = (after, result.revision)
-                self.reservations += 1
-                return first, last
+                for doc, value in outcome.writes.items():
+                    self._seen[keys[doc]] = (_copy(value), result.revision if value is not None else 0)
+                if outcome.error is not None:
+                    raise outcome.error
+                return outcome.result
             self.conflicts += 1
-            current = result.ranges[0] or []
-            if not current:
-                self._seen.pop(name, None)
-                raise unknown(name)
-            seen = (self._parse(name, current[0].value), current[0].mod_revision)
-            self._seen[name] = seen
+            for key, kvs in zip(keys.values(), result.ranges, strict=True):
+                self._remember(key, kvs)
             conflicts += 1
             if loop.time() >= give_up:
                 raise BackendUnavailableError(
-                    f"sequence {name}: {conflicts} conflicting reservations in a row (other replicas kept "
-                    "advancing it); try again"
+                    f"sequence {name}: {conflicts} conflicting updates in a row (other replicas kept changing it); "
+                    "try again"
                 )
             if conflicts % JITTER_EVERY == 0:
                 await asyncio.sleep(self._rng.uniform(0, pause))
                 pause = min(pause * 2, CONFLICT_PAUSE_MAX_S)
 
-    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
-        async with self._locks[hash(name) % LOCK_STRIPES]:
-            wrote = self._wrote.pop(name, None)
-            if wrote is None or not handed_back(wrote[0], wrote[0], first, last):
-                return False
-            record, revision = wrote
-            key = self.key(name)
-            back = dataclasses.replace(record, next=first)
-            value_is = {"target": "VALUE", "key": b64(key), "value": b64(record.to_json()), "result": "EQUAL"}
-            async with self._etcd(f"handing back {last - first + 1} integers of sequence {name}", timeout):
-                result = await self._client.txn(
-                    [compare(key, "MOD", revision), value_is], [put(key, back.to_json())], []
+    async def audit(self, name: str, after: str | None, limit: int, period: str | None = None) -> AuditPage:
+        prefix = f"{self.audits}{name}/".encode()
+        start = prefix + after.encode() + b"\0" if after else prefix
+        end = prefix_end(prefix)
+        page: list[dict[str, Any]] = []
+        scanned = 0
+        last = None
+        async with self._etcd(f"reading the audit log of sequence {name}"):
+            while scanned < AUDIT_SCAN_MAX:
+                data = await self._client.call(
+                    "/v3/kv/range",
+                    {"key": b64(start), "range_end": b64(end), "limit": str(AUDIT_PAGE_READ)},
                 )
-            if result.succeeded:
-                self._seen[name] = (back, result.revision)
-            return result.succeeded
+                kvs = [KeyValue.parse(kv) for kv in data.get("kvs", [])]
+                for kv in kvs:
+                    scanned += 1
+                    last = kv.key[len(prefix) :].decode()
+                    event = loads(kv.value, kv.key.decode())
+                    if period is None or (event.get("period") or "never") == period:
+                        page.append(event)
+                    if len(page) >= limit or scanned >= AUDIT_SCAN_MAX:
+                        more = kv is not kvs[-1] or bool(data.get("more"))
+                        return page, (last if more else None)
+                if not data.get("more") or not kvs:
+                    return page, None
+                start = kvs[-1].key + b"\0"
+        return page, last
+
+    async def prune(self, events_before_ns: int, periods_before: str) -> int:
+        names: set[str] = set()
+        removed = 0
+        async with self._etcd("pruning sequence audit logs and periods", self._limit * 4):
+            for prefix in (self.prefix, self.tombstones):
+                found, _ = await self._client.range(prefix.encode(), prefix_end(prefix.encode()), keys_only=True)
+                names.update(kv.key.decode(errors="replace")[len(prefix) :] for kv in found)
+        for name in sorted(n for n in names if _NAME.fullmatch(n)):
+            audit = f"{self.audits}{name}/".encode()
+            periods = f"{self.periods}{name}/".encode()
+            async with self._etcd(f"pruning sequence {name}"):
+                removed += await self._client.delete_range(audit, audit + f"{events_before_ns:020d}".encode())
+                removed += await self._client.delete_range(periods, periods + periods_before.encode())
+        return removed
 
     def status(self) -> dict[str, Any]:
         return {
-            "store": self.name,
+            **super().status(),
             "prefix": self.prefix,
             "endpoints": [redact(e) for e in self._client.endpoints],
-            "reservations": self.reservations,
             "conflicts": self.conflicts,
         }
+
+
+def _copy(obj: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A deep copy (a change must not alter the cached value it was handed)."""
+    return None if obj is None else json.loads(json.dumps(obj))

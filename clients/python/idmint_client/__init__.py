@@ -12,6 +12,8 @@
         print(ids.decode(order_id).best.timestamp)
         invoice_numbers = ids.next("invoices", 3)      # a sequence: [1041, 1042, 1043], Python ints
         block = ids.range("invoices", 10_000)          # SequenceRange(first, last): reserved for this caller
+        held = ids.reserve("receipts")                  # a gapless sequence: one integer, then commit or void
+        ids.commit("receipts", held.reservation)
 
 :class:`AsyncClient` has the same surface with coroutines. Errors: :mod:`idmint_client._exceptions` (one tree,
 rooted at :class:`IdmintClientError`).
@@ -34,7 +36,7 @@ from idmint_client._exceptions import (
     UnknownSequence,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
-from idmint_client._sequences import SequenceRange
+from idmint_client._sequences import ParsedNumber, Reservation, SequenceNumbers, SequenceRange, Settled
 
 __version__ = "0.1.0"
 
@@ -49,10 +51,14 @@ __all__ = [
     "Decoded",
     "IdmintClientError",
     "NoReplicaAvailable",
+    "ParsedNumber",
     "RequestRejected",
+    "Reservation",
     "SchemeInfo",
+    "SequenceNumbers",
     "SequenceRange",
     "SequenceStoresDiffer",
+    "Settled",
     "Unauthorized",
     "UnknownScheme",
     "UnknownSequence",

@@ -31,10 +31,19 @@ from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._sequences import (
     SCOPE_PREFIX,
+    ParsedNumber,
+    Reservation,
+    SequenceNumbers,
     SequenceRange,
+    Settled,
     check_one_fleet,
     parse_next,
+    parse_numbers,
+    parse_parsed,
+    parse_path,
     parse_range,
+    parse_reservation,
+    parse_settled,
     sequence_params,
     sequence_path,
 )
@@ -355,6 +364,59 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             method="POST",
         )
 
+    async def numbers(self, name: str, count: int = 1) -> SequenceNumbers:
+        """Integers, texts and period of a business sequence; see
+        :meth:`Client.numbers <idmint_client.Client.numbers>`."""
+        return await self._call(
+            sequence_path(name, "next"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_numbers(r, name, count),
+            f"next {count} of sequence {name}",
+        )
+
+    async def parse(self, name: str, text: str) -> ParsedNumber:
+        """A number read back; see :meth:`Client.parse <idmint_client.Client.parse>`."""
+        return await self._call(
+            parse_path(name, text), SCOPE_PREFIX + name, None, lambda r: parse_parsed(r, name), f"parse {text!r}"
+        )
+
+    async def reserve(self, name: str, ttl_s: int | None = None) -> Reservation:
+        """A gapless reservation; see :meth:`Client.reserve <idmint_client.Client.reserve>`."""
+        return await self._call(
+            sequence_path(name, "reserve"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_reservation(r, name),
+            f"reserve of sequence {name}",
+            method="POST",
+            json={} if ttl_s is None else {"ttl_s": ttl_s},
+        )
+
+    async def commit(self, name: str, reservation: str) -> Settled:
+        """Commit a reservation; see :meth:`Client.commit <idmint_client.Client.commit>`."""
+        return await self._call(
+            sequence_path(name, "commit"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_settled(r, name),
+            f"commit of {reservation} of sequence {name}",
+            method="POST",
+            json={"reservation": reservation},
+        )
+
+    async def void(self, name: str, reservation: str, reason: str | None = None) -> Settled:
+        """Void a reservation; see :meth:`Client.void <idmint_client.Client.void>`."""
+        return await self._call(
+            sequence_path(name, "void"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_settled(r, name),
+            f"void of {reservation} of sequence {name}",
+            method="POST",
+            json={"reservation": reservation, "reason": reason},
+        )
+
     async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
         plan, reasons = self._replicas.plan(scope, advance)
@@ -394,6 +456,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         deadline: Deadline | None = None,
         advance: bool = True,
         method: str = "GET",
+        json: dict[str, Any] | None = None,
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
@@ -408,7 +471,9 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = await self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
+                response = await self._http.request(
+                    method, url + path, params=params, json=json, timeout=timeout_of(deadline)
+                )
                 check(response, missing)
                 result = parse(response)
             except Refused as exc:

@@ -38,10 +38,19 @@ from idmint_client._models import Candidates, Decoded, SchemeInfo
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._sequences import (
     SCOPE_PREFIX,
+    ParsedNumber,
+    Reservation,
+    SequenceNumbers,
     SequenceRange,
+    Settled,
     check_one_fleet,
     parse_next,
+    parse_numbers,
+    parse_parsed,
+    parse_path,
     parse_range,
+    parse_reservation,
+    parse_settled,
     sequence_params,
     sequence_path,
 )
@@ -415,6 +424,68 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             method="POST",
         )
 
+    def numbers(self, name: str, count: int = 1) -> SequenceNumbers:
+        """``count`` numbers of a sequence with a template or periods (``GET /v1/sequences/{name}/next``): the
+        integers as Python ints, their texts and their period (:class:`SequenceNumbers`; a sequence without a
+        template has no texts, one that never resets no period). Raises as :meth:`next`; a gapless sequence's is a
+        RequestRejected (409: use :meth:`reserve`)."""
+        return self._call(
+            sequence_path(name, "next"),
+            SCOPE_PREFIX + name,
+            sequence_params(count),
+            lambda r: parse_numbers(r, name, count),
+            f"next {count} of sequence {name}",
+        )
+
+    def parse(self, name: str, text: str) -> ParsedNumber:
+        """Read a number sequence ``name`` rendered (``GET /v1/sequences/{name}/parse/{text}``): its period and
+        integer, its check digit checked, and what became of it (:class:`ParsedNumber`). Raises BadRequest naming
+        the rule the text breaks (a check digit that does not match)."""
+        return self._call(
+            parse_path(name, text), SCOPE_PREFIX + name, None, lambda r: parse_parsed(r, name), f"parse {text!r}"
+        )
+
+    def reserve(self, name: str, ttl_s: int | None = None) -> Reservation:
+        """Reserve the next integer of gapless sequence ``name`` (``POST /v1/sequences/{name}/reserve``) for
+        ``ttl_s`` seconds (the server's default, 60, when None): a :class:`Reservation` to :meth:`commit` or
+        :meth:`void`. Uncommitted at its expiry, it is voided by the fleet and its integer is the next one reserved.
+        Raises RequestRejected (409: not gapless; too many outstanding), BadRequest, NoReplicaAvailable."""
+        return self._call(
+            sequence_path(name, "reserve"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_reservation(r, name),
+            f"reserve of sequence {name}",
+            method="POST",
+            json={} if ttl_s is None else {"ttl_s": ttl_s},
+        )
+
+    def commit(self, name: str, reservation: str) -> Settled:
+        """Make a reservation's integer final (``POST /v1/sequences/{name}/commit``); a repeat (a retry) answers
+        as the first. Raises RequestRejected (409, ``detail`` naming why: it expired, or was voided)."""
+        return self._call(
+            sequence_path(name, "commit"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_settled(r, name),
+            f"commit of {reservation} of sequence {name}",
+            method="POST",
+            json={"reservation": reservation},
+        )
+
+    def void(self, name: str, reservation: str, reason: str | None = None) -> Settled:
+        """Give a reservation's integer back (``POST /v1/sequences/{name}/void``): it is the next one reserved;
+        ``reason`` goes to the audit log. Raises RequestRejected (409: it was committed)."""
+        return self._call(
+            sequence_path(name, "void"),
+            SCOPE_PREFIX + name,
+            None,
+            lambda r: parse_settled(r, name),
+            f"void of {reservation} of sequence {name}",
+            method="POST",
+            json={"reservation": reservation, "reason": reason},
+        )
+
     # -- failover ----------------------------------------------------------------------------------------------
     def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
@@ -445,6 +516,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         deadline: Deadline | None = None,
         advance: bool = True,
         method: str = "GET",
+        json: dict[str, Any] | None = None,
     ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
         if self._closed:
@@ -460,7 +532,9 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = self._http.request(method, url + path, params=params, timeout=timeout_of(deadline))
+                response = self._http.request(
+                    method, url + path, params=params, json=json, timeout=timeout_of(deadline)
+                )
                 check(response, missing)
                 result = parse(response)
             except Refused as exc:
