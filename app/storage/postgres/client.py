@@ -24,8 +24,8 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 log = logging.getLogger("idmint.storage.postgres")
+
+T = TypeVar("T")
 
 # SQLSTATE (exact code, else its two-character class; None: no SQLSTATE, a failed or lost connection) -> (what
 # PostgreSQL did, our error class). The one table of PostgreSQL errors; nothing is told apart by message text. A
@@ -197,10 +199,31 @@ class Database:
             await self.ready()
         return await self._run(doing, query, params, limit)
 
+    async def transaction(
+        self,
+        doing: str,
+        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        limit: float | None = None,
+    ) -> T:
+        """Run ``work(connection)`` inside one transaction (committed when it returns, rolled back when it raises)
+        and return what it returned. Bounded as :meth:`run` is, by ``limit`` seconds for the whole transaction: past
+        it the connection is cut (the server rolls the transaction back) and BackendUnavailableError is raised; an
+        answer to COMMIT that is lost leaves it unknown whether it applied. Raises what ``work`` raises (an
+        IdmintError as is; psycopg's mapped as :meth:`run` maps them)."""
+        if not self._ready:
+            await self.ready()
+
+        async def transact(conn: psycopg.AsyncConnection[Any]) -> T:
+            async with conn.transaction():
+                return await work(conn)
+
+        result: T = await self._bounded(doing, limit, transact)
+        return result
+
     async def _run(
         self, doing: str, query: str, params: Mapping[str, Any] | None, limit: float | None
     ) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = await self._bounded(doing, limit, lambda conn: _fetch(conn, query, params))
+        rows: list[tuple[Any, ...]] = await self._bounded(doing, limit, lambda conn: fetch(conn, query, params))
         return rows
 
     async def _bounded(self, doing: str, limit: float | None, work: Any) -> Any:
@@ -267,7 +290,7 @@ class Database:
     async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """The tables' version; None when they are absent (no schema, no table)."""
         try:
-            rows = await _fetch(conn, self.sql.version, None)
+            rows = await fetch(conn, self.sql.version, None)
         except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
             return None
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
@@ -301,8 +324,9 @@ async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) 
     await asyncio.gather(task, return_exceptions=True)  # its error (the statement we gave up) is ours to drop
 
 
-async def _fetch(
+async def fetch(
     conn: psycopg.AsyncConnection[Any], query: str, params: Mapping[str, Any] | None
 ) -> list[tuple[Any, ...]]:
+    """Run one statement on ``conn`` (inside :meth:`Database.transaction`'s ``work``): its rows, [] for none."""
     cursor = await conn.execute(query, params)
     return await cursor.fetchall() if cursor.description is not None else []

@@ -1,116 +1,128 @@
-"""PostgreSQL sequence storage: one ``sequences`` row per sequence, advanced by one atomic ``UPDATE ... RETURNING``.
+"""PostgreSQL sequence storage: a row per document, changed by one transaction under the sequence's lock.
 
-Row::
+Rows (documents and events: :mod:`app.storage.sequences`; values as compact JSON text)::
 
-    name  start  cache  next (numeric: up to 2**63)  reserved_first  version
+    sequence_documents  (name, doc)  value             doc: record, tombstone, period/<key>
+    sequence_events     (name, id)   period  body      period: a period key, or "never"
 
-A reservation is one statement (:attr:`Statements.seq_reserve <app.storage.postgres.sql.Statements.seq_reserve>`):
-``SET reserved_first = next, next = next + least(count, 2**63 - next), version = version + 1 WHERE name = $1 AND
-(the count fits, or partial and something is left) RETURNING reserved_first, next, version``. The row lock makes
-concurrent reservations from any number of replicas queue, each reading the row as the previous one left it (READ
-COMMITTED re-reads a row updated under it), so two reservations never overlap and there is nothing to retry. A
-reservation the statement refuses is read once more to tell an unknown sequence from one that would pass
-2**63-1 (:meth:`SequenceRecord.advance <app.storage.sequences.SequenceRecord.advance>` words the error).
+An update (:meth:`~app.storage.sequences.SequenceStore.update`) is one transaction: ``pg_advisory_xact_lock`` of the
+sequence's name (held until COMMIT or ROLLBACK), a ``SELECT`` of the documents named -- read after the lock is held,
+so under READ COMMITTED it sees every update that committed before --, the change, then ``INSERT ... ON CONFLICT DO
+UPDATE`` of the documents written, ``DELETE`` of those deleted and ``INSERT`` of the events, and ``COMMIT``. Every
+update of a name, from any replica, takes the same lock, so none reads a snapshot another is about to change: the
+change runs once, and there is nothing to retry. A transaction cut short (the statement timeout, a lost connection,
+a node stopped) is rolled back by the server and its lock released; only a COMMIT whose answer is lost leaves it
+unknown whether the change applied (BackendUnavailableError: a reservation then counts as a gap, and a gapless one
+lapses back to ``free`` at its expiry).
 
-A hand-back at a clean stop is one compare-and-set on ``version``: ``SET next = first WHERE version = <the version
-this process's latest reservation left> AND next = last + 1``; it applies only when nobody wrote the row since.
-
-Creating is ``INSERT ... WHERE (SELECT count(*) ...) < IDMINT_MAX_SEQUENCES ON CONFLICT DO NOTHING``: two replicas
-creating different names at the same moment can pass the cap by one each, as on etcd.
+Listing reads the ``record`` rows (tombstones and periods are other documents: the ``IDMINT_MAX_SEQUENCES`` cap and
+``list`` never see them); the audit log is read in ``id`` order from an index on (name, period, id); pruning is two
+``DELETE`` statements over every name.
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from app.errors import BackendUnavailableError
-from app.storage.postgres.client import Database
-from app.storage.sequences import MAX_VALUE, SequenceRecord, SequenceStore, conflict, too_many, unknown
+import psycopg
+
+from app.storage.postgres.client import Database, fetch
+from app.storage.sequences import (
+    RECORD,
+    AuditPage,
+    Change,
+    Docs,
+    Outcome,
+    SequenceRecord,
+    SequenceStore,
+    T,
+    check_doc,
+    check_outcome,
+    dumps,
+    loads,
+    unknown,
+)
+
+NEVER = "never"
+"""The ``period`` column of an event of a sequence that never resets."""
 
 
 class PostgresSequenceStore(SequenceStore):
-    """Sequences as rows of ``<schema>.sequences``; any number of replicas."""
+    """Sequences as rows of ``<schema>.sequence_documents`` and ``<schema>.sequence_events``; any number of
+    replicas."""
 
     name = "postgres"
 
     def __init__(self, db: Database, max_sequences: int) -> None:
+        super().__init__(max_sequences)
         self.db = db
-        self.max_sequences = max_sequences
-        self._wrote: dict[str, tuple[SequenceRecord, int]] = {}
-        """name -> (record, version) of this process's latest reservation: the compare of a hand-back."""
-        self._locks: dict[str, asyncio.Lock] = {}
-        self.reservations = 0
 
-    def _record(self, name: str, start: Any, cache: Any, nxt: Any) -> SequenceRecord:
-        start, cache, nxt = int(start), int(cache), int(nxt)
-        if not 0 <= start <= nxt <= MAX_VALUE + 1 or cache < 1:
-            raise BackendUnavailableError(f"sequence row {self.db.schema}.sequences/{name} is out of rule", 5)
-        return SequenceRecord(name, start, cache, nxt)
-
-    async def create(self, name: str, start: int, cache: int) -> tuple[SequenceRecord, bool]:
-        sql = self.db.sql
-        params = {"name": name, "start": start, "cache": cache, "max": self.max_sequences}
-        rows = await self.db.run(f"creating sequence {name}", sql.seq_create, params)
-        if rows:
-            return self._record(name, *rows[0]), True
-        found = await self.db.run(f"reading sequence {name}", sql.seq_get, {"name": name})
-        if not found:
-            raise too_many(self.max_sequences)
-        existing = self._record(name, *found[0])
-        if not existing.same_settings(start, cache):
-            raise conflict(existing, start, cache)
-        return existing, False
+    def _where(self, name: str, doc: str = RECORD) -> str:
+        return f"{self.db.schema}.sequence_documents/{name}/{doc}"
 
     async def get(self, name: str) -> SequenceRecord:
         rows = await self.db.run(f"reading sequence {name}", self.db.sql.seq_get, {"name": name})
         if not rows:
             raise unknown(name)
-        return self._record(name, *rows[0])
+        return SequenceRecord.from_json(name, rows[0][0], self._where(name))
 
     async def list(self) -> list[SequenceRecord]:
         rows = await self.db.run("listing sequences", self.db.sql.seq_list, {"limit": self.max_sequences})
-        return [self._record(str(r[0]), r[1], r[2], r[3]) for r in rows]
+        return [SequenceRecord.from_json(str(n), value, self._where(str(n))) for n, value in rows]
 
-    async def reserve(self, name: str, count: int, partial: bool = False) -> tuple[int, int]:
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:  # one reservation of a name at a time from this process: _wrote stays its latest
-            rows = await self.db.run(
-                f"reserving {count} integers of sequence {name}",
-                self.db.sql.seq_reserve,
-                {"name": name, "count": count, "partial": partial},
-            )
-            if not rows:
-                record = await self.get(name)  # unknown() when absent
-                record.advance(count, partial)  # raises SequenceOverflowError, as it would not fit
-                raise BackendUnavailableError(f"sequence {name} changed while being reserved; try again")
-            first, after, version, start, cache = rows[0]
-            record = self._record(name, start, cache, after)
-            self._wrote[name] = (record, int(version))
-            self.reservations += 1
-            return int(first), int(after) - 1
+    async def update(self, name: str, docs: Sequence[str], change: Change[T], timeout: float | None = None) -> T:
+        names = [check_doc(doc) for doc in docs]
+        sql = self.db.sql
 
-    async def give_back(self, name: str, first: int, last: int, timeout: float) -> bool:
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:
-            wrote = self._wrote.pop(name, None)
-            if wrote is None:
-                return False
-            record, version = wrote
-            if record.next != last + 1 or not record.start <= first <= last <= MAX_VALUE:
-                return False
-            rows = await self.db.run(
-                f"handing back {last - first + 1} integers of sequence {name}",
-                self.db.sql.seq_give_back,
-                {"name": name, "first": first, "version": version, "after": last + 1},
-                limit=timeout,
-            )
-            return bool(rows)
+        async def work(conn: psycopg.AsyncConnection[Any]) -> Outcome[T]:
+            await fetch(conn, sql.seq_lock, {"space": sql.seq_lock_space, "name": name})
+            snapshot: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
+            for doc, value in await fetch(conn, sql.seq_read, {"name": name, "docs": names}):
+                snapshot[doc] = loads(value, self._where(name, doc))
+            found: Docs = snapshot
+            outcome = change(found)
+            check_outcome(names, outcome)
+            puts = {doc: dumps(value).decode() for doc, value in outcome.writes.items() if value is not None}
+            gone = [doc for doc, value in outcome.writes.items() if value is None]
+            if puts:
+                await fetch(conn, sql.seq_put, {"name": name, "docs": list(puts), "values": list(puts.values())})
+            if gone:
+                await fetch(conn, sql.seq_delete, {"name": name, "docs": gone})
+            if outcome.events:
+                events = outcome.events
+                await fetch(
+                    conn,
+                    sql.seq_append,
+                    {
+                        "name": name,
+                        "ids": [event["id"] for event in events],
+                        "periods": [str(event.get("period") or NEVER) for event in events],
+                        "bodies": [dumps(event).decode() for event in events],
+                    },
+                )
+            return outcome
+
+        outcome = await self.db.transaction(f"updating sequence {name}", work, timeout)
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.result
+
+    async def audit(self, name: str, after: str | None, limit: int, period: str | None = None) -> AuditPage:
+        rows = await self.db.run(
+            f"reading the audit log of sequence {name}",
+            self.db.sql.seq_audit,
+            {"name": name, "after": after or "", "period": period, "limit": limit + 1},
+        )
+        page = [loads(body, f"{self.db.schema}.sequence_events/{name}/{event_id}") for event_id, body in rows[:limit]]
+        return page, (str(rows[limit - 1][0]) if len(rows) > limit and limit > 0 else None)
+
+    async def prune(self, events_before_ns: int, periods_before: str) -> int:
+        sql = self.db.sql
+        doing = "pruning sequence audit logs and periods"
+        events = await self.db.run(doing, sql.seq_prune_events, {"cut": f"{events_before_ns:020d}"})
+        periods = await self.db.run(doing, sql.seq_prune_periods, {"cut": f"period/{periods_before}"})
+        return int(events[0][0]) + int(periods[0][0])
 
     def status(self) -> dict[str, Any]:
-        return {
-            "store": self.name,
-            "database": self.db.where,
-            "schema": self.db.schema,
-            "reservations": self.reservations,
-        }
+        return {**super().status(), "database": self.db.where, "schema": self.db.schema}

@@ -13,7 +13,10 @@ Tables, all in the schema ``IDMINT_POSTGRES_SCHEMA`` (default ``idmint``)::
     registrations   key -> value on a lease (Wiji's random part): no exclusivity
     records         fleet records (read_record / swap_record): name -> compact JSON, replaced by compare-and-set
     ledger          claim ledger records: record ID -> JSON, updated_at from the database's clock
-    sequences       name -> start, cache, next (numeric: it may reach 2**63), reserved_first, version
+    sequence_documents  (name, doc) -> one JSON document of a sequence (record, tombstone, period/<key>: the
+                    documents of :mod:`app.storage.sequences`), as compact JSON text
+    sequence_events (name, id) -> one audit event of a gapless sequence (JSON text), and its period ("never" for
+                    a sequence that never resets)
 
 Every time that decides who owns an identity is the database's ``clock_timestamp()``; no node's clock is written
 or compared here. The schema name is interpolated into the statements once, after :mod:`app.settings` checked it
@@ -24,9 +27,6 @@ from __future__ import annotations
 
 SCHEMA_VERSION = 1
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
-
-MAX_NEXT = 2**63
-"""The largest ``next`` of a sequence (one past 2**63-1: every integer issued): ``numeric``, not ``bigint``."""
 
 DDL = """\
 CREATE SCHEMA IF NOT EXISTS {s};
@@ -88,15 +88,23 @@ CREATE TABLE IF NOT EXISTS {s}.ledger (
 CREATE INDEX IF NOT EXISTS ledger_updated ON {s}.ledger (updated_at);
 CREATE INDEX IF NOT EXISTS ledger_identity ON {s}.ledger (scheme, identity);
 
-CREATE TABLE IF NOT EXISTS {s}.sequences (
-    name            text PRIMARY KEY,
-    start           bigint NOT NULL CHECK (start >= 0),
-    cache           integer NOT NULL CHECK (cache >= 1),
-    next            numeric(20, 0) NOT NULL CHECK (next >= start AND next <= 9223372036854775808),
-    reserved_first  numeric(20, 0),
-    version         bigint NOT NULL DEFAULT 0,
-    created_at      timestamptz NOT NULL DEFAULT clock_timestamp()
+CREATE TABLE IF NOT EXISTS {s}.sequence_documents (
+    name        text NOT NULL,
+    doc         text NOT NULL,
+    value       text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (name, doc)
 );
+
+CREATE TABLE IF NOT EXISTS {s}.sequence_events (
+    name    text NOT NULL,
+    id      text NOT NULL,
+    period  text NOT NULL,
+    body    text NOT NULL,
+    PRIMARY KEY (name, id)
+);
+CREATE INDEX IF NOT EXISTS sequence_events_period ON {s}.sequence_events (name, period, id);
+CREATE INDEX IF NOT EXISTS sequence_events_id ON {s}.sequence_events (id);
 
 INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version) DO NOTHING;
 """
@@ -260,23 +268,30 @@ class Statements:
             DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1"""
 
         # -- sequences -------------------------------------------------------------------------------------------
-        self.seq_create = f"""
-            INSERT INTO {s}.sequences (name, start, cache, next)
-            SELECT %(name)s, %(start)s, %(cache)s, %(start)s
-            WHERE (SELECT count(*) FROM {s}.sequences) < %(max)s
-            ON CONFLICT (name) DO NOTHING
-            RETURNING start, cache, next"""
-        self.seq_get = f"SELECT start, cache, next FROM {s}.sequences WHERE name = %(name)s"
-        self.seq_list = f"SELECT name, start, cache, next FROM {s}.sequences ORDER BY name LIMIT %(limit)s"
-        # One atomic step: ``count`` integers from next on (cut at 2**63-1 with ``partial``); SET reads the old row.
-        self.seq_reserve = f"""
-            UPDATE {s}.sequences
-            SET reserved_first = next, next = next + least(%(count)s::numeric, {MAX_NEXT} - next),
-                version = version + 1
-            WHERE name = %(name)s
-              AND (%(count)s::numeric <= {MAX_NEXT} - next OR (%(partial)s AND next < {MAX_NEXT}))
-            RETURNING reserved_first, next, version, start, cache"""
-        self.seq_give_back = f"""
-            UPDATE {s}.sequences SET next = %(first)s, version = version + 1
-            WHERE name = %(name)s AND version = %(version)s AND next = %(after)s
-            RETURNING version"""
+        # One update (app.storage.postgres.sequences): the name's lock for the transaction, then a snapshot of its
+        # documents read after the lock is held (READ COMMITTED: each statement sees what committed before it).
+        self.seq_lock = "SELECT pg_advisory_xact_lock(hashtext(%(space)s), hashtext(%(name)s))"
+        self.seq_lock_space = f"{schema}/sequences"
+        self.seq_read = f"SELECT doc, value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = ANY(%(docs)s)"
+        self.seq_put = f"""
+            INSERT INTO {s}.sequence_documents (name, doc, value)
+            SELECT %(name)s, d, v FROM unnest(%(docs)s::text[], %(values)s::text[]) AS w(d, v)
+            ON CONFLICT (name, doc) DO UPDATE SET value = EXCLUDED.value, updated_at = clock_timestamp()"""
+        self.seq_delete = f"DELETE FROM {s}.sequence_documents WHERE name = %(name)s AND doc = ANY(%(docs)s)"
+        self.seq_append = f"""
+            INSERT INTO {s}.sequence_events (name, id, period, body)
+            SELECT %(name)s, i, p, b
+            FROM unnest(%(ids)s::text[], %(periods)s::text[], %(bodies)s::text[]) AS e(i, p, b)"""
+        self.seq_get = f"SELECT value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = 'record'"
+        self.seq_list = f"""
+            SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record' ORDER BY name LIMIT %(limit)s"""
+        self.seq_audit = f"""
+            SELECT id, body FROM {s}.sequence_events
+            WHERE name = %(name)s AND id > %(after)s AND (%(period)s::text IS NULL OR period = %(period)s)
+            ORDER BY id LIMIT %(limit)s"""
+        self.seq_prune_events = f"""
+            WITH gone AS (DELETE FROM {s}.sequence_events WHERE id < %(cut)s RETURNING 1) SELECT count(*) FROM gone"""
+        self.seq_prune_periods = f"""
+            WITH gone AS (
+                DELETE FROM {s}.sequence_documents WHERE doc LIKE 'period/%%' AND doc < %(cut)s RETURNING 1
+            ) SELECT count(*) FROM gone"""

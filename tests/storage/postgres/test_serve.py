@@ -77,7 +77,8 @@ def test_storage_sql_prints_the_tables_the_backend_creates(postgres_server: Post
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'reviewed' ORDER BY 1", dbname
     )
     assert [t[0] for t in tables] == [
-        "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version", "sequences",
+        "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version", "sequence_documents",
+        "sequence_events",
     ]  # fmt: skip
     assert postgres_server.execute("SELECT version FROM reviewed.schema_version", dbname) == [(1,)]
 

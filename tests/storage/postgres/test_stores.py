@@ -53,19 +53,20 @@ async def test_create_reserve_up_to_the_last_integer(postgres_db: str, postgres_
         assert (await store.create("orders", 1, 1000))[1] is False
         with pytest.raises(SequenceConflictError, match="other settings"):
             await store.create("orders", 5, 1000)
-        assert await store.reserve("orders", 10) == (1, 10)
-        assert await store.reserve("orders", 2**40) == (11, 2**40 + 10)
+        assert await store.reserve("orders", 10) == (1, 10, 1)
+        assert await store.reserve("orders", 2**40) == (11, 2**40, 1)
         dbname = postgres_db.rsplit("/", 1)[1]
-        assert postgres_server.execute("SELECT next FROM idmint.sequences WHERE name = 'orders'", dbname) == [
-            (2**40 + 11,)
-        ]
+        rows = postgres_server.execute(
+            "SELECT value FROM idmint.sequence_documents WHERE name = 'orders' AND doc = 'record'", dbname
+        )
+        assert rows == [(f'{{"start":1,"cache":1000,"next":{2**40 + 11}}}',)]  # the etcd value, byte for byte
         await store.create("edge", MAX_VALUE - 1, 1)
         with pytest.raises(SequenceConflictError, match="at most 2"):
             await store.create("third", 1, 1)
         with pytest.raises(SequenceOverflowError, match=r"2\*\*63-1"):
             await store.reserve("edge", 3)
-        assert await store.reserve("edge", 3, partial=True) == (MAX_VALUE - 1, MAX_VALUE)
-        assert (await store.get("edge")).next == MAX_VALUE + 1  # 2**63: one past bigint, kept as numeric
+        assert await store.reserve("edge", 3, partial=True) == (MAX_VALUE - 1, 2, 1)
+        assert (await store.get("edge")).next == MAX_VALUE + 1  # 2**63: one past bigint
         with pytest.raises(SequenceOverflowError):
             await store.reserve("edge", 1, partial=True)  # nothing at all is left
         assert [r.name for r in await store.list()] == ["edge", "orders"]
@@ -79,7 +80,8 @@ async def test_competing_stores_never_overlap_and_lose_nothing(postgres_db: str)
         await stores[0].create("orders", 1, 10)
 
         async def worker(store: PostgresSequenceStore, n: int) -> list[tuple[int, int]]:
-            return [await store.reserve("orders", 1 + (i * 7 + n) % 50) for i in range(30)]
+            runs = [await store.reserve("orders", 1 + (i * 7 + n) % 50) for i in range(30)]
+            return [(first, first + count - 1) for first, count, _ in runs]
 
         got = await asyncio.gather(*(worker(s, n) for n in range(4) for s in stores))
         spans = sorted(r for rs in got for r in rs)
@@ -88,36 +90,40 @@ async def test_competing_stores_never_overlap_and_lose_nothing(postgres_db: str)
         assert spans[0][0] == 1 and sum(y - x + 1 for x, y in spans) == spans[-1][1]  # no integer lost either
 
 
-async def test_give_back_is_one_compare_and_set(postgres_db: str, postgres_server: PostgresServer) -> None:
+async def test_give_back_is_one_compare_of_the_document(postgres_db: str, postgres_server: PostgresServer) -> None:
     dbname = postgres_db.rsplit("/", 1)[1]
     async with storage(postgres_db) as a, storage(postgres_db) as b:
         mine, other = sequences(a), sequences(b)
         await mine.create("orders", 1, 10)
-        assert await mine.reserve("orders", 100) == (1, 100)
+        assert await mine.reserve("orders", 100) == (1, 100, 1)
         assert await mine.give_back("orders", 41, 100, 1.0)
         assert not await mine.give_back("orders", 41, 100, 1.0)  # never twice
-        assert await other.reserve("orders", 10) == (41, 50)
+        assert await other.reserve("orders", 10) == (41, 10, 1)
 
-        assert await mine.reserve("orders", 100) == (51, 150)
-        assert await other.reserve("orders", 5) == (151, 155)  # another replica reserved since
+        assert await mine.reserve("orders", 100) == (51, 100, 1)
+        assert await other.reserve("orders", 5) == (151, 5, 1)  # another replica reserved since
         assert not await mine.give_back("orders", 60, 150, 1.0)
 
-        assert await mine.reserve("orders", 10) == (156, 165)
-        # The same value written again by someone else (an operator, a restored backup): a new version.
-        postgres_server.execute("UPDATE idmint.sequences SET version = version + 1", dbname)
+        assert await mine.reserve("orders", 10) == (156, 10, 1)
+        # An operator moved the sequence on by hand: the document is no longer what the reservation wrote.
+        postgres_server.execute(
+            "UPDATE idmint.sequence_documents SET value = replace(value, '\"next\":166', '\"next\":200') "
+            "WHERE name = 'orders' AND doc = 'record'",
+            dbname,
+        )
         assert not await mine.give_back("orders", 160, 165, 1.0)
-        assert (await other.get("orders")).next == 166
+        assert (await other.get("orders")).next == 200
 
-        assert await mine.reserve("orders", 10) == (166, 175)
+        assert await mine.reserve("orders", 10) == (200, 10, 1)
         postgres_server.stop()
         try:
             with pytest.raises(BackendUnavailableError, match="PostgreSQL at postgresql://"):
-                await mine.give_back("orders", 170, 175, 0.5)
+                await mine.give_back("orders", 205, 209, 0.5)
             with pytest.raises(BackendUnavailableError):
                 await other.reserve("orders", 1)
         finally:
             postgres_server.start()
-        assert (await other.get("orders")).next == 176  # no answer: nothing was handed back
+        assert (await other.get("orders")).next == 210  # no answer: nothing was handed back
 
 
 def record(identity: int, claimed_ns: int, ended_ns: int | None, lease: str | None = None) -> ClaimRecord:
