@@ -75,6 +75,9 @@ PROTOCOL_IMPORT = "app.serving:BoundedHttpToolsProtocol"
 
 LINGER_BYTES = 16 * 1024 * 1024
 """A lingering close reads and drops at most this many bytes (a refused 3 MB body is read; a 50 MB one is cut)."""
+SEND_CHECKS = 10
+"""Checks of a waiting answer per send timeout: a client that takes nothing is cut between one timeout and one
+timeout and a tenth after it last took a byte (or after the answer was written)."""
 LINGER_SECONDS = 5.0
 """A lingering close lasts at most this long (nginx: ``lingering_time``, 30 s; ``lingering_timeout``, 5 s)."""
 WATCH_BYTES = 65_536
@@ -227,7 +230,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.drop_left = LINGER_BYTES
         self.header_timer: asyncio.TimerHandle | None = None
         self.send_timer: asyncio.TimerHandle | None = None
-        self.send_left = 0  # bytes not yet taken when the send timer was armed
+        self.send_left = 0  # bytes not yet taken at the last check that saw the client take some
+        self.send_progress_at = 0.0  # loop time of that check (or of arming the send timer)
         self.linger_timer: asyncio.TimerHandle | None = None
         self.running: RequestResponseCycle | None = None  # the request under way through ASGI or in a task
         self.cycle_transport: _ClosingTransport | None = None
@@ -637,7 +641,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _watch_send(self) -> None:
         if self.send_timer is None:
             self.send_left = unsent_bytes(self.transport)
-            self.send_timer = self.loop.call_later(self.limits.send_timeout, self._send_check)
+            self.send_progress_at = self.loop.time()
+            self.send_timer = self.loop.call_later(self.limits.send_timeout / SEND_CHECKS, self._send_check)
 
     def _cancel_header_timer(self) -> None:
         if self.header_timer is not None:
@@ -660,16 +665,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(408, f"request headers must arrive within {timeout:g} s (IDMINT_HEADER_TIMEOUT)")
 
     def _send_check(self) -> None:
-        """The send timer fired: abort the connection when its client took none of the bytes waiting for it since
-        the timer was armed, else watch on (it takes them, however slowly)."""
+        """The send timer fired (every send timeout / SEND_CHECKS while bytes wait): abort the connection when its
+        client has taken none of the bytes waiting for it for a whole send timeout, else watch on (it takes them,
+        however slowly). Checked in steps, not once per timeout: the kernels take a first window of bytes into
+        their buffers just after an answer is written, and a single check a timeout later counted that as the
+        client reading, so an unread answer was cut only after a second timeout."""
         self.send_timer = None
         left = unsent_bytes(self.transport)
         if not left:
             if self.closing:
                 self.transport.close()
             return
+        now = self.loop.time()
         if left < self.send_left:
-            self._watch_send()
+            self.send_left, self.send_progress_at = left, now
+        waited = now - self.send_progress_at
+        if waited < self.limits.send_timeout:
+            step = min(self.limits.send_timeout / SEND_CHECKS, self.limits.send_timeout - waited)
+            self.send_timer = self.loop.call_later(step, self._send_check)
             return
         client = f"{self.client[0]}:{self.client[1]}" if self.client else "client"
         cycle = self.running or self.cycle

@@ -21,6 +21,8 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http import flow_control, httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from app.serving import BoundedHttpToolsProtocol, ConnectionLimits
+
 ROOT = Path(__file__).resolve().parents[1]
 
 READ: dict[str, Callable[..., Any] | type] = {
@@ -121,3 +123,80 @@ def test_httptools_offers_what_the_connection_layer_calls() -> None:
 if __name__ == "__main__":
     for name, thing in READ.items():
         print(f'    "{name}": "{digest(thing)}",')
+
+
+class _Loop:
+    """A loop whose clock moves only when a test fires its next timer."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, Callable[[], None]]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> object:
+        self.timers.append((self.now + delay, callback))
+        return self
+
+    def cancel(self) -> None:  # the TimerHandle the protocol may cancel
+        pass
+
+    def fire_next(self) -> None:
+        self.timers.sort(key=lambda timer: timer[0])
+        self.now, callback = self.timers.pop(0)
+        callback()
+
+
+class _Transport:
+    def __init__(self, unsent: int) -> None:
+        self.unsent = unsent
+
+    def get_write_buffer_size(self) -> int:
+        return self.unsent
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+
+class _Connection:
+    """What the send timer reads of a connection, with BoundedHttpToolsProtocol's own two methods."""
+
+    _watch_send: Any = BoundedHttpToolsProtocol._watch_send
+    _send_check: Any = BoundedHttpToolsProtocol._send_check
+
+    def __init__(self, unsent: int, timeout: float) -> None:
+        self.loop, self.transport = _Loop(), _Transport(unsent)
+        self.limits = ConnectionLimits(65_536, 10.0, timeout)
+        self.send_timer: object | None = None
+        self.send_left, self.send_progress_at = 0, 0.0
+        self.closing, self.client, self.running, self.cycle = False, None, None, None
+        self.aborted_at: float | None = None
+
+    def _abort(self) -> None:
+        self.aborted_at = self.loop.now
+
+
+def run_until_cut(connection: _Connection, taken: Callable[[float], int]) -> float | None:
+    """Fire the send timer until the connection is cut or nothing waits; ``taken(t)``: bytes taken by time t."""
+    first = connection.transport.unsent
+    connection._watch_send()
+    while connection.loop.timers and connection.aborted_at is None and connection.loop.now < 1000:
+        connection.transport.unsent = first - taken(connection.loop.timers[0][0])
+        connection.loop.fire_next()
+    return connection.aborted_at
+
+
+def test_an_unread_answer_is_cut_one_send_timeout_after_the_kernels_took_their_first_window() -> None:
+    """The kernels take a window of bytes just after an answer is written (into the send and receive buffers),
+    then a client that reads nothing takes no more: the cut comes one timeout (and at most a tenth) later, not
+    two (a single check a timeout after arming saw the first window as progress and waited a second timeout)."""
+    connection = _Connection(unsent=2_800_000, timeout=30.0)
+    cut = run_until_cut(connection, lambda t: 0 if t < 0.01 else 200_000)  # the first window, then nothing
+    assert cut is not None and 30.0 <= cut <= 33.0, cut
+
+
+def test_a_client_that_keeps_taking_bytes_slowly_is_never_cut() -> None:
+    connection = _Connection(unsent=1_000_000, timeout=30.0)
+    assert run_until_cut(connection, lambda t: min(1_000_000, int(t // 20) * 100_000)) is None  # 100 kB / 20 s
+    assert connection.transport.unsent == 0
