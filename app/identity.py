@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from app.errors import InvalidOptionError, NotReadyError
+from app.errors import InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
@@ -137,7 +137,12 @@ class IdentityHolder:
         self.reason = "starting: no identity claimed yet"
         self.retry_after = 1
         self.excluded: set[int] = set()
-        """Identities refused by this node (high-water mark too far ahead, clock stepped back): not claimed again."""
+        """Identities an operator freed for another node (revoked from this one): not claimed again."""
+        self.ahead: dict[int, int] = {}
+        """Identities refused by this node because their high-water mark was too far ahead of its clock (at a claim,
+        or the clock stepped back under the running generator) -> this node's clock (ns) at which the mark is back
+        within ``max_clock_wait``: not claimed again before then, so a node whose whole pool was refused claims
+        again once its clock has caught up instead of staying not ready until restarted."""
         self.blocked: str | None = None
         """Why a peer fleet check stops this scheme (:mod:`app.fleet`: an overlapping fleet), else None."""
         self.fault: str | None = None
@@ -148,6 +153,11 @@ class IdentityHolder:
         self._mark_lock = asyncio.Lock()
         self.wake = asyncio.Event()
         """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
+
+    def _named(self, reason: str | None) -> str:
+        """``reason`` led by the scheme's name, once (storage's reasons already name it)."""
+        text = reason or ""
+        return text if text.startswith(f"{self.name}: ") else f"{self.name}: {text}"
 
     def _lease_held(self, held: bool, identity: int | None) -> None:
         """The one writer of ``idmint_lease_held`` / ``idmint_node_identity_info`` (for sharers too)."""
@@ -177,15 +187,15 @@ class IdentityHolder:
         long for an inherited mark; else raise NotReadyError (dropping the claims when one is lost or late)."""
         gen = self.generator
         if gen is None:
-            raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+            raise NotReadyError(self._named(self.reason), self.retry_after)
         if self.fault is not None:
-            raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after)
+            raise NotReadyError(self._named(self.fault), self.retry_after)
         if self.blocked is not None:
-            raise NotReadyError(f"{self.name}: {self.blocked}", PEER_RETRY_AFTER_S)
+            raise NotReadyError(self._named(self.blocked), PEER_RETRY_AFTER_S)
         if self.ready_at_ns:
             self._check_inherited_wait()
         if self.claims and self.drop_lost_claims():
-            raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+            raise NotReadyError(self._named(self.reason), self.retry_after)
         gen.check_time()  # a layout whose time ran out (or has not begun): 503 and not ready, this scheme only
         return gen
 
@@ -273,7 +283,8 @@ class IdentityHolder:
         for _claim in claims:
             self.metrics.identity_refused("clock_stepped_back")
         if self.pool is not None and self.pool.static is None:
-            self.excluded.update(c.identity for c in claims)
+            until = self.clock() + int((wait - limit) * 1e9)
+            self.ahead.update((c.identity, until) for c in claims)
         final = gen.high_water if gen is not None else None
         self.generator, self.claims = None, []
         self.reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
@@ -306,7 +317,7 @@ class IdentityHolder:
                 raise
             except OSError as exc:  # a backend that let one through: the same fault
                 self._fault(f"recording the high-water mark failed: {exc}")
-                raise NotReadyError(f"{self.name}: {self.fault}", self.retry_after) from exc
+                raise NotReadyError(self._named(self.fault), self.retry_after) from exc
             if self.fault is not None:
                 log.warning("%s: high-water mark recorded again; issuing", self.name)
                 self.fault = None
@@ -403,12 +414,27 @@ class IdentityHolder:
         await self.check_fleet_settings()
         while True:
             claims: list[Claim] = []
+            now_ns = self.clock()
+            self.ahead = {identity: until for identity, until in self.ahead.items() if until > now_ns}
             try:
                 for _ in range(self.pool.claims):
-                    exclude = frozenset(self.excluded | {c.identity for c in claims})
+                    exclude = frozenset(self.excluded | self.ahead.keys() | {c.identity for c in claims})
                     claim = await self.backend.claim(self.pool, self.owner, exclude)
                     claims.append(claim)
                     claim.on_lost(self._claim_lost)
+            except PoolExhaustedError as exc:
+                for claim in claims:
+                    await self._release_quietly(claim, None)
+                if not self.ahead:
+                    raise
+                wait_s = (min(self.ahead.values()) - now_ns) / 1e9
+                refused_ids = ", ".join(map(str, sorted(self.ahead)))
+                raise PoolExhaustedError(
+                    f"{exc.reason}, or refused by this node: {self.pool.kind} {refused_ids} "
+                    f"had a high-water mark more than {limit:g} s ahead of its clock (IDMINT_MAX_CLOCK_WAIT); the "
+                    f"first is claimable again in {wait_s:.1f} s",
+                    retry_after=max(exc.retry_after, math.ceil(wait_s)),
+                ) from exc
             except BaseException:
                 for claim in claims:
                     await self._release_quietly(claim, None)
@@ -439,7 +465,9 @@ class IdentityHolder:
                         f"node's clock (limit {limit:g} s)",
                         retry_after=5,
                     )
-                self.excluded.update(c.identity for c in refused)
+                for c in refused:
+                    c_ahead_s = (c.high_water_mark - now_native) * self.scheme.native_unit_ns / 1e9
+                    self.ahead[c.identity] = self.clock() + int((c_ahead_s - limit) * 1e9)
                 continue
             self.claims = claims
             self.recorded_mark = floor
@@ -491,7 +519,7 @@ class IdentityHolder:
             await self.acquire()
         elif self.claims:
             if self.drop_lost_claims():
-                raise NotReadyError(f"{self.name}: {self.reason}", self.retry_after)
+                raise NotReadyError(self._named(self.reason), self.retry_after)
             await self.record_mark()
 
     async def stop(self) -> None:

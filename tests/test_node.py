@@ -86,8 +86,28 @@ async def test_identity_with_mark_far_ahead_is_refused_and_another_claimed(tmp_p
     async with started(node_at(tmp_path, max_clock_wait=5.0)) as nxt:
         issuer = nxt.issuers["hlc-ulid"]
         assert issuer.holder.claims[0].identity != held
-        assert held in issuer.holder.excluded
+        assert held in issuer.holder.ahead  # not claimed again before this node's clock reaches its mark
         await issue_values(nxt, "hlc-ulid", 10)
+
+
+async def test_a_pool_refused_whole_for_a_mark_ahead_is_claimed_again_once_the_clock_caught_up(tmp_path: Path) -> None:
+    """One generator ID, its mark 60 s ahead of the next node's clock: not ready, naming the refusal and when it
+    ends (not "held by another process": nothing holds it), then claimed once that clock has caught up."""
+    async with started(node_at(tmp_path, offset_s=60, eight_byte_pool="5-5")) as first:
+        before = await issue_values(first, "eight-byte", 100)
+    clock = FakeClock.running_from_now()
+    async with started(new_node(tmp_path, clock, max_clock_wait=5.0, eight_byte_pool="5-5")) as nxt:
+        ready, detail = nxt.readiness()
+        reason = detail["eight-byte"]["reason"]
+        assert not ready and "refused by this node" in reason and "claimable again in" in reason, reason
+        clock.ns += 60 * 10**9  # the node's clock has caught up with the mark
+        issuer = nxt.issuers["eight-byte"]
+        deadline = time.monotonic() + 30  # a guard against a node that never retries, not a budget
+        while issuer.generator is None:
+            assert time.monotonic() < deadline, nxt.readiness()
+            await anyio.sleep(0.05)
+        after = await issue_values(nxt, "eight-byte", 100)
+        assert min(timestamps("eight-byte", after)) > max(timestamps("eight-byte", before))
 
 
 async def test_static_identity_with_mark_far_ahead_is_not_ready(tmp_path: Path) -> None:
