@@ -78,6 +78,9 @@ LINGER_BYTES = 16 * 1024 * 1024
 SEND_CHECKS = 10
 """Checks of a waiting answer per send timeout: a client that takes nothing is cut between one timeout and one
 timeout and a tenth after it last took a byte (or after the answer was written)."""
+PARSER_BAD_VERSION = "Invalid HTTP version"
+"""httptools' (llhttp's) words for a request line whose HTTP version it does not read (``HTTP/1.2``, ``HTTP/3.0``):
+it gives no error code, and no other error says them."""
 LINGER_SECONDS = 5.0
 """A lingering close lasts at most this long (nginx: ``lingering_time``, 30 s; ``lingering_timeout``, 5 s)."""
 WATCH_BYTES = 65_536
@@ -235,7 +238,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.linger_timer: asyncio.TimerHandle | None = None
         self.running: RequestResponseCycle | None = None  # the request under way through ASGI or in a task
         self.cycle_transport: _ClosingTransport | None = None
-        self.bad_request: str | None = None  # bad bytes behind requests under way: the 400 that follows them
+        self.bad_request: tuple[int, str] | None = None  # bad bytes behind requests under way: the refusal after them
 
     # -- connection ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -492,7 +495,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 cycle, app = self.pipeline.pop()
                 self._start_asgi_task(cycle, app)
             else:
-                self._refuse(400, self.bad_request)
+                self._refuse(*self.bad_request)
             return
         if not self.message_complete and not self.in_headers and not self.pipeline:
             self.close_after_answer()  # the request's body is still arriving, unread
@@ -565,17 +568,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def _bad_request(self, exc: Exception) -> None:
+        """Refuse bytes the parser could not read: a 505 when it was the HTTP version (llhttp reads only 0.9, 1.0,
+        1.1 and 2.0; the ASGI front answers those it does not speak with the same words), else a 400."""
         self.logger.warning("Invalid HTTP request received.")
-        detail = f"invalid HTTP request: {exc}"
+        status, detail = 400, f"invalid HTTP request: {exc}"
+        if str(exc) == PARSER_BAD_VERSION:
+            status, detail = 505, "this HTTP version is not supported: this server speaks HTTP/1.1 (and HTTP/1.0)"
         if self._between_requests() or self.transport.is_closing():
-            self._refuse(400, detail)
+            self._refuse(status, detail)
             return
         # Requests before it are under way: the 400 follows their answers (on_response_complete), in order.
         self.refused = True
         self.in_headers = False
         self._cancel_header_timer()
         self.flow.pause_reading()  # nothing after the bad bytes is read, let alone parsed
-        self.bad_request = detail
+        self.bad_request = (status, detail)
 
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` and close (gently), or just close when a response is under way (pipelining)."""

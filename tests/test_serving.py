@@ -275,3 +275,15 @@ def test_odd_request_lines_are_refused_and_the_server_serves_on(server: Server) 
             assert closed_by_server(sock)
     assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
     assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize("version", [b"1.2", b"3.0", b"9.9", b"2.0", b"0.9"])
+def test_an_http_version_this_server_does_not_speak_is_a_505(server: Server, version: bytes) -> None:
+    """Versions the parser does not read (1.2, 3.0, 9.9) and those it reads but the front refuses (2.0 as a request
+    line is not HTTP/2; 0.9) answer the same 505; the server serves on."""
+    with connect(server) as sock:
+        sock.sendall(b"GET /v1/ids/wiji HTTP/" + version + b"\r\nHost: x\r\n\r\n")
+        status, body = read_response(sock)
+        assert status == 505 and b"not supported" in body, (version, status, body)
+        assert closed_by_server(sock)
+    assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
