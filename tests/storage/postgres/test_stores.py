@@ -8,7 +8,9 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+import psycopg
 import pytest
 
 from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
@@ -124,6 +126,51 @@ async def test_give_back_is_one_compare_of_the_document(postgres_db: str, postgr
         finally:
             postgres_server.start()
         assert (await other.get("orders")).next == 210  # no answer: nothing was handed back
+
+
+ORDERS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('idmint/sequences'), hashtext('orders'))"
+"""The lock an update of sequence ``orders`` takes (schema idmint): what another replica's update holds."""
+
+
+async def until_waiting_on_the_lock(conn: psycopg.AsyncConnection[Any], waiting: int = 1) -> None:
+    """Return once ``waiting`` sessions wait for an advisory lock (pg_locks, not granted)."""
+    for _ in range(2000):
+        cursor = await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        row = await cursor.fetchone()
+        if row is not None and row[0] >= waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{waiting} sessions never waited on the advisory lock")
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+async def test_an_update_reads_after_the_lock_whatever_the_default_isolation(
+    postgres_db: str, postgres_server: PostgresServer, level: str
+) -> None:
+    """A DBA's default_transaction_isolation must not move an update's snapshot before its lock: at REPEATABLE READ
+    the snapshot would be taken at the lock statement, so a sequence another replica created while we waited read
+    as unknown (a 404), and replicas taking turns on one sequence failed with serialization errors (503s)."""
+    dbname = postgres_db.rsplit("/", 1)[1]
+    postgres_server.execute(f"ALTER DATABASE {dbname} SET default_transaction_isolation = '{level}'")
+    async with storage(postgres_db) as a, storage(postgres_db) as b:
+        mine, other = sequences(a), sequences(b)
+        assert await mine.list() == []  # the tables exist
+        async with await psycopg.AsyncConnection.connect(postgres_db, autocommit=True) as replica:
+            async with replica.transaction():  # another replica's update, creating the sequence under its lock
+                await replica.execute(ORDERS_LOCK)
+                reserving = asyncio.ensure_future(mine.reserve("orders", 3))
+                await until_waiting_on_the_lock(replica)
+                await replica.execute(
+                    "INSERT INTO idmint.sequence_documents (name, doc, value) "
+                    """VALUES ('orders', 'record', '{"start":1,"cache":10,"next":1}')"""
+                )
+            assert await reserving == (1, 3, 1)
+
+        async def worker(store: PostgresSequenceStore) -> list[int]:
+            return [(await store.reserve("orders", 2))[0] for _ in range(20)]
+
+        got = await asyncio.gather(*(worker(s) for s in (mine, other, mine, other)))
+        assert sorted(first for firsts in got for first in firsts) == list(range(4, 4 + 80 * 2, 2))
 
 
 def record(identity: int, claimed_ns: int, ended_ns: int | None, lease: str | None = None) -> ClaimRecord:
