@@ -316,9 +316,11 @@ def _give_back(pool: AsyncConnectionPool, got: asyncio.Future[Any]) -> None:
 
 async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) -> None:
     """End ``task``'s statement on ``conn`` at once: shut the connection's socket down under it (reads then see the
-    end of the stream, and psycopg fails the statement by itself), then wait for the task. The socket is not closed
-    here (psycopg and the pool close the connection later, when nothing uses it): closing it under a running
-    statement could hand its file descriptor to another socket while psycopg still waits on it."""
+    end of the stream, and psycopg fails the statement by itself), wait for the task, then close the connection,
+    so that the pool replaces it. The socket is not closed before the task ended: closing it under a running
+    statement could hand its file descriptor to another socket while psycopg still waits on it. The connection is
+    closed even when the task had already finished (we were cancelled just as it did): its socket is shut down, and
+    the pool, seeing it idle, would hand it to the next caller, whose statement would fail."""
     with contextlib.suppress(OSError, psycopg.Error):
         sock = socket.socket(fileno=conn.pgconn.socket)
         try:
@@ -329,6 +331,8 @@ async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) 
     if not done:  # not woken by the shutdown: psycopg's own cancellation (bounded by its timeouts)
         task.cancel()
     await asyncio.gather(task, return_exceptions=True)  # its error (the statement we gave up) is ours to drop
+    with contextlib.suppress(OSError, psycopg.Error):
+        await conn.close()
 
 
 async def fetch(
