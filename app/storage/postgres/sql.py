@@ -289,9 +289,18 @@ class Statements:
             SELECT id, body FROM {s}.sequence_events
             WHERE name = %(name)s AND id > %(after)s AND (%(period)s::text IS NULL OR period = %(period)s)
             ORDER BY id LIMIT %(limit)s"""
+        # Pruning: at most %(batch)s rows a statement (a backlog is many statements, each within the timeout), oldest
+        # events first from the id index (which skips the rows earlier batches deleted), deleted by ctid.
         self.seq_prune_events = f"""
-            WITH gone AS (DELETE FROM {s}.sequence_events WHERE id < %(cut)s RETURNING 1) SELECT count(*) FROM gone"""
+            WITH gone AS (
+                DELETE FROM {s}.sequence_events WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM {s}.sequence_events WHERE id < %(cut)s ORDER BY id LIMIT %(batch)s
+                )) RETURNING 1
+            ) SELECT count(*) FROM gone"""
         self.seq_prune_periods = f"""
             WITH gone AS (
-                DELETE FROM {s}.sequence_documents WHERE doc LIKE 'period/%%' AND doc < %(cut)s RETURNING 1
+                DELETE FROM {s}.sequence_documents WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM {s}.sequence_documents
+                    WHERE doc LIKE 'period/%%' AND doc < %(cut)s LIMIT %(batch)s
+                )) RETURNING 1
             ) SELECT count(*) FROM gone"""

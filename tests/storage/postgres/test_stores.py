@@ -29,7 +29,7 @@ from app.storage.base import Storage
 from app.storage.ledger import END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
-from app.storage.sequences import MAX_VALUE
+from app.storage.sequences import MAX_VALUE, RECORD, Outcome
 from tests.helpers import FakeClock
 from tests.support.postgres import PostgresServer
 
@@ -211,6 +211,27 @@ async def test_reservations_cancelled_at_any_point_never_fail_the_others(postgre
         assert failed == [] and len(firsts) == len(set(firsts)) and firsts
         for store in stores:  # the pools serve again at once, every connection of them
             assert [await store.reserve("orders", 1) for _ in range(pool_size + 1)]
+
+
+async def test_a_backlog_of_audit_events_is_pruned_within_the_statement_timeout(
+    postgres_db: str, postgres_server: PostgresServer
+) -> None:
+    """Pruning a backlog (IDMINT_LEDGER_DAYS lowered, maintenance that could not run for a while) must not be one
+    DELETE that outlives the statement timeout: it was rolled back every hour and never made progress, the table
+    growing for ever. 300,000 old events take PostgreSQL about 0.7 s to delete at once on a busy 2-core machine,
+    over the 0.25 s statement timeout here; each batch is far below it."""
+    dbname = postgres_db.rsplit("/", 1)[1]
+    async with storage(postgres_db) as s:
+        await sequences(s).update("orders", (RECORD,), lambda docs: Outcome(None))  # the tables exist
+    postgres_server.execute(
+        "INSERT INTO idmint.sequence_events (name, id, period, body) "
+        "SELECT 'orders', lpad((10::bigint ^ 18 + i * 1000)::bigint::text, 20, '0') || '-0a1b2c3d', 'never', '{}' "
+        "FROM generate_series(1, 300000) i",
+        dbname,
+    )
+    async with storage(postgres_db, postgres_statement_timeout=0.25) as s:
+        assert await sequences(s).prune(2 * 10**18, "2000-01-01") == 300_000
+        assert await sequences(s).audit("orders", None, 10) == ([], None)
 
 
 def record(identity: int, claimed_ns: int, ended_ns: int | None, lease: str | None = None) -> ClaimRecord:
