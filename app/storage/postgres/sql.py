@@ -284,7 +284,8 @@ class Statements:
             FROM unnest(%(ids)s::text[], %(periods)s::text[], %(bodies)s::text[]) AS e(i, p, b)"""
         self.seq_get = f"SELECT value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = 'record'"
         self.seq_list = f"""
-            SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record' ORDER BY name LIMIT %(limit)s"""
+            SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record'
+            ORDER BY name COLLATE "C" LIMIT %(limit)s"""
         self.seq_audit = f"""
             SELECT id, body FROM {s}.sequence_events
             WHERE name = %(name)s AND id > %(after)s AND (%(period)s::text IS NULL OR period = %(period)s)
