@@ -52,8 +52,10 @@ PATCH, setval, gapless reserve/commit/void/expiry) is such a function, written o
   written (temporary file, fsync, rename, directory fsync), delete the files deleted after; events are written into
   the document they change (a journal, appended to the audit file after the rename and verified at the next write)
   so that an event is durable exactly when its change is (:mod:`app.storage.embedded.sequences`).
-* **PostgreSQL** -- one transaction: ``SELECT ... FOR UPDATE`` of the documents' rows, the function, then
-  ``INSERT ... ON CONFLICT DO UPDATE`` / ``DELETE`` of the documents and ``INSERT`` of the events, ``COMMIT``.
+* **PostgreSQL** -- one READ COMMITTED transaction: ``pg_advisory_xact_lock`` of the sequence's name (a row lock
+  could not cover a document not yet written), ``SELECT`` of the documents once the lock is held, the function, then
+  ``INSERT ... ON CONFLICT DO UPDATE`` / ``DELETE`` of the documents and ``INSERT`` of the events, ``COMMIT``
+  (:mod:`app.storage.postgres.sequences`).
 
 Why that never issues an integer twice: every reservation moves a point past what it takes in one atomic step; a
 hand-back (a clean stop: :meth:`SequenceStore.give_back`) lowers a point only when its document is still exactly

@@ -114,6 +114,16 @@ async def test_create_get_list_and_an_idempotent_create(stores: Callable[[], Seq
         await store.get("nope")
 
 
+async def test_list_is_in_the_byte_order_of_names(stores: Callable[[], SequenceStore]) -> None:
+    """Every store lists names as etcd sorts its keys, byte by byte ('-' < digits < '_' < letters), so a list cut
+    at IDMINT_MAX_SEQUENCES leaves out the same names on each (PostgreSQL's collation may put '_' first)."""
+    store = stores()
+    names = ["a_b", "ab", "a-b", "a0", "b"]
+    for name in names:
+        await store.create(name, 1, 1)
+    assert [r.name for r in await store.list()] == sorted(names) == ["a-b", "a0", "a_b", "ab", "b"]
+
+
 async def test_an_update_reads_a_snapshot_and_writes_what_the_change_decides(
     stores: Callable[[], SequenceStore],
 ) -> None:

@@ -1,13 +1,14 @@
 """The process's one PostgreSQL connection pool (:class:`Database`), every statement on it bounded in time, and the
 one table from psycopg's errors to the project's (:data:`ERRORS`, read by :func:`map_error` only).
 
-Bounds: the pool keeps ``IDMINT_POSTGRES_POOL_SIZE`` connections (default 1, so 50 replicas fit PostgreSQL's
-default ``max_connections`` of 100), each opened within ``IDMINT_POSTGRES_CONNECT_TIMEOUT`` and configured with
-``statement_timeout`` = ``IDMINT_POSTGRES_STATEMENT_TIMEOUT`` (the server cancels a statement that runs longer). A
-server that does not answer at all (stalled: SIGSTOP, a dead network) is met by a client-side limit as well: a
-statement whose answer has not come within the limit has its connection's socket shut down under it (the pool
-replaces the connection) and raises BackendUnavailableError at once; psycopg's own cancellation, which asks the
-server to cancel and then waits for it, is never left to wait on a server that cannot answer.
+Bounds: the pool keeps ``IDMINT_POSTGRES_POOL_SIZE`` connections (default 1, so 50 replicas fit PostgreSQL's default
+``max_connections`` of 100), each opened within ``IDMINT_POSTGRES_CONNECT_TIMEOUT`` and configured with
+``statement_timeout`` = ``IDMINT_POSTGRES_STATEMENT_TIMEOUT`` (the server cancels a statement that runs longer) and
+READ COMMITTED transactions (whatever the server's default_transaction_isolation). A server that does not answer at
+all (stalled: SIGSTOP, a dead network) is met by a client-side limit as well: a statement whose answer has not come
+within the limit has its connection's socket shut down under it (the pool replaces the connection) and raises
+BackendUnavailableError at once; psycopg's own cancellation, which asks the server to cancel and then waits for it,
+is never left to wait on a server that cannot answer.
 
 The URL is a secret: it is parsed once (:func:`describe`), and only ``postgresql://user@host:port/dbname`` (no
 password, no options) is ever shown, in logs, ``/readyz``, ``/v1/schemes``, ``/v1/fleet`` or errors; error texts
@@ -140,6 +141,10 @@ class Database:
         ms = int(self.statement_timeout * 1000)
         await conn.execute(f"SET statement_timeout = {ms}")
         await conn.execute(f"SET idle_in_transaction_session_timeout = {max(ms, 1000)}")
+        # Every transaction READ COMMITTED, whatever the database's or role's default_transaction_isolation: an
+        # update's snapshot must be taken after its lock is held (REPEATABLE READ would take it at the lock
+        # statement, before the wait, and read what a replica committed meanwhile as absent).
+        await conn.set_isolation_level(psycopg.IsolationLevel.READ_COMMITTED)
 
     async def open(self) -> AsyncConnectionPool:
         """The pool, opened on first use (connections are made in the background; raises only when closed)."""
@@ -205,11 +210,13 @@ class Database:
         work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
         limit: float | None = None,
     ) -> T:
-        """Run ``work(connection)`` inside one transaction (committed when it returns, rolled back when it raises)
-        and return what it returned. Bounded as :meth:`run` is, by ``limit`` seconds for the whole transaction: past
-        it the connection is cut (the server rolls the transaction back) and BackendUnavailableError is raised; an
-        answer to COMMIT that is lost leaves it unknown whether it applied. Raises what ``work`` raises (an
-        IdmintError as is; psycopg's mapped as :meth:`run` maps them)."""
+        """Run ``work(connection)`` inside one READ COMMITTED transaction (whatever the server's
+        default_transaction_isolation; committed when it returns, rolled back when it raises) and return what it
+        returned: each statement of ``work`` sees every transaction committed before it began. Bounded as
+        :meth:`run` is, by ``limit`` seconds for the whole transaction: past it the connection is cut (the
+        server rolls the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is
+        lost leaves it unknown whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's
+        mapped as :meth:`run` maps them)."""
         if not self._ready:
             await self.ready()
 
@@ -309,9 +316,11 @@ def _give_back(pool: AsyncConnectionPool, got: asyncio.Future[Any]) -> None:
 
 async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) -> None:
     """End ``task``'s statement on ``conn`` at once: shut the connection's socket down under it (reads then see the
-    end of the stream, and psycopg fails the statement by itself), then wait for the task. The socket is not closed
-    here (psycopg and the pool close the connection later, when nothing uses it): closing it under a running
-    statement could hand its file descriptor to another socket while psycopg still waits on it."""
+    end of the stream, and psycopg fails the statement by itself), wait for the task, then close the connection,
+    so that the pool replaces it. The socket is not closed before the task ended: closing it under a running
+    statement could hand its file descriptor to another socket while psycopg still waits on it. The connection is
+    closed even when the task had already finished (we were cancelled just as it did): its socket is shut down, and
+    the pool, seeing it idle, would hand it to the next caller, whose statement would fail."""
     with contextlib.suppress(OSError, psycopg.Error):
         sock = socket.socket(fileno=conn.pgconn.socket)
         try:
@@ -322,6 +331,8 @@ async def _abandon(task: asyncio.Task[Any], conn: psycopg.AsyncConnection[Any]) 
     if not done:  # not woken by the shutdown: psycopg's own cancellation (bounded by its timeouts)
         task.cancel()
     await asyncio.gather(task, return_exceptions=True)  # its error (the statement we gave up) is ours to drop
+    with contextlib.suppress(OSError, psycopg.Error):
+        await conn.close()
 
 
 async def fetch(

@@ -16,8 +16,8 @@ unknown whether the change applied (BackendUnavailableError: a reservation then 
 lapses back to ``free`` at its expiry).
 
 Listing reads the ``record`` rows (tombstones and periods are other documents: the ``IDMINT_MAX_SEQUENCES`` cap and
-``list`` never see them); the audit log is read in ``id`` order from an index on (name, period, id); pruning is two
-``DELETE`` statements over every name.
+``list`` never see them); the audit log is read in ``id`` order from an index on (name, period, id); pruning deletes
+over every name, :data:`PRUNE_BATCH` rows a statement.
 """
 
 from __future__ import annotations
@@ -46,6 +46,9 @@ from app.storage.sequences import (
 
 NEVER = "never"
 """The ``period`` column of an event of a sequence that never resets."""
+PRUNE_BATCH = 5000
+"""Rows one pruning statement deletes at most: a backlog (millions of events, IDMINT_LEDGER_DAYS lowered) is
+deleted in many short statements, never in one that outlives the statement timeout and is rolled back every time."""
 
 
 class PostgresSequenceStore(SequenceStore):
@@ -119,10 +122,17 @@ class PostgresSequenceStore(SequenceStore):
 
     async def prune(self, events_before_ns: int, periods_before: str) -> int:
         sql = self.db.sql
-        doing = "pruning sequence audit logs and periods"
-        events = await self.db.run(doing, sql.seq_prune_events, {"cut": f"{events_before_ns:020d}"})
-        periods = await self.db.run(doing, sql.seq_prune_periods, {"cut": f"period/{periods_before}"})
-        return int(events[0][0]) + int(periods[0][0])
+        removed = 0
+        for doing, statement, cut in (
+            ("pruning sequence audit logs", sql.seq_prune_events, f"{events_before_ns:020d}"),
+            ("pruning sequence periods", sql.seq_prune_periods, f"period/{periods_before}"),
+        ):
+            while True:  # batch after batch until one comes short (the end, or another replica pruning too)
+                rows = await self.db.run(doing, statement, {"cut": cut, "batch": PRUNE_BATCH})
+                removed += int(rows[0][0])
+                if int(rows[0][0]) < PRUNE_BATCH:
+                    break
+        return removed
 
     def status(self) -> dict[str, Any]:
         return {**super().status(), "database": self.db.where, "schema": self.db.schema}

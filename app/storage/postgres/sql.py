@@ -284,14 +284,24 @@ class Statements:
             FROM unnest(%(ids)s::text[], %(periods)s::text[], %(bodies)s::text[]) AS e(i, p, b)"""
         self.seq_get = f"SELECT value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = 'record'"
         self.seq_list = f"""
-            SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record' ORDER BY name LIMIT %(limit)s"""
+            SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record'
+            ORDER BY name COLLATE "C" LIMIT %(limit)s"""
         self.seq_audit = f"""
             SELECT id, body FROM {s}.sequence_events
             WHERE name = %(name)s AND id > %(after)s AND (%(period)s::text IS NULL OR period = %(period)s)
             ORDER BY id LIMIT %(limit)s"""
+        # Pruning: at most %(batch)s rows a statement (a backlog is many statements, each within the timeout), oldest
+        # events first from the id index (which skips the rows earlier batches deleted), deleted by ctid.
         self.seq_prune_events = f"""
-            WITH gone AS (DELETE FROM {s}.sequence_events WHERE id < %(cut)s RETURNING 1) SELECT count(*) FROM gone"""
+            WITH gone AS (
+                DELETE FROM {s}.sequence_events WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM {s}.sequence_events WHERE id < %(cut)s ORDER BY id LIMIT %(batch)s
+                )) RETURNING 1
+            ) SELECT count(*) FROM gone"""
         self.seq_prune_periods = f"""
             WITH gone AS (
-                DELETE FROM {s}.sequence_documents WHERE doc LIKE 'period/%%' AND doc < %(cut)s RETURNING 1
+                DELETE FROM {s}.sequence_documents WHERE ctid = ANY(ARRAY(
+                    SELECT ctid FROM {s}.sequence_documents
+                    WHERE doc LIKE 'period/%%' AND doc < %(cut)s LIMIT %(batch)s
+                )) RETURNING 1
             ) SELECT count(*) FROM gone"""

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+import psycopg
 import pytest
 
-from app.errors import BackendUnavailableError, SequenceConflictError, SequenceOverflowError, UnknownSequenceError
+from app.errors import (
+    BackendUnavailableError,
+    IdmintError,
+    SequenceConflictError,
+    SequenceOverflowError,
+    UnknownSequenceError,
+)
 from app.ledger import Ledger
 from app.ledger.index import REASON_BEFORE
 from app.settings import load_settings
@@ -20,7 +29,7 @@ from app.storage.base import Storage
 from app.storage.ledger import END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
-from app.storage.sequences import MAX_VALUE
+from app.storage.sequences import MAX_VALUE, RECORD, Outcome
 from tests.helpers import FakeClock
 from tests.support.postgres import PostgresServer
 
@@ -29,10 +38,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration]  # a real PostgreSQL
 
 @asynccontextmanager
 async def storage(url: str, clock: Callable[[], int] | None = None, **overrides: object) -> AsyncIterator[Storage]:
-    settings = load_settings(
-        postgres_url=url, postgres_statement_timeout=1.0, postgres_connect_timeout=1.0, lease_ttl=2,
-        lease_safety_margin=0.5, **overrides,
-    )  # fmt: skip
+    settings = load_settings(**{
+        "postgres_url": url, "postgres_statement_timeout": 1.0, "postgres_connect_timeout": 1.0, "lease_ttl": 2,
+        "lease_safety_margin": 0.5, **overrides,
+    })  # fmt: skip
     opened = open_storage(settings, clock or FakeClock.running_from_now())
     try:
         yield opened
@@ -124,6 +133,105 @@ async def test_give_back_is_one_compare_of_the_document(postgres_db: str, postgr
         finally:
             postgres_server.start()
         assert (await other.get("orders")).next == 210  # no answer: nothing was handed back
+
+
+ORDERS_LOCK = "SELECT pg_advisory_xact_lock(hashtext('idmint/sequences'), hashtext('orders'))"
+"""The lock an update of sequence ``orders`` takes (schema idmint): what another replica's update holds."""
+
+
+async def until_waiting_on_the_lock(conn: psycopg.AsyncConnection[Any], waiting: int = 1) -> None:
+    """Return once ``waiting`` sessions wait for an advisory lock (pg_locks, not granted)."""
+    for _ in range(2000):
+        cursor = await conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+        row = await cursor.fetchone()
+        if row is not None and row[0] >= waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{waiting} sessions never waited on the advisory lock")
+
+
+@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+async def test_an_update_reads_after_the_lock_whatever_the_default_isolation(
+    postgres_db: str, postgres_server: PostgresServer, level: str
+) -> None:
+    """A DBA's default_transaction_isolation must not move an update's snapshot before its lock: at REPEATABLE READ
+    the snapshot would be taken at the lock statement, so a sequence another replica created while we waited read
+    as unknown (a 404), and replicas taking turns on one sequence failed with serialization errors (503s)."""
+    dbname = postgres_db.rsplit("/", 1)[1]
+    postgres_server.execute(f"ALTER DATABASE {dbname} SET default_transaction_isolation = '{level}'")
+    async with storage(postgres_db) as a, storage(postgres_db) as b:
+        mine, other = sequences(a), sequences(b)
+        assert await mine.list() == []  # the tables exist
+        async with await psycopg.AsyncConnection.connect(postgres_db, autocommit=True) as replica:
+            async with replica.transaction():  # another replica's update, creating the sequence under its lock
+                await replica.execute(ORDERS_LOCK)
+                reserving = asyncio.ensure_future(mine.reserve("orders", 3))
+                await until_waiting_on_the_lock(replica)
+                await replica.execute(
+                    "INSERT INTO idmint.sequence_documents (name, doc, value) "
+                    """VALUES ('orders', 'record', '{"start":1,"cache":10,"next":1}')"""
+                )
+            assert await reserving == (1, 3, 1)
+
+        async def worker(store: PostgresSequenceStore) -> list[int]:
+            return [(await store.reserve("orders", 2))[0] for _ in range(20)]
+
+        got = await asyncio.gather(*(worker(s) for s in (mine, other, mine, other)))
+        assert sorted(first for firsts in got for first in firsts) == list(range(4, 4 + 80 * 2, 2))
+
+
+@pytest.mark.parametrize("pool_size", [1, 3])
+async def test_reservations_cancelled_at_any_point_never_fail_the_others(postgres_db: str, pool_size: int) -> None:
+    """Clients that go away mid-request (their reservations cancelled at random points, the answer to COMMIT
+    included) must cost only their own integers: every reservation not cancelled succeeds, no integer is given
+    twice, and the pool keeps serving. A connection whose socket was shut down under a cancelled caller must never
+    go back to the pool looking idle (the next caller's statement failed with 'unreachable': a 503)."""
+    rng = random.Random(7)
+    limits = {"postgres_pool_size": pool_size, "postgres_statement_timeout": 5.0}
+    async with storage(postgres_db, **limits) as a, storage(postgres_db, **limits) as b:
+        stores = [sequences(a), sequences(b)]
+        await stores[0].create("orders", 1, 10)
+        firsts: list[int] = []
+        failed: list[BaseException] = []
+
+        async def reserve(store: PostgresSequenceStore) -> None:
+            try:
+                firsts.append((await store.reserve("orders", 1))[0])
+            except IdmintError as exc:
+                failed.append(exc)
+
+        cancelled = 0
+        while cancelled < 200:
+            tasks = [asyncio.ensure_future(reserve(store)) for store in stores for _ in range(4)]
+            await asyncio.sleep(rng.uniform(0, 0.01))
+            for task in tasks:
+                if rng.random() < 0.5 and task.cancel():
+                    cancelled += 1
+            await asyncio.gather(*tasks, return_exceptions=True)
+        assert failed == [] and len(firsts) == len(set(firsts)) and firsts
+        for store in stores:  # the pools serve again at once, every connection of them
+            assert [await store.reserve("orders", 1) for _ in range(pool_size + 1)]
+
+
+async def test_a_backlog_of_audit_events_is_pruned_within_the_statement_timeout(
+    postgres_db: str, postgres_server: PostgresServer
+) -> None:
+    """Pruning a backlog (IDMINT_LEDGER_DAYS lowered, maintenance that could not run for a while) must not be one
+    DELETE that outlives the statement timeout: it was rolled back every hour and never made progress, the table
+    growing for ever. 300,000 old events take PostgreSQL about 0.7 s to delete at once on a busy 2-core machine,
+    over the 0.25 s statement timeout here; each batch is far below it."""
+    dbname = postgres_db.rsplit("/", 1)[1]
+    async with storage(postgres_db) as s:
+        await sequences(s).update("orders", (RECORD,), lambda docs: Outcome(None))  # the tables exist
+    postgres_server.execute(
+        "INSERT INTO idmint.sequence_events (name, id, period, body) "
+        "SELECT 'orders', lpad((10::bigint ^ 18 + i * 1000)::bigint::text, 20, '0') || '-0a1b2c3d', 'never', '{}' "
+        "FROM generate_series(1, 300000) i",
+        dbname,
+    )
+    async with storage(postgres_db, postgres_statement_timeout=0.25) as s:
+        assert await sequences(s).prune(2 * 10**18, "2000-01-01") == 300_000
+        assert await sequences(s).audit("orders", None, 10) == ([], None)
 
 
 def record(identity: int, claimed_ns: int, ended_ns: int | None, lease: str | None = None) -> ClaimRecord:
