@@ -1,6 +1,6 @@
-"""The plain-int paths of small batches (eight-byte's values, HLC-ULID's random fields) give exactly what the
-column-wise numpy paths give: a single ID is answered from the former, a batch of more than SMALL_BATCH from the
-latter."""
+"""The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
+answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
+batch path gives for the same draw: eight-byte."""
 
 from __future__ import annotations
 
@@ -44,3 +44,23 @@ def test_eight_byte_values_of_a_small_batch_match_the_column_path(
         runs.append((millisecond + 1, 0, count - runs[0][2]))
     batch = EightByteBatch(runs, np.array(low, dtype=np.uint64), mode)
     assert batch.values() == batch._build().tolist()
+
+
+@given(
+    st.integers(0, TIMESTAMP_MS_MAX - 1),
+    st.lists(st.integers(0, 2**15 - 1), min_size=1, max_size=4),
+    st.integers(0, 255),
+    st.integers(1, SMALL_BATCH),
+    st.sampled_from(list(Mode)),
+)
+def test_eight_byte_values_from_the_generators_int_list_match_the_column_path(
+    millisecond: int, low: list[int], first: int, count: int, mode: Mode
+) -> None:
+    slots = 64 * len(low)
+    first %= slots
+    runs = [(millisecond, first, min(count, slots - first))]
+    if count > runs[0][2]:
+        runs.append((millisecond + 1, 0, count - runs[0][2]))
+    batch = EightByteBatch(runs, np.array(low, dtype=np.uint64), mode, low)
+    assert batch.count == count
+    assert batch.values() == EightByteBatch(runs, np.array(low, dtype=np.uint64), mode)._build().tolist()
