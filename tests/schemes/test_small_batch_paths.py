@@ -1,6 +1,6 @@
 """The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
 answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
-batch path gives for the same draw: eight-byte."""
+batch path gives for the same draw: eight-byte, HLC-ULID."""
 
 from __future__ import annotations
 
@@ -64,3 +64,16 @@ def test_eight_byte_values_from_the_generators_int_list_match_the_column_path(
     batch = EightByteBatch(runs, np.array(low, dtype=np.uint64), mode, low)
     assert batch.count == count
     assert batch.values() == EightByteBatch(runs, np.array(low, dtype=np.uint64), mode)._build().tolist()
+
+
+@given(st.integers(1, 2**40), st.integers(0, 2**16 - 1), st.binary(min_size=6, max_size=6), st.binary(min_size=6))
+def test_hlc_ulid_single_id_is_the_first_of_a_batch_with_the_same_draw(
+    millisecond: int, counter: int, raw: bytes, more: bytes
+) -> None:
+    """A single ID's fast path against the small-batch path of two IDs whose first draw is the single's (the draw
+    is three planes of words: w0 of every ID, then w1, then w2)."""
+    second = (more + bytes(6))[:6]
+    planes = b"".join(raw[i : i + 2] + second[i : i + 2] for i in range(0, 6, 2))
+    single = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 1),), raw).values()
+    pair = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 2),), planes).values()
+    assert single == pair[:1]
