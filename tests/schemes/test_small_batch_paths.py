@@ -1,6 +1,6 @@
 """The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
 answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
-batch path gives for the same draw: eight-byte, HLC-ULID."""
+batch path gives for the same draw: eight-byte, HLC-ULID, SIQ."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ from app.schemes.eight_byte.codec import TIMESTAMP_MS_MAX, Mode
 from app.schemes.eight_byte.generator import EightByteBatch
 from app.schemes.hlc_ulid import generator as hlc
 from app.schemes.hlc_ulid.codec import _RANDOM_WORD_DTYPE, RANDOM_WORDS
+from app.schemes.siq.codec import QUALIFIERS, TICK_MAX
+from app.schemes.siq.codec import pack as siq_pack
+from app.schemes.siq.generator import SiqBatch
 
 
 @given(st.integers(1, SMALL_BATCH).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=6 * n, max_size=6 * n))))
@@ -77,3 +80,29 @@ def test_hlc_ulid_single_id_is_the_first_of_a_batch_with_the_same_draw(
     single = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 1),), raw).values()
     pair = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 2),), planes).values()
     assert single == pair[:1]
+
+
+@given(
+    st.integers(0, TICK_MAX),
+    st.integers(0, 255),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(sorted(QUALIFIERS)),
+    st.lists(st.tuples(st.integers(0, 2**16 - 1), st.integers(1, 5)), min_size=1, max_size=3),
+)
+def test_siq_values_carry_every_field(
+    tick: int, shard: int, domain_hash: int, qualifier: str, runs: list[tuple[int, int]]
+) -> None:
+    """values() against the codec's pack of each ID's fields (ticks ascending from ``tick``, as a batch's are)."""
+    code, width = QUALIFIERS[qualifier]
+    capacity = 1 << (16 - width)
+    segments = [
+        Run(min(tick + i, TICK_MAX), first % capacity, min(count, capacity - first % capacity))
+        for i, (first, count) in enumerate(runs)
+    ]
+    expected = [
+        siq_pack(seg.tick, shard, domain_hash, counter, code)
+        for seg in segments
+        for counter in range(seg.first, seg.first + seg.count)
+    ]
+    assert SiqBatch(shard, domain_hash, code, segments).values() == expected
+    assert SiqBatch(shard, domain_hash, code, segments, width).values() == expected
