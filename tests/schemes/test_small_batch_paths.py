@@ -1,6 +1,6 @@
 """The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
 answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
-batch path gives for the same draw: eight-byte, HLC-ULID, SIQ."""
+batch path gives for the same draw: eight-byte, HLC-ULID, SIQ, KSUID."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from app.schemes.eight_byte.codec import TIMESTAMP_MS_MAX, Mode
 from app.schemes.eight_byte.generator import EightByteBatch
 from app.schemes.hlc_ulid import generator as hlc
 from app.schemes.hlc_ulid.codec import _RANDOM_WORD_DTYPE, RANDOM_WORDS
+from app.schemes.ksuid.generator import KsuidBatch
+from app.schemes.ksuid.scheme import SCHEME as SCHEME_KSUID
 from app.schemes.siq.codec import QUALIFIERS, TICK_MAX
 from app.schemes.siq.codec import pack as siq_pack
 from app.schemes.siq.generator import SiqBatch
@@ -106,3 +108,10 @@ def test_siq_values_carry_every_field(
     ]
     assert SiqBatch(shard, domain_hash, code, segments).values() == expected
     assert SiqBatch(shard, domain_hash, code, segments, width).values() == expected
+
+
+@given(st.integers(0, 2**160 - 2), st.sampled_from(["base62", "hex"]))
+def test_ksuid_single_id_encodes_as_a_batch_of_two_starts(first: int, fmt: str) -> None:
+    single = KsuidBatch(first, 1).encode(fmt)
+    assert single == KsuidBatch(first, 2).encode(fmt).splitlines(keepends=True)[0]
+    assert single == (SCHEME_KSUID.format(first, fmt) + "\n").encode()
