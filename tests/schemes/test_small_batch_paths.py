@@ -1,6 +1,6 @@
 """The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
 answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
-batch path gives for the same draw: eight-byte, HLC-ULID, SIQ, KSUID."""
+batch path gives for the same draw: eight-byte, HLC-ULID, SIQ, KSUID, UUIDv7."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from app.schemes.ksuid.scheme import SCHEME as SCHEME_KSUID
 from app.schemes.siq.codec import QUALIFIERS, TICK_MAX
 from app.schemes.siq.codec import pack as siq_pack
 from app.schemes.siq.generator import SiqBatch
+from app.schemes.uuidv7 import SCALAR_COUNT_MAX, Uuidv7Batch
+from app.schemes.uuidv7 import SCHEME as SCHEME_UUIDV7
 
 
 @given(st.integers(1, SMALL_BATCH).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=6 * n, max_size=6 * n))))
@@ -115,3 +117,17 @@ def test_ksuid_single_id_encodes_as_a_batch_of_two_starts(first: int, fmt: str) 
     single = KsuidBatch(first, 1).encode(fmt)
     assert single == KsuidBatch(first, 2).encode(fmt).splitlines(keepends=True)[0]
     assert single == (SCHEME_KSUID.format(first, fmt) + "\n").encode()
+
+
+@given(st.integers(1, 2**40), st.integers(0, 2**42 - 2), st.binary(min_size=4, max_size=4), st.binary(max_size=12))
+def test_uuidv7_single_id_is_the_first_of_a_batch_with_the_same_tails(
+    millisecond: int, counter: int, tail: bytes, more: bytes
+) -> None:
+    """The single-ID fast path against the small-batch path and the column (numpy) path of the same draw."""
+    single = Uuidv7Batch((Run(millisecond, counter, 1),), tail + more)
+    pair = Uuidv7Batch((Run(millisecond, counter, 2),), tail + bytes(4))
+    wide = Uuidv7Batch((Run(millisecond, counter, SCALAR_COUNT_MAX + 1),), tail + bytes(4 * SCALAR_COUNT_MAX))
+    assert single.values() == pair.values()[:1] == wide.values()[:1]
+    value = single.values()[0]
+    assert single.encode("uuid") == (SCHEME_UUIDV7.format(value, "uuid") + "\n").encode()
+    assert single.encode("hex") == wide.encode("hex")[: len(single.encode("hex"))]
