@@ -1,6 +1,6 @@
 """The plain-int paths of small batches give exactly what the column-wise numpy paths give (a single ID is
 answered from the former, a batch of more than SMALL_BATCH from the latter), and each single-ID fast path what the
-batch path gives for the same draw: eight-byte, HLC-ULID, SIQ, KSUID, UUIDv7."""
+batch path gives for the same draw: eight-byte, HLC-ULID, SIQ, KSUID, UUIDv7 and snowflake."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from app.schemes.ksuid.scheme import SCHEME as SCHEME_KSUID
 from app.schemes.siq.codec import QUALIFIERS, TICK_MAX
 from app.schemes.siq.codec import pack as siq_pack
 from app.schemes.siq.generator import SiqBatch
+from app.schemes.snowflake.codec import NAMED_LAYOUTS, Layout
+from app.schemes.snowflake.generator import SCALAR_COUNT_MAX as SNOWFLAKE_SCALAR_MAX
+from app.schemes.snowflake.generator import SnowflakeBatch
 from app.schemes.uuidv7 import SCALAR_COUNT_MAX, Uuidv7Batch
 from app.schemes.uuidv7 import SCHEME as SCHEME_UUIDV7
 
@@ -131,3 +134,23 @@ def test_uuidv7_single_id_is_the_first_of_a_batch_with_the_same_tails(
     value = single.values()[0]
     assert single.encode("uuid") == (SCHEME_UUIDV7.format(value, "uuid") + "\n").encode()
     assert single.encode("hex") == wide.encode("hex")[: len(single.encode("hex"))]
+
+
+@given(
+    st.sampled_from(list(NAMED_LAYOUTS.values())),
+    st.lists(st.integers(0, 31), min_size=1, max_size=4, unique=True),
+    st.integers(0, 2**30),
+    st.integers(0, 2**20),
+    st.integers(1, SNOWFLAKE_SCALAR_MAX),
+)
+def test_snowflake_values_of_a_small_batch_match_the_column_path(
+    layout: Layout, workers: list[int], unit: int, first: int, count: int
+) -> None:
+    slots = len(workers) << layout.sequence_bits
+    first %= slots
+    runs = [(unit, first, min(count, slots - first))]
+    if count > runs[0][2]:
+        runs.append((unit + 1, 0, count - runs[0][2]))
+    batch = SnowflakeBatch(layout, sorted(workers), runs)
+    assert batch.count == count
+    assert batch._scalar_values() == batch._build().tolist()
