@@ -53,9 +53,10 @@ def _head(scheme: str, fmt: str) -> bytes:
     return b'{"scheme":"' + scheme.encode() + b'","format":"' + fmt.encode() + b'","ids":['
 
 
-JSON_ROWS_MIN = 32
+JSON_ROWS_MIN = 384
 """Batches of at least this many IDs are framed as JSON strings column-wise (:func:`~app.schemes._text.json_strings`);
-smaller ones by ``bytes.replace``, whose cost per ID is higher but which has no set-up."""
+smaller ones by ``bytes.replace``, whose cost per ID is higher but which has no set-up: the two cost about the same
+at 320 of wiji's IDs (docs/serving.md, "Scheme code")."""
 
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
