@@ -64,11 +64,13 @@ def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
     encoder: every text form is ASCII letters, digits, ``-``, ``_`` and ``:``, so no escaping is ever needed."""
     lines = issued.encode(fmt)
     count = issued.count
-    extra = issued.extra(fmt)
     tail = b"]}"
-    if extra:
-        members = [b',"' + key.encode() + b'":"' + str(value).encode() + b'"' for key, value in extra.items()]
-        tail = b"".join((b"]", *members, b"}"))
+    extra = issued.extra(fmt)
+    if extra:  # a loop: a comprehension's own frame cost a single Muid more than the members it builds
+        tail = b"]"
+        for key, value in extra.items():
+            tail += b',"' + key.encode() + b'":"' + str(value).encode() + b'"'
+        tail += b"}"
     ids = json_strings(lines, count) if count >= JSON_ROWS_MIN else None
     if ids is None:
         quoted = lines[:-1] if count == 1 else lines[:-1].replace(b"\n", b'","')
