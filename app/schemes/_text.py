@@ -5,7 +5,8 @@ filled from a template row (:func:`text_rows`), then the varying columns are wri
 (:func:`char_view`, :func:`write_runs`) from lookup tables (:func:`hex4_table`, :func:`hex_pairs`, and
 :func:`app.schemes._crockford.column_table` for Crockford base32). Arrays come from per-thread scratch buffers
 (:func:`scratch`, :func:`lead_rows`): a fresh multi-megabyte array per batch costs more in page faults than the
-encoding. Every table is built once, lazily, and read-only.
+encoding. Every table is built once, lazily, and read-only. :func:`json_strings` frames such rows as the members of
+a JSON array of strings, for the issue routes' bodies.
 """
 
 from __future__ import annotations
@@ -151,6 +152,54 @@ def lead_rows(key: str, count: int, width: int, lead: bytes = b"") -> npt.NDArra
         if count <= LEAD_ROWS_KEPT:
             _lead_rows.arrays[slot] = array
     return array[:count]
+
+
+# --- JSON array members -------------------------------------------------------------------------------------
+
+
+QUOTE = 34
+"""ASCII ``"``."""
+COMMA = 44
+"""ASCII ``,``."""
+JSON_QUOTED_EXTRA = 2
+"""Bytes a row grows by as a JSON array member: ``ID\n`` becomes ``"ID",``."""
+
+
+class _QuotedRows(threading.local):
+    def __init__(self) -> None:
+        self.arrays: dict[int, npt.NDArray[np.uint8]] = {}
+
+
+_quoted_rows = _QuotedRows()
+
+
+def json_strings(lines: bytes, count: int) -> memoryview | None:
+    """The ``count`` newline-terminated IDs of ``lines`` as the members of a JSON array of strings, quotes and
+    commas included (``"ID1","ID2",...,"IDn"``), or None when the rows are not all of one width (a decimal form).
+
+    IDs hold no newline and nothing a JSON string escapes (ASCII letters, digits, ``-``, ``_``, ``:``): a caller
+    may rely on that, as :func:`app.api.issuing.issue_body` does. The rows are copied column-wise, one fixed-size
+    element per ID, into a per-thread array whose quotes and commas are written once per row width, instead of a
+    ``bytes.replace`` of every newline. The view is valid until the next call with the same row width on this
+    thread: callers copy it out (``b"".join``). Arrays over :data:`SCRATCH_KEPT_BYTES_MAX` are fresh and not kept.
+    """
+    width = lines.find(b"\n") + 1  # the first row's: ID and newline
+    if width < 2 or len(lines) != count * width or lines[width - 1 :: width] != b"\n" * count:
+        return None  # every count-th byte a newline, and no newline inside an ID: every row is `width` long
+    framed = width + JSON_QUOTED_EXTRA
+    array = _quoted_rows.arrays.get(width)
+    if array is None or array.shape[0] < count:
+        rows = max(count, 2 * array.shape[0] if array is not None else 0, BROADCAST_ROWS_MAX)
+        array = np.empty((rows, framed), dtype=np.uint8)
+        array[:, 0] = QUOTE
+        array[:, width] = QUOTE
+        array[:, width + 1] = COMMA
+        if rows * framed <= SCRATCH_KEPT_BYTES_MAX:
+            _quoted_rows.arrays[width] = array
+    element = np.dtype((np.void, width - 1))
+    source = np.ndarray((count,), dtype=element, buffer=lines, strides=(width,))
+    np.ndarray((count,), dtype=element, buffer=array, offset=1, strides=(framed,))[...] = source
+    return array[:count].reshape(-1).data[:-1]  # the last row's comma dropped
 
 
 # --- lookup tables ----------------------------------------------------------------------------------------------

@@ -369,7 +369,7 @@ class Uuidv7Batch(Batch):
         """
         fmt = SCHEME.resolve_format(fmt)
         if self.count <= SCALAR_COUNT_MAX:
-            return "".join(SCHEME.format(value, fmt) + "\n" for value in self.values()).encode("ascii")
+            return "".join([SCHEME.format(value, fmt) + "\n" for value in self.values()]).encode("ascii")
         encoder, counter_column, tail_column = (
             (encode_hex, HEX_COUNTER_COLUMN, HEX_TAIL_COLUMN)
             if fmt == "hex"
@@ -386,7 +386,16 @@ class Uuidv7Batch(Batch):
         return rows.tobytes()
 
     def values(self) -> list[int]:
-        if self.count <= SCALAR_COUNT_MAX:  # a single-ID request: numpy's set-up costs more than the work
+        if self.count == 1:  # a single-ID request
+            tick, counter, _ = self.segments[0]
+            return [
+                tick << TIMESTAMP_SHIFT
+                | FLAGS
+                | (counter >> COUNTER_LOW_BITS) << RAND_A_SHIFT
+                | (counter & COUNTER_LOW_MASK) << TAIL_BITS
+                | int.from_bytes(self.tails[:TAIL_BYTES], "big")
+            ]
+        if self.count <= SCALAR_COUNT_MAX:  # a small batch: numpy's set-up costs more than the work
             raw, ends = self.tails, range(TAIL_BYTES, TAIL_BYTES * self.count + 1, TAIL_BYTES)
             tails = [int.from_bytes(raw[end - TAIL_BYTES : end], "big") for end in ends]
         else:

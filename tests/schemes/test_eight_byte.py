@@ -149,6 +149,39 @@ def test_decimal_round_trip(value: int) -> None:
         assert SCHEME.parse(text) == value
 
 
+@given(packed)
+def test_reverse_bits_is_the_bit_string_reversed(value: int) -> None:
+    """The byte-table reversal against Java ``Long.reverse`` written as a 64-character bit string reversed."""
+    assert eight_byte.reverse_bits(value) == int(f"{value:064b}"[::-1], 2)
+    assert eight_byte.reverse_bits(eight_byte.reverse_bits(value)) == value
+
+
+@pytest.mark.parametrize("value", [-1, 1 << 64])
+def test_reverse_bits_refuses_values_outside_64_bits(value: int) -> None:
+    with pytest.raises(OverflowError):
+        eight_byte.reverse_bits(value)
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_mode_option_is_parsed_once_to_its_mode(mode: Mode) -> None:
+    """The query's text becomes the Mode itself, and the generator takes the Mode as it takes its name."""
+    assert SCHEME.parse_option("mode", mode.label) is mode
+    assert Mode.from_option(mode.label) is Mode.from_option(mode) is mode
+    generator = EightByteGenerator([9], 3, clock=FakeClock(1_700_000_000_000))
+    by_mode = generator.generate(1, mode=mode).values()[0]
+    by_name = generator.generate(1, mode=mode.label).values()[0]
+    assert eight_byte.unpack(by_mode)[4] is eight_byte.unpack(by_name)[4] is mode
+
+
+@pytest.mark.parametrize("option", ["SPREAD", "", 0, 1, b"spread", None])
+def test_mode_option_refuses_other_values(option: object) -> None:
+    if option is None:
+        assert Mode.from_option(option) is Mode.SPREAD  # absent: the default
+        return
+    with pytest.raises(InvalidOptionError, match="mode must be one of spread, time_sequential"):
+        Mode.from_option(option)
+
+
 @given(st.lists(packed, max_size=50))
 def test_reverse_bits_array_matches_reverse_bits(values: list[int]) -> None:
     array = np.array(values, dtype=np.uint64)

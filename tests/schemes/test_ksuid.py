@@ -122,6 +122,16 @@ def test_text_and_bytes_round_trip(value: int) -> None:
     assert ksuid.from_bytes(ksuid.to_bytes(value)) == value
 
 
+@given(packed)
+def test_base62_is_27_divisions_by_62(value: int) -> None:
+    """The pair-table encoder against the reference's digit-by-digit division (``base62.go``)."""
+    digits, rest = [], value
+    for _ in range(27):
+        rest, digit = divmod(rest, 62)
+        digits.append("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"[digit])
+    assert ksuid.encode_base62(value) == "".join(reversed(digits))
+
+
 @given(packed, packed)
 def test_text_order_is_packed_order(a: int, b: int) -> None:
     assert (ksuid.encode_base62(a) < ksuid.encode_base62(b)) == (a < b)

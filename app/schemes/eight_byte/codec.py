@@ -111,22 +111,29 @@ class Mode(enum.IntEnum):
             return cls.SPREAD
         if isinstance(option, cls):
             return option
-        for mode in cls:
-            if option == mode.label:
-                return mode
+        mode = _MODES.get(option) if isinstance(option, str) else None
+        if mode is not None:
+            return mode
         allowed = ", ".join(mode.label for mode in cls)
         raise InvalidOptionError(f"mode must be one of {allowed} for eight-byte, got {option!r}")
+
+
+_MODES = {mode.label: mode for mode in Mode}
+"""The API's mode names, each to its Mode."""
 
 
 # --- codec: bit reversal ------------------------------------------------------------------------------------------
 
 
+_BIT_REVERSED = bytes(int(f"{byte:08b}"[::-1], 2) for byte in range(256))
+"""Every byte value with its 8 bits in reverse order (index = the byte)."""
+_BIT_REVERSED_BYTES = np.frombuffer(_BIT_REVERSED, dtype=np.uint8)
+
+
 def reverse_bits(value: int) -> int:
-    """Java ``Long.reverse`` on a 64-bit unsigned value: bit i moves to bit 63 - i (its own inverse)."""
-    return int(f"{value:0{PACKED_BITS}b}"[::-1], 2)
-
-
-_BIT_REVERSED_BYTES = np.array([int(f"{byte:08b}"[::-1], 2) for byte in range(256)], dtype=np.uint8)
+    """Java ``Long.reverse`` on a 64-bit unsigned value: bit i moves to bit 63 - i (its own inverse). The bytes in
+    reverse order, each byte's bits reversed (OverflowError outside 0..2**64-1)."""
+    return int.from_bytes(value.to_bytes(PACKED_BYTES, "little").translate(_BIT_REVERSED), "big")
 
 
 def reverse_bits_array(values: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

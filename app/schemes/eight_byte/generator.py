@@ -53,11 +53,20 @@ class EightByteBatch(Batch):
     column-wise with numpy (uint64) on first use.
     """
 
-    def __init__(self, runs: Sequence[tuple[int, int, int]], low_bits: npt.NDArray[np.uint64], mode: Mode) -> None:
+    def __init__(
+        self,
+        runs: Sequence[tuple[int, int, int]],
+        low_bits: npt.NDArray[np.uint64],
+        mode: Mode,
+        low_bits_list: list[int] | None = None,
+    ) -> None:
+        """``runs``: (millisecond, first slot, count) in issue order; ``low_bits``: each held generator ID's
+        generator-ID and cluster bits (``low_bits_list``: the same as ints, when the caller keeps them)."""
         self.runs = tuple(runs)
         self.mode = mode
-        self.count = sum(run[2] for run in self.runs)
+        self.count = self.runs[0][2] if len(self.runs) == 1 else sum(run[2] for run in self.runs)
         self._low_bits = low_bits
+        self._low_bits_list = low_bits_list
         self._array: npt.NDArray[np.uint64] | None = None
 
     def array(self) -> npt.NDArray[np.uint64]:
@@ -115,17 +124,17 @@ class EightByteBatch(Batch):
     def _scalar_values(self) -> list[int]:
         """:meth:`_build`'s values in plain ints, for a small batch (numpy's per-call cost was most of a single
         ID's answer)."""
-        low_bits = self._low_bits.tolist()
+        low_bits = self._low_bits.tolist() if self._low_bits_list is None else self._low_bits_list
         mode = int(self.mode) << MODE_SHIFT
         spread = self.mode is Mode.SPREAD
-        out: list[int] = []
-        for millisecond, first, count in self.runs:
-            head = (reverse_bits(millisecond) if spread else millisecond << TIMESTAMP_SHIFT) | mode
-            out.extend(
-                head | (slot & SEQUENCE_MASK) << SEQUENCE_SHIFT | low_bits[slot >> SEQUENCE_BITS]
-                for slot in range(first, first + count)
-            )
-        return out
+        return [
+            (reverse_bits(millisecond) if spread else millisecond << TIMESTAMP_SHIFT)
+            | mode
+            | (slot & SEQUENCE_MASK) << SEQUENCE_SHIFT
+            | low_bits[slot >> SEQUENCE_BITS]
+            for millisecond, first, count in self.runs
+            for slot in range(first, first + count)
+        ]
 
     @property
     def high_water(self) -> int:
@@ -185,7 +194,8 @@ class EightByteGenerator(CappedSlotGenerator):
         self.generator_ids = ids
         self.cluster_id = cluster_id
         self.lookback_ms = lookback_ms
-        self._low_bits = np.array([_low_bits(g, cluster_id) for g in ids], dtype=np.uint64)
+        self._low_bits_list = [_low_bits(g, cluster_id) for g in ids]
+        self._low_bits = np.array(self._low_bits_list, dtype=np.uint64)
         # The floor's millisecond counts as full.
         super().__init__(
             slots_per_tick=SEQUENCE_VALUES * len(ids),
@@ -200,16 +210,17 @@ class EightByteGenerator(CappedSlotGenerator):
     def out_of_range(self, now_ns: int) -> Exception:
         return OverflowError(f"eight-byte timestamp would pass {TIMESTAMP_MS_MAX} milliseconds")
 
-    def generate(self, count: int, mode: object = "spread", **options: Any) -> EightByteBatch:
-        """Up to ``count`` (>= 1) IDs in ``mode`` ("spread", the default, or "time_sequential").
+    def generate(self, count: int, mode: object = Mode.SPREAD, **options: Any) -> EightByteBatch:
+        """Up to ``count`` (>= 1) IDs in ``mode`` (a :class:`Mode`, as the scheme's option parser gives it, or its
+        name: "spread", the default, or "time_sequential").
 
         May return fewer, even 0, when the usable milliseconds are full: call again after :meth:`wait_ns`.
         Raises InvalidOptionError for a bad count, mode or unknown option; OverflowError past 2109-05-15.
         """
         if options:
             raise InvalidOptionError(f"eight-byte takes only the mode option, got {', '.join(sorted(options))}")
-        id_mode = Mode.from_option(mode)
+        id_mode = mode if isinstance(mode, Mode) else Mode.from_option(mode)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidOptionError(f"count must be >= 1 for eight-byte, got {count}")
         runs, _missing = self.take(count)
-        return EightByteBatch(runs, self._low_bits, id_mode)
+        return EightByteBatch(runs, self._low_bits, id_mode, self._low_bits_list)

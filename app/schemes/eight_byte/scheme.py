@@ -194,6 +194,12 @@ class EightByteScheme(Scheme):
         "1: the timestamp sits in the top bits, so IDs sort by time.",
     }
 
+    def parse_option(self, name: str, text: str) -> Any:
+        """``mode``: its :class:`Mode` (after the default check of its choices), so the value a request's options
+        hand the generator is the mode itself, parsed once per distinct query, not once per ID request."""
+        value = super().parse_option(name, text)
+        return Mode.from_option(value) if name == "mode" else value
+
     def identity_pool(self, settings: EightByteSettings) -> IdentityPool:
         """Generator IDs of the region's slice of 0..2047 (narrowed by ``IDMINT_EIGHT_BYTE_POOL``), claimed in
         java-uniqueid's layout ``pool/<cluster>:<id>`` (allowed clusters in the ``cluster-id`` key), marks at

@@ -46,6 +46,7 @@ from app.schemes.hlc_ulid.codec import (
     PUBLISHER_ID_MAX,
     PUBLISHER_ID_SHIFT,
     RANDOM_BYTES_PER_ID,
+    RANDOM_GROUP_BITS,
     RANDOM_GROUP_CHARS,
     RANDOM_GROUP_MASK,
     RANDOM_HEAD_BITS,
@@ -116,6 +117,16 @@ def random_field_of_draw(drawn: bytes, count: int) -> list[int]:
     """:func:`random_field` of a small batch's draw as it came from the random source (``6 * count`` bytes: three
     planes of ``count`` little-endian 16-bit words), in plain ints: numpy's per-call cost was most of a single ID's
     answer (50 µs)."""
+    if count == 1:  # a single ID: its three words from one int, each placed as the loop below places it
+        words3 = int.from_bytes(drawn[:RANDOM_BYTES_PER_ID], "little")
+        w1, w2 = words3 >> RANDOM_WORD_BITS & WORD_MASK, words3 >> 2 * RANDOM_WORD_BITS
+        return [
+            (w2 >> WORD_TOP_SHIFT) << (RANDOM_HEAD_SHIFT + RANDOM_WORD_BITS + 1)
+            | (w1 >> WORD_TOP_SHIFT) << (RANDOM_HEAD_SHIFT + RANDOM_WORD_BITS)
+            | (words3 & WORD_MASK) << RANDOM_HEAD_SHIFT
+            | (w1 & RANDOM_GROUP_MASK) << RANDOM_GROUP_BITS
+            | w2 & RANDOM_GROUP_MASK
+        ]
     words = struct.unpack_from(f"<{RANDOM_WORDS * count}H", drawn)
     out = []
     for w0, w1, w2 in zip(words[:count], words[count : 2 * count], words[2 * count :]):
@@ -228,6 +239,11 @@ class HlcUlidBatch(Batch):
     def values(self) -> list[int]:
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
         count = self.count
+        if count == 1:  # a single ID
+            tick, first, _ = self.segments[0]
+            return [
+                tick << TIMESTAMP_SHIFT | publisher | first << COUNTER_SHIFT | random_field_of_draw(self.drawn, 1)[0]
+            ]
         randoms = random_field_of_draw(self.drawn, count) if count <= SMALL_BATCH else random_field(self.random_words)
         out: list[int] = []
         start = 0

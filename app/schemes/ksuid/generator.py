@@ -192,7 +192,9 @@ class KsuidBatch(Batch):
             return b""
         if self.count <= SCALAR_COUNT_MAX:
             encoder = encode_hex if fmt == "hex" else encode_base62
-            return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
+            if self.count == 1:
+                return (encoder(self.first) + "\n").encode("ascii")
+            return "".join([encoder(value) + "\n" for value in self.values()]).encode("ascii")
         if fmt == "hex":
             return self._hex()
         return self._base62()

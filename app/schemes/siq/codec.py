@@ -286,12 +286,40 @@ def from_storage(data: bytes) -> int:
 # --- codec: packed int <-> text -----------------------------------------------------------------------------------
 
 
+_DID_CHARS = BASE32_ALPHABET.decode("ascii")
+_DID_PAIR_BITS = 2 * BASE32_CHAR_BITS
+_DID_PAIR_MASK = (1 << _DID_PAIR_BITS) - 1
+_DID_PAIRS = tuple(first + second for first in _DID_CHARS for second in _DID_CHARS)
+"""The two base32 characters of every 10-bit value (index = the value)."""
+_DID_WORD_BITS = 3 * _DID_PAIR_BITS  # 30
+_DID_WORD_MASK = (1 << _DID_WORD_BITS) - 1
+
+
 def encode_did(value: int) -> str:
-    """``did:siq:`` + 29 lowercase base32 characters (reference ``Siq.to_did``)."""
-    packed = to_bytes(value)
-    crc_field = zlib.crc32(packed).to_bytes(CRC_FIELD_BYTES, "big")
-    body = base64.b32encode(crc_field + packed).decode("ascii").lower()
-    return DID_PREFIX + body[DID_DROPPED_CHARS:]
+    """``did:siq:`` + 29 lowercase base32 characters (reference ``Siq.to_did``): RFC 4648 base32 of the CRC-32
+    as a 6-byte field and the 14 packed bytes, its first 3 characters (15 always-zero bits) dropped.
+
+    Written as :func:`base64.b32encode` writes that block (``tests/schemes/test_siq.py`` checks every form it
+    produces against ``base64.b32encode``, which :func:`decode_did` reads with), but from a table of character
+    pairs: the 145 bits the 29 characters carry are the CRC-32 above the packed value, cut into one 5-bit
+    character and 14 10-bit pairs, where the standard library's encoder is pure Python over 5-byte groups.
+    Raises ValueError unless ``0 <= value < 2**112``.
+    """
+    block = zlib.crc32(to_bytes(value)) << PACKED_BITS | value  # 145 bits: 32 of CRC, 112 of ID, 1 zero on top
+    top, a = block >> 4 * _DID_WORD_BITS, block >> 3 * _DID_WORD_BITS & _DID_WORD_MASK
+    b, c, d = (
+        block >> 2 * _DID_WORD_BITS & _DID_WORD_MASK,
+        block >> _DID_WORD_BITS & _DID_WORD_MASK,
+        block & _DID_WORD_MASK,
+    )
+    p, m = _DID_PAIRS, _DID_PAIR_MASK
+    return (
+        f"{DID_PREFIX}{_DID_CHARS[top >> _DID_PAIR_BITS * 2]}{p[top >> _DID_PAIR_BITS & m]}{p[top & m]}"
+        f"{p[a >> _DID_PAIR_BITS * 2]}{p[a >> _DID_PAIR_BITS & m]}{p[a & m]}"
+        f"{p[b >> _DID_PAIR_BITS * 2]}{p[b >> _DID_PAIR_BITS & m]}{p[b & m]}"
+        f"{p[c >> _DID_PAIR_BITS * 2]}{p[c >> _DID_PAIR_BITS & m]}{p[c & m]}"
+        f"{p[d >> _DID_PAIR_BITS * 2]}{p[d >> _DID_PAIR_BITS & m]}{p[d & m]}"
+    )
 
 
 def decode_did(text: str) -> int:

@@ -45,6 +45,7 @@ from app.schemes.siq.codec import (
     TEXT,
     TICK_BITS,
     TICK_MAX,
+    TICK_SHIFT,
     _pack_prefix,
     domain_hash,
     encode_hex,
@@ -217,23 +218,25 @@ class SiqBatch(Batch):
     ``crc(id) = crc(segment prefix) ^ T[serial]``).
     """
 
-    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[Run]) -> None:
-        """``segments``: (tick, first counter, count) runs in issue order; ``code``: the qualifier code."""
+    def __init__(self, shard: int, domain_hash: int, code: int, segments: list[Run], width: int | None = None) -> None:
+        """``segments``: (tick, first counter, count) runs in issue order; ``code``: the qualifier code, ``width``
+        its suffix width when the caller knows it (checked from ``code`` otherwise)."""
         self.shard = shard
         self.domain_hash = domain_hash
         self.code = code
-        self.width = qualifier_width(code)
+        self.width = qualifier_width(code) if width is None else width
         self.segments = segments
-        self.count = sum(count for _tick, _first, count in segments)
+        self.count = segments[0][2] if len(segments) == 1 else sum(run[2] for run in segments)
 
     # -- slow path -------------------------------------------------------------------------------------------------
     def values(self) -> list[int]:
-        suffix = self.code & ((1 << self.width) - 1)
-        out: list[int] = []
-        for tick, first, count in self.segments:
-            base = _pack_prefix(tick, self.shard, self.domain_hash) | suffix
-            out.extend(base | counter << self.width for counter in range(first, first + count))
-        return out
+        width = self.width
+        constant = _pack_prefix(0, self.shard, self.domain_hash) | self.code & ((1 << width) - 1)
+        return [
+            tick << TICK_SHIFT | constant | counter << width
+            for tick, first, count in self.segments
+            for counter in range(first, first + count)
+        ]
 
     @property
     def high_water(self) -> int:
@@ -281,10 +284,10 @@ class SiqBatch(Batch):
                 segments.append(Run(tick, first, taken))
                 first, count, room = first + taken, count - taken, room - taken
                 if not room:
-                    chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
+                    chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments, self.width))
                     segments, room = [], CHUNK_ROWS
         if segments:
-            chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments))
+            chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments, self.width))
         return chunks
 
     def _prefixes(self) -> list[int]:
@@ -456,21 +459,21 @@ class SiqGenerator(Generator):
             return 0
         return max(0, ns_from_tick(self._blocked_tick) - self._clock())
 
-    def generate(self, count: int, **options: Any) -> SiqBatch:
+    def generate(self, count: int, qualifier: object = "user", **options: Any) -> SiqBatch:
         """Issue up to ``count`` SIQs of one ``qualifier`` (option, default ``"user"``).
 
         May return fewer (even 0) when the qualifier's counter is exhausted and the clock is not yet in the next
         tick after the spin budget (or is far behind the last tick: clock rollback). Raises InvalidOptionError for a
         count below 1, an unknown qualifier or another option; OverflowError past the last representable tick.
         """
-        qualifier = options.pop("qualifier", "user")
         if options:
             raise InvalidOptionError(f"siq takes only the qualifier option, got {', '.join(sorted(options))}")
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidOptionError(f"count must be an integer >= 1 for siq, got {count!r}")
-        if not isinstance(qualifier, str) or qualifier not in QUALIFIERS:
+        found = QUALIFIERS.get(qualifier) if isinstance(qualifier, str) else None
+        if found is None:
             raise InvalidOptionError(f"qualifier must be one of {', '.join(QUALIFIERS)} for siq, got {qualifier!r}")
-        code, width = QUALIFIERS[qualifier]
+        code, width = found
         capacity = 1 << (LOW_BITS - width)
 
         segments: list[Run] = []
@@ -510,4 +513,4 @@ class SiqGenerator(Generator):
             if tick_from_ns(now_ns) < target:
                 self._blocked_tick = target
                 break
-        return SiqBatch(self.shard, self.domain_hash, code, segments)
+        return SiqBatch(self.shard, self.domain_hash, code, segments, width)

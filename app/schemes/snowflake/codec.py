@@ -158,7 +158,7 @@ class Layout:
         """``{"time": T, "worker": W, "sequence": S}``."""
         return {TIME: self.time_bits, WORKER: self.worker_bits, SEQUENCE: self.sequence_bits}
 
-    @property
+    @functools.cached_property
     def total_bits(self) -> int:
         """T + W + S: at most 63 (IDs below 2**(T+W+S)), or 64 for instagram (whose time field's top bit is bit 63,
         always 0)."""
@@ -173,30 +173,30 @@ class Layout:
             shifts[field] = position
         return shifts
 
-    @property
+    @functools.cached_property
     def time_max(self) -> int:
         """The largest time field value: 2**T - 1, or 2**(T-1) - 1 when the field's top bit is bit 63."""
         return self.value_max >> (self.total_bits - self.time_bits)  # time is the top field
 
-    @property
+    @functools.cached_property
     def value_max(self) -> int:
         """The largest ID of the layout: 2**(T+W+S) - 1, at most 2**63 - 1 (js53: 2**53 - 1)."""
         return (1 << min(self.total_bits, FIELD_BITS)) - 1
 
-    @property
+    @functools.cached_property
     def worker_max(self) -> int:
         return (1 << self.worker_bits) - 1
 
-    @property
+    @functools.cached_property
     def sequence_max(self) -> int:
         return (1 << self.sequence_bits) - 1
 
-    @property
+    @functools.cached_property
     def ids_per_unit(self) -> int:
         """The cap: IDs per time unit per worker ID (2**S)."""
         return 1 << self.sequence_bits
 
-    @property
+    @functools.cached_property
     def start_spread(self) -> int:
         """How many first slots a new time unit may start at, chosen at random (0 = always slot 0).
 
@@ -209,7 +209,7 @@ class Layout:
             return 0
         return min(START_SPREAD_MAX, self.ids_per_unit // 16) // 20 * 20
 
-    @property
+    @functools.cached_property
     def worker_above_sequence(self) -> bool:
         """True unless the sequence sits above the worker ID (sonyflake)."""
         return self.order == ORDER_TIME_WORKER_SEQUENCE
@@ -232,7 +232,7 @@ class Layout:
             f"{CUSTOM_PREFIX}-{self.epoch_ms}-{self.unit_ms}-{self.time_bits}-{self.worker_bits}-{self.sequence_bits}"
         )
 
-    @property
+    @functools.cached_property
     def epoch_units(self) -> int:
         """``EPOCH_MS // UNIT_MS``: the native timestamp of time field 0."""
         return self.epoch_ms // self.unit_ms

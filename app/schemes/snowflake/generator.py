@@ -251,7 +251,7 @@ class SnowflakeBatch(Batch):
         self.layout = layout
         self.worker_ids = tuple(worker_ids)
         self.runs = tuple(runs)
-        self.count = sum(run[2] for run in self.runs)
+        self.count = self.runs[0][2] if len(self.runs) == 1 else sum(run[2] for run in self.runs)
         self._array: npt.NDArray[np.uint64] | None = None
 
     def array(self) -> npt.NDArray[np.uint64]:
@@ -295,7 +295,7 @@ class SnowflakeBatch(Batch):
             return b""
         if self.count <= SCALAR_COUNT_MAX:
             encoder = encode_hex if fmt == "hex" else encode_decimal
-            return "".join(encoder(value) + "\n" for value in self.values()).encode("ascii")
+            return "".join([encoder(value) + "\n" for value in self.values()]).encode("ascii")
         runs = self._consecutive_runs()
         if fmt == "hex":
             hex4 = _text.hex4_table()
@@ -341,17 +341,20 @@ class SnowflakeBatch(Batch):
         shifts = layout.shifts
         time_shift, worker_shift, sequence_shift = shifts[TIME], shifts[WORKER], shifts[SEQUENCE]
         worker_ids, workers = self.worker_ids, len(self.worker_ids)
-        above, sequence_bits, sequence_max = layout.worker_above_sequence, layout.sequence_bits, layout.sequence_max
-        out: list[int] = []
-        for unit, first, count in self.runs:
-            head = unit << time_shift
-            for slot in range(first, first + count):
-                if above:
-                    index, sequence = slot >> sequence_bits, slot & sequence_max
-                else:
-                    index, sequence = slot % workers, slot // workers
-                out.append(head | worker_ids[index] << worker_shift | sequence << sequence_shift)
-        return out
+        if layout.worker_above_sequence:
+            sequence_bits, sequence_max = layout.sequence_bits, layout.sequence_max
+            return [
+                unit << time_shift
+                | worker_ids[slot >> sequence_bits] << worker_shift
+                | (slot & sequence_max) << sequence_shift
+                for unit, first, count in self.runs
+                for slot in range(first, first + count)
+            ]
+        return [
+            unit << time_shift | worker_ids[slot % workers] << worker_shift | slot // workers << sequence_shift
+            for unit, first, count in self.runs
+            for slot in range(first, first + count)
+        ]
 
     @property
     def high_water(self) -> int:
