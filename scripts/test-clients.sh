@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test the idmint clients and hold them to one conformance suite (clients/conformance): for each client named
 # (default: python typescript go), its own checks, then every conformance case against it through real idmint
-# servers, a real etcd and the fault proxy. Prints one line per client, e.g. `go: 41 passed, 0 failed` (the
+# servers, a real etcd and the fault proxy. Prints one line per client, e.g. `go: 42 passed, 0 failed` (the
 # conformance cases it passed); exits non-zero when anything failed.
 #   - python:      the client's unit and integration tests are tests/client (run by scripts/test.sh)
 #   - typescript:  npm ci (dev dependencies pinned by clients/typescript/package-lock.json; once), tsc, biome lint,

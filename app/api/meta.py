@@ -80,6 +80,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "captions": dict(scheme.captions),
         "formats": list(scheme.formats),
         "canonical_format": scheme.formats[0],
+        "rising": {form: {k: list(v) for k, v in needs.items()} for form, needs in scheme.rising_formats.items()},
         "token_patterns": token_patterns(scheme.name),
         "timestamp_precision": timestamp_precision(scheme.native_unit_ns),
         "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),

@@ -351,6 +351,15 @@ class Scheme(abc.ABC):
             if "format" not in cls.__dict__:  # the table's own method, one call less on every formatted ID
                 setattr(cls, "format", staticmethod(forms.format))  # noqa: B010
 
+    rising_formats: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {}
+    """Text forms in which the IDs of one answer (one batch, or one stream from its first line to its last: one
+    generator's) strictly rise as strings (byte order), each mapped to the options a request must name for it
+    (option -> values; ``{}``: always): ``{"hex": {"mode": ("time_sequential",)}}``. Published in ``/v1/schemes``
+    as ``rising``; the clients refuse an answer that does not rise in such a form (a proxy splicing an old answer's
+    IDs between fresh ones). Only within one answer: one URL may front several generators, whose IDs do not rise
+    among themselves. A form left out does not rise (the scheme's own docstring of this attribute says why);
+    decimal forms without a fixed width never byte-sort."""
+
     text_width: ClassVar[dict[str, int]]
     """Characters per ID for each fixed-width format (decimal forms may be absent)."""
     timestamp_digits: ClassVar[int]

@@ -219,6 +219,8 @@ class MuidScheme(Scheme):
     name = "muid"
     packed_bytes = PACKED_BYTES
     formats = ("canonical",)
+    rising_formats = {"canonical": {}}
+    """Its only form rises: one bundle's offsets 1..n, each bundle's timestamp above the last (fixed-width hex)."""
     text_width = {"canonical": CANONICAL_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_IN_MICROSECS

@@ -206,6 +206,8 @@ class TypeIdScheme(Scheme):
     name = "typeid"
     packed_bytes = PACKED_BYTES
     formats = ("typeid", "uuid")
+    rising_formats = {"typeid": {}, "uuid": {}}
+    """Every form rises: the uuidv7 generator's monotonic values, one answer's prefix the same on every ID."""
     text_width = {"uuid": UUID_LEN}
     """``typeid`` is 26 characters plus the prefix and separator: not a fixed width."""
     timestamp_digits = 3

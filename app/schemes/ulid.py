@@ -161,6 +161,8 @@ class UlidScheme(Scheme):
     name = "ulid"
     packed_bytes = PACKED_BYTES
     formats = ("ulid", "uuid", "hex")
+    rising_formats = {"ulid": {}, "uuid": {}, "hex": {}}
+    """Every form rises: monotonic mode, and packed order is the order of each fixed-width form."""
     text_width = {"ulid": ULID_LEN, "uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS

@@ -212,6 +212,8 @@ class Uuidv7Scheme(Scheme):
     name = "uuidv7"
     packed_bytes = PACKED_BYTES
     formats = ("uuid", "hex")
+    rising_formats = {"uuid": {}, "hex": {}}
+    """Every form rises: the monotonic counter (RFC 9562 section 6.2 method 1), fixed-width lowercase hex."""
     text_width = {"uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS

@@ -250,6 +250,8 @@ class WijiScheme(Scheme):
     name = "wiji"
     packed_bytes = PACKED_BYTES
     formats = ("base32", "uuid", "hex")
+    rising_formats = {"base32": {}, "uuid": {}, "hex": {}}
+    """Every form rises: (timestamp, sequence) from one generator, its random part fixed, packed order = text order."""
     text_width = {"base32": BASE32_LEN, "uuid": UUID_LEN, "hex": HEX_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_IN_MICROSECS

@@ -18,6 +18,9 @@ and let the catalogue, ``/v1/fleet`` and decode through, unless ``every_route`` 
                (``on_kill``) and break the answer there: a server killed mid-call
 ``repeat``     the upstream's answer with its last ID (or sequence integer) replaced by its first: an ID twice
 ``replay``     the first answer to each method, path and query kept and sent again for every later one
+``splice``     the first answer to each method, path and query (less ``count``) kept; every later one sent with its
+               own first and last IDs around the kept answer's middle ones (as many as fit); a stream is read
+               whole, then sent as one chunk (``split``: a spliced one's first line, then the rest after ``interval`` s)
 ``lb``         every request to the next upstream in turn: one URL in front of several generators
 =============  ===========================================================================================
 """
@@ -89,6 +92,7 @@ class FaultProxy:
         self.ids_passed = 0
         self._turn = 0
         self._cache: dict[tuple[str, str], tuple[int, list[tuple[str, str]], bytes]] = {}
+        self._spliced_from: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         proxy = self
@@ -113,6 +117,7 @@ class FaultProxy:
         with self._lock:
             self.mode = Mode(name, params)
             self._cache.clear()
+            self._spliced_from.clear()
 
     def reset(self) -> None:
         with self._lock:
@@ -191,11 +196,19 @@ class FaultProxy:
                 response.read()
                 kind = "text/plain; charset=us-ascii" if mode.get("as_text") else "text/html; charset=utf-8"
                 return self._send(h, 200, HTML, {"content-type": kind})
+            if streamed and name == "splice":
+                key = _splice_key(h)
+                with self._lock:
+                    split = bool(mode.get("split")) and key in self._spliced_from  # the kept answer goes whole
+                lines = self._spliced(key, response.read(), True)
+                return self._send_lines(h, lines, kept, split, float(mode.get("interval", 0)))
             if streamed:
                 return self._relay_stream(h, response, kept, name, mode)
             content = response.read()
             if name == "repeat":
                 return self._send(h, 200, _repeated_json(content), dict(kept))
+            if name == "splice":
+                return self._send(h, 200, self._spliced(_splice_key(h), content), dict(kept))
             if name in ("truncate", "kill"):
                 cut = int(mode.get("after", len(content) // 2))
                 return self._send_cut(h, content, kept, cut, kill=name == "kill")
@@ -216,6 +229,41 @@ class FaultProxy:
         h.send_header("content-length", str(len(content)))
         h.end_headers()
         h.wfile.write(content)
+        h.wfile.flush()
+
+    def _spliced(self, key: str, content: bytes, streamed: bool = False) -> bytes:
+        """``content`` (a batch's JSON or a stream's lines) with the IDs between its ends replaced by those of the
+        first answer kept under ``key`` (kept when there is none yet)."""
+        data = json.loads(content) if not streamed else None
+        ids = data["ids"] if data is not None else content.decode("ascii").splitlines()
+        with self._lock:
+            old = self._spliced_from.get(key)
+            if old is None:
+                self._spliced_from[key] = list(ids)
+        if old is not None and len(ids) > 2:
+            middle = old[1 : len(ids) - 1]
+            ids[1 : 1 + len(middle)] = middle
+        if data is not None:
+            return _json(data)
+        return "".join(line + "\n" for line in ids).encode("ascii")
+
+    def _send_lines(
+        self, h: BaseHTTPRequestHandler, content: bytes, kept: list[tuple[str, str]], split: bool, interval: float
+    ) -> None:
+        """A stream answer of ``content``: one chunk, or (``split``) its first line, then the rest ``interval``
+        seconds later (so that the client reads two chunks)."""
+        h.send_response(200)
+        for key, value in kept:
+            if key.lower() not in ("date", "server"):
+                h.send_header(key, value)
+        h.send_header("transfer-encoding", "chunked")
+        h.end_headers()
+        cut = content.find(b"\n") + 1 if split else len(content)
+        _chunk(h, content[:cut])
+        if split:
+            self._stopping.wait(interval)
+        _chunk(h, content[cut:])
+        h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
     def _send_cut(
@@ -322,6 +370,13 @@ class FaultProxy:
                 found = 0
         with self._lock:
             self.ids_passed += found
+
+
+def _splice_key(h: BaseHTTPRequestHandler) -> str:
+    """The method, path and query of a request less its ``count``: a carried-on stream is spliced too."""
+    parts = urllib.parse.urlsplit(h.path)
+    query = sorted((k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "count")
+    return f"{h.command} {parts.path}?{urllib.parse.urlencode(query)}"
 
 
 def _chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:

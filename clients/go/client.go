@@ -523,6 +523,10 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 		form = "canonical"
 	}
 	s := newShape(scheme, form, pattern, ok && known)
+	var rising map[string]map[string][]string
+	if json.Unmarshal(info.Rising, &rising) == nil { // unreadable: no form is checked for order
+		s.rising, s.risingKnown = rising[form]
+	}
 	c.shapes[[2]string{scheme, format}] = s
 	return s
 }
@@ -573,10 +577,14 @@ func (c *Client) issue(ctx context.Context, scheme string, count int, is issue) 
 	key := is.key(scheme)
 	return call(ctx, c, request{method: "GET", path: issuePath(scheme, false), scope: scheme,
 		params: is.params(count), what: fmt.Sprintf("issue %d %s", count, scheme), advance: true},
-		func(resp *http.Response) ([]string, error) { return c.parseIDs(resp, count, shape, key) })
+		func(resp *http.Response) ([]string, error) {
+			return c.parseIDs(resp, count, shape, key, shape.rises(is.options))
+		})
 }
 
-func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key string) ([]string, error) {
+func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key string, rising bool) ([]string,
+	error,
+) {
 	var answer struct {
 		IDs []any `json:"ids"`
 	}
@@ -597,7 +605,7 @@ func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key st
 	if err := shape.checkIDs(ids); err != nil {
 		return nil, err
 	}
-	if err := c.repeats.check(key, ids, "ID", 1); err != nil {
+	if err := c.repeats.check(key, ids, "ID", 1, rising, ""); err != nil {
 		return nil, err
 	}
 	return ids, nil

@@ -6,16 +6,20 @@ import (
 	"sync"
 )
 
-// No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends. Two rules, checked
-// before any of an answer is handed out; an answer that breaks either fails its server (moved on from):
+// No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends. Three rules, checked
+// before any of an answer is handed out; an answer that breaks one fails its server (moved on from):
 //
 //   - within one answer, nothing twice (a batch whole, a stream chunk by chunk; a next answer must rise);
+//   - within one answer in a form GET /v1/schemes declares rising (rising: the form, and the options it needs),
+//     each ID above the one before, across a stream's chunks too: a proxy keeping an old answer's middle IDs
+//     between fresh ends breaks the order;
 //   - across answers, no answer may hold the first or last ID of one of the last answersRemembered answers (or
 //     stream chunks) of the same scheme, form and options: a cache replaying a batch or a proxy splicing an old
 //     answer into a new one repeats those. A range answer may not overlap a range received before.
 //
-// There is no "rises past the last IDs that server gave" rule: one URL often reaches several generators (a load
-// balancer in front of replicas, idmint serve --workers N), whose IDs do not rise among themselves.
+// The order is checked within one answer only (one server request: one generator), never across answers: one URL
+// often reaches several generators (a load balancer in front of replicas, idmint serve --workers N), whose IDs do
+// not rise among themselves.
 
 const answersRemembered = 1024
 
@@ -34,9 +38,10 @@ func newRepeats() *repeats {
 	return &repeats{ends: map[string]*ends{}, ranges: map[string][][2]int64{}}
 }
 
-// check fails when items hold one twice or an end of an earlier answer for key; else it remembers their ends.
-// what and first name items in the reason ("line 7").
-func (r *repeats) check(key string, items []string, what string, first int) error {
+// check fails when items hold one twice, an end of an earlier answer for key or, when rising, do not strictly rise
+// (the first above after, unless after is "": the last line of the same stream's previous chunk); else it remembers
+// their ends. what and first name items in the reason ("line 7").
+func (r *repeats) check(key string, items []string, what string, first int, rising bool, after string) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -60,6 +65,11 @@ func (r *repeats) check(key string, items []string, what string, first int) erro
 			if i, ok := index[end]; ok {
 				return failf("%s %d is %s, received before: a replayed or repeating answer", what, i+first, shown(end))
 			}
+		}
+	}
+	if rising {
+		if err := checkRising(items, after, what, first); err != nil {
+			return err
 		}
 	}
 	for _, end := range [2]string{items[0], items[len(items)-1]} {
@@ -92,7 +102,7 @@ func (r *repeats) checkNext(name string, values []int64) error {
 	for i, v := range values {
 		texts[i] = fmt.Sprint(v)
 	}
-	return r.check(sequenceScope+name, texts, "integer", 1)
+	return r.check(sequenceScope+name, texts, "integer", 1, false, "")
 }
 
 func (r *repeats) checkRange(name string, first, last int64) error {
@@ -115,6 +125,19 @@ func (r *repeats) checkRange(name string, first, last int64) error {
 	r.ranges[name] = append(r.ranges[name], [2]int64{first, last})
 	if len(r.ranges[name]) > answersRemembered {
 		r.ranges[name] = r.ranges[name][1:]
+	}
+	return nil
+}
+
+// checkRising fails unless items strictly rise as strings (byte order), the first above after (unless it is "").
+func checkRising(items []string, after, what string, first int) error {
+	previous := after
+	for i, item := range items {
+		if previous != "" && !(previous < item) {
+			return failf("%s %d is %s, not above %s: one answer of this form rises, so this one was spliced or replayed",
+				what, i+first, shown(item), shown(previous))
+		}
+		previous = item
 	}
 	return nil
 }

@@ -16,6 +16,30 @@ type idShape struct {
 	scheme, format string
 	one, lines     *regexp.Regexp
 	missing        string
+	rising         map[string][]string // GET /v1/schemes' rising entry of this form: option -> values it needs
+	risingKnown    bool                // the form is in rising
+}
+
+// rises tells whether one answer's IDs must strictly rise under options (the form is rising and options name one
+// of the values each option it needs).
+func (s *idShape) rises(options map[string]string) bool {
+	if !s.risingKnown {
+		return false
+	}
+	for name, values := range s.rising {
+		value, ok := options[name]
+		if !ok {
+			return false
+		}
+		found := false
+		for _, v := range values {
+			found = found || v == value
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 func newShape(scheme, format, pattern string, known bool) *idShape {

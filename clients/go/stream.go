@@ -123,6 +123,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 		return 0, err
 	}
 	key := is.key(scheme)
+	rising := shape.rises(is.options)
 	path := issuePath(scheme, true)
 	delivered := 0
 	reasons := map[string]string{}
@@ -147,7 +148,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 				reasons[base] = fmt.Sprintf("not tried: the timeout of %s s passed", secondsText(c.opts.Timeout))
 				continue
 			}
-			err := c.streamFrom(ctx, base+path, is.params(count-delivered), shape, key, count, &delivered, before,
+			err := c.streamFrom(ctx, base+path, is.params(count-delivered), shape, key, rising, count, &delivered, before,
 				func(lines []string) bool {
 					if !wholeCall {
 						timer.Stop()
@@ -192,7 +193,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 var errStopped = errors.New("the stream's reader stopped")
 
 func (c *Client) streamFrom(ctx context.Context, target string, params map[string][]string, shape *idShape,
-	key string, count int, delivered *int, before int, emit func([]string) bool,
+	key string, rising bool, count int, delivered *int, before int, emit func([]string) bool,
 ) error {
 	resp, err := c.send(ctx, http.MethodGet, target, params)
 	if err != nil {
@@ -212,6 +213,7 @@ func (c *Client) streamFrom(ctx context.Context, target string, params map[strin
 	}
 	buf := make([]byte, readChunk)
 	var partial []byte
+	last := "" // a new stream: a new generator, maybe below the last one's
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
@@ -233,9 +235,10 @@ func (c *Client) streamFrom(ctx context.Context, target string, params map[strin
 				if err := shape.checkLines(text, lines, first); err != nil {
 					return err
 				}
-				if err := c.repeats.check(key, lines, "line", first); err != nil {
+				if err := c.repeats.check(key, lines, "line", first, rising, last); err != nil {
 					return err
 				}
+				last = lines[len(lines)-1]
 				if *delivered+len(lines) > count {
 					return failf("stream sent more than the %d IDs asked for", count-before)
 				}

@@ -10,7 +10,7 @@ from app.schemes._patterns import token_patterns
 
 
 def catalogue() -> dict[str, object]:
-    """``GET /v1/schemes`` as a real server answers it (names, formats, token patterns)."""
+    """``GET /v1/schemes`` as a real server answers it (names, formats, token patterns, rising forms)."""
     return {
         "schemes": [
             {
@@ -18,6 +18,7 @@ def catalogue() -> dict[str, object]:
                 "formats": list(s.formats),
                 "canonical_format": s.formats[0],
                 "token_patterns": token_patterns(s.name),
+                "rising": {form: {k: list(v) for k, v in needs.items()} for form, needs in s.rising_formats.items()},
                 "limits": {"max_count": 100_000, "max_stream_count": 100_000_000},
             }
             for s in schemes().values()

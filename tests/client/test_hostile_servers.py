@@ -207,9 +207,11 @@ async def test_an_async_call_timeout_is_a_deadline_too(drip: DripServer) -> None
 
 
 def repeating(mode: str) -> httpx.MockTransport:
-    """Replica a answers with an ID twice (``within``) or replays its first answer to every later request
-    (``replay``); replica b answers correctly, each ID once."""
+    """Replica a answers with an ID twice (``within``), replays its first answer to every later request (``replay``)
+    or puts the first answer's middle IDs between fresh first and last ones (``splice``); replica b answers
+    correctly, each ID once."""
     replayed: dict[str, httpx.Response] = {}
+    kept: dict[str, list[str]] = {}
     counters = {"a.invalid": 0, "b.invalid": 0}
 
     def fresh(host: str, count: int) -> list[str]:
@@ -227,6 +229,9 @@ def repeating(mode: str) -> httpx.MockTransport:
         ids = fresh(host, count)
         if host == "a.invalid" and mode == "within" and count > 1:
             ids[-1] = ids[0]
+        if host == "a.invalid" and mode == "splice":
+            old = kept.setdefault(request.url.path, ids)
+            ids = [ids[0], *old[1 : count - 1], ids[-1]] if old is not ids and count > 2 else ids
         if stream:
             answer = httpx.Response(200, text="".join(f"{i}\n" for i in ids), headers=TEXT)
         else:
@@ -238,12 +243,12 @@ def repeating(mode: str) -> httpx.MockTransport:
     return httpx.MockTransport(handler)
 
 
-@pytest.mark.parametrize("mode", ["within", "replay"])
+@pytest.mark.parametrize("mode", ["within", "replay", "splice"])
 def test_an_answer_that_repeats_an_id_fails_its_server_and_nothing_is_handed_out_twice(mode: str) -> None:
-    words = "twice" if mode == "within" else "received before"
+    words = {"within": "twice", "replay": "received before", "splice": "not above"}[mode]
     with Client([A], transport=repeating(mode), buffer=False) as client:
         for call in (lambda: client.ids("wiji", 5), lambda: list(client.stream("wiji", 5))):
-            first = call() if mode == "replay" else []  # the replaying cache's first answer is fresh
+            first = call() if mode != "within" else []  # the replaying or splicing proxy's first answer is fresh
             with pytest.raises(NoReplicaAvailable) as caught:
                 call()
             assert words in caught.value.reasons[A], caught.value.reasons

@@ -109,6 +109,10 @@ class EightByteScheme(Scheme):
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
+    rising_formats = {"hex": {"mode": ("time_sequential",)}}
+    """Only hex in time_sequential mode rises: spread (the default) bit-reverses the timestamp, so IDs of successive
+    ticks scatter; ``decimal`` has no fixed width and ``signed`` puts negative values (a leading ``-``) in reverse
+    order."""
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS

@@ -67,6 +67,9 @@ class HlcUlidScheme(Scheme):
     name = "hlc-ulid"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
+    rising_formats = {"ulid": {}, "hex": {}}
+    """Every form rises: the hybrid logical clock never steps back; packed order is the order of both fixed-width
+    forms."""
     text_width = {"ulid": ULID_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS

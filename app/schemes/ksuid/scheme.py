@@ -47,6 +47,9 @@ class KsuidScheme(Scheme):
     name = "ksuid"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
+    rising_formats = {"base62": {}, "hex": {}}
+    """Every form rises: the generator is monotonic (+1 per ID after a random payload per second), base62's alphabet is
+    in ASCII order and fixed-width."""
     text_width = {"base62": BASE62_LEN, "hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_SECS

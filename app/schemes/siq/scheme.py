@@ -95,6 +95,9 @@ class SiqScheme(Scheme):
     name = "siq"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
+    rising_formats = {"hex": {}}
+    """Only hex rises: ``did`` starts with a CRC-32 of the ID, so its text does not sort like the IDs; ``decimal`` has
+    no fixed width."""
     text_width = {"did": DID_LEN, "hex": HEX_LEN}
     timestamp_digits = 6
     native_unit_ns = NANOSECS_PER_TICK

@@ -135,6 +135,8 @@ class SnowflakeScheme(Scheme):
     name = "snowflake"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
+    rising_formats = {"hex": {}}
+    """Only hex rises: ``decimal`` has no fixed width (a new digit every power of ten), so it does not byte-sort."""
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     reference = (

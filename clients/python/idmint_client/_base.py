@@ -66,9 +66,12 @@ def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> 
     return params
 
 
-def parse_ids(response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key) -> list[str]:
-    """The ``ids`` of a batch answer, each checked against ``shape`` and for repeats (:mod:`idmint_client._repeats`,
-    under ``key``); Failed when the answer is not what the API promises (naming the first ID that is not one)."""
+def parse_ids(
+    response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key, rising: bool = False
+) -> list[str]:
+    """The ``ids`` of a batch answer, each checked against ``shape``, for repeats (:mod:`idmint_client._repeats`,
+    under ``key``) and, when ``rising``, for strictly rising order; Failed when the answer is not what the API
+    promises (naming the first ID that is not one)."""
     try:
         ids = response.json()["ids"]
     except (ValueError, KeyError, TypeError) as exc:
@@ -76,7 +79,7 @@ def parse_ids(response: httpx.Response, count: int, shape: IdShape, repeats: Rep
     if not isinstance(ids, list) or len(ids) != count:
         raise Failed(f"batch answer holds {len(ids) if isinstance(ids, list) else '?'} IDs, asked for {count}")
     shape.check_ids(ids)
-    repeats.check(key, ids)
+    repeats.check(key, ids, rising=rising)
     return ids
 
 
@@ -213,7 +216,12 @@ class BaseClient(Generic[LockT, TransportT]):
         if info is None:
             return missing_shape(scheme, fmt)
         form = fmt if fmt is not None else info.canonical_format
-        shape = IdShape(scheme, form or "canonical", info.token_patterns.get(form) if form else None)
+        shape = IdShape(
+            scheme,
+            form or "canonical",
+            info.token_patterns.get(form) if form else None,
+            info.rising.get(form) if form else None,
+        )
         self._shapes[(scheme, fmt)] = shape
         return shape
 

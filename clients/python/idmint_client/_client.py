@@ -263,11 +263,12 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         deadline: Deadline | None = None,
     ) -> list[str]:
         shape = self._shape(scheme, fmt)
+        rising = shape.rises(options)
         return self._call(
             issue_path(scheme),
             scheme,
             issue_params(count, fmt, options),
-            lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options)),
+            lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options), rising),
             f"issue {count} {scheme}",
             deadline,
         )
@@ -302,6 +303,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         without progress (no complete, checked line)."""
         shape = self._shape(scheme, format)
         key = buffer_key(scheme, format, options)
+        rising = shape.rises(options)
         deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0
@@ -328,10 +330,12 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                             check(response)
                         check_stream_type(response)
                         partial = ""
+                        last: str | None = None  # a new stream: a new generator, maybe below the last one's
                         for raw in response.iter_bytes():
                             lines, partial = split_lines(partial, raw, shape, delivered - before + 1)
-                            self._repeats.check(key, lines, "line", delivered - before + 1)
+                            self._repeats.check(key, lines, "line", delivered - before + 1, rising, last)
                             if lines:
+                                last = lines[-1]
                                 if delivered + len(lines) > count:
                                     raise Failed(f"stream sent more than the {count - before} IDs asked for")
                                 delivered += len(lines)

@@ -78,7 +78,7 @@ class SchemeInfo:
 
     ``formats`` are its text forms (the first is canonical); ``max_count`` / ``max_stream_count`` the largest
     ``count`` of one batch / one stream request; ``node`` what the answering replica holds (identities...);
-    ``token_patterns`` the regex of each form's IDs;
+    ``token_patterns`` the regex of each form's IDs; ``rising`` the forms whose IDs rise within one answer;
     ``raw`` the whole JSON entry (layout, options, reference and whatever newer servers add).
     """
 
@@ -91,6 +91,9 @@ class SchemeInfo:
     raw: Mapping[str, Any] = field(repr=False)
     token_patterns: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Per text form, the regex every ID of that form matches whole (the client checks answers against it)."""
+    rising: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
+    """The text forms whose IDs strictly rise as strings within one answer, each with the options a request must
+    name for it (option -> values; empty: always); a server that does not say gives none."""
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SchemeInfo:
@@ -105,6 +108,7 @@ class SchemeInfo:
             node=dict(data.get("node") or {}),
             raw=dict(data),
             token_patterns={str(k): str(v) for k, v in (data.get("token_patterns") or {}).items()},
+            rising=_rising(data.get("rising")),
         )
 
 
@@ -127,3 +131,14 @@ class BufferStats:
     issued: int
     expired: int
     misses: int
+
+
+def _rising(data: object) -> dict[str, dict[str, tuple[str, ...]]]:
+    """``/v1/schemes``' ``rising`` member, anything unreadable left out (then not checked)."""
+    if not isinstance(data, dict):
+        return {}
+    out: dict[str, dict[str, tuple[str, ...]]] = {}
+    for form, needs in data.items():
+        if isinstance(needs, dict) and all(isinstance(v, list) for v in needs.values()):
+            out[str(form)] = {str(k): tuple(str(x) for x in v) for k, v in needs.items()}
+    return out

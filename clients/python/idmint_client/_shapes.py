@@ -9,7 +9,7 @@ a failing chunk is walked line by line to name the first bad line.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from idmint_client._replicas import Failed
 
@@ -21,9 +21,12 @@ class IdShape:
     """The token pattern of ``scheme`` in text form ``format`` (full match). :meth:`check_text` and
     :meth:`check_ids` raise Failed naming the first line or ID that does not match."""
 
-    def __init__(self, scheme: str, fmt: str, pattern: str | None) -> None:
+    def __init__(
+        self, scheme: str, fmt: str, pattern: str | None, rising: Mapping[str, Sequence[str]] | None = None
+    ) -> None:
         self.scheme = scheme
         self.format = fmt
+        self.rising = rising
         self.missing: str | None = None
         if pattern is None:
             self.missing = (
@@ -35,6 +38,13 @@ class IdShape:
             self._lines = re.compile(f"(?:{pattern})(?:\n(?:{pattern}))*")
         except re.error as exc:
             self.missing = f"/v1/schemes gives a token pattern for {scheme} in format {fmt!r} that is no regex: {exc}"
+
+    def rises(self, options: Mapping[str, object]) -> bool:
+        """Whether one answer's IDs must strictly rise under ``options`` (``/v1/schemes``' ``rising``: the form is
+        there and ``options`` name one of the values each of its options needs)."""
+        if self.rising is None:
+            return False
+        return all(name in options and str(options[name]) in values for name, values in self.rising.items())
 
     def check_text(self, text: str, first_line: int) -> None:
         """``text``: complete lines joined by ``\\n`` (no final newline), the first being line ``first_line``

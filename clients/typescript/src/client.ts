@@ -47,6 +47,7 @@ interface SchemeJson {
   formats?: string[];
   canonical_format?: string;
   token_patterns?: Record<string, string>;
+  rising?: Record<string, Record<string, string[]>>;
   node?: Record<string, unknown>;
   limits?: { max_count?: number; max_stream_count?: number };
 }
@@ -282,7 +283,7 @@ export class Client {
           throw new Failed(`batch answer holds ${Array.isArray(ids) ? ids.length : "?"} IDs, asked for ${count}`);
         }
         const checked = shape.checkIds(ids);
-        this.repeats.check(key, checked);
+        this.repeats.check(key, checked, "ID", 1, shape.rises(is.options));
         return checked;
       },
     );
@@ -319,6 +320,7 @@ export class Client {
     let deadline = performance.now() + this.timeoutMs;
     const shape = await this.shape(scheme, options.format, deadline);
     const key = keyOf(scheme, options);
+    const rising = shape.rises(options.options);
     const path = issuePath(scheme, true);
     let delivered = 0;
     const reasons: Record<string, string> = {};
@@ -349,6 +351,7 @@ export class Client {
           const reader = response.body.getReader();
           const decoder = new TextDecoder("utf-8");
           let partial = "";
+          let last: string | undefined; // a new stream: a new generator, maybe below the last one's
           try {
             for (;;) {
               const { done, value } = await reader.read();
@@ -370,7 +373,8 @@ export class Client {
               const lines = complete.split("\n");
               const first = delivered - before + 1;
               shape.checkText(complete, lines, first);
-              this.repeats.check(key, lines, "line", first);
+              this.repeats.check(key, lines, "line", first, rising, last);
+              last = lines[lines.length - 1];
               if (delivered + lines.length > count) {
                 throw new Failed(`stream sent more than the ${count - before} IDs asked for`);
               }
@@ -489,7 +493,12 @@ export class Client {
     if (!info && !fetched) return null;
     const canonical = info?.canonical_format ?? info?.formats?.[0];
     const form = format === undefined || format === "canonical" ? canonical : format;
-    const shape = new IdShape(scheme, form ?? "canonical", form ? info?.token_patterns?.[form] : undefined);
+    const shape = new IdShape(
+      scheme,
+      form ?? "canonical",
+      form ? info?.token_patterns?.[form] : undefined,
+      form ? info?.rising?.[form] : undefined,
+    );
     this.shapes.set(key, shape);
     return shape;
   }

@@ -2,16 +2,20 @@ import { Failed } from "./errors.js";
 import { shown } from "./shapes.js";
 
 /**
- * No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends. Two rules, checked
- * before any of an answer is handed out; an answer that breaks either fails its server (moved on from):
+ * No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends. Three rules, checked
+ * before any of an answer is handed out; an answer that breaks one fails its server (moved on from):
  *
  * - within one answer, nothing twice (a batch whole, a stream chunk by chunk; a `next` answer must rise);
+ * - within one answer in a form GET /v1/schemes declares rising (`rising`: the form, and the options it needs),
+ *   each ID above the one before, across a stream's chunks too: a proxy keeping an old answer's middle IDs
+ *   between fresh ends breaks the order;
  * - across answers, no answer may hold the first or last ID of one of the last ANSWERS_REMEMBERED answers (or
  *   stream chunks) of the same scheme, form and options: a cache replaying a batch or a proxy splicing an old
  *   answer into a new one repeats those. A `range` answer may not overlap a range received before.
  *
- * There is no "rises past the last IDs that server gave" rule: one URL often reaches several generators (a load
- * balancer in front of replicas, `idmint serve --workers N`), whose IDs do not rise among themselves.
+ * The order is checked within one answer only (one server request: one generator), never across answers: one URL
+ * often reaches several generators (a load balancer in front of replicas, `idmint serve --workers N`), whose IDs
+ * do not rise among themselves.
  */
 
 export const ANSWERS_REMEMBERED = 1024;
@@ -20,8 +24,12 @@ export class Repeats {
   private readonly ends = new Map<string, Set<string>>();
   private readonly ranges = new Map<string, [bigint, bigint][]>();
 
-  /** Throws Failed when `items` hold one twice or an end of an earlier answer for `key`; else remembers their ends. */
-  check(key: string, items: readonly string[], what = "ID", first = 1): void {
+  /**
+   * Throws Failed when `items` hold one twice, an end of an earlier answer for `key` or, when `rising`, do not
+   * strictly rise (the first above `after`: the last line of the same stream's previous chunk); else remembers
+   * their ends.
+   */
+  check(key: string, items: readonly string[], what = "ID", first = 1, rising = false, after?: string): void {
     if (items.length === 0) return;
     const index = new Map<string, number>();
     for (let i = 0; i < items.length; i++) {
@@ -45,6 +53,7 @@ export class Repeats {
         throw new Failed(`${what} ${i + first} is ${shown(end)}, received before: a replayed or repeating answer`);
       }
     }
+    if (rising) checkRising(items, after, what, first);
     ends.add(items[0] as string);
     ends.add(items[items.length - 1] as string);
     while (ends.size > 2 * ANSWERS_REMEMBERED) ends.delete(ends.values().next().value as string);
@@ -90,4 +99,17 @@ export class Repeats {
     if (ranges.length > ANSWERS_REMEMBERED) ranges.shift();
     this.ranges.set(name, ranges);
   }
+}
+
+/** Throws Failed unless `items` strictly rise as strings (byte order: IDs are ASCII), the first above `after`. */
+export function checkRising(items: readonly string[], after: string | undefined, what = "ID", first = 1): void {
+  let previous = after;
+  items.forEach((item, i) => {
+    if (previous !== undefined && !(previous < item)) {
+      throw new Failed(
+        `${what} ${i + first} is ${shown(item)}, not above ${shown(previous)}: one answer of this form rises, so this one was spliced or replayed`,
+      );
+    }
+    previous = item;
+  });
 }

@@ -21,6 +21,8 @@ export class IdShape {
     readonly scheme: string,
     readonly format: string,
     pattern: string | undefined,
+    /** `/v1/schemes`' `rising` entry of this form: the options (and values) under which one answer rises. */
+    readonly rising?: Record<string, string[]>,
   ) {
     if (pattern === undefined) {
       this.missing = `/v1/schemes gives no token pattern for ${scheme} in format '${format}': its answers cannot be checked`;
@@ -32,6 +34,15 @@ export class IdShape {
     } catch (error) {
       this.missing = `/v1/schemes gives a token pattern for ${scheme} in format '${format}' that is no regex: ${error}`;
     }
+  }
+
+  /** Whether one answer's IDs must strictly rise under `options` (the form is rising and they name what it needs). */
+  rises(options: Record<string, unknown> | undefined): boolean {
+    if (!this.rising || typeof this.rising !== "object") return false;
+    return Object.entries(this.rising).every(
+      ([name, values]) =>
+        Array.isArray(values) && options?.[name] !== undefined && values.includes(String(options[name])),
+    );
   }
 
   /** Complete lines joined by \n (no final newline), the first being line `first` of the answer. */
