@@ -273,7 +273,7 @@ def test_a_client_that_writes_its_whole_body_before_reading_still_reads_its_413(
         (b"GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, b"200-ok"),
         (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417, b"200-ok"),
         (b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}", 417, b"200-ok"),
-        (b"GET /v1/ids/wiji HTTP/9.9\r\nHost: x\r\n\r\n", 400, b"invalid HTTP request"),
+        (b"GET /v1/ids/wiji HTTP/9.9\r\nHost: x\r\n\r\n", 505, b"not supported"),
         (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", 400, b"invalid HTTP request"),
     ],
 )
