@@ -668,8 +668,9 @@ export class Client {
     const [plan, reasons] = await this.plan(r.scope, r.advance ?? true, deadline);
     const sequence = r.scope.startsWith(SEQUENCE_SCOPE);
     if (sequence) this.fleets.checkOneFleet(this.urls);
+    let timedOut = false;
     for (const base of plan) {
-      if (performance.now() >= deadline) {
+      if (timedOut || performance.now() >= deadline) {
         reasons[base] = `not tried: the timeout of ${seconds(this.timeoutMs)} s passed`;
         continue;
       }
@@ -684,6 +685,9 @@ export class Client {
       } catch (error) {
         if (error instanceof IdmintError) throw error;
         reasons[base] = this.classify(base, r.scope, error, controller.signal.aborted);
+        // Our timer fired: the call's deadline has passed, even when Node's millisecond timer fired a fraction of a
+        // millisecond before performance.now() reaches it (the next replica would be asked with no time left).
+        timedOut = controller.signal.aborted;
       } finally {
         clearTimeout(timer);
       }
