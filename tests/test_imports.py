@@ -96,3 +96,27 @@ def test_cycle_finder_sees_a_circle() -> None:
 def test_settings_sit_below_the_api() -> None:
     modules = _modules()
     assert not {m for m in _imports(modules["app.settings"], modules) if m.startswith("app.api")}
+
+
+BACKEND_PACKAGES = ("app.storage.embedded", "app.storage.etcd", "app.storage.postgres", "psycopg", "psycopg_pool")
+
+
+def test_nothing_outside_app_storage_imports_a_backend_or_its_client_library() -> None:
+    """Issue 28: the node, the API, the CLI, the ledger and the sequences ask ``Storage`` and its capabilities; only
+    ``app/storage/`` knows a backend's modules, the etcd client, psycopg or its pool."""
+    found = []
+    for name, path in sorted(_modules().items()):
+        if name == "app.storage" or name.startswith("app.storage."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            found += [
+                f"{name}: {imported}"
+                for imported in names
+                if any(imported == p or imported.startswith(p + ".") for p in BACKEND_PACKAGES)
+            ]
+    assert not found, found
