@@ -244,7 +244,8 @@ class Ledger:
 
     async def sweep(self) -> None:
         """End the open records of owners that are gone (their lease expired; their process died): at the lease's
-        expiry as the store last measured it, else when first found gone."""
+        expiry as the store tells it for a gone lease (PostgreSQL), else as the store last measured it while alive,
+        else when first found gone."""
         ours = {r.record for r in self._ours.values()}
         now = self.clock()
         asked: dict[str, tuple[bool | None, int | None]] = {}  # owner (lease, else host and pid) -> its answer
@@ -261,7 +262,8 @@ class Ledger:
                 if expires_ns is not None:
                     self._expiries[key] = expires_ns
                 continue
-            at = self._expiries.pop(key, None) or expires_ns or now
+            seen = self._expiries.pop(key, None)
+            at = expires_ns or seen or now  # the store's word on a gone lease's expiry first (PostgreSQL keeps it)
             ended = record.ended(END_LOST, min(at, now), "owner gone (lease expired or process ended)")
             self._queue(ended)
 

@@ -176,7 +176,7 @@ class LedgerStore(abc.ABC):
 
     async def owner_alive(self, record: ClaimRecord) -> tuple[bool | None, int | None]:
         """Whether ``record``'s owner still holds it: (alive or None when it cannot tell, when its lease expires
-        as the backend sees it (ns, None when unknown))."""
+        or, for a gone owner, expired, as the backend sees it (ns, None when unknown))."""
         return None, None
 
     async def close(self) -> None:

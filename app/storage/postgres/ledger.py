@@ -87,8 +87,9 @@ class PostgresLedgerStore(LedgerStore):
             raise NotReadyError(f"PostgreSQL meta row {SINCE_KEY} holds no time: {exc}") from exc
 
     async def owner_alive(self, record: ClaimRecord) -> tuple[bool | None, int | None]:
-        """Whether the record's lease row is alive, and when it expires (ns, on the node's clock: the time left,
-        measured by the database, added to our clock read before asking, so it is never later than the expiry)."""
+        """Whether the record's lease row is alive, and when it expires or expired (ns, on the node's clock: the time
+        left, negative once expired, measured by the database, added to our clock read before asking, so it is never
+        later than the expiry); (False, None) when the row is gone."""
         lease_id = lease_of(record.lease or "")
         if lease_id is None:
             return None, None
@@ -97,6 +98,10 @@ class PostgresLedgerStore(LedgerStore):
             rows = await self.db.run("looking up an owner's lease", self.db.sql.lease_left, {"lease": lease_id})
         except NotReadyError:
             return None, None
-        if rows and rows[0][0] > 0:
-            return True, asked_ns + int(rows[0][0] * NS_IN_S)
-        return False, None
+        if not rows:
+            return False, None  # deleted: released cleanly, or expired over a day ago
+        left_ns = int(rows[0][0] * NS_IN_S)
+        # Expired or not, the row says when: a dead owner's record ends at its lease's expiry even when no sweep saw
+        # the lease alive (no earlier estimate), never at the later moment it was found gone, which could fall after
+        # the moment a successor claimed the identity.
+        return left_ns > 0, asked_ns + left_ns
