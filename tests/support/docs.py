@@ -8,12 +8,12 @@ The convention (docs/development.md, "Examples in the docs") in short:
 * A block that cannot run here carries, on the line before its fence, ``<!-- not run: REASON; validated by WHAT
   -->``: WHAT names at least one file of the repository (a test, a CI script) that checks it instead.
 * In a shell block, each command runs in one bash per file, in order (``set -o pipefail``; ``curl`` runs with
-  ``--fail-with-body``). It must exit 0 unless its trailing comment starts ``# exits N``. A trailing comment that
-  starts with ``{`` or ``[`` is the JSON the command prints, and comment lines right below a command are what it
-  prints (compared as JSON when they parse as JSON, else line by line); ``...`` stands for what varies (a value,
-  part of a string, the rest of a list or object, the rest of a line, or any number of lines when it is alone on
-  one). Other comments are prose. What is shown is compared exactly (:func:`json_shape_problems` says the one
-  exception: the sample IDs of a command that issues them).
+  ``--fail-with-body`` unless it passes ``-f`` itself). It must exit 0 unless its trailing comment starts ``# exits
+  N``. A trailing comment that starts with ``{`` or ``[`` is the JSON the command prints, and comment lines right
+  below a command are what it prints (compared as JSON when they parse as JSON, else line by line); ``...``
+  stands for what varies (a value, part of a string, the rest of a list or object, the rest of a line, or any
+  number of lines when it is alone on one). Other comments are prose. What is shown is compared exactly
+  (:func:`json_shape_problems` says the one exception: the sample IDs of a command that issues them).
 * Servers: ``idmint serve``, ``.venv/bin/idmint serve`` and ``bash scripts/serve.sh`` lines (with leading
   ``VAR=value`` settings, ``--port``, ``--workers``, and ``& echo $! > FILE`` for a PID file) are started through
   :class:`tests.support.server.Server` and left running, as in another terminal. ``localhost:8000`` and
@@ -446,8 +446,17 @@ SERVE = re.compile(
     r"(?P<bg>\s*&(?:\s*echo\s+\$!\s*>\s*(?P<pidfile>\S+))?)?\s*$"
 )
 HOST = re.compile(r"\b(?P<host>localhost|127\.0\.0\.1|idmint-(?P<replica>\d+)|etcd\.internal):(?P<port>\d{2,5})\b")
-CURL_SHIM = '#!/bin/sh\n# the docs test: an HTTP error status fails the example (unless it says "# exits 22")\n'
-CURL_SHIM += 'exec /usr/bin/curl --fail-with-body "$@"\n'
+CURL_SHIM = """#!/bin/sh
+# the docs test: an HTTP error status fails the example (a command shown to, "# exits 22", passes -f itself)
+for arg in "$@"; do
+    case "$arg" in
+        --fail|--fail-with-body) exec /usr/bin/curl "$@" ;;
+        --*) ;;
+        -*f*) exec /usr/bin/curl "$@" ;;
+    esac
+done
+exec /usr/bin/curl --fail-with-body "$@"
+"""
 
 
 class DocsRunError(AssertionError):
