@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,12 +16,14 @@ import pytest
 
 from tests.support.docs import (
     Block,
+    Command,
     DocsRun,
     NotRun,
     _tolerant_json,
     anchors,
     commands,
     doc_files,
+    issues_ids,
     json_shape_problems,
     line_problems,
     read_blocks,
@@ -70,6 +73,24 @@ def test_every_block_runs_or_says_why_and_what_validates_it() -> None:
                             _tolerant_json(expected)
                         except ValueError as exc:
                             problems.append(f"{block.where}: the JSON after line {command.line} does not parse: {exc}")
+    assert not problems, "\n".join(problems)
+
+
+def test_a_curl_shown_failing_on_an_http_error_fails_for_the_reader_too() -> None:
+    """The docs test's curl fails on an HTTP error status (``--fail-with-body``); a reader's plain curl exits 0. A
+    command shown to exit 22 (curl's code for an HTTP error) passes ``-f``, ``--fail`` or ``--fail-with-body``
+    itself, so that the reader's run and the test's agree."""
+    problems = []
+    for path in doc_files():
+        for block in read_blocks(path):
+            if block.runs and block.language != "python":
+                for command in commands(block):
+                    if command.status == 22 and not re.search(
+                        r"\bcurl\b.*\s(-[a-zA-Z]*f[a-zA-Z]*|--fail|--fail-with-body)\b", command.text
+                    ):
+                        problems.append(
+                            f"{_name(path)}:{command.line}: `# exits 22` needs curl's -f (or --fail-with-body)"
+                        )
     assert not problems, "\n".join(problems)
 
 
@@ -134,22 +155,43 @@ def test_commands_carry_their_expected_output_and_status() -> None:
 
 
 @pytest.mark.parametrize(
-    ("expected", "actual", "ok"),
+    ("expected", "actual", "fresh", "ok"),
     [
-        ('{"scheme":"wiji","ids":["A",...]}', '{"scheme":"wiji","ids":["X","Y","Z"]}', True),
-        ('{"scheme":"wiji","ids":["A",...]}', '{"scheme":"wiji","ids":[]}', False),
-        ('{"scheme":"wiji","ids":["A"]}', '{"scheme":"ulid","ids":["X"]}', False),  # a short word is compared
-        ('{"name":"orders","first":...,"count":3}', '{"name":"orders","first":7,"count":3}', True),
-        ('{"name":"orders","count":3}', '{"name":"orders","count":4}', False),  # numbers are compared
-        ('{"name":"orders"}', '{"name":"orders","next":1}', False),  # a key the docs leave out
-        ('{"name":"orders",...}', '{"name":"orders","next":1}', True),
-        ('{"a":{...},...}', '{"a":{"b":1},"c":2}', True),
-        ('{"name":"orders"}', '{"name": "orders"}', False),  # compact in the docs, spaced in the output
-        ('{"name": "orders"}', '{"name": "orders"}', True),
+        ('{"scheme":"wiji","ids":["A",...]}', '{"scheme":"wiji","ids":["X","Y","Z"]}', True, True),
+        ('{"scheme":"wiji","ids":["A",...]}', '{"scheme":"wiji","ids":[]}', True, False),
+        ('{"scheme":"wiji","ids":["A"]}', '{"scheme":"ulid","ids":["X"]}', True, False),  # a short word is compared
+        ('{"scheme":"wiji","ids":["A"]}', '{"scheme":"wiji","ids":["X"]}', False, False),  # not issued: exact
+        ('{"timestamp":"1974-07-14T02:22:16.275Z"}', '{"timestamp":"1974-07-14T19:42:16.275Z"}', False, False),
+        ('{"timestamp":"1974-07-14T19:42:16.275Z"}', '{"timestamp":"1974-07-14T19:42:16.275Z"}', False, True),
+        ('{"words":"issued by ... since ... UTC"}', '{"words":"issued by vm pid 7 since 12:01 UTC"}', False, True),
+        ('{"words":"issued by ... since ... UTC"}', '{"words":"no claim of this identity"}', False, False),
+        ('{"fleet_id":"..."}', '{"fleet_id":"3f2a"}', False, True),
+        ('{"fleet_id":"..."}', '{"fleet_id":3}', False, False),  # ... in a string stands for a string
+        ('{"name":"orders","first":...,"count":3}', '{"name":"orders","first":7,"count":3}', False, True),
+        ('{"name":"orders","count":3}', '{"name":"orders","count":4}', False, False),  # numbers are compared
+        ('{"name":"orders"}', '{"name":"orders","next":1}', False, False),  # a key the docs leave out
+        ('{"name":"orders",...}', '{"name":"orders","next":1}', False, True),
+        ('{"a":{...},...}', '{"a":{"b":1},"c":2}', False, True),
+        ('{"name":"orders"}', '{"name": "orders"}', False, False),  # compact in the docs, spaced in the output
+        ('{"name": "orders"}', '{"name": "orders"}', False, True),
     ],
 )
-def test_json_shapes(expected: str, actual: str, ok: bool) -> None:
-    assert (json_shape_problems(expected, actual) == []) is ok
+def test_json_shapes(expected: str, actual: str, fresh: bool, ok: bool) -> None:
+    assert (json_shape_problems(expected, actual, fresh) == []) is ok
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "fresh"),
+    [
+        ("curl 'localhost:8000/v1/ids/wiji?count=3'", 0, True),
+        ("idmint mint wiji -n 3", 0, True),
+        ("curl -f 'localhost:8000/v1/ids/wiji?count=0'", 22, False),  # an error names a rule: exact
+        ("curl 'localhost:8000/v1/decode/eight-byte/cb54ecf2840a0015'", 0, False),
+        ("idmint decode 01FZ11RQKT000002NAM48H248H", 0, False),
+    ],
+)
+def test_only_the_sample_ids_of_an_issuing_command_are_compared_by_type(text: str, status: int, fresh: bool) -> None:
+    assert issues_ids(Command(1, text, status)) is fresh
 
 
 @pytest.mark.parametrize(

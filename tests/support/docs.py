@@ -8,11 +8,12 @@ The convention (docs/development.md, "Examples in the docs") in short:
 * A block that cannot run here carries, on the line before its fence, ``<!-- not run: REASON; validated by WHAT
   -->``: WHAT names at least one file of the repository (a test, a CI script) that checks it instead.
 * In a shell block, each command runs in one bash per file, in order (``set -o pipefail``; ``curl`` runs with
-  ``--fail-with-body``). It must exit 0 unless its trailing comment starts ``# exits N``. A trailing comment that
-  starts with ``{`` or ``[`` is the JSON the command prints, and comment lines right below a command are what it
-  prints (compared as JSON when they parse as JSON, else line by line); ``...`` stands for what varies (a value,
-  the rest of a list or object, the rest of a line, or any number of lines when it is alone on one). Other
-  comments are prose.
+  ``--fail-with-body`` unless it passes ``-f`` itself). It must exit 0 unless its trailing comment starts ``# exits
+  N``. A trailing comment that starts with ``{`` or ``[`` is the JSON the command prints, and comment lines right
+  below a command are what it prints (compared as JSON when they parse as JSON, else line by line); ``...``
+  stands for what varies (a value, part of a string, the rest of a list or object, the rest of a line, or any
+  number of lines when it is alone on one). Other comments are prose. What is shown is compared exactly
+  (:func:`json_shape_problems` says the one exception: the sample IDs of a command that issues them).
 * Servers: ``idmint serve``, ``.venv/bin/idmint serve`` and ``bash scripts/serve.sh`` lines (with leading
   ``VAR=value`` settings, ``--port``, ``--workers``, and ``& echo $! > FILE`` for a PID file) are started through
   :class:`tests.support.server.Server` and left running, as in another terminal. ``localhost:8000`` and
@@ -268,6 +269,13 @@ def commands(block: Block) -> list[Command]:
 _ANY = "\x00any"
 _MORE = "\x00more"
 _SHORT_WORD = re.compile(r"^[a-z0-9_-]{1,12}$")
+ISSUES = re.compile(r"/v1/ids/|\bidmint\s+mint\b")
+"""A command that issues fresh IDs (``/v1/ids/...``, ``idmint mint``): the IDs the docs show are samples."""
+
+
+def issues_ids(command: Command) -> bool:
+    """Whether ``command``'s output carries freshly issued IDs (and their times): it issues, and succeeds."""
+    return command.status == 0 and ISSUES.search(command.text) is not None
 
 
 def _tolerant_json(text: str) -> Any:
@@ -280,10 +288,13 @@ def _tolerant_json(text: str) -> Any:
     return json.loads(text.replace("\x00", "\\u0000"))
 
 
-def json_shape_problems(expected_text: str, actual_text: str) -> list[str]:
+def json_shape_problems(expected_text: str, actual_text: str, fresh: bool = False) -> list[str]:
     """How ``actual_text`` (a command's output) differs from the JSON the docs show: the same keys, list lengths
-    (unless ``...``), types, numbers and short words (``"wiji"``, ``"base32"``); other strings (IDs, times) by
-    type only. Compact JSON in the docs (no space after ``:`` and ``,``) must be compact in the output too."""
+    (unless ``...``), types, and values exactly: numbers, booleans, null and strings, where ``...`` inside a string
+    stands for any text (``"issued by ..."``, ``"..."``). ``fresh`` (the output of a command that issues IDs,
+    :func:`issues_ids`): strings other than short words (``"wiji"``, ``"base32"``) are the docs' sample IDs and
+    times, compared by type only. Compact JSON in the docs (no space after ``:`` and ``,``) must be compact in the
+    output too."""
     try:
         expected = _tolerant_json(expected_text)
     except json.JSONDecodeError as exc:
@@ -293,13 +304,13 @@ def json_shape_problems(expected_text: str, actual_text: str) -> list[str]:
     except json.JSONDecodeError:
         return [f"the output is not JSON: {actual_text[:500]!r}"]
     problems: list[str] = []
-    _compare(expected, actual, "$", problems)
+    _compare(expected, actual, "$", problems, fresh)
     if _is_compact(expected_text) and not _is_compact(actual_text.strip()):
         problems.append("the docs show compact JSON; the output is spaced")
     return problems
 
 
-def _compare(expected: Any, actual: Any, where: str, problems: list[str]) -> None:
+def _compare(expected: Any, actual: Any, where: str, problems: list[str], fresh: bool) -> None:
     if expected == _ANY:
         return
     if isinstance(expected, dict):
@@ -313,7 +324,7 @@ def _compare(expected: Any, actual: Any, where: str, problems: list[str]) -> Non
             problems.append(f"{where}: keys missing {missing}, not shown in the docs {extra}")
         for k in keys:
             if k in actual:
-                _compare(expected[k], actual[k], f"{where}.{k}", problems)
+                _compare(expected[k], actual[k], f"{where}.{k}", problems, fresh)
     elif isinstance(expected, list):
         if not isinstance(actual, list):
             problems.append(f"{where}: expected a list, got {actual!r}")
@@ -323,15 +334,23 @@ def _compare(expected: Any, actual: Any, where: str, problems: list[str]) -> Non
         if (len(actual) < len(items)) if more else (len(actual) != len(items)):
             problems.append(f"{where}: {len(actual)} items, the docs show {len(items)}{' or more' if more else ''}")
         for n, (e, a) in enumerate(zip(items, actual)):
-            _compare(e, a, f"{where}[{n}]", problems)
+            _compare(e, a, f"{where}[{n}]", problems, fresh)
     elif isinstance(expected, str):
         if not isinstance(actual, str):
             problems.append(f"{where}: expected a string, got {actual!r}")
-        elif _SHORT_WORD.match(expected) and actual != expected:
+        elif (not fresh or _SHORT_WORD.match(expected)) and not _string_matches(expected, actual):
             problems.append(f"{where}: {actual!r}, the docs show {expected!r}")
     elif isinstance(expected, bool) or expected is None or isinstance(expected, int | float):
         if actual != expected or type(actual) is not type(expected):
             problems.append(f"{where}: {actual!r}, the docs show {expected!r}")
+
+
+def _string_matches(expected: str, actual: str) -> bool:
+    """``actual`` is ``expected``, where each ``...`` in ``expected`` stands for any text."""
+    if ELLIPSIS not in expected:
+        return actual == expected
+    pattern = ".*".join(re.escape(part) for part in expected.split(ELLIPSIS))
+    return re.fullmatch(pattern, actual, re.S) is not None
 
 
 def _is_compact(text: str) -> bool:
@@ -427,8 +446,17 @@ SERVE = re.compile(
     r"(?P<bg>\s*&(?:\s*echo\s+\$!\s*>\s*(?P<pidfile>\S+))?)?\s*$"
 )
 HOST = re.compile(r"\b(?P<host>localhost|127\.0\.0\.1|idmint-(?P<replica>\d+)|etcd\.internal):(?P<port>\d{2,5})\b")
-CURL_SHIM = '#!/bin/sh\n# the docs test: an HTTP error status fails the example (unless it says "# exits 22")\n'
-CURL_SHIM += 'exec /usr/bin/curl --fail-with-body "$@"\n'
+CURL_SHIM = """#!/bin/sh
+# the docs test: an HTTP error status fails the example (a command shown to, "# exits 22", passes -f itself)
+for arg in "$@"; do
+    case "$arg" in
+        --fail|--fail-with-body) exec /usr/bin/curl "$@" ;;
+        --*) ;;
+        -*f*) exec /usr/bin/curl "$@" ;;
+    esac
+done
+exec /usr/bin/curl --fail-with-body "$@"
+"""
 
 
 class DocsRunError(AssertionError):
@@ -597,7 +625,7 @@ class DocsRun:
                 problems.append(f"exit status {status}, the docs expect {command.status}")
             expected_json = command.expected_json
             if expected_json is not None:
-                problems += json_shape_problems(expected_json, stdout.strip())
+                problems += json_shape_problems(expected_json, stdout.strip(), issues_ids(command))
             elif command.output:
                 problems += line_problems(command.output, stdout)
             if problems:

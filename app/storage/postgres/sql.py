@@ -110,14 +110,53 @@ INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version
 """
 
 
+TABLE_PRIVILEGES = {
+    "schema_version": "SELECT",
+    "meta": "SELECT, INSERT",
+    "leases": "SELECT, INSERT, UPDATE, DELETE",
+    "claims": "SELECT, INSERT, UPDATE",
+    "registrations": "SELECT, INSERT, UPDATE",
+    "records": "SELECT, INSERT, UPDATE",
+    "ledger": "SELECT, INSERT, UPDATE, DELETE",
+    "sequence_documents": "SELECT, INSERT, UPDATE, DELETE",
+    "sequence_events": "SELECT, INSERT, DELETE",
+}
+"""Table -> the privileges :class:`Statements` need on it (a replica writes no DDL and no schema-version row; claim
+rows are never deleted). No sequence object exists (no ``serial`` or identity column): nothing to grant on one."""
+GRANTEE = "idmint_app"
+"""The role named in the grants ``idmint storage sql`` prints (the user of ``IDMINT_POSTGRES_URL``: put yours)."""
+
+GRANTS_NOTE = """\
+-- Grants. Tables made by this script (as another role): idmint's role (the user of IDMINT_POSTGRES_URL, here
+-- {grantee}: put yours) needs only the grants below; a node whose tables exist at this version writes no DDL.
+-- CONNECT is PUBLIC's by default; the tables have no sequence objects, so there is nothing to grant on one.
+{grants}
+-- Tables made by idmint's first start instead: its role needs CONNECT and CREATE on the database (it creates the
+-- schema, and owns it and the tables); CREATE may be revoked once they exist.
+"""
+
+
+def grants(schema: str, role: str = GRANTEE, database: str = "<database>") -> list[str]:
+    """The least privilege ``role`` needs to run a replica on tables of ``schema`` it does not own: ``GRANT``
+    statements (CONNECT on ``database``, USAGE on the schema, :data:`TABLE_PRIVILEGES`)."""
+    s = quoted(schema)
+    return [
+        f"GRANT CONNECT ON DATABASE {database} TO {role};",
+        f"GRANT USAGE ON SCHEMA {s} TO {role};",
+        *(f"GRANT {privileges} ON {s}.{table} TO {role};" for table, privileges in TABLE_PRIVILEGES.items()),
+    ]
+
+
 def quoted(schema: str) -> str:
     """``schema`` as a quoted SQL identifier (already checked by the settings: lowercase letters, digits, _)."""
     return '"' + schema.replace('"', '""') + '"'
 
 
 def ddl(schema: str) -> str:
-    """The DDL creating every table in ``schema`` (idempotent: ``IF NOT EXISTS``), and its schema-version row."""
-    return DDL.format(s=quoted(schema), version=SCHEMA_VERSION)
+    """The DDL creating every table in ``schema`` (idempotent: ``IF NOT EXISTS``), its schema-version row, and, as
+    SQL comments, the grants idmint's role needs (:func:`grants`)."""
+    note = GRANTS_NOTE.format(grantee=GRANTEE, grants="\n".join(f"--   {g}" for g in grants(schema)))
+    return DDL.format(s=quoted(schema), version=SCHEMA_VERSION) + "\n" + note
 
 
 class Statements:
