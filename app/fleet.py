@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from app.errors import NotReadyError
-from app.identity import PEER_CHECK_PENDING
+from app.identity import BACKOFF_MAX_S, PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
     from app.metrics import Metrics
@@ -208,11 +208,15 @@ class FleetGuard:
                 self._wake.set()
 
     async def run(self) -> None:
-        """Background task: the first round (peers that do not answer are asked again every
-        :data:`FIRST_ROUND_RETRY_S` for up to ``peer_check_interval`` seconds, so fleets started together see each
-        other before either issues), then a round every ``peer_check_interval`` seconds or when poked."""
+        """Background task: the fleet ID (read again with backoff, from :data:`FIRST_ROUND_RETRY_S` doubling up to
+        the holders' ``BACKOFF_MAX_S``, while storage cannot tell it), the first round (peers that do not answer
+        are asked again every :data:`FIRST_ROUND_RETRY_S` for up to ``peer_check_interval`` seconds, so fleets
+        started together see each other before either issues), then a round every ``peer_check_interval`` seconds
+        or when poked."""
+        pause = FIRST_ROUND_RETRY_S
         while await self.read_fleet_id() is None:  # noqa: ASYNC110 -- polling the backend, not an event
-            await asyncio.sleep(FIRST_ROUND_RETRY_S)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, BACKOFF_MAX_S)
         if not self.peers:
             return
         await self.recall()

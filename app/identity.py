@@ -54,6 +54,9 @@ must share: the region and the region count of a sliced pool, and what :meth:`Sc
 <app.schemes.base.Scheme.identity_settings>` names (snowflake's layout)."""
 SETTINGS_RETRY_AFTER_S = 30
 """Retry-After (s) of a scheme whose settings differ from the fleet's record (an operator must act)."""
+STARTING_REASON = "starting: no identity claimed yet"
+"""Why a holder has no generator before its first claim was tried (followed by storage's own word, when it has
+one: :attr:`IdentityHolder.storage_reason`)."""
 
 
 def fleet_settings(scheme: Scheme, pool: IdentityPool | None, settings: Any) -> dict[str, Any]:
@@ -116,8 +119,12 @@ class IdentityHolder:
         max_clock_wait: float,
         observer: ClaimObserver | None = None,
         fleet_settings: dict[str, Any] | None = None,
+        storage_reason: Callable[[], str | None] | None = None,
     ) -> None:
         self.backend = backend
+        self.storage_reason = storage_reason or (lambda: None)
+        """Why storage cannot be used now, in its own words (None: it can, or cannot tell): named after
+        :data:`STARTING_REASON` until the first claim was tried (storage that never answers at start-up)."""
         self.fleet_settings = fleet_settings or {}
         """The settings every replica of the fleet must share for this scheme (:func:`fleet_settings`), checked
         against the fleet's record before each claim; {}: none."""
@@ -134,7 +141,7 @@ class IdentityHolder:
         self.generator: Generator | None = None
         self.claims: list[Claim] = []
         self.recorded_mark = -1
-        self.reason = "starting: no identity claimed yet"
+        self.reason = STARTING_REASON
         self.retry_after = 1
         self.excluded: set[int] = set()
         """Identities an operator freed for another node (revoked from this one): not claimed again."""
@@ -155,8 +162,12 @@ class IdentityHolder:
         """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
 
     def _named(self, reason: str | None) -> str:
-        """``reason`` led by the scheme's name, once (storage's reasons already name it)."""
+        """``reason`` led by the scheme's name, once (storage's reasons already name it); the start-up reason
+        followed by storage's own (:attr:`storage_reason`)."""
         text = reason or ""
+        if text == STARTING_REASON:
+            why = self.storage_reason()
+            text = f"{text}: {why}" if why else text
         return text if text.startswith(f"{self.name}: ") else f"{self.name}: {text}"
 
     def _lease_held(self, held: bool, identity: int | None) -> None:

@@ -2,10 +2,25 @@
 
 Run with ``uvicorn --factory app.main:create_app`` or ``idmint serve``. Nothing heavy happens at import time; the
 lifespan owns the node's background tasks and cancels them.
+
+**Start-up never waits on network storage.** The lifespan starts the node (its lease backend, the fleet ID, the
+claim ledger, first claims) and the sequence service in one background task and yields at once when storage is
+reached over the network (etcd, PostgreSQL): the port opens, ``/healthz`` answers 200, ``/readyz`` 503 naming why
+each scheme cannot issue yet (storage's own words: refused, password authentication failed, no answer in time),
+issuing answers 503 + Retry-After and decoding works, while storage is unreachable, refusing or silent; the
+holders' background tasks keep trying with their backoff, and the node becomes ready once storage answers.
+Storage on this machine's own files (``Capabilities.one_host``, the embedded backend) answers or fails at once: its
+start-up is awaited, so the first request finds the first claims made. A stop (SIGTERM) cancels a start-up still
+under way and closes storage within :data:`STORAGE_CLOSE_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,7 +45,11 @@ from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 from app.storage import open_storage
 
+log = logging.getLogger("idmint.node")
+
 NS_IN_S = 1_000_000_000
+STORAGE_CLOSE_TIMEOUT_S = 5.0
+"""The longest a stop waits for storage to close what the stores share (connections to an unreachable server)."""
 
 
 def create_app(settings: Settings | None = None, *, clock: Clock | None = None) -> Front:
@@ -64,11 +83,26 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     )
     keys: ApiKeys | None = None
 
+    async def start_up() -> None:
+        await asyncio.gather(node.start(), sequences.start())
+
+    async def start_up_in_background() -> None:
+        try:
+            await start_up()
+        except Exception:
+            # Not storage (never raised, only reported): a fault a restart may cure. It ends the process, as a
+            # failed start-up in the lifespan itself does.
+            log.exception("start-up failed; stopping")
+            os.kill(os.getpid(), signal.SIGTERM)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await node.start()
         app.state.node = node
-        await sequences.start()
+        if storage.capabilities.one_host:  # this machine's own files: answered at once, so awaited
+            starting = asyncio.create_task(start_up(), name="idmint-start-up")
+            await starting
+        else:
+            starting = asyncio.create_task(start_up_in_background(), name="idmint-start-up")
         if keys is not None:
             keys.start()
         try:
@@ -77,9 +111,13 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             if keys is not None:
                 keys.stop()
             decode.shutdown_text_pool()
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
             await sequences.stop()
             await node.stop()
-            await storage.close()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STORAGE_CLOSE_TIMEOUT_S):
+                    await storage.close()
 
     # FastAPIOffline: /docs and /redoc from the package's own Swagger UI and ReDoc files, not a CDN (the machine
     # running idmint may have no internet).

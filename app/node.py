@@ -397,6 +397,7 @@ class Node:
                 max_clock_wait=settings.max_clock_wait,
                 observer=self.ledger,
                 fleet_settings=fleet_settings(scheme, pool, settings),
+                storage_reason=self.storage_reason,
             )
             self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():
@@ -407,37 +408,55 @@ class Node:
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
                 self.issuers[base].holder.sharers.append(self.metrics.scheme(name))
 
+    def storage_reason(self) -> str | None:
+        """Why storage cannot be used now, as its lease backend reports it (``"postgres: connecting to
+        PostgreSQL"``), or None when it reports nothing wrong."""
+        reason = self.storage.status().get("reason")
+        return f"{self.storage.name}: {reason}" if reason else None
+
     async def start(self) -> None:
-        """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
-        await self.backend.start()
+        """Start the backend and the issuers' background tasks; first claims are attempted before returning, so
+        this waits on storage: for one that does not answer, a first attempt takes the backend's connect and request
+        timeouts per scheme. The app runs it in a background task (:func:`app.main.create_app`); cancelling it
+        leaves nothing that :meth:`stop` does not end. Raises nothing for unreachable storage (the schemes are not
+        ready, naming why, and their background tasks keep trying)."""
         if not self.storage.capabilities.claims_expire:  # file locks never expire; a lease reports its own deadline
             self.metrics.lease_deadline(math.inf)
         self._check_regions()
         for name, scheme in self.schemes.items():
             end_ns = scheme.id_space_end_ns()
             self.metrics.scheme(name).id_space_end(math.inf if end_ns is None else end_ns / 1e9)
+        own = [issuer for issuer in self.issuers.values() if not isinstance(issuer, SharedIssuer)]
+        for issuer in own:  # a scheme that leases nothing issues at once, whatever storage does
+            if issuer.holder.pool is None:
+                await self._first_claim(issuer)
+        await self.backend.start()
         with contextlib.suppress(TimeoutError):  # read now when it is quick; else the guard's task keeps trying
             async with asyncio.timeout(FLEET_ID_START_WAIT_S):
                 await self.fleet.read_fleet_id()
         self._tasks.append(asyncio.create_task(self.fleet.run(), name="idmint-fleet-guard"))
         if self.ledger is not None:
             await self.ledger.start()
+        for issuer in own:
+            if issuer.holder.pool is not None:
+                await self._first_claim(issuer)
         for issuer in self.issuers.values():
-            holder = issuer.holder
-            if isinstance(issuer, SharedIssuer):  # the base issuer's holder claims and runs
-                if holder.generator is None:
-                    log.warning("%s: not ready: %s: %s", issuer.name, issuer.name, holder.reason)
-                continue
-            try:
-                await holder.acquire()
-            except NotReadyError as exc:
-                holder.reason, holder.retry_after = exc.reason, exc.retry_after
-                log.warning("%s: not ready: %s", issuer.name, exc.reason)
-            self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
+            if isinstance(issuer, SharedIssuer) and issuer.holder.generator is None:  # its base's holder claims
+                log.warning("%s: not ready: %s: %s", issuer.name, issuer.name, issuer.holder.reason)
         for issuer in self.issuers.values():
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
                 await self.register(issuer.name, published)
+
+    async def _first_claim(self, issuer: Issuer) -> None:
+        """Claim for ``issuer``'s holder once (a failure is its reason, logged), then start its background task."""
+        holder = issuer.holder
+        try:
+            await holder.acquire()
+        except NotReadyError as exc:
+            holder.reason, holder.retry_after = exc.reason, exc.retry_after
+            log.warning("%s: not ready: %s", issuer.name, exc.reason)
+        self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
 
     def _check_regions(self) -> None:
         """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines

@@ -171,9 +171,10 @@ def _ready(server: PostgresServer) -> bool:
         return False
 
 
-def start_postgres(directory: Path | None = None, *settings: str) -> PostgresServer:
-    """A fresh cluster in ``directory`` (default: a new temporary one), started on a free loopback port, ready,
-    with the password-only role :data:`PASSWORD_ROLE`; ``settings`` are extra ``name=value`` server settings.
+def start_postgres(directory: Path | None = None, *settings: str, port: int | None = None) -> PostgresServer:
+    """A fresh cluster in ``directory`` (default: a new temporary one), started on loopback port ``port`` (default: a
+    free one), ready, with the password-only role :data:`PASSWORD_ROLE`; ``settings`` are extra ``name=value`` server
+    settings.
     Stop it with :meth:`PostgresServer.stop` (the directory stays: remove it when done)."""
     binaries = find_postgres_bin()
     run_as = RUN_AS if os.geteuid() == 0 else None
@@ -190,7 +191,7 @@ def start_postgres(directory: Path | None = None, *settings: str) -> PostgresSer
     )
     hba = data / "pg_hba.conf"
     hba.write_text(f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
-    port = free_port()
+    port = port or free_port()
     command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(directory)]
     for setting in ("fsync=off", "max_connections=200", *settings):
         command += ["-c", setting]

@@ -53,11 +53,16 @@ def test_a_bad_database_at_start_is_not_ready_naming_why(
         if fault == "wrong password"
         else f"postgresql://idmint:{PASSWORD}@127.0.0.1:{free_port()}/idmint"
     )
+    words = 'password authentication failed for user "idmint_pw"' if fault == "wrong password" else "refused"
     with running_server(tmp_path, {"IDMINT_POSTGRES_URL": url}, ready=False) as node:
-        r = node.wait("/readyz", 503, timeout=30)
-        reason = r.json()["schemes"]["eight-byte"]["reason"]
-        words = 'password authentication failed for user "idmint_pw"' if fault == "wrong password" else "refused"
-        assert words in reason, reason
+        deadline = time.monotonic() + 60
+        while True:  # the port opens at once: "connecting to PostgreSQL" first, then why it cannot
+            r = node.wait("/readyz", 503)
+            reason = r.json()["schemes"]["eight-byte"]["reason"]
+            if words in reason:
+                break
+            assert time.monotonic() < deadline, reason
+            time.sleep(0.05)
         assert node.get("/v1/ids/eight-byte").status_code == 503
         assert node.get("/v1/ids/uuidv7").status_code == 200  # nothing leased: still issuing
         assert node.running
