@@ -264,6 +264,14 @@ def sequence_range(name: str, count: int) -> None:
 @click.option("--template", help="How numbers read, such as 'INV-{yyyy}{mm}{dd}-{seq:06}{check}'.")
 @click.option("--check-digit", help="luhn, damm or mod97 (with a template holding {check}).")
 @click.option("--mode", default="cached", show_default=True, help="cached or gapless.")
+@click.option(
+    "--period-grace",
+    "period_grace_s",
+    type=int,
+    default=7 * 86_400,
+    show_default=True,
+    help="Gapless and resetting: seconds after a period ends during which its voided integers are refilled.",
+)
 def sequence_create(name: str, start: int, cache: int, **options: Any) -> None:
     """Create sequence NAME (nothing happens if it exists with the same settings); print it."""
     from app.sequences.spec import SequenceSpec
@@ -331,17 +339,29 @@ def sequence_setval(name: str, value: int, period: str | None) -> None:
 
 @sequence.command("delete")
 @click.argument("name")
-def sequence_delete(name: str) -> None:
-    """Delete NAME, leaving a tombstone: created again, it continues above every integer it issued."""
-    click.echo(json.dumps(_run_sequences(lambda service: service.delete(name))))
+@click.option("--force", is_flag=True, help="Gapless: void the reservations still open first (audited).")
+def sequence_delete(name: str, force: bool) -> None:
+    """Delete NAME, leaving a tombstone: created again, it continues above every integer it issued. A gapless
+    sequence with reservations open is refused naming them, unless --force."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.remove(name, force, _cli_who()))))
 
 
 @sequence.command("reserve")
 @click.argument("name")
 @click.option("--ttl", "ttl_s", type=int, default=60, show_default=True, help="Seconds before it expires (1..3600).")
-def sequence_reserve(name: str, ttl_s: int) -> None:
+@click.option("--period", help="An ended period (its first day) within its grace window: refill one of its holes.")
+def sequence_reserve(name: str, ttl_s: int, period: str | None) -> None:
     """Reserve the next integer of gapless NAME; print it with its reservation ID (commit or void it)."""
-    click.echo(json.dumps(_run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who()))))
+    click.echo(json.dumps(_run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who(), period))))
+
+
+@sequence.command("holes")
+@click.argument("name")
+@click.option("--period", help="The period's first day (2026-11-01); default the current one.")
+def sequence_holes(name: str, period: str | None) -> None:
+    """Print gapless NAME's holes in one period for the auditor: integers voided and not refilled, reservations
+    still open, totals, and whether the period is closed."""
+    click.echo(json.dumps(_run_sequences(lambda service: service.holes(name, period)), indent=2))
 
 
 @sequence.command("commit")

@@ -208,8 +208,8 @@ class CoreSettings(BaseSettings):
         1,
         ge=1,
         le=100,
-        description="Connections each process keeps to PostgreSQL (1..100); 1 lets 50 replicas fit a default "
-        "max_connections of 100.",
+        description="Connections each process keeps to PostgreSQL for sequences and the ledger (1..100), beside the "
+        "lease's own one: 2 in all by default, so 48 replicas fit a default max_connections of 100.",
     )
     postgres_connect_timeout: float = Field(3.0, gt=0, le=60, description="Seconds to open a PostgreSQL connection.")
     postgres_statement_timeout: float = Field(

@@ -1,6 +1,6 @@
 """Sequence routes: ``/v1/sequences`` (create, list), ``/v1/sequences/{name}`` (show, PATCH, DELETE), ``.../next``,
 ``.../range``, ``.../setval``, ``.../parse/{text}``, and a gapless sequence's ``.../reserve``, ``.../commit``,
-``.../void`` and ``.../audit``.
+``.../void``, ``.../audit`` and ``.../holes``.
 
 ``GET /v1/sequences/{name}/next`` and a body-less ``POST /v1/sequences/{name}/range`` are hot routes
 (:func:`hot_next`, :func:`hot_range`, in the front's table, :class:`~app.api.front.Front`): they are served through
@@ -12,7 +12,7 @@ contract. A plain sequence's ``next`` (never resets, no template) takes the path
 range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps every 64-bit integer exact.
 
 Who may do what, with API keys on: ``sequences`` to read and to take integers (next, range, parse, reserve,
-commit, void); ``admin`` to create, PATCH, setval, DELETE and to read the audit log.
+commit, void); ``admin`` to create, PATCH, setval, DELETE and to read the audit log and the holes.
 """
 
 from __future__ import annotations
@@ -102,6 +102,12 @@ class ReserveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     ttl_s: StrictInt = Field(
         TTL_DEFAULT_S, description=f"Seconds before an uncommitted reservation expires ({TTL_MIN_S}..{TTL_MAX_S})."
+    )
+    period: StrictStr | None = Field(
+        None,
+        description="A resetting sequence's period (its first day, 2026-11-01); default the current one. An ended "
+        "period, within the sequence's period_grace_s after its end: refills one of its voided integers (409 when "
+        "none waits, or past the grace window).",
     )
 
 
@@ -236,12 +242,18 @@ async def patch_sequence(name: str, request: Request, sequences: SequencesDep) -
     return await sequences.patch(name, body.cache, changes)
 
 
-@router.delete("/v1/sequences/{name}", responses=ERRORS, openapi_extra=declare("admin"))
-async def delete_sequence(name: str, sequences: SequencesDep) -> dict[str, Any]:
+@router.delete("/v1/sequences/{name}", responses={**ERRORS, **CONFLICT}, openapi_extra=declare("admin"))
+async def delete_sequence(
+    name: str,
+    request: Request,
+    sequences: SequencesDep,
+    force: bool = Query(False, description="A gapless sequence's open reservations are voided first (audited)."),
+) -> dict[str, Any]:
     """Delete a sequence. A tombstone stays: created again, the name continues above every integer it issued (or
     is refused, 409, when its reset or template could meet the old one's). Nodes drop their ranges of it within a
-    few seconds; the audit log stays for IDMINT_LEDGER_DAYS."""
-    return await sequences.delete(name)
+    few seconds; the audit log stays for IDMINT_LEDGER_DAYS. A gapless sequence with reservations open is a 409
+    naming how many and the first to expire; ``force=true`` voids them (a ``void`` event each), then deletes."""
+    return await sequences.remove(name, force, _who(request, sequences))
 
 
 @router.post(
@@ -367,9 +379,9 @@ async def reserve(name: str, request: Request, sequences: SequencesDep) -> dict[
     from now (default 60, 1..3600); commit or void it by its ``reservation``. Uncommitted at its expiry, it is
     voided by the fleet."""
     raw = await read_body(request)
-    body = parse_body(raw, ReserveIn, '{"ttl_s": T}') if raw.strip() else ReserveIn(ttl_s=TTL_DEFAULT_S)
+    body = parse_body(raw, ReserveIn, '{"ttl_s": T}') if raw.strip() else ReserveIn(ttl_s=TTL_DEFAULT_S, period=None)
     charge_ids(request.scope, 1)
-    return await sequences.reserve(name, body.ttl_s, _who(request, sequences))
+    return await sequences.reserve(name, body.ttl_s, _who(request, sequences), body.period)
 
 
 @router.post(
@@ -414,6 +426,18 @@ async def audit(
     """Every reserve, commit, void and expiry of a gapless sequence, oldest first, with who (API key name, node,
     client address) and when; kept IDMINT_LEDGER_DAYS (also for a deleted sequence)."""
     return await sequences.audit(name, after, limit, period)
+
+
+@router.get("/v1/sequences/{name}/holes", responses={**ERRORS, **CONFLICT}, openapi_extra=declare("admin"))
+async def holes(
+    name: str,
+    sequences: SequencesDep,
+    period: str | None = Query(None, description="The period's first day (2026-11-01); default the current one."),
+) -> dict[str, Any]:
+    """A gapless sequence's holes in one period, for the auditor: the integers voided (or expired) and not reserved
+    again, the reservations still open, and totals; the period's ``state`` (``current``, ``grace``: a reservation
+    in it may still refill a hole, ``closed``: the holes are final; ``never`` for a sequence that never resets)."""
+    return await sequences.holes(name, period)
 
 
 # -- bodies ----------------------------------------------------------------------------------------------------------

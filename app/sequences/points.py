@@ -208,10 +208,12 @@ def _settle(point: Point, token: str, outcome: str, value: int) -> Point:
 
 
 def _expire(
-    point: Point, now_ns: int, increment: int, period: str | None, who: Who, render: Render
+    point: Point, now_ns: int, increment: int, period: str | None, who: Who, render: Render, limit: int = EXPIRE_BATCH
 ) -> tuple[Point, list[dict[str, Any]]]:
-    """Every overdue reservation (at most EXPIRE_BATCH) expired: its integer freed, an event each."""
-    overdue = sorted((exp, token) for token, (_, exp) in point.held.items() if exp <= now_ns)[:EXPIRE_BATCH]
+    """Every overdue reservation (at most EXPIRE_BATCH, and at most ``limit``) expired: its integer freed, an event
+    each."""
+    overdue = sorted((exp, token) for token, (_, exp) in point.held.items() if exp <= now_ns)
+    overdue = overdue[: max(0, min(EXPIRE_BATCH, limit))]
     if not overdue:
         return point, []
     held = dict(point.held)
@@ -236,11 +238,20 @@ def _expire(
 
 
 def reserve(
-    name: str, period: str | None, token: str, ttl_s: int, now_ns: int, who: Who, texts: Texts
+    name: str,
+    period: str | None,
+    token: str,
+    ttl_s: int,
+    now_ns: int,
+    who: Who,
+    texts: Texts,
+    refill_only: str | None = None,
 ) -> tuple[tuple[str, ...], Change[Step]]:
     """(documents, change) of a reservation: the lowest free integer, else ``next``; held until
-    ``now + ttl_s``. Raises (from the change) SequenceConflictError (not gapless; HELD_MAX outstanding),
-    SequenceOverflowError (past 2**63-1), UnknownSequenceError."""
+    ``now + ttl_s``. ``refill_only`` (why, in words: the period ended): the lowest free integer only, refused when
+    none waits (a period that ended gets no new integer). Raises (from the change) SequenceConflictError (not
+    gapless; HELD_MAX outstanding; ``refill_only`` and nothing free), SequenceOverflowError (past 2**63-1),
+    UnknownSequenceError."""
     rid = reservation_id(period, token)
 
     def change(docs: Docs) -> Outcome[Step]:
@@ -260,6 +271,13 @@ def reserve(
         if point.free:
             value, free = point.free[0], point.free[1:]
             point = replace(point, free=free)
+        elif refill_only is not None:
+            error = SequenceConflictError(
+                f"sequence {name}: {refill_only}: a reservation in it only refills a voided integer, and none is "
+                f"waiting (GET /v1/sequences/{name}/holes?period={period} lists its holes)"
+            )
+            step = Step(None, None, None, "refused", False, None, point, len(events), error)
+            return Outcome(step, _written(record, period, point) if events else {}, events)
         else:
             value = point.next
             if value > MAX_VALUE:
@@ -354,6 +372,88 @@ def sweep(name: str, period: str | None, now_ns: int, who: Who, texts: Texts) ->
                        _written(record, period, point) if events else {}, events)  # fmt: skip
 
     return _docs(period), change
+
+
+@dataclass(frozen=True)
+class Open:
+    """A reservation still outstanding: its period, integer, text, reservation ID and expiry (ns)."""
+
+    period: str | None
+    value: int
+    text: str | None
+    reservation: str
+    expires_at_ns: int
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What one step of a gapless sequence's DELETE did: ``deleted`` (the record is gone, a tombstone stays: the
+    last step) or None; ``open``, the reservations outstanding it saw (every period's, when it wrote nothing: what
+    a refusal names); the voids and expiries it wrote."""
+
+    deleted: Tombstone | None
+    open: tuple[Open, ...]
+    voided: int
+    expired: int
+
+
+DELETE_REASON = "sequence deleted (DELETE with force)"
+"""The ``reason`` of the void events a forced DELETE writes."""
+
+
+def delete_gapless(
+    name: str, periods: Sequence[str | None], now_ns: int, who: Who, texts: Texts, force: bool
+) -> tuple[tuple[str, ...], Change[Removal]]:
+    """(documents, change) of one step deleting gapless ``name``, whose reservations may be outstanding in
+    ``periods`` (None: a sequence that never resets keeps them in its record); the caller repeats it until the
+    result is ``deleted``, or refuses. A step works on one document (its events are stored with it): the first
+    period with an overdue reservation (expired) or, with ``force``, an outstanding one (voided, an event each,
+    reason :data:`DELETE_REASON`; as many as EVENTS_MAX allows). With nothing to do there: none outstanding, the
+    record goes and a tombstone stays (as :func:`delete`); some outstanding (``force`` off), nothing is written
+    and the result names them (the caller refuses, 409). Raises UnknownSequenceError."""
+    keys = [period_doc(p) for p in periods if p is not None]
+    docs = (RECORD, TOMBSTONE, *keys)
+
+    def change(found: Docs) -> Outcome[Removal]:
+        record = read_record(name, found)
+        still: list[Open] = []
+        for period in periods:
+            if (period is None) == record.resets:
+                continue
+            point = record.point if period is None else period_point(record, found[period_doc(period)])
+            render = texts(record, period)
+            if any(exp <= now_ns for _, exp in point.held.values()) or (force and point.held):
+                point, events = _expire(point, now_ns, record.increment, period, who, render)
+                expired = len(events)
+                if force:
+                    by_expiry = sorted(point.held.items(), key=lambda item: (item[1][1], item[1][0]))
+                    for token, (value, _) in by_expiry[: EVENTS_MAX - len(events)]:
+                        held = dict(point.held)
+                        del held[token]
+                        point = _free(
+                            _settle(replace(point, held=held), token, "voided", value), [value], record.increment
+                        )
+                        rid = reservation_id(period, token)
+                        events.append(
+                            event("void", now_ns, period, value, render(value), rid, who, reason=DELETE_REASON)
+                        )
+                left = _open(point, period, render)
+                removal = Removal(None, left, len(events) - expired, expired)
+                return Outcome(removal, _written(record, period, point), events)
+            still += _open(point, period, render)
+        if still:
+            return Outcome(Removal(None, tuple(still), 0, 0))
+        tombstone = Tombstone(record, now_ns)
+        return Outcome(Removal(tombstone, (), 0, 0), {RECORD: None, TOMBSTONE: tombstone.to_obj()})
+
+    return docs, change
+
+
+def _open(point: Point, period: str | None, render: Render) -> tuple[Open, ...]:
+    return tuple(
+        Open(period, value, render(value), reservation_id(period, token), expires)
+        for token, (value, expires) in point.held.items()
+    )
 
 
 def read_point(name: str, period: str | None) -> tuple[tuple[str, ...], Change[tuple[SequenceRecord, Point]]]:

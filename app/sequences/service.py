@@ -83,6 +83,9 @@ STEPS_MAX = 64
 """Gapless steps of one period a node makes in one storage step at most."""
 AUDIT_PAGE_MAX = 1000
 AUDIT_PAGE_DEFAULT = 100
+DELETE_STEPS_MAX = 1000
+"""Storage steps a forced DELETE of a gapless sequence takes at most (each voids up to 100 reservations of one
+period: 1,000 may be outstanding in each)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -654,17 +657,19 @@ class SequenceService:
         return [await self.parse(name, text) for name in await asyncio.to_thread(readers)]
 
     # -- gapless ------------------------------------------------------------------------------------------
-    async def reserve(self, name: str, ttl_s: int, who: Who) -> dict[str, Any]:
-        """Reserve the next integer of gapless ``name`` (in the clock's period) for ``ttl_s`` seconds:
-        ``{"name", "value", "text", "period", "reservation", "expires_at"}``. Raises InvalidOptionError (ttl),
-        SequenceConflictError (not gapless; too many outstanding), SequenceOverflowError, UnknownSequenceError,
-        TimeRangeError ({yy} out of 2000..2099)."""
+    async def reserve(self, name: str, ttl_s: int, who: Who, period: str | None = None) -> dict[str, Any]:
+        """Reserve the next integer of gapless ``name`` (in the clock's period, or in ``period``: see
+        :meth:`_reserving_in`) for ``ttl_s`` seconds: ``{"name", "value", "text", "period", "reservation",
+        "expires_at"}``. Raises InvalidOptionError (ttl, period), SequenceConflictError (not gapless; too many
+        outstanding; a period outside its grace window, or ended with no voided integer waiting),
+        SequenceOverflowError, UnknownSequenceError, TimeRangeError ({yy} out of 2000..2099)."""
         check_name(name)
         points.check_ttl(ttl_s)
         spec = (await self._entry(name)).spec
         now = self.clock()
-        period = spec.periods.period_at(now).key
-        docs, change = points.reserve(name, period, points.new_token(), ttl_s, now, who, self._texts)
+        period, refill_only = self._reserving_in(name, spec, period, now)
+        token = points.new_token()
+        docs, change = points.reserve(name, period, token, ttl_s, now, who, self._texts, refill_only)
         step = await self._gapless(name, docs, change)
         assert step.expires_at_ns is not None
         return {
@@ -675,6 +680,39 @@ class SequenceService:
             "reservation": step.reservation,
             "expires_at": rfc3339(step.expires_at_ns, 3),
         }
+
+    def _reserving_in(
+        self, name: str, spec: SequenceSpec, period: str | None, now_ns: int
+    ) -> tuple[str | None, str | None]:
+        """(the period key a reservation goes in, None or why it may only refill a voided integer). ``period``
+        None: the clock's. Else a period's first day: the clock's period as usual; an ended one (a year's last
+        invoices voided in January) within ``period_grace_s`` after its end, refilling its voided integers only.
+        Raises InvalidOptionError (not a first day; a sequence that never resets), SequenceConflictError (a period
+        not begun, or past its grace window: its holes are final)."""
+        current = spec.periods.period_at(now_ns)
+        if period is None:
+            return current.key, None
+        if spec.reset == "never":
+            raise InvalidOptionError(f"sequence {name} never resets: it has no period (leave period out)")
+        key = self._period_key(spec, period)
+        if key == current.key:
+            return key, None
+        assert key is not None
+        chosen = spec.periods.period_of_day(date.fromisoformat(key))
+        assert chosen.starts_at_ns is not None and chosen.ends_at_ns is not None
+        if chosen.starts_at_ns > now_ns:
+            raise SequenceConflictError(
+                f"sequence {name}: period {key} has not begun (it begins at {rfc3339(chosen.starts_at_ns, 3)}); "
+                "reserve in the current period, or in an ended one within its grace window"
+            )
+        grace_ends_ns = chosen.ends_at_ns + spec.period_grace_s * NS_IN_S
+        if now_ns >= grace_ends_ns:
+            raise SequenceConflictError(
+                f"sequence {name}: period {key} ended at {rfc3339(chosen.ends_at_ns, 3)} and its grace window "
+                f"(period_grace_s {spec.period_grace_s}) closed at {rfc3339(grace_ends_ns, 3)}: its holes are final "
+                f"(GET /v1/sequences/{name}/holes?period={key} lists them)"
+            )
+        return key, f"period {key} ended at {rfc3339(chosen.ends_at_ns, 3)}"
 
     async def settle(
         self, name: str, reservation: object, outcome: str, who: Who, reason: object = None
@@ -752,6 +790,116 @@ class SequenceService:
             batch.task = None
             if self._steps.get(key) is batch:
                 del self._steps[key]
+
+    async def remove(self, name: str, force: bool = False, who: Who | None = None) -> dict[str, Any]:
+        """Delete ``name`` as :meth:`delete` does, minding a gapless sequence's open reservations: with any
+        outstanding (in the current period, or one that ended within ``period_grace_s`` plus a reservation's
+        longest TTL), refused with SequenceConflictError naming how many and the first to expire; with ``force``,
+        each is voided first (a ``void`` event, reason :data:`~app.sequences.points.DELETE_REASON`, by ``who``),
+        then the sequence is deleted. Answers as :meth:`delete`, plus ``voided`` (how many) for a gapless one.
+        Raises UnknownSequenceError, SequenceConflictError."""
+        check_name(name)
+        spec = spec_of(await self.store.get(name))
+        if spec.mode != "gapless":
+            return await self.delete(name)
+        who = who or Who(None, self.node, None)
+        now = self.clock()
+        periods: builtins.list[str | None] = [None]
+        if spec.reset != "never":
+            rule = spec.periods
+            oldest = rule.period_at(now - (spec.period_grace_s + points.TTL_MAX_S + 60) * NS_IN_S)
+            last = rule.period_at(now + 60 * NS_IN_S)  # a node whose clock is a little ahead may reserve there
+            periods = []
+            day = oldest.first_day
+            assert day is not None and last.first_day is not None
+            while day <= last.first_day:
+                periods.append(day.isoformat())
+                day = rule.following(day)
+        voided = 0
+        m = self.metrics.sequence(name)
+        for _ in range(DELETE_STEPS_MAX):
+            docs, change = points.delete_gapless(name, periods, self.clock(), who, self._texts, force)
+            removal = await self.store.update(name, docs, change)
+            voided += removal.voided
+            m.gapless["void"].inc(removal.voided)
+            m.gapless["expire"].inc(removal.expired)
+            if removal.deleted is not None:
+                self._forget(name)
+                out: dict[str, Any] = {"name": name, "deleted": True, "generation": removal.deleted.record.generation}
+                if not removal.deleted.record.resets:
+                    out["next"] = removal.deleted.record.next
+                out["voided"] = voided
+                return out
+            if removal.voided or removal.expired:
+                continue
+            first = min(removal.open, key=lambda o: (o.expires_at_ns, o.value))
+            where = f" of period {first.period}" if first.period is not None else ""
+            expires = rfc3339(first.expires_at_ns, 3)
+            raise SequenceConflictError(
+                f"sequence {name} has {len(removal.open)} reservation(s) open (the first to expire: "
+                f"{first.reservation}, integer {first.value}{where}, expires at {expires}); commit or void them, or "
+                "let them expire, or DELETE with ?force=true to void them (recorded in the audit log)"
+            )
+        raise SequenceConflictError(
+            f"sequence {name}: reservations kept being made while DELETE voided them ({voided} voided); try again"
+        )
+
+    async def holes(self, name: str, period: str | None = None) -> dict[str, Any]:
+        """The auditor's report of gapless ``name``'s period ``period`` (a first day; default the clock's period;
+        None for a sequence that never resets): ``{"name", "period", "state", "ends_at", "refill_until",
+        "next", "holes": [{"value", "text"}...], "outstanding": [{"value", "text", "reservation",
+        "expires_at"}...], "totals": {"committed", "holes", "outstanding"}}``. ``holes`` are the integers voided
+        (or expired) and not reserved again, ascending; ``state`` is ``current``, ``grace`` (ended, within
+        ``period_grace_s``: a reservation in it may still refill a hole), ``closed`` (the holes are final) or
+        ``never`` (a sequence that never resets). Overdue reservations are expired first (as a node's sweep).
+        Raises InvalidOptionError (period), SequenceConflictError (not gapless), UnknownSequenceError."""
+        check_name(name)
+        record = await self.store.get(name)
+        spec = self._learn(record).spec
+        if spec.mode != "gapless":
+            raise SequenceConflictError(
+                f"sequence {name} is not gapless (mode cached): its gaps are not tracked (a node's unused range at a "
+                "crash is a gap); only a gapless sequence's holes are listed"
+            )
+        now = self.clock()
+        out: dict[str, Any] = {"name": name}
+        if spec.reset == "never":
+            if period is not None:
+                raise InvalidOptionError(f"sequence {name} never resets: it has no period (leave period out)")
+            key = None
+            out.update(period=None, state="never", ends_at=None, refill_until=None)
+        else:
+            key = self._period_key(spec, period)
+            assert key is not None
+            chosen = spec.periods.period_of_day(date.fromisoformat(key))
+            assert chosen.starts_at_ns is not None and chosen.ends_at_ns is not None
+            grace_ends_ns = chosen.ends_at_ns + spec.period_grace_s * NS_IN_S
+            state = "current" if now < chosen.ends_at_ns else "grace" if now < grace_ends_ns else "closed"
+            if now < chosen.starts_at_ns:
+                state = "future"
+            out.update(
+                period=key, state=state, ends_at=rfc3339(chosen.ends_at_ns, 3), refill_until=rfc3339(grace_ends_ns, 3)
+            )
+        docs, change = points.sweep(name, key, now, Who(None, self.node, None), self._texts)
+        step = await self.store.update(name, docs, change)
+        point = step.point
+        if step.expired:
+            self.metrics.sequence(name).gapless["expire"].inc(step.expired)
+        render = self._texts(record, key)
+        outstanding = sorted(point.held.items(), key=lambda item: item[1][0])
+        out["next"] = point.next
+        out["holes"] = [{"value": value, "text": render(value)} for value in point.free]
+        out["outstanding"] = [
+            {
+                "value": value,
+                "text": render(value),
+                "reservation": points.reservation_id(key, token),
+                "expires_at": rfc3339(expires, 3),
+            }
+            for token, (value, expires) in outstanding
+        ]
+        out["totals"] = {"committed": point.committed, "holes": len(point.free), "outstanding": len(point.held)}
+        return out
 
     async def audit(
         self, name: str, after: str | None = None, limit: int = AUDIT_PAGE_DEFAULT, period: str | None = None

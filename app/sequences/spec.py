@@ -10,6 +10,9 @@ Every setting is optional, and the defaults are today's sequences exactly::
     template      none      see app.sequences.template; checked against reset and check_digit
     check_digit   none      luhn | damm | mod97; only with a template holding {check}
     mode          cached    cached (a node's Leaf buffer, gaps allowed) | gapless (reserve, commit, void)
+    period_grace_s  604800  0..2,678,400 (31 days); only for a gapless sequence that resets: how long after a
+                            period ends its voided integers can still be reserved again in it (``reserve`` with
+                            ``period``), and so how long its holes may still close
 
 :class:`SequenceSpec` holds them, validated once (:meth:`SequenceSpec.build`); :class:`SequenceOptions` is the
 pydantic model of the same members in a request body (``POST /v1/sequences`` adds them to ``name``, ``start``,
@@ -74,6 +77,10 @@ MODES: tuple[Mode, ...] = ("cached", "gapless")
 INCREMENT_MIN = 1
 INCREMENT_MAX = 2**31
 """Bounds of ``increment`` (2**31: as the issue states, and far below the 64-bit range a run must fit in)."""
+PERIOD_GRACE_DEFAULT_S = 7 * 86_400
+PERIOD_GRACE_MAX_S = 31 * 86_400
+"""Bounds of ``period_grace_s`` (seconds): a week by default, at most 31 days (a step that checks every period of
+the window reads one document per period in it)."""
 
 
 def _bool_safe_int(value: object) -> bool:
@@ -91,6 +98,7 @@ class SequenceSpec:
     template: str | None = None
     check_digit: CheckDigitName | None = None
     mode: Mode = "cached"
+    period_grace_s: int = PERIOD_GRACE_DEFAULT_S
 
     @classmethod
     def build(
@@ -102,6 +110,7 @@ class SequenceSpec:
         template: object = None,
         check_digit: object = None,
         mode: object = "cached",
+        period_grace_s: object = PERIOD_GRACE_DEFAULT_S,
     ) -> SequenceSpec:
         """The spec of these settings. Raises InvalidOptionError naming the first rule broken."""
         if not _bool_safe_int(increment) or not INCREMENT_MIN <= increment <= INCREMENT_MAX:  # type: ignore[operator]
@@ -130,7 +139,18 @@ class SequenceSpec:
             Template.compile(template, checked_reset, check_digit)
         if mode not in MODES or not isinstance(mode, str):
             raise InvalidOptionError(f"mode must be one of {', '.join(MODES)}, got {str(mode)[:40]!r}")
-        return cls(increment, checked_reset, time_zone, template, check_digit, mode)  # type: ignore[arg-type]
+        if not _bool_safe_int(period_grace_s) or not 0 <= period_grace_s <= PERIOD_GRACE_MAX_S:  # type: ignore[operator]
+            raise InvalidOptionError(
+                f"period_grace_s must be an integer in 0..{PERIOD_GRACE_MAX_S} (seconds, at most 31 days), got "
+                f"{str(period_grace_s)[:40]}"
+            )
+        if period_grace_s != PERIOD_GRACE_DEFAULT_S and (mode != "gapless" or checked_reset == "never"):
+            raise InvalidOptionError(
+                "period_grace_s applies to a gapless sequence that resets (mode gapless, reset daily, monthly or "
+                "yearly): it is how long after a period ends its voided integers can still be reserved in it; leave "
+                "it out otherwise"
+            )
+        return cls(increment, checked_reset, time_zone, template, check_digit, mode, period_grace_s)  # type: ignore[arg-type]
 
     # -- derived --------------------------------------------------------------------------------------------------
     @functools.cached_property
@@ -148,9 +168,18 @@ class SequenceSpec:
         """The members that differ from their default, for the stored record (nothing for today's sequences)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
 
+    @property
+    def has_periods_to_close(self) -> bool:
+        """A gapless sequence that resets: its periods end with their holes, closed after ``period_grace_s``."""
+        return self.mode == "gapless" and self.reset != "never"
+
     def as_dict(self) -> dict[str, Any]:
-        """Every member, defaults included (a sequence's description in the API)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every member, defaults included (a sequence's description in the API); ``period_grace_s`` only where it
+        applies (:attr:`has_periods_to_close`)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        if not self.has_periods_to_close:
+            del out["period_grace_s"]
+        return out
 
     @classmethod
     def from_stored(cls, record: Mapping[str, Any]) -> SequenceSpec:
@@ -188,6 +217,11 @@ class SequenceOptions(BaseModel):
         None, description="luhn, damm or mod97 (two digits, ISO 7064 MOD 97-10): what {check} renders."
     )
     mode: Mode = Field("cached", description="cached (a node's buffer, gaps allowed) or gapless (reserve/commit/void).")
+    period_grace_s: StrictInt = Field(
+        PERIOD_GRACE_DEFAULT_S,
+        description=f"A gapless sequence that resets: seconds after a period ends during which its voided integers "
+        f"can still be reserved in it (reserve with period); 0..{PERIOD_GRACE_MAX_S} (31 days), default a week.",
+    )
 
     def spec(self) -> SequenceSpec:
         """The validated spec. Raises InvalidOptionError naming the rule broken."""
@@ -201,6 +235,8 @@ def limits() -> dict[str, Any]:
         "reset": list(RESETS),
         "check_digit": list(CHECK_DIGIT_NAMES),
         "mode": list(MODES),
+        "period_grace_s": [0, PERIOD_GRACE_MAX_S],
+        "period_grace_s_default": PERIOD_GRACE_DEFAULT_S,
         "template_fields": FIELDS_TEXT.split(),
         "template_chars_max": TEMPLATE_CHARS_MAX,
         "seq_width_max": SEQ_WIDTH_MAX,

@@ -347,6 +347,7 @@ def find_route(tmp_path_factory: pytest.TempPathFactory) -> Any:
         ("DELETE", "/v1/sequences/orders", "admin", False),
         ("POST", "/v1/sequences/orders/setval", "admin", False),
         ("GET", "/v1/sequences/orders/audit", "admin", False),
+        ("GET", "/v1/sequences/orders/holes", "admin", False),
         ("GET", "/v1/sequences/orders/parse/FV/26/11/0007", "sequences", False),
         ("GET", "/v1/sequence-numbers/FV/26/11/0007", "sequences", False),
         ("POST", "/v1/sequences/orders/reserve", "sequences", True),

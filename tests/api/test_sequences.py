@@ -444,3 +444,28 @@ def test_sequence_numbers_says_which_sequences_read_a_text(tmp_path: Path) -> No
             "readings": [],
         }
         assert c.get("/v1/sequence-numbers/" + "N" * 5000).json()["readings"] == []
+
+
+def test_a_gapless_period_refilled_late_and_delete_with_reservations_open_over_http(tmp_path: Path) -> None:
+    clock = FakeClock.from_ns(NOV_27)  # 2026-11-27 12:00 UTC
+    with running_app(tmp_path, clock) as c:
+        body = {"name": "m", "mode": "gapless", "reset": "daily", "period_grace_s": 3600}
+        assert c.post("/v1/sequences", json=body).json()["period_grace_s"] == 3600
+        clock.advance_s(12 * 3600 - 60)  # 23:59 on the 27th
+        a, b = (c.post("/v1/sequences/m/reserve", json={"ttl_s": 600}).json() for _ in range(2))
+        assert c.post("/v1/sequences/m/commit", json={"reservation": b["reservation"]}).status_code == 200
+        clock.advance_s(120)  # 00:01 on the 28th: the 27th has ended
+        assert c.post("/v1/sequences/m/void", json={"reservation": a["reservation"]}).json()["state"] == "voided"
+        holes = c.get("/v1/sequences/m/holes", params={"period": "2026-11-27"}).json()
+        assert holes["state"] == "grace" and holes["holes"] == [{"value": 1, "text": None}]
+        refill = c.post("/v1/sequences/m/reserve", json={"period": "2026-11-27"}).json()
+        assert (refill["value"], refill["period"]) == (1, "2026-11-27")
+        r = c.post("/v1/sequences/m/reserve", json={"period": "2026-11"})
+        assert r.status_code == 422 and "period must be a period's first day" in r.json()["detail"], r.text
+        r = c.delete("/v1/sequences/m")
+        assert r.status_code == 409 and "1 reservation(s) open" in r.json()["detail"], r.text
+        assert refill["reservation"] in r.json()["detail"]
+        assert c.delete("/v1/sequences/m", params={"force": "maybe"}).status_code == 422
+        assert c.delete("/v1/sequences/m", params={"force": "true"}).json()["voided"] == 1
+        assert c.get("/v1/sequences/m").status_code == 404
+        assert c.post("/v1/sequences", json={**body, "name": "n", "period_grace_s": 10**9}).status_code == 422

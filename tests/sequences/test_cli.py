@@ -85,3 +85,12 @@ def test_gapless_reserve_commit_void_and_audit(tmp_path: Path) -> None:
     events = run(tmp_path, "audit", "g")["events"]
     assert [e["event"] for e in events] == ["reserve", "reserve", "commit", "void"]
     assert all("(idmint sequence)" in e["node"] for e in events) and events[3]["reason"] == "test"
+
+    third = run(tmp_path, "reserve", "g")
+    report = run(tmp_path, "holes", "g")
+    assert report["state"] == "never" and report["holes"] == []
+    assert [o["reservation"] for o in report["outstanding"]] == [third["reservation"]]
+    assert report["totals"] == {"committed": 1, "holes": 0, "outstanding": 1}
+    r = idmint(tmp_path, "sequence", "delete", "g")
+    assert r.returncode != 0 and "1 reservation(s) open" in r.stderr and third["reservation"] in r.stderr
+    assert run(tmp_path, "delete", "g", "--force")["voided"] == 1

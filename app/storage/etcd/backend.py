@@ -17,7 +17,7 @@ from app.settings import Settings
 from app.storage.etcd.calls import RETRY_BUDGET_S, Calls, open_client
 from app.storage.etcd.claim import EtcdClaim
 from app.storage.etcd.claimer import Claimer, Leftovers
-from app.storage.etcd.client import EtcdClient, redact
+from app.storage.etcd.client import LEASE_LANE, EtcdClient, redact
 from app.storage.etcd.records import FleetReads, Registrations
 from app.storage.etcd.revoke import revoke_claim
 from app.storage.etcd.session import Session
@@ -71,9 +71,10 @@ class EtcdBackend(LeaseBackend):
         )
         self._owns_client = client is None
         shared = client or open_client(settings)
-        self._calls = Calls.on(shared, settings, self._attempt_timeout, self._retry_after)
+        # The lease's calls on connections of their own: no store call waiting for a connection delays a keepalive.
+        self._calls = Calls.on(shared, settings, self._attempt_timeout, self._retry_after, lane=LEASE_LANE)
         self._client = self._calls.client
-        self._revoking = shared.limited(timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S)
+        self._revoking = shared.limited(timeout=settings.etcd_request_timeout, budget=RETRY_BUDGET_S, lane=LEASE_LANE)
         self._session: Session | None = None
         self._leftovers = Leftovers(self._calls)
         self._claimer = Claimer(

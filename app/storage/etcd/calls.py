@@ -56,11 +56,15 @@ class Calls:
         self.limit = budget + attempt_timeout + 0.5
 
     @classmethod
-    def on(cls, client: EtcdClient, settings: Settings, attempt_timeout: float, retry_after: int) -> Calls:
-        """Calls on a view of ``client`` in which one endpoint gets ``attempt_timeout`` seconds and one call every
-        endpoint once and at least ``etcd_request_timeout`` seconds."""
+    def on(
+        cls, client: EtcdClient, settings: Settings, attempt_timeout: float, retry_after: int, lane: str | None = None
+    ) -> Calls:
+        """Calls on a view of ``client`` (on the connections of ``lane``, default the client's) in which one endpoint
+        gets ``attempt_timeout`` seconds and one call every endpoint once and at least ``etcd_request_timeout``
+        seconds."""
         budget = max(settings.etcd_request_timeout, attempt_timeout * len(client.endpoints))
-        return cls(client.limited(timeout=attempt_timeout, budget=budget), budget, attempt_timeout, retry_after)
+        view = client.limited(timeout=attempt_timeout, budget=budget, lane=lane)
+        return cls(view, budget, attempt_timeout, retry_after)
 
     @asynccontextmanager
     async def bounded(self, doing: str) -> AsyncIterator[EtcdClient]:

@@ -168,9 +168,18 @@ def ssl_context(ca_cert: Path | None, cert: Path | None, key: Path | None) -> ss
     return context
 
 
+STORES_LANE = "stores"
+"""The connections of the stores (sequences, the ledger): their calls may wait on a slow etcd, many at once."""
+LEASE_LANE = "lease"
+"""The connections of the lease (keepalives, claims, marks, watches, registrations, fleet records, revokes)."""
+LANE_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=32)
+"""Each lane's own bounds: a lane whose connections are all busy (100 sequence calls waiting on a slow member)
+makes only its own next call wait for one, never another lane's."""
+
+
 class _Link:
     """What every view of one client shares: the endpoints in their shuffled order and which one answers now, the
-    connections, the auth token."""
+    auth token, and the connections, one pool (:data:`LANE_LIMITS`) per lane."""
 
     def __init__(
         self, endpoints: list[str], connect_timeout: float, tls: ssl.SSLContext | None, user: str | None,
@@ -183,7 +192,8 @@ class _Link:
         self.user, self.password = user, password
         self.token: str | None = None
         self.auth_lock = asyncio.Lock()
-        self.http: httpx.AsyncClient | None = None
+        self.http: dict[str, httpx.AsyncClient] = {}
+        """Each lane's connections (:data:`STORES_LANE`, :data:`LEASE_LANE`), opened at its first call."""
         self.closed = False
 
 
@@ -194,8 +204,10 @@ class EtcdClient:
     endpoint; ``budget``: seconds after which a call stops trying further endpoints (every endpoint is tried
     once anyway); ``connect_timeout``: seconds to open a connection; ``tls``: context for https endpoints.
 
-    One client per process: each user takes a view with its own limits (:meth:`limited`), sharing the
-    connections, the endpoint that answers and the auth token; :meth:`close` on any view closes them all.
+    One client per process: each user takes a view with its own limits (:meth:`limited`), sharing the endpoint
+    that answers and the auth token, and the connections of its ``lane`` (:data:`STORES_LANE` by default; the lease's
+    views use :data:`LEASE_LANE`, so that no store call waiting for a connection delays a keepalive); :meth:`close`
+    on any view closes them all.
     """
 
     def __init__(
@@ -210,20 +222,25 @@ class EtcdClient:
         password: str | None = None,
         rng: random.Random | None = None,
         link: _Link | None = None,
+        lane: str = STORES_LANE,
     ) -> None:
         if link is None:
             shuffled = [url.rstrip("/") for url in endpoints]
             (rng or random.Random()).shuffle(shuffled)
             link = _Link(shuffled, connect_timeout, tls, user, password)
         self._link = link
+        self.lane = lane
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, link.connect_timeout))
         self._budget = budget
 
-    def limited(self, *, timeout: float, budget: float) -> EtcdClient:
+    def limited(self, *, timeout: float, budget: float, lane: str | None = None) -> EtcdClient:
         """A view of this client whose calls give one endpoint ``timeout`` seconds and stop trying further
-        endpoints after ``budget`` seconds (see the class); everything else is shared."""
+        endpoints after ``budget`` seconds, on the connections of ``lane`` (default: this view's); everything else
+        is shared (see the class)."""
         link = self._link
-        return EtcdClient(link.endpoints, timeout=timeout, budget=budget, connect_timeout=0, link=link)
+        return EtcdClient(
+            link.endpoints, timeout=timeout, budget=budget, connect_timeout=0, link=link, lane=lane or self.lane
+        )
 
     @property
     def endpoints(self) -> list[str]:
@@ -239,18 +256,19 @@ class EtcdClient:
         link = self._link
         if link.closed:  # a straggling task after close() must not open a connection nothing will close
             raise EtcdCallError(1, "the etcd client is closed", self.endpoint)
-        if link.http is None:
-            link.http = httpx.AsyncClient(
-                verify=link.tls or True, timeout=self._timeout, limits=httpx.Limits(max_keepalive_connections=32)
+        http = link.http.get(self.lane)
+        if http is None:
+            http = link.http[self.lane] = httpx.AsyncClient(
+                verify=link.tls or True, timeout=self._timeout, limits=LANE_LIMITS
             )
-        return link.http
+        return http
 
     async def close(self) -> None:
         """Close the connections of every view; every later call raises EtcdCallError (code 1, cancelled)."""
         link = self._link
         link.closed = True
-        http, link.http = link.http, None
-        if http is not None:
+        lanes, link.http = link.http, {}
+        for http in lanes.values():
             await http.aclose()
 
     def failed(self, endpoint: str) -> None:

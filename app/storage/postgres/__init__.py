@@ -2,8 +2,8 @@
 beside them. It carries what the etcd backend carries, with the same fail-closed deadline.
 
 Files: :mod:`~app.storage.postgres.sql` (every table and statement: the DDL ``idmint storage sql`` prints),
-:mod:`~app.storage.postgres.client` (the process's one connection pool, statements bounded in time, the one error
-table), :mod:`~app.storage.postgres.session` (one lease row kept alive; its done event and status),
+:mod:`~app.storage.postgres.client` (the process's two connection pools, statements bounded in time, the one
+error table), :mod:`~app.storage.postgres.session` (one lease row kept alive; its done event and status),
 :mod:`~app.storage.postgres.claim` (one claim row: its generation, loss and mark writes),
 :mod:`~app.storage.postgres.claimer` (the pool read, the draw, the claiming ``UPDATE``, the lost-row rule; releases
 deferred while the database is away), :mod:`~app.storage.postgres.records` (registrations, the fleet ID, fleet
@@ -53,7 +53,7 @@ from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 from app.storage.postgres.backend import PostgresBackend
-from app.storage.postgres.client import Database
+from app.storage.postgres.client import LEASE_POOL_SIZE, Database
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
 
@@ -61,10 +61,18 @@ CAPABILITIES = Capabilities(claims_expire=True, one_host=False, can_revoke=True)
 
 
 def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> Storage:
-    """The stores on PostgreSQL (``settings.postgres_*``), all on one connection pool, closed by
-    :meth:`Storage.close`; ``clock``: the node's (ns since the epoch). Connects lazily, never raising for an
-    unreachable or refusing database. Raises ConfigError for a URL libpq cannot parse (without quoting it)."""
+    """The stores on PostgreSQL (``settings.postgres_*``), closed by :meth:`Storage.close`: the lease backend on a
+    pool of its own (:data:`~app.storage.postgres.client.LEASE_POOL_SIZE` connection), the ledger and sequences on
+    the other (``IDMINT_POSTGRES_POOL_SIZE``), so that no sequence update waiting on a lock delays a renewal.
+    ``clock``: the node's (ns since the epoch). Connects lazily, never raising for an unreachable or refusing
+    database. Raises ConfigError for a URL libpq cannot parse (without quoting it)."""
     db = Database(settings)
+    lease_db = Database(settings, size=LEASE_POOL_SIZE, name="idmint-lease")
+
+    async def closing() -> None:
+        await lease_db.close()
+        await db.close()
+
     owner = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -74,8 +82,8 @@ def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> 
     return Storage(
         "postgres",
         CAPABILITIES,
-        PostgresBackend(settings, db, metrics, owner=owner),
+        PostgresBackend(settings, lease_db, metrics, owner=owner),
         PostgresLedgerStore(db, clock),
         PostgresSequenceStore(db, settings.max_sequences),
-        closing=db.close,
+        closing=closing,
     )

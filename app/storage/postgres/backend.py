@@ -43,8 +43,8 @@ async def _wait(event: asyncio.Event, timeout: float) -> bool:
 
 class PostgresBackend(LeaseBackend):
     """PostgreSQL leases for node identities (see :mod:`app.storage.postgres` for the tables and the safety
-    argument). ``db``: the process's :class:`~app.storage.postgres.client.Database`; ``settings``: the TTL and
-    safety margin; ``metrics``: optional; ``clock``: monotonic seconds (deadlines use it)."""
+    argument). ``db``: the lease's own :class:`~app.storage.postgres.client.Database` (no sequence traffic on it);
+    ``settings``: the TTL and safety margin; ``metrics``: optional; ``clock``: monotonic seconds (deadlines use it)."""
 
     name = "postgres"
 
@@ -330,7 +330,8 @@ class PostgresBackend(LeaseBackend):
             "backend": self.name,
             "database": self.db.where,
             "schema": self.db.schema,
-            "pool_size": self.db.size,
+            "pool_size": self.settings.postgres_pool_size,
+            "lease_connections": self.db.size,
             "lease_ttl_s": self._ttl,
             "connected": bool(self._healthy),
             "healthy": bool(self._healthy),

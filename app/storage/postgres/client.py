@@ -1,14 +1,18 @@
-"""The process's one PostgreSQL connection pool (:class:`Database`), every statement on it bounded in time, and the
+"""The process's PostgreSQL connection pools (:class:`Database`), every statement on them bounded in time, and the
 one table from psycopg's errors to the project's (:data:`ERRORS`, read by :func:`map_error` only).
 
-Bounds: the pool keeps ``IDMINT_POSTGRES_POOL_SIZE`` connections (default 1, so 50 replicas fit PostgreSQL's default
-``max_connections`` of 100), each opened within ``IDMINT_POSTGRES_CONNECT_TIMEOUT`` and configured with
-``statement_timeout`` = ``IDMINT_POSTGRES_STATEMENT_TIMEOUT`` (the server cancels a statement that runs longer) and
-READ COMMITTED transactions (whatever the server's default_transaction_isolation). A server that does not answer at
-all (stalled: SIGSTOP, a dead network) is met by a client-side limit as well: a statement whose answer has not come
-within the limit has its connection's socket shut down under it (the pool replaces the connection) and raises
-BackendUnavailableError at once; psycopg's own cancellation, which asks the server to cancel and then waits for it,
-is never left to wait on a server that cannot answer.
+Two pools per process: the lease's (:data:`LEASE_POOL_SIZE` connection, ``application_name`` ``idmint-lease``:
+renewals, claims, marks, registrations, fleet records, revokes) and the stores' (``IDMINT_POSTGRES_POOL_SIZE``
+connections, default 1: sequences, whose updates wait on ``pg_advisory_xact_lock``, and the ledger). A sequence
+update waiting on another replica's lock therefore never holds the connection a renewal needs. Default total: 2
+connections per process, so 48 replicas fit PostgreSQL's default ``max_connections`` of 100 (less its 3
+``superuser_reserved_connections``). Each connection is opened within ``IDMINT_POSTGRES_CONNECT_TIMEOUT`` and
+configured with ``statement_timeout`` = ``IDMINT_POSTGRES_STATEMENT_TIMEOUT`` (the server cancels a statement
+that runs longer) and READ COMMITTED transactions (whatever the server's default_transaction_isolation). A server
+that does not answer at all (stalled: SIGSTOP, a dead network) is met by a client-side limit as well: a statement
+whose answer has not come within the limit has its connection's socket shut down under it (the pool replaces the
+connection) and raises BackendUnavailableError at once; psycopg's own cancellation, which asks the server to cancel
+and then waits for it, is never left to wait on a server that cannot answer.
 
 The URL is a secret: it is parsed once (:func:`describe`), and only ``postgresql://user@host:port/dbname`` (no
 password, no options) is ever shown, in logs, ``/readyz``, ``/v1/schemes``, ``/v1/fleet`` or errors; error texts
@@ -68,6 +72,9 @@ ABANDON_WAIT_S = 1.0
 """Seconds a statement whose socket was shut down under it gets to fail by itself."""
 SLACK_S = 0.5
 """The client-side limit of a statement: the server's statement_timeout plus this (answers in flight)."""
+LEASE_POOL_SIZE = 1
+"""Connections of the lease's own pool (:func:`app.storage.postgres.open_postgres`): its statements are short and
+never wait on a sequence's lock, so one connection serves a renewal every TTL/3 and the claims' mark writes."""
 
 
 def map_error(exc: BaseException, doing: str, where: str, secret: str | None = None) -> NotReadyError:
@@ -108,21 +115,23 @@ def describe(url: str) -> tuple[str, str | None]:
 
 
 class Database:
-    """The pool (``settings.postgres_*``) and the statements of the schema, shared by every store of the process.
+    """One pool (``settings.postgres_*``; ``size`` connections, default ``IDMINT_POSTGRES_POOL_SIZE``, named
+    ``name`` in ``pg_stat_activity.application_name``) and the statements of the schema.
 
     Opened lazily by the first :meth:`run` (or :meth:`open`), on the running event loop; closed by
     :meth:`close` (:meth:`Storage.close <app.storage.base.Storage.close>`). Never raises at open for an unreachable
     server or wrong credentials: statements raise BackendUnavailableError naming why, and the pool keeps trying.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, size: int | None = None, name: str = "idmint") -> None:
         if settings.postgres_url is None:
             raise ConfigError("the PostgreSQL backend needs IDMINT_POSTGRES_URL")
         self._url = settings.postgres_url.get_secret_value()
         self.where, self._secret = describe(self._url)
         self.schema = settings.postgres_schema
         self.sql = Statements(self.schema)
-        self.size = settings.postgres_pool_size
+        self.size = settings.postgres_pool_size if size is None else size
+        self.name = name
         self.statement_timeout = float(settings.postgres_statement_timeout)
         self.connect_timeout = float(settings.postgres_connect_timeout)
         self.limit = self.statement_timeout + SLACK_S
@@ -172,11 +181,11 @@ class Database:
                 kwargs={
                     "autocommit": True,
                     "connect_timeout": max(2, math.ceil(self.connect_timeout)),
-                    "application_name": "idmint",
+                    "application_name": self.name,
                 },
                 configure=self._configure,
                 open=False,
-                name="idmint",
+                name=self.name,
                 timeout=self.limit,
                 reconnect_timeout=3600.0,
             )

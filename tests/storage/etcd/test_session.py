@@ -95,7 +95,7 @@ async def test_a_closed_client_refuses_calls_and_opens_no_connection(etcd_server
     with pytest.raises(EtcdCallError) as info:
         await c.put(b"test/session/closed", b"2")
     assert info.value.code == 1 and "closed" in info.value.detail
-    assert c._link.http is None
+    assert not c._link.http
 
 
 async def test_a_session_lost_while_asleep_ends_its_keepalive_without_a_call(client: EtcdClient) -> None:
