@@ -24,6 +24,18 @@ nothing waits for ever. Here:
   buffered for it;
 * **header deadline**: a request's headers must be complete ``IDMINT_HEADER_TIMEOUT`` seconds after its first
   byte, else **408** and the connection is closed;
+* **body deadline**: a request's body must be complete ``IDMINT_BODY_TIMEOUT`` seconds after its headers (while
+  this layer reads it: not while it waits for the app to take what it has), else **408** (the app reading it sees
+  the client gone) and the connection is closed;
+* **connections per client**: a client address holding ``IDMINT_MAX_CONNECTIONS_PER_CLIENT`` connections open is
+  answered **429** on the next one as it is accepted, which is then closed;
+* **descriptor reserve**: client connections never take the file descriptors the node needs for its own files
+  (high-water marks, state and lock files, backend connections): past the open-file limit (``RLIMIT_NOFILE``) less
+  the descriptors open at the first connection and ``IDMINT_FD_RESERVE``, or when an accepted socket's descriptor
+  lies inside the reserve (descriptors are handed out lowest first: every one below it is in use), a connection is
+  answered **503** as it is accepted and closed at once;
+* **request targets**: a target that is neither a path (``/...``) nor an absolute URL with one (``GET http://x``)
+  is a **400** naming the rule;
 * **idle connections**: a connection with no request under way (a fresh one too) is closed after
   ``IDMINT_KEEP_ALIVE_TIMEOUT`` seconds; one timer per connection, re-armed only when it fires early (never per
   request);
@@ -54,6 +66,8 @@ import fcntl
 import functools
 import json
 import logging
+import os
+import resource
 import socket
 import struct
 import termios
@@ -95,23 +109,102 @@ DECLINED_HEADERS = frozenset((b"content-length", b"transfer-encoding", b"expect"
 """A request carrying any of these goes through ASGI (a body, an expectation, an upgrade)."""
 
 
+REFUSAL_LOG_INTERVAL_S = 10.0
+"""Connections refused as they are accepted are logged at most once per this many seconds (a flood of them is one
+line, with its count)."""
+TARGET_RULE = "the request target must be a path (/...) or an absolute URL with one (http://host/...)"
+
+
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """The per-connection bounds: ``max_header_bytes`` (bytes), ``header_timeout``, ``send_timeout`` (seconds)."""
+    """The per-connection bounds: ``max_header_bytes`` (bytes), ``header_timeout``, ``body_timeout``,
+    ``send_timeout`` (seconds); and the per-process ones: ``max_connections_per_client``, ``max_connections`` (client
+    connections open at once, None: no open-file limit), ``fd_reserve`` (descriptors)."""
 
     max_header_bytes: int
     header_timeout: float
     send_timeout: float
+    body_timeout: float = 30.0
+    max_connections_per_client: int = 256
+    max_connections: int | None = None
+    fd_reserve: int = 64
+    fd_limit: int | None = None
+
+
+def descriptors_open() -> int:
+    """File descriptors this process holds (``/proc/self/fd``; 0 where there is none)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listdir held
+    except OSError:
+        return 0
+
+
+def connection_cap(fd_reserve: int) -> tuple[int | None, int | None]:
+    """(client connections this process may hold open, its open-file limit): the soft ``RLIMIT_NOFILE`` less the
+    descriptors open now and ``fd_reserve``, at least 1; (None, None) without a limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None, None
+    return max(1, soft - descriptors_open() - fd_reserve), soft
 
 
 @functools.cache
 def connection_limits() -> ConnectionLimits:
     """The limits of this process, from the ``IDMINT_*`` environment (validated by :func:`app.settings.load_settings`,
-    which raises ConfigError)."""
+    which raises ConfigError), and its connection cap (:func:`connection_cap`), computed once, at its first
+    connection."""
     from app.settings import load_settings
 
     settings = load_settings()
-    return ConnectionLimits(settings.max_header_bytes, settings.header_timeout, settings.stream_send_timeout)
+    cap, fd_limit = connection_cap(settings.fd_reserve)
+    return ConnectionLimits(
+        settings.max_header_bytes,
+        settings.header_timeout,
+        settings.stream_send_timeout,
+        settings.body_timeout,
+        settings.max_connections_per_client,
+        cap,
+        settings.fd_reserve,
+        fd_limit,
+    )
+
+
+class OpenConnections:
+    """The client connections this process holds open: in all (``total``) and per client address
+    (``by_client``); and the refusals at accept not yet logged."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.by_client: dict[str, int] = {}
+        self.refused_unlogged = 0
+        self.logged_at = -REFUSAL_LOG_INTERVAL_S
+
+    def opened(self, client: str) -> int:
+        """Count a connection of ``client`` in; its client's connections now open."""
+        self.total += 1
+        count = self.by_client.get(client, 0) + 1
+        self.by_client[client] = count
+        return count
+
+    def closed(self, client: str) -> None:
+        self.total -= 1
+        count = self.by_client[client] - 1
+        if count:
+            self.by_client[client] = count
+        else:
+            del self.by_client[client]
+
+    def refused(self, now: float, reason: str) -> None:
+        """Log a refusal at accept, at most one line per REFUSAL_LOG_INTERVAL_S (with the count since the last)."""
+        self.refused_unlogged += 1
+        if now - self.logged_at >= REFUSAL_LOG_INTERVAL_S:
+            log.warning("%d connection(s) refused as accepted: %s", self.refused_unlogged, reason)
+            self.refused_unlogged = 0
+            self.logged_at = now
+
+
+OPEN_CONNECTIONS = OpenConnections()
+"""This process's client connections (one event loop per process: no lock)."""
 
 
 def find_front(app: Any) -> Front | None:
@@ -126,13 +219,15 @@ def find_front(app: Any) -> Front | None:
     return None
 
 
-def refusal_bytes(status: int, detail: str, default: bytes) -> bytes:
-    """A refusal written by the connection layer itself (400, 408, 431): JSON ``{"detail": ...}`` with uvicorn's
-    ``default`` headers (:func:`default_head`), closing the connection."""
+def refusal_bytes(status: int, detail: str, default: bytes, retry_after: int | None = None) -> bytes:
+    """A refusal written by the connection layer itself (400, 408, 429, 431, 503): JSON ``{"detail": ...}`` with
+    uvicorn's ``default`` headers (:func:`default_head`) and ``Retry-After`` (seconds) when given, closing the
+    connection."""
     body = json.dumps({"detail": detail}).encode()
+    retry = b"" if retry_after is None else b"retry-after: %d\r\n" % retry_after
     return (
-        b"%s%scontent-type: application/json\r\nx-content-type-options: nosniff\r\ncontent-length: %d\r\n"
-        b"connection: close\r\n\r\n%s" % (STATUS_LINE[status], default, len(body), body)
+        b"%s%scontent-type: application/json\r\nx-content-type-options: nosniff\r\n%scontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (STATUS_LINE[status], default, retry, len(body), body)
     )
 
 
@@ -232,6 +327,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.closing = False  # closing gently: the answer is being taken, what the client sends is dropped
         self.drop_left = LINGER_BYTES
         self.header_timer: asyncio.TimerHandle | None = None
+        self.body_timer: asyncio.TimerHandle | None = None
+        self.peer: str | None = None  # the client address counted in OPEN_CONNECTIONS
         self.send_timer: asyncio.TimerHandle | None = None
         self.send_left = 0  # bytes not yet taken at the last check that saw the client take some
         self.send_progress_at = 0.0  # loop time of that check (or of arming the send timer)
@@ -243,12 +340,51 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # -- connection ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.peer = peer = self.client[0] if self.client else ""
+        count = OPEN_CONNECTIONS.opened(peer)
+        limits = self.limits
+        cap, fd_limit = limits.max_connections, limits.fd_limit
+        sock = transport.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else -1
+        if (cap is not None and OPEN_CONNECTIONS.total > cap) or (
+            fd_limit is not None and fd >= fd_limit - limits.fd_reserve
+        ):
+            reason = (
+                f"this node holds all the connections it serves at once ({cap}: its open-file limit of {fd_limit} "
+                f"less the descriptors it keeps for its own files, IDMINT_FD_RESERVE={limits.fd_reserve})"
+            )
+            self._refuse_at_accept(503, reason, gently=False)
+            return
+        if self.client and count > limits.max_connections_per_client:
+            reason = (
+                f"client {peer} already holds {count - 1} connections to this node "
+                f"(at most {limits.max_connections_per_client}, IDMINT_MAX_CONNECTIONS_PER_CLIENT)"
+            )
+            self._refuse_at_accept(429, reason, gently=True)
+            return
         self.idle_since = self.loop.time()
         self._arm_idle_timer(self.timeout_keep_alive)
 
+    def _refuse_at_accept(self, status: int, reason: str, *, gently: bool) -> None:
+        """Answer a connection just accepted ``status`` with ``reason`` before it sent anything, and close it: gently
+        (the request it sends read and dropped, so it reads the answer), or at once (a descriptor is given back)."""
+        OPEN_CONNECTIONS.refused(self.loop.time(), reason)
+        self.refused = True
+        self.transport.write(
+            refusal_bytes(status, reason, default_head(self.server_state.default_headers), retry_after=1)
+        )
+        if gently:
+            self._close_gently()
+        else:
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.peer is not None:
+            OPEN_CONNECTIONS.closed(self.peer)
+            self.peer = None
         self._disconnect()  # uvicorn's tells only the last request parsed, not the one under way before it
         self._cancel_header_timer()
+        self._cancel_body_timer()
         self._cancel_send_timer()
         if self.linger_timer is not None:
             self.linger_timer.cancel()
@@ -277,7 +413,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         except httptools.HttpParserError as exc:
             self._bad_request(exc)
             return
-        if not self.in_headers or self.transport.is_closing():
+        if not self.in_headers:
+            if not self.message_complete and self.body_timer is None and not self.refused:
+                self.body_timer = self.loop.call_later(self.limits.body_timeout, self._body_timed_out)
+            return
+        if self.transport.is_closing():
             return
         if continued and self.begun == begun:  # the same request's headers, still arriving: count this read
             self.header_bytes += len(data)
@@ -323,6 +463,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         front = self.front
         if front is not None and self._answer_here(front):
             return
+        if not self._target_ok():
+            return
         self._begin_asgi()
         cycle = self.cycle
         super().on_headers_complete()
@@ -337,6 +479,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.refused:
             return
         self.message_complete = True
+        if self.body_timer is not None:
+            self._cancel_body_timer()
         if not self.fast:
             super().on_message_complete()
 
@@ -346,6 +490,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_begin(self)
         self.url, self.expect_100_continue = url, expect
         self.headers = self.scope["headers"] = headers
+
+    def _target_ok(self) -> bool:
+        """Whether the request's target has a path uvicorn can read (origin or absolute form); else it is refused
+        with 400 (after the requests before it) and False."""
+        try:
+            path = httptools.parse_url(self.url).path
+        except httptools.HttpParserInvalidURLError:
+            path = None
+        if path is not None:
+            return True
+        shown = self.url[:200].decode("latin-1")
+        self._refuse_in_order(400, f"{TARGET_RULE}, got {shown!r}")
+        return False
 
     def _cycle_transport(self) -> _ClosingTransport:
         closing = self.cycle_transport
@@ -377,12 +534,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             if name in DECLINED_HEADERS:
                 return False
             if name == b"host":
+                if host:  # two: the ASGI front refuses them
+                    return False
                 host = True
         if not host and version == "1.1":
             return False
         try:
             url = httptools.parse_url(self.url)
             raw_path = url.path
+            if raw_path is None:  # an absolute URL without a path: refused (_target_ok)
+                return False
             path = raw_path.decode("ascii")
         except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
             return False
@@ -574,6 +735,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         status, detail = 400, f"invalid HTTP request: {exc}"
         if str(exc) == PARSER_BAD_VERSION:
             status, detail = 505, "this HTTP version is not supported: this server speaks HTTP/1.1 (and HTTP/1.0)"
+        self._refuse_in_order(status, detail)
+
+    def _refuse_in_order(self, status: int, detail: str) -> None:
+        """Refuse the request being parsed with ``status``: at once when none is under way before it, else after the
+        answers to those (on_response_complete), and close."""
         if self._between_requests() or self.transport.is_closing():
             self._refuse(status, detail)
             return
@@ -656,6 +822,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.header_timer.cancel()
             self.header_timer = None
 
+    def _cancel_body_timer(self) -> None:
+        if self.body_timer is not None:
+            self.body_timer.cancel()
+            self.body_timer = None
+
     def _cancel_send_timer(self) -> None:
         if self.send_timer is not None:
             self.send_timer.cancel()
@@ -670,6 +841,27 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         timeout = self.limits.header_timeout
         self._refuse(408, f"request headers must arrive within {timeout:g} s (IDMINT_HEADER_TIMEOUT)")
+
+    def _body_timed_out(self) -> None:
+        """The body deadline passed: 408 and close when the request's answer has not begun (its app, reading the
+        body, sees the client gone), else reset the connection. Re-armed while this layer does not read (the app
+        has not taken what arrived, or a request before it is answered)."""
+        self.body_timer = None
+        if self.transport.is_closing() or self.closing or self.refused or self.message_complete:
+            return
+        timeout = self.limits.body_timeout
+        if self.flow.read_paused:
+            self.body_timer = self.loop.call_later(timeout, self._body_timed_out)
+            return
+        cycle = self.cycle
+        self.refused = True
+        self._disconnect()
+        if cycle is not None and not cycle.response_started:
+            detail = f"the request body must arrive within {timeout:g} s of its headers (IDMINT_BODY_TIMEOUT)"
+            self.transport.write(refusal_bytes(408, detail, default_head(self.server_state.default_headers)))
+            self._close_gently()
+        else:
+            self._abort()
 
     def _send_check(self) -> None:
         """The send timer fired (every send timeout / SEND_CHECKS while bytes wait): abort the connection when its

@@ -91,6 +91,28 @@ class CoreSettings(BaseSettings):
         description="Seconds a request's headers may take to arrive after its first byte; then 408 and the "
         "connection is closed.",
     )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a request's body may take to arrive after its headers; then 408 and the connection is "
+        "closed.",
+    )
+    max_connections_per_client: int = Field(
+        256,
+        ge=1,
+        le=1_000_000,
+        description="Connections one client address may hold open at once (per worker process); more are answered "
+        "429 and closed as they are accepted.",
+    )
+    fd_reserve: int = Field(
+        64,
+        ge=16,
+        le=1_000_000,
+        description="File descriptors kept from client connections for the node's own files (high-water marks, "
+        "state and lock files, backend connections): connections beyond the open-file limit (RLIMIT_NOFILE) less "
+        "this reserve and those open at start are answered 503 and closed as they are accepted.",
+    )
     keep_alive_timeout: float = Field(
         5.0,
         gt=0,

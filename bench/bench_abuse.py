@@ -13,8 +13,12 @@ decode   single-ID latency (p50, p99; sequential client requests) alone and whil
 streams  time until ``/healthz`` answers after 50 clients abort ``stream?count=100000000`` (each read ~1 MB first),
          and single-ID latency (p50, p99) alone and beside four streams of the same scheme, for eight-byte (capped
          at 64 IDs/ms) and uuidv7 (uncapped: the streams take all the CPU they can).
+conns    against ``idmint serve`` (its connection layer): how many of 150 connections promising a body and sending
+         none are still open 5 s after IDMINT_BODY_TIMEOUT (30 s); and under ``ulimit -n 256`` with 300 idle
+         connections held, how many were refused (503) and held, whether ``/readyz`` stays 200 and leased IDs are
+         issued (a few connections freed), and whether the log says "Too many open files".
 
-Usage: python bench/bench_abuse.py [--part keys|body|decode|streams] [--rounds 3] [--seconds 5]
+Usage: python bench/bench_abuse.py [--part keys|body|decode|streams|conns] [--rounds 3] [--seconds 5]
 Needs: wrk (apt-get install wrk) and the ``limits`` library (pip install -e '.[bench]') for ``keys``; curl.
 """
 
@@ -385,7 +389,97 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-PARTS = {"keys": part_keys, "body": part_body, "decode": part_decode, "streams": part_streams}
+def _serve(env: dict[str, str], tmp: Path, open_files: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    idmint = Path(sys.executable).parent / "idmint"
+    cmd = [str(idmint), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if open_files is not None:
+        cmd = ["prlimit", f"--nofile={open_files}:{open_files}", "--", *cmd]
+    log = open(tmp / f"serve-{port}.log", "wb")  # noqa: SIM115 - the child holds it
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, **env, "IDMINT_STATE_DIR": str(tmp / f"s{port}")},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("idmint serve did not become ready")
+
+
+def _still_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        while sock.recv(65536):
+            pass
+        return False  # closed by the server
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def part_conns(args: argparse.Namespace, env: dict[str, str], tmp: Path) -> None:
+    proc, url = _serve({**env, "IDMINT_KEEP_ALIVE_TIMEOUT": "600"}, tmp)
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(150)]
+        for i, sock in enumerate(socks):
+            promise = b"Content-Length: 100" if i % 2 else b"Transfer-Encoding: chunked"
+            sock.sendall(
+                b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s\r\n\r\n" % promise
+            )
+        time.sleep(10)
+        at_10 = sum(_still_open(s) for s in socks)
+        time.sleep(25)
+        at_35 = sum(_still_open(s) for s in socks)
+        print(
+            f"conns: 150 bodies promised, none sent: {at_10} open at 10 s, {at_35} open at 35 s "
+            "(IDMINT_BODY_TIMEOUT 30 s)"
+        )
+        for sock in socks:
+            sock.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+    proc, url = _serve(
+        {**env, "IDMINT_KEEP_ALIVE_TIMEOUT": "600", "IDMINT_MAX_CONNECTIONS_PER_CLIENT": "100000"}, tmp, 256
+    )
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(300)]
+        time.sleep(2)
+        held = [s for s in socks if _still_open(s)]
+        print(f"conns: ulimit -n 256, 300 idle connections: {len(held)} held, {300 - len(held)} refused (503)")
+        for sock in held[:10]:
+            sock.close()
+        time.sleep(1)
+        ready = httpx.get(url + "/readyz", timeout=30).status_code
+        issued = httpx.get(url + "/v1/ids/snowflake?count=1000", timeout=30)
+        time.sleep(5)  # the marks are written ahead, every few seconds
+        again = httpx.get(url + "/v1/ids/snowflake?count=1000", timeout=30)
+        log = next(tmp.glob(f"serve-{port}.log")).read_text(errors="replace")
+        print(
+            f"      /readyz {ready}, issue {issued.status_code} then {again.status_code}; "
+            f"'Too many open files' in the log: {'Too many open files' in log}"
+        )
+        for sock in socks:
+            sock.close()
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+PARTS = {"keys": part_keys, "body": part_body, "decode": part_decode, "streams": part_streams, "conns": part_conns}
 
 
 def main() -> None:

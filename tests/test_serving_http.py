@@ -104,7 +104,7 @@ def test_pipelined_requests_mixing_hot_and_other_routes_answer_in_order(server: 
         sock.sendall(b"".join(data for data, _ in requests))
         reader = Reader(sock)
         answers = [reader.response(method) for _, method in requests]
-    assert [a.status for a in answers] == [200, 200, 200, 200, 200, 200, 405, 200, 404, 200]
+    assert [a.status for a in answers] == [200, 200, 200, 200, 200, 200, 200, 200, 404, 200]
     assert json.loads(answers[0].body)["scheme"] == "wiji"
     assert answers[1].body == b'{"status":"ok"}'
     assert json.loads(answers[2].body)["scheme"] == "uuidv7" and len(ids_of(answers[2].body)) == BIG
@@ -120,7 +120,7 @@ def test_pipelined_requests_mixing_hot_and_other_routes_answer_in_order(server: 
     stored = [answer.headers.get("cache-control") for answer in answers]
     assert (
         stored
-        == ["no-store", None, "no-store", "no-store", "no-store", "no-store", None, "no-store"] + ["no-store"] * 2
+        == ["no-store", None, "no-store", "no-store", "no-store", "no-store", "no-store", "no-store"] + ["no-store"] * 2
     )
 
 
@@ -252,7 +252,7 @@ def test_keys_quotas_and_metrics_count_each_request_once_on_either_transport(ser
         )
         assert [a.status for a in answers] == [200, 429], answers[1].body
         after = server.metrics_text()
-        assert delta("idmint_api_key_requests_total", key=key, outcome="allowed") == 2
+        assert delta("idmint_api_key_requests_total", key=key, outcome="allowed") == 1  # the refusal counted once
         assert delta("idmint_api_key_requests_total", key=key, outcome="over_quota") == 1
         assert delta("idmint_api_key_ids_total", key=key) == 10
 
@@ -363,3 +363,43 @@ def test_a_client_that_stops_reading_is_closed_and_others_are_served(server: Ser
     finally:
         hog.close()
     assert "accepted no bytes" in server.log() and "Traceback" not in server.log()
+
+
+def test_head_is_get_without_its_body_and_issues_nothing(server: Server) -> None:
+    auth = f"Authorization: Bearer {TINY}"
+    before = server.metrics_text()
+    heads = [
+        get("/healthz", method="HEAD"),
+        get("/readyz", method="HEAD"),
+        get("/v1/ids/wiji?count=5", auth, method="HEAD"),
+        get(f"/v1/ids/wiji?count={BIG}", auth, method="HEAD"),
+        get("/v1/sequences/orders/next?count=2", method="HEAD"),
+        get("/v1/ids/wiji/stream?count=3", method="HEAD"),
+        get("/v1/ids/wiji", "Authorization: Bearer nope", method="HEAD"),
+    ]
+    answers = exchange(server.port, b"".join(heads), methods=["HEAD"] * len(heads))
+    assert [a.status for a in answers] == [200, 200, 200, 200, 200, 200, 401]
+    gets = exchange(server.port, get("/healthz") + get("/readyz"), count=2)
+    for head, full in zip(answers[:2], gets, strict=True):  # GET's headers, without the date
+        assert head.headers.keys() == full.headers.keys() and head.headers["content-length"] == str(len(full.body))
+    for answer in answers[2:6]:  # nothing issued: no length, not stored
+        assert answer.headers["cache-control"] == "no-store" and "content-length" not in answer.headers
+    assert answers[5].headers["content-type"].startswith("text/plain")
+    assert answers[6].headers["content-length"] == str(
+        len(exchange(server.port, get("/v1/ids/wiji", "Authorization: Bearer nope"))[0].body)
+    )
+    after = server.metrics_text()
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert delta("idmint_ids_issued_total", scheme="wiji") == 0
+    assert delta("idmint_api_key_ids_total", key=TINY) == 0  # nor charged to the key: its 10 IDs/s are still there
+    assert delta("idmint_api_key_requests_total", key=TINY, outcome="allowed") == 2
+    assert delta("idmint_requests_total", method="HEAD", route="/healthz", status="200") == 1
+    nexts = get("/v1/sequences/orders/next") + get("/v1/sequences/orders/next", method="HEAD") * 3
+    methods = ["GET"] + ["HEAD"] * 3 + ["GET"]
+    first, _, _, _, second = exchange(server.port, nexts + get("/v1/sequences/orders/next"), methods)
+    assert ids_of(second.body) == [ids_of(first.body)[0] + 1]  # HEAD drew no integer
+    answer = exchange(server.port, get("/v1/ids/wiji?count=10", auth))[0]
+    assert answer.status == 200, answer.body

@@ -117,6 +117,7 @@ def test_httptools_offers_what_the_connection_layer_calls() -> None:
         assert callable(getattr(parser, method)), method
     url = httptools.parse_url(b"http://example.test/v1/ids/wiji?count=2")
     assert (url.path, url.query) == (b"/v1/ids/wiji", b"count=2")
+    assert httptools.parse_url(b"http://example.test").path is None  # no path: a 400 (BoundedHttpToolsProtocol)
     assert issubclass(httptools.HttpParserInvalidURLError, httptools.HttpParserError)
 
 

@@ -83,6 +83,9 @@ REMEMBERED_PER_KEY = 4
 """``Authorization`` values remembered per key of the file (a client may spell ``Bearer`` its own way)."""
 CHARGE_KEY = "idmint.charge_ids"
 """ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
+UNSETTLED_KEY = "idmint.unsettled_key"
+"""ASGI scope key: the key of a request whose count in ``idmint_api_key_requests_total`` waits on its IDs' charge
+(allowed, or over_quota when the charge refuses it); :func:`settle` counts it allowed when no charge came."""
 KEY_NAME = "idmint.key_name"
 """ASGI scope key: the name of the API key a request was authorised with (absent: no key file, or public)."""
 
@@ -101,7 +104,18 @@ def charge_ids(scope: Scope, count: int, within_quota: bool = False) -> None:
     granted as a debt."""
     charge = scope.get(CHARGE_KEY)
     if charge is not None:
-        charge(count, within_quota)
+        key = scope.pop(UNSETTLED_KEY, None)
+        charge(count, within_quota)  # a refusal is counted there, as over_quota
+        if key is not None:
+            key.allowed()
+
+
+def settle(scope: Scope) -> None:
+    """Count a keyed request whose IDs were never charged (the route refused it before, or HEAD) as allowed in
+    ``idmint_api_key_requests_total``; a request is counted there once, by the key check, its charge or this."""
+    key = scope.pop(UNSETTLED_KEY, None)
+    if key is not None:
+        key.allowed()
 
 
 # -- the key file ---------------------------------------------------------------------------------------------------
@@ -485,7 +499,8 @@ class ApiKeys:
     def check(self, access: Access, scope: Scope) -> KeyState | None:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
         stream quotas: the key to charge, or None for a public request. Counted in
-        ``idmint_api_key_requests_total``. Raises Refusal (401, 403, 429)."""
+        ``idmint_api_key_requests_total`` once: here, or for a request whose IDs are charged, by that charge
+        (:func:`charge_ids`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
         try:
             key = self.authorise(access.scope, scope["headers"])
@@ -497,6 +512,8 @@ class ApiKeys:
             raise
         if key is None:
             self.public_allowed()
+        elif CHARGE_KEY in scope:
+            scope[UNSETTLED_KEY] = key  # counted by its charge, or by settle()
         else:
             key.allowed()
         return key

@@ -8,8 +8,9 @@ Every HTTP request passes here once, in this order:
    matched against the FastAPI routes (:func:`route_finder`). Either way the route's :class:`~app.api.access.Access`
    is the one its FastAPI route declared (:func:`~app.api.access.access_of`): a hot route has a FastAPI twin of the
    same method and template, which documents it and serves the hot route's other methods (POST issue, POST next).
-2. **Framing** (:func:`framing_refusal`): an HTTP/1.1 request without ``Host`` is a 400, an HTTP version other
-   than 1.0 and 1.1 (or an ASGI server's 2 and 3) a 505, an ``Expect`` other than ``100-continue`` a 417.
+2. **Framing** (:func:`framing_refusal`): an HTTP/1.1 request without ``Host``, or any with two, is a 400, an HTTP
+   version other than 1.0 and 1.1 (or an ASGI server's 2 and 3) a 505, an ``Expect`` other than ``100-continue`` a
+   417, a ``Transfer-Encoding`` other than ``chunked`` a 501.
 3. **Body.** A declared ``Content-Length`` over ``IDMINT_MAX_BODY_BYTES`` is a 413 before a byte of the body is
    read. A body sent to a route that takes none (its operation documents no ``requestBody``) is refused before the
    route acts: a 422 naming the rule, a 413 past the limit; one sent without a length (chunked) is read, counted
@@ -23,7 +24,10 @@ Every HTTP request passes here once, in this order:
    (:func:`~app.api.auth.charge_ids`); a stream is held against the key's stream cap and paced as it is sent.
 5. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
    flight otherwise (:class:`~app.api.admin.Drain`).
-6. **Answer**: a hot route's from :meth:`Front.answer_hot` (steps 4 and 5, the route's handler, the count in the
+6. **HEAD** of a route that has a GET is that GET's answer without its body: the GET is run, and its body dropped;
+   for a route that hands out IDs, nothing is issued or charged: the key check and the drain answer, else a 200
+   with the headers of the route's JSON answer and no ``Content-Length`` (the length of IDs not issued).
+7. **Answer**: a hot route's from :meth:`Front.answer_hot` (steps 4 and 5, the route's handler, the count in the
    metrics), or the FastAPI app's. ``idmint serve``'s connection layer calls the same :meth:`Front.answer_hot` for
    a simple GET of a hot route (no body, no ``Expect``, nothing unfinished before it) and writes its
    :data:`Reply` itself; any other request reaches this layer through ASGI. Each request is counted once in
@@ -49,8 +53,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.access import OPEN, Access, access_of
 from app.api.admin import DRAIN_RETRY_AFTER_S, DRAINING, Drain
-from app.api.auth import ApiKeys, KeyState, Refusal
+from app.api.auth import ApiKeys, KeyState, Refusal, settle
 from app.api.errors import body_too_large, error_parts, refusal
+from app.api.streams import MEDIA_TYPE as STREAM_MEDIA_TYPE
 from app.errors import IdmintError
 
 log = logging.getLogger("idmint.api")
@@ -73,6 +78,7 @@ HTTP_VERSIONS = frozenset({"1.0", "1.1", "2", "3"})
 HTTP/3 (an ASGI server speaking those). ``HTTP/2.0`` in an HTTP/1 request line (uvicorn's httptools parser reads it
 as ``"2.0"``) is not HTTP/2: a 505."""
 CONTINUE = b"100-continue"
+CHUNKED = b"chunked"
 
 Answer = tuple[int, bytes, list[Header]]
 """A hot handler's answer: status, JSON body, extra headers."""
@@ -104,21 +110,45 @@ async def send_reply(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply[3]})
 
 
-def framing_refusal(version: str, host: bytes | None, expect: bytes | None) -> Answer | None:
+def framing_refusal(
+    version: str, host: bytes | None, expect: bytes | None, hosts: int = 1, coding: bytes | None = None
+) -> Answer | None:
     """The refusal of a request by its framing, or None: an HTTP ``version`` this server does not speak (505), an
-    HTTP/1.1 request without ``host`` (400, RFC 9112 section 3.2), an ``expect`` other than ``100-continue`` (417,
-    RFC 9110 section 10.1.1: the only expectation defined). Each closes the connection."""
+    HTTP/1.1 request without ``host`` or any request with ``hosts`` > 1 Host fields (400, RFC 9112 section 3.2), an
+    ``expect`` other than ``100-continue`` (417, RFC 9110 section 10.1.1: the only expectation defined), a
+    Transfer-Encoding ``coding`` other than ``chunked`` (501, RFC 9112 section 6.1: the only one read here). Each
+    closes the connection."""
     if version not in HTTP_VERSIONS:
         body, headers = refusal(f"HTTP/{version} is not supported: this server speaks HTTP/1.1 (and HTTP/1.0)")
         return 505, body, [*headers, CLOSE]
     if host is None and version == "1.1":
         body, headers = refusal("an HTTP/1.1 request must carry a Host header (RFC 9112 section 3.2)")
         return 400, body, [*headers, CLOSE]
+    if hosts > 1:
+        body, headers = refusal(f"a request must carry one Host header, got {hosts} (RFC 9112 section 3.2)")
+        return 400, body, [*headers, CLOSE]
+    if coding is not None and coding.strip().lower() != CHUNKED:
+        shown = coding.decode("latin-1")
+        body, headers = refusal(
+            f"Transfer-Encoding must be chunked (the only transfer coding read here), got {shown!r}"
+        )
+        return 501, body, [*headers, CLOSE]
     if expect is not None and expect.lower() != CONTINUE:
         shown = expect.decode("latin-1")
         body, headers = refusal(f"Expect must be 100-continue (the only expectation HTTP defines), got {shown!r}")
         return 417, body, [*headers, CLOSE]
     return None
+
+
+def headless(send: Send) -> Send:
+    """``send`` with every body dropped (the answer to HEAD: its GET's headers, ``Content-Length`` too)."""
+
+    async def head_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
+        await send(message)
+
+    return head_send
 
 
 def takes_no_body(limit: int, size: int) -> Answer:
@@ -256,6 +286,8 @@ class Front:
         finally:
             if counted:
                 drain.leave()
+        if self.keys is not None:
+            settle(scope)
         return self.finish(answer, access, route.template, scope["method"], start)
 
     def admit(self, scope: Scope, access: Access) -> tuple[Answer | None, KeyState | None]:
@@ -273,6 +305,7 @@ class Front:
                     headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
                 return (refused.status, body, headers), None
         if access.hands_out_ids and self.drain.draining:
+            settle(scope)
             body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
             return (503, body, headers), None
         return None, key
@@ -290,23 +323,29 @@ class Front:
             return
         start = time.perf_counter()
         method = scope["method"]
-        found = self.hot_route(method, scope["path"])
+        head = method == "HEAD"
+        if head:  # GET's answer without its body (step 6)
+            scope = {**scope, "method": "GET"}
+        found = self.hot_route(scope["method"], scope["path"])
         if found is not None:
             template, access = found[0].template, found[0].access
         else:
             template, access = self.route_of(scope)
-        host = expect = length = None
+        host = expect = length = coding = None
+        hosts = 0
         chunked = False
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value
+                hosts += 1
             elif name == b"content-length":
                 length = value
             elif name == b"transfer-encoding":
                 chunked = True
+                coding = value if coding is None else coding + b"," + value
             elif name == b"expect":
                 expect = value
-        refused = framing_refusal(scope.get("http_version", "1.1"), host, expect)
+        refused = framing_refusal(scope.get("http_version", "1.1"), host, expect, hosts, coding)
         if refused is None and length is not None:
             refused = self._declared_body(length, access)
         if refused is None and chunked and not access.takes_body:
@@ -314,6 +353,11 @@ class Front:
         if refused is not None:
             await send_reply(send, self.finish(refused, access, template, method, start))
             return
+        if head:
+            if access.hands_out_ids:
+                await self._head_of_issue(scope, send, start, template, access)
+                return
+            send = headless(send)
         if found is not None:
             await send_reply(send, await self.answer_hot(found[0], found[1], scope, start))
             return
@@ -328,12 +372,28 @@ class Front:
             keys = self.keys
             if key is not None and keys is not None and access.stream:
                 with keys.streaming(key):
-                    await self._fastapi(scope, receive, keys.paced(key, send), start, template, access)
+                    await self._fastapi(scope, receive, keys.paced(key, send), start, template, access, method)
             else:
-                await self._fastapi(scope, receive, send, start, template, access)
+                await self._fastapi(scope, receive, send, start, template, access, method)
         finally:
             if access.hands_out_ids:
                 drain.leave()
+            if keys is not None:
+                settle(scope)
+
+    async def _head_of_issue(self, scope: Scope, send: Send, start: float, template: str, access: Access) -> None:
+        """Answer HEAD of a route that hands out IDs (``scope`` is its GET's): the key check and the drain's
+        refusal, else 200 with the route's headers; nothing issued, no IDs charged."""
+        refused, _ = self.admit(scope, access)
+        settle(scope)  # the request counted; its IDs never charged
+        status, fixed, extra, body = self.finish(refused or (200, b"", []), access, template, "HEAD", start)
+        if access.stream and refused is None:
+            fixed = ((b"content-type", STREAM_MEDIA_TYPE.encode()), NOSNIFF, NO_STORE)
+        headers = [*fixed, *extra]
+        if refused is not None:
+            headers.append((b"content-length", b"%d" % len(body)))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
 
     def _declared_body(self, length: bytes, access: Access) -> Answer | None:
         """The refusal of a body of declared ``length`` bytes, or None (over the limit: 413; to a route that takes
@@ -368,7 +428,7 @@ class Front:
         return None, replayed
 
     async def _fastapi(
-        self, scope: Scope, receive: Receive, send: Send, start: float, template: str, access: Access
+        self, scope: Scope, receive: Receive, send: Send, start: float, template: str, access: Access, method: str
     ) -> None:
         status = 500
         added = (NOSNIFF, NO_STORE) if access.hands_out_ids else (NOSNIFF,)
@@ -384,6 +444,4 @@ class Front:
             await self.app(scope, receive, counted)
         finally:
             route = scope.get("route")
-            self.metrics.request(
-                getattr(route, "path", None) or template, scope["method"], status, time.perf_counter() - start
-            )
+            self.metrics.request(getattr(route, "path", None) or template, method, status, time.perf_counter() - start)

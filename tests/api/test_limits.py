@@ -275,6 +275,13 @@ def test_a_client_that_writes_its_whole_body_before_reading_still_reads_its_413(
         (b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}", 417, b"200-ok"),
         (b"GET /v1/ids/wiji HTTP/9.9\r\nHost: x\r\n\r\n", 505, b"not supported"),
         (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nBad Header: x\r\n\r\n", 400, b"invalid HTTP request"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, b"one Host header, got 2"),
+        (b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nHost: x\r\n\r\n", 400, b"one Host header, got 2"),
+        (b"GET /v1/ids/wiji HTTP/1.0\r\nHost: x\r\nHost: y\r\n\r\n", 400, b"one Host header, got 2"),
+        (b"POST /v1/decode HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", 501, b"'xchunked'"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, b"must be chunked"),
+        (b"GET http://x HTTP/1.1\r\nHost: x\r\n\r\n", 400, b"request target must be a path"),
+        (b"GET http://x?count=2 HTTP/1.1\r\nHost: x\r\n\r\n", 400, b"request target must be a path"),
     ],
 )
 def test_requests_without_host_of_another_version_or_expecting_more_are_refused(

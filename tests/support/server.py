@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -56,6 +58,10 @@ def _kill_leftovers() -> None:
 def _killpg(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
+
+
+def _limit_open_files(count: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
 
 def free_port() -> int:
@@ -107,6 +113,7 @@ class Server:
     :meth:`wait`, :meth:`wait_ready`, or use :func:`serve_process`), stopped by PID.
 
     ``args`` go to ``idmint serve`` after ``--host`` and ``--port`` (``--workers`` is added when ``workers`` > 1).
+    ``open_files``: the process's open-file limit (``RLIMIT_NOFILE``, soft and hard), as ``ulimit -n`` sets it.
     """
 
     def __init__(
@@ -118,6 +125,7 @@ class Server:
         workers: int = 1,
         uvicorn: bool = False,
         log_path: Path | None = None,
+        open_files: int | None = None,
     ) -> None:
         self.port = free_port() if port is None else port
         self.workers = workers
@@ -137,6 +145,7 @@ class Server:
             if workers != 1:
                 command += ["--workers", str(workers)]
         command += list(args)
+        limit = None if open_files is None else functools.partial(_limit_open_files, open_files)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 command,
@@ -146,6 +155,7 @@ class Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=limit,
             )
         _RUNNING[self.proc.pid] = self.proc
 

@@ -47,9 +47,10 @@ log = logging.getLogger("idmint.storage.postgres")
 T = TypeVar("T")
 
 # SQLSTATE (exact code, else its two-character class; None: no SQLSTATE, a failed or lost connection) -> (what
-# PostgreSQL did, our error class). The one table of PostgreSQL errors; nothing is told apart by message text. A
-# connection that fails at start-up carries no SQLSTATE (libpq reports none): a wrong password, a missing database
-# and a refused TCP connection all map to None, and libpq's own words (appended) say which.
+# PostgreSQL did, our error class). The one table of PostgreSQL errors; nothing is told apart by message text but
+# a full server's refusal (SLOTS_FULL). A connection that fails at start-up carries no SQLSTATE (libpq reports
+# none): a wrong password, a missing database and a refused TCP connection all map to None, and libpq's own words
+# (appended) say which.
 ERRORS: dict[str | None, tuple[str, type[NotReadyError]]] = {
     None: ("is unreachable or refused the connection", BackendUnavailableError),
     "08": ("is unreachable (connection failed or lost)", BackendUnavailableError),
@@ -60,12 +61,16 @@ ERRORS: dict[str | None, tuple[str, type[NotReadyError]]] = {
     "42501": ("refused: permission denied", BackendUnavailableError),
     "25006": ("is read-only (a standby, or default_transaction_read_only)", BackendUnavailableError),
     "40": ("aborted the statement on a conflict", BackendUnavailableError),
+    "53300": ("has no connection slot free (max_connections reached)", BackendUnavailableError),
     "53": ("is out of resources (too many connections, disk full or out of memory)", BackendUnavailableError),
     "57014": ("did not answer in time (statement_timeout)", BackendUnavailableError),
     "57P": ("is shutting down, restarting or starting up", BackendUnavailableError),
     "XX": ("failed internally", BackendUnavailableError),
 }
 FALLBACK = ("failed", BackendUnavailableError)
+SLOTS_FULL = ("too many clients already", "remaining connection slots are reserved")
+"""PostgreSQL's words when it refuses a connection for want of a free slot (SQLSTATE 53300, too_many_connections,
+sent at start-up, where libpq reports no SQLSTATE): the one failure told apart by its text, as 53300."""
 POOL_CLOSE_TIMEOUT_S = 1.0
 """Seconds :meth:`Database.close` waits for the pool's background workers."""
 ABANDON_WAIT_S = 1.0
@@ -83,6 +88,8 @@ def map_error(exc: BaseException, doing: str, where: str, secret: str | None = N
     if isinstance(exc, PoolTimeout):
         return BackendUnavailableError(f"PostgreSQL at {where} gave no connection in time (while {doing})")
     code: str | None = getattr(exc, "sqlstate", None)
+    if code is None and isinstance(exc, psycopg.OperationalError) and any(w in str(exc) for w in SLOTS_FULL):
+        code = "53300"
     if code is None:
         lost = isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError))
         what, kind = ERRORS[None] if lost else FALLBACK
