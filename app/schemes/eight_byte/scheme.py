@@ -110,6 +110,8 @@ class EightByteScheme(Scheme):
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
     rising_formats = {"hex": {"mode": ("time_sequential",)}}
+    identity_fields = ("generator_id", "mode", "cluster_id")
+    identity_rising_formats = {"hex": {"mode": ("time_sequential",)}, "decimal": {"mode": ("time_sequential",)}}
     """Only hex in time_sequential mode rises: spread (the default) bit-reverses the timestamp, so IDs of successive
     ticks scatter; ``decimal`` has no fixed width and ``signed`` puts negative values (a leading ``-``) in reverse
     order."""
