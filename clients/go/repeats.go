@@ -26,7 +26,8 @@ import (
 //     identity's last spansPerIdentity answers, or at or below the floor the forgotten spans leave, is refused (a
 //     gap between spans passes: a concurrent answer arriving late). identitiesRemembered identities per scheme,
 //     the least recently seen forgotten first;
-//   - other forms: the last recentIDs IDs per scheme, form and options;
+//   - other forms: at least the last recentIDs IDs per scheme, form and options (up to twice as many: two
+//     generations of sets, the older dropped whole);
 //   - sequence integers: every next integer and range handed out, as merged intervals, at most
 //     intervalsRemembered per sequence, the lowest forgotten first.
 
@@ -233,9 +234,16 @@ func (s *intervals) add(low, high int64) {
 	}
 }
 
-type recent struct {
-	seen  map[string]struct{}
-	order []string
+// recent holds the last recentIDs values at least (up to twice as many): two generations of sets, the older
+// dropped whole when the newer one fills.
+type recent struct{ newer, older map[string]struct{} }
+
+func (rc *recent) has(item string) bool {
+	if _, ok := rc.newer[item]; ok {
+		return true
+	}
+	_, ok := rc.older[item]
+	return ok
 }
 
 type ends struct {
@@ -299,23 +307,19 @@ func (r *repeats) check(key string, items []string, what string, first int, rl r
 	} else {
 		rc := r.recent[key]
 		if rc == nil {
-			rc = &recent{seen: map[string]struct{}{}}
+			rc = &recent{newer: map[string]struct{}{}}
 			r.recent[key] = rc
 		}
 		for i, item := range items {
-			if _, ok := rc.seen[item]; ok {
+			if rc.has(item) {
 				return failf("%s %d is %s, received before: a replayed or repeating answer", what, i+first, shown(item))
 			}
 		}
 		for _, item := range items {
-			rc.seen[item] = struct{}{}
+			rc.newer[item] = struct{}{}
 		}
-		rc.order = append(rc.order, items...)
-		if drop := len(rc.order) - recentIDs; drop > 0 {
-			for _, old := range rc.order[:drop] {
-				delete(rc.seen, old)
-			}
-			rc.order = append([]string(nil), rc.order[drop:]...)
+		if len(rc.newer) >= recentIDs {
+			rc.older, rc.newer = rc.newer, map[string]struct{}{}
 		}
 	}
 	for _, end := range [2]string{items[0], items[len(items)-1]} {

@@ -329,7 +329,7 @@ def test_the_spans_past_the_bound_leave_a_floor() -> None:
     from idmint_client._repeats import SPANS_PER_IDENTITY, Repeats, Rule
     from idmint_client._shapes import IdShape
 
-    info = next(s for s in catalogue()["schemes"] if s["name"] == "snowflake")  # type: ignore[index]
+    info = next(s for s in catalogue()["schemes"] if s["name"] == "snowflake")  # type: ignore[attr-defined]
     shape = IdShape("snowflake", "hex", info["token_patterns"]["hex"], None, info["rising_per_identity"]["hex"])
     rule = shape.rule({})
     assert isinstance(rule, Rule) and rule.order is not None and not rule.rising

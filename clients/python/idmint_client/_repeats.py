@@ -18,8 +18,9 @@ an answer that breaks a rule fails its server (moved on from, like a dead one), 
   the spans (lowest to highest ID) of its last :data:`SPANS_PER_IDENTITY` answers: an ID inside one, or at or below
   the floor the forgotten spans leave, is refused; one in a gap between them passes (a late concurrent answer).
   :data:`IDENTITIES_REMEMBERED` identities per scheme are kept, the least recently seen forgotten first;
-* **other forms** (random schemes, forms that do not rise): the last :data:`RECENT_IDS` IDs handed out per scheme,
-  form and options; an ID among them is refused;
+* **other forms** (random schemes, forms that do not rise): at least the last :data:`RECENT_IDS` IDs handed out
+  per scheme, form and options (up to twice as many: two generations of sets, the older dropped whole); an ID among
+  them is refused;
 * **sequence integers**: every ``next`` integer and ``range`` handed out, as merged intervals, at most
   :data:`INTERVALS_REMEMBERED` per sequence, the lowest forgotten first; an integer inside one is refused.
 """
@@ -27,7 +28,6 @@ an answer that breaks a rule fails its server (moved on from, like a dead one), 
 from __future__ import annotations
 
 import bisect
-from collections import deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -41,7 +41,7 @@ SPANS_PER_IDENTITY = 64
 IDENTITIES_REMEMBERED = 4096
 """Issuing identities kept per scheme, the least recently seen forgotten first."""
 RECENT_IDS = 1 << 16
-"""IDs kept per scheme, form and options when no identity order applies, the oldest forgotten first."""
+"""IDs kept at least per scheme, form and options when no identity order applies (up to twice as many)."""
 INTERVALS_REMEMBERED = 4096
 """Merged intervals of integers kept per sequence, the lowest forgotten first."""
 SHOWN_CHARS = 80
@@ -86,11 +86,15 @@ class IdentityOrder:
         table.update({ord(c): RADIX_DIGITS[i] for i, c in enumerate(digits)})
         return cls(digits, strip, mask, "/".join(names), table)
 
-    def integer(self, text: str) -> int:
-        """The integer ``text`` holds; ValueError for a character outside the digits."""
-        if not text.isascii():
-            raise ValueError(text)
-        return int(text.translate(self.table), len(self.digits))
+    def integers(self, texts: Sequence[str]) -> list[int] | None:
+        """The integer each of ``texts`` holds; None when one has a character outside the digits."""
+        if not all(map(str.isascii, texts)):
+            return None
+        table, radix = self.table, len(self.digits)
+        try:
+            return [int(text.translate(table), radix) for text in texts]
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,10 @@ class _Spans:
     lows: list[int] = field(default_factory=list)
     highs: list[int] = field(default_factory=list)
 
+    def below(self, value: int) -> bool:
+        """Whether ``value`` is above the floor and every span."""
+        return value > self.floor and (not self.highs or value > self.highs[-1])
+
     def holds(self, value: int) -> bool:
         if value <= self.floor:
             return True
@@ -135,18 +143,24 @@ class _Spans:
 
 
 class _Recent:
-    """The last ``limit`` values, as a set with their order of arrival."""
+    """The last ``limit`` values at least (up to ``2 * limit``): two generations of sets, the older dropped whole
+    when the newer one fills."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.values: set[Hashable] = set()
-        self.order: deque[Hashable] = deque()
+        self.newer: set[Hashable] = set()
+        self.older: set[Hashable] = set()
+
+    def isdisjoint(self, items: set[Any]) -> bool:
+        return self.newer.isdisjoint(items) and self.older.isdisjoint(items)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.newer or item in self.older
 
     def add(self, items: Sequence[Hashable]) -> None:
-        self.values.update(items)
-        self.order.extend(items)
-        while len(self.order) > self.limit:
-            self.values.discard(self.order.popleft())
+        self.newer.update(items)
+        if len(self.newer) >= self.limit:
+            self.older, self.newer = self.newer, set()
 
 
 class Intervals:
@@ -228,8 +242,8 @@ class Repeats:
             recent = self._recent.get(key)
             if recent is None:
                 recent = self._recent[key] = _Recent(self._recent_limit)
-            elif not recent.values.isdisjoint(distinct):
-                _first_held(items, recent.values, what, first_number)
+            elif not recent.isdisjoint(distinct):
+                _first_held(items, recent, what, first_number)
             recent.add(items)
         ends[items[0]] = None
         ends[items[-1]] = None
@@ -243,19 +257,15 @@ class Repeats:
         the floor); else a function that remembers the answer's spans."""
         known = self._identities.setdefault(scheme, {})
         mask = order.mask
+        values = order.integers(items)
+        if values is None:
+            for number, item in enumerate(items, first_number):
+                if order.integers([item]) is None:
+                    raise Failed(f"{what} {number} is {_shown(item)}, not an integer in {order.digits!r}")
+            raise Failed(f"an {what} is not an integer in {order.digits!r}")  # pragma: no cover -- found above
         seen: dict[int, list[int]] = {}
-        for number, item in enumerate(items, first_number):
-            try:
-                value = order.integer(item)
-            except ValueError:
-                raise Failed(f"{what} {number} is {_shown(item)}, not an integer in {order.digits!r}") from None
+        for value in values:
             identity = value & mask
-            spans = known.get(identity)
-            if spans is not None and spans.holds(value):
-                raise Failed(
-                    f"{what} {number} is {_shown(item)}, not above an ID of its issuer ({order.fields} bits "
-                    f"{identity:#x}) received before: a replayed or spliced answer"
-                )
             span = seen.get(identity)
             if span is None:
                 seen[identity] = [value, value]
@@ -263,6 +273,16 @@ class Repeats:
                 span[0] = value
             elif value > span[1]:
                 span[1] = value
+        for identity, (low, _) in seen.items():
+            spans = known.get(identity)
+            if spans is None or spans.below(low):
+                continue  # the answer's IDs of this identity are all above what it gave before (the usual case)
+            for number, (item, value) in enumerate(zip(items, values, strict=True), first_number):
+                if value & mask == identity and spans.holds(value):
+                    raise Failed(
+                        f"{what} {number} is {_shown(item)}, not above an ID of its issuer ({order.fields} bits "
+                        f"{identity:#x}) received before: a replayed or spliced answer"
+                    )
 
         def commit() -> None:
             for identity, (low, high) in seen.items():

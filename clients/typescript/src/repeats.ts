@@ -23,7 +23,8 @@ function shown(text: string): string {
  *   identity's last SPANS_PER_IDENTITY answers, or at or below the floor the forgotten spans leave, is refused (a
  *   gap between spans passes: a concurrent answer arriving late). IDENTITIES_REMEMBERED identities per scheme, the
  *   least recently seen forgotten first;
- * - other forms: the last RECENT_IDS IDs per scheme, form and options;
+ * - other forms: at least the last RECENT_IDS IDs per scheme, form and options (up to twice as many: two
+ *   generations of sets, the older dropped whole);
  * - sequence integers: every `next` integer and `range` handed out, as merged intervals, at most
  *   INTERVALS_REMEMBERED per sequence, the lowest forgotten first.
  */
@@ -175,26 +176,22 @@ class Intervals {
   }
 }
 
-/** The last `limit` values, as a set with their order of arrival. */
+/** The last `limit` values at least (up to 2 * limit): two generations of sets, the older dropped whole. */
 class Recent {
-  readonly values = new Set<string>();
-  private readonly order: string[] = [];
-  private head = 0;
+  private newer = new Set<string>();
+  private older = new Set<string>();
 
   constructor(private readonly limit: number) {}
 
+  has(item: string): boolean {
+    return this.newer.has(item) || this.older.has(item);
+  }
+
   add(items: readonly string[]): void {
-    for (const item of items) {
-      this.values.add(item);
-      this.order.push(item);
-    }
-    while (this.order.length - this.head > this.limit) {
-      this.values.delete(this.order[this.head] as string);
-      this.head++;
-    }
-    if (this.head > this.limit) {
-      this.order.splice(0, this.head);
-      this.head = 0;
+    for (const item of items) this.newer.add(item);
+    if (this.newer.size >= this.limit) {
+      this.older = this.newer;
+      this.newer = new Set();
     }
   }
 }
@@ -251,7 +248,7 @@ export class Repeats {
         this.recent.set(key, recent);
       }
       for (let i = 0; i < items.length; i++) {
-        if (recent.values.has(items[i] as string)) {
+        if (recent.has(items[i] as string)) {
           throw new Failed(
             `${what} ${i + first} is ${shown(items[i] as string)}, received before: a replayed or repeating answer`,
           );
