@@ -14,7 +14,12 @@ Each measurement runs ``--seconds`` after a 1 s warm-up; prints every run, then 
 the rounds and its ratio to the Python client's. Goals (issue 33): TypeScript >= 1 M/s and Go >= 5 M/s buffered
 new IDs in process.
 
-Usage: python bench/bench_clients.py [--seconds 5] [--rounds 3] [--scheme wiji]
+``--against DIR``: also run the clients of another tree (``git archive main clients | tar -x -C DIR``; its
+``clients/typescript/node_modules`` may be a link to this tree's), alternated with this tree's in the same run and
+against the same server, labelled ``python@DIR`` and so on: the cost of a change to the clients, side by side.
+``--modes``: the modes to run (comma-separated). The load average is printed at the start and the end.
+
+Usage: python bench/bench_clients.py [--seconds 5] [--rounds 3] [--scheme wiji] [--against DIR] [--modes hot]
 Needs: the Python client (pip install -e clients/python), node (the TypeScript client is built here with
 ``npm run build``; run ``npm ci`` in clients/typescript once) and go. Nothing here asserts: it prints.
 """
@@ -80,17 +85,28 @@ def python_worker(url: str, scheme: str, mode: str, seconds: float) -> None:
     print(json.dumps({"client": "python", "mode": mode, "ids": count, "seconds": elapsed, "rate": count / elapsed}))
 
 
-def commands(url: str, scheme: str, mode: str, seconds: float) -> dict[str, list[str]]:
+def commands(url: str, scheme: str, mode: str, seconds: float, tree: Path = ROOT) -> dict[str, list[str]]:
+    go = go_binary(tree)
     return {
         "python": [sys.executable, __file__, "--python-worker", url, scheme, mode, str(seconds)],
-        "typescript": ["node", str(ROOT / "clients/typescript/build/bench/bench.js"), url, scheme, mode, str(seconds)],
-        "go": [str(GO_BENCH), "-url", url, "-scheme", scheme, "-mode", mode, "-seconds", str(seconds)],
+        "typescript": ["node", str(tree / "clients/typescript/build/bench/bench.js"), url, scheme, mode, str(seconds)],
+        "go": [str(go), "-url", url, "-scheme", scheme, "-mode", mode, "-seconds", str(seconds)],
     }
 
 
-def build() -> None:
-    subprocess.run(["npm", "run", "--silent", "build"], cwd=ROOT / "clients/typescript", check=True)
-    subprocess.run(["go", "build", "-o", str(GO_BENCH), "./cmd/idmint-bench"], cwd=ROOT / "clients/go", check=True)
+def go_binary(tree: Path) -> Path:
+    return GO_BENCH if tree == ROOT else GO_BENCH.with_name(f"{GO_BENCH.name}-{abs(hash(str(tree)))}")
+
+
+def build(tree: Path = ROOT) -> None:
+    subprocess.run(["npm", "run", "--silent", "build"], cwd=tree / "clients/typescript", check=True)
+    subprocess.run(
+        ["go", "build", "-o", str(go_binary(tree)), "./cmd/idmint-bench"], cwd=tree / "clients/go", check=True
+    )
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip() if Path("/proc/loadavg").exists() else "unknown"
 
 
 def main() -> None:
@@ -101,36 +117,49 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scheme", default="wiji")
+    parser.add_argument("--against", type=Path, default=None)
+    parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
-    build()
-    clients = ["python", "typescript", "go"]
+    modes = [m for m in args.modes.split(",") if m in MODES]
+    trees = {"": ROOT}
+    if args.against is not None:
+        trees[f"@{args.against.name}"] = args.against.resolve()
+    for tree in trees.values():
+        build(tree)
+    clients = [f"{c}{label}" for c in ("python", "typescript", "go") for label in trees]
     rates: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as state_dir:
         proc, url = start_server(state_dir)
         try:
             print(f"server: {url} (idmint serve, 1 worker); scheme {args.scheme}; {args.seconds:g} s per run")
+            print(f"load average at start: {loadavg()}")
             for round_number in range(args.rounds):
-                order = clients[round_number % 3 :] + clients[: round_number % 3]
-                for mode in MODES:
+                turn = round_number % len(clients)
+                order = clients[turn:] + clients[:turn]
+                for mode in modes:
                     for client in order:
                         seconds = args.seconds / HOT_TIMED_SHARE if mode == "hot" else args.seconds
-                        command = commands(url, args.scheme, mode, seconds)[client]
-                        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+                        name, _, label = client.partition("@")
+                        tree = trees[f"@{label}" if label else ""]
+                        command = commands(url, args.scheme, mode, seconds, tree)[name]
+                        env = {**os.environ, "PYTHONPATH": str(tree / "clients/python")}
+                        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
                         if done.returncode != 0:
                             raise SystemExit(f"{client} {mode} failed: {done.stderr.strip()}")
                         result = json.loads(done.stdout.strip().splitlines()[-1])
                         rates.setdefault((client, mode), []).append(result["rate"])
-                        print(f"round {round_number + 1} {mode:8} {client:10} {result['rate']:>14,.0f} IDs/s")
+                        print(f"round {round_number + 1} {mode:8} {client:16} {result['rate']:>14,.0f} IDs/s")
         finally:
             proc.terminate()
             proc.wait()
+    print(f"load average at end: {loadavg()}")
     print()
-    print(f"{'mode':8} {'client':10} {'median IDs/s':>14} {'vs python':>10}")
-    for mode in MODES:
+    print(f"{'mode':8} {'client':16} {'median IDs/s':>14} {'vs python':>10}")
+    for mode in modes:
         base = statistics.median(rates[("python", mode)])
         for client in clients:
             median = statistics.median(rates[(client, mode)])
-            print(f"{mode:8} {client:10} {median:>14,.0f} {median / base:>9.2f}x")
+            print(f"{mode:8} {client:16} {median:>14,.0f} {median / base:>9.2f}x")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -185,3 +186,40 @@ def test_every_format_has_a_token_pattern_that_its_issued_ids_match(client: Test
             assert not bad, (fmt, options, bad[:3])
         for wrong in ("", "null", "<html>", "0x1", " " + entry["example"]):
             assert not re.fullmatch(pattern, wrong), (fmt, wrong)
+
+
+def _declared_integer(text: str, form: dict[str, Any]) -> int:
+    """An ID's integer as ``rising_per_identity`` says to read it (what every client does)."""
+    digits = form["digits"]
+    value = 0
+    for char in text.translate({ord(c): None for c in form["strip"]}):
+        value = value * len(digits) + digits.index(char)
+    return value
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_rising_per_identity_reads_the_packed_value_and_each_identity_rises(client: TestClient, scheme: str) -> None:
+    entry = next(s for s in client.get("/v1/schemes").json()["schemes"] if s["name"] == scheme)
+    declared = entry["rising_per_identity"]
+    if not declared:
+        assert scheme in ("wiji", "uuidv7", "ulid", "typeid", "ksuid"), scheme
+        return
+    layout = {f["name"] for f in entry["layout"]}
+    for form, rule in declared.items():
+        assert form in entry["formats"] and {p["field"] for p in rule["identity"]} <= layout
+        mask = sum(((1 << p["bits"]) - 1) << p["shift"] for p in rule["identity"])
+        options = {k: v[0] for k, v in rule["needs"].items()}
+        types = [{"type": t} for t in ("user", "content", "thread")] if scheme == "siq" else [{}]
+        highest: dict[int, int] = {}
+        for _ in range(2):
+            for extra in types:
+                r = client.get(f"/v1/ids/{scheme}/stream", params={"count": 300, "format": form, **options, **extra})
+                assert r.status_code == 200, r.text
+                for number, line in enumerate(r.text.splitlines()):
+                    value = _declared_integer(line, rule)
+                    if number < 3:
+                        canonical = client.get(f"/v1/decode/{scheme}/{line}").json()["hex"]
+                        assert value == int(canonical, 16), (form, line)
+                    key = value & mask
+                    assert value > highest.get(key, -1), (form, line)
+                    highest[key] = value

@@ -10,8 +10,12 @@ that issued IDs match it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from app.schemes import schemes
+
+if TYPE_CHECKING:
+    from app.schemes.base import Scheme
 
 HEX_LOWER = "[0-9a-f]"
 UUID = f"{HEX_LOWER}{{8}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{4}}-{HEX_LOWER}{{12}}"
@@ -42,6 +46,56 @@ TOKEN_PATTERNS: Mapping[str, Mapping[str, str]] = {
     "ksuid": {"base62": "[0-9A-Za-z]{27}", "hex": _hex(40)},
     "snowflake": {"decimal": _decimal(19), "hex": _hex(16)},
 }
+
+
+HEX_DIGITS = "0123456789abcdef"
+DECIMAL_DIGITS = "0123456789"
+CROCKFORD_DIGITS = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+TEXT_DIGITS: Mapping[str, Mapping[str, tuple[str, str]]] = {
+    "muid": {"canonical": (HEX_DIGITS.upper(), "-")},
+    "eight-byte": {"hex": (HEX_DIGITS, ""), "decimal": (DECIMAL_DIGITS, "")},
+    "hlc-ulid": {"ulid": (CROCKFORD_DIGITS, ""), "hex": (HEX_DIGITS, "-")},
+    "siq": {"hex": (HEX_DIGITS, ""), "decimal": (DECIMAL_DIGITS, "")},
+    "snowflake": {"hex": (HEX_DIGITS, ""), "decimal": (DECIMAL_DIGITS, "")},
+}
+"""How an issued ID's text in a form maps to its integer, for the forms of :attr:`Scheme.identity_rising_formats
+<app.schemes.base.Scheme.identity_rising_formats>`: (the digits, most significant first, whose positions are their
+values: the radix is their count; the characters to drop first)."""
+
+
+def _bit_ranges(bits: str) -> list[tuple[int, int]]:
+    """``"15..13,11..4"`` -> [(13, 3), (4, 8)]: (shift, width) of each piece of a layout field."""
+    out = []
+    for piece in bits.split(","):
+        high, _, low = piece.partition("..")
+        top, bottom = int(high), int(low or high)
+        out.append((bottom, top - bottom + 1))
+    return out
+
+
+def rising_per_identity(scheme: Scheme) -> dict[str, dict[str, Any]]:
+    """``/v1/schemes``' ``rising_per_identity`` of ``scheme``: per form in which one issuing identity's IDs rise
+    across answers, ``{"needs": {option: [values]}, "digits", "strip", "identity": [{"field", "shift", "bits"}]}``
+    (the integer is the text less the ``strip`` characters read in ``digits``; the identity is the bits of each
+    piece, ``shift`` bits up from bit 0). Empty for a scheme without :attr:`Scheme.identity_fields`."""
+    if not scheme.identity_fields:
+        return {}
+    fields = {f.name: f.bits for f in scheme.layout}
+    identity = [
+        {"field": name, "shift": shift, "bits": width}
+        for name in scheme.identity_fields
+        for shift, width in _bit_ranges(fields[name])
+    ]
+    out: dict[str, dict[str, Any]] = {}
+    for form, needs in scheme.identity_rising_formats.items():
+        digits, strip = TEXT_DIGITS[scheme.name][form]
+        out[form] = {
+            "needs": {k: list(v) for k, v in needs.items()},
+            "digits": digits,
+            "strip": strip,
+            "identity": identity,
+        }
+    return out
 
 
 def token_patterns(scheme: str) -> dict[str, str]:

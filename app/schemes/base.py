@@ -360,6 +360,18 @@ class Scheme(abc.ABC):
     among themselves. A form left out does not rise (the scheme's own docstring of this attribute says why);
     decimal forms without a fixed width never byte-sort."""
 
+    identity_fields: ClassVar[tuple[str, ...]] = ()
+    """Layout fields that together name the generator an ID came from (snowflake's ``worker_id``; eight-byte's
+    ``generator_id``, ``mode`` and ``cluster_id``): one generator's IDs take these bits from its identity. Empty
+    for schemes whose IDs carry no issuing identity."""
+    identity_rising_formats: ClassVar[dict[str, dict[str, tuple[str, ...]]]] = {}
+    """Text forms in which one identity's IDs (equal :attr:`identity_fields`) strictly rise as integers across
+    answers, each mapped to the options a request must name for it (as :attr:`rising_formats`). It holds because
+    the generator on an identity hands out IDs strictly above the last one it issued, and a generator on a claimed
+    identity starts above the claim's recorded high-water mark (a restart, another worker or replica taking it over).
+    Published in ``/v1/schemes`` as ``rising_per_identity`` with how to read the integer from the text; the clients
+    refuse an ID at or below one of the same identity received before."""
+
     text_width: ClassVar[dict[str, int]]
     """Characters per ID for each fixed-width format (decimal forms may be absent)."""
     timestamp_digits: ClassVar[int]

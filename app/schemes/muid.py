@@ -220,6 +220,8 @@ class MuidScheme(Scheme):
     packed_bytes = PACKED_BYTES
     formats = ("canonical",)
     rising_formats = {"canonical": {}}
+    identity_fields = ("medallion",)
+    identity_rising_formats = {"canonical": {}}
     """Its only form rises: one bundle's offsets 1..n, each bundle's timestamp above the last (fixed-width hex)."""
     text_width = {"canonical": CANONICAL_LEN}
     timestamp_digits = 6

@@ -21,6 +21,10 @@ and let the catalogue, ``/v1/fleet`` and decode through, unless ``every_route`` 
 ``splice``     the first answer to each method, path and query (less ``count``) kept; every later one sent with its
                own first and last IDs around the kept answer's middle ones (as many as fit); a stream is read
                whole, then sent as one chunk (``split``: a spliced one's first line, then the rest after ``interval`` s)
+``middle``     the first answer to each method, path and query (less ``count``; a sequence's ``next`` and
+               ``range`` share one) kept; every later one sent led by the kept answer's middle ID or integer in place
+               of its own first (a ``range``: moved to start there); a stream is read whole, then sent as one chunk
+               (``split`` as for ``splice``)
 ``lb``         every request to the next upstream in turn: one URL in front of several generators
 =============  ===========================================================================================
 """
@@ -196,11 +200,11 @@ class FaultProxy:
                 response.read()
                 kind = "text/plain; charset=us-ascii" if mode.get("as_text") else "text/html; charset=utf-8"
                 return self._send(h, 200, HTML, {"content-type": kind})
-            if streamed and name == "splice":
+            if streamed and name in ("splice", "middle"):
                 key = _splice_key(h)
                 with self._lock:
                     split = bool(mode.get("split")) and key in self._spliced_from  # the kept answer goes whole
-                lines = self._spliced(key, response.read(), True)
+                lines = (self._spliced if name == "splice" else self._led_by_middle)(key, response.read(), True)
                 return self._send_lines(h, lines, kept, split, float(mode.get("interval", 0)))
             if streamed:
                 return self._relay_stream(h, response, kept, name, mode)
@@ -209,6 +213,8 @@ class FaultProxy:
                 return self._send(h, 200, _repeated_json(content), dict(kept))
             if name == "splice":
                 return self._send(h, 200, self._spliced(_splice_key(h), content), dict(kept))
+            if name == "middle":
+                return self._send(h, 200, self._led_by_middle(_splice_key(h), content), dict(kept))
             if name in ("truncate", "kill"):
                 cut = int(mode.get("after", len(content) // 2))
                 return self._send_cut(h, content, kept, cut, kill=name == "kill")
@@ -246,6 +252,30 @@ class FaultProxy:
         if data is not None:
             return _json(data)
         return "".join(line + "\n" for line in ids).encode("ascii")
+
+    def _led_by_middle(self, key: str, content: bytes, streamed: bool = False) -> bytes:
+        """``content`` (a batch's or ``next``'s JSON, a ``range``'s JSON or a stream's lines) led by the middle ID or
+        integer of the first answer kept under ``key`` (kept when there is none yet)."""
+        data = json.loads(content) if not streamed else None
+        if data is not None and "ids" not in data:  # a range: its integers, first..last
+            low, high = int(data["first"]), int(data["last"])
+            values = [str(low), str((low + high) // 2), str(high)]
+        else:
+            values = data["ids"] if data is not None else content.decode("ascii").splitlines()
+        with self._lock:
+            old = self._spliced_from.get(key)
+            if old is None:
+                self._spliced_from[key] = list(values)
+        if old is not None and len(old) > 2 and values:
+            middle = old[len(old) // 2]
+            if data is not None and "ids" not in data:
+                count = int(data["last"]) - int(data["first"])
+                data["first"], data["last"] = middle, str(int(middle) + count)
+            else:
+                values[0] = middle
+        if data is not None:
+            return _json(data)
+        return "".join(line + "\n" for line in values).encode("ascii")
 
     def _send_lines(
         self, h: BaseHTTPRequestHandler, content: bytes, kept: list[tuple[str, str]], split: bool, interval: float
@@ -373,10 +403,15 @@ class FaultProxy:
 
 
 def _splice_key(h: BaseHTTPRequestHandler) -> str:
-    """The method, path and query of a request less its ``count``: a carried-on stream is spliced too."""
+    """The method, path and query of a request less its ``count``: a carried-on stream is spliced too. A
+    sequence's ``next`` and ``range`` share one key (the sequence's path)."""
     parts = urllib.parse.urlsplit(h.path)
     query = sorted((k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "count")
-    return f"{h.command} {parts.path}?{urllib.parse.urlencode(query)}"
+    path = parts.path
+    if path.startswith("/v1/sequences/") and path.rsplit("/", 1)[-1] in ("next", "range"):
+        path = path.rsplit("/", 1)[0]
+        return f"SEQUENCE {path}"
+    return f"{h.command} {path}?{urllib.parse.urlencode(query)}"
 
 
 def _chunk(h: BaseHTTPRequestHandler, data: bytes) -> None:

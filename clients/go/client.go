@@ -527,6 +527,10 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 	if json.Unmarshal(info.Rising, &rising) == nil { // unreadable: no form is checked for order
 		s.rising, s.risingKnown = rising[form]
 	}
+	var perIdentity map[string]json.RawMessage
+	if json.Unmarshal(info.PerIdentity, &perIdentity) == nil {
+		s.order, s.orderNeeds = parseIdentityOrder(perIdentity[form])
+	}
 	c.shapes[[2]string{scheme, format}] = s
 	return s
 }
@@ -578,11 +582,11 @@ func (c *Client) issue(ctx context.Context, scheme string, count int, is issue) 
 	return call(ctx, c, request{method: "GET", path: issuePath(scheme, false), scope: scheme,
 		params: is.params(count), what: fmt.Sprintf("issue %d %s", count, scheme), advance: true},
 		func(resp *http.Response) ([]string, error) {
-			return c.parseIDs(resp, count, shape, key, shape.rises(is.options))
+			return c.parseIDs(resp, count, shape, key, shape.rule(is.options))
 		})
 }
 
-func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key string, rising bool) ([]string,
+func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key string, rising rule) ([]string,
 	error,
 ) {
 	var answer struct {

@@ -77,6 +77,7 @@ type schemeJSON struct {
 	CanonicalFormat string            `json:"canonical_format"`
 	TokenPatterns   map[string]string `json:"token_patterns"`
 	Rising          json.RawMessage   `json:"rising"`
+	PerIdentity     json.RawMessage   `json:"rising_per_identity"`
 	Node            map[string]any    `json:"node"`
 	Limits          struct {
 		MaxCount       int   `json:"max_count"`

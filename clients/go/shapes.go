@@ -18,15 +18,29 @@ type idShape struct {
 	missing        string
 	rising         map[string][]string // GET /v1/schemes' rising entry of this form: option -> values it needs
 	risingKnown    bool                // the form is in rising
+	order          *identityOrder      // rising_per_identity's entry of this form (nil: none, or unreadable)
+	orderNeeds     map[string][]string // the options (and values) under which order applies
+}
+
+// rule tells what an answer under options is checked for: rising within it (rises), and rising per issuing
+// identity across answers when the form is in rising_per_identity and options name what it needs.
+func (s *idShape) rule(options map[string]string) rule {
+	r := rule{scheme: s.scheme, rising: s.rises(options)}
+	if s.order != nil && satisfied(s.orderNeeds, options) {
+		r.order = s.order
+	}
+	return r
 }
 
 // rises tells whether one answer's IDs must strictly rise under options (the form is rising and options name one
 // of the values each option it needs).
 func (s *idShape) rises(options map[string]string) bool {
-	if !s.risingKnown {
-		return false
-	}
-	for name, values := range s.rising {
+	return s.risingKnown && satisfied(s.rising, options)
+}
+
+// satisfied tells whether options name one of the values each option of needs lists.
+func satisfied(needs map[string][]string, options map[string]string) bool {
+	for name, values := range needs {
 		value, ok := options[name]
 		if !ok {
 			return false

@@ -123,7 +123,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 		return 0, err
 	}
 	key := is.key(scheme)
-	rising := shape.rises(is.options)
+	rising := shape.rule(is.options)
 	path := issuePath(scheme, true)
 	delivered := 0
 	reasons := map[string]string{}
@@ -193,7 +193,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 var errStopped = errors.New("the stream's reader stopped")
 
 func (c *Client) streamFrom(ctx context.Context, target string, params map[string][]string, shape *idShape,
-	key string, rising bool, count int, delivered *int, before int, emit func([]string) bool,
+	key string, rising rule, count int, delivered *int, before int, emit func([]string) bool,
 ) error {
 	resp, err := c.send(ctx, http.MethodGet, target, params)
 	if err != nil {

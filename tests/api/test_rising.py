@@ -41,7 +41,7 @@ def test_the_catalogue_publishes_each_schemes_rising_forms(client: TestClient) -
         for needs in published.values():
             for option, values in needs.items():
                 assert set(values) <= set(cat[name]["options"][option]["choices"]), (name, option)
-    assert cat["eight-byte"]["rising"] == {"hex": {"mode": ["time_sequential"]}}
+    assert cat["eight-byte"]["rising"] == {}  # several generator IDs: see the test below
     assert "did" not in cat["siq"]["rising"] and "decimal" not in cat["snowflake"]["rising"]
 
 
@@ -58,3 +58,22 @@ def test_a_form_declared_rising_rises_through_a_batch_and_a_stream(
     lines = stream.text.splitlines()
     assert len(lines) == STREAM and not_rising_at(lines) is None
     assert ids[-1] < lines[0]  # one generator behind both answers here (one node, one worker)
+
+
+def test_eight_byte_rises_per_generator_id_not_within_an_answer_of_several(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    with running_app(tmp_path_factory.mktemp("four"), cluster_id=3, eight_byte_generators=4) as four:
+        entry = next(s for s in four.get("/v1/schemes").json()["schemes"] if s["name"] == "eight-byte")
+        rule = entry["rising_per_identity"]["hex"]
+        assert rule["needs"] == {"mode": ["time_sequential"]}
+        mask = sum(((1 << p["bits"]) - 1) << p["shift"] for p in rule["identity"])
+        lines = four.get(
+            "/v1/ids/eight-byte/stream", params={"count": 2000, "format": "hex", "mode": "time_sequential"}
+        )
+        values = [int(line, 16) for line in lines.text.splitlines()]
+        assert len({v & mask for v in values}) == 4
+        assert not_rising_at(lines.text.splitlines()) is not None  # slot 64 of a millisecond: the next generator ID
+        for identity in {v & mask for v in values}:
+            own = [v for v in values if v & mask == identity]
+            assert own == sorted(set(own))

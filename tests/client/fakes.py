@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from app.schemes import schemes
-from app.schemes._patterns import token_patterns
+from app.schemes._patterns import rising_per_identity, token_patterns
 
 
 def catalogue() -> dict[str, object]:
@@ -19,6 +19,7 @@ def catalogue() -> dict[str, object]:
                 "canonical_format": s.formats[0],
                 "token_patterns": token_patterns(s.name),
                 "rising": {form: {k: list(v) for k, v in needs.items()} for form, needs in s.rising_formats.items()},
+                "rising_per_identity": rising_per_identity(s),
                 "limits": {"max_count": 100_000, "max_stream_count": 100_000_000},
             }
             for s in schemes().values()

@@ -276,11 +276,69 @@ def test_a_replayed_sequence_answer_fails_its_server() -> None:
         assert client.next("s", 2) == [7, 8]
         with pytest.raises(NoReplicaAvailable, match="received before"):
             client.next("s", 2)
-        with pytest.raises(NoReplicaAvailable, match="holds 7, received before"):
+        with pytest.raises(NoReplicaAvailable, match="overlaps 7..8, received before"):
             client.range("s", 5)
     with Client([A], transport=httpx.MockTransport(handler)) as client:
         assert client.range("s", 5).as_range() == range(5, 10)
         with pytest.raises(NoReplicaAvailable, match="overlaps 5..9"):
             client.range("s", 5)
-        with pytest.raises(NoReplicaAvailable, match="inside the range 5..9"):
+        with pytest.raises(NoReplicaAvailable, match="inside 5..9 received before"):
             client.next("s", 2)
+
+
+def snowflake(worker: int, unit: int, sequence: int = 0) -> str:
+    """A twitter-layout snowflake in hex."""
+    return f"{unit << 22 | worker << 12 | sequence:016x}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_led_by_an_earlier_middle_id_fails_per_issuing_identity(stream: bool) -> None:
+    answers = [
+        [snowflake(5, 100), snowflake(5, 101), snowflake(5, 102)],
+        [snowflake(5, 101), snowflake(5, 130), snowflake(5, 131)],  # [b, x, y]: rises, new ends
+        [snowflake(6, 90), snowflake(5, 140)],  # another worker's IDs below: a load balancer's other replica
+        [snowflake(5, 120)],  # a gap between earlier answers of worker 5: a late concurrent answer
+        [snowflake(5, 50)],  # below worker 5's floor? not yet: only 3 spans are held, 50 is below all of them
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        known = catalogue_answer(request)
+        if known is not None:
+            return known
+        ids = answers.pop(0)
+        if stream:
+            return httpx.Response(200, text="".join(f"{i}\n" for i in ids), headers={"content-type": "text/plain"})
+        return httpx.Response(200, json={"ids": ids})
+
+    with Client([A], transport=httpx.MockTransport(handler)) as client:
+
+        def call(count: int) -> list[str]:
+            if stream:
+                return list(client.stream("snowflake", count, format="hex"))
+            return client.ids("snowflake", count, format="hex")
+
+        assert call(3) == [snowflake(5, 100), snowflake(5, 101), snowflake(5, 102)]
+        with pytest.raises(NoReplicaAvailable, match="not above an ID of its issuer .worker_id bits 0x5000"):
+            call(3)
+        assert call(2) == [snowflake(6, 90), snowflake(5, 140)]
+        assert call(1) == [snowflake(5, 120)]
+        assert call(1) == [snowflake(5, 50)]
+
+
+def test_the_spans_past_the_bound_leave_a_floor() -> None:
+    from idmint_client._repeats import SPANS_PER_IDENTITY, Repeats, Rule
+    from idmint_client._shapes import IdShape
+
+    info = next(s for s in catalogue()["schemes"] if s["name"] == "snowflake")  # type: ignore[attr-defined]
+    shape = IdShape("snowflake", "hex", info["token_patterns"]["hex"], None, info["rising_per_identity"]["hex"])
+    rule = shape.rule({})
+    assert isinstance(rule, Rule) and rule.order is not None and not rule.rising
+    repeats = Repeats()
+    for unit in range(10, 10 + 2 * (SPANS_PER_IDENTITY + 1), 2):
+        repeats.check("k", [snowflake(1, unit)], rising=rule)
+    repeats.check("k", [snowflake(1, 13)], rising=rule)  # the gaps above the floor pass
+    with pytest.raises(Exception, match="not above"):
+        repeats.check(
+            "k", [snowflake(1, 11)], rising=rule
+        )  # at or below the floor (13's span pushed the lowest, 12, out): refused
+    repeats.check("k", [snowflake(2, 11)], rising=rule)  # another identity

@@ -109,10 +109,15 @@ class EightByteScheme(Scheme):
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
-    rising_formats = {"hex": {"mode": ("time_sequential",)}}
-    """Only hex in time_sequential mode rises: spread (the default) bit-reverses the timestamp, so IDs of successive
-    ticks scatter; ``decimal`` has no fixed width and ``signed`` puts negative values (a leading ``-``) in reverse
-    order."""
+    rising_formats = {}
+    """No form rises within one answer: a node holding several generator IDs hands out a millisecond's slots
+    generator by generator, and the sequence bits sit above the generator bits (sequence 63 of the first generator
+    ID, then sequence 0 of the next). Each generator ID's IDs do rise, in time_sequential mode:
+    :attr:`identity_rising_formats`."""
+    identity_fields = ("generator_id", "mode", "cluster_id")
+    identity_rising_formats = {"hex": {"mode": ("time_sequential",)}, "decimal": {"mode": ("time_sequential",)}}
+    """Spread (the default) bit-reverses the timestamp, so IDs of successive ticks scatter; ``signed`` puts negative
+    values (a leading ``-``) in reverse order."""
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS

@@ -68,6 +68,8 @@ class HlcUlidScheme(Scheme):
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
     rising_formats = {"ulid": {}, "hex": {}}
+    identity_fields = ("publisher_id",)
+    identity_rising_formats = {"ulid": {}, "hex": {}}
     """Every form rises: the hybrid logical clock never steps back; packed order is the order of both fixed-width
     forms."""
     text_width = {"ulid": ULID_LEN, "hex": HEX_LEN}

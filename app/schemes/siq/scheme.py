@@ -96,6 +96,11 @@ class SiqScheme(Scheme):
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
     rising_formats = {"hex": {}}
+    # The qualifier field's 5 bits name one type (the suffix code is a prefix code; a 3- or 4-bit suffix leaves
+    # low counter bits in them), and one type's (tick, counter) pairs strictly rise: so do the IDs of each
+    # (shard, domain hash, qualifier bits). Types of one shard share ticks, so a shard alone does not rise.
+    identity_fields = ("shard", "domain_hash", "qualifier")
+    identity_rising_formats = {"hex": {}, "decimal": {}}
     """Only hex rises: ``did`` starts with a CRC-32 of the ID, so its text does not sort like the IDs; ``decimal`` has
     no fixed width."""
     text_width = {"did": DID_LEN, "hex": HEX_LEN}

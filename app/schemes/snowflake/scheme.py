@@ -136,6 +136,8 @@ class SnowflakeScheme(Scheme):
     packed_bytes = PACKED_BYTES
     text_forms = TEXT
     rising_formats = {"hex": {}}
+    identity_fields = ("worker_id",)
+    identity_rising_formats = {"hex": {}, "decimal": {}}
     """Only hex rises: ``decimal`` has no fixed width (a new digit every power of ten), so it does not byte-sort."""
     text_width = {"hex": HEX_LEN}
     timestamp_digits = 3

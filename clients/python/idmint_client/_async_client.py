@@ -215,7 +215,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         deadline: Deadline | None = None,
     ) -> list[str]:
         shape = await self._shape(scheme, fmt)
-        rising = shape.rises(options)
+        rising = shape.rule(options)
         return await self._call(
             issue_path(scheme),
             scheme,
@@ -254,7 +254,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         without progress (no complete, checked line)."""
         shape = await self._shape(scheme, format)
         key = buffer_key(scheme, format, options)
-        rising = shape.rises(options)
+        rising = shape.rule(options)
         deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0

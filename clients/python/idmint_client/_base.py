@@ -16,7 +16,7 @@ from idmint_client._buffer import Buffer
 from idmint_client._exceptions import BadRequest
 from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
-from idmint_client._repeats import Repeats
+from idmint_client._repeats import Repeats, Rule
 from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
 from idmint_client._sequences import SequenceRange
 from idmint_client._shapes import IdShape, missing_shape
@@ -67,7 +67,7 @@ def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> 
 
 
 def parse_ids(
-    response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key, rising: bool = False
+    response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key, rising: bool | Rule = False
 ) -> list[str]:
     """The ``ids`` of a batch answer, each checked against ``shape``, for repeats (:mod:`idmint_client._repeats`,
     under ``key``) and, when ``rising``, for strictly rising order; Failed when the answer is not what the API
@@ -81,6 +81,12 @@ def parse_ids(
     shape.check_ids(ids)
     repeats.check(key, ids, rising=rising)
     return ids
+
+
+def _per_identity(raw: Mapping[str, object], form: str | None) -> object:
+    """``form``'s entry of a catalogue entry's ``rising_per_identity`` (None when it has none)."""
+    declared = raw.get("rising_per_identity")
+    return declared.get(form) if isinstance(declared, dict) and form else None
 
 
 def check_stream_type(response: httpx.Response) -> None:
@@ -221,6 +227,7 @@ class BaseClient(Generic[LockT, TransportT]):
             form or "canonical",
             info.token_patterns.get(form) if form else None,
             info.rising.get(form) if form else None,
+            _per_identity(info.raw, form),
         )
         self._shapes[(scheme, fmt)] = shape
         return shape

@@ -263,7 +263,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         deadline: Deadline | None = None,
     ) -> list[str]:
         shape = self._shape(scheme, fmt)
-        rising = shape.rises(options)
+        rising = shape.rule(options)
         return self._call(
             issue_path(scheme),
             scheme,
@@ -303,7 +303,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         without progress (no complete, checked line)."""
         shape = self._shape(scheme, format)
         key = buffer_key(scheme, format, options)
-        rising = shape.rises(options)
+        rising = shape.rule(options)
         deadline = Deadline(self.timeout)
         path = issue_path(scheme, stream=True)
         delivered = 0

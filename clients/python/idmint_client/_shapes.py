@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from idmint_client._repeats import IdentityOrder, Rule
 from idmint_client._replicas import Failed
 
 SHOWN_CHARS = 80
@@ -22,11 +23,20 @@ class IdShape:
     :meth:`check_ids` raise Failed naming the first line or ID that does not match."""
 
     def __init__(
-        self, scheme: str, fmt: str, pattern: str | None, rising: Mapping[str, Sequence[str]] | None = None
+        self,
+        scheme: str,
+        fmt: str,
+        pattern: str | None,
+        rising: Mapping[str, Sequence[str]] | None = None,
+        per_identity: object = None,
     ) -> None:
         self.scheme = scheme
         self.format = fmt
         self.rising = rising
+        self.order = IdentityOrder.from_json(per_identity)
+        """How this form's IDs read as integers and name their issuer (``/v1/schemes``' ``rising_per_identity``),
+        None when the form is not listed there."""
+        self._per_identity_needs = _needs(per_identity.get("needs") if isinstance(per_identity, dict) else None)
         self.missing: str | None = None
         if pattern is None:
             self.missing = (
@@ -42,9 +52,16 @@ class IdShape:
     def rises(self, options: Mapping[str, object]) -> bool:
         """Whether one answer's IDs must strictly rise under ``options`` (``/v1/schemes``' ``rising``: the form is
         there and ``options`` name one of the values each of its options needs)."""
-        if self.rising is None:
-            return False
-        return all(name in options and str(options[name]) in values for name, values in self.rising.items())
+        return self.rising is not None and _satisfied(self.rising, options)
+
+    def rule(self, options: Mapping[str, object]) -> Rule:
+        """What an answer under ``options`` is checked for (:mod:`idmint_client._repeats`): rising within the answer
+        (:meth:`rises`), and rising per issuing identity across answers when the form is listed in
+        ``rising_per_identity`` and ``options`` name what it needs."""
+        order = self.order
+        if order is not None and not _satisfied(self._per_identity_needs, options):
+            order = None
+        return Rule(self.scheme, self.rises(options), order)
 
     def check_text(self, text: str, first_line: int) -> None:
         """``text``: complete lines joined by ``\\n`` (no final newline), the first being line ``first_line``
@@ -76,3 +93,16 @@ class IdShape:
 def missing_shape(scheme: str, fmt: str | None) -> IdShape:
     """A shape that fails every answer (the catalogue has no pattern for this scheme and format)."""
     return IdShape(scheme, fmt or "canonical", None)
+
+
+def _needs(data: object) -> dict[str, tuple[str, ...]]:
+    """A ``needs`` member (option -> values); anything unreadable reads as a need no request meets."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(v, list) for v in data.values()):
+        return {"": ()}
+    return {str(k): tuple(str(x) for x in v) for k, v in data.items()}
+
+
+def _satisfied(needs: Mapping[str, Sequence[str]], options: Mapping[str, object]) -> bool:
+    return all(name in options and str(options[name]) in values for name, values in needs.items())

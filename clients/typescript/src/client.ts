@@ -48,6 +48,7 @@ interface SchemeJson {
   canonical_format?: string;
   token_patterns?: Record<string, string>;
   rising?: Record<string, Record<string, string[]>>;
+  rising_per_identity?: Record<string, unknown>;
   node?: Record<string, unknown>;
   limits?: { max_count?: number; max_stream_count?: number };
 }
@@ -283,7 +284,7 @@ export class Client {
           throw new Failed(`batch answer holds ${Array.isArray(ids) ? ids.length : "?"} IDs, asked for ${count}`);
         }
         const checked = shape.checkIds(ids);
-        this.repeats.check(key, checked, "ID", 1, shape.rises(is.options));
+        this.repeats.check(key, checked, "ID", 1, shape.rule(is.options));
         return checked;
       },
     );
@@ -320,7 +321,7 @@ export class Client {
     let deadline = performance.now() + this.timeoutMs;
     const shape = await this.shape(scheme, options.format, deadline);
     const key = keyOf(scheme, options);
-    const rising = shape.rises(options.options);
+    const rising = shape.rule(options.options);
     const path = issuePath(scheme, true);
     let delivered = 0;
     const reasons: Record<string, string> = {};
@@ -498,6 +499,7 @@ export class Client {
       form ?? "canonical",
       form ? info?.token_patterns?.[form] : undefined,
       form ? info?.rising?.[form] : undefined,
+      form ? info?.rising_per_identity?.[form] : undefined,
     );
     this.shapes.set(key, shape);
     return shape;

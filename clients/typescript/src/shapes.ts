@@ -1,4 +1,5 @@
 import { Failed } from "./errors.js";
+import { IdentityOrder, type Rule } from "./repeats.js";
 
 /**
  * What an ID looks like: each scheme's token pattern per text form, from GET /v1/schemes (`token_patterns`).
@@ -16,6 +17,8 @@ export class IdShape {
   private one: RegExp | null = null;
   private lines: RegExp | null = null;
   readonly missing: string | null = null;
+  readonly order: IdentityOrder | null;
+  private readonly orderNeeds: Record<string, string[]>;
 
   constructor(
     readonly scheme: string,
@@ -23,7 +26,13 @@ export class IdShape {
     pattern: string | undefined,
     /** `/v1/schemes`' `rising` entry of this form: the options (and values) under which one answer rises. */
     readonly rising?: Record<string, string[]>,
+    /** `/v1/schemes`' `rising_per_identity` entry of this form: how its IDs read as integers and name their issuer. */
+    perIdentity?: unknown,
   ) {
+    this.order = IdentityOrder.from(perIdentity);
+    const needs =
+      perIdentity && typeof perIdentity === "object" ? (perIdentity as { needs?: unknown }).needs : undefined;
+    this.orderNeeds = needs === undefined ? {} : (needs as Record<string, string[]>);
     if (pattern === undefined) {
       this.missing = `/v1/schemes gives no token pattern for ${scheme} in format '${format}': its answers cannot be checked`;
       return;
@@ -38,11 +47,16 @@ export class IdShape {
 
   /** Whether one answer's IDs must strictly rise under `options` (the form is rising and they name what it needs). */
   rises(options: Record<string, unknown> | undefined): boolean {
-    if (!this.rising || typeof this.rising !== "object") return false;
-    return Object.entries(this.rising).every(
-      ([name, values]) =>
-        Array.isArray(values) && options?.[name] !== undefined && values.includes(String(options[name])),
-    );
+    return satisfied(this.rising, options);
+  }
+
+  /**
+   * What an answer under `options` is checked for: rising within it (`rises`), and rising per issuing identity
+   * across answers when the form is in `rising_per_identity` and `options` name what it needs.
+   */
+  rule(options: Record<string, unknown> | undefined): Rule {
+    const order = this.order && satisfied(this.orderNeeds, options) ? this.order : null;
+    return { scheme: this.scheme, rising: this.rises(options), order };
   }
 
   /** Complete lines joined by \n (no final newline), the first being line `first` of the answer. */
@@ -66,4 +80,12 @@ export class IdShape {
     });
     return ids as string[];
   }
+}
+
+function satisfied(needs: Record<string, string[]> | undefined, options: Record<string, unknown> | undefined): boolean {
+  if (!needs || typeof needs !== "object") return false;
+  return Object.entries(needs).every(
+    ([name, values]) =>
+      Array.isArray(values) && options?.[name] !== undefined && values.includes(String(options[name])),
+  );
 }
