@@ -87,7 +87,13 @@ async def reveal_one(text: str, request: Request, node: NodeDep) -> dict[str, An
 
 @router.post(
     "/v1/public",
-    openapi_extra=declare("decode"),
+    openapi_extra=declare(
+        "decode",
+        requestBody={
+            "required": True,
+            "content": {"application/json": {"schema": RevealRequest.model_json_schema()}},
+        },
+    ),
     response_model=RevealResponse,
     responses={413: {"description": "request body too large"}, 422: {"description": "a malformed body, no key file"}},
 )
