@@ -17,6 +17,7 @@ costs a few AES passes over 16 KB rather than 10,000 Python calls.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,17 +49,21 @@ def subkey(secret: bytes, purpose: str) -> bytes:
 
 
 class Aes:
-    """AES-256 in ECB mode over whole blocks, one cipher object per key (an encryptor per call: thread-safe)."""
+    """AES-256 in ECB mode over whole blocks: one encryption context per key and thread, kept (creating one cost
+    0.3 ms, OpenSSL 3 fetching the cipher each time; ECB over whole blocks keeps no state between calls)."""
 
-    __slots__ = ("_cipher",)
+    __slots__ = ("_cipher", "_local")
 
     def __init__(self, key: bytes) -> None:
         self._cipher = Cipher(algorithms.AES(key), modes.ECB())
+        self._local = threading.local()
 
     def encrypt(self, blocks: bytes) -> bytes:
         """``blocks`` (a multiple of 16 bytes) encrypted block by block."""
-        enc = self._cipher.encryptor()
-        return enc.update(blocks) + enc.finalize()
+        enc = getattr(self._local, "enc", None)
+        if enc is None:
+            enc = self._local.enc = self._cipher.encryptor()
+        return enc.update(blocks)
 
 
 class Feistel:
@@ -93,6 +98,21 @@ class Feistel:
         for i in reversed(range(FEISTEL_ROUNDS)):
             m = self.u if i % 2 == 0 else self.v
             a, b = b ^ self._f(i, a, m), a
+        return a, b
+
+    def _f_int(self, i: int, half: int, width: int) -> int:
+        block = int(self._tweak[i]).to_bytes(8, "big") + half.to_bytes(8, "big")
+        return int.from_bytes(self.aes.encrypt(block)[:8], "big") & ((1 << width) - 1)
+
+    def encrypt_int(self, a: int, b: int) -> tuple[int, int]:
+        """:meth:`encrypt_halves` of one value, in Python integers (a single ID: no array set-up)."""
+        for i in range(FEISTEL_ROUNDS):
+            a, b = b, a ^ self._f_int(i, b, self.u if i % 2 == 0 else self.v)
+        return a, b
+
+    def decrypt_int(self, a: int, b: int) -> tuple[int, int]:
+        for i in reversed(range(FEISTEL_ROUNDS)):
+            a, b = b ^ self._f_int(i, a, self.u if i % 2 == 0 else self.v), a
         return a, b
 
     def encrypt(self, values: Sequence[int]) -> list[int]:

@@ -124,6 +124,14 @@ class Split128:
 
 def _text64(key: PublicKey, family: int, values: Sequence[int]) -> bytes:
     """``values`` (0 .. 2**64-1) as public texts, one per line, newline-terminated (column-wise)."""
+    if len(values) == 1:  # a single ID: Python integers, no arrays
+        x = values[0]
+        hi, lo = key.feistel.encrypt_int(
+            family << (HIGH_BITS - FAMILY_BITS) | x >> ID_LOW_BITS, (x & ((1 << ID_LOW_BITS) - 1)) << CHECK_BITS
+        )
+        c = hi << LOW_BITS | lo
+        chars = [ALPHABET[c >> (CHAR_BITS * (BLOCK_CHARS - 1 - j)) & 31] for j in range(BLOCK_CHARS)]
+        return ("".join(chars) + ALPHABET[key.id] + "\n").encode("ascii")
     xs = np.array(values, dtype=np.uint64)
     high = np.uint64(family << (HIGH_BITS - FAMILY_BITS)) | (xs >> np.uint64(ID_LOW_BITS))
     low = (xs & np.uint64((1 << ID_LOW_BITS) - 1)) << np.uint64(CHECK_BITS)
