@@ -325,6 +325,6 @@ def parse_sequence_format(text: str | None) -> bool | str:
         return PUBLIC_FORMAT
     shown = text if len(text) <= 40 else text[:40] + "..."
     raise InvalidOptionError(
-        f"format must be one of {', '.join(SEQUENCE_FORMATS)} (IDs as JSON numbers, as JSON strings for "
-        f"JavaScript, or as public IDs), got {shown!r}"
+        f"format must be one of {', '.join(SEQUENCE_FORMATS)} (IDs as JSON numbers, as public IDs, or as JSON "
+        f"strings for JavaScript), got {shown!r}"
     )
