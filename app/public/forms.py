@@ -32,7 +32,7 @@ how to tell).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +104,17 @@ class Split128:
         if self.random_bits not in (UUID_RANDOM_BITS, MARKED_RANDOM_BITS) or split.time_bits < TIME_BITS:
             raise ValueError(f"no public form for a 128-bit split of {self.random_bits} random bits")
 
-    def random(self, value: int) -> int:
+        self.random: Callable[[int], int] = self._random
+        if len(runs) == 1:  # ULID: one run, one shift and mask an ID
+            pos, mask = runs[0][0], (1 << runs[0][1]) - 1
+            self.random = lambda value: value >> pos & mask
+        elif len(runs) == 2:  # UUIDv7: rand_a and rand_b
+            (pos_a, width_a), (pos_b, width_b) = runs
+            mask_a, mask_b = (1 << width_a) - 1, (1 << width_b) - 1
+            self.random = lambda value: (value >> pos_a & mask_a) << width_b | value >> pos_b & mask_b
+
+    def _random(self, value: int) -> int:
+        """The random bits of ``value``, its runs joined from high to low."""
         out = 0
         for pos, width in self.runs:
             out = out << width | (value >> pos & ((1 << width) - 1))
