@@ -224,6 +224,23 @@ def _unmask128(ring: KeyRing, split: Split128, public: int) -> tuple[int, int] |
     return t << split.time_shift | split.expand(r), key.id
 
 
+COLUMNS_MIN = 16
+"""Answers of at least this many UUIDs are written column-wise (:func:`_uuid_lines`); smaller ones one by one."""
+_UUID_GROUPS = ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32))
+"""Hex digits of each 8-4-4-4-12 group."""
+
+
+def _uuid_lines(values: Sequence[int]) -> bytes:
+    """``values`` (128 bits) as 8-4-4-4-12 lowercase hex lines, column-wise (one ``bytes.hex`` for all)."""
+    digits = np.frombuffer(b"".join([v.to_bytes(16, "big") for v in values]).hex().encode("ascii"), dtype=np.uint8)
+    digits = digits.reshape(len(values), 32)
+    rows = np.full((len(values), 37), ord("-"), dtype=np.uint8)
+    for group, (start, end) in enumerate(_UUID_GROUPS):
+        rows[:, start + group : end + group] = digits[:, start:end]
+    rows[:, 36] = ord("\n")
+    return rows.tobytes()
+
+
 def _marked_text(value: int) -> str:
     return "".join(ALPHABET[value >> (CHAR_BITS * (MARKED_LEN - 1 - j)) & 31] for j in range(MARKED_LEN))
 
@@ -326,8 +343,15 @@ class Public:
         if split.bits == ID64_BITS:
             return _text64(key, split.family, values)
         split128 = self.splits[split.family]
+        publics = _mask128(key, split128, values)
+        if (
+            len(publics) >= COLUMNS_MIN
+            and split128.random_bits == UUID_RANDOM_BITS
+            and type(scheme).public_text is Scheme.public_text
+        ):
+            return _uuid_lines(publics)
         texts = []
-        for public in _mask128(key, split128, values):
+        for public in publics:
             if public >> 128:
                 text = _marked_text(public)
             else:
