@@ -9,6 +9,7 @@
     ├── UnknownSequenceError    (LookupError) no sequence of that name                       -> 404
     ├── SequenceConflictError   a sequence exists with other settings, or too many exist     -> 409
     ├── NotClaimedError         (LookupError) no node holds that identity now (admin revoke)  -> 404
+    ├── UnopenedPublicIdError   (LookupError) no public-ID key in force opens the text         -> 404
     ├── RevokeRefusedError      the backend cannot revoke a claim (embedded: an OS file lock)  -> 409
     ├── FleetConflictError      the fleet's settings record cannot change while nodes use it   -> 409
     ├── SequenceOverflowError   (InvalidOptionError) a sequence would pass 2**63-1            -> 422
@@ -56,6 +57,10 @@ class SequenceOverflowError(InvalidOptionError):
 
 class NotClaimedError(IdmintError, LookupError):
     """No node of this fleet holds that identity now (``POST /v1/admin/claims/{scheme}/{identity}/revoke``)."""
+
+
+class UnopenedPublicIdError(IdmintError, LookupError):
+    """A text that no public-ID key in force opens (``GET /v1/public/{text}``): not a public ID of this service."""
 
 
 class FleetConflictError(IdmintError):

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -30,6 +30,7 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import admin, bounds, decode, ids, meta
+from app.api import public as public_routes
 from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
 from app.api.contract import install_openapi
@@ -39,6 +40,8 @@ from app.api.streams import StreamSlots
 from app.ledger import Ledger
 from app.metrics import Metrics
 from app.node import Node, node_clock
+from app.public.forms import Public
+from app.public.keys import PublicKeys
 from app.schemes import schemes
 from app.schemes.base import Clock
 from app.sequences import SequenceService
@@ -82,6 +85,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
         ledger_days=settings.ledger_days,
     )
     keys: ApiKeys | None = None
+    public = Public(PublicKeys(settings.public_id_keys_file) if settings.public_id_keys_file else None, node.schemes)
 
     async def start_up() -> None:
         await asyncio.gather(node.start(), sequences.start())
@@ -105,11 +109,16 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
             starting = asyncio.create_task(start_up_in_background(), name="idmint-start-up")
         if keys is not None:
             keys.start()
+        if public.keys is not None:
+            reload_on_sighup([k.reload for k in (keys, public.keys) if k is not None])
         try:
             yield
         finally:
             if keys is not None:
                 keys.stop()
+            if public.keys is not None:
+                with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+                    asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             decode.shutdown_text_pool()
             starting.cancel()
             await asyncio.gather(starting, return_exceptions=True)
@@ -136,6 +145,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     api.state.streams = StreamSlots(streams_here, settings.max_stream_seconds, settings.stream_send_timeout)
     api.state.node = node
     api.state.sequences = sequences
+    api.state.public = public
     drain = api.state.drain = admin.Drain()
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
@@ -145,17 +155,25 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     api.include_router(meta.router)
     api.include_router(sequence_routes.router)
     api.include_router(admin.router)
+    api.include_router(public_routes.router)
     _include_page(api)
 
     hot = [
-        HotRoute("GET", "/v1/ids/{scheme}", ids.hot_issue(node, settings)),
-        HotRoute("GET", sequence_routes.NEXT_ROUTE, sequence_routes.hot_next(sequences)),
+        HotRoute("GET", "/v1/ids/{scheme}", ids.hot_issue(node, settings, public)),
+        HotRoute("GET", sequence_routes.NEXT_ROUTE, sequence_routes.hot_next(sequences, public)),
         HotRoute("POST", sequence_routes.RANGE_ROUTE, sequence_routes.hot_range(sequences)),
     ]
     if settings.api_keys_file is not None:  # no key file: no key work at all (the hot path pays nothing)
         seconds = time.monotonic if clock is None else (lambda: clock() / NS_IN_S)
         keys = ApiKeys(settings.api_keys_file, settings.public_scopes, metrics, settings.workers, seconds)
     return Front(api, hot, max_body_bytes=settings.max_body_bytes, drain=drain, metrics=metrics, keys=keys)
+
+
+def reload_on_sighup(reloads: list[Callable[[], bool]]) -> None:
+    """Re-read every key file (API keys, public-ID keys) on SIGHUP: one handler for all (a loop keeps one handler a
+    signal), main thread only."""
+    with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, lambda: [reload() for reload in reloads])
 
 
 def _include_page(api: FastAPI) -> None:

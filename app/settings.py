@@ -124,6 +124,11 @@ class CoreSettings(BaseSettings):
         description="TOML file of API keys, scopes and quotas (docs/api-keys.md); unset = no keys, "
         "every route open. Re-read on SIGHUP.",
     )
+    public_id_keys_file: Path | None = Field(
+        None,
+        description="TOML file of the keys that mask public IDs (format=public; docs/public-ids.md); unset = "
+        "format=public and /v1/public are refused (422). Re-read on SIGHUP.",
+    )
     public_scopes: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="With API keys on: comma-separated scopes that need no key (e.g. decode, for the decode page).",

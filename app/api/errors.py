@@ -24,6 +24,7 @@ from app.errors import (
     TooManyRequestsError,
     UnknownSchemeError,
     UnknownSequenceError,
+    UnopenedPublicIdError,
 )
 
 log = logging.getLogger("idmint.api")
@@ -58,7 +59,7 @@ def status_for(exc: IdmintError) -> int:
     """HTTP status of an idmint error."""
     if isinstance(exc, (InvalidIdError, InvalidOptionError)):
         return 422
-    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError, NotClaimedError)):
+    if isinstance(exc, (UnknownSchemeError, UnknownSequenceError, NotClaimedError, UnopenedPublicIdError)):
         return 404
     if isinstance(exc, (SequenceConflictError, RevokeRefusedError, FleetConflictError)):
         return 409

@@ -22,8 +22,9 @@ from app.api.access import declare
 from app.api.auth import charge_ids
 from app.api.deps import NodeDep, SettingsDep
 from app.api.front import Answer, HotHandler
-from app.api.issuing import answer_body, prepare
+from app.api.issuing import answer_body, prepare, public_wrap
 from app.api.params import (
+    PUBLIC_FORMAT,
     IssueParams,
     merge_body,
     option_owners,
@@ -33,6 +34,7 @@ from app.api.params import (
 )
 from app.api.streams import open_stream
 from app.node import Node
+from app.public.forms import Public
 from app.schemes import schemes
 from app.settings import Settings
 
@@ -72,12 +74,15 @@ ParamsDep = Annotated[dict[str, Any], Depends(request_params)]
 async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, settings: SettingsDep) -> Response:
     """Issue ``count`` fresh IDs of ``scheme``."""
     issuer, request = prepare(node, scheme, params, settings.max_count)
+    wrap = public_wrap(http.app.state.public, request.format)
     charge_ids(http.scope, request.count)
     issued = await issuer.issue(request.count, request.options)
+    if wrap is not None:
+        issued = wrap(issued)
     return Response(await answer_body(scheme, request.format, issued), media_type="application/json")
 
 
-def hot_issue(node: Node, settings: Settings) -> HotHandler:
+def hot_issue(node: Node, settings: Settings, public: Public | None = None) -> HotHandler:
     """The hot handler of ``GET /v1/ids/{scheme}``: the same issuer lookup (UnknownSchemeError, 404 naming the
     known schemes), parser (:func:`~app.api.params.parse_issue`), issuer and body as :func:`issue`, without
     FastAPI."""
@@ -85,8 +90,11 @@ def hot_issue(node: Node, settings: Settings) -> HotHandler:
     async def answer(scheme: str, scope: Scope) -> Answer:
         issuer = node.issuer(scheme)
         request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
+        wrap = public_wrap(public, request.format) if request.format == PUBLIC_FORMAT else None
         charge_ids(scope, request.count)
         issued = await issuer.issue(request.count, request.options)
+        if wrap is not None:
+            issued = wrap(issued)
         return 200, await answer_body(issuer.name, request.format, issued), []
 
     return answer
@@ -111,6 +119,7 @@ async def stream(
         request.options,
         http.app.state.streams,
         settings.max_stream_seconds,
+        wrap=public_wrap(http.app.state.public, request.format),
     )
 
 

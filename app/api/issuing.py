@@ -11,9 +11,22 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.api.params import IssueRequest, parse_issue
+from app.api.params import PUBLIC_FORMAT, IssueRequest, parse_issue
+from app.errors import InvalidOptionError
 from app.node import Issued, Issuer, Node
+from app.public.forms import Public
 from app.schemes._text import json_strings
+
+
+def public_wrap(public: Public | None, fmt: str) -> Callable[[Issued], Issued] | None:
+    """For ``format=public``: what turns an answer's batches into public texts under the key ring in force now
+    (one ring for the whole answer, whatever a SIGHUP does meanwhile); None for any other format. Raises
+    InvalidOptionError naming the key file setting when there is none (before any ID is issued)."""
+    if fmt != PUBLIC_FORMAT:
+        return None
+    if public is None:
+        raise InvalidOptionError("format=public is not served by this app")
+    return functools.partial(public.wrap, public.ring())
 
 
 def prepare(node: Node, scheme: str, params: Mapping[str, Any], maximum: int) -> tuple[Issuer, IssueRequest]:

@@ -94,6 +94,8 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         entry["decode_options"] = _options(scheme.decode_options)
     if scheme.shares_generator_with:
         entry["shares_generator_with"] = scheme.shares_generator_with
+    if scheme.public_split is not None:  # format=public is served (docs/public-ids.md)
+        entry["public"] = settings.public_id_keys_file is not None
     entry["uniqueness"] = {
         "rests_on": "leased identity" if scheme.uniqueness == "identity" else "random bits",
         "sliced_by_region": scheme.uniqueness == "identity",

@@ -33,6 +33,10 @@ from app.schemes.base import Scheme
 
 M = TypeVar("M", bound=BaseModel)
 
+PUBLIC_FORMAT = "public"
+"""The ``format`` of public IDs (:mod:`app.public`), on the issue routes and a sequence's ``next``."""
+PUBLIC_SCHEMES_RULE = "it is for schemes whose bits say how to mask them (format=public in /v1/schemes)"
+
 MAX_BODY_BYTES = 16_384
 """Largest JSON body accepted by POST /v1/ids/{scheme} (its parameters only; anything larger is a 413)."""
 
@@ -150,7 +154,12 @@ def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequ
     except ValidationError as exc:
         raise InvalidOptionError(_explain(scheme, exc)) from None
     count = count_in_range(parsed.count, maximum)
-    fmt = scheme.resolve_format(parsed.format)
+    if parsed.format == PUBLIC_FORMAT:  # keyed: the key file is checked before issuing (app.public)
+        if scheme.public_split is None:
+            raise InvalidOptionError(f"format=public is not available for {scheme.name}: {PUBLIC_SCHEMES_RULE}")
+        fmt = PUBLIC_FORMAT
+    else:
+        fmt = scheme.resolve_format(parsed.format)
     options: dict[str, Any] = {}
     for option in scheme.options:
         text = getattr(parsed, option.name)
@@ -298,21 +307,24 @@ def parse_text_body(raw: bytes) -> str:
 
 # -- sequences: format ------------------------------------------------------------------------------------------------
 
-SEQUENCE_FORMATS = ("number", "string")
+SEQUENCE_FORMATS = ("number", "string", PUBLIC_FORMAT)
 """``format`` of a sequence's ``next`` and ``range``: JSON numbers (the default), or JSON strings of the decimal
-digits (JavaScript's ``JSON.parse`` rounds numbers above 2**53; a string keeps every 64-bit integer exact)."""
+digits (JavaScript's ``JSON.parse`` rounds numbers above 2**53; a string keeps every 64-bit integer exact), or
+public IDs (``next`` only: :mod:`app.public`)."""
 
 
-def parse_sequence_format(text: str | None) -> bool:
+def parse_sequence_format(text: str | None) -> bool | str:
     """The ``format`` parameter of a sequence's ``next`` and ``range``: True for ``string``, False for ``number`` or
-    none. The one parser of this input (FastAPI routes and the fast path); exact and case-sensitive (``STRING`` is
-    no form). Raises InvalidOptionError naming the rule."""
+    none, :data:`PUBLIC_FORMAT` for ``public``. The one parser of this input (FastAPI routes and the fast path);
+    exact and case-sensitive (``STRING`` is no form). Raises InvalidOptionError naming the rule."""
     if text is None or text == "number":
         return False
     if text == "string":
         return True
+    if text == PUBLIC_FORMAT:
+        return PUBLIC_FORMAT
     shown = text if len(text) <= 40 else text[:40] + "..."
     raise InvalidOptionError(
-        f"format must be one of {', '.join(SEQUENCE_FORMATS)} (IDs as JSON numbers, or as JSON strings for "
-        f"JavaScript), got {shown!r}"
+        f"format must be one of {', '.join(SEQUENCE_FORMATS)} (IDs as JSON numbers, as public IDs, or as JSON "
+        f"strings for JavaScript), got {shown!r}"
     )

@@ -29,8 +29,17 @@ from app.api.access import declare
 from app.api.auth import charge_ids, key_name
 from app.api.front import Answer, HotHandler
 from app.api.issuing import off_loop
-from app.api.params import parse_body, parse_count, parse_sequence_format, query_params, read_body, split_query
+from app.api.params import (
+    PUBLIC_FORMAT,
+    parse_body,
+    parse_count,
+    parse_sequence_format,
+    query_params,
+    read_body,
+    split_query,
+)
 from app.errors import InvalidOptionError
+from app.public.forms import Public
 from app.sequences import SequenceService
 from app.sequences.buffer import Runs
 from app.sequences.points import REASON_CHARS_MAX, TTL_DEFAULT_S, TTL_MAX_S, TTL_MIN_S, Who
@@ -270,7 +279,7 @@ async def setval(name: str, request: Request, sequences: SequencesDep) -> dict[s
     return await sequences.setval(name, body.next, body.period)
 
 
-def sequence_query(pairs: list[tuple[str, str]]) -> tuple[str | None, bool]:
+def sequence_query(pairs: list[tuple[str, str]]) -> tuple[str | None, bool | str]:
     """(count text, as strings?) of ``next`` and ``range``: the one reader of their query (FastAPI routes and the
     fast path). Another parameter, or one given twice (``format=string&format=number``), is a 422 naming it: never
     silently ignored, never the last one given. The count text is checked by :func:`parse_count`, the format by
@@ -284,7 +293,7 @@ def sequence_query(pairs: list[tuple[str, str]]) -> tuple[str | None, bool]:
     return params.get("count"), parse_sequence_format(params.get("format"))
 
 
-async def read_query(request: Request) -> tuple[str | None, bool]:
+async def read_query(request: Request) -> tuple[str | None, bool | str]:
     """:func:`sequence_query` of a FastAPI request; a request body is a 422 as well."""
     query = sequence_query(request.query_params.multi_items())
     if await request.body():
@@ -303,9 +312,12 @@ async def next_ids(
     texts; for a resetting sequence, of the period the node's clock is in). A gapless sequence's is a 409."""
     count_text, as_strings = await read_query(request)
     n = parse_count(count_text, sequences.max_count)
+    public = _public(request.app.state.public, as_strings)
     charge_ids(request.scope, n)
     issued = await sequences.next(name, n)
-    return Response(await issued_body(name, issued, as_strings), media_type="application/json")
+    if public is not None:
+        return Response(await public_body(name, issued.runs, *public), media_type="application/json")
+    return Response(await issued_body(name, issued, as_strings is True), media_type="application/json")
 
 
 for _method in ("GET", "POST"):
@@ -336,10 +348,11 @@ async def reserve_range(
     """A fresh contiguous range of ``count`` integers (1..2**40) reserved in storage, for offline jobs (of the
     current period, for a resetting sequence). A gapless sequence's is a 409."""
     count_text, as_strings = await read_query(request)
+    _no_public_range(as_strings)
     n = parse_count(count_text, MAX_RANGE_COUNT)
     charge_ids(request.scope, n, within_quota=True)
     reserved = await sequences.reserve_range(name, n)
-    return Response(range_body(name, reserved, as_strings), media_type="application/json")
+    return Response(range_body(name, reserved, as_strings is True), media_type="application/json")
 
 
 @router.get("/v1/sequences/{name}/parse/{text:path}", openapi_extra=declare("sequences"), responses=ERRORS)
@@ -485,6 +498,32 @@ def range_body(name: str, reserved: Reserved, as_strings: bool = False) -> bytes
     return body + b"}"
 
 
+def _public(public: Public | None, form: bool | str) -> tuple[Public, Any] | None:
+    """(the public forms, the key ring in force) for ``format=public``, else None; InvalidOptionError naming the
+    key file setting when there is none (checked before any integer is taken)."""
+    if form != PUBLIC_FORMAT:
+        return None
+    if public is None:
+        raise InvalidOptionError("format=public is not served by this app")
+    return public, public.ring()
+
+
+def _no_public_range(form: bool | str) -> None:
+    if form == PUBLIC_FORMAT:
+        raise InvalidOptionError(
+            "format=public is not available on range: a range's public form is no range (the public texts of "
+            "first..last do not follow one another); take the integers with next?format=public"
+        )
+
+
+async def public_body(name: str, runs: Runs, public: Public, ring: Any) -> bytes:
+    """``{"name": ..., "ids": [public texts]}``: no template text and no period (they show what the public form
+    hides)."""
+    values = [first + k * step for first, count, step in runs for k in range(count)]
+    lines = public.sequence_lines(ring, values)
+    return b'{"name":"' + name.encode() + b'","ids":["' + lines[:-1].replace(b"\n", b'","') + b'"]}'
+
+
 def _json(payload: dict[str, Any], status: int) -> Response:
     return Response(json.dumps(payload, separators=(",", ":")), status_code=status, media_type="application/json")
 
@@ -492,7 +531,7 @@ def _json(payload: dict[str, Any], status: int) -> Response:
 # -- the hot routes ------------------------------------------------------------------------------------------------
 
 
-def _query(raw: bytes) -> tuple[str | None, bool]:
+def _query(raw: bytes) -> tuple[str | None, bool | str]:
     """:func:`sequence_query` of a raw query string, read as the FastAPI routes read it
     (:func:`~app.api.params.split_query`); a plain ``count=N`` skips the split."""
     if not raw:
@@ -502,18 +541,21 @@ def _query(raw: bytes) -> tuple[str | None, bool]:
     return sequence_query(split_query(raw))
 
 
-def hot_next(service: SequenceService) -> HotHandler:
+def hot_next(service: SequenceService, public: Public | None = None) -> HotHandler:
     """The hot handler of ``GET /v1/sequences/{name}/next``: the same query reader, count parser, service and body
     as :func:`next_ids`, without FastAPI (the front refuses a body before it runs)."""
 
     async def answer(name: str, scope: Scope) -> Answer:
         count_text, as_strings = _query(scope["query_string"])
         count = parse_count(count_text, service.max_count)
+        keyed = _public(public, as_strings)
         charge_ids(scope, count)
+        if keyed is not None:
+            return 200, await public_body(name, (await service.next(name, count)).runs, *keyed), []
         runs = service.next_now(name, count)
         if runs is None:
-            return 200, await issued_body(name, await service.next(name, count), as_strings), []
-        return 200, await next_body(name, runs, count, as_strings), []
+            return 200, await issued_body(name, await service.next(name, count), as_strings is True), []
+        return 200, await next_body(name, runs, count, as_strings is True), []
 
     return answer
 
@@ -523,9 +565,10 @@ def hot_range(service: SequenceService) -> HotHandler:
 
     async def answer(name: str, scope: Scope) -> Answer:
         count_text, as_strings = _query(scope["query_string"])
+        _no_public_range(as_strings)
         count = parse_count(count_text, MAX_RANGE_COUNT)
         charge_ids(scope, count, within_quota=True)
         reserved = await service.reserve_range(name, count)
-        return 200, range_body(name, reserved, as_strings), []
+        return 200, range_body(name, reserved, as_strings is True), []
 
     return answer

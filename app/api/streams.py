@@ -202,8 +202,10 @@ async def open_stream(
     options: dict[str, Any],
     slots: StreamSlots,
     max_seconds: float,
+    wrap: Callable[[Issued], Issued] | None = None,
 ) -> IdStream:
-    """Validate a stream completely, take a slot, issue its first chunk, and return the response.
+    """Validate a stream completely, take a slot, issue its first chunk, and return the response. ``wrap`` (public
+    IDs) rewrites each chunk before it is encoded.
 
     Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
     """
@@ -214,15 +216,22 @@ async def open_stream(
     except BaseException:
         slots.give_back(slot)
         raise
-    return IdStream(_body(request, issuer, count, fmt, options, first), slots, slot, count)
+    return IdStream(_body(request, issuer, count, fmt, options, first, wrap), slots, slot, count)
 
 
 async def _body(
-    request: Request, issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued
+    request: Request,
+    issuer: Issuer,
+    count: int,
+    fmt: str,
+    options: dict[str, Any],
+    first: Issued,
+    wrap: Callable[[Issued], Issued] | None = None,
 ) -> AsyncIterator[tuple[bytes, int]]:
     sent = 0
     try:
-        async for issued in _chunks(issuer, count, options, first):
+        async for chunk in _chunks(issuer, count, options, first):
+            issued = chunk if wrap is None else wrap(chunk)
             # Every batch of the chunk is encoded before its first piece goes out (an encoder that raised would
             # otherwise leave an API key charged for IDs never sent), and the texts are not joined: issued.encode()
             # copied each chunk once more (a SIQ chunk is 6 or 7 batches).

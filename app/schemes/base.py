@@ -95,6 +95,23 @@ class SchemeOption:
     choices: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class PublicSplit:
+    """How a scheme's packed bits split for its public form (``format=public``, built by :mod:`app.public`).
+
+    ``family`` (1..7) is the code a public text carries for the scheme (unique among splits; a scheme sharing
+    another's generator shares its split); ``bits`` is 64 or 128. For 128 bits: the top ``time_bits`` are the
+    millisecond timestamp that is masked, ``fixed_mask`` the bits the layout always sets to ``fixed_value``
+    (version and variant: not carried), every other bit is random and kept as it is.
+    """
+
+    family: int
+    bits: int
+    time_bits: int = 0
+    fixed_mask: int = 0
+    fixed_value: int = 0
+
+
 class SchemeSettings(pydantic.BaseModel):
     """Base of every scheme's :attr:`Scheme.settings_model`. Its hooks receive the node's whole
     :class:`app.settings.Settings`, which joins that model to :class:`app.settings.CoreSettings`; the core fields a
@@ -415,6 +432,23 @@ class Scheme(abc.ABC):
     shares_generator_with: ClassVar[str | None] = None
     """The name of the scheme whose issuer (generator, claimed identity, marks) this scheme issues through; the node
     builds this scheme's generator with :meth:`share_generator` from that scheme's. None = its own issuer."""
+
+    public_split: ClassVar[PublicSplit | None] = None
+    """How the scheme's bits split for ``format=public`` (:class:`PublicSplit`); None: no public form."""
+
+    def public_text(self, public: int, text: str, batch: Batch | None) -> str:
+        """The public text of a 128-bit public value ``public`` whose default text is ``text`` (a UUID), for an ID
+        of ``batch`` (TypeID: the batch's prefix and base32). Default: ``text``."""
+        return text
+
+    def public_value(self, text: str) -> tuple[int, str] | None:
+        """``text`` read as this scheme's own public text (:meth:`public_text`): (the 128-bit public value, what
+        else the text carries, e.g. TypeID's prefix), or None when ``text`` is not of that shape (the default)."""
+        return None
+
+    def public_revealed(self, value: int, context: str) -> int:
+        """The revealed ID ``value`` with what its public text carried (:meth:`public_value`). Default: ``value``."""
+        return value
 
     def parse_option(self, name: str, text: str) -> Any:
         """Validate option ``name``'s text; return the value passed to :meth:`Generator.generate` as its kwarg.

@@ -69,6 +69,7 @@ from app.schemes.uuidv7 import (
     VERSION_SHIFT,
     Uuidv7Batch,
     Uuidv7Generator,
+    Uuidv7Scheme,
 )
 
 # --- layout -------------------------------------------------------------------------------------------------------
@@ -213,6 +214,8 @@ class TypeIdScheme(Scheme):
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
     timestamp_native_max = TIMESTAMP_MS_MAX
+    public_split = Uuidv7Scheme.public_split
+    """The UUIDv7's split (one generator): the public form is the public UUID in TypeID text, the prefix kept."""
     layout = (
         LayoutField("prefix", "text", "type prefix: 0..63 characters a-z and '_' (not part of the 128 bits)"),
         LayoutField("timestamp_ms", "127..80", "the UUIDv7's unix_ts_ms (milliseconds since the Unix epoch)"),
@@ -320,7 +323,21 @@ class TypeIdScheme(Scheme):
             "timestamp_ms": value >> TIMESTAMP_SHIFT if version == VERSION else None,
         }
 
-    time_order_takes = ("type",)
+    def public_text(self, public: int, text: str, batch: Batch | None) -> str:
+        """The public UUID as a TypeID with the batch's prefix (``user_...``)."""
+        return encode_typeid(public, getattr(batch, "prefix", ""))
+
+    def public_value(self, text: str) -> tuple[int, str] | None:
+        """A TypeID's public text: (the public UUID, its prefix), or None."""
+        try:
+            value = decode_typeid(text)
+        except InvalidIdError:
+            return None
+        return int(value), value.prefix
+
+    def public_revealed(self, value: int, context: str) -> int:
+        """The revealed UUID as a :class:`TypeId` of the public text's prefix."""
+        return TypeId(value, context)
 
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """TypeIDs sort by their UUIDv7 ms timestamp in uuid, bytea (16 bytes) and text (``type_suffix``) columns;

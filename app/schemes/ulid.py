@@ -40,6 +40,7 @@ from app.schemes.base import (
     Generator,
     GeneratorStats,
     LayoutField,
+    PublicSplit,
     RandomSource,
     Run,
     Scheme,
@@ -159,6 +160,8 @@ class UlidScheme(Scheme):
     """ULID: metadata, strict parser, text forms, field decoding (github.com/ulid/spec)."""
 
     name = "ulid"
+    public_split = PublicSplit(family=5, bits=PACKED_BITS, time_bits=TIMESTAMP_BITS)
+    """The public form masks timestamp_ms and keeps the 80 random bits (app.public)."""
     packed_bytes = PACKED_BYTES
     formats = ("ulid", "uuid", "hex")
     rising_formats = {"ulid": {}, "uuid": {}, "hex": {}}

@@ -44,6 +44,7 @@ from app.schemes.base import (
     Generator,
     GeneratorStats,
     LayoutField,
+    PublicSplit,
     RandomSource,
     Run,
     Scheme,
@@ -78,6 +79,8 @@ RAND_A_MAX = (1 << RAND_A_BITS) - 1
 RAND_B_MAX = (1 << RAND_B_BITS) - 1
 PACKED_MAX = (1 << PACKED_BITS) - 1
 FLAGS = VERSION << VERSION_SHIFT | VARIANT << VARIANT_SHIFT
+PUBLIC_FAMILY = 4
+"""The family code of UUIDv7 public forms (TypeID shares it: one generator)."""
 
 # The generator's 42-bit counter (RFC 9562 section 6.2 method 1, as CPython 3.14): rand_a holds its top 12 bits,
 # the top 30 bits of rand_b its low 30; the low 32 bits of rand_b are the per-ID random tail.
@@ -215,6 +218,14 @@ class Uuidv7Scheme(Scheme):
     rising_formats = {"uuid": {}, "hex": {}}
     """Every form rises: the monotonic counter (RFC 9562 section 6.2 method 1), fixed-width lowercase hex."""
     text_width = {"uuid": UUID_LEN, "hex": HEX_LEN}
+    public_split = PublicSplit(
+        family=PUBLIC_FAMILY,
+        bits=PACKED_BITS,
+        time_bits=TIMESTAMP_BITS,
+        fixed_mask=VERSION_MASK << VERSION_SHIFT | VARIANT_MASK << VARIANT_SHIFT,
+        fixed_value=FLAGS,
+    )
+    """The public form masks unix_ts_ms and keeps rand_a and rand_b; version and variant are fixed (app.public)."""
     timestamp_digits = 3
     native_unit_ns = NANOSECS_IN_MILLISECS
     timestamp_native_max = TIMESTAMP_MS_MAX

@@ -583,6 +583,44 @@
     }
   }
 
+  // Public IDs (format=public): pasted lines that a public-ID key opens (POST v1/public) are replaced by the
+  // internal IDs they stand for before decoding, and listed above the answer. A server without public-ID keys
+  // (or a key without the decode scope) answers an error here, and nothing is replaced.
+  const PUBLIC_TEXT_MAX = 128;
+  const PUBLIC_BATCH_MAX = 10000;
+
+  async function revealPublic(text, signal) {
+    const lines = text.split("\n");
+    const candidates = [];
+    lines.forEach((line, i) => {
+      const token = line.trim();
+      if (token && token.length <= PUBLIC_TEXT_MAX && !/\s/.test(token)) candidates.push([i, token]);
+    });
+    await layoutsReady; // /v1/schemes says whether this server reads public IDs ("public": true)
+    const served = Object.values(schemeInfo).some((scheme) => scheme && scheme.public === true);
+    if (!served || !candidates.length || candidates.length > PUBLIC_BATCH_MAX) return { text, opened: [] };
+    let body;
+    try {
+      body = await api("v1/public", {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json" },
+        body: JSON.stringify({ texts: candidates.map(([, token]) => token) }),
+        signal,
+      });
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      return { text, opened: [] };
+    }
+    const opened = [];
+    (body && Array.isArray(body.items) ? body.items : []).forEach((item, k) => {
+      if (!item || typeof item.id !== "string" || k >= candidates.length) return;
+      const [i, token] = candidates[k];
+      lines[i] = item.id;
+      opened.push(`${token} is ${item.scheme} ${item.id} (key ${item.key_id})`);
+    });
+    return { text: opened.length ? lines.join("\n") : text, opened };
+  }
+
   async function decodeNow() {
     clearTimeout(debounceTimer);
     const text = input.value;
@@ -600,15 +638,20 @@
     inflight = controller;
     setState("loading");
     try {
+      const revealed = await revealPublic(text, controller.signal);
       const body = await api("v1/decode", {
         method: "POST",
         headers: { "content-type": "application/json", accept: "application/json" },
-        body: JSON.stringify({ text }),
+        body: JSON.stringify({ text: revealed.text }),
         signal: controller.signal,
       });
       await layoutsReady; // field captions and bit ranges come from /v1/schemes
       if (seq !== requestSeq) return;
-      render(body, text);
+      render(body, revealed.text);
+      if (revealed.opened.length) {
+        single.prepend(el("div", { class: "notice", dataset: { publicIds: "" } },
+          el("p", {}, el("strong", { text: "Public IDs: " }), revealed.opened.join("; "))));
+      }
       setState("done");
     } catch (error) {
       if (seq !== requestSeq || error.name === "AbortError") return;

@@ -17,6 +17,7 @@ from app.schemes.base import (
     Clock,
     Generator,
     LayoutField,
+    PublicSplit,
     RandomSource,
     Scheme,
     SchemeOption,
@@ -108,6 +109,8 @@ class EightByteScheme(Scheme):
 
     name = "eight-byte"
     packed_bytes = PACKED_BYTES
+    public_split = PublicSplit(family=2, bits=64)
+    """The public form is a keyed permutation of all 64 bits (app.public)."""
     text_forms = TEXT
     rising_formats = {}
     """No form rises within one answer: a node holding several generator IDs hands out a millisecond's slots

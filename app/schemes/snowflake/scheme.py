@@ -15,6 +15,7 @@ from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
     Generator,
+    PublicSplit,
     RandomSource,
     Scheme,
     SchemeOption,
@@ -134,6 +135,8 @@ class SnowflakeScheme(Scheme):
 
     name = "snowflake"
     packed_bytes = PACKED_BYTES
+    public_split = PublicSplit(family=1, bits=64)
+    """The public form is a keyed permutation of all 64 bits (app.public)."""
     text_forms = TEXT
     rising_formats = {"hex": {}}
     identity_fields = ("worker_id",)
