@@ -15,7 +15,7 @@ from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
 from app.errors import InvalidOptionError
 from app.fleet import FLEET_HEADER
-from app.schemes._patterns import token_patterns
+from app.schemes._patterns import max_lengths, token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "canonical_format": scheme.formats[0],
         "rising": {form: {k: list(v) for k, v in needs.items()} for form, needs in scheme.rising_formats.items()},
         "token_patterns": token_patterns(scheme.name),
+        "max_lengths": max_lengths(scheme.name),
         "timestamp_precision": timestamp_precision(scheme.native_unit_ns),
         "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),
         "reference": scheme.reference,

@@ -22,9 +22,16 @@ class IdShape:
     :meth:`check_ids` raise Failed naming the first line or ID that does not match."""
 
     def __init__(
-        self, scheme: str, fmt: str, pattern: str | None, rising: Mapping[str, Sequence[str]] | None = None
+        self,
+        scheme: str,
+        fmt: str,
+        pattern: str | None,
+        rising: Mapping[str, Sequence[str]] | None = None,
+        longest: int = 4096,
     ) -> None:
         self.scheme = scheme
+        self.longest = longest
+        """The most characters an ID of this form has (``/v1/schemes``' ``max_lengths``): answers are bounded by it."""
         self.format = fmt
         self.rising = rising
         self.missing: str | None = None
