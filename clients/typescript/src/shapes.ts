@@ -23,6 +23,8 @@ export class IdShape {
     pattern: string | undefined,
     /** `/v1/schemes`' `rising` entry of this form: the options (and values) under which one answer rises. */
     readonly rising?: Record<string, string[]>,
+    /** The most characters an ID of this form has (`/v1/schemes`' `max_lengths`): answers are bounded by it. */
+    readonly longest = 4096,
   ) {
     if (pattern === undefined) {
       this.missing = `/v1/schemes gives no token pattern for ${scheme} in format '${format}': its answers cannot be checked`;
