@@ -18,6 +18,7 @@ type idShape struct {
 	missing        string
 	rising         map[string][]string // GET /v1/schemes' rising entry of this form: option -> values it needs
 	risingKnown    bool                // the form is in rising
+	longest        int                 // the most characters one ID has (GET /v1/schemes' max_lengths): answers are bounded by it
 }
 
 // rises tells whether one answer's IDs must strictly rise under options (the form is rising and options name one
@@ -43,7 +44,7 @@ func (s *idShape) rises(options map[string]string) bool {
 }
 
 func newShape(scheme, format, pattern string, known bool) *idShape {
-	s := &idShape{scheme: scheme, format: format}
+	s := &idShape{scheme: scheme, format: format, longest: maxLineChars}
 	if !known {
 		s.missing = fmt.Sprintf("/v1/schemes gives no token pattern for %s in format %q: its answers cannot be checked",
 			scheme, format)
