@@ -77,7 +77,6 @@ PREFLIGHT_HEADERS: tuple[Header, ...] = (
     (b"access-control-allow-methods", b"GET, POST"),
     (b"access-control-allow-headers", b"authorization, content-type"),
     (b"access-control-max-age", b"600"),
-    VARY_ORIGIN,
 )
 """A preflight's answer for a listed origin: the API's methods, and the API key's header (``Authorization``)."""
 
