@@ -287,6 +287,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                         if response.status_code >= 300:
                             check(await _read(response, MAX_ANSWER_BYTES))
                         check_stream_type(response)
+                        declared_length(response, (count - delivered) * (shape.longest + 1))
                         partial = ""
                         last: str | None = None  # a new stream: a new generator, maybe below the last one's
                         async for raw in response.aiter_bytes():

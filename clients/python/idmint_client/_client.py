@@ -336,6 +336,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                         if response.status_code >= 300:
                             check(self._read(response, MAX_ANSWER_BYTES))
                         check_stream_type(response)
+                        declared_length(response, (count - delivered) * (shape.longest + 1))
                         partial = ""
                         last: str | None = None  # a new stream: a new generator, maybe below the last one's
                         for raw in response.iter_bytes():
