@@ -228,6 +228,9 @@ func (c *Client) streamFrom(ctx context.Context, share time.Duration, target str
 		}
 		return failf("stream answer is '%s', not text/plain", kind)
 	}
+	if need := int64(count-*delivered) * int64(shape.longest+1); resp.ContentLength > need {
+		return tooLong(resp.ContentLength, need)
+	}
 	buf := make([]byte, readChunk)
 	var partial []byte
 	last := "" // a new stream: a new generator, maybe below the last one's

@@ -12,6 +12,7 @@ import {
   countRange,
   normaliseUrls,
   readText,
+  tooLong,
 } from "./replicas.js";
 import { IdShape } from "./shapes.js";
 
@@ -415,6 +416,12 @@ export class Client {
           if (!kind.startsWith("text/plain")) {
             await response.body?.cancel().catch(() => undefined);
             throw new Failed(`stream answer is '${kind || "untyped"}', not text/plain`);
+          }
+          const declared = Number(response.headers.get("content-length") ?? "");
+          const need = (count - delivered) * (shape.longest + 1);
+          if (declared > need) {
+            await response.body?.cancel().catch(() => undefined);
+            throw tooLong(declared, need);
           }
           if (!response.body) throw new Failed("stream answer has no body");
           const reader = response.body.getReader();
