@@ -166,7 +166,15 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     if settings.api_keys_file is not None:  # no key file: no key work at all (the hot path pays nothing)
         seconds = time.monotonic if clock is None else (lambda: clock() / NS_IN_S)
         keys = ApiKeys(settings.api_keys_file, settings.public_scopes, metrics, settings.workers, seconds)
-    return Front(api, hot, max_body_bytes=settings.max_body_bytes, drain=drain, metrics=metrics, keys=keys)
+    return Front(
+        api,
+        hot,
+        max_body_bytes=settings.max_body_bytes,
+        drain=drain,
+        metrics=metrics,
+        keys=keys,
+        cors_origins=settings.cors_origins,
+    )
 
 
 def reload_on_sighup(reloads: list[Callable[[], bool]]) -> None:

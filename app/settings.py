@@ -133,6 +133,12 @@ class CoreSettings(BaseSettings):
         default_factory=list,
         description="With API keys on: comma-separated scopes that need no key (e.g. decode, for the decode page).",
     )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated origins (scheme://host[:port]) whose browser pages may call the API: their "
+        "preflights (OPTIONS) are answered and every answer to them carries the CORS headers (the API key's "
+        "Authorization header allowed); unset = none.",
+    )
 
     # -- node identity: embedded backend --------------------------------------------------------------------
     state_dir: Path = Field(
@@ -243,7 +249,7 @@ class CoreSettings(BaseSettings):
         2.0, gt=0, le=60, description="Seconds one PostgreSQL statement may take (server and client side)."
     )
 
-    @field_validator("etcd_endpoints", "peer_fleets", "public_scopes", mode="before")
+    @field_validator("etcd_endpoints", "peer_fleets", "public_scopes", "cors_origins", mode="before")
     @classmethod
     def _split_lists(cls, value: object) -> object:
         """A comma-separated environment value -> its non-empty, stripped items."""
@@ -270,6 +276,15 @@ class CoreSettings(BaseSettings):
             if "@" in _http_url("peer_fleets", url).partition("/")[0]:
                 raise ValueError(f"peer_fleets must not carry a user or password ({_redacted(url)!r})")
         return [url.rstrip("/") for url in value]
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _check_origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            scheme, sep, rest = origin.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+                raise ValueError(f"cors_origins must be origins like https://app.example:8443, got {origin!r}")
+        return [origin.lower() for origin in value]
 
     @field_validator("public_scopes")
     @classmethod

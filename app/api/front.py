@@ -34,7 +34,10 @@ Every HTTP request passes here once, in this order:
    ``idmint_requests_total`` and ``idmint_request_duration_seconds`` under its route template (``"unmatched"`` for
    none). Every answer carries ``X-Content-Type-Options: nosniff``, and every answer of a route that hands out IDs
    ``Cache-Control: no-store`` (a cache or proxy that replays one would hand the same IDs out twice): both are
-   added here and nowhere else.
+   added here and nowhere else. With ``IDMINT_CORS_ORIGINS`` set, a request whose ``Origin`` is listed gets the
+   CORS headers on every answer (the hot path's too: :meth:`Front.answer_hot` adds them), and its preflight
+   (``OPTIONS`` with ``Access-Control-Request-Method``) is answered 204 here, before any other rule; a preflight
+   from an origin not listed is a 403 naming the setting.
 
 Every refusal written here is the JSON ``{"detail": ...}`` of :func:`~app.api.errors.refusal`, the one shape of
 every error idmint answers. The hot table exists for speed: FastAPI routing and dependency injection cost several
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
 from starlette.routing import Match
@@ -72,6 +75,15 @@ JSON_HEADERS: tuple[Header, ...] = ((b"content-type", b"application/json"), NOSN
 """The first headers of every JSON answer this layer writes."""
 JSON_HEADERS_NO_STORE: tuple[Header, ...] = (*JSON_HEADERS, NO_STORE)
 """The first headers of every JSON answer this layer writes for a route that hands out IDs."""
+
+VARY_ORIGIN: Header = (b"vary", b"origin")
+CORS_EXPOSE: Header = (b"access-control-expose-headers", b"retry-after")
+PREFLIGHT_HEADERS: tuple[Header, ...] = (
+    (b"access-control-allow-methods", b"GET, POST"),
+    (b"access-control-allow-headers", b"authorization, content-type"),
+    (b"access-control-max-age", b"600"),
+)
+"""A preflight's answer for a listed origin: the API's methods, and the API key's header (``Authorization``)."""
 
 HTTP_VERSIONS = frozenset({"1.0", "1.1", "2", "3"})
 """The ``http_version`` values of a scope this layer serves: HTTP/1.0 and 1.1, and the ASGI spellings of HTTP/2 and
@@ -226,7 +238,8 @@ class Front:
     """The outermost ASGI app (see the module's docstring). ``.app`` is the FastAPI app.
 
     ``hot``: the hot table; ``keys``: the API keys (None: no key file, and no key work at all); ``metrics``: the
-    app's :class:`~app.metrics.Metrics`. Raises ValueError when a hot route has no FastAPI twin."""
+    app's :class:`~app.metrics.Metrics`; ``cors_origins``: the origins answered with CORS headers. Raises
+    ValueError when a hot route has no FastAPI twin."""
 
     def __init__(
         self,
@@ -237,8 +250,11 @@ class Front:
         drain: Drain,
         metrics: Any,
         keys: ApiKeys | None = None,
+        cors_origins: Iterable[str] = (),
     ) -> None:
         self.app = api
+        self.cors = frozenset(origin.lower().encode("latin-1") for origin in cors_origins)
+        """The origins whose browser pages may call the API (``IDMINT_CORS_ORIGINS``): empty, no CORS work."""
         self.limit = max_body_bytes
         self.drain = drain
         self.metrics = metrics
@@ -288,7 +304,38 @@ class Front:
                 drain.leave()
         if self.keys is not None:
             settle(scope)
+        if self.cors:
+            allowed = self.cors_headers(scope)
+            if allowed:
+                answer = answer[0], answer[1], [*answer[2], *allowed]
         return self.finish(answer, access, route.template, scope["method"], start)
+
+    def cors_headers(self, scope: Scope) -> list[Header]:
+        """The CORS headers of an answer to ``scope``: its ``Origin`` allowed, when it is a listed one; else none."""
+        for name, value in scope["headers"]:
+            if name == b"origin":
+                if value.lower() in self.cors:
+                    return [(b"access-control-allow-origin", value), VARY_ORIGIN, CORS_EXPOSE]
+                return []
+        return []
+
+    async def _preflight(self, scope: Scope, send: Send, template: str, start: float) -> bool:
+        """Answer a CORS preflight (204 with :data:`PREFLIGHT_HEADERS` for a listed origin, 403 for another);
+        False when ``scope`` is no preflight."""
+        headers = dict(scope["headers"])
+        origin = headers.get(b"origin")
+        if origin is None or b"access-control-request-method" not in headers:
+            return False
+        allowed = self.cors_headers(scope)
+        if not allowed:
+            shown = origin.decode("latin-1")
+            body, extra = refusal(f"origin {shown!r} may not call this API from a browser (IDMINT_CORS_ORIGINS)")
+            await send_reply(send, self.finish((403, body, [*extra, VARY_ORIGIN]), OPEN, template, "OPTIONS", start))
+            return True
+        self.metrics.request(template, "OPTIONS", 204, time.perf_counter() - start)
+        await send({"type": "http.response.start", "status": 204, "headers": [*allowed, *PREFLIGHT_HEADERS]})
+        await send({"type": "http.response.body", "body": b""})
+        return True
 
     def admit(self, scope: Scope, access: Access) -> tuple[Answer | None, KeyState | None]:
         """(refusal, key): the API-key check (401/403/429, :meth:`ApiKeys.check`) and the drain (503 for a route
@@ -331,6 +378,11 @@ class Front:
             template, access = found[0].template, found[0].access
         else:
             template, access = self.route_of(scope)
+        answer_hot_with = send  # a hot answer carries its CORS headers itself (answer_hot)
+        if self.cors:
+            if method == "OPTIONS" and await self._preflight(scope, send, template, start):
+                return
+            send = self._with_cors(send, self.cors_headers(scope))
         host = expect = length = coding = None
         hosts = 0
         chunked = False
@@ -359,7 +411,7 @@ class Front:
                 return
             send = headless(send)
         if found is not None:
-            await send_reply(send, await self.answer_hot(found[0], found[1], scope, start))
+            await send_reply(answer_hot_with, await self.answer_hot(found[0], found[1], scope, start))
             return
         refused, key = self.admit(scope, access)
         if refused is not None:
@@ -394,6 +446,19 @@ class Front:
             headers.append((b"content-length", b"%d" % len(body)))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    def _with_cors(send: Send, allowed: list[Header]) -> Send:
+        """``send`` adding ``allowed`` (CORS headers) to the answer's start."""
+        if not allowed:
+            return send
+
+        async def cors_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *allowed]
+            await send(message)
+
+        return cors_send
 
     def _declared_body(self, length: bytes, access: Access) -> Answer | None:
         """The refusal of a body of declared ``length`` bytes, or None (over the limit: 413; to a route that takes

@@ -15,7 +15,7 @@ from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
 from app.errors import InvalidOptionError
 from app.fleet import FLEET_HEADER
-from app.schemes._patterns import rising_per_identity, token_patterns
+from app.schemes._patterns import max_lengths, rising_per_identity, token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
         "rising": {form: {k: list(v) for k, v in needs.items()} for form, needs in scheme.rising_formats.items()},
         "token_patterns": token_patterns(scheme.name),
         "rising_per_identity": rising_per_identity(scheme),
+        "max_lengths": max_lengths(scheme.name),
         "timestamp_precision": timestamp_precision(scheme.native_unit_ns),
         "id_space_end": rfc3339(scheme.id_space_end_ns(), 3),
         "reference": scheme.reference,

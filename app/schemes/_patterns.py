@@ -9,6 +9,7 @@ that issued IDs match it.
 
 from __future__ import annotations
 
+import re._parser as sre_parse  # type: ignore[import-not-found]  # the re module's own parser: widths
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -105,3 +106,15 @@ def token_patterns(scheme: str) -> dict[str, str]:
         return dict(TOKEN_PATTERNS[scheme])
     registered = schemes().get(scheme)
     return dict(registered.format_patterns) if registered is not None else {}
+
+
+def max_lengths(scheme: str) -> dict[str, int]:
+    """``{format: characters}``: the longest text each form of ``scheme`` can take (its token pattern's widest
+    match), published in ``GET /v1/schemes`` as ``max_lengths`` so a client can bound an answer before reading it. A
+    form whose pattern has no upper bound is left out."""
+    found: dict[str, int] = {}
+    for form, pattern in token_patterns(scheme).items():
+        widest = sre_parse.parse(pattern).getwidth()[1]
+        if widest < sre_parse.MAXREPEAT:
+            found[form] = int(widest)
+    return found

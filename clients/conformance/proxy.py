@@ -26,6 +26,11 @@ and let the catalogue, ``/v1/fleet`` and decode through, unless ``every_route`` 
                of its own first (a ``range``: moved to start there); a stream is read whole, then sent as one chunk
                (``split`` as for ``splice``)
 ``lb``         every request to the next upstream in turn: one URL in front of several generators
+``relabel``    the upstream's batch answer with its ``scheme`` and/or ``format`` fields replaced by those given
+``huge``       200 with a body of ``size`` bytes (default 100 MB), made as it is sent: a batch's JSON head, then its
+               first ID over and over; a stream's one line without end. ``declared``: with a Content-Length
+               (else chunked)
+``silent``     the request read, then nothing: the connection held open, no answer (a hung node)
 =============  ===========================================================================================
 """
 
@@ -153,6 +158,10 @@ class FaultProxy:
                 return self._send(h, code, _json({"detail": mode.get("detail", f"the proxy answers {code}")}))
             if name == "redirect":
                 return self._send(h, 307, b"", {"location": mode.get("location", "") + h.path})
+            if name == "silent":
+                self._stopping.wait(DRIP_LIMIT_S)
+                h.close_connection = True
+                return None
             if name == "replay":
                 key = (h.command, h.path)
                 with self._lock:
@@ -200,6 +209,12 @@ class FaultProxy:
                 response.read()
                 kind = "text/plain; charset=us-ascii" if mode.get("as_text") else "text/html; charset=utf-8"
                 return self._send(h, 200, HTML, {"content-type": kind})
+            if name == "huge":
+                return self._send_huge(h, response.read(), kept, streamed, mode)
+            if name == "relabel":
+                data = json.loads(response.read())
+                data.update({k: mode.get(k) for k in ("scheme", "format") if mode.get(k) is not None})
+                return self._send(h, 200, _json(data), dict(kept))
             if streamed and name in ("splice", "middle"):
                 key = _splice_key(h)
                 with self._lock:
@@ -380,6 +395,37 @@ class FaultProxy:
         if held:
             _chunk(h, held)
         h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
+
+    def _send_huge(
+        self, h: BaseHTTPRequestHandler, content: bytes, kept: list[tuple[str, str]], streamed: bool, mode: Mode
+    ) -> None:
+        """``size`` bytes of an answer that looks right but has no end in sight (see the ``huge`` mode), sent until
+        all is sent or the client goes away."""
+        size = int(mode.get("size", 100 * 1024 * 1024))
+        if streamed:
+            head, unit = b"", content.split(b"\n", 1)[0] or b"A"
+        else:
+            data = json.loads(content)
+            head = _json({k: v for k, v in data.items() if k != "ids"})[:-1] + b', "ids": ['
+            unit = _json(data["ids"][0]) + b","
+        block = unit * max(1, 65536 // len(unit))
+        h.send_response(200)
+        for key, value in kept:
+            if key.lower() not in ("date", "server"):
+                h.send_header(key, value)
+        declared = bool(mode.get("declared", False))
+        h.send_header("content-length" if declared else "transfer-encoding", str(size) if declared else "chunked")
+        h.end_headers()
+        send: Callable[[bytes], None] = h.wfile.write if declared else (lambda data: _chunk(h, data))
+        send(head)
+        sent = len(head)
+        while sent < size and not self._stopping.is_set():
+            part = block[: size - sent]
+            send(part)
+            sent += len(part)
+        if not declared:
+            h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
     def _abort(self, h: BaseHTTPRequestHandler) -> None:

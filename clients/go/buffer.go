@@ -61,6 +61,9 @@ type buffer struct {
 // unused. Safe for many goroutines: no two calls ever return the same ID. Errors: *NoReplicaError when the buffer
 // is empty and no replica can issue; *BadRequestError / *UnknownSchemeError for a bad scheme, option or format.
 func (c *Client) NewID(ctx context.Context, scheme string, opts ...IssueOption) (string, error) {
+	if c.buffers == nil {
+		return "", ErrNotConstructed
+	}
 	key := scheme
 	var is issue
 	if len(opts) > 0 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -27,8 +28,12 @@ const (
 	NoMaxAge time.Duration = -1
 	// MaxSequenceValue is the largest integer a sequence issues (signed 64-bit).
 	MaxSequenceValue = int64(^uint64(0) >> 1)
-	maxBodyBytes     = 64 << 20
-	userAgent        = "idmint-client-go/0.1"
+	// maxBodyBytes bounds every answer but a batch's (the catalogue, decode, sequences): a longer one fails its
+	// replica unread.
+	maxBodyBytes = 16 << 20
+	// framingBytes is what a batch answer may hold besides its IDs' texts (the JSON around them, extra fields).
+	framingBytes = 4096
+	userAgent    = "idmint-client-go/0.1"
 )
 
 var sequenceDigits = regexp.MustCompile(`^(?:0|[1-9][0-9]{0,18})$`)
@@ -53,9 +58,14 @@ type Options struct {
 }
 
 // Client is a client of an idmint fleet, safe for use by many goroutines. Replicas are tried round-robin with
-// failover; every answer is checked (its IDs against the scheme's token pattern from GET /v1/schemes, and for
-// repeats) before any of it is handed out, and one that is not what the API promises fails its replica like a dead
-// one. Close it when done.
+// failover; every answer is checked (its IDs against the scheme's token pattern from GET /v1/schemes, its scheme
+// and format against the question, its length against what the count can need, and for repeats) before any of it
+// is handed out, and one that is not what the API promises fails its replica like a dead one. Each attempt's answer
+// must begin within its share of the time left (the time left over the replicas left to ask), so a replica that
+// accepts and never answers costs a share of the call. Close it when done.
+//
+// Make one with New: its fields are unexported, and a zero Client (var c idmint.Client) has no replicas: every
+// call on it returns ErrNotConstructed, and Close does nothing.
 type Client struct {
 	urls     []string
 	opts     Options
@@ -144,7 +154,7 @@ func (c *Client) URLs() []string { return append([]string(nil), c.urls...) }
 // Close stops background refills and closes idle connections; buffered IDs are dropped. Calls after it return
 // ErrClientClosed. Idempotent.
 func (c *Client) Close() error {
-	if c.closed.Swap(true) {
+	if c.replicas == nil || c.closed.Swap(true) {
 		return nil
 	}
 	c.stop()
@@ -230,17 +240,108 @@ type request struct {
 	method, path, scope, what string
 	params                    url.Values
 	advance                   bool
+	limit                     int64 // the longest answer read, in bytes (0: maxBodyBytes)
+}
+
+// callerKey holds, in a context the client bounded with its timeout, the caller's own context.
+type callerKey struct{}
+
+// withTimeout is ctx bounded by the client's timeout, remembering the caller's context (callerOf).
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	caller := callerOf(ctx)
+	bounded, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	return context.WithValue(bounded, callerKey{}, caller), cancel
+}
+
+// callerOf is the caller's own context inside ctx (ctx itself when the client has not bounded it).
+func callerOf(ctx context.Context) context.Context {
+	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return caller
+	}
+	return ctx
+}
+
+// usable is nil, or why no call can be made: the client is closed, or is a zero Client (not made by New).
+func (c *Client) usable() error {
+	if c.replicas == nil {
+		return ErrNotConstructed
+	}
+	if c.closed.Load() {
+		return ErrClientClosed
+	}
+	return nil
+}
+
+// shareReason is why an attempt was cut: no answer began within its share of the call's time.
+func shareReason(share time.Duration) string {
+	return fmt.Sprintf("timeout: no answer began within %s s, this replica's share of the call's time",
+		strconv.FormatFloat(share.Seconds(), 'g', 2, 64))
+}
+
+// shareOf is one attempt's share of the time until deadline among left attempts still to make (all of it for the
+// last).
+func shareOf(deadline time.Time, left int) time.Duration {
+	return time.Until(deadline) / time.Duration(left)
+}
+
+// attempt is the context of one attempt: cancelled when no answer has begun within share; began (after the
+// headers) stops that clock and says whether it had already run out. The context is cancelled by the returned
+// cancel.
+func attempt(ctx context.Context, share time.Duration) (context.Context, context.CancelFunc, func() bool) {
+	actx, cancel := context.WithCancel(ctx)
+	var fired atomic.Bool
+	timer := time.AfterFunc(share, func() {
+		fired.Store(true)
+		cancel()
+	})
+	began := func() bool {
+		timer.Stop()
+		return fired.Load()
+	}
+	return actx, func() { timer.Stop(); cancel() }, began
+}
+
+// boundedBody is an answer's body that fails (a *failed) once more than limit bytes have been read.
+type boundedBody struct {
+	io.ReadCloser
+	limit, read int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return n, tooLong(b.read, b.limit)
+	}
+	return n, err
+}
+
+func tooLong(size, limit int64) error {
+	return failf("answer is longer than the %d bytes it can need (%d bytes or more): refused unread", limit, size)
+}
+
+// bound checks resp's declared length against limit and makes its body fail past it.
+func bound(resp *http.Response, limit int64) error {
+	if resp.ContentLength > limit {
+		return tooLong(resp.ContentLength, limit)
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, limit: limit}
+	return nil
 }
 
 // call sends r to the replicas in turn until one answers and parse accepts its answer (a *failed or a transport
 // error: move on). The deadline is the caller's context with the client's timeout.
 func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Response) (T, error)) (T, error) {
 	var zero T
-	if c.closed.Load() {
-		return zero, ErrClientClosed
+	if err := c.usable(); err != nil {
+		return zero, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
+	limit := r.limit
+	if limit == 0 {
+		limit = maxBodyBytes
+	}
 	plan, reasons, err := c.plan(ctx, r.scope, r.advance)
 	if err != nil {
 		return zero, err
@@ -251,15 +352,22 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 			return zero, err
 		}
 	}
-	for _, base := range plan {
+	for index, base := range plan {
 		if ctx.Err() != nil {
 			if reasons[base] == "" {
 				reasons[base] = fmt.Sprintf("not tried: the timeout of %s s passed", secondsText(c.opts.Timeout))
 			}
 			continue
 		}
+		share := time.Duration(math.MaxInt64)
+		if deadline, ok := ctx.Deadline(); ok {
+			share = shareOf(deadline, len(plan)-index)
+		}
+		actx, cancelAttempt, began := attempt(ctx, share)
+		late := false
 		result, err := func() (T, error) {
-			resp, err := c.send(ctx, r.method, base+r.path, r.params)
+			resp, err := c.send(actx, r.method, base+r.path, r.params)
+			late = began()
 			if err != nil {
 				return zero, err
 			}
@@ -267,14 +375,20 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 			if err := check(resp, sequence); err != nil {
 				return zero, err
 			}
+			if err := bound(resp, limit); err != nil {
+				return zero, err
+			}
 			return parse(resp)
 		}()
+		cancelAttempt()
 		if err == nil {
 			c.replicas.succeeded(base, r.scope)
 			return result, nil
 		}
 		if ctx.Err() != nil && !isRejection(err) { // the answer was cut by the deadline
 			err = ctx.Err()
+		} else if late && !isRejection(err) { // no answer began within this attempt's share
+			err = &failed{shareReason(share)}
 		}
 		if reason, retry := c.classify(ctx, base, r.scope, err); retry {
 			reasons[base] = reason
@@ -285,7 +399,8 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 	if err := parentDone(ctx); err != nil {
 		return zero, err
 	}
-	return zero, &NoReplicaError{What: r.what, Reasons: c.ordered(reasons), order: c.urls}
+	return zero, &NoReplicaError{What: r.what, Reasons: c.ordered(reasons), order: c.urls,
+		cause: callerOf(ctx).Err()}
 }
 
 // classify records a replica's failure and says whether the call goes on to the next replica; rejections and a
@@ -320,8 +435,8 @@ func isRejection(err error) bool {
 
 // parentDone is the error of a context its caller cancelled (not the client's own timeout), else nil.
 func parentDone(ctx context.Context) error {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return ctx.Err()
+	if err := callerOf(ctx).Err(); errors.Is(err, context.Canceled) {
+		return err
 	}
 	return nil
 }
@@ -371,9 +486,17 @@ func (c *Client) send(ctx context.Context, method, target string, params url.Val
 func (c *Client) plan(ctx context.Context, scope string, advance bool) ([]string, map[string]string, error) {
 	plan, reasons := c.replicas.plan(scope, advance)
 	for _, base := range c.fleets.unread(plan) {
-		doc, err := c.readFleet(ctx, base)
+		// Each fleet read within a replica's share of the timeout: a hung replica does not cost the whole call.
+		fctx, cancel := context.WithTimeout(ctx, c.opts.Timeout/time.Duration(len(c.urls)))
+		doc, err := c.readFleet(fctx, base)
 		if err == nil {
-			err = c.fleets.learn(base, doc, func(other string) *bool { return c.memberLive(ctx, other, doc.Member) })
+			err = c.fleets.learn(base, doc, func(other string) *bool { return c.memberLive(fctx, other, doc.Member) })
+		}
+		if err != nil && fctx.Err() != nil && ctx.Err() == nil {
+			err = &failed{shareReason(c.opts.Timeout / time.Duration(len(c.urls)))}
+		}
+		cancel()
+		if err != nil {
 			var overlapErr *FleetOverlapError
 			if errors.As(err, &overlapErr) {
 				return nil, nil, err
@@ -523,6 +646,9 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 		form = "canonical"
 	}
 	s := newShape(scheme, form, pattern, ok && known)
+	if longest := info.MaxLengths[form]; longest > 0 {
+		s.longest = longest
+	}
 	var rising map[string]map[string][]string
 	if json.Unmarshal(info.Rising, &rising) == nil { // unreadable: no form is checked for order
 		s.rising, s.risingKnown = rising[form]
@@ -542,7 +668,7 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 // *NoReplicaError, *FleetOverlapError.
 func (c *Client) IDs(ctx context.Context, scheme string, count int, opts ...IssueOption) ([]string, error) {
 	is := issueOf(opts)
-	ctx, cancel := context.WithTimeout(ctx, c.opts.Timeout)
+	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	if _, err := c.shape(ctx, scheme, is.format); err != nil {
 		return nil, err
@@ -579,8 +705,9 @@ func (c *Client) issue(ctx context.Context, scheme string, count int, is issue) 
 		return nil, err
 	}
 	key := is.key(scheme)
+	limit := int64(count)*int64(shape.longest+3) + framingBytes
 	return call(ctx, c, request{method: "GET", path: issuePath(scheme, false), scope: scheme,
-		params: is.params(count), what: fmt.Sprintf("issue %d %s", count, scheme), advance: true},
+		params: is.params(count), what: fmt.Sprintf("issue %d %s", count, scheme), advance: true, limit: limit},
 		func(resp *http.Response) ([]string, error) {
 			return c.parseIDs(resp, count, shape, key, shape.rule(is.options))
 		})
@@ -590,10 +717,16 @@ func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key st
 	error,
 ) {
 	var answer struct {
-		IDs []any `json:"ids"`
+		Scheme any   `json:"scheme"`
+		Format any   `json:"format"`
+		IDs    []any `json:"ids"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBodyBytes)).Decode(&answer); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
 		return nil, failf("unreadable batch answer: %v", err)
+	}
+	if shape.missing == "" && (answer.Scheme != shape.scheme || answer.Format != shape.format) {
+		return nil, failf("answer is labelled scheme '%v' format '%v', asked scheme '%s' format '%s'",
+			answer.Scheme, answer.Format, shape.scheme, shape.format)
 	}
 	if answer.IDs == nil || len(answer.IDs) != count {
 		return nil, failf("batch answer holds %d IDs, asked for %d", len(answer.IDs), count)

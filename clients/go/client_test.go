@@ -20,7 +20,7 @@ type fake struct {
 	*httptest.Server
 	seq      atomic.Int64
 	requests atomic.Int64
-	mode     atomic.Value // "", "refuse", "repeat", "replay", "html", "redirect", "unauthorized"
+	mode     atomic.Value // "", "refuse", "repeat", "replay", "html", "redirect", "unauthorized", "silent"
 	mu       sync.Mutex
 	cached   map[string][]byte
 }
@@ -58,6 +58,9 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests.Add(1)
 	mode := f.mode.Load().(string)
 	switch mode {
+	case "silent": // accepts, never answers (until the client goes away)
+		<-r.Context().Done()
+		return
 	case "refuse":
 		w.Header().Set("Retry-After", "30")
 		w.WriteHeader(503)
@@ -99,7 +102,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		if mode == "repeat" && count > 1 {
 			ids[count-1] = ids[0]
 		}
-		body, _ = json.Marshal(map[string]any{"ids": ids})
+		body, _ = json.Marshal(map[string]any{"scheme": "wiji", "format": "base32", "ids": ids})
 	case r.URL.Path == "/v1/ids/wiji/stream":
 		w.Header().Set("Content-Type", "text/plain; charset=us-ascii")
 		body = []byte(strings.Join(f.ids(count), "\n") + "\n")
@@ -291,5 +294,76 @@ func TestSequenceIntegersAboveTwoToThe53AreExact(t *testing.T) {
 	want := MaxSequenceValue - 1_000_000
 	if values[0] != want || values[2] != want+2 {
 		t.Fatalf("%v", values)
+	}
+}
+
+func TestZeroClientSaysItIsNotConstructed(t *testing.T) {
+	var c Client
+	ctx := context.Background()
+	if _, err := c.IDs(ctx, "wiji", 1); !errors.Is(err, ErrNotConstructed) {
+		t.Fatalf("IDs on a zero Client: %v", err)
+	}
+	if _, err := c.NewID(ctx, "wiji"); !errors.Is(err, ErrNotConstructed) {
+		t.Fatalf("NewID on a zero Client: %v", err)
+	}
+	if _, err := c.Decode(ctx, "x"); !errors.Is(err, ErrNotConstructed) {
+		t.Fatalf("Decode on a zero Client: %v", err)
+	}
+	s := c.Stream(ctx, "wiji", 3)
+	for s.Next() {
+		t.Fatal("a zero Client's stream handed out an ID")
+	}
+	if !errors.Is(s.Err(), ErrNotConstructed) {
+		t.Fatalf("Stream on a zero Client: %v", s.Err())
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCallersDeadlineIsDeadlineExceeded(t *testing.T) {
+	f := newFake(t)
+	c, err := New([]string{f.URL}, Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Schemes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.mode.Store("silent")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = c.IDs(ctx, "wiji", 3)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("IDs cut by the caller's deadline: %v", err)
+	}
+	var noReplica *NoReplicaError
+	if !errors.As(err, &noReplica) {
+		t.Fatalf("IDs cut by the caller's deadline is no *NoReplicaError: %v", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	s := c.Stream(ctx2, "wiji", 3)
+	for s.Next() {
+	}
+	if !errors.Is(s.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Stream cut by the caller's deadline: %v", s.Err())
+	}
+}
+
+func TestRetryAfterRule(t *testing.T) {
+	for value, want := range map[string]float64{
+		"": 1, "7": 7, "0": 0, "-5": 1, "1.5": 1, "soon": 1, "300": 300, "301": 300,
+		"1000000000000": 300, "99999999999999999999999999999999": 300,
+		"Fri, 31 Dec 9999 23:59:59 GMT": 300, "Thu, 01 Jan 1970 00:00:00 GMT": 0,
+	} {
+		h := http.Header{}
+		if value != "" {
+			h.Set("Retry-After", value)
+		}
+		if got := retryAfter(h); got != want {
+			t.Errorf("Retry-After %q: %v s, want %v s", value, got, want)
+		}
 	}
 }

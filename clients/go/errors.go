@@ -25,6 +25,9 @@ import (
 // ErrClientClosed is returned by every call on a closed client.
 var ErrClientClosed = errors.New("idmint: client is closed")
 
+// ErrNotConstructed is returned by every call on a zero Client: make clients with New.
+var ErrNotConstructed = errors.New("idmint: a zero Client has no replicas: make one with idmint.New")
+
 // Rejection is what every 4xx error holds: the HTTP status, the server's detail and the request URL.
 type Rejection struct {
 	Status int
@@ -67,7 +70,12 @@ type NoReplicaError struct {
 	Reasons   map[string]string
 	Delivered int
 	order     []string
+	cause     error // the caller's context's error when its own deadline cut the call
 }
+
+// Unwrap is the caller's context's error (context.DeadlineExceeded) when the caller's own deadline cut the call,
+// so errors.Is(err, context.DeadlineExceeded) holds; nil otherwise (the client's Timeout passing is not it).
+func (e *NoReplicaError) Unwrap() error { return e.cause }
 
 func (e *NoReplicaError) Error() string {
 	urls := e.order

@@ -76,6 +76,7 @@ type schemeJSON struct {
 	Formats         []string          `json:"formats"`
 	CanonicalFormat string            `json:"canonical_format"`
 	TokenPatterns   map[string]string `json:"token_patterns"`
+	MaxLengths      map[string]int    `json:"max_lengths"`
 	Rising          json.RawMessage   `json:"rising"`
 	PerIdentity     json.RawMessage   `json:"rising_per_identity"`
 	Node            map[string]any    `json:"node"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/mail"
 	"regexp"
@@ -23,9 +24,12 @@ import (
 const (
 	failedBackoff     = time.Second
 	defaultRetryAfter = 1.0
-	allScopes         = ""
-	sequenceScope     = "sequence:"
-	maxDetailChars    = 200
+	// maxRetryAfter is the longest a Retry-After keeps a replica out, in seconds (a larger value, or a later date,
+	// is capped to this).
+	maxRetryAfter  = 300.0
+	allScopes      = ""
+	sequenceScope  = "sequence:"
+	maxDetailChars = 200
 )
 
 var countRangeRE = regexp.MustCompile(`count must be (?:an integer )?in 1\.\.(\d+)`)
@@ -133,24 +137,26 @@ func detailOf(body []byte, status string) string {
 	return text
 }
 
-// retryAfter is Retry-After in seconds (delta-seconds or an HTTP date); defaultRetryAfter when absent or bad.
+// retryAfter is Retry-After in seconds: delta-seconds (digits only) or an HTTP date, capped at maxRetryAfter;
+// defaultRetryAfter when absent, negative or anything else ("-5", "1.5", "soon").
 func retryAfter(h http.Header) float64 {
 	value := strings.TrimSpace(h.Get("Retry-After"))
 	if value == "" {
 		return defaultRetryAfter
 	}
-	if n, err := strconv.ParseUint(value, 10, 32); err == nil {
-		return float64(n)
+	if deltaSeconds.MatchString(value) {
+		if n, err := strconv.ParseFloat(value, 64); err == nil && n < maxRetryAfter {
+			return n
+		}
+		return maxRetryAfter // past any integer type: still a number of seconds, capped
 	}
 	if at, err := mail.ParseDate(value); err == nil {
-		wait := time.Until(at).Seconds()
-		if wait < 0 {
-			return 0
-		}
-		return wait
+		return math.Min(math.Max(time.Until(at).Seconds(), 0), maxRetryAfter)
 	}
 	return defaultRetryAfter
 }
+
+var deltaSeconds = regexp.MustCompile(`^[0-9]+$`)
 
 // check classifies an answer: nil for 2xx; *refused (503/429), *failed (other statuses: a redirect is never
 // followed), or a rejection (4xx: the request's fault; a 404 is unknownSequence for sequence calls). It reads and

@@ -20,6 +20,7 @@ type idShape struct {
 	risingKnown    bool                // the form is in rising
 	order          *identityOrder      // rising_per_identity's entry of this form (nil: none, or unreadable)
 	orderNeeds     map[string][]string // the options (and values) under which order applies
+	longest        int                 // the most characters one ID has (GET /v1/schemes' max_lengths): answers are bounded by it
 }
 
 // rule tells what an answer under options is checked for: rising within it (rises), and rising per issuing
@@ -57,7 +58,7 @@ func satisfied(needs map[string][]string, options map[string]string) bool {
 }
 
 func newShape(scheme, format, pattern string, known bool) *idShape {
-	s := &idShape{scheme: scheme, format: format}
+	s := &idShape{scheme: scheme, format: format, longest: maxLineChars}
 	if !known {
 		s.missing = fmt.Sprintf("/v1/schemes gives no token pattern for %s in format %q: its answers cannot be checked",
 			scheme, format)

@@ -109,13 +109,18 @@ func (s *Stream) Close() {
 func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is issue, wholeCall bool,
 	emit func([]string) bool,
 ) (int, error) {
-	if c.closed.Load() {
-		return 0, ErrClientClosed
+	if err := c.usable(); err != nil {
+		return 0, err
 	}
 	parent := ctx
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	timer := time.AfterFunc(c.opts.Timeout, cancel) // wholeCall: never moved; else moved on at each chunk
+	var deadlineMu sync.Mutex
+	deadline := time.Now().Add(c.opts.Timeout) // when timer fires
+	if parentDeadline, ok := parent.Deadline(); ok && parentDeadline.Before(deadline) {
+		deadline = parentDeadline
+	}
 	defer timer.Stop()
 	timedOut := func() bool { return ctx.Err() != nil && parent.Err() == nil }
 	shape, err := c.shape(ctx, scheme, is.format)
@@ -136,10 +141,13 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 			reasons[k] = v
 		}
 		progress := false
-		for _, base := range plan {
+		for index, base := range plan {
 			if c.closed.Load() {
 				return delivered, ErrClientClosed
 			}
+			deadlineMu.Lock()
+			share := shareOf(deadline, len(plan)-index)
+			deadlineMu.Unlock()
 			before := delivered
 			if ctx.Err() != nil {
 				if err := parent.Err(); err != nil {
@@ -148,13 +156,16 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 				reasons[base] = fmt.Sprintf("not tried: the timeout of %s s passed", secondsText(c.opts.Timeout))
 				continue
 			}
-			err := c.streamFrom(ctx, base+path, is.params(count-delivered), shape, key, rising, count, &delivered, before,
-				func(lines []string) bool {
+			err := c.streamFrom(ctx, share, base+path, is.params(count-delivered), shape, key, rising, count, &delivered,
+				before, func(lines []string) bool {
 					if !wholeCall {
 						timer.Stop()
 					}
 					ok := emit(lines)
 					if !wholeCall {
+						deadlineMu.Lock()
+						deadline = time.Now().Add(c.opts.Timeout)
+						deadlineMu.Unlock()
 						timer.Reset(c.opts.Timeout)
 					}
 					return ok
@@ -192,11 +203,17 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 
 var errStopped = errors.New("the stream's reader stopped")
 
-func (c *Client) streamFrom(ctx context.Context, target string, params map[string][]string, shape *idShape,
-	key string, rising rule, count int, delivered *int, before int, emit func([]string) bool,
+func (c *Client) streamFrom(ctx context.Context, share time.Duration, target string, params map[string][]string,
+	shape *idShape, key string, rising rule, count int, delivered *int, before int, emit func([]string) bool,
 ) error {
-	resp, err := c.send(ctx, http.MethodGet, target, params)
+	actx, cancel, began := attempt(ctx, share)
+	defer cancel()
+	resp, err := c.send(actx, http.MethodGet, target, params)
+	late := began()
 	if err != nil {
+		if late && ctx.Err() == nil {
+			return &failed{shareReason(share)}
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -211,6 +228,9 @@ func (c *Client) streamFrom(ctx context.Context, target string, params map[strin
 		}
 		return failf("stream answer is '%s', not text/plain", kind)
 	}
+	if need := int64(count-*delivered) * int64(shape.longest+1); resp.ContentLength > need {
+		return tooLong(resp.ContentLength, need)
+	}
 	buf := make([]byte, readChunk)
 	var partial []byte
 	last := "" // a new stream: a new generator, maybe below the last one's
@@ -219,10 +239,12 @@ func (c *Client) streamFrom(ctx context.Context, target string, params map[strin
 		if n > 0 {
 			data := append(partial, buf[:n]...)
 			cut := bytes.LastIndexByte(data, '\n')
+			if len(data)-cut-1 > shape.longest {
+				number := *delivered - before + 1 + bytes.Count(data[:cut+1], []byte{'\n'})
+				return failf("line %d is longer than %d characters, the longest ID: refused unread", number,
+					shape.longest)
+			}
 			if cut < 0 {
-				if len(data) > maxLineChars {
-					return failf("line %d is longer than %d characters: no ID is", *delivered-before+1, maxLineChars)
-				}
 				partial = data
 			} else {
 				text := string(data[:cut])

@@ -25,7 +25,7 @@ from idmint_client import (
     UnknownScheme,
 )
 
-from tests.client.fakes import catalogue_answer, fake_id
+from tests.client.fakes import batch, catalogue_answer, fake_id
 from tests.support.server import Server, free_port
 
 pytestmark = pytest.mark.anyio
@@ -251,7 +251,7 @@ def test_refused_replica_is_kept_out_for_its_retry_after() -> None:
             return httpx.Response(503, headers={"retry-after": "30"}, json={"detail": "lease lost", "retry_after": 30})
         count = int(request.url.params["count"])
         ids = [fake_id(request.url.host, len(calls) * 1000 + i) for i in range(count)]  # fresh on every call
-        return httpx.Response(200, content=json.dumps({"ids": ids}))
+        return httpx.Response(200, content=json.dumps(batch(request, ids)))
 
     with Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client:
         for _ in range(6):

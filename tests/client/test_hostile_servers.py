@@ -7,13 +7,14 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 from idmint_client import AsyncClient, Client, NoReplicaAvailable
+from idmint_client._replicas import retry_after_s
 
-from tests.client.fakes import catalogue, catalogue_answer, fake_id
+from tests.client.fakes import batch, catalogue, catalogue_answer, fake_id
 
 pytestmark = pytest.mark.anyio
 
@@ -31,11 +32,15 @@ BAD_STREAMS = [
     (HTML, TEXT, "line 1 is not a wiji ID (base32): '<!doctype html>'"),
     (HTML, {"content-type": "text/html"}, "'text/html', not text/plain"),
 ]
+LABEL = {"scheme": "wiji", "format": "base32"}
 BAD_BATCHES = [
-    ({"ids": ["", ""]}, "ID 1 is not a wiji ID (base32): ''"),
-    ({"ids": [None, None]}, "ID 1 is not a wiji ID (base32): 'None'"),
-    ({"ids": [1, 2]}, "ID 1 is not a wiji ID (base32): '1'"),
-    ({"ids": [fake_id("a", 1), "<html>"]}, "ID 2 is not a wiji ID (base32): '<html>'"),
+    ({**LABEL, "ids": ["", ""]}, "ID 1 is not a wiji ID (base32): ''"),
+    ({**LABEL, "ids": [None, None]}, "ID 1 is not a wiji ID (base32): 'None'"),
+    ({**LABEL, "ids": [1, 2]}, "ID 1 is not a wiji ID (base32): '1'"),
+    ({**LABEL, "ids": [fake_id("a", 1), "<html>"]}, "ID 2 is not a wiji ID (base32): '<html>'"),
+    ({"ids": [fake_id("a", 1), fake_id("a", 2)]}, "labelled scheme None format None, asked scheme 'wiji'"),
+    ({"scheme": "ulid", "format": "ulid", "ids": [fake_id("a", 1), fake_id("a", 2)]}, "labelled scheme 'ulid'"),
+    ({"scheme": "wiji", "format": "hex", "ids": [fake_id("a", 1), fake_id("a", 2)]}, "format 'hex', asked"),
 ]
 
 
@@ -60,7 +65,7 @@ def handler_of(bad_body: str, bad_type: dict[str, str], bad_json: object = None)
             return httpx.Response(200, text="".join(f"{i}\n" for i in fresh(count)), headers=TEXT)
         if host == "a.invalid":
             return httpx.Response(200, json=bad_json)
-        return httpx.Response(200, json={"ids": fresh(count)})
+        return httpx.Response(200, json=batch(request, fresh(count)))
 
     return httpx.MockTransport(handler)
 
@@ -155,10 +160,11 @@ class DripServer:
                         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
                         conn.sendall(b"content-length: %d\r\n\r\n%s" % (len(body), body))
                         continue
-                    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100000\r\n\r\n"
+                    # 100 bytes: within what 5 IDs can need (a longer answer is refused unread, not waited for)
+                    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 100\r\n\r\n"
                     if not self.in_headers:
                         conn.sendall(head)
-                    for byte in (head if self.in_headers else b"") + b"0" * 100000:
+                    for byte in (head if self.in_headers else b"") + b"0" * 100:
                         if self.stopping.wait(self.interval):
                             return
                         conn.sendall(bytes([byte]))
@@ -180,7 +186,7 @@ def drip(request: pytest.FixtureRequest) -> Iterator[DripServer]:
 
 
 def test_a_call_timeout_is_a_deadline_for_the_whole_call(drip: DripServer) -> None:
-    # A byte every 0.2 s never trips a 1 s read timeout; the whole answer would take 20,000 s.
+    # A byte every 0.2 s never trips a 1 s read timeout; the whole answer would take 20 s.
     with Client(drip.url, timeout=1.0) as client:
         client.schemes()
         for call in (
@@ -191,7 +197,7 @@ def test_a_call_timeout_is_a_deadline_for_the_whole_call(drip: DripServer) -> No
             started = time.monotonic()
             with pytest.raises(NoReplicaAvailable, match="Timeout|timeout"):
                 call()
-            assert time.monotonic() - started < 30  # far below the drip's 20,000 s: the deadline ended it
+            assert time.monotonic() - started < 30  # far below the drip's 20 s: the deadline ended it
 
 
 async def test_an_async_call_timeout_is_a_deadline_too(drip: DripServer) -> None:
@@ -235,7 +241,7 @@ def repeating(mode: str) -> httpx.MockTransport:
         if stream:
             answer = httpx.Response(200, text="".join(f"{i}\n" for i in ids), headers=TEXT)
         else:
-            answer = httpx.Response(200, json={"ids": ids})
+            answer = httpx.Response(200, json=batch(request, ids))
         if host == "a.invalid" and mode == "replay":
             answer = replayed.setdefault(str(request.url), answer)
         return answer
@@ -308,7 +314,7 @@ def test_an_answer_led_by_an_earlier_middle_id_fails_per_issuing_identity(stream
         ids = answers.pop(0)
         if stream:
             return httpx.Response(200, text="".join(f"{i}\n" for i in ids), headers={"content-type": "text/plain"})
-        return httpx.Response(200, json={"ids": ids})
+        return httpx.Response(200, json={"scheme": "snowflake", "format": "hex", "ids": ids})
 
     with Client([A], transport=httpx.MockTransport(handler)) as client:
 
@@ -342,3 +348,95 @@ def test_the_spans_past_the_bound_leave_a_floor() -> None:
             "k", [snowflake(1, 11)], rising=rule
         )  # at or below the floor (13's span pushed the lowest, 12, out): refused
     repeats.check("k", [snowflake(2, 11)], rising=rule)  # another identity
+
+
+# -- answers longer than the question can need -----------------------------------------------------------------
+
+
+class Endless(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body without end (``unit`` over and over, in 64 KiB chunks), counting what the client pulled."""
+
+    def __init__(self, head: bytes, unit: bytes) -> None:
+        self.head = head
+        self.block = unit * (65536 // len(unit))
+        self.pulled = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield self.head
+        while self.pulled < 1 << 30:  # bounded all the same: 1 GiB
+            self.pulled += len(self.block)
+            yield self.block
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self:
+            yield chunk
+
+
+def endless_replica(declared: bool) -> tuple[httpx.MockTransport, list[Endless]]:
+    bodies: list[Endless] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)
+        if listed is not None:
+            return listed
+        if request.url.path.endswith("/stream"):
+            body = Endless(b"", fake_id("a", 1).encode())
+            headers = dict(TEXT)
+        else:
+            body = Endless(b'{"scheme": "wiji", "format": "base32", "ids": [', f'"{fake_id("a", 1)}",'.encode())
+            headers = {"content-type": "application/json"}
+        if declared:
+            headers["content-length"] = str(100 * 1024 * 1024)
+        bodies.append(body)
+        return httpx.Response(200, headers=headers, stream=body)
+
+    return httpx.MockTransport(handler), bodies
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "chunked"])
+def test_an_answer_longer_than_the_count_can_need_is_refused_unread(declared: bool) -> None:
+    transport, bodies = endless_replica(declared)
+    with Client([A], transport=transport, buffer=False) as client:
+        with pytest.raises(NoReplicaAvailable, match="longer than") as caught:
+            client.ids("wiji", 5)
+        assert "refused unread" in caught.value.reasons[A]
+        words = "longer than the 135 bytes" if declared else "longer than 26 characters"
+        with pytest.raises(NoReplicaAvailable, match=words):
+            list(client.stream("wiji", 5))
+    # 5 IDs need 5 * (26 + 3) + 4096 bytes: at most one chunk past that was pulled, none when it was declared
+    assert all(body.pulled <= (0 if declared else 65536) for body in bodies), [b.pulled for b in bodies]
+
+
+async def test_the_async_client_bounds_answers_too() -> None:
+    transport, bodies = endless_replica(False)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return transport.handle_request(request)
+
+    async with AsyncClient([A], transport=httpx.MockTransport(handler), buffer=False) as client:
+        with pytest.raises(NoReplicaAvailable, match="longer than"):
+            await client.ids("wiji", 5)
+        with pytest.raises(NoReplicaAvailable, match="longer than 26 characters"):
+            async for _ in client.stream("wiji", 5):
+                pass
+    assert all(body.pulled <= 65536 for body in bodies)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("7", 7.0),
+        ("0", 0.0),
+        ("-5", 1.0),
+        ("1.5", 1.0),
+        ("soon", 1.0),
+        ("301", 300.0),
+        ("1000000000000", 300.0),
+        ("9" * 400, 300.0),
+        ("Fri, 31 Dec 9999 23:59:59 GMT", 300.0),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_one_rule(value: str, seconds: float) -> None:
+    response = httpx.Response(503, headers={"retry-after": value})
+    assert retry_after_s(response) == seconds

@@ -12,15 +12,20 @@ import httpx
 
 from idmint_client._base import (
     FLEET_PATH,
+    MAX_ANSWER_BYTES,
     BaseClient,
     Key,
+    batch_limit,
+    bounded,
     buffer_key,
     check_stream_type,
+    declared_length,
     decode_path,
     issue_params,
     issue_path,
     parse_ids,
     split_lines,
+    too_long,
 )
 from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
@@ -223,6 +228,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options), rising),
             f"issue {count} {scheme}",
             deadline,
+            limit=batch_limit(count, shape),
         )
 
     async def _shape(self, scheme: str, fmt: str | None) -> IdShape:
@@ -263,23 +269,25 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             plan, skipped = await self._plan(scheme)
             reasons.update(skipped)
             progress = False
-            for url in plan:
+            for index, url in enumerate(plan):
                 if self._closed:
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
                     if deadline.left() <= 0:
                         raise Failed(f"not tried: the timeout of {self.timeout:g} s passed")
+                    attempt = deadline.share(len(plan) - index)
                     async with self._http.stream(
                         "GET",
                         url + path,
                         params=issue_params(count - delivered, format, options),
-                        timeout=timeout_of(deadline),
+                        timeout=timeout_of(attempt),
                     ) as response:
+                        attempt.began(deadline)
                         if response.status_code >= 300:
-                            await response.aread()
-                            check(response)
+                            check(await _read(response, MAX_ANSWER_BYTES))
                         check_stream_type(response)
+                        declared_length(response, (count - delivered) * (shape.longest + 1))
                         partial = ""
                         last: str | None = None  # a new stream: a new generator, maybe below the last one's
                         async for raw in response.aiter_bytes():
@@ -426,7 +434,8 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         plan, reasons = self._replicas.plan(scope, advance)
         for url in self._fleets.unread(plan):
             try:
-                response = await self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout)))
+                share = Deadline(self.timeout).share(len(self.urls))
+                response = await self._http.get(url + FLEET_PATH, timeout=timeout_of(share))
                 answers = {u: await self._member_live(u, response) for u in self._fleets.same_fleet(url, response)}
                 self._fleets.learn(url, response, functools.partial(_asked, answers))
             except (httpx.HTTPError, ValueError) as exc:
@@ -444,9 +453,8 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         if not isinstance(token, str) or not token:
             return None
         try:
-            return member_live(
-                await self._http.get(member_path(url, token), timeout=timeout_of(Deadline(self.timeout)))
-            )
+            share = Deadline(self.timeout).share(len(self.urls))
+            return member_live(await self._http.get(member_path(url, token), timeout=timeout_of(share)))
         except httpx.HTTPError:
             return None
 
@@ -461,6 +469,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         advance: bool = True,
         method: str = "GET",
         json: dict[str, Any] | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
@@ -470,14 +479,21 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         plan, reasons = await self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)
-        for url in plan:
+        for index, url in enumerate(plan):
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = await self._http.request(
-                    method, url + path, params=params, json=json, timeout=timeout_of(deadline)
+                attempt = deadline.share(len(plan) - index)
+                request = self._http.build_request(
+                    method, url + path, params=params, json=json, timeout=timeout_of(attempt)
                 )
+                streamed = await self._http.send(request, stream=True)
+                try:
+                    attempt.began(deadline)
+                    response = await _read(streamed, limit)
+                finally:
+                    await streamed.aclose()
                 check(response, missing)
                 result = parse(response)
             except Refused as exc:
@@ -493,6 +509,17 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
                 self._replicas.succeeded(url, scope)
                 return result
         raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
+
+
+async def _read(response: httpx.Response, limit: int) -> httpx.Response:
+    """``response`` read whole, unless it is longer than ``limit`` bytes (Failed, the rest unread)."""
+    declared_length(response, limit)
+    content = bytearray()
+    async for chunk in response.aiter_bytes():
+        content += chunk
+        if len(content) > limit:
+            raise too_long(len(content), limit)
+    return bounded(response, bytes(content))
 
 
 def _asked(answers: dict[str, bool | None], url: str, token: str) -> bool | None:

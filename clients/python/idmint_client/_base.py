@@ -27,7 +27,12 @@ DEFAULT_MIN_REFILL = 64
 DEFAULT_MAX_REFILL = 100_000
 """The server's default IDMINT_MAX_COUNT; a smaller server limit is learned and honoured."""
 MAX_LINE_CHARS = 4096
-"""A stream line longer than this is no ID: the answer fails (its text is not buffered without bound)."""
+"""A stream line longer than this is no ID when the catalogue gives no ``max_lengths`` for its form (an older
+server): the answer fails (its text is not buffered without bound)."""
+FRAMING_BYTES = 4096
+"""What a batch answer may hold besides its IDs' texts (the JSON around them, a scheme's extra fields)."""
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The longest answer read from any route but the issuing ones (the catalogue, decode, sequences)."""
 
 Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
 """A buffer's key: the bare scheme name (no options, canonical format: the common case, cheapest to build) or
@@ -66,6 +71,29 @@ def issue_params(count: int, fmt: str | None, options: Mapping[str, object]) -> 
     return params
 
 
+def batch_limit(count: int, shape: IdShape) -> int:
+    """The most bytes a batch answer of ``count`` IDs of ``shape`` can need: each ID's longest text, quoted and
+    comma-separated, plus FRAMING_BYTES."""
+    return count * (shape.longest + 3) + FRAMING_BYTES
+
+
+def too_long(size: int, limit: int) -> Failed:
+    return Failed(f"answer is longer than the {limit} bytes it can need ({size} bytes or more): refused unread")
+
+
+def bounded(response: httpx.Response, content: bytes) -> httpx.Response:
+    """A response of ``content`` (read within its bound) with ``response``'s status, headers and request."""
+    headers = [(k, v) for k, v in response.headers.items() if k != "content-encoding"]  # decoded already
+    return httpx.Response(response.status_code, headers=headers, content=content, request=response.request)
+
+
+def declared_length(response: httpx.Response, limit: int) -> None:
+    """Failed when ``response`` declares a Content-Length over ``limit`` (nothing of it is read)."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_long(int(declared), limit)
+
+
 def parse_ids(
     response: httpx.Response, count: int, shape: IdShape, repeats: Repeats, key: Key, rising: bool | Rule = False
 ) -> list[str]:
@@ -73,9 +101,16 @@ def parse_ids(
     under ``key``) and, when ``rising``, for strictly rising order; Failed when the answer is not what the API
     promises (naming the first ID that is not one)."""
     try:
-        ids = response.json()["ids"]
-    except (ValueError, KeyError, TypeError) as exc:
+        data = response.json()
+        ids = data["ids"]
+        label = (data.get("scheme"), data.get("format"))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise Failed(f"unreadable batch answer: {exc!r}") from exc
+    if shape.missing is None and label != (shape.scheme, shape.format):
+        raise Failed(
+            f"answer is labelled scheme {label[0]!r} format {label[1]!r}, "
+            f"asked scheme {shape.scheme!r} format {shape.format!r}"
+        )
     if not isinstance(ids, list) or len(ids) != count:
         raise Failed(f"batch answer holds {len(ids) if isinstance(ids, list) else '?'} IDs, asked for {count}")
     shape.check_ids(ids)
@@ -99,15 +134,16 @@ def check_stream_type(response: httpx.Response) -> None:
 def split_lines(partial: str, chunk: bytes, shape: IdShape, line: int) -> tuple[list[str], str]:
     """Complete lines of ``partial + chunk``, checked against ``shape`` (the first being line ``line`` of the
     answer), and the incomplete rest (kept until more arrives, or discarded). Raises Failed for text that is not
-    ASCII, a line that is not an ID of the shape, or a line longer than MAX_LINE_CHARS."""
+    ASCII, a line that is not an ID of the shape, or a line longer than the shape's longest ID."""
     try:
         text = partial + chunk.decode("ascii")
     except UnicodeDecodeError as exc:
         raise Failed(f"stream is not ASCII text: {exc}") from exc
     cut = text.rfind("\n")
+    if len(text) - cut - 1 > shape.longest:
+        number = line + text.count("\n")
+        raise Failed(f"line {number} is longer than {shape.longest} characters, the longest ID: refused unread")
     if cut < 0:
-        if len(text) > MAX_LINE_CHARS:
-            raise Failed(f"line {line} is longer than {MAX_LINE_CHARS} characters: no ID is")
         return [], text
     complete = text[:cut]
     shape.check_text(complete, line)
@@ -228,6 +264,7 @@ class BaseClient(Generic[LockT, TransportT]):
             info.token_patterns.get(form) if form else None,
             info.rising.get(form) if form else None,
             _per_identity(info.raw, form),
+            longest=info.max_lengths.get(form, MAX_LINE_CHARS) if form else MAX_LINE_CHARS,
         )
         self._shapes[(scheme, fmt)] = shape
         return shape

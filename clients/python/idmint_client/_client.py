@@ -13,15 +13,20 @@ import httpx
 
 from idmint_client._base import (
     FLEET_PATH,
+    MAX_ANSWER_BYTES,
     BaseClient,
     Key,
+    batch_limit,
+    bounded,
     buffer_key,
     check_stream_type,
+    declared_length,
     decode_path,
     issue_params,
     issue_path,
     parse_ids,
     split_lines,
+    too_long,
 )
 from idmint_client._buffer import Buffer
 from idmint_client._deadline import Deadline, deadline_transport, timeout_of
@@ -271,6 +276,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             lambda r: parse_ids(r, count, shape, self._repeats, buffer_key(scheme, fmt, options), rising),
             f"issue {count} {scheme}",
             deadline,
+            limit=batch_limit(count, shape),
         )
 
     def _shape(self, scheme: str, fmt: str | None) -> IdShape:
@@ -312,23 +318,25 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             plan, skipped = self._plan(scheme)
             reasons.update(skipped)
             progress = False
-            for url in plan:
+            for index, url in enumerate(plan):
                 if self._closed:
                     raise ClientClosed("client is closed")
                 before = delivered
                 try:
                     if deadline.left() <= 0:
                         raise Failed(f"not tried: the timeout of {self.timeout:g} s passed")
+                    attempt = deadline.share(len(plan) - index)
                     with self._http.stream(
                         "GET",
                         url + path,
                         params=issue_params(count - delivered, format, options),
-                        timeout=timeout_of(deadline),
+                        timeout=timeout_of(attempt),
                     ) as response:
+                        attempt.began(deadline)
                         if response.status_code >= 300:
-                            response.read()
-                            check(response)
+                            check(self._read(response, MAX_ANSWER_BYTES))
                         check_stream_type(response)
+                        declared_length(response, (count - delivered) * (shape.longest + 1))
                         partial = ""
                         last: str | None = None  # a new stream: a new generator, maybe below the last one's
                         for raw in response.iter_bytes():
@@ -493,11 +501,13 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     # -- failover ----------------------------------------------------------------------------------------------
     def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
-        (:class:`~idmint_client._fleet.FleetCheck`): one that cannot be read is failed over. Raises FleetOverlap."""
+        (:class:`~idmint_client._fleet.FleetCheck`; each read within a replica's share of the timeout): one that
+        cannot be read is failed over. Raises FleetOverlap."""
         plan, reasons = self._replicas.plan(scope, advance)
         for url in self._fleets.unread(plan):
             try:
-                response = self._http.get(url + FLEET_PATH, timeout=timeout_of(Deadline(self.timeout)))
+                share = Deadline(self.timeout).share(len(self.urls))
+                response = self._http.get(url + FLEET_PATH, timeout=timeout_of(share))
                 self._fleets.learn(url, response, self._member_live)
             except (httpx.HTTPError, ValueError) as exc:
                 reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
@@ -506,7 +516,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def _member_live(self, url: str, token: str) -> bool | None:
         try:
-            return member_live(self._http.get(member_path(url, token), timeout=timeout_of(Deadline(self.timeout))))
+            share = Deadline(self.timeout).share(len(self.urls))
+            return member_live(self._http.get(member_path(url, token), timeout=timeout_of(share)))
         except httpx.HTTPError:
             return None
 
@@ -521,8 +532,11 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         advance: bool = True,
         method: str = "GET",
         json: dict[str, Any] | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> T:
-        """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on)."""
+        """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on). Each
+        attempt's answer must begin within its share of the time left (:meth:`Deadline.share`); one longer than
+        ``limit`` bytes fails its replica unread."""
         if self._closed:
             raise ClientClosed("client is closed")
         if deadline is None:
@@ -531,14 +545,21 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         plan, reasons = self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)
-        for url in plan:
+        for index, url in enumerate(plan):
             if deadline.left() <= 0:
                 reasons[url] = f"not tried: the timeout of {self.timeout:g} s passed"
                 continue
             try:
-                response = self._http.request(
-                    method, url + path, params=params, json=json, timeout=timeout_of(deadline)
+                attempt = deadline.share(len(plan) - index)
+                request = self._http.build_request(
+                    method, url + path, params=params, json=json, timeout=timeout_of(attempt)
                 )
+                streamed = self._http.send(request, stream=True)
+                try:
+                    attempt.began(deadline)
+                    response = self._read(streamed, limit)
+                finally:
+                    streamed.close()
                 check(response, missing)
                 result = parse(response)
             except Refused as exc:
@@ -554,6 +575,17 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                 self._replicas.succeeded(url, scope)
                 return result
         raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
+
+    @staticmethod
+    def _read(response: httpx.Response, limit: int) -> httpx.Response:
+        """``response`` read whole, unless it is longer than ``limit`` bytes (Failed, the rest unread)."""
+        declared_length(response, limit)
+        content = bytearray()
+        for chunk in response.iter_bytes():
+            content += chunk
+            if len(content) > limit:
+                raise too_long(len(content), limit)
+        return bounded(response, bytes(content))
 
 
 def _ordered(urls: tuple[str, ...], reasons: Mapping[str, str]) -> dict[str, str]:

@@ -26,21 +26,45 @@ _monotonic = time.monotonic
 class Deadline(float):
     """A timeout in seconds (its float value: the seconds given) ending at :attr:`at` (monotonic seconds).
 
-    :meth:`extend` moves the end (a stream's deadline runs from its last progress)."""
+    :meth:`extend` moves the end (a stream's deadline runs from its last progress). :meth:`share` makes one
+    attempt's deadline: until its answer begins (:meth:`began`), a share of the time left; then the call's own."""
 
     at: float
+    follows: Deadline | None
+    reason: str | None
 
-    def __new__(cls, seconds: float) -> Deadline:
+    def __new__(cls, seconds: float, reason: str | None = None) -> Deadline:
         self = super().__new__(cls, seconds)
         self.at = _monotonic() + seconds
+        self.follows = None
+        self.reason = reason
         return self
 
     def left(self) -> float:
         """Seconds until the deadline (negative once passed)."""
+        if self.follows is not None:
+            return self.follows.left()
         return self.at - _monotonic()
 
     def extend(self, seconds: float) -> None:
         self.at = _monotonic() + seconds
+
+    def passed(self) -> str:
+        """Why a network operation under this deadline was cut (it has passed)."""
+        if self.follows is not None:
+            return self.follows.passed()
+        return self.reason or f"the call's timeout of {float(self):g} s passed"
+
+    def share(self, attempts: int) -> Deadline:
+        """The deadline of one attempt among ``attempts`` still to make: its answer must begin (status and
+        headers) within the time left over ``attempts`` (all of it for the last), so a replica that accepts and
+        never answers costs a share of the call, not all of it."""
+        part = max(self.left(), 0.0) / max(attempts, 1)
+        return Deadline(part, f"no answer began within {part:.2g} s, this replica's share of the call's time")
+
+    def began(self, call: Deadline) -> None:
+        """The answer began: from now on this deadline is the call's (``call``)."""
+        self.follows = call
 
 
 def _left(timeout: float | None, error: type[Exception]) -> float | None:
@@ -48,7 +72,7 @@ def _left(timeout: float | None, error: type[Exception]) -> float | None:
         return timeout
     left = timeout.left()
     if left <= 0:
-        raise error(f"the call's timeout of {float(timeout):g} s passed")
+        raise error(timeout.passed())
     return left
 
 

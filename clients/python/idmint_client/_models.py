@@ -91,6 +91,8 @@ class SchemeInfo:
     raw: Mapping[str, Any] = field(repr=False)
     token_patterns: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Per text form, the regex every ID of that form matches whole (the client checks answers against it)."""
+    max_lengths: Mapping[str, int] = field(default_factory=dict, repr=False)
+    """Per text form, the most characters one of its IDs has (answers longer than a count can need are refused)."""
     rising: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict, repr=False)
     """The text forms whose IDs strictly rise as strings within one answer, each with the options a request must
     name for it (option -> values; empty: always); a server that does not say gives none."""
@@ -109,6 +111,7 @@ class SchemeInfo:
             raw=dict(data),
             token_patterns={str(k): str(v) for k, v in (data.get("token_patterns") or {}).items()},
             rising=_rising(data.get("rising")),
+            max_lengths={str(k): v for k, v in (data.get("max_lengths") or {}).items() if isinstance(v, int) and v > 0},
         )
 
 

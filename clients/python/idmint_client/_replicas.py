@@ -32,7 +32,9 @@ FAILED_BACKOFF_S = 1.0
 """Seconds a replica that could not be reached (or answered 5xx) is kept out, unless nothing else is left."""
 
 DEFAULT_RETRY_AFTER_S = 1.0
-"""Seconds a 503/429 without a readable ``Retry-After`` keeps its replica out."""
+"""Seconds a 503/429 keeps its replica out when its ``Retry-After`` is absent, negative or not a number."""
+MAX_RETRY_AFTER_S = 300.0
+"""The longest a ``Retry-After`` keeps a replica out (a larger value, or a later date, is capped to this)."""
 
 ALL_SCOPES = ""
 """The scope of a replica-wide mark (connection errors); scheme-specific refusals use the scheme name."""
@@ -82,16 +84,17 @@ def detail_of(response: httpx.Response) -> str:
 
 
 def retry_after_s(response: httpx.Response) -> float:
-    """``Retry-After`` in seconds (delta-seconds or an HTTP date); DEFAULT_RETRY_AFTER_S when absent or bad."""
+    """``Retry-After`` in seconds: delta-seconds (digits only) or an HTTP date, capped at MAX_RETRY_AFTER_S;
+    DEFAULT_RETRY_AFTER_S when absent, negative or anything else (``-5``, ``1.5``, ``soon``)."""
     value = response.headers.get("retry-after")
     if value is None:
         return DEFAULT_RETRY_AFTER_S
     value = value.strip()
-    if value.isdigit():
-        return max(float(value), 0.0)
+    if value.isascii() and value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
     try:
-        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
+        return min(max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0), MAX_RETRY_AFTER_S)
+    except (TypeError, ValueError, OverflowError):
         return DEFAULT_RETRY_AFTER_S
 
 

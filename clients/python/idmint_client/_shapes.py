@@ -29,8 +29,11 @@ class IdShape:
         pattern: str | None,
         rising: Mapping[str, Sequence[str]] | None = None,
         per_identity: object = None,
+        longest: int = 4096,
     ) -> None:
         self.scheme = scheme
+        self.longest = longest
+        """The most characters an ID of this form has (``/v1/schemes``' ``max_lengths``): answers are bounded by it."""
         self.format = fmt
         self.rising = rising
         self.order = IdentityOrder.from_json(per_identity)

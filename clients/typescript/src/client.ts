@@ -1,9 +1,19 @@
 import { IdBuffer } from "./buffer.js";
-import { ClientClosed, Failed, IdmintError, NoReplicaAvailable, Refused } from "./errors.js";
+import { CallAborted, ClientClosed, Failed, IdmintError, NoReplicaAvailable, Refused } from "./errors.js";
 import { FleetCheck, parseFleet } from "./fleet.js";
-import type { Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
+import type { CallOptions, Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
 import { Repeats } from "./repeats.js";
-import { ALL_SCOPES, ReplicaSet, SEQUENCE_SCOPE, check, countRange, normaliseUrls } from "./replicas.js";
+import {
+  ALL_SCOPES,
+  MAX_ANSWER_BYTES,
+  ReplicaSet,
+  SEQUENCE_SCOPE,
+  check,
+  countRange,
+  normaliseUrls,
+  readText,
+  tooLong,
+} from "./replicas.js";
 import { IdShape } from "./shapes.js";
 
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -12,7 +22,10 @@ export const DEFAULT_MIN_REFILL = 64;
 export const DEFAULT_MAX_REFILL = 100_000;
 /** The largest integer a sequence issues (signed 64-bit). */
 export const MAX_SEQUENCE_VALUE = 2n ** 63n - 1n;
+/** The longest stream line (and ID) when the catalogue gives no `max_lengths` for its form (an older server). */
 const MAX_LINE_CHARS = 4096;
+/** What a batch answer may hold besides its IDs' texts (the JSON around them, a scheme's extra fields), in bytes. */
+const FRAMING_BYTES = 4096;
 const SEQUENCE_DIGITS = /^(?:0|[1-9][0-9]{0,18})$/;
 
 /** A client's settings. */
@@ -40,6 +53,9 @@ interface Request {
   params?: Record<string, string>;
   advance?: boolean;
   deadline?: number;
+  signal?: AbortSignal;
+  /** The longest answer read, in bytes (default MAX_ANSWER_BYTES). */
+  limit?: number;
 }
 
 interface SchemeJson {
@@ -47,6 +63,7 @@ interface SchemeJson {
   formats?: string[];
   canonical_format?: string;
   token_patterns?: Record<string, string>;
+  max_lengths?: Record<string, number>;
   rising?: Record<string, Record<string, string[]>>;
   rising_per_identity?: Record<string, unknown>;
   node?: Record<string, unknown>;
@@ -72,6 +89,36 @@ function keyOf(scheme: string, is: IssueOptions | undefined): string {
 
 function seconds(ms: number): string {
   return String(ms / 1000);
+}
+
+/** The most bytes a batch answer of `count` IDs of `shape` can need: each ID's longest text, quoted, comma-separated. */
+function batchLimit(count: number, shape: IdShape): number {
+  return count * (shape.longest + 3) + FRAMING_BYTES;
+}
+
+/** CallAborted when the caller's `signal` has aborted. */
+function checkSignal(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw new CallAborted(signal.reason);
+}
+
+/** `promise`, or CallAborted as soon as `signal` aborts. */
+function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return promise;
+  checkSignal(signal);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(new CallAborted(signal.reason));
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
 }
 
 function decodedOf(data: Record<string, unknown>): Decoded {
@@ -191,11 +238,11 @@ export class Client {
       }
       if (b.refill) {
         const generation = b.generation;
-        await b.refill;
+        await abortable(b.refill, is.signal);
         if (b.generation !== generation && b.queue.length === 0 && b.lastError !== null) throw b.lastError;
         continue;
       }
-      const fetched = this.fetchBatch(b, undefined);
+      const fetched = this.fetchBatch(b, undefined, is.signal);
       b.refill = fetched.then(
         () => undefined,
         () => undefined,
@@ -214,11 +261,16 @@ export class Client {
   }
 
   /** One refill request through the stream route (its text costs less to read than JSON). */
-  private async fetchBatch(b: IdBuffer, signal: AbortSignal | undefined): Promise<[string[], number, number]> {
+  private async fetchBatch(
+    b: IdBuffer,
+    signal: AbortSignal | undefined,
+    caller?: AbortSignal,
+  ): Promise<[string[], number, number]> {
     const size = b.refillSize(this.maxCount);
     const started = performance.now();
     let ids: string[] = [];
-    for await (const chunk of this.streamChunks(b.scheme, size, b.issue, true, signal)) ids = ids.concat(chunk);
+    const issue = { format: b.issue.format, options: b.issue.options, signal: caller };
+    for await (const chunk of this.streamChunks(b.scheme, size, issue, true, signal)) ids = ids.concat(chunk);
     return [ids, started, (performance.now() - started) / 1000];
   }
 
@@ -242,7 +294,7 @@ export class Client {
    */
   async ids(scheme: string, count: number, options: IssueOptions = {}): Promise<string[]> {
     const deadline = performance.now() + this.timeoutMs;
-    await this.shape(scheme, options.format, deadline);
+    await this.shape(scheme, options.format, deadline, options.signal);
     let cap = this.maxCount;
     if (cap === 0 || count <= cap) {
       try {
@@ -261,7 +313,7 @@ export class Client {
   }
 
   private async issue(scheme: string, count: number, is: IssueOptions, deadline: number): Promise<string[]> {
-    const shape = await this.shape(scheme, is.format, deadline);
+    const shape = await this.shape(scheme, is.format, deadline, is.signal);
     const key = keyOf(scheme, is);
     return this.call(
       {
@@ -271,13 +323,20 @@ export class Client {
         what: `issue ${count} ${scheme}`,
         params: issueParams(count, is),
         deadline,
+        signal: is.signal,
+        limit: batchLimit(count, shape),
       },
-      async (response) => {
-        let body: { ids?: unknown };
+      async (text) => {
+        let body: { ids?: unknown; scheme?: unknown; format?: unknown };
         try {
-          body = (await response.json()) as { ids?: unknown };
+          body = JSON.parse(text) as { ids?: unknown };
         } catch (error) {
           throw new Failed(`unreadable batch answer: ${error}`);
+        }
+        if (shape.missing === null && (body?.scheme !== shape.scheme || body?.format !== shape.format)) {
+          throw new Failed(
+            `answer is labelled scheme '${body?.scheme}' format '${body?.format}', asked scheme '${shape.scheme}' format '${shape.format}'`,
+          );
         }
         const ids = body?.ids;
         if (!Array.isArray(ids) || ids.length !== count) {
@@ -318,8 +377,10 @@ export class Client {
     signal?: AbortSignal,
   ): AsyncGenerator<string[], void, undefined> {
     if (this.closed) throw new ClientClosed("client is closed");
+    const caller = options.signal;
+    checkSignal(caller);
     let deadline = performance.now() + this.timeoutMs;
-    const shape = await this.shape(scheme, options.format, deadline);
+    const shape = await this.shape(scheme, options.format, deadline, caller);
     const key = keyOf(scheme, options);
     const rising = shape.rule(options.options);
     const path = issuePath(scheme, true);
@@ -327,9 +388,10 @@ export class Client {
     const reasons: Record<string, string> = {};
     for (;;) {
       const [plan, skipped] = await this.plan(scheme, true, deadline);
+      checkSignal(caller);
       Object.assign(reasons, skipped);
       let progress = false;
-      for (const base of plan) {
+      for (const [index, base] of plan.entries()) {
         if (this.closed) throw new ClientClosed("client is closed");
         const before = delivered;
         if (performance.now() >= deadline) {
@@ -339,14 +401,28 @@ export class Client {
         const controller = new AbortController();
         const onAbort = () => controller.abort();
         signal?.addEventListener("abort", onAbort);
-        let timer = setTimeout(onAbort, deadline - performance.now());
+        caller?.addEventListener("abort", onAbort);
+        const share = (deadline - performance.now()) / (plan.length - index);
+        let shareFired = false;
+        let timer = setTimeout(() => {
+          shareFired = true;
+          controller.abort();
+        }, share);
         try {
           const response = await this.send("GET", base + path, issueParams(count - delivered, options), controller);
+          clearTimeout(timer);
+          timer = setTimeout(onAbort, deadline - performance.now());
           if (response.status >= 300 || response.status === 0) await check(response, base + path, false);
           const kind = response.headers.get("content-type") ?? "";
           if (!kind.startsWith("text/plain")) {
             await response.body?.cancel().catch(() => undefined);
             throw new Failed(`stream answer is '${kind || "untyped"}', not text/plain`);
+          }
+          const declared = Number(response.headers.get("content-length") ?? "");
+          const need = (count - delivered) * (shape.longest + 1);
+          if (declared > need) {
+            await response.body?.cancel().catch(() => undefined);
+            throw tooLong(declared, need);
           }
           if (!response.body) throw new Failed("stream answer has no body");
           const reader = response.body.getReader();
@@ -359,12 +435,13 @@ export class Client {
               if (done) break;
               const text = partial + decoder.decode(value, { stream: true });
               const cut = text.lastIndexOf("\n");
+              if (text.length - cut - 1 > shape.longest) {
+                const number = delivered - before + 1 + (cut < 0 ? 0 : text.slice(0, cut + 1).split("\n").length - 1);
+                throw new Failed(
+                  `line ${number} is longer than ${shape.longest} characters, the longest ID: refused unread`,
+                );
+              }
               if (cut < 0) {
-                if (text.length > MAX_LINE_CHARS) {
-                  throw new Failed(
-                    `line ${delivered - before + 1} is longer than ${MAX_LINE_CHARS} characters: no ID is`,
-                  );
-                }
                 partial = text;
                 continue;
               }
@@ -397,8 +474,9 @@ export class Client {
           return;
         } catch (error) {
           if (signal?.aborted) throw new ClientClosed("client is closed");
+          checkSignal(caller);
           if (error instanceof IdmintError) throw error;
-          let reason = this.classify(base, scheme, error, controller.signal.aborted);
+          let reason = this.classify(base, scheme, error, controller.signal.aborted, shareFired ? share : 0);
           if (!(error instanceof Failed) && !(error instanceof Refused)) {
             reason += ` (after ${delivered - before} IDs)`;
             this.replicas.failed(base, reason);
@@ -407,6 +485,7 @@ export class Client {
         } finally {
           clearTimeout(timer);
           signal?.removeEventListener("abort", onAbort);
+          caller?.removeEventListener("abort", onAbort);
         }
         progress = progress || delivered > before;
       }
@@ -424,15 +503,16 @@ export class Client {
    * Decode `id` (any accepted text form). With `scheme`: that reading; without: every scheme that accepts it, the
    * plausible readings first. Throws BadRequest naming the rule the ID breaks, UnknownScheme, NoReplicaAvailable.
    */
-  decode(id: string): Promise<Candidates>;
-  decode(id: string, scheme: string): Promise<Decoded>;
-  async decode(id: string, scheme?: string): Promise<Decoded | Candidates> {
+  decode(id: string, scheme?: undefined, options?: CallOptions): Promise<Candidates>;
+  decode(id: string, scheme: string, options?: CallOptions): Promise<Decoded>;
+  async decode(id: string, scheme?: string, options: CallOptions = {}): Promise<Decoded | Candidates> {
     const path =
       scheme === undefined
         ? `/v1/decode/${encodeURIComponent(id)}`
         : `/v1/decode/${encodeURIComponent(scheme)}/${encodeURIComponent(id)}`;
-    return this.call({ method: "GET", path, scope: ALL_SCOPES, what: `decode '${id}'` }, async (response) => {
-      const data = (await readJson(response)) as Record<string, unknown>;
+    const r = { method: "GET", path, scope: ALL_SCOPES, what: `decode '${id}'`, signal: options.signal };
+    return this.call(r, async (text) => {
+      const data = parseJson(text) as Record<string, unknown>;
       if (scheme !== undefined) return decodedOf(data);
       const candidates = ((data.candidates as Record<string, unknown>[]) ?? []).map(decodedOf);
       return { input: String(data.input), candidates, best: candidates[0] as Decoded };
@@ -440,15 +520,15 @@ export class Client {
   }
 
   /** The schemes the fleet serves (GET /v1/schemes of one replica), with their forms and limits. */
-  schemes(): Promise<SchemeInfo[]> {
-    return this.fetchCatalogue(true, performance.now() + this.timeoutMs);
+  schemes(options: CallOptions = {}): Promise<SchemeInfo[]> {
+    return this.fetchCatalogue(true, performance.now() + this.timeoutMs, options.signal);
   }
 
-  private async fetchCatalogue(advance: boolean, deadline: number): Promise<SchemeInfo[]> {
+  private async fetchCatalogue(advance: boolean, deadline: number, signal?: AbortSignal): Promise<SchemeInfo[]> {
     const raws = await this.call(
-      { method: "GET", path: "/v1/schemes", scope: ALL_SCOPES, what: "schemes", advance, deadline },
-      async (response) => {
-        const data = (await readJson(response)) as { schemes?: unknown };
+      { method: "GET", path: "/v1/schemes", scope: ALL_SCOPES, what: "schemes", advance, deadline, signal },
+      async (text) => {
+        const data = parseJson(text) as { schemes?: unknown };
         if (!Array.isArray(data?.schemes)) throw new Failed("unreadable answer: no schemes");
         return data.schemes as SchemeJson[];
       },
@@ -479,10 +559,15 @@ export class Client {
     return infos;
   }
 
-  private async shape(scheme: string, format: string | undefined, deadline: number): Promise<IdShape> {
+  private async shape(
+    scheme: string,
+    format: string | undefined,
+    deadline: number,
+    signal?: AbortSignal,
+  ): Promise<IdShape> {
     const known = this.knownShape(scheme, format, false);
     if (known) return known;
-    await this.fetchCatalogue(false, deadline);
+    await this.fetchCatalogue(false, deadline, signal);
     return this.knownShape(scheme, format, true) as IdShape;
   }
 
@@ -500,6 +585,7 @@ export class Client {
       form ? info?.token_patterns?.[form] : undefined,
       form ? info?.rising?.[form] : undefined,
       form ? info?.rising_per_identity?.[form] : undefined,
+      (form ? info?.max_lengths?.[form] : undefined) ?? MAX_LINE_CHARS,
     );
     this.shapes.set(key, shape);
     return shape;
@@ -512,7 +598,7 @@ export class Client {
    * same integer twice from any server of the fleet; a call that fails over leaves a gap, never a repeat. Throws
    * BadRequest (count, name), UnknownSequence, NoReplicaAvailable, SequenceStoresDiffer.
    */
-  next(name: string, count = 1): Promise<bigint[]> {
+  next(name: string, count = 1, options: CallOptions = {}): Promise<bigint[]> {
     return this.call(
       {
         method: "GET",
@@ -520,9 +606,10 @@ export class Client {
         scope: SEQUENCE_SCOPE + name,
         what: `next ${count} of sequence ${name}`,
         params: { count: String(count), format: "string" },
+        signal: options.signal,
       },
-      async (response) => {
-        const body = (await readJson(response, "next")) as { name?: unknown; ids?: unknown };
+      async (text) => {
+        const body = parseJson(text, "next") as { name?: unknown; ids?: unknown };
         const ids = body?.ids;
         if (body?.name !== name || !Array.isArray(ids) || ids.length !== count) {
           throw new Failed(
@@ -545,7 +632,7 @@ export class Client {
    * A fresh contiguous range of `count` integers (1..2**40) of sequence `name`, reserved in storage for the caller
    * (POST /v1/sequences/{name}/range), for offline jobs. Throws as next(); a range past 2**63-1 is a BadRequest.
    */
-  range(name: string, count: number | bigint): Promise<SequenceRange> {
+  range(name: string, count: number | bigint, options: CallOptions = {}): Promise<SequenceRange> {
     const asked = BigInt(count);
     return this.call(
       {
@@ -554,9 +641,10 @@ export class Client {
         scope: SEQUENCE_SCOPE + name,
         what: `range of ${count} of sequence ${name}`,
         params: { count: asked.toString(), format: "string" },
+        signal: options.signal,
       },
-      async (response) => {
-        const body = (await readJson(response, "range")) as Record<string, unknown>;
+      async (text) => {
+        const body = parseJson(text, "range") as Record<string, unknown>;
         const first = sequenceInteger(body?.first, "first");
         const last = sequenceInteger(body?.last, "last");
         if (
@@ -594,7 +682,8 @@ export class Client {
     const [plan, reasons] = this.replicas.plan(scope, advance);
     for (const base of this.fleets.unread(plan)) {
       const controller = new AbortController();
-      const timer = setTimeout(() => controller.abort(), Math.max(deadline - performance.now(), 0));
+      const share = Math.min(deadline - performance.now(), this.timeoutMs / this.urls.length);
+      const timer = setTimeout(() => controller.abort(), Math.max(share, 0));
       try {
         const response = await this.send("GET", `${base}/v1/fleet`, undefined, controller);
         let doc = null;
@@ -606,7 +695,7 @@ export class Client {
           });
           throw new Failed(`${response.status}`);
         } else {
-          doc = parseFleet(await response.json());
+          doc = parseFleet(parseJson(await readText(response, MAX_ANSWER_BYTES), "fleet"));
         }
         await this.fleets.learn(base, doc, (other) => this.memberLive(other, doc?.member ?? "", deadline));
       } catch (error) {
@@ -623,7 +712,8 @@ export class Client {
 
   private async memberLive(base: string, token: string, deadline: number): Promise<boolean | null> {
     const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), Math.max(deadline - performance.now(), 0));
+    const share = Math.min(deadline - performance.now(), this.timeoutMs / this.urls.length);
+    const timer = setTimeout(() => controller.abort(), Math.max(share, 0));
     try {
       const response = await this.send(
         "GET",
@@ -641,8 +731,11 @@ export class Client {
     }
   }
 
-  private reasonOf(error: unknown, timedOut: boolean): string {
+  private reasonOf(error: unknown, timedOut: boolean, share = 0): string {
     if (error instanceof Refused) return error.reason;
+    if (timedOut && share > 0) {
+      return `timeout: no answer began within ${(share / 1000).toPrecision(2)} s, this replica's share of the call's time`;
+    }
     if (timedOut) return `timeout: the call's timeout of ${seconds(this.timeoutMs)} s passed`;
     if (error instanceof Failed) return error.reason;
     if (error instanceof Error) {
@@ -653,45 +746,65 @@ export class Client {
   }
 
   /** Record a replica's failure or refusal for `scope`; its reason. */
-  private classify(base: string, scope: string, error: unknown, timedOut: boolean): string {
+  private classify(base: string, scope: string, error: unknown, timedOut: boolean, share = 0): string {
     if (error instanceof Refused) {
       this.replicas.refused(base, scope, error);
       return error.reason;
     }
-    const reason = this.reasonOf(error, timedOut);
+    const reason = this.reasonOf(error, timedOut, share);
     this.replicas.failed(base, reason);
     return reason;
   }
 
-  /** Send `r` to the replicas in turn until one answers and `parse` accepts its answer. */
-  private async call<T>(r: Request, parse: (response: Response) => Promise<T>): Promise<T> {
+  /**
+   * Send `r` to the replicas in turn until one answers and `parse` accepts its answer's text (read up to `r.limit`
+   * bytes: a longer one fails its replica unread). Each attempt's answer must begin within its share of the time
+   * left (the time left over the replicas left to ask, all of it for the last), so a replica that accepts and never
+   * answers costs a share of the call, not all of it.
+   */
+  private async call<T>(r: Request, parse: (text: string) => Promise<T>): Promise<T> {
     if (this.closed) throw new ClientClosed("client is closed");
+    const caller = r.signal;
+    checkSignal(caller);
     const deadline = r.deadline ?? performance.now() + this.timeoutMs;
     const [plan, reasons] = await this.plan(r.scope, r.advance ?? true, deadline);
+    checkSignal(caller);
     const sequence = r.scope.startsWith(SEQUENCE_SCOPE);
     if (sequence) this.fleets.checkOneFleet(this.urls);
     let timedOut = false;
-    for (const base of plan) {
+    for (const [index, base] of plan.entries()) {
       if (timedOut || performance.now() >= deadline) {
         reasons[base] = `not tried: the timeout of ${seconds(this.timeoutMs)} s passed`;
         continue;
       }
       const controller = new AbortController();
-      const timer = setTimeout(() => controller.abort(), deadline - performance.now());
+      const onAbort = () => controller.abort();
+      caller?.addEventListener("abort", onAbort);
+      const share = (deadline - performance.now()) / (plan.length - index);
+      let shareFired = false;
+      let timer = setTimeout(() => {
+        shareFired = true;
+        controller.abort();
+      }, share);
       try {
         const response = await this.send(r.method, base + r.path, r.params, controller);
+        clearTimeout(timer);
+        timer = setTimeout(onAbort, deadline - performance.now());
         await check(response, base + r.path, sequence);
-        const result = await parse(response);
+        const result = await parse(await readText(response, r.limit ?? MAX_ANSWER_BYTES));
         this.replicas.succeeded(base, r.scope);
         return result;
       } catch (error) {
+        checkSignal(caller);
         if (error instanceof IdmintError) throw error;
-        reasons[base] = this.classify(base, r.scope, error, controller.signal.aborted);
+        const last = index === plan.length - 1;
+        reasons[base] = this.classify(base, r.scope, error, controller.signal.aborted, shareFired && !last ? share : 0);
         // Our timer fired: the call's deadline has passed, even when Node's millisecond timer fired a fraction of a
         // millisecond before performance.now() reaches it (the next replica would be asked with no time left).
-        timedOut = controller.signal.aborted;
+        timedOut = controller.signal.aborted && (!shareFired || last);
       } finally {
         clearTimeout(timer);
+        caller?.removeEventListener("abort", onAbort);
       }
     }
     throw new NoReplicaAvailable(r.what, this.ordered(reasons));
@@ -702,9 +815,9 @@ export class Client {
   }
 }
 
-async function readJson(response: Response, what = ""): Promise<unknown> {
+function parseJson(text: string, what = ""): unknown {
   try {
-    return await response.json();
+    return JSON.parse(text);
   } catch (error) {
     throw new Failed(`unreadable ${what ? `${what} ` : ""}answer: ${error}`);
   }

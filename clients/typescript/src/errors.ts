@@ -93,6 +93,15 @@ export class SequenceStoresDiffer extends IdmintError {
 /** The client was closed; create a new one. */
 export class ClientClosed extends IdmintError {}
 
+/** The caller's own AbortSignal aborted the call (`cause`: the signal's reason, e.g. a TimeoutError). */
+export class CallAborted extends IdmintError {
+  constructor(readonly reason: unknown) {
+    super(`call aborted by its signal: ${reason instanceof Error ? reason.message : String(reason)}`);
+    this.name = "CallAborted";
+    (this as { cause?: unknown }).cause = reason;
+  }
+}
+
 /** Internal: this replica refused (503/429); keep it out for `retryAfter` seconds. */
 export class Refused extends Error {
   constructor(

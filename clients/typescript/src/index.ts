@@ -25,6 +25,7 @@ export {
 } from "./client.js";
 export {
   BadRequest,
+  CallAborted,
   ClientClosed,
   FleetOverlap,
   IdmintError,
@@ -35,6 +36,6 @@ export {
   UnknownScheme,
   UnknownSequence,
 } from "./errors.js";
-export type { Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
+export type { CallOptions, Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
 
 export const VERSION = "0.1.0";

@@ -90,13 +90,20 @@ export function detailOf(body: string, statusText: string): string {
   return body.trim().slice(0, 200) || statusText;
 }
 
-/** Retry-After in seconds (delta-seconds or an HTTP date); DEFAULT_RETRY_AFTER_S when absent or bad. */
+/** The longest a Retry-After keeps a replica out, in seconds (a larger value, or a later date, is capped to this). */
+export const MAX_RETRY_AFTER_S = 300;
+
+/**
+ * Retry-After in seconds: delta-seconds (digits only) or an HTTP date, capped at MAX_RETRY_AFTER_S;
+ * DEFAULT_RETRY_AFTER_S when absent, negative or anything else (`-5`, `1.5`, `soon`).
+ */
 export function retryAfter(headers: Headers): number {
   const value = (headers.get("retry-after") ?? "").trim();
   if (value === "") return DEFAULT_RETRY_AFTER_S;
-  if (/^\d+$/.test(value)) return Number(value);
+  if (/^\d+$/.test(value)) return Math.min(Number(value), MAX_RETRY_AFTER_S);
+  if (!/[a-z]/i.test(value)) return DEFAULT_RETRY_AFTER_S; // -5, 1.5: numbers, no date
   const at = Date.parse(value);
-  return Number.isNaN(at) ? DEFAULT_RETRY_AFTER_S : Math.max((at - Date.now()) / 1000, 0);
+  return Number.isNaN(at) ? DEFAULT_RETRY_AFTER_S : Math.min(Math.max((at - Date.now()) / 1000, 0), MAX_RETRY_AFTER_S);
 }
 
 /**
@@ -107,7 +114,7 @@ export function retryAfter(headers: Headers): number {
 export async function check(response: Response, url: string, sequence: boolean): Promise<void> {
   const status = response.status;
   if (status >= 200 && status < 300) return;
-  const body = response.type === "opaqueredirect" ? "" : await response.text().catch(() => "");
+  const body = response.type === "opaqueredirect" ? "" : await readText(response, MAX_ANSWER_BYTES).catch(() => "");
   if (status === 0 || response.type === "opaqueredirect") throw new Failed("redirect (not followed)");
   const detail = detailOf(body, response.statusText);
   if (status === 503 || status === 429) {
@@ -138,4 +145,46 @@ export function normaliseUrls(replicas: string | readonly string[]): string[] {
     if (!/^https?:\/\//.test(url)) throw new TypeError(`replica URL must start with http:// or https://, got '${url}'`);
   }
   return urls;
+}
+
+/** The longest answer read from any route but the issuing ones (the catalogue, decode, sequences, errors), in bytes. */
+export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
+
+/** Failed: an answer longer than `limit` bytes, refused unread. */
+export function tooLong(size: number, limit: number): Failed {
+  return new Failed(`answer is longer than the ${limit} bytes it can need (${size} bytes or more): refused unread`);
+}
+
+/**
+ * The body of `response` as text, unless it is longer than `limit` bytes: then Failed, the rest unread (a declared
+ * Content-Length over the limit is refused before a byte is read).
+ */
+export async function readText(response: Response, limit: number): Promise<string> {
+  const declared = Number(response.headers.get("content-length") ?? "");
+  if (declared > limit) {
+    await response.body?.cancel().catch(() => undefined);
+    throw tooLong(declared, limit);
+  }
+  if (!response.body) return "";
+  const reader = response.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      size += value.byteLength;
+      if (size > limit) throw tooLong(size, limit);
+      parts.push(value);
+    }
+  } finally {
+    reader.cancel().catch(() => undefined);
+  }
+  const whole = new Uint8Array(size);
+  let at = 0;
+  for (const part of parts) {
+    whole.set(part, at);
+    at += part.byteLength;
+  }
+  return new TextDecoder("utf-8").decode(whole);
 }

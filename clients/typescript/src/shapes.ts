@@ -28,6 +28,8 @@ export class IdShape {
     readonly rising?: Record<string, string[]>,
     /** `/v1/schemes`' `rising_per_identity` entry of this form: how its IDs read as integers and name their issuer. */
     perIdentity?: unknown,
+    /** The most characters an ID of this form has (`/v1/schemes`' `max_lengths`): answers are bounded by it. */
+    readonly longest = 4096,
   ) {
     this.order = IdentityOrder.from(perIdentity);
     const needs =

@@ -4,6 +4,7 @@ import type { AddressInfo } from "node:net";
 import { after, test } from "node:test";
 import {
   BadRequest,
+  CallAborted,
   Client,
   ClientClosed,
   MAX_SEQUENCE_VALUE,
@@ -19,7 +20,7 @@ let issued = 0; // one ID space for every fake: two fakes never issue one ID
 interface Fake {
   url: string;
   requests: number;
-  mode: "" | "refuse" | "repeat" | "replay" | "redirect" | "unauthorized" | "html";
+  mode: "" | "refuse" | "repeat" | "replay" | "redirect" | "unauthorized" | "html" | "silent";
   server: Server;
 }
 
@@ -57,6 +58,7 @@ async function fake(): Promise<Fake> {
       );
     }
     f.requests++;
+    if (f.mode === "silent") return; // accepts, never answers
     if (f.mode === "refuse") return response.writeHead(503, { "retry-after": "30" }).end('{"detail": "not ready"}');
     if (f.mode === "redirect") return response.writeHead(307, { location: "http://127.0.0.1:1/elsewhere" }).end();
     if (f.mode === "unauthorized") return response.writeHead(401).end('{"detail": "API key not accepted"}');
@@ -73,7 +75,7 @@ async function fake(): Promise<Fake> {
       if (!(count >= 1 && count <= 1000)) return response.writeHead(422).end('{"detail": "count must be in 1..1000"}');
       const got = ids(count);
       if (f.mode === "repeat" && count > 1) got[count - 1] = got[0] as string;
-      body = JSON.stringify({ ids: got });
+      body = JSON.stringify({ scheme: "wiji", format: "base32", ids: got });
     } else if (url.pathname === "/v1/ids/wiji/stream") {
       response.setHeader("content-type", "text/plain; charset=us-ascii");
       body = `${ids(count).join("\n")}\n`;
@@ -195,5 +197,35 @@ test("sequence integers above 2**53 are exact bigints", async () => {
     MAX_SEQUENCE_VALUE - 999_999n,
     MAX_SEQUENCE_VALUE - 999_998n,
   ]);
+  client.close();
+});
+
+test("a call's own AbortSignal aborts it: CallAborted, its cause the signal's reason", async () => {
+  const f = await fake();
+  const client = new Client(f.url, { timeoutMs: 60_000 });
+  await client.schemes();
+  f.mode = "silent";
+  const started = performance.now();
+  const error = await client.ids("wiji", 3, { signal: AbortSignal.timeout(200) }).catch((e: unknown) => e);
+  assert.ok(error instanceof CallAborted, String(error));
+  assert.equal((error.cause as Error).name, "TimeoutError");
+  assert.ok(performance.now() - started < 30_000);
+  const aborted = new AbortController();
+  aborted.abort(new Error("the user left"));
+  for (const call of [
+    () => client.ids("wiji", 1, { signal: aborted.signal }),
+    () => client.newId("wiji", { signal: aborted.signal }),
+    () => client.decode("x", "wiji", { signal: aborted.signal }),
+    () => client.schemes({ signal: aborted.signal }),
+    () => client.next("s", 1, { signal: aborted.signal }),
+    () => client.range("s", 1, { signal: aborted.signal }),
+  ]) {
+    await assert.rejects(call(), CallAborted);
+  }
+  await assert.rejects(async () => {
+    for await (const _ of client.stream("wiji", 3, { signal: aborted.signal })) {
+      // nothing
+    }
+  }, CallAborted);
   client.close();
 });
