@@ -397,6 +397,7 @@ class Node:
                 max_clock_wait=settings.max_clock_wait,
                 observer=self.ledger,
                 fleet_settings=fleet_settings(scheme, pool, settings),
+                history=self.storage.history,
             )
             self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():
@@ -410,6 +411,11 @@ class Node:
     async def start(self) -> None:
         """Start the backend and the issuers' background tasks; first claims are attempted before returning."""
         await self.backend.start()
+        history = self.storage.history
+        history.on_change(self._history_changed)
+        with contextlib.suppress(NotReadyError):  # unread: the guard's task keeps trying, nothing is claimed till then
+            await history.round()
+        self._tasks.append(asyncio.create_task(history.run(), name="idmint-storage-history"))
         if not self.storage.capabilities.claims_expire:  # file locks never expire; a lease reports its own deadline
             self.metrics.lease_deadline(math.inf)
         self._check_regions()
@@ -438,6 +444,13 @@ class Node:
             published = issuer.generator and issuer.scheme.registration(issuer.generator)
             if published:
                 await self.register(issuer.name, published)
+
+    def _history_changed(self, reason: str) -> None:
+        """The store went back in time: every leased identity stops at once (its claims are dropped)."""
+        for issuer in self.issuers.values():
+            holder = issuer.holder
+            if not isinstance(issuer, SharedIssuer) and holder.pool is not None and holder.generator is not None:
+                holder.drop(reason)
 
     def _check_regions(self) -> None:
         """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines
