@@ -445,11 +445,16 @@ class Node:
             if published:
                 await self.register(issuer.name, published)
 
-    def _history_changed(self, reason: str) -> None:
-        """The store went back in time: every leased identity stops at once (its claims are dropped)."""
+    def _history_changed(self, reason: str | None) -> None:
+        """The store went back in time (``reason``): every leased identity stops at once (its claims are dropped);
+        its history is confirmed or fenced (None): every holder tries to claim at once."""
         for issuer in self.issuers.values():
             holder = issuer.holder
-            if not isinstance(issuer, SharedIssuer) and holder.pool is not None and holder.generator is not None:
+            if isinstance(issuer, SharedIssuer) or holder.pool is None:
+                continue
+            if reason is None:
+                holder.wake.set()
+            elif holder.generator is not None:
                 holder.drop(reason)
 
     def _check_regions(self) -> None:

@@ -152,7 +152,7 @@ class HistoryGuard:
         self.fence_id: str | None = None
         self.changed_at: float | None = None
         """``time.monotonic()`` when a change was first seen (None: none)."""
-        self._listeners: list[Callable[[str], None]] = []
+        self._listeners: list[Callable[[str | None], None]] = []
         self._lock = asyncio.Lock()
 
     # -- what the others ask ------------------------------------------------------------------------------------
@@ -178,9 +178,17 @@ class HistoryGuard:
         sets each."""
         return pending_of(self.record)
 
-    def on_change(self, callback: Callable[[str], None]) -> None:
-        """Call ``callback(reason)`` the moment a change of history is found (plain call: must not wait or raise)."""
+    def on_change(self, callback: Callable[[str | None], None]) -> None:
+        """Call ``callback(reason)`` the moment a change of history is found, and ``callback(None)`` when the
+        refusal ends (checked, or fenced). Plain calls: must not wait or raise."""
         self._listeners.append(callback)
+
+    def _tell(self, reason: str | None) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback(reason)
+            except Exception:  # noqa: BLE001 -- a listener must not stop the others
+                log.exception("storage history: a listener failed")
 
     def status(self) -> dict[str, Any]:
         """``{"history": "unchanged" | "changed" | "unchecked", "reason"?}`` for ``/readyz``."""
@@ -265,7 +273,9 @@ class HistoryGuard:
         else:  # another node raised it meanwhile: what was read matched, and the next round compares again
             self.record = record
             self.seen_generation = max(self.seen_generation, _int(record.get("generation")))
-            self.refusal = None
+            if self.refusal is not None:
+                self.refusal = None
+                self._tell(None)
 
     async def _accepted(self, value: dict[str, Any]) -> None:
         self.record = value
@@ -280,6 +290,7 @@ class HistoryGuard:
             if self.refusal != PENDING:
                 log.warning("storage history: unchanged; issuing")
             self.refusal = None
+            self._tell(None)
 
     def _changed(self, changed: list[str], facts: Facts, record: dict[str, Any] | None) -> None:
         reason = (
@@ -295,11 +306,7 @@ class HistoryGuard:
         if first:
             self.changed_at = time.monotonic()
             log.error("%s", reason)
-            for callback in list(self._listeners):
-                try:
-                    callback(reason)
-                except Exception:  # noqa: BLE001 -- a listener must not stop the others
-                    log.exception("storage history: a listener failed")
+            self._tell(reason)
 
 
 def words(facts: Facts) -> str:
@@ -339,7 +346,7 @@ class GuardedSequenceStore(SequenceStore):
             )
 
     def on_fenced(self, callback: Callable[[str], None]) -> None:
-        self.guard.on_change(callback)
+        self.guard.on_change(lambda reason: None if reason is None else callback(reason))
 
     async def start(self) -> None:
         await self.inner.start()
