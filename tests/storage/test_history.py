@@ -243,7 +243,9 @@ def test_postgres_restart_without_a_restore_is_not_fenced_and_a_restore_under_a_
 # -- etcd -------------------------------------------------------------------------------------------------------
 
 
-def test_etcd_snapshot_restored_is_refused_until_fenced(tmp_path: Path, etcd_factory: Callable[..., EtcdServer]) -> None:
+def test_etcd_snapshot_restored_is_refused_until_fenced(
+    tmp_path: Path, etcd_factory: Callable[..., EtcdServer]
+) -> None:
     server = etcd_factory()
     env = _env({"IDMINT_ETCD_ENDPOINTS": server.endpoint, "IDMINT_ETCD_NAMESPACE": "fence/"})
     snapshot = tmp_path / "etcd.snapshot"
