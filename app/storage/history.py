@@ -254,7 +254,6 @@ class HistoryGuard:
         if verdict.facts and verdict.facts <= self.accept:
             log.warning("storage history: %s: accepted (%s)", "; ".join(verdict.changed), ACCEPT_TIMELINE_SETTING)
             verdict = Verdict()
-            record = {**record, "identity": {**record.get("identity", {}), **facts.identity}}
         if verdict.changed:
             self._changed(verdict.changed, facts, record)
             return
