@@ -22,14 +22,18 @@ May import: :mod:`app.errors`, :mod:`app.storage` (history, lease, ledger).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.decoding import rfc3339
+from app.errors import NotReadyError
 from app.storage.base import Storage
 from app.storage.history import HISTORY_RECORD, Facts, compare, fence_of, words
 from app.storage.ledger import ClaimRecord
 
+PLAN_TRIES = 3
+"""Reads of the store's facts a plan tries before it gives up (NotReadyError)."""
 END_FENCED = "fenced"
 """The ``end`` of a claim-ledger record closed by a fence."""
 NS_IN_S = 1_000_000_000
@@ -83,7 +87,14 @@ async def plan(storage: Storage, now_ns: int, margin_s: float) -> FencePlan:
     """Read what a fence of ``storage`` at ``now_ns`` (the fence's clock, ns since the epoch) would change. Raises
     NotReadyError when the store cannot be read."""
     leases = storage.leases
-    facts = await leases.history_facts()
+    for attempt in range(PLAN_TRIES):  # a first call of a process can be slow (connecting, lazy imports)
+        try:
+            facts = await leases.history_facts()
+            break
+        except NotReadyError:
+            if attempt == PLAN_TRIES - 1:
+                raise
+            await asyncio.sleep(1.0)
     if facts is None:
         facts = Facts({})
     record = await leases.read_record(HISTORY_RECORD)

@@ -162,7 +162,7 @@ def test_the_guarded_sequence_store_refuses_writes_but_not_reads() -> None:
         await guard.round()
         assert await guarded.reserve("s", 5) == (6, 5, 1)
         with pytest.raises(BackendUnavailableError, match="idmint sequence setval g N"):
-            await guarded.update("g", ("record",), lambda docs: None)  # type: ignore[arg-type,return-value]
+            await guarded.update("g", ("record",), lambda docs: None)  # type: ignore[return-value]
 
     asyncio.run(main())
 
