@@ -219,7 +219,7 @@ class HistoryGuard:
                 async with asyncio.timeout(CHECK_TIMEOUT_S):
                     await self._round()
             except TimeoutError:
-                raise NotReadyError("storage history: the store did not answer in time", 2) from None
+                raise BackendUnavailableError("storage history: the store did not answer in time", 2) from None
 
     async def _round(self) -> None:
         backend = self.backend
@@ -331,8 +331,7 @@ class GuardedSequenceStore(SequenceStore):
     async def _gate(self, name: str | None = None, docs: Sequence[str] = ()) -> None:
         guard = self.guard
         if guard.refusal == PENDING:
-            with contextlib.suppress(NotReadyError):
-                await guard.round()
+            await guard.round()  # raises the store's own error when it cannot be read now
         if guard.refusal is not None:
             raise BackendUnavailableError(guard.refusal, guard.retry_after)
         pending = guard.gapless_pending()
