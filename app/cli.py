@@ -1,7 +1,7 @@
 """The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
 ``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``, ``parse``),
-``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node) and ``storage sql`` (the
-PostgreSQL backend's DDL)."""
+``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``storage sql`` (the
+PostgreSQL backend's DDL) and ``storage fence`` (accept a store that went back in time)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import uuid
 from typing import Any
 
 import click
@@ -196,36 +197,52 @@ def sequence() -> None:
 def _run_sequences(work: Any) -> Any:
     """``work(service)`` on a :class:`~app.sequences.SequenceService` over the configured storage (no buffers
     are used, no maintenance runs); idmint's errors become the command's."""
+
+    async def on(storage: Any) -> Any:
+        return await work(_service(storage))
+
+    return _run_storage(on)
+
+
+def _service(storage: Any) -> Any:
+    """A :class:`~app.sequences.SequenceService` on ``storage`` for one command (no maintenance, no hand-back)."""
     from app.metrics import Metrics
     from app.node import node_clock
     from app.sequences import SequenceService
+
+    settings = _settings()
+    return SequenceService(
+        storage.sequences,
+        Metrics([], __version__),
+        settings.max_count,
+        clock=node_clock(settings),
+        node=f"{socket.gethostname()} pid {os.getpid()} (idmint sequence)",
+        ledger_days=settings.ledger_days,
+        maintain=False,
+    )
+
+
+def _run_storage(work: Any) -> Any:
+    """``work(storage)`` on the configured storage (its sequence store started, everything closed after); idmint's
+    errors become the command's."""
+    from app.node import node_clock
     from app.storage import open_storage
 
     async def run() -> Any:
         settings = _settings()
-        clock = node_clock(settings)
-        storage = open_storage(settings, clock)
-        service = SequenceService(
-            storage.sequences,
-            Metrics([], __version__),
-            settings.max_count,
-            clock=clock,
-            node=f"{socket.gethostname()} pid {os.getpid()} (idmint sequence)",
-            ledger_days=settings.ledger_days,
-            maintain=False,
-        )
+        storage = open_storage(settings, node_clock(settings))
         try:
-            await service.start()
-            return await work(service)
+            await storage.sequences.start()
+            return await work(storage)
         finally:
-            await service.stop(hand_back=False)
+            await storage.sequences.close()
             await storage.close()
 
     try:
         return asyncio.run(run())
     except NotReadyError as exc:
         raise click.ClickException(f"not ready: {exc.reason}") from exc
-    except IdmintError as exc:
+    except (IdmintError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
@@ -333,8 +350,38 @@ def sequence_alter(
 @click.argument("value", type=int)
 @click.option("--period", help="A resetting sequence's period (its first day, 2026-11-27); default the current one.")
 def sequence_setval(name: str, value: int, period: str | None) -> None:
-    """Move NAME's allocation point forward to VALUE (backward is refused: it could repeat)."""
-    click.echo(json.dumps(_run_sequences(lambda service: service.setval(name, value, period))))
+    """Move NAME's allocation point forward to VALUE (backward is refused: it could repeat). A gapless sequence
+    only after a storage fence (``idmint storage fence``) left it refused: VALUE is then the first integer your own
+    records have not used, and its reservations of the old history are dropped."""
+    click.echo(json.dumps(_run_storage(lambda storage: _setval(storage, name, value, period))))
+
+
+async def _setval(storage: Any, name: str, value: int, period: str | None) -> Any:
+    from app.sequences.fence import setval_gapless
+    from app.sequences.service import spec_of
+    from app.storage.fence import lift_gapless
+
+    service = _service(storage)
+    store = getattr(storage.sequences, "inner", storage.sequences)
+    record = await store.get(name)
+    spec = spec_of(record)
+    if spec.mode != "gapless":
+        return await service.setval(name, value, period)
+    key = None
+    if spec.reset != "never":
+        key = spec.periods.period_at(service.clock()).key if period is None else period
+    if (name, key) not in storage.history.gapless_pending() and not await _pending(storage, name, key):
+        return await service.setval(name, value, period)  # refused there, naming why
+    docs, change = setval_gapless(name, key, value, service.clock(), _cli_who())
+    point = await store.update(name, docs, change)
+    await lift_gapless(storage, name, key)
+    return {"name": name, "next": point, "period": key}
+
+
+async def _pending(storage: Any, name: str, key: str | None) -> bool:
+    from app.storage.history import HISTORY_RECORD, pending_of
+
+    return (name, key) in pending_of(await storage.leases.read_record(HISTORY_RECORD))
 
 
 @sequence.command("delete")
@@ -474,6 +521,72 @@ def storage_sql(schema: str | None) -> None:
 
     settings = _settings(postgres_schema=schema)
     click.echo(postgres_ddl(settings.postgres_schema), nl=False)
+
+
+@storage.command("fence")
+@click.option("--apply", "apply_", is_flag=True, help="Do it (without: print what it would change, change nothing).")
+@click.option(
+    "--sequence-gap",
+    type=click.IntRange(1, 2**40),
+    default=1_000_000,
+    show_default=True,
+    help="Integers every cached sequence's allocation point moves forward by.",
+)
+@click.option(
+    "--margin",
+    type=click.FloatRange(0, 86_400),
+    help="Seconds past the fence's clock that every high-water mark is raised to (default: the backend's mark "
+    "horizon plus IDMINT_MAX_CLOCK_WAIT).",
+)
+def storage_fence(apply_: bool, sequence_gap: int, margin: float | None) -> None:
+    """Accept a store that went back in time (a restored backup, a point-in-time recovery, a promoted standby, a
+    copied state directory): every high-water mark raised to the fence's time plus a margin, every cached
+    sequence's point moved forward by --sequence-gap, gapless sequences left refused until `idmint sequence setval`
+    sets each, open claim-ledger records ended, and the store's new history identity recorded. Same settings as
+    `idmint serve`; run it with every node stopped, or once they all report the change (see docs/safety.md)."""
+    click.echo("\n".join(_run_storage(lambda storage: _fence(storage, apply_, sequence_gap, margin))))
+
+
+async def _fence(storage: Any, apply_: bool, gap: int, margin: float | None) -> list[str]:
+    from app.node import node_clock
+    from app.sequences import fence as sequences_fence
+    from app.storage import fence
+    from app.storage.history import CHECK_INTERVAL_S
+
+    settings = _settings()
+    now_ns = node_clock(settings)()
+    margin_s = margin if margin is not None else storage.leases.mark_horizon + settings.max_clock_wait
+    plan = await fence.plan(storage, now_ns, margin_s)
+    store = getattr(storage.sequences, "inner", storage.sequences)
+    steps = await sequences_fence.plan(store, plan.since_ns, plan.mark_floor_ns)
+    out = plan.lines()
+    cached = [s for s in steps if not s.gapless]
+    gapless = [s for s in steps if s.gapless]
+    out.append(
+        f"sequences: {len({s.name for s in cached})} cached sequence(s), {len(cached)} point(s) moved forward by "
+        f"--sequence-gap {gap:,} integers; {len({s.name for s in gapless})} gapless sequence(s), {len(gapless)} "
+        "point(s) refused until `idmint sequence setval NAME N [--period P]` sets each from your own records"
+    )
+    for s in steps:
+        where = f" period {s.period}" if s.period else ""
+        now = "absent (starts at start)" if s.next is None else f"next {s.next}"
+        what = "refused until setval" if s.gapless else f"moved forward by {gap:,} integers"
+        out.append(f"  {s.name}{where}: {now}; {what}")
+    if not apply_:
+        out.append("nothing changed: run again with --apply to fence")
+        return out
+    who = _cli_who()
+    ended = await fence.end_claims(storage, plan)
+    fence_id = str(uuid.uuid4())
+    for s in steps:
+        docs, change = sequences_fence.fence_step(s, gap, now_ns, fence_id, who)
+        await store.update(s.name, docs, change)
+    record = await fence.write_history(storage, plan, gap, [(s.name, s.period) for s in gapless], fence_id)
+    out.append(
+        f"fenced: fence {fence_id}, history generation {record['generation']}, {ended} ledger record(s) ended, "
+        f"{len(cached)} sequence point(s) moved; running nodes resume within {CHECK_INTERVAL_S:g} s"
+    )
+    return out
 
 
 @main.group()

@@ -29,6 +29,7 @@ from app.errors import InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.metrics import SchemeMetrics
 from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
+from app.storage.history import PENDING, HistoryGuard
 from app.storage.lease import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.node")  # the logger these lines always had (operators filter on it)
@@ -120,11 +121,16 @@ class IdentityHolder:
         observer: ClaimObserver | None = None,
         fleet_settings: dict[str, Any] | None = None,
         storage_reason: Callable[[], str | None] | None = None,
+        history: HistoryGuard | None = None,
     ) -> None:
         self.backend = backend
         self.storage_reason = storage_reason or (lambda: None)
         """Why storage cannot be used now, in its own words (None: it can, or cannot tell): named after
         :data:`STARTING_REASON` until the first claim was tried (storage that never answers at start-up)."""
+        self.history = history
+        """Whether the store's history is the fleet's (:mod:`app.storage.history`): nothing is claimed, and a leased
+        identity issues nothing, while it is changed or unchecked; its fence's floor raises every claim's mark.
+        None: not checked."""
         self.fleet_settings = fleet_settings or {}
         """The settings every replica of the fleet must share for this scheme (:func:`fleet_settings`), checked
         against the fleet's record before each claim; {}: none."""
@@ -197,6 +203,9 @@ class IdentityHolder:
         """The generator, if every claim behind it is still valid, its mark can be recorded and it need not wait
         long for an inherited mark; else raise NotReadyError (dropping the claims when one is lost or late)."""
         gen = self.generator
+        history = self.history
+        if history is not None and history.refusal is not None and self.pool is not None:
+            raise NotReadyError(self._named(history.refusal), history.retry_after)
         if gen is None:
             raise NotReadyError(self._named(self.reason), self.retry_after)
         if self.fault is not None:
@@ -388,6 +397,22 @@ class IdentityHolder:
             retry_after=SETTINGS_RETRY_AFTER_S,
         )
 
+    async def check_history(self) -> None:
+        """Raise NotReadyError unless the store's history is the fleet's (checked first when it never was)."""
+        history = self.history
+        if history is None:
+            return
+        if history.refusal == PENDING:
+            with contextlib.suppress(NotReadyError):
+                await history.round()
+        if history.refusal is not None:
+            raise NotReadyError(self._named(history.refusal), history.retry_after)
+
+    def fence_floor(self) -> int:
+        """The last storage fence's high-water-mark floor in this scheme's native units (-1: none)."""
+        floor_ns = self.history.mark_floor_ns if self.history is not None else -1
+        return self.scheme.native_from_ns(floor_ns) if floor_ns >= 0 else -1
+
     async def fleet_record(self) -> dict[str, Any] | None:
         """The fleet's record of this scheme's settings (None: none yet). Raises NotReadyError."""
         return await self.backend.read_record(SETTINGS_RECORD.format(scheme=self.name))
@@ -422,6 +447,7 @@ class IdentityHolder:
             self.reason = ""
             self._lease_held(True, None)
             return
+        await self.check_history()
         await self.check_fleet_settings()
         while True:
             claims: list[Claim] = []
@@ -450,8 +476,18 @@ class IdentityHolder:
                 for claim in claims:
                     await self._release_quietly(claim, None)
                 raise
-            floor = max(c.high_water_mark for c in claims)
+            fence_floor = self.fence_floor()
+            floor = max(fence_floor, *(c.high_water_mark for c in claims))
             now_native = self.scheme.native_from_ns(self.clock())
+            fence_ahead_s = (fence_floor - now_native) * self.scheme.native_unit_ns / 1e9
+            if fence_floor > max(c.high_water_mark for c in claims) and fence_ahead_s > limit:
+                for claim in claims:
+                    await self._release_quietly(claim, None)
+                raise NotReadyError(
+                    f"{self.name}: the storage fence raised every high-water mark to {fence_ahead_s:.3f} s ahead of "
+                    f"this node's clock (limit {limit:g} s, IDMINT_MAX_CLOCK_WAIT): claimable once the clock is there",
+                    retry_after=max(1, math.ceil(fence_ahead_s - limit)),
+                )
             ahead_s = (floor - now_native) * self.scheme.native_unit_ns / 1e9
             if ahead_s > limit:
                 refused = [
@@ -498,7 +534,7 @@ class IdentityHolder:
             if self.observer is not None:
                 unit_ns = self.scheme.native_unit_ns
                 for claim in claims:  # its IDs are dated from the unit after the inherited mark on
-                    mark = claim.high_water_mark
+                    mark = max(claim.high_water_mark, fence_floor)
                     self.observer.claimed(claim, self.pool, self.owner, int((mark + 1) * unit_ns) if mark >= 0 else -1)
             log.info(
                 "%s: claimed %s %s (high-water mark %d); issuing",

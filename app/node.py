@@ -398,6 +398,7 @@ class Node:
                 observer=self.ledger,
                 fleet_settings=fleet_settings(scheme, pool, settings),
                 storage_reason=self.storage_reason,
+                history=self.storage.history,
             )
             self.issuers[name] = Issuer(scheme, holder, metrics)
         for name, scheme in self.schemes.items():
@@ -431,6 +432,11 @@ class Node:
             if issuer.holder.pool is None:
                 await self._first_claim(issuer)
         await self.backend.start()
+        history = self.storage.history
+        history.on_change(self._history_changed)
+        with contextlib.suppress(NotReadyError):  # unread: the guard's task keeps trying, nothing is claimed till then
+            await history.round()
+        self._tasks.append(asyncio.create_task(history.run(), name="idmint-storage-history"))
         with contextlib.suppress(TimeoutError):  # read now when it is quick; else the guard's task keeps trying
             async with asyncio.timeout(FLEET_ID_START_WAIT_S):
                 await self.fleet.read_fleet_id()
@@ -457,6 +463,18 @@ class Node:
             holder.reason, holder.retry_after = exc.reason, exc.retry_after
             log.warning("%s: not ready: %s", issuer.name, exc.reason)
         self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
+
+    def _history_changed(self, reason: str | None) -> None:
+        """The store went back in time (``reason``): every leased identity stops at once (its claims are dropped);
+        its history is confirmed or fenced (None): every holder tries to claim at once."""
+        for issuer in self.issuers.values():
+            holder = issuer.holder
+            if isinstance(issuer, SharedIssuer) or holder.pool is None:
+                continue
+            if reason is None:
+                holder.wake.set()
+            elif holder.generator is not None:
+                holder.drop(reason)
 
     def _check_regions(self) -> None:
         """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines

@@ -249,6 +249,13 @@ class CoreSettings(BaseSettings):
         2.0, gt=0, le=60, description="Seconds one PostgreSQL statement may take (server and client side)."
     )
 
+    storage_accept_timeline_change: bool = Field(
+        False,
+        description="Accept a new PostgreSQL timeline without a fence (`idmint storage fence`): set it only for a "
+        "planned promotion of a synchronous standby (a point-in-time recovery also starts a new timeline). The WAL "
+        "position must still be at or above what the fleet saw.",
+    )
+
     @field_validator("etcd_endpoints", "peer_fleets", "public_scopes", "cors_origins", mode="before")
     @classmethod
     def _split_lists(cls, value: object) -> object:

@@ -199,6 +199,14 @@ class SequenceService:
         self._steps: dict[tuple[str, tuple[str, ...]], _Steps] = {}
         self._retiring: set[asyncio.Task[Any]] = set()
         self._maintenance: asyncio.Task[None] | None = None
+        store.on_fenced(self._fenced)
+
+    def _fenced(self, reason: str) -> None:
+        """The store went back in time: every buffer is dropped, nothing handed back (its integers were reserved
+        in a history the store no longer holds; a later fence moves the points past them)."""
+        for name in [*self.buffers, *self.periodic]:
+            self._drop(name)
+        log.error("sequences: every buffer dropped: %s", reason)
 
     async def start(self) -> None:
         await self.store.start()

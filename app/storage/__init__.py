@@ -8,7 +8,9 @@ The interfaces (what the code above storage may import):
   high-water marks, the fleet ID and member tokens, revoke; :mod:`app.storage.draw` -- the identity draw every
   backend uses;
 * :mod:`app.storage.ledger` -- the claim ledger's records and their store (:class:`~app.storage.ledger.LedgerStore`);
-* :mod:`app.storage.sequences` -- sequence records and their store (:class:`~app.storage.sequences.SequenceStore`).
+* :mod:`app.storage.sequences` -- sequence records and their store (:class:`~app.storage.sequences.SequenceStore`);
+* :mod:`app.storage.history` -- the identity of the store's history, checked before it is trusted
+  (:class:`~app.storage.history.HistoryGuard`); :mod:`app.storage.fence` -- what ``idmint storage fence`` does.
 
 The backends (imported only here, by :func:`open_storage`):
 
@@ -28,6 +30,18 @@ __all__ = ["Capabilities", "Storage", "open_storage", "postgres_ddl"]
 
 
 def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = None) -> Storage:
+    """The stores of the one backend ``settings`` name (:func:`_open_backend`), its history guarded
+    (:class:`~app.storage.history.HistoryGuard` as :attr:`Storage.history`; the sequence store behind it)."""
+    from app.storage.history import TIMELINE, GuardedSequenceStore, HistoryGuard
+
+    storage = _open_backend(settings, clock, metrics)
+    accept = frozenset({TIMELINE}) if settings.storage_accept_timeline_change else frozenset()
+    storage.history = HistoryGuard(storage.leases, accept)
+    storage.sequences = GuardedSequenceStore(storage.sequences, storage.history)
+    return storage
+
+
+def _open_backend(settings: Settings, clock: Clock, metrics: Metrics | None) -> Storage:
     """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, PostgreSQL when
     ``IDMINT_POSTGRES_URL`` is (the settings refuse both), else the embedded backend in ``IDMINT_STATE_DIR``.
     ``clock``: the node's clock (ns since the epoch; the ledger dates records with it); ``metrics``: lease

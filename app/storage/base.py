@@ -6,7 +6,7 @@ above it (the node, the ledger, sequences, the API, the CLI) takes the stores it
 ``/v1/fleet``, ``/readyz``, metric labels).
 
 This module imports only the interfaces: :mod:`app.storage.lease`, :mod:`app.storage.ledger`,
-:mod:`app.storage.sequences`.
+:mod:`app.storage.sequences`, :mod:`app.storage.history`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app.storage.history import HistoryGuard
 from app.storage.lease import LeaseBackend
 from app.storage.ledger import LedgerStore
 from app.storage.sequences import SequenceStore
@@ -59,6 +60,9 @@ class Storage:
         self.leases = leases
         self.ledger = ledger
         self.sequences = sequences
+        self.history = HistoryGuard(leases)
+        """Whether the store's history is the fleet's (:mod:`app.storage.history`): checked before claims and
+        sequence writes."""
         self._closing = closing
 
     async def close(self) -> None:
@@ -69,4 +73,9 @@ class Storage:
 
     def status(self) -> dict[str, Any]:
         """``{"backend": name, "capabilities": {...}}`` plus the lease backend's own state (``/readyz``)."""
-        return {**self.leases.status(), "backend": self.name, "capabilities": self.capabilities.as_dict()}
+        return {
+            **self.leases.status(),
+            **self.history.status(),
+            "backend": self.name,
+            "capabilities": self.capabilities.as_dict(),
+        }

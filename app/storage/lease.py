@@ -45,10 +45,13 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.errors import BackendUnavailableError, RevokeRefusedError
 from app.pool import IdentityPool
+
+if TYPE_CHECKING:
+    from app.storage.history import Facts
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,22 @@ class LeaseBackend(abc.ABC):
         """Write ``value`` as fleet record ``name`` when it is still ``expected`` (None: absent), in one atomic step
         (compare-and-set): True when written, False when it was something else (another node wrote first: read it
         again). Raises NotReadyError when the backend cannot be used now."""
+
+    async def history_facts(self) -> Facts | None:
+        """What the store is now (:class:`~app.storage.history.Facts`: the identity a copy or restore changes, a
+        position only its own history raises), compared with the fleet's ``history`` record before anything read
+        from it is trusted (:class:`~app.storage.history.HistoryGuard`). None: this backend cannot tell. Raises
+        NotReadyError when the store cannot be read now."""
+        return None
+
+    async def read_witness(self) -> int:
+        """The highest history generation kept outside the store (the embedded backend: a file beside the state
+        directory; 0: none kept). Raises nothing."""
+        return 0
+
+    async def write_witness(self, generation: int) -> None:
+        """Keep ``generation`` outside the store (see :meth:`read_witness`); default nothing. Raises
+        NotReadyError when it cannot be written."""
 
     def member_token(self) -> str | None:
         """A token naming this process in the backend now (etcd: its lease ID; embedded: a lock file's name), which

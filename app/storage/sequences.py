@@ -514,6 +514,10 @@ class SequenceStore(abc.ABC):
     def status(self) -> dict[str, Any]:
         return {"store": self.name, "reservations": self.reservations}
 
+    def on_fenced(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(reason)`` when the store is found to hold another history (a restored backup: see
+        :class:`app.storage.history.GuardedSequenceStore`); this default: never."""
+
     # -- built on update ---------------------------------------------------------------------------------------
     async def create(
         self,

@@ -28,7 +28,9 @@ from typing import Any
 from app.errors import BackendUnavailableError, PoolExhaustedError, RevokeRefusedError
 from app.pool import IdentityPool
 from app.storage.draw import draw
+from app.storage.embedded import history
 from app.storage.embedded.files import create_once, flocked_inodes, locked, replace_file
+from app.storage.history import Facts
 from app.storage.lease import Claim, LeaseBackend, Owner, check_record_name, parse_record, record_bytes
 
 log = logging.getLogger("idmint.lease")
@@ -258,6 +260,15 @@ class EmbeddedBackend(LeaseBackend):
                 f"fleet ID file {path} cannot be read or written, or holds no fleet ID ({exc!r}); if it is damaged, "
                 "delete it: the next start writes a new one (this state directory then counts as a new fleet)"
             ) from exc
+
+    async def history_facts(self) -> Facts:
+        return await asyncio.to_thread(history.read_facts, self.state_dir)
+
+    async def read_witness(self) -> int:
+        return await asyncio.to_thread(history.read_witness, self.state_dir)
+
+    async def write_witness(self, generation: int) -> None:
+        await asyncio.to_thread(history.write_witness, self.state_dir, generation)
 
     async def read_record(self, name: str) -> dict[str, Any] | None:
         """``<state_dir>/records/<name>.json``; None when absent."""

@@ -18,10 +18,12 @@ from app.storage.etcd.calls import RETRY_BUDGET_S, Calls, open_client
 from app.storage.etcd.claim import EtcdClaim
 from app.storage.etcd.claimer import Claimer, Leftovers
 from app.storage.etcd.client import LEASE_LANE, EtcdClient, redact
+from app.storage.etcd.history import read_facts
 from app.storage.etcd.records import FleetReads, Registrations
 from app.storage.etcd.revoke import revoke_claim
 from app.storage.etcd.session import Session
 from app.storage.etcd.watch import wait_event
+from app.storage.history import Facts
 from app.storage.lease import Claim, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
@@ -319,6 +321,9 @@ class EtcdBackend(LeaseBackend):
     async def fleet_id(self) -> str:
         """The fleet ID (:meth:`FleetReads.read_fleet_id <app.storage.etcd.records.FleetReads.read_fleet_id>`)."""
         return await self._fleet.read_fleet_id()
+
+    async def history_facts(self) -> Facts:
+        return await read_facts(self._calls, self._namespace)
 
     async def read_record(self, name: str) -> dict[str, Any] | None:
         return await self._fleet.read_record(name)

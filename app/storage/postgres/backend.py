@@ -14,10 +14,12 @@ from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
+from app.storage.history import Facts
 from app.storage.lease import Claim, LeaseBackend, Owner
 from app.storage.postgres.claim import PostgresClaim
 from app.storage.postgres.claimer import Claimer, Leftovers
 from app.storage.postgres.client import Database
+from app.storage.postgres.history import HistoryFacts
 from app.storage.postgres.records import FleetRows, Registrations
 from app.storage.postgres.revoke import revoke_claim
 from app.storage.postgres.session import Held, Session
@@ -72,6 +74,7 @@ class PostgresBackend(LeaseBackend):
         self._claimer = Claimer(db, self._ttl, self._claim_lost)
         self._registrations = Registrations(db)
         self._fleet = FleetRows(db)
+        self._history = HistoryFacts(db)
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._attempted = asyncio.Event()
@@ -301,6 +304,9 @@ class PostgresBackend(LeaseBackend):
     # -- the fleet ---------------------------------------------------------------------------------------------
     async def fleet_id(self) -> str:
         return await self._fleet.read_fleet_id()
+
+    async def history_facts(self) -> Facts:
+        return await self._history.read()
 
     async def read_record(self, name: str) -> dict[str, Any] | None:
         return await self._fleet.read_record(name)

@@ -26,6 +26,7 @@ from app.ledger.index import REASON_BEFORE
 from app.settings import load_settings
 from app.storage import open_storage
 from app.storage.base import Storage
+from app.storage.history import GuardedSequenceStore
 from app.storage.ledger import END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
@@ -50,8 +51,9 @@ async def storage(url: str, clock: Callable[[], int] | None = None, **overrides:
 
 
 def sequences(s: Storage) -> PostgresSequenceStore:
-    assert isinstance(s.sequences, PostgresSequenceStore)
-    return s.sequences
+    assert isinstance(s.sequences, GuardedSequenceStore)  # behind the storage's history guard
+    assert isinstance(s.sequences.inner, PostgresSequenceStore)
+    return s.sequences.inner
 
 
 async def test_create_reserve_up_to_the_last_integer(postgres_db: str, postgres_server: PostgresServer) -> None:
