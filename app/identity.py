@@ -168,10 +168,10 @@ class IdentityHolder:
         """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
 
     def _named(self, reason: str | None) -> str:
-        """``reason`` led by the scheme's name, once (storage's reasons already name it); the start-up reason
-        followed by storage's own (:attr:`storage_reason`)."""
+        """``reason`` led by the scheme's name, once (storage's reasons already name it); the start-up reason and
+        the unchecked storage history's followed by storage's own (:attr:`storage_reason`)."""
         text = reason or ""
-        if text == STARTING_REASON:
+        if text in (STARTING_REASON, PENDING):
             why = self.storage_reason()
             text = f"{text}: {why}" if why else text
         return text if text.startswith(f"{self.name}: ") else f"{self.name}: {text}"
@@ -403,8 +403,10 @@ class IdentityHolder:
         if history is None:
             return
         if history.refusal == PENDING:
-            with contextlib.suppress(NotReadyError):
+            try:
                 await history.round()
+            except NotReadyError as exc:  # storage's own reason (unreachable, refused...) says more than "pending"
+                raise NotReadyError(self._named(f"{PENDING}: {exc.reason}"), exc.retry_after) from exc
         if history.refusal is not None:
             raise NotReadyError(self._named(history.refusal), history.retry_after)
 
