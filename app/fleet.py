@@ -235,7 +235,7 @@ class FleetGuard:
                 self._last_round = time.monotonic()
                 try:
                     await self.check_round(client)
-                except Exception:  # noqa: BLE001 -- the guard must outlive any one failure
+                except Exception:  # the guard must outlive any one failure
                     log.exception("peer fleet check failed unexpectedly")
 
     async def check_round(self, client: httpx.AsyncClient) -> None:

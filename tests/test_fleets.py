@@ -155,12 +155,12 @@ def test_schemes_and_fleet_show_regions_and_decode_names_the_region(tmp_path: Pa
 def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with TestClient(create_app(make_settings(tmp_path, host="0.0.0.0"))) as client:  # noqa: S104
+    with TestClient(create_app(make_settings(tmp_path, host="0.0.0.0"))) as client:
         metrics = client.get("/metrics").text
     assert 'idmint_region_configured{backend="embedded",exposed="true"} 0.0' in metrics
     assert "claims the same identities and issues the same IDs" in caplog.text
     caplog.clear()
-    with TestClient(create_app(make_settings(tmp_path / "b", host="0.0.0.0", regions=2))) as client:  # noqa: S104
+    with TestClient(create_app(make_settings(tmp_path / "b", host="0.0.0.0", regions=2))) as client:
         metrics = client.get("/metrics").text
     assert 'idmint_region_configured{backend="embedded",exposed="true"} 1.0' in metrics
     assert "claims the same identities" not in caplog.text

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration  # real replicas and etcd or PostgreSQL
 CLAIMED = CLAIMING  # muid, eight-byte, hlc-ulid, siq, snowflake
 
 
-def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:  # noqa: ANN001
+def etcd_env(etcd_server, namespace: str, **extra: str) -> dict[str, str]:
     return {
         "IDMINT_ETCD_ENDPOINTS": etcd_server.endpoint,
         "IDMINT_ETCD_NAMESPACE": namespace,

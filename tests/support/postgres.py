@@ -140,7 +140,7 @@ class PostgresServer:
                 os.kill(pid, sig)
 
     def _launch(self) -> None:
-        self._log = open(self.directory / "postgres.log", "ab")  # noqa: SIM115 - closed by stop()
+        self._log = open(self.directory / "postgres.log", "ab")  # closed by stop()
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
