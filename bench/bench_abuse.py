@@ -1,4 +1,4 @@
-"""Hostile-client figures for issue 13, measured over real HTTP against real uvicorn processes, printed (not asserted).
+"""Hostile-client figures, measured over real HTTP against real uvicorn processes, printed (not asserted).
 
 Parts (``--part``, default all):
 

@@ -1,5 +1,5 @@
-"""Issue 31's cases re-run as a hostile user would, against real ``idmint serve`` processes (and a real etcd), with
-the figures printed (not asserted): common IDs, statuses, RSS, bytes.
+"""The duplicate-ID and fleet-truth cases re-run as a hostile user would, against real ``idmint serve`` processes
+(and a real etcd), with the figures printed (not asserted): common IDs, statuses, RSS, bytes.
 
 Parts (``--part``, repeatable; default all):
 

@@ -102,7 +102,7 @@ BACKEND_PACKAGES = ("app.storage.embedded", "app.storage.etcd", "app.storage.pos
 
 
 def test_nothing_outside_app_storage_imports_a_backend_or_its_client_library() -> None:
-    """Issue 28: the node, the API, the CLI, the ledger and the sequences ask ``Storage`` and its capabilities; only
+    """The node, the API, the CLI, the ledger and the sequences ask ``Storage`` and its capabilities; only
     ``app/storage/`` knows a backend's modules, the etcd client, psycopg or its pool."""
     found = []
     for name, path in sorted(_modules().items()):

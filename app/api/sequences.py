@@ -6,7 +6,7 @@
 (:func:`hot_next`, :func:`hot_range`, in the front's table, :class:`~app.api.front.Front`): they are served through
 the same service and the same query parser (:func:`sequence_query`: ``count`` and ``format``, each at most once)
 without FastAPI; anything else (POST next, a body) goes to the FastAPI routes here, which also declare the
-contract. A plain sequence's ``next`` (never resets, no template) takes the path it took before issue 29.
+contract. A plain sequence's ``next`` (never resets, no template) takes the hot path (the buffer alone).
 
 ``format=string`` answers the integers as JSON strings (``"ids": ["1", "2"]``; ``first`` and ``last`` of a
 range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps every 64-bit integer exact.

@@ -1,4 +1,4 @@
-"""No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends (issue 31), shared by
+"""No ID or sequence integer handed out twice, whatever a server or a proxy on the way sends, shared by
 both clients (no I/O).
 
 Three rules, checked before any of an answer is handed out; an answer that breaks one fails its server (moved on
