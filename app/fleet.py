@@ -41,12 +41,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from app.errors import NotReadyError
 from app.identity import PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
+    import httpx  # imported where a peer is asked: only a node with peer fleets needs it, not every start
+
     from app.metrics import Metrics
     from app.pool import IdentityPool
     from app.settings import Settings
@@ -216,6 +216,8 @@ class FleetGuard:
         if not self.peers:
             return
         await self.recall()
+        import httpx
+
         async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S, follow_redirects=True, max_redirects=3) as client:
             pending = list(self.peers)
             deadline = time.monotonic() + self.settings.peer_check_interval
@@ -305,6 +307,8 @@ class FleetGuard:
 
     async def _ask(self, client: httpx.AsyncClient, peer: str, fleet_id: str) -> dict[str, Any] | None:
         """The peer's ``/v1/fleet`` document, or None (logged when that changes) when it gives none in time."""
+        import httpx
+
         try:
             async with asyncio.timeout(PEER_TIMEOUT_S):
                 async with client.stream("GET", f"{peer}/v1/fleet", headers={FLEET_HEADER: fleet_id}) as response:
@@ -398,6 +402,8 @@ class FleetGuard:
 
 def _problem(exc: Exception) -> str:
     """What was wrong with a peer's answer, in words (refused, HTTP 404, not a fleet document, no answer)."""
+    import httpx
+
     if isinstance(exc, httpx.HTTPStatusError):
         return f"it answered HTTP {exc.response.status_code}"
     if isinstance(exc, httpx.ConnectError):
