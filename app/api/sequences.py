@@ -46,7 +46,7 @@ RANGE_ROUTE = "/v1/sequences/{name}/range"
 THREAD_ENCODE_MIN = 20_000
 """``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
 THREAD_TEXT_MIN = 5_000
-"""The same for texts (rendering a template costs 2.4 to 4 times the plain integers: bench/bench_templates.py)."""
+"""The same for texts (rendering a template costs several times the plain integers: bench/bench_templates.py)."""
 
 
 def get_sequences(request: Request) -> SequenceService:
