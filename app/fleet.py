@@ -41,12 +41,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from app.errors import NotReadyError
 from app.identity import BACKOFF_MAX_S, PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
+    import httpx  # imported where a peer is asked: only a node with peer fleets needs it, not every start
+
     from app.metrics import Metrics
     from app.pool import IdentityPool
     from app.settings import Settings
@@ -214,12 +214,14 @@ class FleetGuard:
         started together see each other before either issues), then a round every ``peer_check_interval`` seconds
         or when poked."""
         pause = FIRST_ROUND_RETRY_S
-        while await self.read_fleet_id() is None:  # noqa: ASYNC110 -- polling the backend, not an event
+        while await self.read_fleet_id() is None:
             await asyncio.sleep(pause)
             pause = min(pause * 2, BACKOFF_MAX_S)
         if not self.peers:
             return
         await self.recall()
+        import httpx
+
         async with httpx.AsyncClient(timeout=PEER_TIMEOUT_S, follow_redirects=True, max_redirects=3) as client:
             pending = list(self.peers)
             deadline = time.monotonic() + self.settings.peer_check_interval
@@ -239,7 +241,7 @@ class FleetGuard:
                 self._last_round = time.monotonic()
                 try:
                     await self.check_round(client)
-                except Exception:  # noqa: BLE001 -- the guard must outlive any one failure
+                except Exception:  # the guard must outlive any one failure
                     log.exception("peer fleet check failed unexpectedly")
 
     async def check_round(self, client: httpx.AsyncClient) -> None:
@@ -309,6 +311,8 @@ class FleetGuard:
 
     async def _ask(self, client: httpx.AsyncClient, peer: str, fleet_id: str) -> dict[str, Any] | None:
         """The peer's ``/v1/fleet`` document, or None (logged when that changes) when it gives none in time."""
+        import httpx
+
         try:
             async with asyncio.timeout(PEER_TIMEOUT_S):
                 async with client.stream("GET", f"{peer}/v1/fleet", headers={FLEET_HEADER: fleet_id}) as response:
@@ -402,6 +406,8 @@ class FleetGuard:
 
 def _problem(exc: Exception) -> str:
     """What was wrong with a peer's answer, in words (refused, HTTP 404, not a fleet document, no answer)."""
+    import httpx
+
     if isinstance(exc, httpx.HTTPStatusError):
         return f"it answered HTTP {exc.response.status_code}"
     if isinstance(exc, httpx.ConnectError):

@@ -370,7 +370,7 @@ class IdentityHolder:
             self.observer.ended(claim)  # before the release: a lost claim still says so
         try:
             await self.backend.release(claim, final_mark)
-        except Exception as exc:  # noqa: BLE001 -- release is best effort; the lease expires anyway
+        except Exception as exc:  # release is best effort; the lease expires anyway
             log.warning("%s: releasing %s failed: %s", self.name, claim.key, exc)
 
     async def check_fleet_settings(self) -> None:
@@ -611,7 +611,7 @@ class Keeper:
                 last_reason = None
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 -- the task must outlive any fault; each is logged
+            except Exception as exc:  # the task must outlive any fault; each is logged
                 if isinstance(exc, NotReadyError):
                     reason = exc.reason
                     if holder.generator is None:

@@ -15,7 +15,7 @@ STREAM_HEADERS = [(b"content-type", b"text/plain; charset=us-ascii")]
 CHUNK_LINES = 65_536
 
 
-async def app(scope, receive, send):  # noqa: ANN001, ANN201
+async def app(scope, receive, send):
     if scope["type"] == "lifespan":
         while True:
             message = await receive()

@@ -1,4 +1,4 @@
-"""Hostile-client figures for issue 13, measured over real HTTP against real uvicorn processes, printed (not asserted).
+"""Hostile-client figures, measured over real HTTP against real uvicorn processes, printed (not asserted).
 
 Parts (``--part``, default all):
 
@@ -396,7 +396,7 @@ def _serve(env: dict[str, str], tmp: Path, open_files: int | None = None) -> tup
     cmd = [str(idmint), "serve", "--host", "127.0.0.1", "--port", str(port)]
     if open_files is not None:
         cmd = ["prlimit", f"--nofile={open_files}:{open_files}", "--", *cmd]
-    log = open(tmp / f"serve-{port}.log", "wb")  # noqa: SIM115 - the child holds it
+    log = open(tmp / f"serve-{port}.log", "wb")  # the child holds it
     proc = subprocess.Popen(
         cmd,
         cwd=ROOT,

@@ -1,4 +1,4 @@
-"""Benchmark the three idmint clients side by side and print the figures (issue 33).
+"""Benchmark the three idmint clients side by side and print the figures.
 
 Against one ``idmint serve`` worker on loopback (started here, own state dir), in one run, the clients alternated
 (Python, TypeScript, Go; the order rotates each round), each in its own process:
@@ -11,7 +11,7 @@ Against one ``idmint serve`` worker on loopback (started here, own state dir), i
 (c) ``single``: single calls per second, the buffer off (one request per ID, one at a time).
 
 Each measurement runs ``--seconds`` after a 1 s warm-up; prints every run, then per client and mode the median over
-the rounds and its ratio to the Python client's. Goals (issue 33): TypeScript >= 1 M/s and Go >= 5 M/s buffered
+the rounds and its ratio to the Python client's. Goals: TypeScript >= 1 M/s and Go >= 5 M/s buffered
 new IDs in process.
 
 ``--against DIR``: also run the clients of another tree (``git archive main clients | tar -x -C DIR``; its

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.schemes.base import Batch, Generator, RandomSource  # noqa: E402
-from app.schemes.hlc_ulid import HlcUlidGenerator  # noqa: E402
-from app.schemes.typeid import TypeIdGenerator  # noqa: E402
-from app.schemes.ulid import UlidGenerator  # noqa: E402
-from app.schemes.uuidv7 import Uuidv7Generator  # noqa: E402
-from app.schemes.wiji import WijiGenerator  # noqa: E402
+from app.schemes.base import Batch, Generator, RandomSource
+from app.schemes.hlc_ulid import HlcUlidGenerator
+from app.schemes.typeid import TypeIdGenerator
+from app.schemes.ulid import UlidGenerator
+from app.schemes.uuidv7 import Uuidv7Generator
+from app.schemes.wiji import WijiGenerator
 
 Case = tuple[str, str, Callable[[RandomSource], Generator], dict[str, str]]
 CASES: list[Case] = [

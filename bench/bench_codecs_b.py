@@ -59,7 +59,7 @@ def cases(size: int) -> dict[str, Callable[[], object]]:
     sony256 = snowflake_batch.SnowflakeGenerator(snowflake.SONYFLAKE, range(256), clock=lambda: NOW_NS).generate(size)
     any63 = np.array([rng.getrandbits(63) for _ in range(size)], dtype=np.uint64)
     # A frozen clock gives twitter a little less than `size` (each unit starts at a random one of its first 100
-    # slots, issue 20): the encoders are timed on whatever the generator issued.
+    # slots): the encoders are timed on whatever the generator issued.
 
     ksuid_generator = ksuid.KsuidGenerator(clock=SteppingClock(1_000_000_000))
     twitter_generator = snowflake_batch.SnowflakeGenerator(snowflake.TWITTER, range(16), clock=SteppingClock(1_000_000))

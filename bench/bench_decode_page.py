@@ -11,7 +11,7 @@ and, alternated in the round:
   seconds for 1,000 lines in any textarea, a bare one too, and the page then waits its 250 ms typing pause);
 * **POST**: the same text POSTed to ``/v1/decode`` directly (the server's share).
 
-Medians and extremes are printed. Goal (issue 19): the paste under 1 s on the project's machine.
+Medians and extremes are printed. Goal: the paste under 1 s on the project's machine.
 
 Usage: python bench/bench_decode_page.py [--rounds 7] [--lines 1000]
 Needs: the dev extras (Playwright) and /usr/bin/chromium (.ci/install-debian-packages.sh). Nothing here asserts.

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_http import rss_kib, start, stop  # noqa: E402
+from bench_http import rss_kib, start, stop
 
 PLAIN, BOUNDED = "httptools", "app.serving:BoundedHttpToolsProtocol"
 MB = 1024 * 1024

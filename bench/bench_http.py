@@ -9,14 +9,14 @@
     stock, the requests per second the server spent on a CPU (/proc schedstat: what a request costs the server,
     which the shared machine's other processes disturb less than wall-clock rates), user and system CPU
     microseconds per request (/proc/PID/stat), the median p99 latency (wrk --latency), and every round's figure.
-    Issue 30's goals: idmint at least 0.7 of bare with and without keys, p99 under 2 ms at 32 connections, at least
+    Goals: idmint at least 0.7 of bare with and without keys, p99 under 2 ms at 32 connections, at least
     3x stock.
 (b) streamed IDs/s per scheme: ``GET /v1/ids/{scheme}/stream?count=N`` (10,000,000 by default) read by curl into
     /dev/null, with the server's peak resident memory (VmRSS sampled every 20 ms) before and during the stream.
     ``--stream-rounds`` rounds; in each, per scheme: a wiji stream, the scheme's stream, then the bare ASGI app
     (bare_app.py ``/stream``) sending fixed lines of the scheme's width in idmint's chunk size (the HTTP path's
     ceiling on this machine, no ID generated). Printed per scheme: median and best IDs/s, the median of the
-    per-round ratios to wiji and to the ceiling, and issue 8's target (ulid/typeid 20M/s, uuidv7 15M/s, ksuid 5M/s,
+    per-round ratios to wiji and to the ceiling, and the target (ulid/typeid 20M/s, uuidv7 15M/s, ksuid 5M/s,
     snowflake 95% of its cap: 2^S IDs per unit per worker ID held, ``--snowflake-workers`` held).
     Eight-byte is capped by its format at 64 IDs per ms per generator ID (--eight-byte-generators IDs held).
 
@@ -27,10 +27,10 @@
 (c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
     on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
     the same for requests per second the server spent on a CPU (/proc schedstat), which the shared machine's other
-    processes disturb less, and the median p99 latency (wrk --latency). Issue 30's target: at least 0.85 of wiji's.
+    processes disturb less, and the median p99 latency (wrk --latency). Target: at least 0.85 of wiji's.
 (d) ``GET /v1/ids/uuidv7?count=N`` (``--stock-counts``, default 1 and 1000) from idmint and from the service a team
     would write instead (bench/stock_app.py: stock FastAPI returning uuid-utils' UUIDv7s), rounds alternating;
-    the ratio idmint / stock is printed. Issue 30's target: 3x for single IDs, 5x for count=1000.
+    the ratio idmint / stock is printed. Target: 3x for single IDs, 5x for count=1000.
 
 Streams (b) cover ``--schemes`` (default: every registered scheme).
 
@@ -67,7 +67,7 @@ from app.schemes import schemes  # noqa: E402
 SCHEMES = tuple(schemes())
 OTHERS = tuple(name for name in SCHEMES if name != "wiji")
 TARGETS = {"ulid": 20e6, "typeid": 20e6, "uuidv7": 15e6, "ksuid": 5e6}
-"""Issue 8 section 4: streamed IDs/s each scheme should reach (snowflake: 95% of its cap)."""
+"""Streamed IDs/s each scheme should reach (snowflake: 95% of its cap)."""
 CAPPED = ("snowflake", "eight-byte")
 """Schemes whose streams the clock bounds (no HTTP ceiling measured beside them)."""
 

@@ -13,8 +13,8 @@ dump's total over the requests is the instructions per request, for every thread
 included). ``--client``:
 
 * ``keepalive`` (default): HTTP/1.1 requests on 8 kept-alive connections, one at a time each (what wrk sends, and
-  the goals of issue 30 are stated for);
-* ``ab``: ``ab -k -c 8``, the first method (issue 22's figures). ab speaks HTTP/1.0, and uvicorn keeps no HTTP/1.0
+  the goals are stated for);
+* ``ab``: ``ab -k -c 8``, the first method. ab speaks HTTP/1.0, and uvicorn keeps no HTTP/1.0
   connection alive: each request is a new connection, so its accept, set-up and close are counted too.
 
 ``--http``: the protocol idmint's rows are served with: ``idmint`` (default: ``app.serving``'s, what ``idmint
@@ -23,13 +23,13 @@ The bare and stock apps are always served by uvicorn's own httptools protocol.
 
 Rows (each its own server):
 * bare: the bare ASGI app (bench/bare_app.py), the floor of any Python ASGI app on this server;
-* idmint ``GET /v1/ids/{scheme}`` for each of ``--schemes`` (default wiji), beside bare: bare / idmint is issue 30's
+* idmint ``GET /v1/ids/{scheme}`` for each of ``--schemes`` (default wiji), beside bare: bare / idmint is the goal's
   single-ID ratio (target 0.8 by instructions);
 * with ``--keys``: idmint with an API key file (one key, scope issue, no quotas), each request carrying the key;
 * with ``--baseline DIR`` (a checkout of another revision), that revision's idmint for the same schemes (with the
   same ``--http``: ``app.serving``'s protocol of that revision);
 * unless ``--skip-stock``: ``GET /v1/ids/uuidv7?count=C`` for each of ``--stock-counts`` (default 1 and 1000) from
-  idmint and from bench/stock_app.py (stock FastAPI + uuid-utils): stock / idmint (issue 30: 3x and 5x by
+  idmint and from bench/stock_app.py (stock FastAPI + uuid-utils): stock / idmint (goals: 3x and 5x by
   requests/s). ``count=1000`` rows send ``--requests / 10`` requests.
 
 Under valgrind a server runs about 50 times slower: each row takes one to three minutes. Periodic work (lease

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_http import start, stop, wrk_cpu  # noqa: E402
+from bench_http import start, stop, wrk_cpu
 
 PLAIN, BOUNDED = "httptools", "app.serving:BoundedHttpToolsProtocol"
 

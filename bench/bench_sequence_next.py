@@ -5,7 +5,7 @@ Each kind is a real app (:func:`app.main.create_app`, embedded storage in a temp
 started) called as uvicorn calls it, ``GET /v1/sequences/{name}/next?count=N`` through
 :class:`~app.api.front.Front` (the hot route), with a sequence whose buffer is warm. Kinds:
 
-* ``plain-1``, ``plain-1000``: a sequence created with name, start and cache only (the hot path of issue 20);
+* ``plain-1``, ``plain-1000``: a sequence created with name, start and cache only (the hot path);
 * ``template-1``, ``template-1000``: ``reset`` daily in Europe/Paris, template ``INV-{yyyy}{mm}{dd}-{seq:06}``;
 * ``check-1``, ``check-1000``: the same with ``{check}`` and a Luhn check digit.
 

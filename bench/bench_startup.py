@@ -27,8 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.support.postgres import PASSWORD_ROLE, PostgresServer, start_postgres  # noqa: E402
-from tests.support.server import Server, free_port  # noqa: E402
+from tests.support.postgres import PASSWORD_ROLE, PostgresServer, start_postgres
+from tests.support.server import Server, free_port
 
 CASES = ["embedded", "pg-closed", "pg-password", "pg-blackhole", "etcd-closed", "etcd-blackhole"]
 FAULT_WORDS = ("refused", "password", "no answer", "in time", "timeout", "unreachable")

@@ -1,5 +1,5 @@
-"""Issue 31's cases re-run as a hostile user would, against real ``idmint serve`` processes (and a real etcd), with
-the figures printed (not asserted): common IDs, statuses, RSS, bytes.
+"""The duplicate-ID and fleet-truth cases re-run as a hostile user would, against real ``idmint serve`` processes
+(and a real etcd), with the figures printed (not asserted): common IDs, statuses, RSS, bytes.
 
 Parts (``--part``, repeatable; default all):
 
@@ -372,7 +372,7 @@ def part_sigkill(args: argparse.Namespace, tmp: Path) -> None:
 
 
 class NotIdmint(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = b"<html><body>hello, I am not idmint</body></html>"
         self.send_response(200)
         self.send_header("content-type", "text/html")
@@ -715,10 +715,10 @@ def proxy(upstream: str, mode: str) -> http.server.ThreadingHTTPServer:
                     else out[: n - 1] + [ids[-1]]
                 )
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._forward("GET")
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self._forward("POST")
 
         def log_message(self, *a: Any) -> None:
@@ -748,7 +748,7 @@ def part_proxy(args: argparse.Namespace, tmp: Path) -> None:
                         try:
                             for _ in range(5):
                                 handed += c.ids(scheme, 200)
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:
                             outcome = f"{type(exc).__name__}: {str(exc)[:300]}"
                         say(
                             f"[{mode}] {scheme} ids() x5 via proxy alone: handed {len(handed)}, distinct "
@@ -760,7 +760,7 @@ def part_proxy(args: argparse.Namespace, tmp: Path) -> None:
                         try:
                             for _ in range(3000):
                                 handed.append(c.new_id(scheme))
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:
                             outcome = f"{type(exc).__name__}: {str(exc)[:200]}"
                         say(
                             f"[{mode}] {scheme} new_id() x3000 via proxy alone: handed {len(handed)}, distinct "
@@ -773,7 +773,7 @@ def part_proxy(args: argparse.Namespace, tmp: Path) -> None:
                         try:
                             for _ in range(5):
                                 handed += c.ids(scheme, 200)
-                        except Exception as exc:  # noqa: BLE001
+                        except Exception as exc:
                             outcome = f"{type(exc).__name__}: {str(exc)[:200]}"
                         say(
                             f"[{mode}] {scheme} ids() x5 via [proxy, server]: handed {len(handed)}, distinct "
@@ -787,7 +787,7 @@ def part_proxy(args: argparse.Namespace, tmp: Path) -> None:
                     try:
                         for _ in range(5):
                             got += c.next("hostile", 100)
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         outcome = f"{type(exc).__name__}: {str(exc)[:200]}"
                     say(f"[{mode}] sequence next x5 via proxy: handed {len(got)}, distinct {len(set(got))}; {outcome}")
             finally:

@@ -1,7 +1,7 @@
 """The service a team would write instead of running idmint: stock FastAPI returning uuid-utils' UUIDv7s.
 
 ``bench/bench_http.py`` part (d) serves it on the same uvicorn flags as idmint and compares
-``GET /v1/ids/uuidv7?count=N`` of both (issue 22: idmint should answer at least 3x its single-ID and 5x its
+``GET /v1/ids/uuidv7?count=N`` of both (idmint should answer at least 3x its single-ID and 5x its
 ``count=1000`` requests/s). Written as its docs suggest: a path operation with a validated query parameter,
 returning a dict that FastAPI serialises.
 """

@@ -12,8 +12,10 @@
 #     ~/.cache/idmint-tests, about 1.5 min to make the first time).
 # Then runs pytest on pytest-xdist workers, one per core (IDMINT_TEST_WORKERS=N for another number; 0: one process),
 # --dist loadgroup: tests marked xdist_group run on one worker together (tests/conftest.py: the podman tests, the
-# browser tests, each module's shared server), the longest modules are handed out first. Extra arguments go to
-# pytest (e.g. scripts/test.sh tests/schemes -x).
+# browser tests, each module's shared server), the longest first by the durations the last run measured
+# (tests/durations.json, rewritten at the end of every run); the ten slowest tests are printed at the end. The soak
+# tests (marker `soak`) run at a small size here, whole in scripts/soak.sh. Extra arguments go to pytest (e.g.
+# scripts/test.sh tests/schemes -x).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then

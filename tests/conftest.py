@@ -21,6 +21,7 @@ pytest_plugins = [
     "tests.support.podman",
     "tests.support.postgres",
     "tests.support.storage",
+    "tests.support.order",
 ]
 
 
@@ -43,10 +44,13 @@ REAL_PART_FIXTURES = frozenset(
         "prometheus_server",
         "postgres_server",
         "postgres_db",
+        "postgres_schema",
         "store",
+        "conformance_run",
     }
 )
-"""Fixtures that start a real process (etcd, ``idmint serve``, Prometheus): a test using one is ``integration``."""
+"""Fixtures that start a real process (etcd, ``idmint serve``, Prometheus, the conformance driver's fleet): a test
+using one is ``integration``; one of module scope keeps the module's tests on one worker."""
 
 
 XDIST_GROUPS = {
@@ -56,38 +60,6 @@ XDIST_GROUPS = {
 """Tests that run on one pytest-xdist worker together (``--dist loadgroup``, scripts/test.sh): the podman tests
 share one image built per session (built once, not once per worker); the browser tests share one Chromium and one
 server (and write test-artifacts/e2e-server.log)."""
-
-
-LONGEST_FIRST = tuple(
-    TESTS / name
-    for name in (
-        "sequences/test_gapless_replicas.py",
-        "test_fleets.py",
-        "ops/test_podman.py",
-        "sequences/test_clean_stop.py",
-        "test_replicas.py",
-        "api/test_contract.py",
-        "e2e",
-        "sequences/test_etcd_replicas.py",
-        "sequences/test_admin_races.py",
-        "test_etcd_member_loss.py",
-        "ops/test_prometheus.py",
-        "storage/etcd/test_cluster.py",
-        "test_admin_replicas.py",
-        "test_ledger_replicas.py",
-        "test_bounds.py",
-        "test_tooling.py",
-    )
-)
-"""The modules that took longest in a measured run (``--durations``), longest first: an order only (pytest-xdist
-hands the long ones out first, so no worker is left with one at the end); any module not named here still runs."""
-
-
-def _rank(path: Path, slow_modules: set[Path]) -> int:
-    for rank, where in enumerate(LONGEST_FIRST):
-        if path == where or where in path.parents:
-            return rank
-    return len(LONGEST_FIRST) + (path not in slow_modules)
 
 
 def _group_of(path: Path) -> str | None:
@@ -128,10 +100,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     conftest), ``integration`` for any test using a fixture of :data:`REAL_PART_FIXTURES`; modules that start
     processes themselves mark themselves. ``scripts/check.sh`` runs the rest, the fast lane.
 
-    Then the order: the modules of :data:`LONGEST_FIRST`, then the other modules holding real-process tests
-    (``integration``, ``ops``, ``e2e``), then the rest, each module kept whole and in its place otherwise, so that
-    pytest-xdist hands out the long tests first and the many short ones fill the workers up at the end. The groups
-    of :data:`XDIST_GROUPS`, and the tests sharing a module's real part, get their ``xdist_group`` marker."""
+    Then the order (:func:`tests.support.order.longest_first`): the units pytest-xdist hands out (a group whole,
+    else one test) by their durations stored in tests/durations.json, longest first, so that the long ones start
+    first and the many short ones fill the workers up at the end. The groups of :data:`XDIST_GROUPS`, and the tests
+    sharing a module's real part, get their ``xdist_group`` marker."""
+    groups: dict[int, str] = {}
     for item in items:
         if (TESTS / "ops") in item.path.parents:
             item.add_marker(pytest.mark.ops)
@@ -139,12 +112,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
         group = _group_of(item.path) or _shared_process_group(item)
         if group is not None:
+            groups[id(item)] = group
             item.add_marker(pytest.mark.xdist_group(group))
             if config.getoption("loadgroup", False):  # set on a pytest-xdist worker under --dist loadgroup
                 _suffix_group(item, group)
-    slow_modules = {
-        item.path
-        for item in items
-        if any(item.get_closest_marker(name) for name in ("integration", "ops", "e2e", "xdist_group"))
-    }
-    items.sort(key=lambda item: _rank(item.path, slow_modules))
+    from tests.support.order import longest_first  # a plugin of pytest_plugins: imported by pytest first
+
+    longest_first(items, lambda item: groups.get(id(item)))

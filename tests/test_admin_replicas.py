@@ -1,4 +1,4 @@
-"""Admin routes on real replicas and a real etcd or PostgreSQL (issue 21): drain under load, revoke under load.
+"""Admin routes on real replicas and a real etcd or PostgreSQL: drain under load, revoke under load.
 
 Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd or PostgreSQL, short lease TTL.
 """

@@ -1,4 +1,4 @@
-"""Time bounds (issue 20 item 4): ``GET /v1/bounds/{scheme}``, ``idmint bounds``, :mod:`app.bounds`.
+"""Time bounds: ``GET /v1/bounds/{scheme}``, ``idmint bounds``, :mod:`app.bounds`.
 
 The property: IDs minted by each scheme's own generator on the fake clock, at random times in
 ``[T1 - 5 ms, T2 + 5 ms]`` and at a layout's first and last instants, satisfy ``lower <= id < upper`` in each

@@ -34,7 +34,7 @@ from tests.support.etcd import EtcdServer
 from tests.support.server import REPO
 
 README_MAX_LINES = 350
-"""The README is a front page (issue 32): what idmint is, set-up, first IDs, which scheme, the API, links."""
+"""The README is a front page: what idmint is, set-up, first IDs, which scheme, the API, links."""
 
 
 def _name(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""One fleet, one truth (issue 31 item 1): an identity is keyed by what fixes its IDs' bits, whatever the spelling,
+"""One fleet, one truth: an identity is keyed by what fixes its IDs' bits, whatever the spelling,
 and every replica of a fleet runs the settings the fleet recorded, or claims nothing and says why.
 
 In-process nodes on one real state directory stand in for replicas (the embedded backend's flock is per open file,

@@ -1,4 +1,4 @@
-"""More than one fleet (issue 17): regions slice every leased identity space, a fleet knows its ID, peer fleets
+"""More than one fleet: regions slice every leased identity space, a fleet knows its ID, peer fleets
 that overlap stop issuing, and the Python client refuses servers of overlapping fleets.
 
 The fleet runs use real ``idmint serve`` processes: on the embedded backend with separate state directories (two
@@ -35,7 +35,8 @@ from app.settings import Settings, load_settings
 from app.storage.draw import draw
 from app.storage.embedded import open_embedded
 from tests.helpers import make_settings
-from tests.support.server import Server, free_port
+from tests.support.order import soak_size
+from tests.support.server import Server, free_port, until_available
 
 SLICED = tuple(name for name, s in schemes().items() if s.uniqueness == "identity")
 """eight-byte, hlc-ulid, siq, snowflake: uniqueness rests on a leased identity that regions slice."""
@@ -155,12 +156,12 @@ def test_schemes_and_fleet_show_regions_and_decode_names_the_region(tmp_path: Pa
 def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with TestClient(create_app(make_settings(tmp_path, host="0.0.0.0"))) as client:  # noqa: S104
+    with TestClient(create_app(make_settings(tmp_path, host="0.0.0.0"))) as client:
         metrics = client.get("/metrics").text
     assert 'idmint_region_configured{backend="embedded",exposed="true"} 0.0' in metrics
     assert "claims the same identities and issues the same IDs" in caplog.text
     caplog.clear()
-    with TestClient(create_app(make_settings(tmp_path / "b", host="0.0.0.0", regions=2))) as client:  # noqa: S104
+    with TestClient(create_app(make_settings(tmp_path / "b", host="0.0.0.0", regions=2))) as client:
         metrics = client.get("/metrics").text
     assert 'idmint_region_configured{backend="embedded",exposed="true"} 1.0' in metrics
     assert "claims the same identities" not in caplog.text
@@ -195,10 +196,11 @@ def peer_pair(tmp_path: Path, envs: list[dict[str, str]]) -> Iterator[list[Serve
 
 
 def stream(url: str, scheme: str, count: int) -> list[bytes]:
-    """``count`` IDs of ``scheme`` streamed from ``url`` (the whole stream must arrive)."""
-    with httpx.stream("GET", f"{url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=300) as r:
-        assert r.status_code == 200, r.read().decode(errors="replace")
-        body = r.read()
+    """``count`` IDs of ``scheme`` streamed from ``url`` (the whole stream must arrive; a 503 + Retry-After before
+    it starts is asked again)."""
+    r = until_available(lambda: httpx.get(f"{url}/v1/ids/{scheme}/stream", params={"count": count}, timeout=300))
+    assert r.status_code == 200, r.text
+    body = r.content
     lines = body.split(b"\n")
     assert lines[-1] == b"" and len(lines) == count + 1, (url, scheme, len(lines) - 1)
     return lines[:-1]
@@ -336,10 +338,10 @@ FLEET_ENV = {
     "IDMINT_EIGHT_BYTE_GENERATORS": "8",
     "IDMINT_SNOWFLAKE_WORKERS": "16",
 }
-PER_REPLICA = 200_000
-"""IDs each of the six replicas streams per scheme (1.2 million per scheme over both fleets). Enough to show any
-shared identity: test_two_etcd_fleets_without_regions_do_repeat_ids finds repeats at 100,000 per replica. (It was
-1,000,000: most of the suite's CPU, for no test the smaller count would pass wrongly.)"""
+PER_REPLICA = soak_size(200_000, 50_000)
+"""IDs each of the six replicas streams per scheme in the two-region hunt (a soak: 200,000 in ``scripts/soak.sh``,
+1.2 million per scheme over both fleets). Two fleets sharing an identity repeat IDs as soon as their streams
+overlap in time: test_two_etcd_fleets_without_regions_do_repeat_ids finds repeats with sonyflake's slow clock."""
 
 
 def two_etcd_fleets(tmp_path: Path, etcd_server: Any, namespace: str, **env: str) -> list[dict[str, str]]:
@@ -354,6 +356,7 @@ def two_etcd_fleets(tmp_path: Path, etcd_server: Any, namespace: str, **env: str
     ]
 
 
+@pytest.mark.soak
 @pytest.mark.parametrize("layout", list(NAMED_LAYOUTS))
 def test_two_etcd_fleets_in_two_regions_never_repeat_an_id(
     tmp_path: Path, etcd_server: Any, etcd_namespace: str, layout: str
@@ -545,7 +548,7 @@ def test_the_client_reads_a_404_fleet_again_after_a_while() -> None:
     assert check.unread(["http://a"]) == ["http://a"]
 
 
-# -- the peer guard fails closed until it knows (issue 31 item 2) ------------------------------------------------
+# -- the peer guard fails closed until it knows ------------------------------------------------
 async def _answering(body: bytes, status: str = "200 OK") -> tuple[asyncio.Server, str]:
     """A loopback HTTP server answering every request with ``status`` and ``body`` (a peer that is not idmint)."""
 

@@ -1,4 +1,4 @@
-"""The end of each ID space (issue 20): /v1/schemes' id_space_end, idmint_id_space_end_timestamp_seconds, and
+"""The end of each ID space: /v1/schemes' id_space_end, idmint_id_space_end_timestamp_seconds, and
 ``idmint layout check``."""
 
 from __future__ import annotations

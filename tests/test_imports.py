@@ -102,7 +102,7 @@ BACKEND_PACKAGES = ("app.storage.embedded", "app.storage.etcd", "app.storage.pos
 
 
 def test_nothing_outside_app_storage_imports_a_backend_or_its_client_library() -> None:
-    """Issue 28: the node, the API, the CLI, the ledger and the sequences ask ``Storage`` and its capabilities; only
+    """The node, the API, the CLI, the ledger and the sequences ask ``Storage`` and its capabilities; only
     ``app/storage/`` knows a backend's modules, the etcd client, psycopg or its pool."""
     found = []
     for name, path in sorted(_modules().items()):
@@ -120,3 +120,14 @@ def test_nothing_outside_app_storage_imports_a_backend_or_its_client_library() -
                 if any(imported == p or imported.startswith(p + ".") for p in BACKEND_PACKAGES)
             ]
     assert not found, found
+
+
+def test_starting_the_app_imports_no_http_client() -> None:
+    """``idmint serve`` starts by importing :mod:`app.main`: the HTTP client (httpx, and with it rich, pygments,
+    click's CLI) is imported only where a node asks a peer fleet or an etcd, not on every start."""
+    import subprocess
+    import sys
+
+    probe = "import sys, app.main, app.cli; print(sorted(m for m in ('httpx', 'rich') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr

@@ -1,5 +1,5 @@
 """The claim ledger across real replicas on a real etcd or PostgreSQL: every ID decodes to the process that issued
-it (issue 21).
+it.
 
 Real ``idmint serve`` processes (tests/helpers.py ``Server``) on the session's etcd or PostgreSQL, short lease TTL.
 """
@@ -41,7 +41,7 @@ def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 def issue(replica: Server) -> dict[str, list[str]]:
     out = {}
     for scheme in CLAIMING:
-        r = replica.get(f"/v1/ids/{scheme}", count=IDS_PER_SCHEME)
+        r = replica.get_available(f"/v1/ids/{scheme}", count=IDS_PER_SCHEME)
         assert r.status_code == 200, r.text
         out[scheme] = r.json()["ids"]
     return out

@@ -1,4 +1,4 @@
-"""The connection layer answers as the ASGI front does (issue 30): each request goes to two real servers of the same
+"""The connection layer answers as the ASGI front does: each request goes to two real servers of the same
 settings, ``idmint serve`` (app/serving.py answers a simple GET of a hot route itself) and the same app under
 uvicorn's own httptools protocol (every request through ASGI to app/api/front.py), and the two answers must be the
 same bytes but for the IDs, the lengths they make, and the date. Covered: every scheme and format, counts up to

@@ -6,7 +6,7 @@
 (:func:`hot_next`, :func:`hot_range`, in the front's table, :class:`~app.api.front.Front`): they are served through
 the same service and the same query parser (:func:`sequence_query`: ``count`` and ``format``, each at most once)
 without FastAPI; anything else (POST next, a body) goes to the FastAPI routes here, which also declare the
-contract. A plain sequence's ``next`` (never resets, no template) takes the path it took before issue 29.
+contract. A plain sequence's ``next`` (never resets, no template) takes the hot path (the buffer alone).
 
 ``format=string`` answers the integers as JSON strings (``"ids": ["1", "2"]``; ``first`` and ``last`` of a
 range): JavaScript's ``JSON.parse`` rounds numbers above 2**53, a string keeps every 64-bit integer exact.
@@ -55,7 +55,7 @@ RANGE_ROUTE = "/v1/sequences/{name}/range"
 THREAD_ENCODE_MIN = 20_000
 """``next`` answers with at least this many integers are written out in a worker thread, off the event loop."""
 THREAD_TEXT_MIN = 5_000
-"""The same for texts (rendering a template costs 2.4 to 4 times the plain integers: bench/bench_templates.py)."""
+"""The same for texts (rendering a template costs several times the plain integers: bench/bench_templates.py)."""
 
 
 def get_sequences(request: Request) -> SequenceService:

@@ -48,8 +48,8 @@ SEND_PIECE_BYTES = 262_144
 """A chunk's text (each of its batches' text) goes to the server in pieces of at most this many bytes. Handing
 uvicorn a whole 1.7-2.4 MB chunk made it join a second copy of that size (chunked framing) beside the chunk and the
 chunk's random draw; glibc then gave the freed heap top back to the kernel after every chunk and faulted it in again
-on the next (88,000 minor faults per 10M-ID uuidv7 stream, measured). Pieces keep the transient copies small and
-cache-resident."""
+on the next (minor faults on every chunk: docs/serving.md, "Figures behind choices in the code"). Pieces keep the
+transient copies small and cache-resident."""
 
 
 STALLED_S = 0.25

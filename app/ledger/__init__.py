@@ -221,7 +221,7 @@ class Ledger:
                     await self.compact()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 -- the ledger must outlive any one failure; issuing never waits on it
+            except Exception:  # the ledger must outlive any one failure; issuing never waits on it
                 log.exception("claim ledger: background step failed")
             delay = backoff if self.pending else REFRESH_S
             with contextlib.suppress(TimeoutError):

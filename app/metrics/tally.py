@@ -4,11 +4,11 @@
 
 Every HTTP request is counted once, and every batch issued once, so these are the metrics on the hot path's every
 call. A
-prometheus-client ``Counter.inc`` plus ``Histogram.observe`` took 3.5 µs a request on this machine (each takes a
-lock and walks the buckets in Python); :meth:`RequestTally.observe` is one dict lookup, one bisection and three
-additions (all on the event loop's thread), and :meth:`RequestTally.collect` builds the same two families at
-scrape time with prometheus-client's ``CounterMetricFamily`` and ``HistogramMetricFamily`` (a ``Counter.inc``
-alone took 0.7 µs, :meth:`Count.inc` one addition). In multiprocess mode
+prometheus-client ``Counter.inc`` plus ``Histogram.observe`` each take a lock and walk the buckets in Python
+(figures: docs/serving.md, "Figures behind choices in the code"); :meth:`RequestTally.observe` is one dict lookup,
+one bisection and three additions (all on the event loop's thread), and :meth:`RequestTally.collect` builds the
+same two families at scrape time with prometheus-client's ``CounterMetricFamily`` and ``HistogramMetricFamily``
+(:meth:`Count.inc` is one addition). In multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR``) custom collectors are not read, so :class:`~app.metrics.Metrics` keeps
 prometheus-client's own objects there.
 """

@@ -151,8 +151,8 @@ def encode(value: int) -> str:
     if not 0 <= value <= VALUE_MAX:
         raise ValueError(f"a 128-bit value must be in 0..2**{VALUE_BITS}-1, got {value}")
     # Four shifts of the 128-bit value: a 38-bit top (bits 127..90: the first pair, then three) and three 30-bit
-    # words (89..60, 59..30, 29..0), then 13 pair lookups joined by one f-string: 1.0 µs against 1.8 µs for 13
-    # shifts of the whole value and a join (measured side by side over 1,000 random values).
+    # words (89..60, 59..30, 29..0), then 13 pair lookups joined by one f-string: shifts of small ints, not 13 of
+    # the whole value and a join (figures: docs/serving.md, "Figures behind choices in the code").
     a, b = value >> 3 * _WORD_BITS, value >> 2 * _WORD_BITS & _WORD_MASK
     c, d = value >> _WORD_BITS & _WORD_MASK, value & _WORD_MASK
     p = _PAIRS

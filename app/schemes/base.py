@@ -61,9 +61,8 @@ def csprng(n: int) -> bytes:
 
     Small draws (under :data:`CSPRNG_SMALL_DRAW` bytes: single IDs and small batches) come from :func:`os.urandom`
     (the kernel's getrandom), larger ones (column-wise batches and stream chunks) from :func:`ssl.RAND_bytes`
-    (OpenSSL's DRBG, seeded from the kernel and reseeded after fork). Measured side by side: os.urandom took 0.5
-    µs for a 4 to 64-byte draw, RAND_bytes 1.0 µs; at 256 bytes they were even (1.2 and 1.0 µs); for 4 KiB
-    RAND_bytes was 6.6x faster and for 384 KiB (one 65,536-ID chunk of HLC-ULID) 12x (84 µs against 1.04 ms).
+    (OpenSSL's DRBG, seeded from the kernel and reseeded after fork): each is the faster for its sizes (figures:
+    docs/serving.md, "Figures behind choices in the code").
     Raises ValueError for a negative ``n``, :class:`ssl.SSLError` if OpenSSL's generator fails.
     """
     return os.urandom(n) if n < CSPRNG_SMALL_DRAW else ssl.RAND_bytes(n)

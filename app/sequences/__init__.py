@@ -4,7 +4,7 @@
 :mod:`app.sequences.service` serves ``next``, ``range`` and the catalogue; :mod:`app.sequences.text` writes runs of
 integers as decimal text. Storage (etcd, PostgreSQL or the state directory) is behind :mod:`app.storage.sequences`.
 
-Business numbers (issue 29; pure, no I/O): :mod:`app.sequences.spec` holds the settings beyond start and cache
+Business numbers (pure, no I/O): :mod:`app.sequences.spec` holds the settings beyond start and cache
 (increment, reset, time_zone, template, check_digit, mode) and how a run with an increment is represented;
 :mod:`app.sequences.period` places an instant in its day, month or year in a time zone;
 :mod:`app.sequences.template` parses, renders and reads back templates such as ``INV-{yyyy}{mm}{dd}-{seq:06}{check}``;

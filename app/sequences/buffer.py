@@ -20,7 +20,7 @@ reserves what it lacks at once (never split over many small reservations).
 Order: integers leave in rising order within one process (ranges are reserved one at a time, and storage's
 allocation point only rises while the node runs), and never twice anywhere (storage hands out each range once).
 
-Runs and periods (issue 29): a reservation is a run ``(first, count, step)``, ``step`` the sequence's increment
+Runs and periods: a reservation is a run ``(first, count, step)``, ``step`` the sequence's increment
 when it was reserved (a PATCH of the increment applies to the next reservation; what is held is issued as
 reserved); sizes count integers, not span. A buffer of a resetting sequence belongs to one period (``period``, its
 first day): it reserves from that period's allocation point and hands back to it; the service starts another

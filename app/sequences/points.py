@@ -1,4 +1,4 @@
-"""Changes to a sequence's documents (issue 29), each a pure function of a snapshot that
+"""Changes to a sequence's documents, each a pure function of a snapshot that
 :meth:`app.storage.sequences.SequenceStore.update` applies in one atomic step: delete (a tombstone), PATCH, setval,
 and gapless reservations -- reserve, commit, void and expiry -- with their audit events. (Reserving runs, handing
 them back and creating over a tombstone are built into the store interface itself.)

@@ -2,7 +2,7 @@
 buffers, ``range``, parsing rendered numbers, and gapless reservations.
 
 ``next`` is served by :class:`~app.sequences.buffer.SequenceBuffer`: one per plain sequence (never resets, no
-template: :attr:`SequenceService.buffers`, the hot path, unchanged by issue 29), and one per business sequence for
+template: :attr:`SequenceService.buffers`, the hot path), and one per business sequence for
 the period the node's clock is in (:attr:`SequenceService.periodic`): when the clock enters a new period, a new
 buffer reserves in the new period's allocation point and the old one hands its unused top back at once (as at a
 clean stop), so a buffer's integers always belong to its period, whatever the clocks of other nodes read.

@@ -1,4 +1,4 @@
-"""A sequence's business settings (issue 29): ``increment``, ``reset``, ``time_zone``, ``template``, ``check_digit``
+"""A sequence's business settings: ``increment``, ``reset``, ``time_zone``, ``template``, ``check_digit``
 and ``mode``, beside ``start`` and ``cache`` (:mod:`app.storage.sequences`).
 
 Every setting is optional, and the defaults are today's sequences exactly::

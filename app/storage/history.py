@@ -187,7 +187,7 @@ class HistoryGuard:
         for callback in list(self._listeners):
             try:
                 callback(reason)
-            except Exception:  # noqa: BLE001 -- a listener must not stop the others
+            except Exception:  # a listener must not stop the others
                 log.exception("storage history: a listener failed")
 
     def status(self) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def _short(stamp: str) -> str:
 
 
 def _int(value: Any) -> int:
-    if type(value) is not int:  # noqa: E721 -- bool is an int subclass, and must not pass
+    if type(value) is not int:  # bool is an int subclass, and must not pass
         raise ValueError(f"not an integer: {value!r}")
     return value
 

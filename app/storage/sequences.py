@@ -18,7 +18,7 @@ Documents. A sequence ``name`` is a handful of JSON objects ("documents"), each 
                       first reservation, outliving DELETE (a re-created name continues from it), pruned a year
                       and ``IDMINT_LEDGER_DAYS`` after it began
 
-A sequence that never resets keeps its allocation point in its record (``next``, as before issue 29); one that
+A sequence that never resets keeps its allocation point in its record (``next``); one that
 resets keeps one point per period in ``period/<key>`` (its record's ``next`` stays ``start``). A **point**
 (:class:`Point`) is::
 

@@ -444,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", help="run only these cases (by name)")
     parser.add_argument("--json", type=Path, help="write the results here (per client: passed, failed, failures)")
     parser.add_argument("--no-build", action="store_true", help="the runners are built already")
+    parser.add_argument(
+        "--built", action="append", default=[], help="this client's runner is built already (repeatable)"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case as it passes")
     args = parser.parse_args(argv)
     clients = args.client or ["python", "typescript", "go"]
@@ -451,7 +454,8 @@ def main(argv: list[str] | None = None) -> int:
     commands = runner_commands()
     if not args.no_build:
         for client in clients:
-            prepare(client, commands[client])
+            if client not in args.built:
+                prepare(client, commands[client])
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="idmint-conformance-") as workdir:
         servers = Servers(Path(workdir))

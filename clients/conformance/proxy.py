@@ -109,12 +109,12 @@ class FaultProxy:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 -- http.server's naming
+            def do_GET(self) -> None:  # http.server's naming
                 proxy.handle(self)
 
-            do_POST = do_GET  # noqa: N815
+            do_POST = do_GET
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self.server = QuietServer(("127.0.0.1", 0), Handler)

@@ -52,7 +52,7 @@ def test_decode_object_shape(client: TestClient, scheme: str) -> None:
     text = client.get(f"/v1/ids/{scheme}").json()["ids"][0]
     d = client.get(f"/v1/decode/{scheme}/{text}").json()
     assert set(d) == {"scheme", "id", "hex", "timestamp", "fields", "region", "issued_by", "ledger", "plausibility"}
-    if scheme in CLAIMING:  # the claim ledger names this node as the issuer (issue 21)
+    if scheme in CLAIMING:  # the claim ledger names this node as the issuer
         assert d["ledger"]["status"] == "confirmed", d["ledger"]
         assert d["issued_by"]["owner"]["pid"] == os.getpid() and d["plausibility"]["rank"] == 0
     else:

@@ -182,7 +182,7 @@ def test_large_batches_encoded_in_worker_threads_stay_distinct_and_valid(tmp_pat
 
 
 def test_single_snowflakes_spread_over_shards(client: TestClient) -> None:
-    """Issue 20: 1,000 single IDs issued one by one fall evenly on ``id % 4`` and ``id % 10`` (a new time unit starts
+    """1,000 single IDs issued one by one fall evenly on ``id % 4`` and ``id % 10`` (a new time unit starts
     its sequence at a random slot). The server draws from a CSPRNG (``app.schemes.base.csprng``), so the bound is
     chi-square at p = 1e-6 (a correct generator fails it once in a million runs); the seeded generator test checks
     p = 0.001."""

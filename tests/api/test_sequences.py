@@ -198,7 +198,7 @@ def test_a_clean_stop_hands_the_unused_range_back_and_the_restart_follows_on(tmp
         assert c.get("/v1/sequences/orders/next").json()["ids"] == [66]
 
 
-# -- business sequences (issue 29) ----------------------------------------------------------------------------------
+# -- business sequences ----------------------------------------------------------------------------------
 
 NOV_27 = 1_795_780_800 * 10**9  # 2026-11-27T12:00Z
 INVOICES = {

@@ -1,4 +1,4 @@
-"""Peer interop for the standard schemes through the HTTP API (issue 8 section 3), on the real ASGI app.
+"""Peer interop for the standard schemes through the HTTP API, on the real ASGI app.
 
 IDs made by the peer libraries (uuid-utils and uuid6, python-ulid, typeid-python, svix-ksuid, snowflake-id,
 sonyflake) decode to their fields through ``GET /v1/decode/...`` in every accepted spelling; IDs issued by idmint

@@ -60,7 +60,7 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(
                         for _ in range(50):
                             out.append(client.new_id(SCHEME))
                         time.sleep(0.005)
-                except BaseException as exc:  # noqa: BLE001 -- the test asserts there is none
+                except BaseException as exc:  # the test asserts there is none
                     errors.append(exc)
 
             threads = [threading.Thread(target=draw, args=(r,)) for r in results]

@@ -209,7 +209,7 @@ async def test_an_async_call_timeout_is_a_deadline_too(drip: DripServer) -> None
         assert time.monotonic() - started < 30
 
 
-# -- answers that would hand out an ID twice (issue 31) -------------------------------------------------------
+# -- answers that would hand out an ID twice -------------------------------------------------------
 
 
 def repeating(mode: str) -> httpx.MockTransport:

@@ -1,4 +1,4 @@
-"""Sequences from the client (issue 20): ``next`` and ``range`` against live ``idmint serve`` processes, Python ints
+"""Sequences from the client: ``next`` and ``range`` against live ``idmint serve`` processes, Python ints
 exact above 2**53 (asked as strings), failover across servers of one fleet with no integer twice, servers of two
 fleets refused, and answers that are not sequence integers failing their server."""
 

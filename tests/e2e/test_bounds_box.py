@@ -1,4 +1,4 @@
-"""The decode page's "IDs made between two times" box (issue 20 item 4), in Chromium against a real server: it
+"""The decode page's "IDs made between two times" box, in Chromium against a real server: it
 lists the schemes whose IDs sort by time, shows both bounds and the SQL the API answers, and the API's reason when
 a parameter breaks a rule."""
 

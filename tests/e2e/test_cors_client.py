@@ -38,7 +38,7 @@ CALL_THE_CLIENT = """async ([base, key]) => {
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 -- http.server's naming
+    def log_message(self, format: str, *args: Any) -> None:  # http.server names it format
         return
 
 

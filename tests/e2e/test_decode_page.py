@@ -1,4 +1,4 @@
-"""The decode page (issue #5), end to end: a real idmint server, Debian's headless Chromium, Playwright.
+"""The decode page, end to end: a real idmint server, Debian's headless Chromium, Playwright.
 
 Each test types or pastes into the page as a support engineer would and reads what the page shows, comparing it
 with what the JSON API says about the same IDs.

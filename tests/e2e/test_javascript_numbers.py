@@ -1,4 +1,4 @@
-"""IDs where they are stored (issue 20): in JavaScript. Chromium's ``JSON.parse`` keeps a js53 snowflake exact and
+"""IDs where they are stored: in JavaScript. Chromium's ``JSON.parse`` keeps a js53 snowflake exact and
 rounds a 63-bit one, the reason the js53 layout exists; a sequence's ``format=string`` answer, fetched by the page
 from the real server, parses exactly where its default numbers are rounded."""
 

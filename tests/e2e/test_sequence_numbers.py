@@ -1,4 +1,4 @@
-"""The decode page reads numbers of the fleet's sequences (issue 29): a real server, headless Chromium, Playwright.
+"""The decode page reads numbers of the fleet's sequences: a real server, headless Chromium, Playwright.
 Typed in, an invoice number shows which sequence issued it, its number and period, that its check digit is correct,
 and what became of it; an ID of a scheme shows nothing of the kind."""
 

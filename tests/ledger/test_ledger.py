@@ -21,7 +21,7 @@ def ledger_on(store: MemoryLedgerStore | EmbeddedLedgerStore, clock: FakeClock, 
     return Ledger(store, retention_days=days, clock=clock, monotonic=clock.seconds)
 
 
-async def claim_one(tmp_path: Path, identity: int = 7):  # noqa: ANN201
+async def claim_one(tmp_path: Path, identity: int = 7):
     backend = EmbeddedBackend(tmp_path / "state")
     await backend.start()
     pool = pool_spec("eight-byte", static=identity)

@@ -230,7 +230,7 @@ def test_empty_batch_encodes_to_nothing() -> None:
 def test_batch_across_a_counter_overflow() -> None:
     generator = make()
     generator.generate(1)
-    generator.uuids._counter = uuidv7.COUNTER_MAX - 30_000  # noqa: SLF001
+    generator.uuids._counter = uuidv7.COUNTER_MAX - 30_000
     batch = generator.generate(70_000, prefix="order")
     assert len(batch.uuids.segments) == 2
     for fmt in SCHEME.formats:
@@ -257,7 +257,7 @@ def test_monotonic_over_a_million_ids_with_overflow_and_rollback() -> None:
     previous, seen, issued = -1, set(), 0
     for step in range(100):
         if step == 30:
-            generator.uuids._counter = uuidv7.COUNTER_MAX - 4321  # noqa: SLF001
+            generator.uuids._counter = uuidv7.COUNTER_MAX - 4321
         if step % 25 == 24:
             clock.ns -= 5 * MS
         elif step % 2 == 0:

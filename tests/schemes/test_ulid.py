@@ -199,7 +199,7 @@ def test_batch_across_carries_and_an_overflow() -> None:
     for start in ((1 << 64) - 40_000, ulid.RANDOM_MAX - 40_000):
         generator = make()
         generator.generate(1)
-        generator._last_random = start  # noqa: SLF001 -- injected state
+        generator._last_random = start  # injected state
         batch = generator.generate(100_000)
         for fmt in SCHEME.formats:
             assert batch.encode(fmt) == scalar_text(batch, fmt)
@@ -261,7 +261,7 @@ def test_monotonic_over_a_million_ids_with_overflow_and_rollback() -> None:
     previous, seen, issued = -1, set(), 0
     for step in range(200):
         if step == 77:
-            generator._last_random = ulid.RANDOM_MAX - 777  # noqa: SLF001 -- an 80-bit overflow mid-run
+            generator._last_random = ulid.RANDOM_MAX - 777  # an 80-bit overflow mid-run
         if step % 50 == 49:
             clock.ns -= 2 * MS
         elif step % 4 == 0:

@@ -246,7 +246,7 @@ def test_empty_batch_encodes_to_nothing() -> None:
 def test_batch_across_16_bit_counter_runs_and_an_overflow() -> None:
     generator = make()
     generator.generate(1)
-    generator._counter = uuidv7.COUNTER_MAX - 100_000  # noqa: SLF001 -- force a counter overflow inside a batch
+    generator._counter = uuidv7.COUNTER_MAX - 100_000  # force a counter overflow inside a batch
     batch = generator.generate(150_000)
     assert [seg.tick for seg in batch.segments] == [NOW_MS, NOW_MS + 1]
     assert batch.segments[0].count == 100_000
@@ -301,7 +301,7 @@ def test_one_random_draw_per_batch() -> None:
 def test_counter_overflow_advances_the_millisecond_and_reseeds() -> None:
     generator = make()
     generator.generate(1)
-    generator._counter = uuidv7.COUNTER_MAX - 2  # noqa: SLF001
+    generator._counter = uuidv7.COUNTER_MAX - 2
     values = generator.generate(5).values()
     assert [v >> 80 for v in values] == [NOW_MS, NOW_MS, NOW_MS + 1, NOW_MS + 1, NOW_MS + 1]
     assert values == sorted(values)
@@ -347,7 +347,7 @@ def test_monotonic_over_a_million_ids_with_overflow_and_rollback() -> None:
     issued = 0
     for step in range(200):
         if step == 50:
-            generator._counter = uuidv7.COUNTER_MAX - 1234  # noqa: SLF001 -- an overflow mid-run
+            generator._counter = uuidv7.COUNTER_MAX - 1234  # an overflow mid-run
         if step % 40 == 39:
             clock.ns -= 3 * MS  # clock rollback
         elif step % 3 == 0:

@@ -1,5 +1,5 @@
-"""setval, PATCH and DELETE racing with ``next`` and ``range`` from other replicas never repeat an integer (issue 29,
-item 5), on three real ``idmint serve`` replicas over one state directory, over a real etcd and over a real PostgreSQL.
+"""setval, PATCH and DELETE racing with ``next`` and ``range`` from other replicas never repeat an integer, on
+three real ``idmint serve`` replicas over one state directory, over a real etcd and over a real PostgreSQL.
 
 Clients on two replicas take integers of a templated sequence with a small cache (ranges turn over fast) while an
 operator, through the third, moves the allocation point forward (setval), changes the increment, the cache and the
@@ -39,7 +39,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, st
     if request.param == "embedded":
         yield {"IDMINT_STATE_DIR": str(tmp_path / "state")}
     elif request.param == "postgres":
-        yield {"IDMINT_POSTGRES_URL": request.getfixturevalue("postgres_db")}
+        yield request.getfixturevalue("postgres_schema").env()
     else:
         etcd: EtcdServer = request.getfixturevalue("etcd_server")
         yield etcd_env(etcd, request.getfixturevalue("etcd_namespace"))

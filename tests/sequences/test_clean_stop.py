@@ -1,4 +1,4 @@
-"""A clean stop hands the unused range back (issue 20), on real ``idmint serve`` processes over the state
+"""A clean stop hands the unused range back, on real ``idmint serve`` processes over the state
 directory, a real etcd and a real PostgreSQL: after SIGTERM the next node's first integer follows the last one
 issued; when another node reserved since, the range stays a gap; under load with stops and restarts no integer is
 issued twice; SIGKILL still loses the range (nothing runs to hand it back), and the gap is measured.

@@ -52,9 +52,16 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         elif request.param == "embedded":
             store = EmbeddedSequenceStore(tmp_path)
         elif request.param == "postgres":
-            url = request.getfixturevalue("postgres_db")
+            own = request.getfixturevalue("postgres_schema")
             store = PostgresSequenceStore(
-                Database(Settings(postgres_url=url, postgres_statement_timeout=2.0, postgres_connect_timeout=2.0)),
+                Database(
+                    Settings(
+                        postgres_url=own.url,
+                        postgres_schema=own.schema,
+                        postgres_statement_timeout=2.0,
+                        postgres_connect_timeout=2.0,
+                    )
+                ),
                 1000,
             )
         else:

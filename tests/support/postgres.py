@@ -11,6 +11,11 @@ Fixtures:
   does afterwards.
 * ``postgres_db`` (function): a database of its own for the test (``t_<random>``) on the session's cluster,
   yielded as its libpq URI, dropped afterwards; the cluster is running again (resumed, restarted) before and after.
+* ``postgres_schema`` (function): a schema of its own for the test (``t_<random>``, a :class:`PostgresSchema`) in
+  one database the session's tests share (``tests``, made once): what an ``idmint serve`` needs is
+  ``.env()`` (``IDMINT_POSTGRES_URL`` and ``IDMINT_POSTGRES_SCHEMA``). A schema costs a few ms where a database
+  costs a copy of the template (about 25 times as long); tests that look inside the tables use ``.schema``. Dropped
+  afterwards (after ending the shared database's other sessions: one worker runs one test at a time).
 
 Role ``idmint_pw`` (created by ``postgres_server``) logs in with a password only (``scram-sha-256``), the password
 being :data:`PASSWORD`: the tests of a wrong password use it; every other role is trusted.
@@ -140,7 +145,7 @@ class PostgresServer:
                 os.kill(pid, sig)
 
     def _launch(self) -> None:
-        self._log = open(self.directory / "postgres.log", "ab")  # noqa: SIM115 - closed by stop()
+        self._log = open(self.directory / "postgres.log", "ab")  # closed by stop()
         self.process = subprocess.Popen(
             self.command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -215,6 +220,49 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.stop()
         with contextlib.suppress(OSError):
             shutil.rmtree(server.directory)
+
+
+SHARED_DB = "tests"
+"""The database the tests of :func:`postgres_schema` share, each in a schema of its own."""
+
+
+@dataclass
+class PostgresSchema:
+    """A test's own schema: ``url`` (the shared database, as the superuser), ``schema``, ``dbname``."""
+
+    url: str
+    schema: str
+    dbname: str
+
+    def env(self) -> dict[str, str]:
+        """The settings of an ``idmint serve`` whose tables live in this schema."""
+        return {"IDMINT_POSTGRES_URL": self.url, "IDMINT_POSTGRES_SCHEMA": self.schema}
+
+
+@pytest.fixture(scope="session")
+def postgres_shared_db(postgres_server: PostgresServer) -> str:
+    """The database :func:`postgres_schema`'s schemas live in, made once a session: its name."""
+    postgres_server.execute(f"CREATE DATABASE {SHARED_DB}")
+    return SHARED_DB
+
+
+@pytest.fixture
+def postgres_schema(postgres_server: PostgresServer, postgres_shared_db: str) -> Iterator[PostgresSchema]:
+    """A schema of this test's own in the shared database (see the module's docstring)."""
+    postgres_server.resume()
+    postgres_server.start()
+    name = f"t_{secrets.token_hex(6)}"
+    try:
+        yield PostgresSchema(postgres_server.url(postgres_shared_db), name, postgres_shared_db)
+    finally:
+        postgres_server.resume()
+        postgres_server.start()
+        with contextlib.suppress(Exception):
+            postgres_server.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{postgres_shared_db}' AND pid <> pg_backend_pid()"
+            )
+            postgres_server.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE", postgres_shared_db)
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,10 @@ start takes seconds, and the wait ends as soon as the server answers."""
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.05
 HTTP_TIMEOUT_S = 30.0
+UNAVAILABLE_DEADLINE_S = 120.0
+"""How long :func:`until_available` asks again: a guard against a node that never recovers, not a time budget."""
+RETRY_AFTER_CAP_S = 1.0
+"""The longest :func:`until_available` waits between two asks, whatever Retry-After says (the condition is polled)."""
 
 _RUNNING: dict[int, subprocess.Popen[bytes]] = {}
 """PID -> process of every server started here and not yet stopped (killed at exit as a last resort)."""
@@ -82,6 +86,27 @@ def idmint_command() -> list[str]:
 def clean_environment() -> dict[str, str]:
     """The test process's environment without idmint's settings (``IDMINT_*``, ``PROMETHEUS_MULTIPROC_DIR``)."""
     return {k: v for k, v in os.environ.items() if not k.startswith("IDMINT_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+
+
+def until_available(send: Callable[[], httpx.Response], deadline_s: float = UNAVAILABLE_DEADLINE_S) -> httpx.Response:
+    """``send()``'s answer once it is not a 503 with Retry-After, or its last answer after ``deadline_s``.
+
+    A fail-closed node answers 503 + Retry-After while it is unsure its identity is exclusive (its store answered a
+    lease or mark write slowly, a lease is being renewed...): the right answer for that moment, after which the
+    client asks again. Tests of such a node ask again the same way, waiting what Retry-After says (at most
+    :data:`RETRY_AFTER_CAP_S`), until the answer is another or the deadline passes (the test's own assertion then
+    shows the last 503). Any other status, and a 503 without Retry-After, is returned at once."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        response = send()
+        retry_after = response.headers.get("retry-after")
+        if response.status_code != 503 or retry_after is None or time.monotonic() > deadline:
+            return response
+        try:
+            wait = float(retry_after)
+        except ValueError:  # an HTTP date: poll
+            wait = RETRY_AFTER_CAP_S
+        time.sleep(min(max(wait, POLL_S), RETRY_AFTER_CAP_S, max(0.0, deadline - time.monotonic())))
 
 
 def _children(pid: int) -> list[int]:
@@ -258,7 +283,12 @@ class Server:
     # -- talking to it -----------------------------------------------------------------------------------------
 
     def get(self, path: str, **params: Any) -> httpx.Response:
+        """GET ``path`` once: whatever it answers (a 503 included)."""
         return httpx.get(f"{self.url}{path}", params=params, timeout=HTTP_TIMEOUT_S)
+
+    def get_available(self, path: str, **params: Any) -> httpx.Response:
+        """GET ``path``, asked again while it answers 503 + Retry-After (:func:`until_available`)."""
+        return until_available(lambda: self.get(path, **params))
 
     def metrics_text(self) -> str:
         response = self.get("/metrics")
@@ -266,8 +296,9 @@ class Server:
         return response.text
 
     def get_json(self, path: str, **params: Any) -> Any:
-        """GET ``path`` (with query ``params``) and return the decoded JSON; raises on a status >= 400."""
-        response = self.get(path, **params)
+        """GET ``path`` (with query ``params``) and return the decoded JSON; raises on a status >= 400 (a 503 +
+        Retry-After is asked again first: :func:`until_available`)."""
+        response = self.get_available(path, **params)
         response.raise_for_status()
         return response.json()
 
@@ -277,11 +308,15 @@ class Server:
         return response.status_code, response.json()
 
     def post_json(self, path: str, body: Any) -> Any:
-        response = httpx.post(
-            f"{self.url}{path}",
-            content=json.dumps(body),
-            headers={"content-type": "application/json"},
-            timeout=HTTP_TIMEOUT_S,
+        """POST ``body`` as JSON and return the decoded answer; raises on a status >= 400 (a 503 + Retry-After is
+        asked again first: :func:`until_available`)."""
+        response = until_available(
+            lambda: httpx.post(
+                f"{self.url}{path}",
+                content=json.dumps(body),
+                headers={"content-type": "application/json"},
+                timeout=HTTP_TIMEOUT_S,
+            )
         )
         response.raise_for_status()
         return response.json()

@@ -1,8 +1,8 @@
 """pytest plugin: one test body, every networked storage backend. The fixture ``store`` is parametrized over
-``etcd`` (the session's etcd, a namespace of the test's own) and ``postgres`` (the session's PostgreSQL, a database of
+``etcd`` (the session's etcd, a namespace of the test's own) and ``postgres`` (the session's PostgreSQL, a schema of
 the test's own): a :class:`Store` that gives the environment of an ``idmint serve`` replica on it (:meth:`Store.env`)
 and stops, starts, pauses (SIGSTOP) and resumes the server behind it. A test that stops or pauses it need not undo
-it: the per-test fixtures behind it do (``etcd_namespace``, ``postgres_db``).
+it: the per-test fixtures behind it do (``etcd_namespace``, ``postgres_schema``).
 
 Every replica gets a short lease (:data:`TTL_S` s, :data:`MARGIN_S` s margin) so faults play out in seconds.
 """
@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+
+from tests.support.postgres import PostgresSchema
 
 TTL_S = 3
 MARGIN_S = 1.0
@@ -58,14 +60,14 @@ def store_for(request: pytest.FixtureRequest, name: str) -> Store:
 
         return Store(name, settings, server.stop, server.start, server.pause, server.resume, keys)
     server = request.getfixturevalue("postgres_server")
-    url = request.getfixturevalue("postgres_db")
-    settings = {"IDMINT_POSTGRES_URL": url, "IDMINT_POSTGRES_STATEMENT_TIMEOUT": "1"}
+    own: PostgresSchema = request.getfixturevalue("postgres_schema")
+    settings = {**own.env(), "IDMINT_POSTGRES_STATEMENT_TIMEOUT": "1"}
 
     def rows() -> list[str]:
         found = server.execute(
-            "SELECT c.pool_key || c.identity FROM idmint.claims c JOIN idmint.leases l USING (lease_id) "
+            f"SELECT c.pool_key || c.identity FROM {own.schema}.claims c JOIN {own.schema}.leases l USING (lease_id) "
             "WHERE l.expires_at > clock_timestamp()",
-            url.rsplit("/", 1)[1],
+            own.dbname,
         )
         return [str(r[0]) for r in found]
 

@@ -336,7 +336,7 @@ class SnowflakeBatch(Batch):
 
     def _scalar_values(self) -> list[int]:
         """:meth:`values` of a small batch with Python ints, as :meth:`_build` lays them out (for one ID, numpy's
-        set-up cost more than a single-ID request's whole issue: 14% of a server's samples, measured)."""
+        set-up costs more than a single-ID request's whole issue)."""
         layout = self.layout
         shifts = layout.shifts
         time_shift, worker_shift, sequence_shift = shifts[TIME], shifts[WORKER], shifts[SEQUENCE]

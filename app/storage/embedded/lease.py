@@ -90,7 +90,7 @@ def _read_mark(path: Path) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         # A mark we cannot read must not be taken as "no mark": that could repeat IDs.
         raise MarkUnreadableError(f"high-water mark file {path} is unreadable: {exc!r}") from exc
-    if type(value) is not int or value < -1:  # noqa: E721 -- bool is an int subclass, and must not pass
+    if type(value) is not int or value < -1:  # bool is an int subclass, and must not pass
         raise MarkUnreadableError(f"high-water mark file {path} must hold an integer >= -1, got {value!r}")
     return value
 

@@ -121,7 +121,7 @@ async def _records(client: EtcdClient, prefix: bytes) -> list[dict[str, Any]]:
 async def _owner_stopped(client: EtcdClient, prefix: bytes, open_ids: set[str], ttl: int) -> bool:
     """Wait (at most ``ttl`` s) for one of the owner's ledger records ``open_ids`` under ``prefix`` to end."""
     deadline = time.monotonic() + ttl
-    while time.monotonic() < deadline:  # noqa: ASYNC110 -- polls etcd (one small range read), bounded by the TTL
+    while time.monotonic() < deadline:  # polls etcd (one small range read), bounded by the TTL
         if any(r["record"] in open_ids and r.get("end") is not None for r in await _records(client, prefix)):
             return True
         await asyncio.sleep(ACK_POLL_S)

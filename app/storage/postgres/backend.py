@@ -133,7 +133,7 @@ class PostgresBackend(LeaseBackend):
                 self._failed(exc)
                 delay = backoff * random.uniform(0.5, 1.0)
                 backoff = min(backoff * 2, self._refresh_interval, BACKOFF_MAX_S)
-            except Exception as exc:  # noqa: BLE001 -- the background task must outlive any one failure
+            except Exception as exc:  # the background task must outlive any one failure
                 log.exception("postgres: background step failed unexpectedly")
                 self._failed(BackendUnavailableError(f"postgres backend error: {exc!r}"))
                 delay = backoff

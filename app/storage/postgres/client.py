@@ -206,7 +206,7 @@ class Database:
         if pool is not None:
             try:
                 await asyncio.wait_for(pool.close(timeout=POOL_CLOSE_TIMEOUT_S), POOL_CLOSE_TIMEOUT_S + 1.0)
-            except Exception as exc:  # noqa: BLE001 -- closing is best effort
+            except Exception as exc:  # closing is best effort
                 log.warning("postgres: closing the connection pool failed: %r", exc)
 
     # -- statements ------------------------------------------------------------------------------------------

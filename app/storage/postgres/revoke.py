@@ -83,7 +83,7 @@ async def revoke_claim(db: Database, ttl: int, pool: IdentityPool, identity: int
 async def _owner_stopped(db: Database, open_ids: list[str], ttl: int) -> bool:
     """Wait (at most ``ttl`` s) for one of the owner's ledger records ``open_ids`` to end."""
     deadline = time.monotonic() + ttl
-    while time.monotonic() < deadline:  # noqa: ASYNC110 -- polls one indexed row per record, bounded by the TTL
+    while time.monotonic() < deadline:  # polls one indexed row per record, bounded by the TTL
         rows = await db.run("reading the owner's ledger records", db.sql.ended_records, {"records": open_ids})
         if rows and rows[0][0]:
             return True

@@ -180,7 +180,7 @@ class Session:
                     return
                 await asyncio.sleep(retry * random.uniform(0.5, 1.0))
                 retry = min(retry * 2, self.interval / 4, RETRY_MAX_S)
-            except Exception as exc:  # noqa: BLE001 -- the keepalive must outlive any one failure
+            except Exception as exc:  # the keepalive must outlive any one failure
                 log.exception("postgres: renewing lease %s failed unexpectedly", self.hex)
                 self._report("failed", NotReadyError(f"postgres renewal error: {exc!r}"))
                 await asyncio.sleep(retry)

@@ -114,7 +114,7 @@ def main() -> None:
             continue
         try:
             result = runner.run(json.loads(line))
-        except Exception as exc:  # noqa: BLE001 -- reported to the driver as a failure of the runner, not raised
+        except Exception as exc:  # reported to the driver as a failure of the runner, not raised
             result = {"ok": False, "error": "runner_crashed", "message": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(result) + "\n")
         sys.stdout.flush()

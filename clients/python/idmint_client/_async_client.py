@@ -166,7 +166,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         try:
             async for chunk in self._stream_chunks(buf.scheme, size, buf.format, buf.options, whole_call=True):
                 ids.extend(chunk)
-        except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
+        except BaseException as exc:  # handed to the waiters, then re-raised
             error = exc
         finally:
             self._end(key, buf, error)
@@ -186,7 +186,7 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             return
         try:
             ids, started, latency = await self._fetch(key, buf)
-        except Exception:  # noqa: BLE001 -- kept in buf.last_error; the next empty draw asks again itself
+        except Exception:  # kept in buf.last_error; the next empty draw asks again itself
             return
         buf.add(ids, started, latency)
         if buf.wants_refill(self._max_count) and not self._closed:

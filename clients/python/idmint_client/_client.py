@@ -199,7 +199,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             # The stream route: its text costs the client a third less CPU per ID than a JSON batch.
             for chunk in self._stream_chunks(buf.scheme, size, buf.format, buf.options, whole_call=True):
                 ids.extend(chunk)
-        except BaseException as exc:  # noqa: BLE001 -- handed to the waiters, then re-raised
+        except BaseException as exc:  # handed to the waiters, then re-raised
             error = exc
         finally:
             lock.acquire()
@@ -233,7 +233,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         with lock:
             try:
                 ids, started, latency = self._fetch(lock, buf)
-            except Exception:  # noqa: BLE001 -- kept in buf.last_error; the next empty draw asks again itself
+            except Exception:  # kept in buf.last_error; the next empty draw asks again itself
                 return
             buf.add(ids, started, latency)
             if buf.wants_refill(self._max_count) and not self._closed:

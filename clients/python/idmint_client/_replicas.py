@@ -1,6 +1,6 @@
 """Failover bookkeeping shared by both clients (no I/O): which replica to ask next, who is kept out, and why.
 
-Rules (issue 10): replicas are tried round-robin; a 503 (or 429) moves on to the next replica and keeps the
+Rules: replicas are tried round-robin; a 503 (or 429) moves on to the next replica and keeps the
 refusing one out for its ``Retry-After`` (for that scheme only: a replica refuses scheme by scheme); a connection
 error or a failed answer (5xx, broken or truncated body) moves on and keeps that replica out for
 ``FAILED_BACKOFF_S``. That backoff is our own guess, so when every other replica is out too, such a replica is

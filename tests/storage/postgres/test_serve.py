@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.postgres import PASSWORD, PASSWORD_ROLE, PostgresServer
+from tests.support.postgres import PASSWORD, PASSWORD_ROLE, PostgresSchema, PostgresServer
 from tests.support.server import Server, free_port, idmint_command, running_server
 from tests.support.storage import MARGIN_S, TTL_S, Store, store_for
 from tests.test_replicas import ids_of
@@ -89,9 +89,8 @@ def test_storage_sql_prints_the_tables_the_backend_creates(postgres_server: Post
 
 
 def test_a_claim_row_deleted_under_its_owner_stops_it_and_is_claimed_again_only_one_ttl_later(
-    tmp_path: Path, store: Store, postgres_server: PostgresServer, postgres_db: str
+    tmp_path: Path, store: Store, postgres_server: PostgresServer, postgres_schema: PostgresSchema
 ) -> None:
-    dbname = postgres_db.rsplit("/", 1)[1]
     env = store.env(IDMINT_EIGHT_BYTE_POOL="0-0")  # one generator ID: the other node waits for that very row
     owner = Server(tmp_path, env)
     other: Server | None = None
@@ -102,7 +101,10 @@ def test_a_claim_row_deleted_under_its_owner_stops_it_and_is_claimed_again_only_
         before = ids_of(owner, "eight-byte", 5000, False)
         assert other.get("/v1/ids/eight-byte").status_code == 503  # held by the owner
         # The row goes, as a failover that lost it would have it (an operator's DELETE here).
-        postgres_server.execute("DELETE FROM idmint.claims WHERE pool_key = 'pool/0:' AND identity = 0", dbname)
+        postgres_server.execute(
+            f"DELETE FROM {postgres_schema.schema}.claims WHERE pool_key = 'pool/0:' AND identity = 0",
+            postgres_schema.dbname,
+        )
         deleted = time.monotonic()
         while owner.get("/v1/ids/eight-byte").status_code == 200:
             assert time.monotonic() - deleted < TTL_S, "the owner kept issuing from a row it no longer has"
