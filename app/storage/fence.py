@@ -29,7 +29,8 @@ from typing import Any
 from app.decoding import rfc3339
 from app.errors import NotReadyError
 from app.storage.base import Storage
-from app.storage.history import HISTORY_RECORD, Facts, compare, fence_of, words
+from app.storage.history import HISTORY_RECORD, compare, fence_of, words
+from app.storage.lease import Facts
 from app.storage.ledger import ClaimRecord
 
 PLAN_TRIES = 3

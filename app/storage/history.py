@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.errors import BackendUnavailableError, NotReadyError
+from app.storage.lease import Facts
 from app.storage.sequences import AuditPage, Change, Run, SequenceRecord, SequenceStore
 
 if TYPE_CHECKING:
@@ -69,17 +70,6 @@ ACCEPT_TIMELINE_SETTING = "IDMINT_STORAGE_ACCEPT_TIMELINE_CHANGE"
 TIMELINE = "timeline"
 """The identity fact a promoted PostgreSQL standby changes (accepted with :data:`ACCEPT_TIMELINE_SETTING`)."""
 PENDING = "storage history not checked yet: the store's identity has not been compared with the fleet's record"
-
-
-@dataclass(frozen=True)
-class Facts:
-    """What a backend's store is now: ``identity`` (name -> value; equal for as long as the store keeps its
-    history), ``position`` (a number that only grows with it; None: the backend has none), and the words naming
-    the position for messages (``"WAL position"``, ``"revision"``)."""
-
-    identity: dict[str, Any]
-    position: int | None = None
-    position_name: str = "position"
 
 
 @dataclass

@@ -45,13 +45,21 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from app.errors import BackendUnavailableError, RevokeRefusedError
 from app.pool import IdentityPool
 
-if TYPE_CHECKING:
-    from app.storage.history import Facts
+
+@dataclass(frozen=True)
+class Facts:
+    """What a backend's store is now: ``identity`` (name -> value; equal for as long as the store keeps its
+    history), ``position`` (a number that only grows with it; None: the backend has none), and the words naming
+    the position for messages (``"WAL position"``, ``"revision"``)."""
+
+    identity: dict[str, Any]
+    position: int | None = None
+    position_name: str = "position"
 
 
 @dataclass(frozen=True)

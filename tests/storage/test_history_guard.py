@@ -19,11 +19,10 @@ from app.storage.history import (
     HISTORY_RECORD,
     PENDING,
     TIMELINE,
-    Facts,
     GuardedSequenceStore,
     HistoryGuard,
 )
-from app.storage.lease import Claim, LeaseBackend, Owner
+from app.storage.lease import Claim, Facts, LeaseBackend, Owner
 from app.storage.sequences import MemorySequenceStore, SequenceRecord
 
 

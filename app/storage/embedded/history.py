@@ -24,7 +24,7 @@ from pathlib import Path
 
 from app.errors import BackendUnavailableError
 from app.storage.embedded.files import replace_file
-from app.storage.history import Facts
+from app.storage.lease import Facts
 
 WITNESS_SUFFIX = ".idmint-history"
 

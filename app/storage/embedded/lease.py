@@ -30,8 +30,7 @@ from app.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.embedded import history
 from app.storage.embedded.files import create_once, flocked_inodes, locked, replace_file
-from app.storage.history import Facts
-from app.storage.lease import Claim, LeaseBackend, Owner, check_record_name, parse_record, record_bytes
+from app.storage.lease import Claim, Facts, LeaseBackend, Owner, check_record_name, parse_record, record_bytes
 
 log = logging.getLogger("idmint.lease")
 

@@ -23,8 +23,7 @@ from app.storage.etcd.records import FleetReads, Registrations
 from app.storage.etcd.revoke import revoke_claim
 from app.storage.etcd.session import Session
 from app.storage.etcd.watch import wait_event
-from app.storage.history import Facts
-from app.storage.lease import Claim, LeaseBackend, Owner
+from app.storage.lease import Claim, Facts, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 

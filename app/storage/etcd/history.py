@@ -9,7 +9,8 @@ from app.errors import BackendUnavailableError
 from app.storage.etcd import keys
 from app.storage.etcd.calls import Calls
 from app.storage.etcd.client import b64
-from app.storage.history import HISTORY_RECORD, Facts
+from app.storage.history import HISTORY_RECORD
+from app.storage.lease import Facts
 
 
 async def read_facts(calls: Calls, namespace: str) -> Facts:

@@ -14,8 +14,7 @@ from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
-from app.storage.history import Facts
-from app.storage.lease import Claim, LeaseBackend, Owner
+from app.storage.lease import Claim, Facts, LeaseBackend, Owner
 from app.storage.postgres.claim import PostgresClaim
 from app.storage.postgres.claimer import Claimer, Leftovers
 from app.storage.postgres.client import Database

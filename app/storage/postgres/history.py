@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.storage.history import Facts
+from app.storage.lease import Facts
 from app.storage.postgres.client import Database
 
 log = logging.getLogger("idmint.storage.postgres")
