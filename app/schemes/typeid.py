@@ -339,6 +339,8 @@ class TypeIdScheme(Scheme):
         """The revealed UUID as a :class:`TypeId` of the public text's prefix."""
         return TypeId(value, context)
 
+    time_order_takes = ("type",)
+
     def time_order(self, options: Mapping[str, str]) -> order.TimeOrder:
         """TypeIDs sort by their UUIDv7 ms timestamp in uuid, bytea (16 bytes) and text (``type_suffix``) columns;
         ``type`` is the prefix the text column's IDs carry (default none). Raises InvalidOptionError for a prefix
