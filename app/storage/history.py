@@ -213,12 +213,15 @@ class HistoryGuard:
 
     async def _round(self) -> None:
         backend = self.backend
+        # The record first, the store's facts after: a position only grows, so one read after the record is at or
+        # above every position recorded in it (read the other way round, another node's newer record would look
+        # ahead of this store).
+        record = await backend.read_record(HISTORY_RECORD)
+        witness = await backend.read_witness()
         facts = await backend.history_facts()
         if facts is None:
             self.refusal = None
             return
-        record = await backend.read_record(HISTORY_RECORD)
-        witness = await backend.read_witness()
         fence = fence_of(record)
         if record is not None and fence.get("id") != self.fence_id:
             # A fence accepted the store as it is: what this node saw before it no longer binds.
