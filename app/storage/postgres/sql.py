@@ -207,13 +207,13 @@ class Statements:
             INSERT INTO {s}.claims (pool_key, identity)
             SELECT %(pool)s, unnest(%(identities)s::bigint[])
             ON CONFLICT (pool_key, identity) DO NOTHING"""
-        # The claim: the row as read (generation), free (no lease, or its holder's lease found expired and deleted
-        # here under its row lock, or a revoke that ran out), no revoke pending, older than one TTL (the lost-row
-        # rule), and our own lease alive. See the safety section of docs/safety.md.
+        # The claim: the row as read (generation), free (no lease, or its holder's lease found expired, or a
+        # revoke that ran out), no revoke pending, older than one TTL (the lost-row rule), and our own lease alive.
+        # The expired lease row is kept (forget_leases drops it a day later): the claim ledger reads from it when the
+        # holder's claims ended, which must not fall after this claim. See the safety section of docs/safety.md.
         self.claim = f"""
             WITH expired AS (
-                DELETE FROM {s}.leases WHERE lease_id = %(holder)s AND expires_at <= clock_timestamp()
-                RETURNING lease_id
+                SELECT lease_id FROM {s}.leases WHERE lease_id = %(holder)s AND expires_at <= clock_timestamp()
             ), mine AS (
                 SELECT lease_id FROM {s}.leases WHERE lease_id = %(lease)s AND expires_at > clock_timestamp()
             )
