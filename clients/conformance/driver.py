@@ -1,5 +1,5 @@
 """The conformance driver: runs the cases of ``clients/conformance/cases/`` against each client's runner, through real
-idmint servers and fault proxies, and prints one line per client (``python: 42 passed, 0 failed``).
+idmint servers and fault proxies, and prints one line per client (``python: 53 passed, 0 failed``).
 
 ::
 
