@@ -70,13 +70,18 @@ def ids_of(replica: Server, scheme: str, count: int, stream: bool) -> list[bytes
 
 
 def wait_closed(replica: Server, schemes: tuple[str, ...], timeout: float) -> float:
-    """Wait until ``/readyz`` shows every scheme of ``schemes`` not ready (failed closed); the monotonic time then.
+    """Wait until ``/readyz`` shows every scheme of ``schemes`` not ready (failed closed). Returns the monotonic time
+    at which the last poll that still saw one of them ready was sent: the node was ready at some moment after it, so
+    it is a time the node's refusal provably came after, and a slow answer on a busy machine never inflates it.
     (One scheme may stop sooner, on a failed mark write: the lease's deadline stops them all.)"""
     deadline = time.monotonic() + timeout
+    last_ready = time.monotonic()
     while True:
+        sent = time.monotonic()
         detail = replica.get("/readyz").json()["schemes"]
         if not any(detail[s]["ready"] for s in schemes):
-            return time.monotonic()
+            return last_ready
+        last_ready = sent
         assert time.monotonic() < deadline, f"still issuing after {timeout} s: {detail}"
         time.sleep(0.02)
 
@@ -162,7 +167,7 @@ def test_a_storage_outage_stops_issuing_within_ttl_and_recovers_without_duplicat
         stopped = time.monotonic()
         try:
             closed = max(wait_closed(node, CLAIMED, TTL_S + 2) for node in nodes)
-            assert closed - stopped <= TTL_S + 0.5, "a replica kept issuing past its lease TTL"
+            assert closed - stopped <= TTL_S, "a replica kept issuing past its lease TTL"
             for node in nodes:
                 for scheme in CLAIMED:
                     r = node.get(f"/v1/ids/{scheme}")
@@ -325,8 +330,8 @@ def test_storage_down_11_s_fails_leased_schemes_closed_in_time_while_sequences_a
         down = time.monotonic()
         try:
             closed = max(wait_closed(node, CLAIMED, TTL_S + 5) for node in nodes) - down
-            print(f"{store.name} {outage}: leased schemes failed closed after {closed:.2f} s (TTL {TTL_S} s)")
-            assert closed <= TTL_S - MARGIN_S + 0.5, closed
+            print(f"{store.name} {outage}: leased schemes last seen issuing {closed:.2f} s in (TTL {TTL_S} s)")
+            assert closed <= TTL_S - MARGIN_S, closed
             served = 0
             while time.monotonic() - down < 11:
                 for node in nodes:

@@ -518,7 +518,7 @@ async def test_tls_with_client_certificates(etcd_factory: Callable[..., EtcdServ
             await refused.claim(SIQ, holder(0))
 
 
-def test_tls_files_need_https_endpoints(tmp_path: Path) -> None:
+async def test_tls_files_need_https_endpoints(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="need https:// etcd_endpoints"):
         EtcdBackend(etcd_settings("http://127.0.0.1:2379", "x/", etcd_ca_cert=tmp_path / "ca.pem"))
     with pytest.raises(ConfigError, match="etcd_ca_cert .* cannot be read"):
