@@ -121,6 +121,10 @@ def describe(url: str) -> tuple[str, str | None]:
     return (shown + (f"/{dbname}" if dbname else "")), (str(password) if password else None)
 
 
+RECONNECT_TIMEOUT_S = 5.0
+"""Seconds psycopg_pool keeps retrying one lost connection (its backoff: 1, 2 s ...) before a later getconn starts
+afresh."""
+
 class Database:
     """One pool (``settings.postgres_*``; ``size`` connections, default ``IDMINT_POSTGRES_POOL_SIZE``, named
     ``name`` in ``pg_stat_activity.application_name``) and the statements of the schema.
@@ -194,7 +198,11 @@ class Database:
                 open=False,
                 name=self.name,
                 timeout=self.limit,
-                reconnect_timeout=3600.0,
+                # psycopg_pool doubles the wait between reconnection attempts without a cap (1, 2, 4 ... s), so
+                # after a long outage the next attempt could be minutes away. It gives up after this many seconds
+                # instead, and the next getconn (a keepalive, a request) starts a fresh attempt at once: recovery
+                # after an outage of any length is within one keepalive interval plus a few seconds.
+                reconnect_timeout=RECONNECT_TIMEOUT_S,
             )
             await self._pool.open(wait=False)
         return self._pool
