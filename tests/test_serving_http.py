@@ -403,3 +403,9 @@ def test_head_is_get_without_its_body_and_issues_nothing(server: Server) -> None
     assert ids_of(second.body) == [ids_of(first.body)[0] + 1]  # HEAD drew no integer
     answer = exchange(server.port, get("/v1/ids/wiji?count=10", auth))[0]
     assert answer.status == 200, answer.body
+    metered = f"Authorization: Bearer {METERED}"
+    for path in ("/v1/ids/nope", "/v1/ids/nope/stream?count=3"):  # GET's 404, without its body
+        (unknown,) = exchange(server.port, get(path, metered, method="HEAD"), methods=["HEAD"])
+        (full,) = exchange(server.port, get(path, metered))
+        assert unknown.status == full.status == 404 and unknown.body == b""
+        assert unknown.headers["content-length"] == str(len(full.body))

@@ -406,10 +406,10 @@ class Front:
             await send_reply(send, self.finish(refused, access, template, method, start))
             return
         if head:
-            if access.hands_out_ids:
+            if access.hands_out_ids and not self._names_unknown_scheme(template, scope["path"]):
                 await self._head_of_issue(scope, send, start, template, access)
                 return
-            send = headless(send)
+            send = headless(send)  # an unknown scheme: GET's 404 (nothing is issued), without its body
         if found is not None:
             await send_reply(answer_hot_with, await self.answer_hot(found[0], found[1], scope, start))
             return
@@ -432,6 +432,13 @@ class Front:
                 drain.leave()
             if keys is not None:
                 settle(scope)
+
+    def _names_unknown_scheme(self, template: str, path: str) -> bool:
+        """Whether ``path`` (of route ``template``) names a scheme this node does not serve."""
+        if not template.startswith("/v1/ids/{scheme}"):
+            return False
+        issuers = getattr(getattr(self.app.state, "node", None), "issuers", None)
+        return issuers is not None and path.split("/")[3] not in issuers
 
     async def _head_of_issue(self, scope: Scope, send: Send, start: float, template: str, access: Access) -> None:
         """Answer HEAD of a route that hands out IDs (``scope`` is its GET's): the key check and the drain's
