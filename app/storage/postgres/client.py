@@ -125,6 +125,7 @@ RECONNECT_TIMEOUT_S = 5.0
 """Seconds psycopg_pool keeps retrying one lost connection (its backoff: 1, 2 s ...) before a later getconn starts
 afresh."""
 
+
 class Database:
     """One pool (``settings.postgres_*``; ``size`` connections, default ``IDMINT_POSTGRES_POOL_SIZE``, named
     ``name`` in ``pg_stat_activity.application_name``) and the statements of the schema.
