@@ -65,9 +65,9 @@ TOP_DIGITS = DECIMAL_LEN_MAX - 4 * GROUP_DIGITS  # 3: 2**63 // 10**16 = 922
 TOP_RADIX = 10 ** (DECIMAL_LEN_MAX - TOP_DIGITS)  # 10**16
 HEX4_BITS = 16
 SCALAR_COUNT_MAX = 8
+"""Batches of at most this many IDs are formatted per ID with Python ints."""
 TIME_RANGE_RETRY_MAX_S = 3600
 """Retry-After (s) of a layout that ran out of time, and the most one that has not begun yet asks for."""
-"""Batches of at most this many IDs are formatted per ID with Python ints."""
 _POWERS_OF_TEN = np.array([10**k for k in range(1, DECIMAL_LEN_MAX)], dtype=np.uint64)
 
 
@@ -78,6 +78,7 @@ def _utc(unix_ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@functools.cache
 def _dec4() -> npt.NDArray[np.uint32]:
     """(10000,) little-endian uint32: bytes 0..3 = the 4 zero-padded decimal digits of the index."""
     text = "".join(f"{value:04d}" for value in range(GROUP_RADIX)).encode("ascii")
