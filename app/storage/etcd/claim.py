@@ -22,17 +22,21 @@ from app.storage.etcd.calls import Calls
 from app.storage.etcd.client import compare, get, put, redact
 from app.storage.etcd.session import Session
 from app.storage.etcd.watch import ClaimWatch, loss_of
-from app.storage.lease import Claim, LossCallback, Owner
+from app.storage.expiring import ExpiringClaim
+from app.storage.lease import Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 
 
-class EtcdClaim(Claim):
+class EtcdClaim(ExpiringClaim):
     """One identity of ``pool`` held as ``key`` on ``session``'s lease since ``create_revision``.
 
     ``mod_revision`` / ``marks_mod_revision``: the claim key's and the mark key's mod revisions as last written or
     read by this claim (0: no mark key yet); ``high_water_mark``: the mark found when claiming (native units);
     ``owner``/``claimed_at``: written into the claim value."""
+
+    store = "etcd"
+    log = log
 
     def __init__(
         self,
@@ -49,83 +53,30 @@ class EtcdClaim(Claim):
         owner: Owner,
         claimed_at: str,
     ) -> None:
-        self.scheme = pool.scheme
-        self.identity = identity
-        self.key = key
+        super().__init__(pool, identity, key, session)
+        self.session: Session = session
         self.high_water_mark = high_water_mark
-        self.pool = pool
         self.mark_key = mark_key
         self.owner = owner
         self.claimed_at = claimed_at
-        self.session = session
         self.create_revision = create_revision
-        self.clock = session.clock
-        self.released = False
         self.watch = ClaimWatch(calls.client, key, session.lease_id, create_revision, self.set_lost, self._broken)
         self._calls = calls
         self._mod_revision = mod_revision
         self._marks_mod_revision = marks_mod_revision
         self._stored_mark = high_water_mark
-        self._lost_reason: str | None = None
         self._watch_deadline = math.inf
         """While the watch is broken: the lease deadline at the break (not extended until it is re-armed)."""
-        self._loss_callbacks: list[LossCallback] = []
         self._lock = asyncio.Lock()
-        session.on_done(self._lease_lost)
-
-    @property
-    def lease_id(self) -> int:
-        return self.session.lease_id
 
     @property
     def deadline(self) -> float:
         return min(self.session.deadline, self._watch_deadline)
 
     @property
-    def lease_name(self) -> str | None:
-        return self.session.hex
-
-    def expired_at(self) -> float | None:
-        session = self.session
-        return session.last_sent + session.ttl if session.lost else None
-
-    @property
-    def lost_reason(self) -> str | None:
-        if self.released:
-            return "released"
-        return self._lost_reason or self.session.lost_reason
-
-    @property
-    def lost(self) -> bool:
-        return self.released or self._lost_reason is not None or self.session.lost
-
-    @property
     def key_lost(self) -> bool:
         """True when the claim key itself was seen deleted or overwritten (the lease may still be alive)."""
         return self._lost_reason is not None
-
-    def on_lost(self, callback: LossCallback) -> None:
-        if self.lost_reason is not None and not self.released:
-            callback(self, self.lost_reason)
-        elif not self.released:
-            self._loss_callbacks.append(callback)
-
-    def set_lost(self, reason: str) -> None:
-        """The claim key was deleted or overwritten: lost for ``reason`` (final); tells every loss callback."""
-        if self._lost_reason is not None or self.released:
-            return
-        self._lost_reason = reason
-        log.error("etcd: %s %s %d lost: %s (key %s)", self.scheme, self.pool.kind, self.identity, reason, self.key)
-        self._announce(reason)
-
-    def _lease_lost(self, reason: str) -> None:
-        if self._lost_reason is None and not self.released:
-            self._announce(reason)
-
-    def _announce(self, reason: str) -> None:
-        callbacks, self._loss_callbacks = self._loss_callbacks, []
-        for callback in callbacks:
-            callback(self, reason)
 
     # -- the watch ---------------------------------------------------------------------------------------------
     def needs_rearm(self, endpoint: str) -> bool:
@@ -233,9 +184,6 @@ class EtcdClaim(Claim):
                 await self.record_mark(final_mark, exact=True)
             except NotReadyError as exc:
                 log.warning("etcd: final high-water mark of %s not recorded: %s", self.key, exc.reason)
-        still_ours = self._lost_reason is None and not self.session.lost
-        self.released = True
-        self._loss_callbacks.clear()
-        self.session.off_done(self._lease_lost)
+        still_ours = self._mark_released()
         await self.watch.stop()
         return still_ours

@@ -15,7 +15,8 @@ import logging
 
 from app.errors import LeaseLostError, NotReadyError
 from app.pool import IdentityPool
-from app.storage.lease import REVOKED_REASON, Claim, LossCallback, Owner
+from app.storage.expiring import ExpiringClaim
+from app.storage.lease import REVOKED_REASON, Owner
 from app.storage.postgres.client import Database
 from app.storage.postgres.session import Session
 
@@ -24,11 +25,14 @@ log = logging.getLogger("idmint.storage.postgres")
 ROW_GONE = "claim row no longer on our lease (deleted, lost in a failover, or claimed by another node)"
 
 
-class PostgresClaim(Claim):
+class PostgresClaim(ExpiringClaim):
     """One identity of ``pool`` held as row (``pool_key``, ``identity``) at ``generation`` on ``session``'s lease.
 
     ``high_water_mark``: the mark found when claiming (native units, -1: none); ``confirmed_at``: the ``clock()``
     reading when the claim's answer came back (a renewal sent before it cannot have seen the row)."""
+
+    store = "postgres"
+    log = log
 
     def __init__(
         self,
@@ -41,77 +45,21 @@ class PostgresClaim(Claim):
         owner: Owner,
         confirmed_at: float,
     ) -> None:
-        self.scheme = pool.scheme
-        self.identity = identity
-        self.pool = pool
+        super().__init__(pool, identity, f"{pool.key_prefix}{pool.key_format.format(identity)}", session)
+        self.session: Session = session
         self.pool_key = pool.key_prefix
-        self.key = f"{pool.key_prefix}{pool.key_format.format(identity)}"
         self.high_water_mark = high_water_mark
         self.generation = generation
         self.owner = owner
-        self.session = session
-        self.clock = session.clock
         self.confirmed_at = confirmed_at
-        self.released = False
         self._db = db
         self._stored_mark = high_water_mark
-        self._lost_reason: str | None = None
-        self._loss_callbacks: list[LossCallback] = []
         self._lock = asyncio.Lock()
-        session.on_done(self._lease_lost)
-
-    @property
-    def lease_id(self) -> int:
-        return self.session.lease_id
-
-    @property
-    def deadline(self) -> float:
-        return self.session.deadline
-
-    @property
-    def lease_name(self) -> str | None:
-        return self.session.hex
-
-    def expired_at(self) -> float | None:
-        session = self.session
-        return session.last_sent + session.ttl if session.lost else None
-
-    @property
-    def lost_reason(self) -> str | None:
-        if self.released:
-            return "released"
-        return self._lost_reason or self.session.lost_reason
-
-    @property
-    def lost(self) -> bool:
-        return self.released or self._lost_reason is not None or self.session.lost
 
     @property
     def row_lost(self) -> bool:
         """True when the row itself was found not ours (the lease may still be alive)."""
         return self._lost_reason is not None
-
-    def on_lost(self, callback: LossCallback) -> None:
-        if self.lost_reason is not None and not self.released:
-            callback(self, self.lost_reason)
-        elif not self.released:
-            self._loss_callbacks.append(callback)
-
-    def set_lost(self, reason: str) -> None:
-        """The row is no longer ours (or a revoke is pending): lost for ``reason`` (final); tells every callback."""
-        if self._lost_reason is not None or self.released:
-            return
-        self._lost_reason = reason
-        log.error("postgres: %s %s %d lost: %s (%s)", self.scheme, self.pool.kind, self.identity, reason, self.key)
-        callbacks, self._loss_callbacks = self._loss_callbacks, []
-        for callback in callbacks:
-            callback(self, reason)
-
-    def _lease_lost(self, reason: str) -> None:
-        if self._lost_reason is None and not self.released:
-            callbacks, self._loss_callbacks = self._loss_callbacks, []
-            for callback in callbacks:
-                callback(self, reason)
 
     def suspect(self, sent_at: float, held: dict[tuple[str, int], tuple[int, bool]]) -> str | None:
         """Judge this claim by a renewal's snapshot ``held`` (sent at ``sent_at``): None while it holds there, else
@@ -178,11 +126,7 @@ class PostgresClaim(Claim):
         NotReadyError when PostgreSQL cannot be used (the caller frees the row later: :meth:`free`)."""
         if self.released:
             return False
-        still_ours = not self.lost
-        self.released = True
-        self._loss_callbacks.clear()
-        self.session.off_done(self._lease_lost)
-        if not still_ours:
+        if not self._mark_released():
             return False
         if final_mark is None:
             await self.free()
