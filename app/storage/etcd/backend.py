@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import math
-import random
 import time
 from collections.abc import Callable
 from typing import Any
 
-from app.errors import BackendUnavailableError, ConfigError, LeaseLostError, NotReadyError
+from app.errors import ConfigError, LeaseLostError
 from app.metrics import Metrics
 from app.pool import IdentityPool
 from app.settings import Settings
@@ -22,19 +19,17 @@ from app.storage.etcd.history import read_facts
 from app.storage.etcd.records import FleetReads, Registrations
 from app.storage.etcd.revoke import revoke_claim
 from app.storage.etcd.session import Session
-from app.storage.etcd.watch import wait_event
-from app.storage.lease import Claim, Facts, LeaseBackend, Owner
+from app.storage.expiring import ExpiringBackend
+from app.storage.lease import Claim, Facts, Owner
 
 log = logging.getLogger("idmint.lease.etcd")
 
-BACKOFF_START_S = 0.1
-BACKOFF_MAX_S = 5.0
 MIN_ATTEMPT_TIMEOUT_S = 0.2
 
 __all__ = ["EtcdBackend", "EtcdClaim"]
 
 
-class EtcdBackend(LeaseBackend):
+class EtcdBackend(ExpiringBackend):
     """etcd leases for node identities (see :mod:`app.storage.etcd` for the key layout and the safety argument).
 
     ``settings``: the ``etcd_*`` settings (endpoints, namespace, TTL, safety margin, timeouts, TLS, auth);
@@ -43,6 +38,9 @@ class EtcdBackend(LeaseBackend):
     """
 
     name = "etcd"
+    store = "etcd"
+    title = "etcd"
+    log = log
 
     def __init__(
         self,
@@ -53,19 +51,8 @@ class EtcdBackend(LeaseBackend):
     ) -> None:
         if not settings.etcd_endpoints:
             raise ConfigError("etcd backend needs etcd_endpoints (IDMINT_ETCD_ENDPOINTS), got none")
-        self.settings = settings
-        self.metrics = metrics
-        self.clock = clock
-        """Monotonic seconds: every deadline of the lease and its claims is on this clock."""
+        super().__init__(settings, metrics, clock)
         self._namespace = settings.etcd_namespace
-        self._ttl = int(settings.lease_ttl)
-        self._margin = float(settings.lease_safety_margin)
-        self.mark_interval = self._ttl / 3
-        # Marks reach at most max_clock_wait ahead (at least one interval), so a node that re-claims the
-        # identity it just dropped waits for its own mark instead of refusing it.
-        self.mark_horizon = max(self.mark_interval, min(2 * self.mark_interval, settings.max_clock_wait))
-        self._refresh_interval = self._ttl / 3
-        self._retry_after = max(1, math.ceil(self._refresh_interval))
         # One endpoint gets this long before the next is asked: a stalled member must not outlast the margin.
         self._attempt_timeout = max(
             MIN_ATTEMPT_TIMEOUT_S, min(settings.etcd_request_timeout, self._refresh_interval / 2)
@@ -83,37 +70,17 @@ class EtcdBackend(LeaseBackend):
         )
         self._registrations = Registrations(self._calls, self._namespace)
         self._fleet = FleetReads(self._calls, self._namespace)
-        self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        self._attempted = asyncio.Event()
-        self._ready = asyncio.Event()
-        self._healthy: bool | None = None
-        self._failures = 0
-        self._failing_since: float | None = None
-        self._deadline_logged = False
-        self._reason = "etcd backend not started"
-        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Start the background task; wait (bounded) for its first attempt. Never raises for an unreachable etcd."""
-        if self._task is not None:
-            return
-        self._reason = "connecting to etcd"
-        self._task = asyncio.create_task(self._run(), name="idmint-etcd-backend")
-        first_try = self.settings.etcd_connect_timeout + 2 * self.settings.etcd_request_timeout
-        await wait_event(self._attempted, first_try)
+        await self._begin(self.settings.etcd_connect_timeout + 2 * self.settings.etcd_request_timeout)
 
     async def close(self) -> None:
         """Stop background work, give every claim back and revoke the lease (timeout <= TTL). Never raises."""
         if self._closed:
             return
-        self._closed = True
-        self._reason = "etcd backend closed"
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await self._end_task()
         claims, self._claimer.claims = list(self._claimer.claims), set()
         for claim in claims:
             await claim.release(None)
@@ -124,143 +91,33 @@ class EtcdBackend(LeaseBackend):
             await self._client.close()
 
     # -- the background task: a lease, watches, registrations, deferred deletes -------------------------------
-    async def _run(self) -> None:
-        backoff = BACKOFF_START_S
-        while not self._closed:
-            self._wake.clear()
-            delay = self._refresh_interval
-            try:
-                session = self._session
-                if session is None or session.lost:
-                    session = await self._grant()
-                await self._rearm_watches(session)
-                await self._registrations.publish(session)
-                await self._leftovers.retry(session)
-                backoff = BACKOFF_START_S
-            except NotReadyError as exc:
-                self._failed(exc)
-                delay = backoff * random.uniform(0.5, 1.0)
-                backoff = min(backoff * 2, self._refresh_interval, BACKOFF_MAX_S)
-            except Exception as exc:  # the background task must outlive any one failure
-                log.exception("etcd: background step failed unexpectedly")
-                self._failed(BackendUnavailableError(f"etcd backend error: {exc!r}"))
-                delay = backoff
-            self._attempted.set()
-            await wait_event(self._wake, delay)
+    @property
+    def claims(self) -> set[EtcdClaim]:
+        return self._claimer.claims
 
-    async def _grant(self) -> Session:
+    @property
+    def _wait_s(self) -> float:
+        return self.settings.etcd_request_timeout
+
+    def _where(self) -> str:
+        return redact(self._client.endpoint)
+
+    async def _new_session(self) -> Session:
         async with self._calls.bounded("granting a lease"):
-            session = await Session.grant(
+            return await Session.grant(
                 self._client, self._ttl, self._margin, self.clock, self._attempt_timeout, self._outcome
             )
-        session.on_done(lambda reason: self._lease_lost(session, reason))
-        old, self._session = self._session, session
-        if old is not None:
-            await old.stop()  # the lost lease's keepalive task ends here, not whenever it next wakes
-        log.info(
-            "etcd: lease %s granted by %s (TTL %g s, refresh every %.1f s, fail closed %.1f s after a refresh)",
-            session.hex,
-            redact(self._client.endpoint),
-            session.ttl,
-            session.interval,
-            session.ttl - self._margin,
-        )
-        self._outcome(session, "ok", None)
-        return session
 
-    def _outcome(self, session: Session, outcome: str, error: NotReadyError | None) -> None:
-        """Called by the session after each refresh: health, reason, metrics, logs."""
-        if session is not self._session and self._session is not None:
-            return
-        self._renewal(outcome)
-        if outcome == "lost":
-            session.set_lost(error.reason if error else "lease lost")
-        elif error is not None:
-            self._failed(error)
-        else:
-            if self._healthy is False:
-                log.info(
-                    "etcd: recovered: lease %s refreshed after %d failed attempt(s) over %.1f s",
-                    session.hex,
-                    self._failures,
-                    self.clock() - (self._failing_since or self.clock()),
-                )
-            elif outcome == "late":
-                log.warning("etcd: lease %s refresh was late", session.hex)
-            self._failures = 0
-            self._failing_since = None
-            self._healthy = True
-            self._deadline_logged = False
-            self._reason = ""
-            if self.metrics is not None:
-                self.metrics.lease_deadline(session.deadline - self.clock())
-            self._ready.set()
-            if any(c.needs_rearm(self._client.endpoint) for c in self._claimer.claims):
-                self._wake.set()  # the client moved to another member: watches follow it
+    async def _step(self, session: Session) -> None:
+        await self._rearm_watches(session)
+        await self._registrations.publish(session)
+        await self._leftovers.retry(session)
 
-    def _lease_lost(self, session: Session, reason: str) -> None:
-        """Called once by ``session`` when its lease is lost: log, stop answering as ready, grant a new lease."""
-        if self._closed:
-            return
-        held = [c for c in self._claimer.claims if c.session is session]
-        log.error(
-            "etcd: lease %s lost: %s; %d claim(s) on it are void, granting a new lease", session.hex, reason, len(held)
-        )
-        if session is self._session:
-            self._ready.clear()
-        self._wake.set()
-
-    def _failed(self, exc: NotReadyError) -> None:
-        now = self.clock()
-        self._failures += 1
-        self._reason = exc.reason
-        session = self._session
-        if isinstance(exc, LeaseLostError) and session is not None:
-            session.set_lost(exc.reason)
-        if self._healthy is not False:
-            self._failing_since = now
-            if session is None or session.lost:
-                log.warning("etcd: no lease: %s; retrying with backoff", exc.reason)
-            else:
-                log.warning(
-                    "etcd: %s; lease %s fails closed in %.1f s unless a refresh succeeds",
-                    exc.reason,
-                    session.hex,
-                    max(0.0, session.deadline - now),
-                )
-            self._healthy = False
-        if session is not None and not session.lost and now >= session.deadline and not self._deadline_logged:
-            self._deadline_logged = True
-            log.error(
-                "etcd: lease %s deadline passed without a confirmed refresh: claims fail closed until etcd answers",
-                session.hex,
-            )
+    def _renewed(self, session: Session) -> None:
+        if any(c.needs_rearm(self._client.endpoint) for c in self._claimer.claims):
+            self._wake.set()  # the client moved to another member: watches follow it
 
     # -- claims ----------------------------------------------------------------------------------------------
-    async def _usable(self) -> Session:
-        """A lease valid now; waits briefly for a lease being granted. Raises NotReadyError."""
-        if self._closed:
-            raise BackendUnavailableError("etcd backend is closed")
-        if self._task is None:
-            raise BackendUnavailableError("etcd backend not started")
-        for attempt in range(2):
-            session = self._session
-            if session is not None and not session.lost and self.clock() < session.deadline:
-                return session
-            if attempt or self._healthy is False:
-                break
-            self._wake.set()
-            if not await wait_event(self._ready, self.settings.etcd_request_timeout):
-                break
-        session = self._session
-        if self._reason:
-            reason = self._reason
-        elif session is not None and not session.lost:
-            reason = f"etcd lease {session.hex} not refreshed in time (deadline passed)"
-        else:
-            reason = "no etcd lease yet"
-        raise BackendUnavailableError(reason, retry_after=self._retry_after)
-
     async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> EtcdClaim:
         """Claim one free identity of ``pool`` on this process's lease (one transaction per attempt).
 
@@ -317,37 +174,11 @@ class EtcdBackend(LeaseBackend):
         return await revoke_claim(self._revoking, self._namespace, self._ttl, pool, identity, by)
 
     # -- the fleet ---------------------------------------------------------------------------------------------
-    async def fleet_id(self) -> str:
-        """The fleet ID (:meth:`FleetReads.read_fleet_id <app.storage.etcd.records.FleetReads.read_fleet_id>`)."""
-        return await self._fleet.read_fleet_id()
-
     async def history_facts(self) -> Facts:
         return await read_facts(self._calls, self._namespace)
 
-    async def read_record(self, name: str) -> dict[str, Any] | None:
-        return await self._fleet.read_record(name)
-
-    async def swap_record(self, name: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
-        return await self._fleet.swap_record(name, expected, value)
-
-    def member_token(self) -> str | None:
-        """This process's lease ID (hex): a node on the same etcd sees it live, one on a restored copy does not."""
-        session = self._session
-        return session.hex if session is not None and not session.lost else None
-
-    async def has_member(self, token: str) -> bool | None:
-        return await self._fleet.has_member(token)
-
-    async def count_held(self, pool: IdentityPool) -> int | None:
-        return await self._fleet.count_held(pool)
-
     # -- helpers ---------------------------------------------------------------------------------------------
-    def _renewal(self, outcome: str) -> None:
-        if self.metrics is not None:
-            self.metrics.lease_renewal(outcome)
-
     def status(self) -> dict[str, Any]:
-        session = self._session
         out: dict[str, Any] = {
             "backend": self.name,
             "endpoints": [redact(url) for url in self.settings.etcd_endpoints],
@@ -357,11 +188,5 @@ class EtcdBackend(LeaseBackend):
             "connected": bool(self._healthy),
             "healthy": bool(self._healthy),
         }
-        if session is not None:
-            out["lease"] = session.hex
-            out["lease_lost"] = session.lost
-            out["deadline_in_s"] = round(session.deadline - self.clock(), 3)
-        if self._reason:
-            out["reason"] = self._reason
-        out["claims"] = sorted(c.key for c in self._claimer.claims)
+        out.update(self._lease_status())
         return out

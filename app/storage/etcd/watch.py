@@ -16,6 +16,7 @@ from contextlib import aclosing
 
 from app.storage.etcd import keys
 from app.storage.etcd.client import EtcdCallError, EtcdClient, KeyValue
+from app.storage.expiring import wait_event
 from app.storage.lease import REVOKED_REASON
 
 log = logging.getLogger("idmint.lease.etcd")
@@ -34,16 +35,6 @@ def loss_of(found: KeyValue | None, lease_id: int, create_revision: int) -> str 
     if found.lease != lease_id or found.create_revision != create_revision:
         return f"claim key overwritten (now on lease {found.lease:016x})"
     return None
-
-
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Wait up to ``timeout`` s for ``event``; True when set."""
-    try:
-        async with asyncio.timeout(timeout):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 class ClaimWatch:
