@@ -162,8 +162,8 @@ def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options:
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
     from app.api.params import parse_issue
     from app.api.streams import lines
+    from app.issuing.node import Node, node_clock
     from app.metrics import Metrics
-    from app.node import Node, node_clock
     from app.schemes import get_scheme
     from app.storage import open_storage
 
@@ -206,8 +206,8 @@ def _run_sequences(work: Any) -> Any:
 
 def _service(storage: Any) -> Any:
     """A :class:`~app.sequences.SequenceService` on ``storage`` for one command (no maintenance, no hand-back)."""
+    from app.issuing.node import node_clock
     from app.metrics import Metrics
-    from app.node import node_clock
     from app.sequences import SequenceService
 
     settings = _settings()
@@ -225,7 +225,7 @@ def _service(storage: Any) -> Any:
 def _run_storage(work: Any) -> Any:
     """``work(storage)`` on the configured storage (its sequence store started, everything closed after); idmint's
     errors become the command's."""
-    from app.node import node_clock
+    from app.issuing.node import node_clock
     from app.storage import open_storage
 
     async def run() -> Any:
@@ -548,7 +548,7 @@ def storage_fence(apply_: bool, sequence_gap: int, margin: float | None) -> None
 
 
 async def _fence(storage: Any, apply_: bool, gap: int, margin: float | None) -> list[str]:
-    from app.node import node_clock
+    from app.issuing.node import node_clock
     from app.sequences import fence as sequences_fence
     from app.storage import fence
     from app.storage.history import CHECK_INTERVAL_S

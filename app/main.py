@@ -37,9 +37,9 @@ from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.front import Front, HotRoute
 from app.api.streams import StreamSlots
+from app.issuing.node import Node, node_clock
 from app.ledger import Ledger
 from app.metrics import Metrics
-from app.node import Node, node_clock
 from app.public.forms import Public
 from app.public.keys import PublicKeys
 from app.schemes import schemes

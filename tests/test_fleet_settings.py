@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
-from app.identity import SETTINGS_RECORD
+from app.issuing.holder import SETTINGS_RECORD
 from app.schemes.snowflake.codec import Layout
 from tests.helpers import FakeClock, new_node, running_app, started
 from tests.support.server import Server

@@ -16,8 +16,8 @@ import pytest
 
 from app import __version__
 from app.errors import NotReadyError
+from app.issuing.node import Node
 from app.metrics import Metrics
-from app.node import Node
 from app.schemes import schemes
 from app.storage.etcd import CAPABILITIES as ETCD
 from app.storage.etcd.backend import EtcdBackend

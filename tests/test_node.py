@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from app.errors import NotReadyError
-from app.node import Node
+from app.issuing.node import Node
 from app.schemes import get_scheme
 from tests.helpers import CLAIMING, TIMESTAMP_FIELD, FakeClock, new_node, started
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from app import __version__
+from app.issuing.node import Node
 from app.metrics import Metrics
-from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Batch, Generator
 from app.schemes.hlc_ulid import HlcUlidScheme
@@ -67,7 +67,7 @@ async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
     registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
-    monkeypatch.setattr("app.node.schemes", lambda: registry)
+    monkeypatch.setattr("app.issuing.node.schemes", lambda: registry)
 
     settings = make_settings(tmp_path)
     node = Node(settings, open_embedded(settings, time.time_ns), Metrics(list(registry), __version__))

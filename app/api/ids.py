@@ -33,7 +33,7 @@ from app.api.params import (
     read_body,
 )
 from app.api.streams import open_stream
-from app.node import Node
+from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes import schemes
 from app.settings import Settings

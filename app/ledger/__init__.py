@@ -22,7 +22,7 @@ from typing import Any
 
 from app.errors import NotReadyError
 from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_BEFORE, REASON_FUTURE, REASON_NO_CLAIM, LedgerIndex, Verdict
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.lease import Claim, Owner
 from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, LedgerStore
 

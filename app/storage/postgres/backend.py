@@ -12,7 +12,7 @@ from typing import Any
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
 from app.metrics import Metrics
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.lease import Claim, Facts, LeaseBackend, Owner
 from app.storage.postgres.claim import PostgresClaim

@@ -1,9 +1,9 @@
-"""The node: one :class:`Issuer` per scheme, each given the :class:`~app.identity.IdentityHolder` of the claimed
+"""The node: one :class:`Issuer` per scheme, each given the :class:`~app.issuing.holder.IdentityHolder` of the claimed
 identity behind its generator (a scheme that shares another's generator is given that scheme's holder).
 
-Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
+Safety rules enforced here and in :mod:`app.issuing.holder`, above any lease backend:
 
-* **Fail closed.** Every issue asks the holder (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`)
+* **Fail closed.** Every issue asks the holder (:meth:`IdentityHolder.check <app.issuing.holder.IdentityHolder.check>`)
   whether each claim is still valid (not lost, and the backend's monotonic clock before the claim's deadline);
   otherwise it raises :class:`~app.errors.NotReadyError` (HTTP 503 + Retry-After) and the background task
   re-claims, possibly a different identity. A loss (lease, claim key) is pushed to the holder when it happens.
@@ -18,8 +18,8 @@ Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
 * **Bounded clock waits.** No request sleeps on the clock for longer than ``settings.max_clock_wait`` at a time:
   past it the answer is 503 + Retry-After, and when the issuer holds a claimed identity (the clock was stepped
   back further than that while running), the identity is refused and another claimed, as at start-up.
-* **Fleets.** Regions give every fleet a disjoint slice of each leased identity space (:mod:`app.pool`); with
-  ``IDMINT_PEER_FLEETS`` set, a scheme whose identities overlap a peer fleet's is not ready (:mod:`app.fleet`).
+* **Fleets.** Regions give every fleet a disjoint slice of each leased identity space (:mod:`app.schemes.pool`); with
+  ``IDMINT_PEER_FLEETS`` set, a scheme whose identities overlap a peer fleet's is not ready (:mod:`app.issuing.fleet`).
 * **Storage faults.** A high-water mark that cannot be recorded (disk full, read-only state directory, etcd
   refusing) makes the scheme not ready, naming why, until a retry succeeds; the background task survives any
   exception, retrying with backoff.
@@ -39,13 +39,13 @@ from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
-from app.fleet import FleetGuard, listens_beyond_loopback
-from app.identity import IdentityHolder, Keeper, fleet_settings, register
+from app.issuing.fleet import FleetGuard, listens_beyond_loopback
+from app.issuing.holder import IdentityHolder, Keeper, fleet_settings, register
 from app.ledger import Ledger
 from app.metrics import Metrics, SchemeMetrics
-from app.pool import IdentityPool
 from app.schemes import schemes
 from app.schemes.base import Batch, Clock, Generator, GeneratorStats, Scheme
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.base import Storage
 from app.storage.lease import LeaseBackend, Owner
@@ -146,7 +146,7 @@ class StatsMeter:
 
 
 class Issuer:
-    """Issues one scheme's IDs for this node from the generator of the :class:`~app.identity.IdentityHolder` it is
+    """Issues one scheme's IDs for this node from the generator of the :class:`~app.issuing.holder.IdentityHolder` it is
     given (``holder``): asks it whether the scheme may issue now, issues (waiting for the clock when a scheme's
     per-tick sequence runs out), and meters what it issued on its scheme's :class:`~app.metrics.SchemeMetrics`."""
 
@@ -168,7 +168,7 @@ class Issuer:
     # -- hot path ------------------------------------------------------------------------------------------
     def check(self) -> Generator:
         """The generator to issue from now; raises NotReadyError when the scheme may not issue
-        (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`, the one owner of that rule)."""
+        (:meth:`IdentityHolder.check <app.issuing.holder.IdentityHolder.check>`, the one owner of that rule)."""
         return self.holder.check()
 
     def _holders_generator(self, gen: Generator) -> Generator | None:
@@ -178,7 +178,7 @@ class Issuer:
     async def _wait_for_clock(self, gen: Generator, stream: bool = False) -> float:
         """Sleep until ``gen`` can issue again; returns the seconds slept. How long a request may wait for the
         clock, and what a longer wait means (a clock stepped back), the holder decides
-        (:meth:`IdentityHolder.clock_wait <app.identity.IdentityHolder.clock_wait>`: NotReadyError, or 0 s when a
+        (:meth:`IdentityHolder.clock_wait <app.issuing.holder.IdentityHolder.clock_wait>`: NotReadyError, or 0 s when a
         fresh generator serves at once). A stream's chunk (``stream``) sleeps at least a slice of the generator's
         lookback (:data:`STREAM_SLICE_S`)."""
         holder = self.holder

@@ -2,7 +2,7 @@
 keeps it (one round at a time: :meth:`IdentityHolder.tend`, scheduled by the background task, :class:`Keeper`),
 gives it up (stop, drop), and alone answers "may this scheme issue now, and with which generator?"
 (:meth:`IdentityHolder.check`) and "how long may a request wait for the clock?" (:meth:`IdentityHolder.clock_wait`).
-The :class:`~app.node.Issuer` on top only asks, issues and meters.
+The :class:`~app.issuing.node.Issuer` on top only asks, issues and meters.
 
 The holder is told of a loss, never polls for one: it registers :meth:`~app.storage.lease.Claim.on_lost` on every
 claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and
@@ -10,8 +10,8 @@ wakes the background task to claim again. A deadline that passes without a confi
 not an event: :meth:`IdentityHolder.check` compares it on the backend's monotonic clock (``backend.clock``), the
 same clock the deadline was computed on.
 
-Claiming follows the refusal policy of :mod:`app.node`: an identity whose high-water mark is ahead of this node's
-clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
+Claiming follows the refusal policy of :mod:`app.issuing.node`: an identity whose high-water mark is ahead of this
+node's clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
 static, logged, counted) and another is claimed; the same happens to a running identity when the clock is stepped
 back that far under a request (:meth:`IdentityHolder.clock_wait`, which renews a generator that claims nothing).
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 from app.errors import InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.metrics import SchemeMetrics
-from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
+from app.schemes.pool import IdentityPool
 from app.storage.history import PENDING, HistoryGuard
 from app.storage.lease import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 
@@ -47,7 +47,7 @@ GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
 
 PEER_CHECK_PENDING = "checking the peer fleets"
-"""How :mod:`app.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
+"""How :mod:`app.issuing.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
 
 SETTINGS_RECORD = "settings.{scheme}"
 """The fleet record (:meth:`~app.storage.lease.LeaseBackend.read_record`) of a scheme's settings that every replica
@@ -99,7 +99,7 @@ class IdentityHolder:
 
     Collaborators are arguments, with no reference back to the node: ``backend`` (claims, and the monotonic clock
     its deadlines are on), ``owner`` (written into each claim), ``clock`` (the generators' clock, ns),
-    ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.node`).
+    ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.issuing.node`).
 
     ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
     until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
@@ -157,7 +157,7 @@ class IdentityHolder:
         within ``max_clock_wait``: not claimed again before then, so a node whose whole pool was refused claims
         again once its clock has caught up instead of staying not ready until restarted."""
         self.blocked: str | None = None
-        """Why a peer fleet check stops this scheme (:mod:`app.fleet`: an overlapping fleet), else None."""
+        """Why a peer fleet check stops this scheme (:mod:`app.issuing.fleet`: an overlapping fleet), else None."""
         self.fault: str | None = None
         """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
         self.ready_at_ns = 0
