@@ -3,7 +3,7 @@
 * **Checked before the first byte.** Besides the parameters (parsed like every issue request), the first chunk is
   generated before the response starts, so whatever the generator refuses (an ``after`` too far ahead, a node that
   stopped being ready) is a 422 or 503, never a truncated 200. A stream whose expected duration at its scheme's cap
-  (``count`` / :meth:`~app.issuing.node.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is
+  (``count`` / :meth:`~app.issuing.issuer.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is
   refused with the figures.
 * **Bounded in number.** At most ``IDMINT_MAX_CONCURRENT_STREAMS`` run at once per node (:class:`StreamSlots`);
   beyond, 429 with a Retry-After of the soonest expected end of a running stream. A stream whose client accepts
@@ -14,8 +14,8 @@
   once after a disconnect) and would generate its whole count for nobody while starving every other request. An
   aborted stream stops within one chunk.
 * **Behind single requests.** Chunks are issued with ``stream=True``, which yields a capacity-capped generator to
-  single and batch requests waiting for the same tick (:class:`app.issuing.node.PriorityGate`), and takes what
-  accrued once per slice of the generator's lookback (:data:`app.issuing.node.STREAM_SLICE_S`) rather than once per
+  single and batch requests waiting for the same tick (:class:`app.issuing.issuer.PriorityGate`), and takes what
+  accrued once per slice of the generator's lookback (:data:`app.issuing.issuer.STREAM_SLICE_S`) rather than once per
   tick.
 """
 
@@ -33,7 +33,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.errors import IdmintError, InvalidOptionError, TooManyRequestsError
-from app.issuing.node import Issued, Issuer
+from app.issuing.issuer import Issued, Issuer
 
 log = logging.getLogger("idmint.api")
 

@@ -2,7 +2,7 @@
 keeps it (one round at a time: :meth:`IdentityHolder.tend`, scheduled by the background task, :class:`Keeper`),
 gives it up (stop, drop), and alone answers "may this scheme issue now, and with which generator?"
 (:meth:`IdentityHolder.check`) and "how long may a request wait for the clock?" (:meth:`IdentityHolder.clock_wait`).
-The :class:`~app.issuing.node.Issuer` on top only asks, issues and meters.
+The :class:`~app.issuing.issuer.Issuer` on top only asks, issues and meters.
 
 The holder is told of a loss, never polls for one: it registers :meth:`~app.storage.lease.Claim.on_lost` on every
 claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and

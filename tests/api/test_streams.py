@@ -16,7 +16,7 @@ import pytest
 
 from app.api.streams import StreamSlots
 from app.errors import TooManyRequestsError
-from app.issuing.node import STREAM_SLICE_S
+from app.issuing.issuer import STREAM_SLICE_S
 from app.schemes import get_scheme
 from tests.helpers import new_node, started
 from tests.support.server import Server
