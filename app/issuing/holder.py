@@ -101,8 +101,8 @@ class IdentityHolder:
     its deadlines are on), ``owner`` (written into each claim), ``clock`` (the generators' clock, ns),
     ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.issuing.node`).
 
-    ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
-    until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
+    :attr:`reason`/:attr:`retry_after` say why there is no generator; ``fault`` why the last mark record failed (not
+    ready until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
     inherited mark (0 = none). ``sharers`` are the metrics of schemes issuing from this holder's generator
     (TypeID on UUIDv7's): their lease gauge follows this one's.
     """
@@ -147,8 +147,8 @@ class IdentityHolder:
         self.generator: Generator | None = None
         self.claims: list[Claim] = []
         self.recorded_mark = -1
-        self.reason = STARTING_REASON
-        self.retry_after = 1
+        self._reason = STARTING_REASON
+        self._retry_after = 1
         self.excluded: set[int] = set()
         """Identities an operator freed for another node (revoked from this one): not claimed again."""
         self.ahead: dict[int, int] = {}
@@ -163,9 +163,42 @@ class IdentityHolder:
         self.ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
         self.sharers: list[SchemeMetrics] = []
+        """The metrics of the schemes issuing from this holder's generator (:meth:`share_with`)."""
         self._mark_lock = asyncio.Lock()
         self.wake = asyncio.Event()
         """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
+
+    @property
+    def reason(self) -> str:
+        """Why there is no generator (the last claim round's failure, a loss, a refusal, a stop); "" while one is
+        held. Changed only by the holder's own methods."""
+        return self._reason
+
+    @property
+    def retry_after(self) -> int:
+        """The Retry-After (s) of a refusal for :attr:`reason` (or for a mark fault)."""
+        return self._retry_after
+
+    def claim_failed(self, reason: str, retry_after: int) -> None:
+        """A claim round failed for ``reason``: while no generator is held, that is why this scheme is not ready
+        (503 + ``retry_after`` s) until a claim succeeds; a generator still held carries on."""
+        if self.generator is None:
+            self._reason, self._retry_after = reason, retry_after
+
+    def share_with(self, metrics: SchemeMetrics) -> None:
+        """Another scheme (``metrics``: its own) issues from this holder's generator: its lease gauge follows this
+        one's."""
+        self.sharers.append(metrics)
+
+    def history_changed(self, reason: str | None) -> None:
+        """The store went back in time (``reason``): a leased identity stops at once (its claims are dropped); its
+        history is confirmed or fenced (None): claim at once. Nothing for a holder that leases nothing."""
+        if self.pool is None:
+            return
+        if reason is None:
+            self.wake.set()
+        elif self.generator is not None:
+            self.drop(reason)
 
     def _named(self, reason: str | None) -> str:
         """``reason`` led by the scheme's name, once (storage's reasons already name it); the start-up reason and
@@ -307,8 +340,8 @@ class IdentityHolder:
             self.ahead.update((c.identity, until) for c in claims)
         final = gen.high_water if gen is not None else None
         self.generator, self.claims = None, []
-        self.reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
-        self.retry_after = 1
+        self._reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
+        self._retry_after = 1
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
         self._lease_held(False, None)
@@ -348,7 +381,7 @@ class IdentityHolder:
         if self.fault is None:
             log.error("%s: stopped issuing: %s", self.name, reason)
         self.fault = reason
-        self.retry_after = 2
+        self._retry_after = 2
 
     # -- claiming ------------------------------------------------------------------------------------------
     def drop(self, reason: str) -> None:
@@ -357,8 +390,8 @@ class IdentityHolder:
         if self.generator is not None:
             log.error("%s: stopped issuing: %s", self.name, reason)
         self.generator = None
-        self.reason = reason
-        self.retry_after = 1
+        self._reason = reason
+        self._retry_after = 1
         claims, self.claims = self.claims, []
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
@@ -446,7 +479,7 @@ class IdentityHolder:
         if self.pool is None:
             self.generator = self.factory([], -1)
             self.recorded_mark = NO_MARK_NEEDED
-            self.reason = ""
+            self._reason = ""
             self._lease_held(True, None)
             return
         await self.check_history()
@@ -531,7 +564,7 @@ class IdentityHolder:
                 raise
             self.generator = self.factory([c.identity for c in claims], floor)
             self.fault = None
-            self.reason = ""
+            self._reason = ""
             held = [c.identity for c in claims]
             if self.observer is not None:
                 unit_ns = self.scheme.native_unit_ns
@@ -571,13 +604,13 @@ class IdentityHolder:
                 raise NotReadyError(self._named(self.reason), self.retry_after)
             await self.record_mark()
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "stopping") -> None:
         """Record the exact final mark and release every claim, after any mark write in flight: under the mark
         lock, so the two never write one claim's mark at once (the embedded backend's writes share a temporary
-        file, and one of the two failed)."""
+        file, and one of the two failed). ``reason`` is why the scheme issues no more (:attr:`reason`)."""
         gen, claims = self.generator, self.claims
         self.generator, self.claims = None, []
-        self.reason = "stopping"
+        self._reason = reason
         final = gen.high_water if gen is not None else None
         async with self._mark_lock:
             for claim in claims:
@@ -614,12 +647,10 @@ class Keeper:
             except Exception as exc:  # the task must outlive any fault; each is logged
                 if isinstance(exc, NotReadyError):
                     reason = exc.reason
-                    if holder.generator is None:
-                        holder.reason, holder.retry_after = exc.reason, exc.retry_after
+                    holder.claim_failed(exc.reason, exc.retry_after)
                 else:
                     reason = f"internal error: {exc!r}"
-                    if holder.generator is None:
-                        holder.reason, holder.retry_after = reason, 2
+                    holder.claim_failed(reason, 2)
                     if reason != last_reason:
                         log.exception("%s: background task: %s", holder.name, reason)
                 if reason != last_reason:

@@ -165,7 +165,7 @@ class Node:
                 if base not in self.issuers:
                     raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
-                self.issuers[base].holder.sharers.append(self.metrics.scheme(name))
+                self.issuers[base].holder.share_with(self.metrics.scheme(name))
 
     def storage_reason(self) -> str | None:
         """Why storage cannot be used now, as its lease backend reports it (``"postgres: connecting to
@@ -218,7 +218,7 @@ class Node:
         try:
             await holder.acquire()
         except NotReadyError as exc:
-            holder.reason, holder.retry_after = exc.reason, exc.retry_after
+            holder.claim_failed(exc.reason, exc.retry_after)
             log.warning("%s: not ready: %s", issuer.name, exc.reason)
         self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
 
@@ -226,13 +226,8 @@ class Node:
         """The store went back in time (``reason``): every leased identity stops at once (its claims are dropped);
         its history is confirmed or fenced (None): every holder tries to claim at once."""
         for issuer in self.issuers.values():
-            holder = issuer.holder
-            if isinstance(issuer, SharedIssuer) or holder.pool is None:
-                continue
-            if reason is None:
-                holder.wake.set()
-            elif holder.generator is not None:
-                holder.drop(reason)
+            if not isinstance(issuer, SharedIssuer):
+                issuer.holder.history_changed(reason)
 
     def _check_regions(self) -> None:
         """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines
@@ -269,8 +264,7 @@ class Node:
         for holder in holders:
             kind = holder.pool.kind if holder.pool is not None else "identity"
             released += [{"scheme": holder.name, "kind": kind, "identity": c.identity} for c in holder.claims]
-            await holder.stop()
-            holder.reason = "draining: this node gave its claims back and issues no more"
+            await holder.stop("draining: this node gave its claims back and issues no more")
         return released
 
     async def stop(self) -> None:
