@@ -65,16 +65,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     metrics = Metrics(list(schemes()), __version__)
     node_time = clock or node_clock(settings)
     storage = open_storage(settings, node_time, metrics)
-    node = Node(settings, storage, metrics, clock=node_time)
-    node.attach_ledger(
-        Ledger(
-            storage.ledger,
-            retention_days=settings.ledger_days,
-            clock=node_time,
-            fleet_id=lambda: node.fleet.fleet_id,
-            failures=metrics.ledger_write_failed,
-        )
+    ledger = Ledger(
+        storage.ledger, retention_days=settings.ledger_days, clock=node_time, failures=metrics.ledger_write_failed
     )
+    node = Node(settings, storage, metrics, clock=node_time, ledger=ledger)
     owner = node.owner
     sequences = SequenceService(
         storage.sequences,

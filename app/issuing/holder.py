@@ -119,6 +119,7 @@ class IdentityHolder:
         clock: Clock,
         max_clock_wait: float,
         observer: ClaimObserver | None = None,
+        fleet_id: Callable[[], str | None] = lambda: None,
         fleet_settings: dict[str, Any] | None = None,
         storage_reason: Callable[[], str | None] | None = None,
         history: HistoryGuard | None = None,
@@ -136,6 +137,8 @@ class IdentityHolder:
         against the fleet's record before each claim; {}: none."""
         self.observer = observer
         """Told of every claim made and given up (the claim ledger); None: nobody."""
+        self.fleet_id = fleet_id
+        """Reads this fleet's ID (None while not known): the fleet each claim told to :attr:`observer` was made in."""
         self.owner = owner
         self.clock = clock
         self.max_clock_wait = max_clock_wait
@@ -570,7 +573,8 @@ class IdentityHolder:
                 unit_ns = self.scheme.native_unit_ns
                 for claim in claims:  # its IDs are dated from the unit after the inherited mark on
                     mark = max(claim.high_water_mark, fence_floor)
-                    self.observer.claimed(claim, self.pool, self.owner, int((mark + 1) * unit_ns) if mark >= 0 else -1)
+                    floor_ns = int((mark + 1) * unit_ns) if mark >= 0 else -1
+                    self.observer.claimed(claim, self.pool, self.owner, floor_ns, self.fleet_id())
             log.info(
                 "%s: claimed %s %s (high-water mark %d); issuing",
                 self.name,

@@ -97,7 +97,9 @@ class Node:
             namespace=os.environ.get("POD_NAMESPACE", ""),
         )
         self.ledger = ledger
-        """Who held which identity when (:mod:`app.ledger`); None: not kept (``idmint mint``, tests)."""
+        """Who held which identity when (:mod:`app.ledger`): every holder tells it of its claims (the node's one
+        listener, given here; it knows nothing of the node), and the node starts and stops it. None: not kept
+        (``idmint mint``, tests)."""
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
         """Every registered scheme as this node uses it (:meth:`Scheme.configured`): decoding and /v1/schemes
         read these."""
@@ -108,12 +110,6 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block, metrics)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
-
-    def attach_ledger(self, ledger: Ledger) -> None:
-        """Keep the claim ledger ``ledger`` (before :meth:`start`): every holder tells it of its claims."""
-        self.ledger = ledger
-        for issuer in self.issuers.values():
-            issuer.holder.observer = ledger
 
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
@@ -154,6 +150,7 @@ class Node:
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
                 observer=self.ledger,
+                fleet_id=self._fleet_id,
                 fleet_settings=fleet_settings(scheme, pool, settings),
                 storage_reason=self.storage_reason,
                 history=self.storage.history,
@@ -166,6 +163,10 @@ class Node:
                     raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
                 self.issuers[base].holder.share_with(self.metrics.scheme(name))
+
+    def _fleet_id(self) -> str | None:
+        """This fleet's ID as the fleet guard last read it (None while not known)."""
+        return self.fleet.fleet_id
 
     def storage_reason(self) -> str | None:
         """Why storage cannot be used now, as its lease backend reports it (``"postgres: connecting to

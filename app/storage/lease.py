@@ -95,9 +95,10 @@ class ClaimObserver(Protocol):
     """Told of every claim a holder makes and gives up (the claim ledger, :class:`app.ledger.Ledger`): plain calls
     that must not wait or raise."""
 
-    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int) -> None:
-        """``claim`` of ``pool`` was made for ``owner``; its IDs are dated at or after ``floor_ns`` (the time unit
-        after its inherited high-water mark, ns since the epoch; negative: none)."""
+    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int, fleet_id: str | None) -> None:
+        """``claim`` of ``pool`` was made for ``owner`` in fleet ``fleet_id`` (None: not known yet); its IDs are
+        dated at or after ``floor_ns`` (the time unit after its inherited high-water mark, ns since the epoch;
+        negative: none)."""
 
     def ended(self, claim: Claim) -> None:
         """``claim`` is being given up (released, or dropped as lost or late), before the backend releases it."""
