@@ -162,6 +162,7 @@ def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options:
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
     from app.api.params import parse_issue
     from app.api.streams import lines
+    from app.issuing.issuer import no_charge
     from app.issuing.node import Node, node_clock
     from app.metrics import Metrics
     from app.schemes import get_scheme
@@ -181,7 +182,7 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         issuer = node.issuer(scheme)
         issuer.check()
         out = sys.stdout.buffer
-        async for chunk in lines(issuer, request.count, request.format, request.options):
+        async for chunk in lines(issuer, request.count, request.format, request.options, charge=no_charge):
             out.write(chunk)
         out.flush()
     finally:
@@ -266,8 +267,9 @@ def sequence_range(name: str, count: int) -> None:
     """Reserve a fresh contiguous range of COUNT integers of NAME (of the current period, for a resetting
     sequence); print {"name", "first", "last", "count"} (and "increment", "period" for a business sequence)."""
     from app.api.sequences import range_body
+    from app.issuing.issuer import no_charge
 
-    reserved = _run_sequences(lambda service: service.reserve_range(name, count))
+    reserved = _run_sequences(lambda service: service.reserve_range(name, count, charge=no_charge))
     click.echo(range_body(name, reserved).decode())
 
 
@@ -399,7 +401,10 @@ def sequence_delete(name: str, force: bool) -> None:
 @click.option("--period", help="An ended period (its first day) within its grace window: refill one of its holes.")
 def sequence_reserve(name: str, ttl_s: int, period: str | None) -> None:
     """Reserve the next integer of gapless NAME; print it with its reservation ID (commit or void it)."""
-    click.echo(json.dumps(_run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who(), period))))
+    from app.issuing.issuer import no_charge
+
+    reserve = _run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who(), period, charge=no_charge))
+    click.echo(json.dumps(reserve))
 
 
 @sequence.command("holes")

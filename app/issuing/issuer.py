@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from app.errors import NotReadyError
@@ -17,6 +18,20 @@ from app.metrics import SchemeMetrics
 from app.schemes.base import Batch, Generator, GeneratorStats, Scheme
 
 log = logging.getLogger("idmint.node")
+
+Charge = Callable[[int], None]
+"""``charge(count)``: charges ``count`` IDs (or sequence integers) handed out to whoever asked for them, before any
+is taken; raises to refuse (TooManyRequestsError, 429: over an API key's IDs/s quota; InvalidOptionError, 422: a
+count larger than the quota ever grants at once). Every method that hands IDs out requires one
+(:meth:`Issuer.issue`, and the sequences' :meth:`~app.sequences.SequenceService.next`,
+:meth:`~app.sequences.SequenceService.reserve_range`, :meth:`~app.sequences.SequenceService.reserve`): a route
+passes its request's (:func:`app.api.auth.ids_charge`), anything else :func:`no_charge`, so no path can hand IDs
+out without saying whom they are charged to."""
+
+
+def no_charge(count: int) -> None:
+    """The :data:`Charge` of IDs handed out to no one's quota (no API keys, a public request, ``idmint mint``)."""
+
 
 MIN_WAIT_S = 0.0001
 STREAM_SLICE_S = 0.02
@@ -150,12 +165,14 @@ class Issuer:
         await asyncio.sleep(wait)
         return wait
 
-    async def issue(self, count: int, options: dict[str, Any], stream: bool = False) -> Issued:
-        """Issue ``count`` IDs. Raises NotReadyError (fail closed, a clock wait over max_clock_wait, a mark that
+    async def issue(self, count: int, options: dict[str, Any], *, charge: Charge, stream: bool = False) -> Issued:
+        """Issue ``count`` IDs, charged first (``charge(count)``, before anything is generated: :data:`Charge`).
+        Raises what ``charge`` raises, NotReadyError (fail closed, a clock wait over max_clock_wait, a mark that
         cannot be recorded) or InvalidOptionError.
 
         ``stream=True`` marks a stream's chunk: it yields the generator to single and batch requests waiting for the
         same clock tick (:class:`PriorityGate`), so a capacity-capped scheme serves them first."""
+        charge(count)
         gate = self.gate
         if stream and gate.waiting:
             await gate.defer()
