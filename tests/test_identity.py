@@ -1,4 +1,4 @@
-"""The identity holder (app/identity.py) on a real etcd: a loss is pushed to it, and every deadline it compares is
+"""The identity holder (app/issuing/holder.py) on a real etcd: a loss is pushed to it, and every deadline it compares is
 on the backend's injected monotonic clock."""
 
 from __future__ import annotations
