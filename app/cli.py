@@ -162,8 +162,9 @@ def _mint_remote(server: str, scheme: str, count: int, fmt: str | None, options:
 async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options: dict[str, str]) -> None:
     from app.api.params import parse_issue
     from app.api.streams import lines
+    from app.issuing.issuer import no_charge
+    from app.issuing.node import Node, node_clock
     from app.metrics import Metrics
-    from app.node import Node, node_clock
     from app.schemes import get_scheme
     from app.storage import open_storage
 
@@ -181,7 +182,7 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         issuer = node.issuer(scheme)
         issuer.check()
         out = sys.stdout.buffer
-        async for chunk in lines(issuer, request.count, request.format, request.options):
+        async for chunk in lines(issuer, request.count, request.format, request.options, charge=no_charge):
             out.write(chunk)
         out.flush()
     finally:
@@ -206,8 +207,8 @@ def _run_sequences(work: Any) -> Any:
 
 def _service(storage: Any) -> Any:
     """A :class:`~app.sequences.SequenceService` on ``storage`` for one command (no maintenance, no hand-back)."""
+    from app.issuing.node import node_clock
     from app.metrics import Metrics
-    from app.node import node_clock
     from app.sequences import SequenceService
 
     settings = _settings()
@@ -225,7 +226,7 @@ def _service(storage: Any) -> Any:
 def _run_storage(work: Any) -> Any:
     """``work(storage)`` on the configured storage (its sequence store started, everything closed after); idmint's
     errors become the command's."""
-    from app.node import node_clock
+    from app.issuing.node import node_clock
     from app.storage import open_storage
 
     async def run() -> Any:
@@ -266,8 +267,9 @@ def sequence_range(name: str, count: int) -> None:
     """Reserve a fresh contiguous range of COUNT integers of NAME (of the current period, for a resetting
     sequence); print {"name", "first", "last", "count"} (and "increment", "period" for a business sequence)."""
     from app.api.sequences import range_body
+    from app.issuing.issuer import no_charge
 
-    reserved = _run_sequences(lambda service: service.reserve_range(name, count))
+    reserved = _run_sequences(lambda service: service.reserve_range(name, count, charge=no_charge))
     click.echo(range_body(name, reserved).decode())
 
 
@@ -399,7 +401,10 @@ def sequence_delete(name: str, force: bool) -> None:
 @click.option("--period", help="An ended period (its first day) within its grace window: refill one of its holes.")
 def sequence_reserve(name: str, ttl_s: int, period: str | None) -> None:
     """Reserve the next integer of gapless NAME; print it with its reservation ID (commit or void it)."""
-    click.echo(json.dumps(_run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who(), period))))
+    from app.issuing.issuer import no_charge
+
+    reserve = _run_sequences(lambda service: service.reserve(name, ttl_s, _cli_who(), period, charge=no_charge))
+    click.echo(json.dumps(reserve))
 
 
 @sequence.command("holes")
@@ -548,7 +553,7 @@ def storage_fence(apply_: bool, sequence_gap: int, margin: float | None) -> None
 
 
 async def _fence(storage: Any, apply_: bool, gap: int, margin: float | None) -> list[str]:
-    from app.node import node_clock
+    from app.issuing.node import node_clock
     from app.sequences import fence as sequences_fence
     from app.storage import fence
     from app.storage.history import CHECK_INTERVAL_S

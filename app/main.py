@@ -37,9 +37,9 @@ from app.api.contract import install_openapi
 from app.api.errors import install_error_handlers
 from app.api.front import Front, HotRoute
 from app.api.streams import StreamSlots
+from app.issuing.node import Node, node_clock
 from app.ledger import Ledger
 from app.metrics import Metrics
-from app.node import Node, node_clock
 from app.public.forms import Public
 from app.public.keys import PublicKeys
 from app.schemes import schemes
@@ -65,16 +65,10 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     metrics = Metrics(list(schemes()), __version__)
     node_time = clock or node_clock(settings)
     storage = open_storage(settings, node_time, metrics)
-    node = Node(settings, storage, metrics, clock=node_time)
-    node.attach_ledger(
-        Ledger(
-            storage.ledger,
-            retention_days=settings.ledger_days,
-            clock=node_time,
-            fleet_id=lambda: node.fleet.fleet_id,
-            failures=metrics.ledger_write_failed,
-        )
+    ledger = Ledger(
+        storage.ledger, retention_days=settings.ledger_days, clock=node_time, failures=metrics.ledger_write_failed
     )
+    node = Node(settings, storage, metrics, clock=node_time, ledger=ledger)
     owner = node.owner
     sequences = SequenceService(
         storage.sequences,

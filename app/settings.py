@@ -146,7 +146,7 @@ class CoreSettings(BaseSettings):
         description="Embedded lease backend: directory for identity locks and high-water marks.",
     )
 
-    # -- fleets and regions (app/pool.py, app/fleet.py) ---------------------------------------------------
+    # -- fleets and regions (app/schemes/pool.py, app/issuing/fleet.py) -------------------------------------
     regions: int = Field(
         1,
         ge=1,

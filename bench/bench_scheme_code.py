@@ -2,7 +2,7 @@
 
 bench_instructions.py counts a whole server; its per-request figures move by about 10% between runs on this shared
 machine (the background work it subtracts is rated while the server idles), which hides a change of a few thousand
-instructions in one scheme's code. This counts only ``generate`` + :class:`app.node.Issued` +
+instructions in one scheme's code. This counts only ``generate`` + :class:`app.issuing.issuer.Issued` +
 :func:`app.api.issuing.issue_body` (the work a hot issue answer does above the shared serving path) for each case,
 in one Python process under ``valgrind --tool=callgrind``: after warm-up calls the counters are zeroed
 (``callgrind_control -z``), ``--calls`` calls run and are dumped (``-d``), then the same for twice as many; the
@@ -94,7 +94,7 @@ def generator_of(name: str) -> tuple[object, object]:
 def answer(case: str) -> Callable[[], bytes]:
     """One call of ``case``: generate, wrap, frame the body."""
     from app.api.issuing import issue_body
-    from app.node import Issued
+    from app.issuing.issuer import Issued
 
     kind, _, name = case.partition(":")
     if kind not in ("single", "batch"):

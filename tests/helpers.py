@@ -14,11 +14,11 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from app import __version__
+from app.issuing.node import Node
 from app.main import create_app
 from app.metrics import Metrics
-from app.node import Node
-from app.pool import IdentityPool
 from app.schemes import get_scheme, schemes
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 from app.storage.embedded import open_embedded

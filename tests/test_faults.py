@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
+from app.issuing.issuer import no_charge
 from app.storage.embedded.lease import EmbeddedBackend, MarkUnreadableError, _read_mark
 from app.storage.lease import Owner
 from tests.helpers import CLAIMING, FakeClock, new_node, pool_spec, started
@@ -218,13 +219,13 @@ async def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claim
     clock = FakeClock.running_from_now()
     async with started(new_node(tmp_path, clock, max_clock_wait=1.0)) as node:
         issuer = node.issuers["eight-byte"]
-        before = set((await issuer.issue(5000, {})).values())
+        before = set((await issuer.issue(5000, {}, charge=no_charge)).values())
         held = issuer.holder.claims[0].identity
         clock.ns -= 8 * 3600 * 10**9  # eight hours back
         t0 = time.monotonic()
         with pytest.raises(NotReadyError, match="IDMINT_MAX_CLOCK_WAIT") as caught:
             for _ in range(200):  # the current millisecond's slots run out within a few requests
-                await issuer.issue(64, {})
+                await issuer.issue(64, {}, charge=no_charge)
         assert time.monotonic() - t0 < 2.0  # no 28,800 s wait
         assert caught.value.retry_after >= 1
         assert held in issuer.holder.ahead
@@ -233,7 +234,7 @@ async def test_a_clock_stepped_back_while_running_refuses_the_identity_and_claim
                 break
             await anyio.sleep(0.05)
         assert issuer.holder.claims and issuer.holder.claims[0].identity != held
-        after = set((await issuer.issue(5000, {})).values())
+        after = set((await issuer.issue(5000, {}, charge=no_charge)).values())
         assert not before & after
         refused = node.metrics.registry.get_sample_value("idmint_identity_refused_total", {"scheme": "eight-byte"})
         assert refused == 1
@@ -243,11 +244,11 @@ async def test_a_static_identity_under_a_clock_stepped_back_stays_not_ready(tmp_
     clock = FakeClock.running_from_now()
     async with started(new_node(tmp_path, clock, max_clock_wait=1.0, eight_byte_generator_id=9)) as node:
         issuer = node.issuers["eight-byte"]
-        await issuer.issue(100, {})
+        await issuer.issue(100, {}, charge=no_charge)
         clock.ns -= 3600 * 10**9
         with pytest.raises(NotReadyError):
             for _ in range(200):
-                await issuer.issue(64, {})
+                await issuer.issue(64, {}, charge=no_charge)
         await anyio.sleep(1.0)
         ready, detail = node.readiness()
         assert not ready and "static generator_id 9" in detail["eight-byte"]["reason"]
@@ -275,7 +276,7 @@ async def test_the_background_task_survives_an_unexpected_exception(tmp_path: Pa
             await anyio.sleep(0.05)
         assert not task.done()
         assert failures["left"] == 0 and holder.fault is None
-        await issuer.issue(10, {})
+        await issuer.issue(10, {}, charge=no_charge)
 
 
 @pytest.mark.integration
@@ -314,10 +315,11 @@ async def test_a_clock_stepped_back_under_wiji_starts_a_fresh_generator_at_once(
     async with started(new_node(tmp_path, clock, max_clock_wait=1.0)) as node:
         issuer = node.issuers["wiji"]
         old_part = issuer.generator.random_part  # type: ignore[union-attr]
-        before = set((await issuer.issue(1000, {})).values())
+        before = set((await issuer.issue(1000, {}, charge=no_charge)).values())
         clock.ns -= 8 * 3600 * 10**9
         t0 = time.monotonic()
-        after = set((await issuer.issue(200_000, {})).values())  # more than one microsecond's 65,536 sequences
+        # more than one microsecond's 65,536 sequences
+        after = set((await issuer.issue(200_000, {}, charge=no_charge)).values())
         assert time.monotonic() - t0 < 2.0
         assert len(after) == 200_000 and not before & after
         assert issuer.generator.random_part != old_part  # type: ignore[union-attr]

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from app.errors import NotReadyError
-from app.identity import SETTINGS_RECORD
+from app.issuing.holder import SETTINGS_RECORD
+from app.issuing.issuer import no_charge
 from app.schemes.snowflake.codec import Layout
 from tests.helpers import FakeClock, new_node, running_app, started
 from tests.support.server import Server
@@ -53,8 +54,8 @@ async def test_two_spellings_of_one_layout_share_claims_and_marks(tmp_path: Path
         assert {c.key for c in a.issuers["snowflake"].holder.claims}.isdisjoint(
             c.key for c in b.issuers["snowflake"].holder.claims
         )
-        ids_a = (await a.issuers["snowflake"].issue(50_000, {})).values()
-        ids_b = (await b.issuers["snowflake"].issue(50_000, {})).values()
+        ids_a = (await a.issuers["snowflake"].issue(50_000, {}, charge=no_charge)).values()
+        ids_b = (await b.issuers["snowflake"].issue(50_000, {}, charge=no_charge)).values()
         assert not set(ids_a) & set(ids_b)
         # A third node finds the two-worker pool full: the spelled layout is the same key space.
         async with started(new_node(tmp_path, snowflake_layout=TWITTER_SPELLED, **pool)) as c:

@@ -28,8 +28,8 @@ from idmint_client import Client, FleetOverlap
 
 from app.errors import ConfigError
 from app.main import create_app
-from app.pool import region_of, region_slice
 from app.schemes import schemes
+from app.schemes.pool import region_of, region_slice
 from app.schemes.snowflake import NAMED_LAYOUTS
 from app.settings import Settings, load_settings
 from app.storage.draw import draw
@@ -408,7 +408,7 @@ def test_two_etcd_fleets_without_regions_do_repeat_ids(tmp_path: Path, etcd_serv
 def test_overlap_rule_is_one_on_the_server_and_in_the_client() -> None:
     from idmint_client._fleet import overlap as client_overlap
 
-    from app.fleet import overlap
+    from app.issuing.fleet import overlap
 
     twitter = {"pool": [0, 511], "group": "twitter", "group_in_id": False}
     cases = [
@@ -445,7 +445,7 @@ def test_overlap_rule_is_one_on_the_server_and_in_the_client() -> None:
     ],
 )
 def test_a_malformed_peer_document_decides_nothing(doc: object) -> None:
-    from app.fleet import valid_document
+    from app.issuing.fleet import valid_document
 
     assert valid_document(doc) is None
 
@@ -464,7 +464,7 @@ def test_a_damaged_fleet_file_is_named_and_the_server_still_starts(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_a_peer_that_drips_its_answer_is_given_up_within_the_timeout(tmp_path: Path) -> None:
-    from app.fleet import PEER_TIMEOUT_S, FleetGuard
+    from app.issuing.fleet import PEER_TIMEOUT_S, FleetGuard
 
     handlers: list[asyncio.Task[None] | None] = []
 
@@ -575,7 +575,7 @@ async def test_a_peer_that_never_answers_keeps_the_guarded_schemes_not_ready_nam
     """A peer URL mistyped (a closed port, a wrong path, another service) used to turn the guard off after the first
     round: the issue's two fleets with each other's URL mistyped issued the same snowflakes. Now it keeps them
     not ready, naming the peer and what was wrong, and idmint_peer_fleet_up{peer} says 0."""
-    from app.fleet import FleetGuard
+    from app.issuing.fleet import FleetGuard
     from app.metrics import Metrics
 
     server = None

@@ -1,4 +1,4 @@
-"""The identity holder (app/identity.py) on a real etcd: a loss is pushed to it, and every deadline it compares is
+"""The identity holder (app/issuing/holder.py) on a real etcd: a loss is pushed to it, and every deadline it compares is
 on the backend's injected monotonic clock."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import pytest
 
 from app import __version__
 from app.errors import NotReadyError
+from app.issuing.issuer import no_charge
+from app.issuing.node import Node
 from app.metrics import Metrics
-from app.node import Node
 from app.schemes import schemes
 from app.storage.etcd import CAPABILITIES as ETCD
 from app.storage.etcd.backend import EtcdBackend
@@ -70,7 +71,7 @@ async def test_a_lost_claim_stops_the_scheme_before_any_request_or_mark_tick(
     # TTL 30 s: the lease deadline is 25 s away and the holder's mark tick 10 s; only a pushed event is this fast.
     async with etcd_node(tmp_path, etcd_server, etcd_namespace, etcd_lease_ttl=30, etcd_safety_margin=5) as node:
         holder = node.issuers[SCHEME].holder
-        await node.issuers[SCHEME].issue(1, {})
+        await node.issuers[SCHEME].issue(1, {}, charge=no_charge)
         claim = held_claim(node)
         assert node.backend.mark_interval == 10
         start = time.monotonic()
@@ -85,7 +86,7 @@ async def test_a_lost_claim_stops_the_scheme_before_any_request_or_mark_tick(
         assert claim.lost and claim.lost_reason is not None
         if how == "key overwritten":
             with pytest.raises(NotReadyError) as info:  # the holder's reason: lost, or the re-claim refused
-                await node.issuers[SCHEME].issue(1, {})
+                await node.issuers[SCHEME].issue(1, {}, charge=no_charge)
             assert info.value.retry_after >= 1  # the HTTP layer answers it as 503 + Retry-After
             assert not node.readiness()[0]
         else:  # a new lease is granted and the free identity claimed again, on it
@@ -115,7 +116,7 @@ async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_mo
     async with etcd_node(tmp_path, etcd_server, etcd_namespace, mono, etcd_lease_ttl=3, etcd_safety_margin=1) as node:
         issuer = node.issuers[SCHEME]
         # Claim.
-        await issuer.issue(1, {})
+        await issuer.issue(1, {}, charge=no_charge)
         claim = held_claim(node)
         assert claim.clock == mono.seconds and node.backend.clock == mono.seconds
         # Renew: keepalives move the deadline on the injected clock.
@@ -126,7 +127,7 @@ async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_mo
         # Deadline passed on the injected clock only (real time did not move): fail closed at once.
         mono.ns += 10 * FakeClock.NS_IN_S
         with pytest.raises(NotReadyError, match="lease deadline passed"):
-            await issuer.issue(1, {})
+            await issuer.issue(1, {}, charge=no_charge)
         await eventually(lambda: node.readiness()[0], 10.0, "renewed and re-claimed after the deadline passed")
 
         # Loss: the lease revoked behind the node's back; pushed, then re-claimed on a new lease.
@@ -135,7 +136,7 @@ async def test_node_on_an_injected_clock_claims_renews_and_loses_without_time_mo
         await eventually(lambda: lost not in issuer.holder.claims, 3.0, "revoked lease dropped the claim")
         await eventually(lambda: node.readiness()[0], 10.0, "re-claimed on a new lease")
         assert held_claim(node).lease_id != lost.lease_id
-        await issuer.issue(1, {})
+        await issuer.issue(1, {}, charge=no_charge)
 
 
 async def test_the_marks_of_several_claims_are_recorded_at_once_and_all_must_succeed(tmp_path: Path) -> None:

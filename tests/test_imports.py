@@ -5,6 +5,9 @@ function, under ``if TYPE_CHECKING``): a lazy import hides a circle from the int
 edge goes to the module named (``from app.storage.etcd import keys`` -> ``app.storage.etcd.keys``), not to the parent
 packages Python also initialises. The cycles are the strongly connected components of that graph; there must be none
 (a big scheme is a package whose modules import one way: codec, then generator, then scheme).
+
+Layers: every module of ``app`` sits below the issuing core (``app/issuing/``), in it, or above it, and imports
+never run from a lower layer to a higher one (:func:`test_the_issuing_core_sits_between_storage_and_the_api`).
 """
 
 from __future__ import annotations
@@ -96,6 +99,49 @@ def test_cycle_finder_sees_a_circle() -> None:
 def test_settings_sit_below_the_api() -> None:
     modules = _modules()
     assert not {m for m in _imports(modules["app.settings"], modules) if m.startswith("app.api")}
+
+
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+ISSUING = ("app.issuing",)
+BELOW_ISSUING = (
+    "app.errors",
+    "app.logs",
+    "app.settings",
+    "app.bounds",
+    "app.decoding",
+    "app.metrics",
+    "app.schemes",
+    "app.storage",
+    "app.ledger",
+    "app.sequences",
+)
+ABOVE_ISSUING = ("app.api", "app.public", "app.main", "app.serving", "app.cli")
+
+
+def test_the_issuing_core_sits_between_storage_and_the_api() -> None:
+    """``app/issuing/`` (the identity holder and its keeper, the issuers, the node, the fleet guard) imports the layers
+    below it (the schemes and their identity pool, storage, the claim ledger, metrics, settings) and nothing above it
+    (the API, public IDs, the app factory, the connection layer, the CLI); nothing below it imports it. The claim
+    ledger is one of those below: the node is given it at construction and the holders tell it of their claims, so it
+    knows nothing of the node."""
+    modules = _modules()
+    wrong = sorted(
+        f"{name} -> {imported}"
+        for name, path in modules.items()
+        for imported in _imports(path, modules)
+        if (_within(name, ISSUING) and _within(imported, ABOVE_ISSUING))
+        or (_within(name, BELOW_ISSUING) and _within(imported, ISSUING))
+    )
+    assert not wrong, wrong
+
+
+def test_every_module_of_app_is_on_a_layer() -> None:
+    """A new top-level module of ``app`` is placed on purpose: below the issuing core, in it, or above it."""
+    placed = (*BELOW_ISSUING, *ISSUING, *ABOVE_ISSUING)
+    assert sorted(name for name in _modules() if name != "app" and not _within(name, placed)) == []
 
 
 BACKEND_PACKAGES = ("app.storage.embedded", "app.storage.etcd", "app.storage.postgres", "psycopg", "psycopg_pool")

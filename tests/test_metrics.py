@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from app import __version__
+from app.issuing.issuer import no_charge
 from app.main import create_app
 from app.metrics import (
     LEASE_RENEWAL_OUTCOMES,
@@ -467,7 +468,7 @@ async def test_generator_stats_count_once_per_generator_and_from_zero_for_a_new_
         uuids = node.issuers["uuidv7"].generator
         assert uuids is not None
         uuids.stats.clock_rollbacks += 1  # as the generator counts a rollback
-        await node.issuers["typeid"].issue(1, {})
-        await node.issuers["uuidv7"].issue(1, {})
+        await node.issuers["typeid"].issue(1, {}, charge=no_charge)
+        await node.issuers["uuidv7"].issue(1, {}, charge=no_charge)
         assert sample(m, "idmint_clock_rollback_total", scheme="uuidv7") == 1
         assert sample(m, "idmint_clock_rollback_total", scheme="typeid") == 0

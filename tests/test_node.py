@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from app.errors import NotReadyError
-from app.node import Node
+from app.issuing.issuer import no_charge
+from app.issuing.node import Node
 from app.schemes import get_scheme
 from tests.helpers import CLAIMING, TIMESTAMP_FIELD, FakeClock, new_node, started
 
@@ -35,7 +36,7 @@ def crash(node: Node) -> None:
 
 
 async def issue_values(node: Node, scheme: str, n: int) -> list[int]:
-    return (await node.issuer(scheme).issue(n, {})).values()
+    return (await node.issuer(scheme).issue(n, {}, charge=no_charge)).values()
 
 
 def timestamps(scheme: str, values: list[int]) -> list[int]:
@@ -134,7 +135,7 @@ async def test_a_request_waiting_on_the_clock_through_a_new_claim_is_refused_not
     async with started(node_at(tmp_path)) as node:
         issuer = node.issuers["eight-byte"]
         holder = issuer.holder
-        task = asyncio.create_task(issuer.issue(60_000, {}))  # about 0.9 s of the cap
+        task = asyncio.create_task(issuer.issue(60_000, {}, charge=no_charge))  # about 0.9 s of the cap
         await asyncio.sleep(0.1)
         assert not task.done()
         held = [c.identity for c in holder.claims]

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from app import __version__
+from app.issuing.issuer import no_charge
+from app.issuing.node import Node
 from app.metrics import Metrics
-from app.node import Node
 from app.schemes import schemes
 from app.schemes.base import Batch, Generator
 from app.schemes.hlc_ulid import HlcUlidScheme
@@ -67,7 +68,7 @@ async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
     registry = {**schemes(), "prefixed": PrefixedHlcUlid()}
-    monkeypatch.setattr("app.node.schemes", lambda: registry)
+    monkeypatch.setattr("app.issuing.node.schemes", lambda: registry)
 
     settings = make_settings(tmp_path)
     node = Node(settings, open_embedded(settings, time.time_ns), Metrics(list(registry), __version__))
@@ -75,9 +76,9 @@ async def test_a_sharing_scheme_uses_the_base_issuer_and_its_own_batch(
         base, shared = node.issuers["hlc-ulid"], node.issuers["prefixed"]
         assert shared.holder.claims is base.holder.claims and len(base.holder.claims) == 1
         assert shared.describe()["identities"] == base.describe()["identities"]
-        issued = await shared.issue(count, {"prefix": "doc"})
+        issued = await shared.issue(count, {"prefix": "doc"}, charge=no_charge)
         lines = issued.encode("ulid").decode().splitlines()
         assert len(lines) == count and all(line.startswith("doc_") for line in lines)
         assert len(set(lines)) == count
-        plain = (await base.issue(1, {})).encode("ulid").decode().strip()
+        plain = (await base.issue(1, {}, charge=no_charge)).encode("ulid").decode().strip()
         assert plain > lines[-1].removeprefix("doc_")  # one generator: monotonic across both schemes

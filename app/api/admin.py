@@ -5,7 +5,7 @@
 * ``POST /v1/admin/drain``: this node stops taking requests for IDs (the front,
   :class:`~app.api.front.Front`, answers 503 + Retry-After to every route that declares it hands out IDs, hot
   routes included), lets the requests in flight finish (at most
-  ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.node.Node.drain>`); it keeps
+  ``IDMINT_DRAIN_TIMEOUT`` s), then gives every claim back (:meth:`Node.drain <app.issuing.node.Node.drain>`); it keeps
   answering health checks, ``/readyz`` (503, ``"status": "draining"``) and decode. A ``preStop`` hook calls it.
 * ``POST /v1/admin/claims/{scheme}/{identity}/revoke``: frees a stuck claim (:meth:`LeaseBackend.revoke
   <app.storage.lease.LeaseBackend.revoke>`).
@@ -25,7 +25,7 @@ from fastapi import APIRouter, Request
 from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
 from app.errors import FleetConflictError, InvalidOptionError, UnknownSchemeError
-from app.node import Node
+from app.issuing.node import Node
 from app.storage.ledger import ClaimRecord
 
 router = APIRouter(tags=["admin"])

@@ -65,6 +65,7 @@ from starlette.types import Message, Scope, Send
 from app.api.access import Access
 from app.api.streams import IDS_IN_MESSAGE
 from app.errors import ConfigError, InvalidOptionError, TooManyRequestsError
+from app.issuing.issuer import Charge, no_charge
 from app.settings import SCOPES
 
 log = logging.getLogger("idmint.auth")
@@ -82,7 +83,8 @@ SHA256_HEX_RE = re.compile(r"[0-9a-f]{64}")
 REMEMBERED_PER_KEY = 4
 """``Authorization`` values remembered per key of the file (a client may spell ``Bearer`` its own way)."""
 CHARGE_KEY = "idmint.charge_ids"
-"""ASGI scope key: set for a keyed issue or sequence ``next`` request; the route calls it with the parsed count."""
+"""ASGI scope key: the key's charge of a keyed request to a route that hands out IDs in one answer (not a stream:
+its IDs are charged as sent, :meth:`ApiKeys.paced`); read by :func:`ids_charge`."""
 UNSETTLED_KEY = "idmint.unsettled_key"
 """ASGI scope key: the key of a request whose count in ``idmint_api_key_requests_total`` waits on its IDs' charge
 (allowed, or over_quota when the charge refuses it); :func:`settle` counts it allowed when no charge came."""
@@ -96,18 +98,25 @@ def key_name(scope: Scope) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def charge_ids(scope: Scope, count: int, within_quota: bool = False) -> None:
-    """Charge ``count`` IDs to the request's API key, once the route has parsed and range-checked the count (issue
-    routes, GET and POST, and sequence ``next`` and ``range``). Raises TooManyRequestsError (429) over the key's
-    IDs/s quota; does nothing for a public request or without API keys. ``within_quota`` (sequence ``range``, up to
-    2**40 a call): a count over one second of the key's quota is refused with InvalidOptionError (422) rather than
-    granted as a debt."""
+def ids_charge(scope: Scope, within_quota: bool = False) -> Charge:
+    """The :data:`~app.issuing.issuer.Charge` of the IDs a request hands out, to give the issuing core, which
+    calls it with the count before it takes any (:meth:`Issuer.issue <app.issuing.issuer.Issuer.issue>`, the
+    sequences' ``next``, ``range`` and ``reserve``): it charges the request's API key and raises
+    TooManyRequestsError (429) over the key's IDs/s quota. :func:`~app.issuing.issuer.no_charge` for a public
+    request, a stream (charged as sent) or without API keys. ``within_quota`` (sequence ``range``, up to 2**40 a
+    call): a count over one second of the key's quota is refused with InvalidOptionError (422) rather than granted
+    as a debt."""
     charge = scope.get(CHARGE_KEY)
-    if charge is not None:
+    if charge is None:
+        return no_charge
+
+    def charge_ids(count: int) -> None:
         key = scope.pop(UNSETTLED_KEY, None)
         charge(count, within_quota)  # a refusal is counted there, as over_quota
         if key is not None:
             key.allowed()
+
+    return charge_ids
 
 
 def settle(scope: Scope) -> None:
@@ -433,7 +442,7 @@ class ApiKeys:
         """Apply the request quota and the stream cap up front (the clock is read only for a key with a quota).
         Raises Refusal (429).
 
-        IDs are charged only once the route has parsed a valid count (:func:`charge_ids`): a request the route
+        IDs are charged only once the route has parsed a valid count (:func:`ids_charge`): a request the route
         refuses (``count=²``, a count over the maximum) costs no IDs, so one bad call cannot put the key in debt.
         A stream needs an IDs bucket that is not in debt up front and is paced as it is sent."""
         name = key.entry.name
@@ -500,7 +509,7 @@ class ApiKeys:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
         stream quotas: the key to charge, or None for a public request. Counted in
         ``idmint_api_key_requests_total`` once: here, or for a request whose IDs are charged, by that charge
-        (:func:`charge_ids`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
+        (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
         try:
             key = self.authorise(access.scope, scope["headers"])

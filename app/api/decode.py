@@ -19,8 +19,8 @@ from app.api.deps import NodeDep
 from app.api.params import TextRequest, parse_text_body, query_params
 from app.decoding import decode_any, decode_one, decode_text, decode_text_json, read_with
 from app.errors import InvalidOptionError
+from app.issuing.node import Node
 from app.ledger.view import LedgerView
-from app.node import Node
 
 router = APIRouter(tags=["decode"])
 

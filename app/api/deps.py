@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.node import Node
+from app.issuing.node import Node
 from app.settings import Settings
 
 

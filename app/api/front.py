@@ -20,8 +20,9 @@ Every HTTP request passes here once, in this order:
    drops what the client still sends for a while before closing (:mod:`app.serving`), so a client that writes its
    whole body before reading still reads the answer.
 4. **API keys** (when a key file is set): the route's scope and the key's quotas (:class:`~app.api.auth.ApiKeys`),
-   401/403/429 otherwise; a route that hands out IDs charges its parsed count to the key
-   (:func:`~app.api.auth.charge_ids`); a stream is held against the key's stream cap and paced as it is sent.
+   401/403/429 otherwise; a route that hands out IDs gives the issuing core its request's charge
+   (:func:`~app.api.auth.ids_charge`), which the core calls with the parsed count before it takes any; a stream
+   is held against the key's stream cap and paced as it is sent.
 5. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
    flight otherwise (:class:`~app.api.admin.Drain`).
 6. **HEAD** of a route that has a GET is that GET's answer without its body: the GET is run, and its body dropped;

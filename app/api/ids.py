@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Scope
 
 from app.api.access import declare
-from app.api.auth import charge_ids
+from app.api.auth import ids_charge
 from app.api.deps import NodeDep, SettingsDep
 from app.api.front import Answer, HotHandler
 from app.api.issuing import answer_body, prepare, public_wrap
@@ -33,7 +33,7 @@ from app.api.params import (
     read_body,
 )
 from app.api.streams import open_stream
-from app.node import Node
+from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes import schemes
 from app.settings import Settings
@@ -75,8 +75,7 @@ async def issue(scheme: str, params: ParamsDep, http: Request, node: NodeDep, se
     """Issue ``count`` fresh IDs of ``scheme``."""
     issuer, request = prepare(node, scheme, params, settings.max_count)
     wrap = public_wrap(http.app.state.public, request.format)
-    charge_ids(http.scope, request.count)
-    issued = await issuer.issue(request.count, request.options)
+    issued = await issuer.issue(request.count, request.options, charge=ids_charge(http.scope))
     if wrap is not None:
         issued = wrap(issued)
     return Response(await answer_body(scheme, request.format, issued), media_type="application/json")
@@ -91,8 +90,7 @@ def hot_issue(node: Node, settings: Settings, public: Public | None = None) -> H
         issuer = node.issuer(scheme)
         request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
         wrap = public_wrap(public, request.format) if request.format == PUBLIC_FORMAT else None
-        charge_ids(scope, request.count)
-        issued = await issuer.issue(request.count, request.options)
+        issued = await issuer.issue(request.count, request.options, charge=ids_charge(scope))
         if wrap is not None:
             issued = wrap(issued)
         return 200, await answer_body(issuer.name, request.format, issued), []
@@ -119,6 +117,7 @@ async def stream(
         request.options,
         http.app.state.streams,
         settings.max_stream_seconds,
+        charge=ids_charge(http.scope),
         wrap=public_wrap(http.app.state.public, request.format),
     )
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from app.api.params import PUBLIC_FORMAT, IssueRequest, parse_issue
 from app.errors import InvalidOptionError
-from app.node import Issued, Issuer, Node
+from app.issuing.issuer import Issued, Issuer
+from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes._text import json_strings
 

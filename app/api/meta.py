@@ -14,12 +14,12 @@ from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
 from app.decoding import rfc3339
 from app.errors import InvalidOptionError
-from app.fleet import FLEET_HEADER
+from app.issuing.fleet import FLEET_HEADER
 from app.schemes._patterns import max_lengths, rising_per_identity, token_patterns
 from app.schemes.base import Scheme, SchemeOption
 
 if TYPE_CHECKING:
-    from app.node import Node
+    from app.issuing.node import Node
 
 router = APIRouter(tags=["node"])
 
@@ -124,7 +124,7 @@ def scheme_entry(scheme: Scheme, settings: Any) -> dict[str, Any]:
 async def scheme_catalogue(node: Node, settings: Any) -> list[dict[str, Any]]:
     """Every scheme of the node (as configured), with this node's state for it ("node") and, for a leased
     identity, how many identities of the region's slice the fleet holds now ("held"; null when the backend cannot
-    tell within :data:`~app.node.HELD_COUNT_TIMEOUT_S`)."""
+    tell within :data:`~app.issuing.node.HELD_COUNT_TIMEOUT_S`)."""
     out = []
     held = await node.held_counts()
     for name, scheme in node.schemes.items():

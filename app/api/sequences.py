@@ -26,7 +26,7 @@ from starlette.responses import Response
 from starlette.types import Scope
 
 from app.api.access import declare
-from app.api.auth import charge_ids, key_name
+from app.api.auth import ids_charge, key_name
 from app.api.front import Answer, HotHandler
 from app.api.issuing import off_loop
 from app.api.params import (
@@ -313,8 +313,7 @@ async def next_ids(
     count_text, as_strings = await read_query(request)
     n = parse_count(count_text, sequences.max_count)
     public = _public(request.app.state.public, as_strings)
-    charge_ids(request.scope, n)
-    issued = await sequences.next(name, n)
+    issued = await sequences.next(name, n, charge=ids_charge(request.scope))
     if public is not None:
         return Response(await public_body(name, issued.runs, *public), media_type="application/json")
     return Response(await issued_body(name, issued, as_strings is True), media_type="application/json")
@@ -350,8 +349,7 @@ async def reserve_range(
     count_text, as_strings = await read_query(request)
     _no_public_range(as_strings)
     n = parse_count(count_text, MAX_RANGE_COUNT)
-    charge_ids(request.scope, n, within_quota=True)
-    reserved = await sequences.reserve_range(name, n)
+    reserved = await sequences.reserve_range(name, n, charge=ids_charge(request.scope, within_quota=True))
     return Response(range_body(name, reserved, as_strings is True), media_type="application/json")
 
 
@@ -393,8 +391,8 @@ async def reserve(name: str, request: Request, sequences: SequencesDep) -> dict[
     voided by the fleet."""
     raw = await read_body(request)
     body = parse_body(raw, ReserveIn, '{"ttl_s": T}') if raw.strip() else ReserveIn(ttl_s=TTL_DEFAULT_S, period=None)
-    charge_ids(request.scope, 1)
-    return await sequences.reserve(name, body.ttl_s, _who(request, sequences), body.period)
+    charge = ids_charge(request.scope)
+    return await sequences.reserve(name, body.ttl_s, _who(request, sequences), body.period, charge=charge)
 
 
 @router.post(
@@ -549,12 +547,13 @@ def hot_next(service: SequenceService, public: Public | None = None) -> HotHandl
         count_text, as_strings = _query(scope["query_string"])
         count = parse_count(count_text, service.max_count)
         keyed = _public(public, as_strings)
-        charge_ids(scope, count)
+        charge = ids_charge(scope)
         if keyed is not None:
-            return 200, await public_body(name, (await service.next(name, count)).runs, *keyed), []
-        runs = service.next_now(name, count)
+            return 200, await public_body(name, (await service.next(name, count, charge=charge)).runs, *keyed), []
+        runs = service.next_now(name, count, charge=charge)
         if runs is None:
-            return 200, await issued_body(name, await service.next(name, count), as_strings is True), []
+            issued = await service.next(name, count, charge=charge)
+            return 200, await issued_body(name, issued, as_strings is True), []
         return 200, await next_body(name, runs, count, as_strings is True), []
 
     return answer
@@ -567,8 +566,7 @@ def hot_range(service: SequenceService) -> HotHandler:
         count_text, as_strings = _query(scope["query_string"])
         _no_public_range(as_strings)
         count = parse_count(count_text, MAX_RANGE_COUNT)
-        charge_ids(scope, count, within_quota=True)
-        reserved = await service.reserve_range(name, count)
+        reserved = await service.reserve_range(name, count, charge=ids_charge(scope, within_quota=True))
         return 200, range_body(name, reserved, as_strings is True), []
 
     return answer

@@ -3,8 +3,8 @@
 * **Checked before the first byte.** Besides the parameters (parsed like every issue request), the first chunk is
   generated before the response starts, so whatever the generator refuses (an ``after`` too far ahead, a node that
   stopped being ready) is a 422 or 503, never a truncated 200. A stream whose expected duration at its scheme's cap
-  (``count`` / :meth:`~app.node.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is refused with
-  the figures.
+  (``count`` / :meth:`~app.issuing.issuer.Issuer.capacity_per_second`) exceeds ``IDMINT_MAX_STREAM_SECONDS`` is
+  refused with the figures.
 * **Bounded in number.** At most ``IDMINT_MAX_CONCURRENT_STREAMS`` run at once per node (:class:`StreamSlots`);
   beyond, 429 with a Retry-After of the soonest expected end of a running stream. A stream whose client accepts
   no bytes for ``IDMINT_STREAM_SEND_TIMEOUT`` has its connection closed (:mod:`app.serving`), so it ends and
@@ -14,8 +14,9 @@
   once after a disconnect) and would generate its whole count for nobody while starving every other request. An
   aborted stream stops within one chunk.
 * **Behind single requests.** Chunks are issued with ``stream=True``, which yields a capacity-capped generator to
-  single and batch requests waiting for the same tick (:class:`app.node.PriorityGate`), and takes what accrued once
-  per slice of the generator's lookback (:data:`app.node.STREAM_SLICE_S`) rather than once per tick.
+  single and batch requests waiting for the same tick (:class:`app.issuing.issuer.PriorityGate`), and takes what
+  accrued once per slice of the generator's lookback (:data:`app.issuing.issuer.STREAM_SLICE_S`) rather than once per
+  tick.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.errors import IdmintError, InvalidOptionError, TooManyRequestsError
-from app.node import Issued, Issuer
+from app.issuing.issuer import Charge, Issued, Issuer
 
 log = logging.getLogger("idmint.api")
 
@@ -134,17 +135,17 @@ def check_duration(issuer: Issuer, count: int, max_seconds: float) -> None:
 
 
 async def lines(
-    issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued | None = None
+    issuer: Issuer, count: int, fmt: str, options: dict[str, Any], first: Issued | None = None, *, charge: Charge
 ) -> AsyncIterator[bytes]:
     """``count`` IDs as newline-terminated text in form ``fmt`` (the first ``first.count`` already issued), in
-    chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), so memory does not grow
-    with ``count``. Raises what :meth:`Issuer.issue` raises."""
-    async for issued in _chunks(issuer, count, options, first):
+    chunks of at most STREAM_CHUNK IDs (and CHUNK_SECONDS_AT_CAP of a capped scheme), each charged to ``charge``,
+    so memory does not grow with ``count``. Raises what :meth:`Issuer.issue` raises."""
+    async for issued in _chunks(issuer, count, options, first, charge=charge):
         yield issued.encode(fmt)
 
 
 async def _chunks(
-    issuer: Issuer, count: int, options: dict[str, Any], first: Issued | None = None
+    issuer: Issuer, count: int, options: dict[str, Any], first: Issued | None = None, *, charge: Charge
 ) -> AsyncIterator[Issued]:
     """The issued chunks behind :func:`lines` (their ``count`` is known, so nobody has to count newlines)."""
     remaining = count
@@ -154,7 +155,7 @@ async def _chunks(
     cap = issuer.capacity_per_second()
     chunk = STREAM_CHUNK if not cap else max(1, min(STREAM_CHUNK, int(cap * CHUNK_SECONDS_AT_CAP)))
     while remaining:
-        issued = await issuer.issue(min(remaining, chunk), options, stream=True)
+        issued = await issuer.issue(min(remaining, chunk), options, charge=charge, stream=True)
         remaining -= issued.count
         yield issued
 
@@ -202,21 +203,24 @@ async def open_stream(
     options: dict[str, Any],
     slots: StreamSlots,
     max_seconds: float,
+    charge: Charge,
     wrap: Callable[[Issued], Issued] | None = None,
 ) -> IdStream:
-    """Validate a stream completely, take a slot, issue its first chunk, and return the response. ``wrap`` (public
-    IDs) rewrites each chunk before it is encoded.
+    """Validate a stream completely, take a slot, issue its first chunk, and return the response. Every chunk is
+    issued with ``charge`` (a keyed stream's is :func:`~app.issuing.issuer.no_charge`: its IDs are charged as they
+    are sent, :meth:`ApiKeys.paced <app.api.auth.ApiKeys.paced>`). ``wrap`` (public IDs) rewrites each chunk before
+    it is encoded.
 
     Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
     """
     check_duration(issuer, count, max_seconds)
     slot = slots.take(count)
     try:
-        first = await issuer.issue(min(count, FIRST_CHUNK), options, stream=True)
+        first = await issuer.issue(min(count, FIRST_CHUNK), options, charge=charge, stream=True)
     except BaseException:
         slots.give_back(slot)
         raise
-    return IdStream(_body(request, issuer, count, fmt, options, first, wrap), slots, slot, count)
+    return IdStream(_body(request, issuer, count, fmt, options, first, charge, wrap), slots, slot, count)
 
 
 async def _body(
@@ -226,11 +230,12 @@ async def _body(
     fmt: str,
     options: dict[str, Any],
     first: Issued,
+    charge: Charge,
     wrap: Callable[[Issued], Issued] | None = None,
 ) -> AsyncIterator[tuple[bytes, int]]:
     sent = 0
     try:
-        async for chunk in _chunks(issuer, count, options, first):
+        async for chunk in _chunks(issuer, count, options, first, charge=charge):
             issued = chunk if wrap is None else wrap(chunk)
             # Every batch of the chunk is encoded before its first piece goes out (an encoder that raised would
             # otherwise leave an API key charged for IDs never sent), and the texts are not joined: issued.encode()

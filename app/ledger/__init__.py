@@ -22,7 +22,7 @@ from typing import Any
 
 from app.errors import NotReadyError
 from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_BEFORE, REASON_FUTURE, REASON_NO_CLAIM, LedgerIndex, Verdict
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.lease import Claim, Owner
 from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, LedgerStore
 
@@ -48,8 +48,8 @@ FLUSH_TIMEOUT_S = 2.0
 class Ledger:
     """The claim ledger of one process on ``store``. ``clock``: the generator clock (ns since the epoch), the one
     IDs are stamped with; ``monotonic``: the lease backend's clock (seconds), on which claim expiries are given;
-    ``fleet_id``: reads this fleet's ID (None until known); ``failures``: called once per failed write (the
-    metric)."""
+    ``failures``: called once per failed write (the metric). It knows nothing of the node: the identity holders
+    tell it of their claims (:class:`~app.storage.lease.ClaimObserver`)."""
 
     def __init__(
         self,
@@ -58,14 +58,12 @@ class Ledger:
         retention_days: float,
         clock: Callable[[], int] = time.time_ns,
         monotonic: Callable[[], float] = time.monotonic,
-        fleet_id: Callable[[], str | None] = lambda: None,
         failures: Callable[[], None] = lambda: None,
     ) -> None:
         self.store = store
         self.retention_ns = int(retention_days * NS_IN_DAY)
         self.clock = clock
         self.monotonic = monotonic
-        self.fleet_id = fleet_id
         self.failures = failures
         self.index = LedgerIndex()
         self.since_ns: int | None = None
@@ -86,8 +84,11 @@ class Ledger:
         self._task: asyncio.Task[None] | None = None
 
     # -- hooks (called by the identity holders; never wait, never raise) --------------------------------------
-    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int = -1) -> None:
-        """``claim`` of ``pool`` was made for ``owner``, its IDs dated from ``floor_ns`` on: queue its open record."""
+    def claimed(
+        self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int = -1, fleet_id: str | None = None
+    ) -> None:
+        """``claim`` of ``pool`` was made for ``owner`` in fleet ``fleet_id`` (None: not known yet), its IDs dated
+        from ``floor_ns`` on: queue its open record."""
         now = self.clock()
         record = ClaimRecord(
             record=ClaimRecord.new_id(now, owner.pid),
@@ -96,7 +97,7 @@ class Ledger:
             group=pool.group,
             identity=claim.identity,
             region=pool.region if pool.sliced else None,
-            fleet_id=self.fleet_id(),
+            fleet_id=fleet_id,
             owner=owner.as_dict(),
             lease=claim.lease_name,
             claimed_at_ns=now,

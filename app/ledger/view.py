@@ -21,8 +21,8 @@ from typing import Any
 
 from app.ledger import Ledger
 from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_NO_LEDGER
-from app.pool import IdentityPool
 from app.schemes.base import Scheme
+from app.schemes.pool import IdentityPool
 from app.storage.ledger import NS_IN_S
 
 GROUP_FIELDS: dict[str, Callable[[int], str]] = {

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.node import Issued
+from app.issuing.issuer import Issued
 from app.public.keys import KEY_ID_MAX, KeyRing, PublicKey, PublicKeys
 from app.schemes._crockford import ALPHABET
 from app.schemes._uuid_text import read_uuid_text, uuid_text

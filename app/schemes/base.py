@@ -14,8 +14,8 @@ Everything the service knows about a scheme comes from its ``SCHEME`` (nothing o
 scheme): besides the codec members, a scheme declares ``title``, ``example``, ``captions`` (one per decode field),
 ``token_pattern``, ``options`` (:class:`SchemeOption`: the issue routes parse them with one model per scheme),
 ``settings_model`` (fields joined into :class:`app.settings.Settings`), ``uniqueness`` and ``uniqueness_note``,
-:meth:`Scheme.identity_pool` (an :class:`~app.pool.IdentityPool`: the region's slice of the identity space and its
-etcd keys) and :meth:`Scheme.new_generator` (or ``shares_generator_with`` + :meth:`Scheme.share_generator`), and
+:meth:`Scheme.identity_pool` (an :class:`~app.schemes.pool.IdentityPool`: the region's slice of the identity space and
+its etcd keys) and :meth:`Scheme.new_generator` (or ``shares_generator_with`` + :meth:`Scheme.share_generator`), and
 optionally :meth:`Scheme.describe`, :meth:`Scheme.node_info`, :meth:`Scheme.registration`, :meth:`Scheme.words`,
 :meth:`Scheme.summary`, ``decode_options`` with :meth:`Scheme.with_decode_options`, and :meth:`Scheme.configured`.
 Registering it is one line in :func:`app.schemes._load`; ``tests/test_completeness.py`` then checks it is served
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import pydantic
 
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 
 if TYPE_CHECKING:
     from app.schemes.time_order import TimeOrder
@@ -478,7 +478,7 @@ class Scheme(abc.ABC):
         """The settings beyond regions that move this scheme's IDs' bits while its identities keep their numbers
         (snowflake: the layout), in a canonical form (two spellings of one value are equal). Every replica of a
         fleet must agree on them: the node checks them against the fleet's record before claiming
-        (:meth:`app.identity.IdentityHolder.acquire`). Default: none."""
+        (:meth:`app.issuing.holder.IdentityHolder.acquire`). Default: none."""
         return {}
 
     def new_generator(

@@ -34,7 +34,6 @@ import numpy.typing as npt
 from pydantic import Field
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.pool import IdentityPool
 from app.schemes import _text
 from app.schemes import time_order as order
 from app.schemes._text import NEWLINE
@@ -55,6 +54,7 @@ from app.schemes.base import (
     scalar_lines,
 )
 from app.schemes.packed import PackedInt
+from app.schemes.pool import IdentityPool
 
 # --- layout -------------------------------------------------------------------------------------------------------
 

@@ -159,12 +159,16 @@ class SequenceBuffer:
         return sum(s.left for s in self.segments)
 
     # -- issuing ------------------------------------------------------------------------------------------
-    def take_now(self, count: int) -> Runs | None:
-        """``count`` integers from the held ranges, or None (nothing taken) when fewer are held. Never waits."""
+    def take_now(self, count: int, charge: Callable[[int], None] | None = None) -> Runs | None:
+        """``count`` integers from the held ranges, or None (nothing taken, nothing charged) when fewer are held.
+        ``charge`` (the sequences' :meth:`~app.sequences.SequenceService.next_now`) is called with ``count`` once
+        they are held, before any is taken (it raises to refuse). Never waits."""
         segments = self.segments
         if segments:
             seg = segments[0]
             if seg.left >= count:
+                if charge is not None:
+                    charge(count)
                 first = seg.pos
                 seg.pos = first + count * seg.step
                 seg.left -= count
@@ -177,6 +181,8 @@ class SequenceBuffer:
             if self._load_task is None:
                 self._maybe_reserve(at_least=count - held)
             return None
+        if charge is not None:
+            charge(count)
         runs: Runs = []
         need = count
         while need:

@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from typing import Any
@@ -479,21 +480,23 @@ class SequenceService:
         return out
 
     # -- next ---------------------------------------------------------------------------------------------
-    def next_now(self, name: str, count: int) -> Runs | None:
-        """The fast path: runs of a plain sequence from a buffer already open and holding enough, else None (use
-        :meth:`next`)."""
+    def next_now(self, name: str, count: int, *, charge: Callable[[int], None]) -> Runs | None:
+        """The fast path: runs of a plain sequence from a buffer already open and holding enough, charged first
+        (``charge(count)``, :data:`app.issuing.issuer.Charge`), else None, nothing charged (use :meth:`next`)."""
         buffer = self.buffers.get(name)
-        return buffer.take_now(count) if buffer is not None else None
+        return buffer.take_now(count, charge) if buffer is not None else None
 
-    async def next(self, name: str, count: int) -> Issued:
+    async def next(self, name: str, count: int, *, charge: Callable[[int], None]) -> Issued:
         """``count`` integers of ``name`` (1..max_count) from this node's buffer, in rising order (of the period
-        the clock is in, for a resetting sequence).
+        the clock is in, for a resetting sequence), charged first (``charge(count)``, once the count is valid:
+        :data:`app.issuing.issuer.Charge`).
 
-        Raises InvalidOptionError (count, name), UnknownSequenceError, SequenceOverflowError,
-        SequenceConflictError (a gapless sequence), BackendUnavailableError (buffer empty and storage unreachable),
-        TimeRangeError (a ``{yy}`` template outside 2000..2099).
+        Raises what ``charge`` raises, InvalidOptionError (count, name), UnknownSequenceError,
+        SequenceOverflowError, SequenceConflictError (a gapless sequence), BackendUnavailableError (buffer empty and
+        storage unreachable), TimeRangeError (a ``{yy}`` template outside 2000..2099).
         """
         self.check_count(count, self.max_count)
+        charge(count)
         buffer = self.buffers.get(name)
         if buffer is not None:
             return Issued(await buffer.take(count), count)
@@ -540,14 +543,16 @@ class SequenceService:
         return buffer
 
     # -- range --------------------------------------------------------------------------------------------
-    async def reserve_range(self, name: str, count: int) -> Reserved:
-        """A fresh run of ``count`` (1..2**40) integers reserved in storage (in the clock's period).
+    async def reserve_range(self, name: str, count: int, *, charge: Callable[[int], None]) -> Reserved:
+        """A fresh run of ``count`` (1..2**40) integers reserved in storage (in the clock's period), charged first
+        (``charge(count)``, once the count is valid: :data:`app.issuing.issuer.Charge`).
 
-        Raises InvalidOptionError, UnknownSequenceError, SequenceOverflowError, SequenceConflictError (gapless),
-        BackendUnavailableError.
+        Raises what ``charge`` raises, InvalidOptionError, UnknownSequenceError, SequenceOverflowError,
+        SequenceConflictError (gapless), BackendUnavailableError.
         """
-        check_name(name)
         self.check_count(count, MAX_RANGE_COUNT)
+        charge(count)
+        check_name(name)
         entry = await self._entry(name)
         spec = entry.spec
         period = spec.periods.period_at(self.clock()).key if spec.reset != "never" else None
@@ -665,12 +670,16 @@ class SequenceService:
         return [await self.parse(name, text) for name in await asyncio.to_thread(readers)]
 
     # -- gapless ------------------------------------------------------------------------------------------
-    async def reserve(self, name: str, ttl_s: int, who: Who, period: str | None = None) -> dict[str, Any]:
+    async def reserve(
+        self, name: str, ttl_s: int, who: Who, period: str | None = None, *, charge: Callable[[int], None]
+    ) -> dict[str, Any]:
         """Reserve the next integer of gapless ``name`` (in the clock's period, or in ``period``: see
-        :meth:`_reserving_in`) for ``ttl_s`` seconds: ``{"name", "value", "text", "period", "reservation",
-        "expires_at"}``. Raises InvalidOptionError (ttl, period), SequenceConflictError (not gapless; too many
+        :meth:`_reserving_in`) for ``ttl_s`` seconds, charged first (``charge(1)``:
+        :data:`app.issuing.issuer.Charge`): ``{"name", "value", "text", "period", "reservation", "expires_at"}``.
+        Raises what ``charge`` raises, InvalidOptionError (ttl, period), SequenceConflictError (not gapless; too many
         outstanding; a period outside its grace window, or ended with no voided integer waiting),
         SequenceOverflowError, UnknownSequenceError, TimeRangeError ({yy} out of 2000..2099)."""
+        charge(1)
         check_name(name)
         points.check_ttl(ttl_s)
         spec = (await self._entry(name)).spec

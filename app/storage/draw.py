@@ -1,7 +1,7 @@
 """The one identity-draw routine of both lease backends: which identities of a pool to try, in which order.
 
 ``scan`` tries every identity of ``minimum..maximum`` once, starting at a random one and wrapping around (not the
-lowest first: fleets that share no backend would then all start on the same identity; see :mod:`app.pool`);
+lowest first: fleets that share no backend would then all start on the same identity; see :mod:`app.schemes.pool`);
 ``random`` draws uniformly (Muid medallions: 40 random bits, so two nodes rarely try the same one): a small pool by
 shuffling its free identities, a large one by up to :data:`RANDOM_DRAW_TRIES` draws retried on collision. Both try
 ``prefer`` first (identities this machine held before, whose marks it knows). A statically configured identity is
@@ -13,7 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Container, Iterable, Iterator
 
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 
 RANDOM_DRAW_TRIES = 64
 """Uniform draws tried in a large pool (Muid medallions) before it counts as exhausted."""

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
 from app.metrics import Metrics
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.lease import Claim, LeaseBackend, LossCallback
 

@@ -4,14 +4,14 @@ Words, one meaning each (the rest of idmint uses them so)::
 
     identity      the number a scheme leases so that no two processes issue from the same one at the same time:
                   an eight-byte generator ID, a snowflake worker ID, a Muid medallion, an HLC-ULID publisher ID,
-                  a SIQ shard (:class:`~app.pool.IdentityPool` says which numbers, and the kind's name)
+                  a SIQ shard (:class:`~app.schemes.pool.IdentityPool` says which numbers, and the kind's name)
     lease         the backend's time-limited grant behind every claim of a process (etcd: one lease, kept alive
                   every TTL/3 by :class:`~app.storage.etcd.session.Session`; embedded: the process's file locks)
     claim         one identity held on the lease (:class:`Claim`): its key, its high-water mark, its deadline
     owner         who holds a claim, written into it for operators: host, pid, version, start time, address
                   (:class:`Owner`)
     holder        the one object per scheme that claims identities and answers "may this scheme issue now, and
-                  with which generator?" (:class:`app.identity.IdentityHolder`)
+                  with which generator?" (:class:`app.issuing.holder.IdentityHolder`)
     high-water    the timestamp (the scheme's native units) at or above every ID issued on an identity, recorded
     mark          before those IDs leave the process (:meth:`Claim.record_mark`)
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.errors import BackendUnavailableError, RevokeRefusedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,10 @@ class ClaimObserver(Protocol):
     """Told of every claim a holder makes and gives up (the claim ledger, :class:`app.ledger.Ledger`): plain calls
     that must not wait or raise."""
 
-    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int) -> None:
-        """``claim`` of ``pool`` was made for ``owner``; its IDs are dated at or after ``floor_ns`` (the time unit
-        after its inherited high-water mark, ns since the epoch; negative: none)."""
+    def claimed(self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int, fleet_id: str | None) -> None:
+        """``claim`` of ``pool`` was made for ``owner`` in fleet ``fleet_id`` (None: not known yet); its IDs are
+        dated at or after ``floor_ns`` (the time unit after its inherited high-water mark, ns since the epoch;
+        negative: none)."""
 
     def ended(self, claim: Claim) -> None:
         """``claim`` is being given up (released, or dropped as lost or late), before the backend releases it."""

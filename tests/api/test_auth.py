@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import inspect
 import os
 import signal
 import socket
@@ -23,7 +24,9 @@ from app.api.access import access_of
 from app.api.auth import ApiKeys, Refusal, TokenBucket, load_key_file
 from app.api.front import all_routes, route_finder
 from app.errors import ConfigError
+from app.issuing.issuer import Issuer
 from app.main import create_app
+from app.sequences import SequenceService
 from tests.helpers import FakeClock, make_settings, running_app
 from tests.support.server import Server
 
@@ -310,6 +313,21 @@ def test_a_value_that_named_a_key_is_remembered_a_wrong_one_never(
     assert middleware.reload() and not middleware.known  # a reload forgets them all: "one" is gone
     with pytest.raises(Refusal):
         middleware.authorise("issue", auth)
+
+
+def test_every_method_that_hands_out_ids_requires_the_requests_charge() -> None:
+    """The ID quota is charged where every issuing path passes (single IDs, batches, streams, the connection layer's
+    hot answers, sequences): each method that hands IDs out takes the request's charge, keyword-only and without a
+    default, so no route, hot or not, can hand IDs out without naming whom they are charged to."""
+    for method in (
+        Issuer.issue,
+        SequenceService.next,
+        SequenceService.next_now,
+        SequenceService.reserve_range,
+        SequenceService.reserve,
+    ):
+        charge = inspect.signature(method).parameters["charge"]
+        assert charge.kind is inspect.Parameter.KEYWORD_ONLY and charge.default is inspect.Parameter.empty, method
 
 
 def test_token_bucket_admits_a_large_batch_once_and_then_waits() -> None:

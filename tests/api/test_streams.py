@@ -16,7 +16,7 @@ import pytest
 
 from app.api.streams import StreamSlots
 from app.errors import TooManyRequestsError
-from app.node import STREAM_SLICE_S
+from app.issuing.issuer import STREAM_SLICE_S, no_charge
 from app.schemes import get_scheme
 from tests.helpers import new_node, started
 from tests.support.server import Server
@@ -128,7 +128,7 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
         streamed = [0]
 
         async def stream() -> None:
-            async for chunk in issue_lines(issuer, 10_000_000, "hex", {}):
+            async for chunk in issue_lines(issuer, 10_000_000, "hex", {}, charge=no_charge):
                 streamed[0] += chunk.count(b"\n")
                 await asyncio.sleep(0)
                 if stop.is_set():
@@ -143,7 +143,7 @@ async def test_streams_yield_a_capped_generator_to_single_requests(tmp_path: Pat
             lags = []
             for _ in range(100):
                 asked_ms = time.time_ns() // 1_000_000
-                issued = await issuer.issue(1, {})
+                issued = await issuer.issue(1, {}, charge=no_charge)
                 lags.append(scheme.fields(issued.values()[0])["timestamp_ms"] - asked_ms)
                 await asyncio.sleep(0.003)
             takes_per_s = (gen.stats.sequence_exhausted - takes_before) / (time.monotonic() - t0)

@@ -548,8 +548,8 @@ def test_no_duplicate_in_a_million_ids() -> None:
 
 
 def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap() -> None:
-    """What streams rely on (app.node.STREAM_SLICE_S): sleeping up to half of ``lookback_ns`` between calls loses
-    no millisecond's 64 slots."""
+    """What streams rely on (app.issuing.issuer.STREAM_SLICE_S): sleeping up to half of ``lookback_ns`` between calls
+    loses no millisecond's 64 slots."""
     clock = FakeClock(5_000)
     generator = EightByteGenerator([2, 9], 0, clock=clock, lookback_ms=50, floor=4_999)
     assert generator.lookback_ns == 50_000_000

@@ -17,9 +17,9 @@ from snowflake import SnowflakeGenerator as PeerSnowflakeGenerator
 from sonyflake import Sonyflake
 
 from app.errors import InvalidIdError, InvalidOptionError, TimeRangeError
-from app.pool import IdentityPool
 from app.schemes import snowflake
 from app.schemes.base import Batch, Generator, Scheme
+from app.schemes.pool import IdentityPool
 from app.schemes.snowflake import (
     DISCORD,
     INSTAGRAM,
@@ -679,7 +679,7 @@ def test_settings_mixin_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -
 
 @pytest.mark.parametrize("layout", [TWITTER, SONYFLAKE])
 def test_a_caller_waking_every_half_lookback_still_gets_the_full_cap(layout: Layout) -> None:
-    """What streams rely on (app.node.STREAM_SLICE_S): sleeping half of ``lookback_ns`` between calls loses no
+    """What streams rely on (app.issuing.issuer.STREAM_SLICE_S): sleeping half of ``lookback_ns`` between calls loses no
     unit's slots (sonyflake: 5 units of 10 ms = 50 ms)."""
     clock = FakeClock(NOW_MS - NOW_MS % layout.unit_ms)
     generator = unspread(layout, [1], clock=clock, lookback_units=-(-50 // layout.unit_ms))

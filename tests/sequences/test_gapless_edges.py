@@ -13,6 +13,7 @@ import pytest
 
 from app import __version__
 from app.errors import InvalidOptionError, SequenceConflictError, UnknownSequenceError
+from app.issuing.issuer import no_charge
 from app.metrics import Metrics
 from app.sequences.points import DELETE_REASON, Who
 from app.sequences.service import SequenceService
@@ -81,9 +82,9 @@ async def test_delete_with_reservations_open_is_refused_naming_them_and_force_vo
     clock = utc("2026-11-30T23:30:00")
     s = service(store, clock)
     await s.create("inv", 1, 10, SequenceSpec.build(mode="gapless", reset="monthly", template="F{yyyy}{mm}-{seq}"))
-    late = await s.reserve("inv", 3600, WHO)  # November's, still open after the month ends
+    late = await s.reserve("inv", 3600, WHO, charge=no_charge)  # November's, still open after the month ends
     clock.advance_s(3600 - 60)  # 00:29 on 1 December
-    december = [await s.reserve("inv", 600, WHO) for _ in range(2)]
+    december = [await s.reserve("inv", 600, WHO, charge=no_charge) for _ in range(2)]
     await s.settle("inv", december[0]["reservation"], "committed", WHO)
 
     with pytest.raises(SequenceConflictError) as refused:
@@ -109,13 +110,13 @@ async def test_a_gapless_sequence_with_nothing_open_and_a_cached_one_delete_at_o
     clock = utc("2026-11-27T12:00:00")
     s = service(store, clock)
     await s.create("g", 1, 10, SequenceSpec.build(mode="gapless"))
-    r = await s.reserve("g", 1, WHO)
+    r = await s.reserve("g", 1, WHO, charge=no_charge)
     clock.advance_s(5)  # the reservation is overdue: DELETE expires it in the same step
     assert (await s.remove("g")) == {"name": "g", "deleted": True, "generation": 1, "next": 1, "voided": 0}
     assert [e["event"] for e in await audit_events(s, "g")] == ["reserve", "expire"]
     assert r["value"] == 1
     await s.create("c", 1, 10)
-    await s.next("c", 3)
+    await s.next("c", 3, charge=no_charge)
     assert (await s.remove("c"))["deleted"] is True
 
 
@@ -124,7 +125,7 @@ async def test_reserve_refills_an_ended_period_within_its_grace_window(store: Se
     s = service(store, clock)
     spec = SequenceSpec.build(mode="gapless", reset="yearly", template="{yyyy}-{seq:04}", period_grace_s=3 * DAY_S)
     await s.create("inv", 1, 10, spec)
-    taken = [await s.reserve("inv", 3600, WHO) for _ in range(3)]
+    taken = [await s.reserve("inv", 3600, WHO, charge=no_charge) for _ in range(3)]
     for r in (taken[0], taken[2]):
         await s.settle("inv", r["reservation"], "committed", WHO)
     clock.advance_s(1800)  # 23:30: the year's last invoice...
@@ -136,34 +137,35 @@ async def test_reserve_refills_an_ended_period_within_its_grace_window(store: Se
     assert report["state"] == "grace" and report["holes"] == [{"value": 2, "text": "2026-0002"}]
     assert report["totals"] == {"committed": 2, "holes": 1, "outstanding": 0}
 
-    assert (await s.reserve("inv", 60, WHO))["period"] == "2027-01-01"  # no period: the clock's, as before
-    refill = await s.reserve("inv", 60, WHO, period=year)
+    reserved = await s.reserve("inv", 60, WHO, charge=no_charge)
+    assert reserved["period"] == "2027-01-01"  # no period: the clock's, as before
+    refill = await s.reserve("inv", 60, WHO, period=year, charge=no_charge)
     assert (refill["value"], refill["text"], refill["period"]) == (2, "2026-0002", year)
     assert refill["reservation"].startswith(year + ".")
     assert (await s.holes("inv", year))["outstanding"][0]["reservation"] == refill["reservation"]
     await s.settle("inv", refill["reservation"], "committed", WHO)
 
     with pytest.raises(SequenceConflictError, match="only refills a voided integer, and none is waiting"):
-        await s.reserve("inv", 60, WHO, period=year)  # an ended period gets no new integer
+        await s.reserve("inv", 60, WHO, period=year, charge=no_charge)  # an ended period gets no new integer
     report = await s.holes("inv", year)
     assert report["holes"] == [] and report["totals"] == {"committed": 3, "holes": 0, "outstanding": 0}
     assert report["next"] == 4 and report["refill_until"] == "2027-01-04T00:00:00.000Z"
 
     clock.advance_s(3 * DAY_S)  # the grace window closes
     with pytest.raises(SequenceConflictError, match=r"grace window \(period_grace_s 259200\) closed at 2027-01-04"):
-        await s.reserve("inv", 60, WHO, period=year)
+        await s.reserve("inv", 60, WHO, period=year, charge=no_charge)
     assert (await s.holes("inv", year))["state"] == "closed"
     with pytest.raises(SequenceConflictError, match="period 2028-01-01 has not begun"):
-        await s.reserve("inv", 60, WHO, period="2028-01-01")
+        await s.reserve("inv", 60, WHO, period="2028-01-01", charge=no_charge)
     with pytest.raises(InvalidOptionError, match="not the first day of a yearly period"):
-        await s.reserve("inv", 60, WHO, period="2027-03-01")
+        await s.reserve("inv", 60, WHO, period="2027-03-01", charge=no_charge)
 
 
 async def test_the_holes_of_a_closed_period_list_what_was_voided_and_what_is_still_open(store: SequenceStore) -> None:
     clock = utc("2026-11-30T23:50:00")
     s = service(store, clock)
     await s.create("m", 1, 10, SequenceSpec.build(mode="gapless", reset="monthly", period_grace_s=0))
-    r = [await s.reserve("m", 3600, WHO) for _ in range(4)]
+    r = [await s.reserve("m", 3600, WHO, charge=no_charge) for _ in range(4)]
     await s.settle("m", r[3]["reservation"], "committed", WHO)
     await s.settle("m", r[0]["reservation"], "voided", WHO)
     clock.advance_s(20 * 60)  # 1 December 00:10: November is closed at once (grace 0)
@@ -185,7 +187,7 @@ async def test_the_rules_of_period_and_period_grace_s(store: SequenceStore) -> N
     await s.create("cached", 1, 10, SequenceSpec.build(reset="daily"))
     await s.create("daily", 1, 10, SequenceSpec.build(mode="gapless", reset="daily"))
     with pytest.raises(InvalidOptionError, match="never resets: it has no period"):
-        await s.reserve("never", 60, WHO, period="2026-11-27")
+        await s.reserve("never", 60, WHO, period="2026-11-27", charge=no_charge)
     with pytest.raises(InvalidOptionError, match="never resets: it has no period"):
         await s.holes("never", "2026-11-27")
     assert (await s.holes("never"))["state"] == "never"

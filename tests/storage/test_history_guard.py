@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.errors import BackendUnavailableError, NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.embedded.lease import EmbeddedBackend
 from app.storage.history import (
     HISTORY_RECORD,

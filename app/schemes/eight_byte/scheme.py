@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from app.errors import InvalidOptionError
-from app.pool import IdentityPool
 from app.schemes import time_order as order
 from app.schemes.base import (
     MARKS_KEY_PREFIX,
@@ -45,6 +44,7 @@ from app.schemes.eight_byte.codec import (
 from app.schemes.eight_byte.generator import (
     EightByteGenerator,
 )
+from app.schemes.pool import IdentityPool
 
 # --- scheme -------------------------------------------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ from typing import Any
 from pydantic import Field
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.pool import IdentityPool
 from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
@@ -44,6 +43,7 @@ from app.schemes.hlc_ulid.codec import (
 from app.schemes.hlc_ulid.generator import (
     HlcUlidGenerator,
 )
+from app.schemes.pool import IdentityPool
 
 # --- scheme -------------------------------------------------------------------------------------------------------
 

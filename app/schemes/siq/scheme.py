@@ -10,7 +10,6 @@ from typing import Any
 from pydantic import Field
 
 from app.errors import InvalidIdError
-from app.pool import IdentityPool
 from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
@@ -25,6 +24,7 @@ from app.schemes.base import (
     hex_word,
     idmint_pool,
 )
+from app.schemes.pool import IdentityPool
 from app.schemes.siq.codec import (
     _DECIMAL_RE,
     _QUALIFIER_BY_CODE,

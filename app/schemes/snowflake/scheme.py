@@ -10,7 +10,6 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from app.errors import InvalidIdError, InvalidOptionError
-from app.pool import IdentityPool
 from app.schemes import time_order as order
 from app.schemes.base import (
     Clock,
@@ -24,6 +23,7 @@ from app.schemes.base import (
     grouped,
     idmint_pool,
 )
+from app.schemes.pool import IdentityPool
 from app.schemes.snowflake.codec import (
     _ASCII_DIGITS,
     FIELD_BITS,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError, PoolExhaustedError, RevokeRefusedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.embedded import history
 from app.storage.embedded.files import create_once, flocked_inodes, locked, replace_file

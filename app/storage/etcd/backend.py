@@ -9,7 +9,7 @@ from typing import Any
 
 from app.errors import ConfigError, LeaseLostError
 from app.metrics import Metrics
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.etcd.calls import RETRY_BUDGET_S, Calls, open_client
 from app.storage.etcd.claim import EtcdClaim

@@ -16,7 +16,7 @@ import logging
 import math
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.etcd import keys
 from app.storage.etcd.calls import Calls
 from app.storage.etcd.client import compare, get, put, redact

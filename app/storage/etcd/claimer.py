@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 
 from app.errors import LeaseLostError, NotReadyError, PoolExhaustedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.etcd import keys
 from app.storage.etcd.calls import Calls

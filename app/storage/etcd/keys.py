@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError, NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.draw import SMALL_POOL_SIZE
 from app.storage.lease import Owner
 

@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from app.errors import NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.etcd import keys
 from app.storage.etcd.calls import Calls
 from app.storage.etcd.client import b64, compare, get, prefix_end, put

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from app.errors import NotClaimedError, RevokeRefusedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.etcd import keys
 from app.storage.etcd.client import EtcdCallError, EtcdClient, compare, map_error, prefix_end, put
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.errors import NotReadyError
 from app.metrics import Metrics
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.expiring import ExpiringBackend
 from app.storage.lease import Claim, Facts, Owner

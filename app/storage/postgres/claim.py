@@ -14,7 +14,7 @@ import asyncio
 import logging
 
 from app.errors import LeaseLostError, NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.expiring import ExpiringClaim
 from app.storage.lease import REVOKED_REASON, Owner
 from app.storage.postgres.client import Database

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import NotReadyError, PoolExhaustedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.lease import LossCallback, Owner
 from app.storage.postgres.claim import PostgresClaim

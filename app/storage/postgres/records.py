@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import BackendUnavailableError, NotReadyError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.lease import check_record_name, parse_record, record_bytes
 from app.storage.postgres.client import Database
 from app.storage.postgres.session import Session

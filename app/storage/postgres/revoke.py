@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from app.errors import NotClaimedError, RevokeRefusedError
-from app.pool import IdentityPool
+from app.schemes.pool import IdentityPool
 from app.storage.postgres.client import Database
 
 ACK_POLL_S = 0.05

@@ -1,9 +1,11 @@
-"""The node: one :class:`Issuer` per scheme, each given the :class:`~app.identity.IdentityHolder` of the claimed
-identity behind its generator (a scheme that shares another's generator is given that scheme's holder).
+"""The node: one :class:`~app.issuing.issuer.Issuer` per scheme, each given the
+:class:`~app.issuing.holder.IdentityHolder` of the claimed identity behind its generator (a scheme that shares
+another's generator is given that scheme's holder).
 
-Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
+Safety rules enforced here, in the issuers (:mod:`app.issuing.issuer`) and the holders (:mod:`app.issuing.holder`),
+above any lease backend:
 
-* **Fail closed.** Every issue asks the holder (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`)
+* **Fail closed.** Every issue asks the holder (:meth:`IdentityHolder.check <app.issuing.holder.IdentityHolder.check>`)
   whether each claim is still valid (not lost, and the backend's monotonic clock before the claim's deadline);
   otherwise it raises :class:`~app.errors.NotReadyError` (HTTP 503 + Retry-After) and the background task
   re-claims, possibly a different identity. A loss (lease, claim key) is pushed to the holder when it happens.
@@ -18,8 +20,8 @@ Safety rules enforced here and in :mod:`app.identity`, above any lease backend:
 * **Bounded clock waits.** No request sleeps on the clock for longer than ``settings.max_clock_wait`` at a time:
   past it the answer is 503 + Retry-After, and when the issuer holds a claimed identity (the clock was stepped
   back further than that while running), the identity is refused and another claimed, as at start-up.
-* **Fleets.** Regions give every fleet a disjoint slice of each leased identity space (:mod:`app.pool`); with
-  ``IDMINT_PEER_FLEETS`` set, a scheme whose identities overlap a peer fleet's is not ready (:mod:`app.fleet`).
+* **Fleets.** Regions give every fleet a disjoint slice of each leased identity space (:mod:`app.schemes.pool`); with
+  ``IDMINT_PEER_FLEETS`` set, a scheme whose identities overlap a peer fleet's is not ready (:mod:`app.issuing.fleet`).
 * **Storage faults.** A high-water mark that cannot be recorded (disk full, read-only state directory, etcd
   refusing) makes the scheme not ready, naming why, until a retry succeeds; the background task survives any
   exception, retrying with backoff.
@@ -39,270 +41,26 @@ from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
-from app.fleet import FleetGuard, listens_beyond_loopback
-from app.identity import IdentityHolder, Keeper, fleet_settings, register
+from app.issuing.fleet import FleetGuard, listens_beyond_loopback
+from app.issuing.holder import IdentityHolder, Keeper, fleet_settings, register
+from app.issuing.issuer import Issuer, SharedIssuer
 from app.ledger import Ledger
-from app.metrics import Metrics, SchemeMetrics
-from app.pool import IdentityPool
+from app.metrics import Metrics
 from app.schemes import schemes
-from app.schemes.base import Batch, Clock, Generator, GeneratorStats, Scheme
+from app.schemes.base import Clock, Generator, Scheme
+from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.base import Storage
 from app.storage.lease import LeaseBackend, Owner
 
 log = logging.getLogger("idmint.node")
 
-MIN_WAIT_S = 0.0001
 FLEET_ID_START_WAIT_S = 2.0
 """How long start-up waits to read the fleet ID (then ``/v1/fleet`` says null until the guard's task reads it)."""
 HELD_COUNT_TIMEOUT_S = 1.0
 """How long ``/v1/schemes`` waits for the backend to count the slices' held identities (all schemes together)."""
 HELD_COUNT_CACHE_S = 1.0
 """Held counts are read from the backend at most this often (``/v1/schemes`` is a public route)."""
-STREAM_SLICE_S = 0.02
-"""The longest a stream's chunk sleeps between takes from a capacity-capped generator, within half the
-generator's :attr:`~app.schemes.base.Generator.lookback_ns` (so what accrues meanwhile is still usable). Waking
-once per slice rather than once per tick keeps four eight-byte streams from waking the event loop ~4,000 times a
-second, which single requests then queued behind."""
-
-
-class Issued:
-    """The batches that answered one request (several only when eight-byte had to wait for the clock)."""
-
-    __slots__ = ("batches", "count", "scheme")
-
-    def __init__(self, scheme: Scheme, batches: list[Batch]) -> None:
-        self.scheme = scheme
-        self.batches = batches
-        self.count = batches[0].count if len(batches) == 1 else sum(b.count for b in batches)
-
-    def encode(self, fmt: str) -> bytes:
-        """Every ID in form ``fmt``, one per line, newline-terminated (always through the batches' own encoders,
-        which pick their scalar path for small batches)."""
-        if len(self.batches) == 1:
-            return self.batches[0].encode(fmt)
-        return b"".join(b.encode(fmt) for b in self.batches)
-
-    def extra(self, fmt: str) -> dict[str, Any]:
-        return self.batches[0].extra(fmt) if self.batches else {}
-
-    def values(self) -> list[int]:
-        return [v for b in self.batches for v in b.values()]
-
-
-class PriorityGate:
-    """Single and batch requests ahead of streams on one generator.
-
-    A request that has to wait for the clock (its scheme's per-tick sequence is used up) enters the gate while it
-    waits (:meth:`enter`); a stream's chunk, before each ``generate``, defers while any such request is waiting,
-    so at the next tick the waiting requests take their IDs first and the streams share what is left."""
-
-    __slots__ = ("waiting", "_clear")
-
-    def __init__(self) -> None:
-        self.waiting = 0
-        self._clear: asyncio.Event | None = None
-
-    def enter(self) -> None:
-        self.waiting += 1
-
-    def leave(self) -> None:
-        self.waiting -= 1
-        if not self.waiting and self._clear is not None:
-            self._clear.set()
-
-    async def defer(self) -> None:
-        """Return once no single or batch request is waiting on this generator."""
-        while self.waiting:
-            if self._clear is None or self._clear.is_set():
-                self._clear = asyncio.Event()
-            await self._clear.wait()
-
-
-class StatsMeter:
-    """Meters a generator's :class:`~app.schemes.base.GeneratorStats` on the metrics of the scheme ``name`` that
-    owns the generator: once per event however many schemes issue from it (a shared issuer uses its base's meter).
-    A new generator's stats count from zero."""
-
-    __slots__ = ("metrics", "name", "_of", "_seen")
-
-    def __init__(self, name: str, metrics: SchemeMetrics) -> None:
-        self.name = name
-        self.metrics = metrics
-        self._of: GeneratorStats | None = None
-        self._seen = (0, 0, 0)
-
-    def account(self, stats: GeneratorStats) -> None:
-        """Meter what ``stats`` (the generator's) counted since the last call."""
-        if stats is not self._of:
-            self._of, self._seen = stats, (0, 0, 0)
-        seen = (stats.clock_rollbacks, stats.max_rollback_ns, stats.sequence_exhausted)
-        last = self._seen
-        if seen != last:
-            if seen[0] > last[0]:
-                log.warning("%s: clock rollback seen (largest step %.6f s)", self.name, stats.max_rollback_ns / 1e9)
-            self.metrics.generator_stats(seen[0] - last[0], seen[1], seen[2] - last[2])
-            self._seen = seen
-
-
-class Issuer:
-    """Issues one scheme's IDs for this node from the generator of the :class:`~app.identity.IdentityHolder` it is
-    given (``holder``): asks it whether the scheme may issue now, issues (waiting for the clock when a scheme's
-    per-tick sequence runs out), and meters what it issued on its scheme's :class:`~app.metrics.SchemeMetrics`."""
-
-    def __init__(self, scheme: Scheme, holder: IdentityHolder, metrics: SchemeMetrics) -> None:
-        self.scheme = scheme
-        self.name = scheme.name
-        self.holder = holder
-        self.metrics = metrics
-        """This scheme's metrics (a sharing scheme meters under its own name)."""
-        self.gate = PriorityGate()
-        self.stats = StatsMeter(holder.name, holder.metrics)
-        """The generator's events (clock rollbacks, sequence exhausted), metered under the scheme that owns it."""
-
-    @property
-    def generator(self) -> Generator | None:
-        """The generator IDs are issued from, or None while no valid identity is held."""
-        return self.holder.generator
-
-    # -- hot path ------------------------------------------------------------------------------------------
-    def check(self) -> Generator:
-        """The generator to issue from now; raises NotReadyError when the scheme may not issue
-        (:meth:`IdentityHolder.check <app.identity.IdentityHolder.check>`, the one owner of that rule)."""
-        return self.holder.check()
-
-    def _holders_generator(self, gen: Generator) -> Generator | None:
-        """The holder's generator ``gen`` issues from (None when the holder has moved on to another)."""
-        return gen
-
-    async def _wait_for_clock(self, gen: Generator, stream: bool = False) -> float:
-        """Sleep until ``gen`` can issue again; returns the seconds slept. How long a request may wait for the
-        clock, and what a longer wait means (a clock stepped back), the holder decides
-        (:meth:`IdentityHolder.clock_wait <app.identity.IdentityHolder.clock_wait>`: NotReadyError, or 0 s when a
-        fresh generator serves at once). A stream's chunk (``stream``) sleeps at least a slice of the generator's
-        lookback (:data:`STREAM_SLICE_S`)."""
-        holder = self.holder
-        wait = holder.clock_wait(self._holders_generator(gen), max(gen.wait_ns() / 1e9, MIN_WAIT_S), self.name)
-        if not wait:
-            return 0.0
-        if stream:  # a slice of the lookback, never past max_clock_wait
-            wait = max(wait, min(STREAM_SLICE_S, gen.lookback_ns / 2e9, holder.max_clock_wait))
-        await asyncio.sleep(wait)
-        return wait
-
-    async def issue(self, count: int, options: dict[str, Any], stream: bool = False) -> Issued:
-        """Issue ``count`` IDs. Raises NotReadyError (fail closed, a clock wait over max_clock_wait, a mark that
-        cannot be recorded) or InvalidOptionError.
-
-        ``stream=True`` marks a stream's chunk: it yields the generator to single and batch requests waiting for the
-        same clock tick (:class:`PriorityGate`), so a capacity-capped scheme serves them first."""
-        gate = self.gate
-        if stream and gate.waiting:
-            await gate.defer()
-        gen = self.check()
-        batch = gen.generate(count, **options)
-        holder = self.holder
-        if batch.count == count and batch.high_water <= holder.recorded_mark:
-            self._account(gen, batch.count, 0.0)
-            return Issued(self.scheme, [batch])
-        batches = [batch] if batch.count else []
-        remaining = count - batch.count
-        waited = 0.0
-        if not stream:
-            gate.enter()
-        try:
-            while remaining:
-                waited += await self._wait_for_clock(gen, stream)
-                if stream and gate.waiting:
-                    await gate.defer()
-                current = self.check()
-                if current is not gen and holder.pool is not None:
-                    # Re-claimed while waiting: one answer's mark covers one identity's IDs. (A fresh unclaimed
-                    # generator, as wiji's after its clock stepped back, just carries on.)
-                    raise NotReadyError(
-                        f"{self.name}: this node claimed another identity while the request waited for the clock; "
-                        "retry",
-                        1,
-                    )
-                gen = current
-                batch = gen.generate(remaining, **options)
-                if batch.count:
-                    batches.append(batch)
-                    remaining -= batch.count
-        finally:
-            if not stream:
-                gate.leave()
-        high = max(b.high_water for b in batches)
-        if high > holder.recorded_mark:
-            await holder.record_mark(high)
-        self.check()
-        self._account(gen, count, waited)
-        return Issued(self.scheme, batches)
-
-    def capacity_per_second(self) -> float | None:
-        """The most IDs per second this issuer's generator can issue (its scheme's cap times the identities held),
-        or None when the clock does not bound it. Read from the generator's ``capacity_per_second``."""
-        gen = self.generator
-        return None if gen is None else getattr(gen, "capacity_per_second", None)
-
-    def _account(self, gen: Generator, count: int, waited: float) -> None:
-        metrics = self.metrics
-        metrics.ids_issued(count)
-        self.stats.account(gen.stats)
-        if waited:
-            metrics.issue_wait(waited)
-
-    def describe(self) -> dict[str, Any]:
-        holder = self.holder
-        out: dict[str, Any] = {"ready": True}
-        try:
-            self.check()
-        except NotReadyError as exc:  # no identity, a storage fault, a long wait for an inherited mark...
-            out["ready"] = False
-            out["reason"] = exc.reason.removeprefix(f"{holder.name}: ")
-        if holder.pool is not None:
-            out["kind"] = holder.pool.kind
-            out["identities"] = [c.identity for c in holder.claims]
-            out["high_water_mark"] = holder.recorded_mark
-        return out
-
-
-class SharedIssuer(Issuer):
-    """The issuer of a scheme that issues through another scheme's issuer (:attr:`Scheme.shares_generator_with`):
-    given the base issuer's identity holder (claims, marks, generator) and stats meter, it wraps the base generator with
-    :meth:`Scheme.share_generator` (so its batches carry the scheme's own text, e.g. TypeID's prefix) and meters
-    under its own name. The base issuer's holder does all claiming; its background task is the only one."""
-
-    def __init__(self, base: Issuer, scheme: Scheme, metrics: SchemeMetrics) -> None:
-        super().__init__(scheme, base.holder, metrics)
-        self.base = base
-        self.gate = base.gate  # one generator, one queue: streams of either scheme defer to requests of both
-        self.stats = base.stats  # one generator, its events metered once
-        self._base_generator: Generator | None = None
-        self._own_generator: Generator | None = None
-
-    @property
-    def generator(self) -> Generator | None:
-        gen = self.holder.generator
-        if gen is None:
-            return None
-        if gen is not self._base_generator:
-            self._base_generator, self._own_generator = gen, self.scheme.share_generator(gen)
-        return self._own_generator
-
-    def _holders_generator(self, gen: Generator) -> Generator | None:
-        return self._base_generator if gen is self._own_generator else None
-
-    def check(self) -> Generator:
-        super().check()
-        gen = self.generator
-        assert gen is not None
-        return gen
-
-    def describe(self) -> dict[str, Any]:
-        out = self.base.describe()
-        out["shares_generator_with"] = self.base.name
-        return out
 
 
 def node_clock(settings: Settings) -> Clock:
@@ -339,7 +97,9 @@ class Node:
             namespace=os.environ.get("POD_NAMESPACE", ""),
         )
         self.ledger = ledger
-        """Who held which identity when (:mod:`app.ledger`); None: not kept (``idmint mint``, tests)."""
+        """Who held which identity when (:mod:`app.ledger`): every holder tells it of its claims (the node's one
+        listener, given here; it knows nothing of the node), and the node starts and stops it. None: not kept
+        (``idmint mint``, tests)."""
         self.schemes: dict[str, Scheme] = {name: s.configured(settings) for name, s in schemes().items()}
         """Every registered scheme as this node uses it (:meth:`Scheme.configured`): decoding and /v1/schemes
         read these."""
@@ -350,12 +110,6 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block, metrics)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
-
-    def attach_ledger(self, ledger: Ledger) -> None:
-        """Keep the claim ledger ``ledger`` (before :meth:`start`): every holder tells it of its claims."""
-        self.ledger = ledger
-        for issuer in self.issuers.values():
-            issuer.holder.observer = ledger
 
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
@@ -396,6 +150,7 @@ class Node:
                 clock=clock,
                 max_clock_wait=settings.max_clock_wait,
                 observer=self.ledger,
+                fleet_id=self._fleet_id,
                 fleet_settings=fleet_settings(scheme, pool, settings),
                 storage_reason=self.storage_reason,
                 history=self.storage.history,
@@ -407,7 +162,11 @@ class Node:
                 if base not in self.issuers:
                     raise ValueError(f"{name} shares the generator of {base!r}, which has no issuer of its own")
                 self.issuers[name] = SharedIssuer(self.issuers[base], scheme, self.metrics.scheme(name))
-                self.issuers[base].holder.sharers.append(self.metrics.scheme(name))
+                self.issuers[base].holder.share_with(self.metrics.scheme(name))
+
+    def _fleet_id(self) -> str | None:
+        """This fleet's ID as the fleet guard last read it (None while not known)."""
+        return self.fleet.fleet_id
 
     def storage_reason(self) -> str | None:
         """Why storage cannot be used now, as its lease backend reports it (``"postgres: connecting to
@@ -460,7 +219,7 @@ class Node:
         try:
             await holder.acquire()
         except NotReadyError as exc:
-            holder.reason, holder.retry_after = exc.reason, exc.retry_after
+            holder.claim_failed(exc.reason, exc.retry_after)
             log.warning("%s: not ready: %s", issuer.name, exc.reason)
         self._tasks.append(asyncio.create_task(Keeper(holder).run(), name=f"idmint-issuer-{issuer.name}"))
 
@@ -468,13 +227,8 @@ class Node:
         """The store went back in time (``reason``): every leased identity stops at once (its claims are dropped);
         its history is confirmed or fenced (None): every holder tries to claim at once."""
         for issuer in self.issuers.values():
-            holder = issuer.holder
-            if isinstance(issuer, SharedIssuer) or holder.pool is None:
-                continue
-            if reason is None:
-                holder.wake.set()
-            elif holder.generator is not None:
-                holder.drop(reason)
+            if not isinstance(issuer, SharedIssuer):
+                issuer.holder.history_changed(reason)
 
     def _check_regions(self) -> None:
         """Meter whether regions are configured, and warn when an embedded fleet is reachable from other machines
@@ -511,8 +265,7 @@ class Node:
         for holder in holders:
             kind = holder.pool.kind if holder.pool is not None else "identity"
             released += [{"scheme": holder.name, "kind": kind, "identity": c.identity} for c in holder.claims]
-            await holder.stop()
-            holder.reason = "draining: this node gave its claims back and issues no more"
+            await holder.stop("draining: this node gave its claims back and issues no more")
         return released
 
     async def stop(self) -> None:

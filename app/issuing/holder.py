@@ -2,7 +2,7 @@
 keeps it (one round at a time: :meth:`IdentityHolder.tend`, scheduled by the background task, :class:`Keeper`),
 gives it up (stop, drop), and alone answers "may this scheme issue now, and with which generator?"
 (:meth:`IdentityHolder.check`) and "how long may a request wait for the clock?" (:meth:`IdentityHolder.clock_wait`).
-The :class:`~app.node.Issuer` on top only asks, issues and meters.
+The :class:`~app.issuing.issuer.Issuer` on top only asks, issues and meters.
 
 The holder is told of a loss, never polls for one: it registers :meth:`~app.storage.lease.Claim.on_lost` on every
 claim, and a lost lease or a deleted claim key drops the generator at once (the next request answers 503) and
@@ -10,8 +10,8 @@ wakes the background task to claim again. A deadline that passes without a confi
 not an event: :meth:`IdentityHolder.check` compares it on the backend's monotonic clock (``backend.clock``), the
 same clock the deadline was computed on.
 
-Claiming follows the refusal policy of :mod:`app.node`: an identity whose high-water mark is ahead of this node's
-clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
+Claiming follows the refusal policy of :mod:`app.issuing.node`: an identity whose high-water mark is ahead of this
+node's clock by more than ``settings.max_clock_wait`` is refused (released, excluded from later claims unless it is
 static, logged, counted) and another is claimed; the same happens to a running identity when the clock is stepped
 back that far under a request (:meth:`IdentityHolder.clock_wait`, which renews a generator that claims nothing).
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 from app.errors import InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.metrics import SchemeMetrics
-from app.pool import IdentityPool
 from app.schemes.base import Clock, Generator, Scheme
+from app.schemes.pool import IdentityPool
 from app.storage.history import PENDING, HistoryGuard
 from app.storage.lease import REVOKED_REASON, Claim, ClaimObserver, LeaseBackend, Owner
 
@@ -47,7 +47,7 @@ GeneratorFactory = Callable[[list[int], int], Generator]
 """(claimed identities, floor in native units) -> generator."""
 
 PEER_CHECK_PENDING = "checking the peer fleets"
-"""How :mod:`app.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
+"""How :mod:`app.issuing.fleet` names the wait for its first round (not an error: logged by the guard itself)."""
 
 SETTINGS_RECORD = "settings.{scheme}"
 """The fleet record (:meth:`~app.storage.lease.LeaseBackend.read_record`) of a scheme's settings that every replica
@@ -99,10 +99,10 @@ class IdentityHolder:
 
     Collaborators are arguments, with no reference back to the node: ``backend`` (claims, and the monotonic clock
     its deadlines are on), ``owner`` (written into each claim), ``clock`` (the generators' clock, ns),
-    ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.node`).
+    ``max_clock_wait`` (seconds: the refusal limit of :mod:`app.issuing.node`).
 
-    ``reason``/``retry_after`` say why there is no generator; ``fault`` why the last mark record failed (not ready
-    until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
+    :attr:`reason`/:attr:`retry_after` say why there is no generator; ``fault`` why the last mark record failed (not
+    ready until one succeeds); ``ready_at_ns`` the clock reading (ns) before which a new generator must wait for an
     inherited mark (0 = none). ``sharers`` are the metrics of schemes issuing from this holder's generator
     (TypeID on UUIDv7's): their lease gauge follows this one's.
     """
@@ -119,6 +119,7 @@ class IdentityHolder:
         clock: Clock,
         max_clock_wait: float,
         observer: ClaimObserver | None = None,
+        fleet_id: Callable[[], str | None] = lambda: None,
         fleet_settings: dict[str, Any] | None = None,
         storage_reason: Callable[[], str | None] | None = None,
         history: HistoryGuard | None = None,
@@ -136,6 +137,8 @@ class IdentityHolder:
         against the fleet's record before each claim; {}: none."""
         self.observer = observer
         """Told of every claim made and given up (the claim ledger); None: nobody."""
+        self.fleet_id = fleet_id
+        """Reads this fleet's ID (None while not known): the fleet each claim told to :attr:`observer` was made in."""
         self.owner = owner
         self.clock = clock
         self.max_clock_wait = max_clock_wait
@@ -147,8 +150,8 @@ class IdentityHolder:
         self.generator: Generator | None = None
         self.claims: list[Claim] = []
         self.recorded_mark = -1
-        self.reason = STARTING_REASON
-        self.retry_after = 1
+        self._reason = STARTING_REASON
+        self._retry_after = 1
         self.excluded: set[int] = set()
         """Identities an operator freed for another node (revoked from this one): not claimed again."""
         self.ahead: dict[int, int] = {}
@@ -157,15 +160,48 @@ class IdentityHolder:
         within ``max_clock_wait``: not claimed again before then, so a node whose whole pool was refused claims
         again once its clock has caught up instead of staying not ready until restarted."""
         self.blocked: str | None = None
-        """Why a peer fleet check stops this scheme (:mod:`app.fleet`: an overlapping fleet), else None."""
+        """Why a peer fleet check stops this scheme (:mod:`app.issuing.fleet`: an overlapping fleet), else None."""
         self.fault: str | None = None
         """Why the last high-water-mark record failed (the scheme is not ready until one succeeds), else None."""
         self.ready_at_ns = 0
         """Clock reading (ns) before which the generator must wait for an inherited mark; 0 = none."""
         self.sharers: list[SchemeMetrics] = []
+        """The metrics of the schemes issuing from this holder's generator (:meth:`share_with`)."""
         self._mark_lock = asyncio.Lock()
         self.wake = asyncio.Event()
         """Set to wake the background task (:class:`Keeper`) at once: a loss, a refusal."""
+
+    @property
+    def reason(self) -> str:
+        """Why there is no generator (the last claim round's failure, a loss, a refusal, a stop); "" while one is
+        held. Changed only by the holder's own methods."""
+        return self._reason
+
+    @property
+    def retry_after(self) -> int:
+        """The Retry-After (s) of a refusal for :attr:`reason` (or for a mark fault)."""
+        return self._retry_after
+
+    def claim_failed(self, reason: str, retry_after: int) -> None:
+        """A claim round failed for ``reason``: while no generator is held, that is why this scheme is not ready
+        (503 + ``retry_after`` s) until a claim succeeds; a generator still held carries on."""
+        if self.generator is None:
+            self._reason, self._retry_after = reason, retry_after
+
+    def share_with(self, metrics: SchemeMetrics) -> None:
+        """Another scheme (``metrics``: its own) issues from this holder's generator: its lease gauge follows this
+        one's."""
+        self.sharers.append(metrics)
+
+    def history_changed(self, reason: str | None) -> None:
+        """The store went back in time (``reason``): a leased identity stops at once (its claims are dropped); its
+        history is confirmed or fenced (None): claim at once. Nothing for a holder that leases nothing."""
+        if self.pool is None:
+            return
+        if reason is None:
+            self.wake.set()
+        elif self.generator is not None:
+            self.drop(reason)
 
     def _named(self, reason: str | None) -> str:
         """``reason`` led by the scheme's name, once (storage's reasons already name it); the start-up reason and
@@ -307,8 +343,8 @@ class IdentityHolder:
             self.ahead.update((c.identity, until) for c in claims)
         final = gen.high_water if gen is not None else None
         self.generator, self.claims = None, []
-        self.reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
-        self.retry_after = 1
+        self._reason = f"refused {words}: the clock stepped back {wait:.3f} s (limit {limit:g} s)"
+        self._retry_after = 1
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, final))
         self._lease_held(False, None)
@@ -348,7 +384,7 @@ class IdentityHolder:
         if self.fault is None:
             log.error("%s: stopped issuing: %s", self.name, reason)
         self.fault = reason
-        self.retry_after = 2
+        self._retry_after = 2
 
     # -- claiming ------------------------------------------------------------------------------------------
     def drop(self, reason: str) -> None:
@@ -357,8 +393,8 @@ class IdentityHolder:
         if self.generator is not None:
             log.error("%s: stopped issuing: %s", self.name, reason)
         self.generator = None
-        self.reason = reason
-        self.retry_after = 1
+        self._reason = reason
+        self._retry_after = 1
         claims, self.claims = self.claims, []
         for claim in claims:
             asyncio.get_running_loop().create_task(self._release_quietly(claim, None))
@@ -446,7 +482,7 @@ class IdentityHolder:
         if self.pool is None:
             self.generator = self.factory([], -1)
             self.recorded_mark = NO_MARK_NEEDED
-            self.reason = ""
+            self._reason = ""
             self._lease_held(True, None)
             return
         await self.check_history()
@@ -531,13 +567,14 @@ class IdentityHolder:
                 raise
             self.generator = self.factory([c.identity for c in claims], floor)
             self.fault = None
-            self.reason = ""
+            self._reason = ""
             held = [c.identity for c in claims]
             if self.observer is not None:
                 unit_ns = self.scheme.native_unit_ns
                 for claim in claims:  # its IDs are dated from the unit after the inherited mark on
                     mark = max(claim.high_water_mark, fence_floor)
-                    self.observer.claimed(claim, self.pool, self.owner, int((mark + 1) * unit_ns) if mark >= 0 else -1)
+                    floor_ns = int((mark + 1) * unit_ns) if mark >= 0 else -1
+                    self.observer.claimed(claim, self.pool, self.owner, floor_ns, self.fleet_id())
             log.info(
                 "%s: claimed %s %s (high-water mark %d); issuing",
                 self.name,
@@ -571,13 +608,13 @@ class IdentityHolder:
                 raise NotReadyError(self._named(self.reason), self.retry_after)
             await self.record_mark()
 
-    async def stop(self) -> None:
+    async def stop(self, reason: str = "stopping") -> None:
         """Record the exact final mark and release every claim, after any mark write in flight: under the mark
         lock, so the two never write one claim's mark at once (the embedded backend's writes share a temporary
-        file, and one of the two failed)."""
+        file, and one of the two failed). ``reason`` is why the scheme issues no more (:attr:`reason`)."""
         gen, claims = self.generator, self.claims
         self.generator, self.claims = None, []
-        self.reason = "stopping"
+        self._reason = reason
         final = gen.high_water if gen is not None else None
         async with self._mark_lock:
             for claim in claims:
@@ -614,12 +651,10 @@ class Keeper:
             except Exception as exc:  # the task must outlive any fault; each is logged
                 if isinstance(exc, NotReadyError):
                     reason = exc.reason
-                    if holder.generator is None:
-                        holder.reason, holder.retry_after = exc.reason, exc.retry_after
+                    holder.claim_failed(exc.reason, exc.retry_after)
                 else:
                     reason = f"internal error: {exc!r}"
-                    if holder.generator is None:
-                        holder.reason, holder.retry_after = reason, 2
+                    holder.claim_failed(reason, 2)
                     if reason != last_reason:
                         log.exception("%s: background task: %s", holder.name, reason)
                 if reason != last_reason:

@@ -2,8 +2,8 @@
 
 A **fleet** is every node that shares one lease backend (one etcd namespace, or one embedded state directory):
 inside it, the backend makes every claimed identity exclusive. Two fleets share nothing, so only their
-configuration keeps them apart: regions (:mod:`app.pool`) give each fleet a disjoint slice of every leased identity
-space. The guard here checks that configuration against the fleets it is told about:
+configuration keeps them apart: regions (:mod:`app.schemes.pool`) give each fleet a disjoint slice of every leased
+identity space. The guard here checks that configuration against the fleets it is told about:
 
 * :meth:`FleetGuard.document` is ``GET /v1/fleet``: ``{"fleet_id", "member", "region", "regions", "backend",
   "schemes": {name: {"kind", "slice", "pool", "group", "group_in_id"}}, "peers": {url: {...}}}`` for every scheme
@@ -42,13 +42,13 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.errors import NotReadyError
-from app.identity import BACKOFF_MAX_S, PEER_CHECK_PENDING
+from app.issuing.holder import BACKOFF_MAX_S, PEER_CHECK_PENDING
 
 if TYPE_CHECKING:
     import httpx  # imported where a peer is asked: only a node with peer fleets needs it, not every start
 
     from app.metrics import Metrics
-    from app.pool import IdentityPool
+    from app.schemes.pool import IdentityPool
     from app.settings import Settings
     from app.storage.base import Storage
 
