@@ -19,14 +19,18 @@ from idmint_client._exceptions import IdmintClientError
 WORKER_IDLE_S = 5.0
 """The refill thread checks this often whether its client still exists."""
 
-Condition = threading.Condition
-"""The sync client's lock of one buffer: held while the buffer changes, released while a refill is asked for."""
+
+class Condition(threading.Condition):
+    """The sync client's lock of one buffer (over a plain lock): held while the buffer changes, released while a
+    refill is asked for and while waiting for one."""
+
+    def __init__(self) -> None:
+        super().__init__(threading.Lock())
 
 
 class AsyncCondition:
-    """The async client's lock of one buffer: :class:`asyncio.Condition` with the surface of
-    :class:`threading.Condition` the client uses (``wait`` returns after at most ``timeout`` seconds, the lock held
-    again)."""
+    """The async client's lock of one buffer: :class:`asyncio.Condition` with the surface of :class:`Condition` the
+    client uses (``wait`` returns after at most ``timeout`` seconds, the lock held again)."""
 
     def __init__(self) -> None:
         self._condition = asyncio.Condition()
