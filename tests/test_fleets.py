@@ -24,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
-from idmint_client import Client, FleetOverlap
+from idmint_client import Client, FleetOverlapError
 
 from app.errors import ConfigError
 from app.main import create_app
@@ -300,7 +300,7 @@ def test_the_client_refuses_two_overlapping_fleets_and_serves_one_fleet_of_two_s
     try:
         for node in two_hosts + one_fleet:
             node.wait("/readyz")
-        with Client([n.url for n in two_hosts]) as client, pytest.raises(FleetOverlap) as info:
+        with Client([n.url for n in two_hosts]) as client, pytest.raises(FleetOverlapError) as info:
             client.new_id("eight-byte")
         message = str(info.value)
         assert two_hosts[0].url in message and two_hosts[1].url in message and "IDMINT_REGION" in message
@@ -324,7 +324,7 @@ async def test_the_async_client_refuses_two_overlapping_fleets(tmp_path: Path) -
         for node in nodes:
             node.wait("/readyz")
         async with AsyncClient([n.url for n in nodes]) as client:
-            with pytest.raises(FleetOverlap):
+            with pytest.raises(FleetOverlapError):
                 await client.ids("siq", 10)
     finally:
         for node in nodes:
@@ -522,7 +522,7 @@ def test_a_copied_state_directory_is_another_fleet_to_peers_and_to_the_client(tm
         readyz_when(nodes[1], "snowflake", "storage went back in time or was replaced (directory_inode")
         for node in nodes:
             assert node.get("/v1/ids/snowflake").status_code == 503
-        with Client([n.url for n in nodes]) as client, pytest.raises(FleetOverlap):
+        with Client([n.url for n in nodes]) as client, pytest.raises(FleetOverlapError):
             client.new_id("wiji")
 
 

@@ -1,5 +1,5 @@
 """The conformance driver: runs the cases of ``clients/conformance/cases/`` against each client's runner, through real
-idmint servers and fault proxies, and prints one line per client (``python: 53 passed, 0 failed``).
+idmint servers and fault proxies, and prints one line per client (``python: 55 passed, 0 failed``).
 
 ::
 
@@ -59,6 +59,25 @@ SERVER_ENVS: dict[str, dict[str, str]] = {
     "region-1": {**REGIONS_ENV, "IDMINT_REGION": "1", "IDMINT_MAX_COUNT": "1000"},
     "overlapping": {"IDMINT_MAX_COUNT": "1000"},
 }
+# fmt: off
+ERROR_TABLE = [
+    # kind                    Python                       TypeScript                   Go
+    ("validation",             "ValidationError",           "ValidationError",           "ValidationError"),
+    ("unauthorized",           "UnauthorizedError",         "UnauthorizedError",         "UnauthorizedError"),
+    ("forbidden",              "ForbiddenError",            "ForbiddenError",            "ForbiddenError"),
+    ("unknown_scheme",         "UnknownSchemeError",        "UnknownSchemeError",        "UnknownSchemeError"),
+    ("unknown_sequence",       "UnknownSequenceError",      "UnknownSequenceError",      "UnknownSequenceError"),
+    ("request_rejected",       "RequestRejectedError",      "RequestRejectedError",      "RequestRejectedError"),
+    ("no_replica_available",   "NoReplicaAvailableError",   "NoReplicaAvailableError",   "NoReplicaAvailableError"),
+    ("fleet_overlap",          "FleetOverlapError",         "FleetOverlapError",         "FleetOverlapError"),
+    ("sequence_stores_differ", "SequenceStoresDifferError", "SequenceStoresDifferError", "SequenceStoresDifferError"),
+    ("client_closed",          "ClientClosedError",         "ClientClosedError",         "ErrClientClosed"),
+]
+# fmt: on
+ERROR_CLASSES = {kind: dict(zip(("python", "typescript", "go"), names, strict=True)) for kind, *names in ERROR_TABLE}
+"""Each error kind a case may expect, and the class each client raises for it (Go: the type errors.As matches,
+or the sentinel errors.Is matches). A runner reports the class it caught; the case passes only with this one."""
+
 ETCD_REPLICAS = ("etcd-a", "etcd-b")
 ETCD_LEASE_TTL_S = "3"
 
@@ -229,6 +248,9 @@ def load_cases(only: list[str] | None = None) -> list[Case]:
     repeated = {n for n in names if names.count(n) > 1}
     if repeated:
         raise SystemExit(f"case names must be unique: {sorted(repeated)}")
+    kinds = {s["expect"]["error"] for c in cases for s in c.steps if "error" in s.get("expect", {})}
+    if kinds - ERROR_CLASSES.keys():
+        raise SystemExit(f"error kinds without classes in ERROR_CLASSES: {sorted(kinds - ERROR_CLASSES.keys())}")
     return cases
 
 
@@ -237,6 +259,7 @@ class Run:
     """One case run against one client: the proxies, the names replicas resolve to, what was handed out."""
 
     case: Case
+    client: str
     servers: Servers
     token: str
     proxies: dict[str, FaultProxy] = field(default_factory=dict)
@@ -274,8 +297,8 @@ class Run:
         return value
 
 
-def run_case(case: Case, runner: Runner, servers: Servers, token: str) -> None:
-    run = Run(case, servers, token)
+def run_case(case: Case, client: str, runner: Runner, servers: Servers, token: str) -> None:
+    run = Run(case, client, servers, token)
     try:
         run.setup()
         for number, step in enumerate(case.steps, 1):
@@ -330,8 +353,10 @@ def compare(run: Run, expect: dict[str, Any], result: dict[str, Any], elapsed: f
 
     if "ok" in expect and result.get("ok") is not expect["ok"]:
         fail(f"expected ok={expect['ok']}")
-    if "error" in expect and result.get("error") != expect["error"]:
-        fail(f"expected error {expect['error']!r}")
+    if "error" in expect:
+        wanted = ERROR_CLASSES[expect["error"]][run.client]
+        if result.get("class") != wanted:
+            fail(f"expected error {expect['error']!r}: class {wanted}")
     if "error" not in expect and expect.get("ok", True) and not result.get("ok"):
         fail("expected success")
     if "count" in expect:
@@ -479,7 +504,7 @@ def run_client(client: str, command: list[str], cases: list[Case], servers: Serv
             token = f"{client[:2]}{index}-{secrets.token_hex(2)}"
             started = time.monotonic()
             try:
-                run_case(case, runner, servers, token)
+                run_case(case, client, runner, servers, token)
             except CaseFailed as exc:
                 failures[case.name] = str(exc)
                 print(f"{client}: FAILED {case.name} ({case.file}): {exc}", flush=True)

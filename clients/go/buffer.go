@@ -58,8 +58,8 @@ type buffer struct {
 
 // NewID returns one fresh ID of scheme (WithFormat, WithOption as for IDs) from this client's buffer for that
 // (scheme, options, format), refilled in the background before it runs dry; IDs older than MaxAge are discarded
-// unused. Safe for many goroutines: no two calls ever return the same ID. Errors: *NoReplicaError when the buffer
-// is empty and no replica can issue; *BadRequestError / *UnknownSchemeError for a bad scheme, option or format.
+// unused. Safe for many goroutines: no two calls ever return the same ID. Errors: *NoReplicaAvailableError when the buffer
+// is empty and no replica can issue; *ValidationError / *UnknownSchemeError for a bad scheme, option or format.
 func (c *Client) NewID(ctx context.Context, scheme string, opts ...IssueOption) (string, error) {
 	if c.buffers == nil {
 		return "", ErrNotConstructed

@@ -399,7 +399,7 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 	if err := parentDone(ctx); err != nil {
 		return zero, err
 	}
-	return zero, &NoReplicaError{What: r.what, Reasons: c.ordered(reasons), order: c.urls,
+	return zero, &NoReplicaAvailableError{What: r.what, Reasons: c.ordered(reasons), order: c.urls,
 		cause: callerOf(ctx).Err()}
 }
 
@@ -427,7 +427,8 @@ func (c *Client) classify(ctx context.Context, base, scope string, err error) (s
 
 func isRejection(err error) bool {
 	switch err.(type) {
-	case *BadRequestError, *UnknownSchemeError, *UnknownSequenceError, *UnauthorizedError, *RequestRejectedError:
+	case *ValidationError, *UnknownSchemeError, *UnknownSequenceError, *UnauthorizedError, *ForbiddenError,
+		*RequestRejectedError:
 		return true
 	}
 	return false
@@ -664,8 +665,8 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 // -- batches -------------------------------------------------------------------------------------------------
 
 // IDs returns count fresh IDs of scheme (unbuffered), in issue order. Above the server's max count the request
-// is split into several batch calls. Errors: *BadRequestError (count, option or format), *UnknownSchemeError,
-// *NoReplicaError, *FleetOverlapError.
+// is split into several batch calls. Errors: *ValidationError (count, option or format), *UnknownSchemeError,
+// *NoReplicaAvailableError, *FleetOverlapError.
 func (c *Client) IDs(ctx context.Context, scheme string, count int, opts ...IssueOption) ([]string, error) {
 	is := issueOf(opts)
 	ctx, cancel := c.withTimeout(ctx)
@@ -751,7 +752,7 @@ func (c *Client) parseIDs(resp *http.Response, count int, shape *idShape, key st
 // -- decode --------------------------------------------------------------------------------------------------
 
 // Decode reads id (any accepted text form) as every scheme that accepts it, the plausible readings first.
-// Errors: *BadRequestError naming the rule the ID breaks, *NoReplicaError.
+// Errors: *ValidationError naming the rule the ID breaks, *NoReplicaAvailableError.
 func (c *Client) Decode(ctx context.Context, id string) (*Candidates, error) {
 	return call(ctx, c, request{method: "GET", path: "/v1/decode/" + url.PathEscape(id), scope: allScopes,
 		what: fmt.Sprintf("decode %q", id), advance: true}, func(resp *http.Response) (*Candidates, error) {
@@ -770,8 +771,8 @@ func (c *Client) Decode(ctx context.Context, id string) (*Candidates, error) {
 	})
 }
 
-// DecodeAs reads id as scheme. Errors: *BadRequestError naming the rule the ID breaks, *UnknownSchemeError,
-// *NoReplicaError.
+// DecodeAs reads id as scheme. Errors: *ValidationError naming the rule the ID breaks, *UnknownSchemeError,
+// *NoReplicaAvailableError.
 func (c *Client) DecodeAs(ctx context.Context, scheme, id string) (*Decoded, error) {
 	return call(ctx, c, request{method: "GET", path: "/v1/decode/" + url.PathEscape(scheme) + "/" + url.PathEscape(id),
 		scope: allScopes, what: fmt.Sprintf("decode %q", id), advance: true}, func(resp *http.Response) (*Decoded, error) {
@@ -806,7 +807,7 @@ func sequenceInteger(value any, what string) (int64, error) {
 
 // Next returns count integers of sequence name (1..the server's max count), rising, exact (asked as strings).
 // Never the same integer twice from any server of the fleet; a call that fails over leaves a gap, never a repeat.
-// Errors: *BadRequestError (count, name), *UnknownSequenceError, *NoReplicaError, *SequenceStoresDifferError.
+// Errors: *ValidationError (count, name), *UnknownSequenceError, *NoReplicaAvailableError, *SequenceStoresDifferError.
 func (c *Client) Next(ctx context.Context, name string, count int) ([]int64, error) {
 	return call(ctx, c, request{method: "GET", path: sequencePath(name, "next"), scope: sequenceScope + name,
 		params: url.Values{"count": {strconv.Itoa(count)}, "format": {"string"}}, advance: true,
@@ -842,7 +843,7 @@ func (c *Client) Next(ctx context.Context, name string, count int) ([]int64, err
 }
 
 // Range reserves a fresh contiguous range of count integers (1..2**40) of sequence name in storage, for offline
-// jobs. Errors as Next; a range past 2**63-1 is a *BadRequestError naming the rule.
+// jobs. Errors as Next; a range past 2**63-1 is a *ValidationError naming the rule.
 func (c *Client) Range(ctx context.Context, name string, count int64) (SequenceRange, error) {
 	return call(ctx, c, request{method: "POST", path: sequencePath(name, "range"), scope: sequenceScope + name,
 		params: url.Values{"count": {strconv.FormatInt(count, 10)}, "format": {"string"}}, advance: true,

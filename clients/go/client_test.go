@@ -205,7 +205,7 @@ func TestRejectionsAreTypedAndNotRetried(t *testing.T) {
 	a, b := newFake(t), newFake(t)
 	c := client(t, Options{APIKey: "k"}, a.URL, b.URL)
 	ctx := context.Background()
-	var bad *BadRequestError
+	var bad *ValidationError
 	if _, err := c.IDs(ctx, "wiji", 0); !errors.As(err, &bad) || bad.Status != 422 {
 		t.Fatalf("count 0: %v", err)
 	}
@@ -244,7 +244,7 @@ func TestFailoverHonoursRetryAfterAndNamesEveryReplica(t *testing.T) {
 	}
 	b.mode.Store("html")
 	_, err := c.IDs(context.Background(), "wiji", 1)
-	var none *NoReplicaError
+	var none *NoReplicaAvailableError
 	if !errors.As(err, &none) || !strings.Contains(none.Reasons[a.URL], "kept out") ||
 		!strings.Contains(none.Reasons[b.URL], "unreadable") {
 		t.Fatalf("%v", err)
@@ -275,7 +275,7 @@ func TestRepeatingReplayingAndRedirectingServersFailOver(t *testing.T) {
 				alone.IDs(context.Background(), "wiji", 5) //nolint:errcheck // the cache's answer, new to this client
 			}
 			_, err := alone.IDs(context.Background(), "wiji", 5)
-			var none *NoReplicaError
+			var none *NoReplicaAvailableError
 			words := map[string]string{"repeat": "twice", "replay": "received before", "redirect": "307"}[mode]
 			if !errors.As(err, &none) || !strings.Contains(none.Reasons[a.URL], words) {
 				t.Fatalf("%v", err)
@@ -338,9 +338,9 @@ func TestCallersDeadlineIsDeadlineExceeded(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("IDs cut by the caller's deadline: %v", err)
 	}
-	var noReplica *NoReplicaError
+	var noReplica *NoReplicaAvailableError
 	if !errors.As(err, &noReplica) {
-		t.Fatalf("IDs cut by the caller's deadline is no *NoReplicaError: %v", err)
+		t.Fatalf("IDs cut by the caller's deadline is no *NoReplicaAvailableError: %v", err)
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel2()

@@ -13,8 +13,9 @@
 //	numbers, err := client.Next(ctx, "invoices", 3)                // []int64, rising, never twice
 //
 // Every call takes a context.Context and is bounded by Options.Timeout besides. Errors are typed (errors.go): a
-// request the server rejects (*BadRequestError, *UnknownSchemeError, *UnknownSequenceError, *UnauthorizedError)
-// is returned at once; when no replica can answer, a *NoReplicaError names each replica and its reason. Every
+// request the server rejects (*ValidationError, *UnknownSchemeError, *UnknownSequenceError, *UnauthorizedError,
+// *ForbiddenError)
+// is returned at once; when no replica can answer, a *NoReplicaAvailableError names each replica and its reason. Every
 // answer is checked before any of it is handed out: IDs must match their scheme's token pattern from GET
 // /v1/schemes, no answer may hold an ID twice or an end of an earlier answer (a replaying cache), and a redirect
 // is never followed; such an answer fails its replica like a dead one. The behaviour is the Python and TypeScript

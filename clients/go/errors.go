@@ -7,14 +7,16 @@ import (
 	"strings"
 )
 
-// The error types of the client, one per case (match them with errors.As; ErrClientClosed with errors.Is):
+// The error types of the client, one per case (match them with errors.As; ErrClientClosed with errors.Is). The
+// Python and TypeScript clients name each alike (docs/clients.md, "Errors"):
 //
-//	*BadRequestError            422: Detail names the rule broken (count range, option, format, ID)
+//	*ValidationError            422: Detail names the rule broken (count range, option, format, ID)
+//	*UnauthorizedError          401: the API key is missing or matches none
+//	*ForbiddenError             403: the API key lacks the route's scope
 //	*UnknownSchemeError         404 to an ID or decode call: no scheme of that name
 //	*UnknownSequenceError       404 to a sequence call: no sequence of that name
-//	*UnauthorizedError          401/403: the API key is missing or not accepted
-//	*RequestRejectedError       any other 4xx but 429 (the four above embed its Rejection)
-//	*NoReplicaError             every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx,
+//	*RequestRejectedError       any other 4xx but 429 (the five above embed its Rejection)
+//	*NoReplicaAvailableError    every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx,
 //	                            a redirect, a broken, truncated or repeating answer); Reasons per replica URL
 //	*FleetOverlapError          two servers of fleets whose identities overlap: IDs from both could repeat
 //	*SequenceStoresDifferError  a sequence call with servers of two fleets (each keeps its own sequences)
@@ -42,10 +44,10 @@ type RequestRejectedError struct{ Rejection }
 
 func (e *RequestRejectedError) Error() string { return e.message() }
 
-// BadRequestError is a 422: Detail names the rule broken ("count must be in 1..100000").
-type BadRequestError struct{ Rejection }
+// ValidationError is a 422: Detail names the rule broken ("count must be in 1..100000").
+type ValidationError struct{ Rejection }
 
-func (e *BadRequestError) Error() string { return e.message() }
+func (e *ValidationError) Error() string { return e.message() }
 
 // UnknownSchemeError is a 404 to an ID or decode call: the server has no scheme of that name.
 type UnknownSchemeError struct{ Rejection }
@@ -58,14 +60,29 @@ type UnknownSequenceError struct{ Rejection }
 
 func (e *UnknownSequenceError) Error() string { return e.message() }
 
-// UnauthorizedError is a 401 or 403: the API key is missing, wrong, or not allowed to do this.
+// UnauthorizedError is a 401: the API key is missing or matches none.
 type UnauthorizedError struct{ Rejection }
 
 func (e *UnauthorizedError) Error() string { return e.message() }
 
-// NoReplicaError says that every replica refused or failed. Reasons maps each replica's base URL to why it was not
-// used; Delivered is how many IDs a stream had handed out when it gave up (0 for other calls).
-type NoReplicaError struct {
+// ForbiddenError is a 403: the API key is valid but lacks the scope of the route called.
+type ForbiddenError struct{ Rejection }
+
+func (e *ForbiddenError) Error() string { return e.message() }
+
+// BadRequestError is the earlier name of ValidationError.
+//
+// Deprecated: use ValidationError.
+type BadRequestError = ValidationError
+
+// NoReplicaError is the earlier name of NoReplicaAvailableError.
+//
+// Deprecated: use NoReplicaAvailableError.
+type NoReplicaError = NoReplicaAvailableError
+
+// NoReplicaAvailableError says that every replica refused or failed. Reasons maps each replica's base URL to why
+// it was not used; Delivered is how many IDs a stream had handed out when it gave up (0 for other calls).
+type NoReplicaAvailableError struct {
 	What      string
 	Reasons   map[string]string
 	Delivered int
@@ -75,9 +92,9 @@ type NoReplicaError struct {
 
 // Unwrap is the caller's context's error (context.DeadlineExceeded) when the caller's own deadline cut the call,
 // so errors.Is(err, context.DeadlineExceeded) holds; nil otherwise (the client's Timeout passing is not it).
-func (e *NoReplicaError) Unwrap() error { return e.cause }
+func (e *NoReplicaAvailableError) Unwrap() error { return e.cause }
 
-func (e *NoReplicaError) Error() string {
+func (e *NoReplicaAvailableError) Error() string {
 	urls := e.order
 	if len(urls) == 0 {
 		for url := range e.Reasons {

@@ -175,13 +175,15 @@ func check(resp *http.Response, sequence bool) error {
 		wait := retryAfter(resp.Header)
 		return &refused{fmt.Sprintf("%d %s (Retry-After %s s)", status, detail, strconv.FormatFloat(wait, 'g', -1, 64)), wait}
 	case status == 422:
-		return &BadRequestError{rejection}
+		return &ValidationError{rejection}
 	case status == 404 && sequence:
 		return &UnknownSequenceError{rejection}
 	case status == 404:
 		return &UnknownSchemeError{rejection}
-	case status == 401 || status == 403:
+	case status == 401:
 		return &UnauthorizedError{rejection}
+	case status == 403:
+		return &ForbiddenError{rejection}
 	case status >= 400 && status < 500:
 		return &RequestRejectedError{rejection}
 	}
@@ -190,7 +192,7 @@ func check(resp *http.Response, sequence bool) error {
 
 // countRange is the server's max count named by a 422 about the count range, or 0.
 func countRange(err error) int {
-	bad, ok := err.(*BadRequestError)
+	bad, ok := err.(*ValidationError)
 	if !ok {
 		return 0
 	}

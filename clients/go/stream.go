@@ -43,7 +43,7 @@ type Stream struct {
 }
 
 // Stream starts a stream of count IDs of scheme (GET /v1/ids/{scheme}/stream). Its timeout bounds each stretch
-// without a complete ID. Errors (from Err): *BadRequestError, *UnknownSchemeError at once; *NoReplicaError (its
+// without a complete ID. Errors (from Err): *ValidationError, *UnknownSchemeError at once; *NoReplicaAvailableError (its
 // Delivered: the IDs already handed out) when no replica can go on.
 func (c *Client) Stream(ctx context.Context, scheme string, count int, opts ...IssueOption) *Stream {
 	ctx, cancel := context.WithCancel(ctx)
@@ -195,7 +195,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 			progress = progress || delivered > before
 		}
 		if !progress {
-			return delivered, &NoReplicaError{What: fmt.Sprintf("stream %d %s (%d delivered)", count, scheme, delivered),
+			return delivered, &NoReplicaAvailableError{What: fmt.Sprintf("stream %d %s (%d delivered)", count, scheme, delivered),
 				Reasons: c.ordered(reasons), Delivered: delivered, order: c.urls}
 		}
 	}

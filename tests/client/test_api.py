@@ -12,17 +12,18 @@ import httpx
 import pytest
 from idmint_client import (
     AsyncClient,
-    BadRequest,
     Candidates,
     Client,
-    ClientClosed,
+    ClientClosedError,
     Decoded,
+    ForbiddenError,
     IdmintClientError,
-    NoReplicaAvailable,
-    RequestRejected,
+    NoReplicaAvailableError,
+    RequestRejectedError,
     SchemeInfo,
-    Unauthorized,
-    UnknownScheme,
+    UnauthorizedError,
+    UnknownSchemeError,
+    ValidationError,
 )
 
 from tests.client.fakes import batch, catalogue_answer, fake_id
@@ -98,7 +99,7 @@ def test_ids_split_above_the_server_max_count_learned_from_a_422(tmp_path: Path)
             got = client.ids("hlc-ulid", 4500)
             assert len(got) == 4500 and len(set(got)) == 4500 and got == sorted(got)
             assert client._max_count == 1000
-            with pytest.raises(BadRequest, match=r"count must be in 1\.\.1000, got 0"):
+            with pytest.raises(ValidationError, match=r"count must be in 1\.\.1000, got 0"):
                 client.ids("hlc-ulid", 0)
         with Client(small.url) as client:  # learned from /v1/schemes too
             assert {s.max_count for s in client.schemes()} == {1000}
@@ -124,7 +125,7 @@ def test_decode_detects_the_scheme_and_returns_typed_candidates(server: Server) 
 
 @pytest.mark.parametrize("bad", ["not-an-id", "ZZZZZZZZZZZZZZZZZZZZZZZZZZ", "0" * 200])
 def test_decode_of_a_bad_id_raises_bad_request_with_the_rule(server: Server, bad: str) -> None:
-    with Client(server.url) as client, pytest.raises(BadRequest) as caught:
+    with Client(server.url) as client, pytest.raises(ValidationError) as caught:
         client.decode(bad, scheme="hlc-ulid")
     assert caught.value.status == 422 and caught.value.detail
 
@@ -141,15 +142,15 @@ def test_schemes_lists_formats_and_limits(server: Server, scheme_names: list[str
 def test_bad_requests_raise_at_once_with_the_server_detail(server: Server) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with Client([server.url, dead]) as client:
-        with pytest.raises(UnknownScheme, match="unknown scheme"):
+        with pytest.raises(UnknownSchemeError, match="unknown scheme"):
             client.new_id("no-such-scheme")
-        with pytest.raises(BadRequest, match="mode applies only to eight-byte"):
+        with pytest.raises(ValidationError, match="mode applies only to eight-byte"):
             client.ids("wiji", 3, mode="spread")
-        with pytest.raises(BadRequest, match="format"):
+        with pytest.raises(ValidationError, match="format"):
             list(client.stream("wiji", 3, format="no-such-format"))
-        with pytest.raises(BadRequest):
+        with pytest.raises(ValidationError):
             client.new_id("eight-byte", mode="sideways")
-        assert issubclass(BadRequest, RequestRejected) and issubclass(BadRequest, ValueError)
+        assert issubclass(ValidationError, RequestRejectedError) and issubclass(ValidationError, ValueError)
 
 
 def test_no_replica_error_names_every_replica_and_its_reason(server: Server) -> None:
@@ -162,7 +163,7 @@ def test_no_replica_error_names_every_replica_and_its_reason(server: Server) -> 
             lambda: client.decode("x"),
             lambda: list(client.stream("wiji", 5)),
         ):
-            with pytest.raises(NoReplicaAvailable) as caught:
+            with pytest.raises(NoReplicaAvailableError) as caught:
                 call()
             assert set(caught.value.reasons) == set(dead)
             assert all("Connect" in r for r in caught.value.reasons.values()), caught.value.reasons
@@ -187,19 +188,47 @@ def test_api_key_is_sent_as_a_bearer_token_and_401_is_not_retried() -> None:
         assert client.ids("wiji", 2) == ids
     with (
         Client(["http://a.invalid", "http://b.invalid"], transport=one_fleet(handler)) as client,
-        pytest.raises(Unauthorized, match="unknown API key"),
+        pytest.raises(UnauthorizedError, match="unknown API key"),
     ):
         client.ids("wiji", 2)
     assert seen == ["Bearer s3cret", None]  # the 401 was not retried on the other replica
+
+
+def test_a_403_is_forbidden_apart_from_a_401_and_is_not_retried() -> None:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        listed = catalogue_answer(request)
+        if listed is not None:
+            return listed
+        asked.append(request.url.host)
+        return httpx.Response(403, json={"detail": "the API key lacks scope ids"})
+
+    with Client(["http://a.invalid", "http://b.invalid"], api_key="k", transport=one_fleet(handler)) as client:
+        with pytest.raises(ForbiddenError, match="lacks scope ids") as caught:
+            client.ids("wiji", 2)
+    assert caught.value.status == 403 and not isinstance(caught.value, UnauthorizedError)
+    assert isinstance(caught.value, RequestRejectedError) and asked == ["a.invalid"]
+
+
+def test_the_earlier_error_names_still_import_with_a_deprecation_warning() -> None:
+    import idmint_client
+
+    with pytest.warns(DeprecationWarning, match="BadRequest is deprecated: use ValidationError"):
+        assert idmint_client.BadRequest is ValidationError
+    with pytest.warns(DeprecationWarning, match="NoReplicaAvailable is deprecated"):
+        assert idmint_client.NoReplicaAvailable is NoReplicaAvailableError
+    with pytest.raises(AttributeError):
+        idmint_client.NoSuchName  # noqa: B018
 
 
 def test_closed_client_raises() -> None:
     client = Client("http://127.0.0.1:1")
     client.close()
     client.close()
-    with pytest.raises(ClientClosed):
+    with pytest.raises(ClientClosedError):
         client.new_id("wiji")
-    assert issubclass(ClientClosed, IdmintClientError)
+    assert issubclass(ClientClosedError, IdmintClientError)
 
 
 @pytest.mark.parametrize("replicas", ["", " , ", "ftp://x", []])
@@ -220,9 +249,9 @@ async def test_async_client_every_method(server: Server, scheme_names: list[str]
         found = await client.decode(await client.new_id("wiji"))
         assert found.best.scheme == "wiji"
         assert [s.name for s in await client.schemes()] == scheme_names
-        with pytest.raises(UnknownScheme):
+        with pytest.raises(UnknownSchemeError):
             await client.new_id("no-such-scheme")
-        with pytest.raises(BadRequest):
+        with pytest.raises(ValidationError):
             await client.ids("wiji", 2, type="user")
         assert len({await client.new_id("hlc-ulid", format="hex") for _ in range(100)}) == 100
     async with AsyncClient(server.url, buffer=False) as client:
@@ -235,7 +264,7 @@ async def test_async_client_failover_and_error_naming_every_replica(server: Serv
         assert len(await client.ids("wiji", 10)) == 10  # the dead one is skipped
         assert len([i async for i in client.stream("wiji", 10)]) == 10
     async with AsyncClient([dead], timeout=2) as client:
-        with pytest.raises(NoReplicaAvailable, match=dead):
+        with pytest.raises(NoReplicaAvailableError, match=dead):
             await client.new_id("wiji")
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from idmint_client import AsyncClient, Client, NoReplicaAvailable
+from idmint_client import AsyncClient, Client, NoReplicaAvailableError
 
 from tests.client.conftest import issued_total, replica_on
 from tests.support.server import Server
@@ -82,7 +82,7 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(
 
             b.stop()
             deadline = time.monotonic() + 10
-            with pytest.raises(NoReplicaAvailable) as caught:
+            with pytest.raises(NoReplicaAvailableError) as caught:
                 while time.monotonic() < deadline:  # the buffer may still hold fresh IDs for up to max_age
                     client.new_id(SCHEME)
             assert set(caught.value.reasons) == {a.url, b.url}

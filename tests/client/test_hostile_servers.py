@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
-from idmint_client import AsyncClient, Client, NoReplicaAvailable
+from idmint_client import AsyncClient, Client, NoReplicaAvailableError
 from idmint_client._replicas import retry_after_s
 
 from tests.client.fakes import batch, catalogue, catalogue_answer, fake_id
@@ -76,10 +76,10 @@ def test_a_malformed_stream_yields_nothing_and_names_the_server_and_line(
 ) -> None:
     with Client([A], transport=handler_of(body, kind), buffer=False) as client:
         stream = client.stream("wiji", 5)
-        with pytest.raises(NoReplicaAvailable) as caught:
+        with pytest.raises(NoReplicaAvailableError) as caught:
             next(stream)  # not one line of it is handed out
     assert A in str(caught.value) and words in caught.value.reasons[A], caught.value.reasons
-    with Client([A], transport=handler_of(body, kind)) as client, pytest.raises(NoReplicaAvailable, match=A):
+    with Client([A], transport=handler_of(body, kind)) as client, pytest.raises(NoReplicaAvailableError, match=A):
         client.new_id("wiji")  # refills go through the stream route
 
 
@@ -94,7 +94,7 @@ def test_a_malformed_stream_is_failed_over_like_a_dead_server(body: str, kind: d
 @pytest.mark.parametrize(("answer", "words"), BAD_BATCHES)
 def test_a_malformed_batch_is_an_error_naming_the_server_and_the_first_bad_id(answer: object, words: str) -> None:
     with Client([A], transport=handler_of("", TEXT, answer)) as client:
-        with pytest.raises(NoReplicaAvailable) as caught:
+        with pytest.raises(NoReplicaAvailableError) as caught:
             client.ids("wiji", 2)
         assert words in caught.value.reasons[A], caught.value.reasons
     with Client([A, B], transport=handler_of("", TEXT, answer), buffer=False) as client:
@@ -110,10 +110,10 @@ async def test_the_async_client_checks_as_well(body: str, kind: dict[str, str], 
         return sync.handle_request(request)
 
     async with AsyncClient([A], transport=httpx.MockTransport(handler)) as client:
-        with pytest.raises(NoReplicaAvailable) as caught:
+        with pytest.raises(NoReplicaAvailableError) as caught:
             await client.new_id("wiji")
         assert words in caught.value.reasons[A]
-        with pytest.raises(NoReplicaAvailable, match=A):
+        with pytest.raises(NoReplicaAvailableError, match=A):
             await client.ids("wiji", 2, format="hex")
 
 
@@ -195,7 +195,7 @@ def test_a_call_timeout_is_a_deadline_for_the_whole_call(drip: DripServer) -> No
             lambda: list(client.stream("wiji", 5)),
         ):
             started = time.monotonic()
-            with pytest.raises(NoReplicaAvailable, match="Timeout|timeout"):
+            with pytest.raises(NoReplicaAvailableError, match="Timeout|timeout"):
                 call()
             assert time.monotonic() - started < 30  # far below the drip's 20 s: the deadline ended it
 
@@ -204,7 +204,7 @@ async def test_an_async_call_timeout_is_a_deadline_too(drip: DripServer) -> None
     async with AsyncClient(drip.url, timeout=1.0) as client:
         await client.schemes()
         started = time.monotonic()
-        with pytest.raises(NoReplicaAvailable, match="Timeout|timeout"):
+        with pytest.raises(NoReplicaAvailableError, match="Timeout|timeout"):
             await client.new_id("wiji")
         assert time.monotonic() - started < 30
 
@@ -255,7 +255,7 @@ def test_an_answer_that_repeats_an_id_fails_its_server_and_nothing_is_handed_out
     with Client([A], transport=repeating(mode), buffer=False) as client:
         for call in (lambda: client.ids("wiji", 5), lambda: list(client.stream("wiji", 5))):
             first = call() if mode != "within" else []  # the replaying or splicing proxy's first answer is fresh
-            with pytest.raises(NoReplicaAvailable) as caught:
+            with pytest.raises(NoReplicaAvailableError) as caught:
                 call()
             assert words in caught.value.reasons[A], caught.value.reasons
             assert len(set(first)) == len(first)
@@ -280,15 +280,15 @@ def test_a_replayed_sequence_answer_fails_its_server() -> None:
 
     with Client([A], transport=httpx.MockTransport(handler)) as client:
         assert client.next("s", 2) == [7, 8]
-        with pytest.raises(NoReplicaAvailable, match="received before"):
+        with pytest.raises(NoReplicaAvailableError, match="received before"):
             client.next("s", 2)
-        with pytest.raises(NoReplicaAvailable, match="overlaps 7..8, received before"):
+        with pytest.raises(NoReplicaAvailableError, match="overlaps 7..8, received before"):
             client.range("s", 5)
     with Client([A], transport=httpx.MockTransport(handler)) as client:
         assert client.range("s", 5).as_range() == range(5, 10)
-        with pytest.raises(NoReplicaAvailable, match="overlaps 5..9"):
+        with pytest.raises(NoReplicaAvailableError, match="overlaps 5..9"):
             client.range("s", 5)
-        with pytest.raises(NoReplicaAvailable, match="inside 5..9 received before"):
+        with pytest.raises(NoReplicaAvailableError, match="inside 5..9 received before"):
             client.next("s", 2)
 
 
@@ -324,7 +324,7 @@ def test_an_answer_led_by_an_earlier_middle_id_fails_per_issuing_identity(stream
             return client.ids("snowflake", count, format="hex")
 
         assert call(3) == [snowflake(5, 100), snowflake(5, 101), snowflake(5, 102)]
-        with pytest.raises(NoReplicaAvailable, match="not above an ID of its issuer .worker_id bits 0x5000"):
+        with pytest.raises(NoReplicaAvailableError, match="not above an ID of its issuer .worker_id bits 0x5000"):
             call(3)
         assert call(2) == [snowflake(6, 90), snowflake(5, 140)]
         assert call(1) == [snowflake(5, 120)]
@@ -397,11 +397,11 @@ def endless_replica(declared: bool) -> tuple[httpx.MockTransport, list[Endless]]
 def test_an_answer_longer_than_the_count_can_need_is_refused_unread(declared: bool) -> None:
     transport, bodies = endless_replica(declared)
     with Client([A], transport=transport, buffer=False) as client:
-        with pytest.raises(NoReplicaAvailable, match="longer than") as caught:
+        with pytest.raises(NoReplicaAvailableError, match="longer than") as caught:
             client.ids("wiji", 5)
         assert "refused unread" in caught.value.reasons[A]
         words = "longer than the 135 bytes" if declared else "longer than 26 characters"
-        with pytest.raises(NoReplicaAvailable, match=words):
+        with pytest.raises(NoReplicaAvailableError, match=words):
             list(client.stream("wiji", 5))
     # 5 IDs need 5 * (26 + 3) + 4096 bytes: at most one chunk past that was pulled, none when it was declared
     assert all(body.pulled <= (0 if declared else 65536) for body in bodies), [b.pulled for b in bodies]
@@ -414,9 +414,9 @@ async def test_the_async_client_bounds_answers_too() -> None:
         return transport.handle_request(request)
 
     async with AsyncClient([A], transport=httpx.MockTransport(handler), buffer=False) as client:
-        with pytest.raises(NoReplicaAvailable, match="longer than"):
+        with pytest.raises(NoReplicaAvailableError, match="longer than"):
             await client.ids("wiji", 5)
-        with pytest.raises(NoReplicaAvailable, match="longer than 26 characters"):
+        with pytest.raises(NoReplicaAvailableError, match="longer than 26 characters"):
             async for _ in client.stream("wiji", 5):
                 pass
     assert all(body.pulled <= 65536 for body in bodies)

@@ -12,18 +12,18 @@ import httpx
 import pytest
 from idmint_client import (
     AsyncClient,
-    BadRequest,
     Client,
-    NoReplicaAvailable,
+    NoReplicaAvailableError,
     ParsedNumber,
-    RequestRejected,
+    RequestRejectedError,
     Reservation,
     SequenceNumbers,
     SequenceRange,
-    SequenceStoresDiffer,
+    SequenceStoresDifferError,
     Settled,
-    UnknownScheme,
-    UnknownSequence,
+    UnknownSchemeError,
+    UnknownSequenceError,
+    ValidationError,
 )
 
 from tests.support.server import Server, free_port
@@ -52,21 +52,21 @@ def test_next_and_range_give_exact_python_ints(server: Server) -> None:
         assert block.count == 2**20 and block.last - block.first + 1 == 2**20 and block.first > start + 5
         assert block.as_range() == range(block.first, block.last + 1)
         assert client.next("client-big")[0] not in block.as_range()
-        with pytest.raises(UnknownSequence, match="no sequence named 'nope'") as caught:
+        with pytest.raises(UnknownSequenceError, match="no sequence named 'nope'") as caught:
             client.next("nope")
-        assert not isinstance(caught.value, UnknownScheme) and isinstance(caught.value, LookupError)
-        with pytest.raises(UnknownSequence):
+        assert not isinstance(caught.value, UnknownSchemeError) and isinstance(caught.value, LookupError)
+        with pytest.raises(UnknownSequenceError):
             client.range("nope", 3)
-        with pytest.raises(BadRequest, match="count must be in 1..100000"):
+        with pytest.raises(ValidationError, match="count must be in 1..100000"):
             client.next("client-big", 0)
-        with pytest.raises(BadRequest, match="count must be in 1..100000"):
+        with pytest.raises(ValidationError, match="count must be in 1..100000"):
             client.next("client-big", 100_001)
-        with pytest.raises(BadRequest, match="must match"):
+        with pytest.raises(ValidationError, match="must match"):
             client.next("Client Big")  # quoted into the path: the server names the rule
         for name in ("client-big/next", "../../ids/wiji", "client-big/range"):
-            with pytest.raises(UnknownSequence):  # a slash (even quoted) reaches no other route
+            with pytest.raises(UnknownSequenceError):  # a slash (even quoted) reaches no other route
                 client.next(name)
-        with pytest.raises(BadRequest, match=r"2\*\*63-1"):
+        with pytest.raises(ValidationError, match=r"2\*\*63-1"):
             client.range("client-big", 2**40)  # fewer remain before the maximum
 
 
@@ -78,7 +78,7 @@ async def test_async_client_next_and_range(server: Server) -> None:
         assert len(set(flat)) == 150 and all(part == sorted(part) for part in got)
         block = await client.range("client-async", 1000)
         assert block.count == 1000 and not set(flat) & set(block.as_range())
-        with pytest.raises(UnknownSequence):
+        with pytest.raises(UnknownSequenceError):
             await client.range("nope", 1)
 
 
@@ -112,9 +112,9 @@ def test_servers_of_two_fleets_are_refused_for_sequences(tmp_path: Path) -> None
         with Client([n.url for n in nodes]) as client:
             assert len(client.ids("wiji", 4)) == 4  # schemes: two regions are fine
             assert len(client.ids("wiji", 4)) == 4  # (both servers read)
-            with pytest.raises(SequenceStoresDiffer, match="keep separate sequences"):
+            with pytest.raises(SequenceStoresDifferError, match="keep separate sequences"):
                 client.next("orders")
-            with pytest.raises(SequenceStoresDiffer):
+            with pytest.raises(SequenceStoresDifferError):
                 client.range("orders", 5)
         with Client(nodes[0].url) as client:
             assert client.next("orders") == [1]  # one server: its fleet's sequences
@@ -164,7 +164,7 @@ def test_an_answer_that_is_not_sequence_integers_fails_its_server(answer: object
         assert client.next("s", 2) == [7, 8]
         assert client.next("s", 2) == [9, 10]  # the bad server is kept out (or tried and failed again)
     assert asked[0].params["format"] == "string" and asked[0].params["count"] == "2"
-    with Client(["http://bad"], transport=fleet(handler)) as client, pytest.raises(NoReplicaAvailable):
+    with Client(["http://bad"], transport=fleet(handler)) as client, pytest.raises(NoReplicaAvailableError):
         client.next("s", 2)
 
 
@@ -183,7 +183,7 @@ def test_a_range_answer_that_is_not_the_range_asked_for_fails_its_server(answer:
         assert request.method == "POST" and request.url.path == "/v1/sequences/s/range"
         return httpx.Response(200, json=answer)
 
-    with Client(["http://bad"], transport=fleet(handler)) as client, pytest.raises(NoReplicaAvailable):
+    with Client(["http://bad"], transport=fleet(handler)) as client, pytest.raises(NoReplicaAvailableError):
         client.range("s", 3)
 
 
@@ -192,7 +192,7 @@ def test_a_server_that_does_not_tell_its_fleet_is_refused_beside_others() -> Non
         return httpx.Response(200, json={"name": "s", "ids": ["1"]})
 
     with Client(["http://a", "http://b"], transport=fleet(handler, fleet_status=404)) as client:
-        with pytest.raises(SequenceStoresDiffer, match="does not tell its fleet"):
+        with pytest.raises(SequenceStoresDifferError, match="does not tell its fleet"):
             client.next("s")
     with Client("http://a", transport=fleet(handler, fleet_status=404)) as client:
         assert client.next("s") == [1]  # alone, it is the only store there is
@@ -214,7 +214,7 @@ def test_numbers_parse_and_gapless_reservations(server: Server) -> None:
         parsed = client.parse("client-inv", numbers.texts[1])
         assert isinstance(parsed, ParsedNumber)
         assert (parsed.value, parsed.period, parsed.check_digit, parsed.state) == (2, year, "damm", "reserved")
-        with pytest.raises(BadRequest, match="damm check digit"):
+        with pytest.raises(ValidationError, match="damm check digit"):
             wrong = numbers.texts[1][:-1] + str((int(numbers.texts[1][-1]) + 1) % 10)
             client.parse("client-inv", wrong)
         create(server.url, "client-plain")
@@ -226,11 +226,11 @@ def test_numbers_parse_and_gapless_reservations(server: Server) -> None:
         assert client.commit("client-gap", held.reservation).state == "committed"  # a retry answers the same
         second = client.reserve("client-gap")
         assert client.void("client-gap", second.reservation, "printer jam").state == "voided"
-        with pytest.raises(RequestRejected, match="it was voided") as refused:
+        with pytest.raises(RequestRejectedError, match="it was voided") as refused:
             client.commit("client-gap", second.reservation)
         assert refused.value.status == 409
         assert client.reserve("client-gap").value == 2  # the voided integer is the next one reserved
-        with pytest.raises(RequestRejected, match="is gapless: reserve its integers"):
+        with pytest.raises(RequestRejectedError, match="is gapless: reserve its integers"):
             client.next("client-gap")
 
 

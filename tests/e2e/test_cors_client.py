@@ -116,5 +116,5 @@ def test_an_origin_not_listed_is_refused_by_the_browser(
     browser: Browser, origins: tuple[str, str], cors_server: Server
 ) -> None:
     result, logged = call_from(browser, origins[1], cors_server)
-    assert not result["ok"] and result["error"] == "NoReplicaAvailable", result
+    assert not result["ok"] and result["error"] == "NoReplicaAvailableError", result
     assert any("CORS policy" in line for line in logged), logged

@@ -7,41 +7,16 @@ import json
 import sys
 from typing import Any
 
-from idmint_client import (
-    BadRequest,
-    Client,
-    ClientClosed,
-    FleetOverlap,
-    IdmintClientError,
-    NoReplicaAvailable,
-    RequestRejected,
-    SequenceStoresDiffer,
-    Unauthorized,
-    UnknownScheme,
-    UnknownSequence,
-)
-
-KINDS: list[tuple[type[IdmintClientError], str]] = [
-    (BadRequest, "bad_request"),
-    (UnknownScheme, "unknown_scheme"),
-    (UnknownSequence, "unknown_sequence"),
-    (Unauthorized, "unauthorized"),
-    (RequestRejected, "request_rejected"),
-    (NoReplicaAvailable, "no_replica_available"),
-    (FleetOverlap, "fleet_overlap"),
-    (SequenceStoresDiffer, "sequence_stores_differ"),
-    (ClientClosed, "client_closed"),
-]
-"""Each error class and its kind in the protocol (the first match wins: subclasses first)."""
+from idmint_client import Client, IdmintClientError, NoReplicaAvailableError, RequestRejectedError
 
 
 def error_result(exc: IdmintClientError, ids: list[str] | None = None) -> dict[str, Any]:
-    kind = next((name for cls, name in KINDS if isinstance(exc, cls)), "error")
-    out: dict[str, Any] = {"ok": False, "error": kind, "message": str(exc)}
-    if isinstance(exc, NoReplicaAvailable):
+    """A failed op: the class caught (the driver checks it against the case's error kind) and its data."""
+    out: dict[str, Any] = {"ok": False, "class": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, NoReplicaAvailableError):
         out["reasons"] = exc.reasons
         out["delivered"] = exc.delivered
-    if isinstance(exc, RequestRejected):
+    if isinstance(exc, RequestRejectedError):
         out["status"] = exc.status
     if ids is not None:
         out["ids"] = ids

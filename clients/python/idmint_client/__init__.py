@@ -21,19 +21,23 @@ rooted at :class:`IdmintClientError`).
 
 from __future__ import annotations
 
+import warnings
+
 from idmint_client._async_client import AsyncClient
 from idmint_client._client import Client
 from idmint_client._exceptions import (
-    BadRequest,
-    ClientClosed,
-    FleetOverlap,
+    DEPRECATED_NAMES,
+    ClientClosedError,
+    FleetOverlapError,
+    ForbiddenError,
     IdmintClientError,
-    NoReplicaAvailable,
-    RequestRejected,
-    SequenceStoresDiffer,
-    Unauthorized,
-    UnknownScheme,
-    UnknownSequence,
+    NoReplicaAvailableError,
+    RequestRejectedError,
+    SequenceStoresDifferError,
+    UnauthorizedError,
+    UnknownSchemeError,
+    UnknownSequenceError,
+    ValidationError,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
 from idmint_client._sequences import ParsedNumber, Reservation, SequenceNumbers, SequenceRange, Settled
@@ -42,25 +46,35 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
-    "BadRequest",
     "BufferStats",
     "Candidates",
     "Client",
-    "ClientClosed",
-    "FleetOverlap",
+    "ClientClosedError",
     "Decoded",
+    "FleetOverlapError",
+    "ForbiddenError",
     "IdmintClientError",
-    "NoReplicaAvailable",
+    "NoReplicaAvailableError",
     "ParsedNumber",
-    "RequestRejected",
+    "RequestRejectedError",
     "Reservation",
     "SchemeInfo",
     "SequenceNumbers",
     "SequenceRange",
-    "SequenceStoresDiffer",
+    "SequenceStoresDifferError",
     "Settled",
-    "Unauthorized",
-    "UnknownScheme",
-    "UnknownSequence",
+    "UnauthorizedError",
+    "UnknownSchemeError",
+    "UnknownSequenceError",
+    "ValidationError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> type[IdmintClientError]:
+    """The earlier error names (``BadRequest``, ``NoReplicaAvailable``...), with a DeprecationWarning."""
+    new = DEPRECATED_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"idmint_client.{name} is deprecated: use {new.__name__}", DeprecationWarning, stacklevel=2)
+    return new

@@ -1,9 +1,11 @@
 """What both clients share: settings, request building, answer parsing, buffers keyed by (scheme, options, format),
-and fork safety. The I/O lives in :mod:`idmint_client._client` (threads) and :mod:`idmint_client._async_client`."""
+and fork safety. The I/O lives in :mod:`idmint_client._async_client` (and :mod:`idmint_client._client`, generated
+from it)."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from idmint_client._buffer import Buffer
-from idmint_client._exceptions import BadRequest
+from idmint_client._exceptions import ValidationError
 from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
 from idmint_client._repeats import Repeats, Rule
@@ -40,6 +42,7 @@ Key = str | tuple[str, str | None, tuple[tuple[str, str], ...]]
 
 LockT = TypeVar("LockT")
 TransportT = TypeVar("TransportT")
+T = TypeVar("T")
 
 
 FLEET_PATH = "/v1/fleet"
@@ -122,6 +125,23 @@ def _per_identity(raw: Mapping[str, object], form: str | None) -> object:
     """``form``'s entry of a catalogue entry's ``rising_per_identity`` (None when it has none)."""
     declared = raw.get("rising_per_identity")
     return declared.get(form) if isinstance(declared, dict) and form else None
+
+
+def ordered_reasons(urls: tuple[str, ...], reasons: Mapping[str, str]) -> dict[str, str]:
+    """Each of ``urls`` (in the client's order) with its reason from ``reasons`` (``not tried`` when it has none)."""
+    return {u: reasons.get(u, "not tried") for u in urls}
+
+
+def guarded(parse: Callable[[httpx.Response], T]) -> Callable[[httpx.Response], T]:
+    """``parse`` with malformed answers turned into Failed (move on to another replica)."""
+
+    def run(response: httpx.Response) -> T:
+        try:
+            return parse(response)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise Failed(f"unreadable answer: {exc!r}") from exc
+
+    return run
 
 
 def check_stream_type(response: httpx.Response) -> None:
@@ -212,6 +232,8 @@ class BaseClient(Generic[LockT, TransportT]):
         """key -> (deadline, next) of the buffer's head segment: all the hot path reads."""
         self._buffers: dict[Key, Buffer] = {}
         self._locks: dict[Key, LockT] = {}
+        self._meta_lock = threading.Lock()
+        """Held while a buffer and its lock are made (the async client's is never contended: no await inside)."""
         self._fleets = FleetCheck()
         """Each server's fleet, read before the server is first used (servers of overlapping fleets: an error)."""
         self._http = self._make_http()
@@ -269,7 +291,7 @@ class BaseClient(Generic[LockT, TransportT]):
         self._shapes[(scheme, fmt)] = shape
         return shape
 
-    def _learn_from(self, exc: BadRequest, count: int) -> int | None:
+    def _learn_from(self, exc: ValidationError, count: int) -> int | None:
         """The max count named by a count-range 422, when splitting would help; None otherwise."""
         maximum = count_range(exc)
         if maximum is not None and 1 <= maximum < count:

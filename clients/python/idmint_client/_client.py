@@ -1,11 +1,12 @@
-"""The synchronous client: :class:`Client` (thread-safe; background refills run on one daemon thread)."""
+# Generated from _async_client.py by clients/python/scripts/unasync.py: edit that file, then run the script.
+"""The client of an idmint fleet, written once: ``_async_client.py`` is the asyncio client, and ``_client.py``, the
+blocking one, is generated from it by ``clients/python/scripts/unasync.py`` (edit the first, then run the script:
+the test command fails while the two differ)."""
 
 from __future__ import annotations
 
-import queue
-import threading
+import functools
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar, overload
 
@@ -22,21 +23,23 @@ from idmint_client._base import (
     check_stream_type,
     declared_length,
     decode_path,
+    guarded,
     issue_params,
     issue_path,
+    ordered_reasons,
     parse_ids,
     split_lines,
     too_long,
 )
 from idmint_client._buffer import Buffer
+from idmint_client._concurrency import Condition, Refills
 from idmint_client._deadline import Deadline, deadline_transport, timeout_of
 from idmint_client._exceptions import (
-    BadRequest,
-    ClientClosed,
-    IdmintClientError,
-    NoReplicaAvailable,
-    UnknownScheme,
-    UnknownSequence,
+    ClientClosedError,
+    NoReplicaAvailableError,
+    UnknownSchemeError,
+    UnknownSequenceError,
+    ValidationError,
 )
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
@@ -63,12 +66,11 @@ from idmint_client._shapes import IdShape
 
 T = TypeVar("T")
 _monotonic = time.monotonic
-WORKER_IDLE_S = 5.0
-"""The refill thread checks this often whether its client still exists."""
 
 
-class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
-    """A thread-safe client of an idmint fleet.
+class Client(BaseClient[Condition, httpx.BaseTransport]):
+    """A client of an idmint fleet, safe to share: between the tasks of one event loop (the asyncio client, whose
+    methods are coroutines and whose ``stream`` is an async iterator) or between threads (the blocking client).
 
     ``replicas``: base URLs (a list, or one comma-separated string), tried round-robin with failover.
     ``timeout``: seconds, a deadline for each whole call (failover included; for :meth:`stream`, for each stretch
@@ -81,18 +83,17 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     Every answer is checked against the scheme's token pattern from ``/v1/schemes`` before any of it is handed out;
     one that is not IDs fails its replica (moved on from, like a dead one). Raises ValueError for bad settings.
     Every call raises only :class:`~idmint_client.IdmintClientError`
-    subclasses: :class:`~idmint_client.NoReplicaAvailable` when every replica refused or failed,
-    :class:`~idmint_client.RequestRejected` subclasses (never retried) when the request itself is wrong.
+    subclasses: :class:`~idmint_client.NoReplicaAvailableError` when every replica refused or failed,
+    :class:`~idmint_client.RequestRejectedError` subclasses (never retried) when the request itself is wrong.
 
-    Fork-safe: in the child of ``os.fork()`` every buffer starts empty and connections are new. Use it as a
-    context manager or call :meth:`close`.
+    Background refills run as tasks of the event loop that calls ``new_id`` (the asyncio client) or on one daemon
+    thread (the blocking client). Fork-safe: in the child of ``os.fork()`` every buffer starts empty and
+    connections are new. Use it as a context manager or call :meth:`close`.
     """
 
     def _fresh_state(self) -> None:
         super()._fresh_state()
-        self._meta_lock = threading.Lock()
-        self._refill_queue: queue.SimpleQueue[tuple[Key, Buffer] | None] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
+        self._refills = Refills(self._refill)
 
     def _make_http(self) -> httpx.Client:
         transport = self._transport if self._transport is not None else deadline_transport()
@@ -100,12 +101,12 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the refill thread and close connections. Buffered IDs are dropped. Idempotent."""
+        """Stop background refills and close connections. Buffered IDs are dropped. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._refill_queue.put(None)
         self._heads.clear()
+        self._refills.close()
         self._http.close()
 
     def __enter__(self) -> Self:
@@ -120,8 +121,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         ``mode="time_sequential"``), from this process's buffer for (scheme, options, format).
 
         The buffer is refilled in the background before it runs dry; IDs older than ``max_age`` seconds are
-        discarded unused. Thread-safe: no two calls ever return the same ID. Raises NoReplicaAvailable when the
-        buffer is empty and no replica can issue, BadRequest / UnknownScheme for a bad scheme, option or format.
+        discarded unused. No two calls ever return the same ID. Raises NoReplicaAvailableError when the buffer is empty
+        and no replica can issue, ValidationError / UnknownSchemeError for a bad scheme, option or format.
         """
         key = scheme if format is None and not options else buffer_key(scheme, format, options)
         head = self._heads.get(key)
@@ -134,21 +135,22 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def _lock_for(
         self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]
-    ) -> tuple[threading.Condition, Buffer]:
+    ) -> tuple[Condition, Buffer]:
         lock = self._locks.get(key)
         if lock is None:
             with self._meta_lock:
                 if key not in self._locks:
                     self._buffers[key] = self._new_buffer(scheme, fmt, options)
-                    self._locks[key] = threading.Condition(threading.Lock())
+                    self._locks[key] = Condition()
                 lock = self._locks[key]
         return lock, self._buffers[key]
 
     def _new_id_slow(self, key: Key, scheme: str, fmt: str | None, options: Mapping[str, object]) -> str:
         if self._closed:
-            raise ClientClosed("client is closed")
+            raise ClientClosedError("client is closed")
         if not self.buffered:
-            return self._issue(scheme, 1, fmt, options)[0]
+            ids = self._issue(scheme, 1, fmt, options)
+            return ids[0]
         lock, buf = self._lock_for(key, scheme, fmt, options)
         missed = False
         with lock:
@@ -176,7 +178,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                     generation = buf.generation
                     while buf.refilling and buf.generation == generation:
                         if self._closed:
-                            raise ClientClosed("client is closed")
+                            raise ClientClosedError("client is closed")
                         lock.wait(self.timeout)
                     if buf.generation != generation and not buf.queue and buf.last_error is not None:
                         raise buf.last_error
@@ -187,7 +189,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                 buf.add(ids[1:], started, latency)
                 return ids[0]
 
-    def _fetch(self, lock: threading.Condition, buf: Buffer) -> tuple[list[str], float, float]:
+    def _fetch(self, lock: Condition, buf: Buffer) -> tuple[list[str], float, float]:
         """One refill request for ``buf`` (``buf.refilling`` set, ``lock`` held). The lock is released during the
         request and held again on return. Wakes waiters; raises the request's error (also kept for waiters)."""
         size = buf.refill_size(self._max_count)
@@ -212,23 +214,13 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         return ids, started, _monotonic() - started
 
     def _schedule(self, key: Key, buf: Buffer) -> None:
-        """Ask the refill thread for a refill of ``buf`` (lock held)."""
+        """Start a background refill of ``buf`` (lock held; claimed now, so no second one starts meanwhile)."""
         buf.refilling = True
-        if self._worker is None or not self._worker.is_alive():
-            with self._meta_lock:
-                if self._worker is None or not self._worker.is_alive():
-                    self._worker = threading.Thread(
-                        target=_refill_worker,
-                        args=(weakref.ref(self), self._refill_queue),
-                        name="idmint-client-refill",
-                        daemon=True,
-                    )
-                    self._worker.start()
-        self._refill_queue.put((key, buf))
+        self._refills.start(key, buf)
 
     def _refill(self, key: Key, buf: Buffer) -> None:
         lock = self._locks.get(key)
-        if lock is None or self._buffers.get(key) is not buf:  # fork or close in between
+        if lock is None or self._buffers.get(key) is not buf or self._closed:  # fork or close in between
             return
         with lock:
             try:
@@ -243,14 +235,15 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     def ids(self, scheme: str, count: int, /, format: str | None = None, **options: str) -> list[str]:
         """``count`` fresh IDs of ``scheme`` (unbuffered), in issue order. Above the server's max count the
         request is split into several batch calls (the max is learned from /v1/schemes or a 422 naming the
-        count range). Raises BadRequest (bad count, option or format), UnknownScheme, NoReplicaAvailable."""
+        count range). Raises ValidationError (bad count, option or format), UnknownSchemeError,
+        NoReplicaAvailableError."""
         deadline = Deadline(self.timeout)
         self._shape(scheme, format)  # the catalogue, with the server's max count, before the first request
         cap = self._max_count
         if cap is None or count <= cap:
             try:
                 return self._issue(scheme, count, format, options, deadline)
-            except BadRequest as exc:
+            except ValidationError as exc:
                 cap = self._learn_from(exc, count)
                 if cap is None:
                     raise
@@ -291,8 +284,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """``count`` IDs of ``scheme`` from the stream route, one at a time, with memory that does not grow with
         ``count``. When a replica fails mid-way (refusal, connection lost, truncated transfer), the stream carries
         on from another replica for the remaining count; only complete lines are yielded (a partial last line is
-        discarded), so every ID yielded was fully issued and none twice. Raises BadRequest / UnknownScheme at
-        once; NoReplicaAvailable (``delivered`` = IDs already yielded) when no replica can go on."""
+        discarded), so every ID yielded was fully issued and none twice. Raises ValidationError / UnknownSchemeError at
+        once; NoReplicaAvailableError (``delivered`` = IDs already yielded) when no replica can go on."""
         for chunk in self.stream_chunks(scheme, count, format=format, **options):
             yield from chunk
 
@@ -320,7 +313,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             progress = False
             for index, url in enumerate(plan):
                 if self._closed:
-                    raise ClientClosed("client is closed")
+                    raise ClientClosedError("client is closed")
                 before = delivered
                 try:
                     if deadline.left() <= 0:
@@ -334,7 +327,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                     ) as response:
                         attempt.began(deadline)
                         if response.status_code >= 300:
-                            check(self._read(response, MAX_ANSWER_BYTES))
+                            check(_read(response, MAX_ANSWER_BYTES))
                         check_stream_type(response)
                         declared_length(response, (count - delivered) * (shape.longest + 1))
                         partial = ""
@@ -369,8 +362,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                     return
                 progress = progress or delivered > before
             if not progress:
-                raise NoReplicaAvailable(
-                    f"stream {count} {scheme} ({delivered} delivered)", _ordered(self.urls, reasons), delivered
+                raise NoReplicaAvailableError(
+                    f"stream {count} {scheme} ({delivered} delivered)", ordered_reasons(self.urls, reasons), delivered
                 )
 
     @overload
@@ -380,13 +373,13 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def decode(self, id: str, scheme: str | None = None) -> Decoded | Candidates:
         """Decode ``id`` (any accepted text form). With ``scheme``: a :class:`Decoded`; without: the
-        :class:`Candidates` of every scheme that accepts it (plausible readings first). Raises BadRequest naming
-        the rule the ID breaks, UnknownScheme, NoReplicaAvailable."""
+        :class:`Candidates` of every scheme that accepts it (plausible readings first). Raises ValidationError naming
+        the rule the ID breaks, UnknownSchemeError, NoReplicaAvailableError."""
         parse: Callable[[httpx.Response], Any] = (
             (lambda r: Candidates.from_json(r.json())) if scheme is None else (lambda r: Decoded.from_json(r.json()))
         )
         result: Decoded | Candidates = self._call(
-            decode_path(id, scheme), ALL_SCOPES, None, _guarded(parse), f"decode {id!r}"
+            decode_path(id, scheme), ALL_SCOPES, None, guarded(parse), f"decode {id!r}"
         )
         return result
 
@@ -399,7 +392,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             "/v1/schemes",
             ALL_SCOPES,
             None,
-            _guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
+            guarded(lambda r: [SchemeInfo.from_json(s) for s in r.json()["schemes"]]),
             "schemes",
             advance=advance,
         )
@@ -412,8 +405,9 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         rising, as Python ints: asked with ``format=string``, so nothing on the way rounds them. Never the same
         integer twice, from any server of the fleet (calls answered by different servers are not ordered among
         themselves: each issues from its own ranges); a call that fails over leaves a gap, never a repeat. Raises
-        BadRequest (count, name), UnknownSequence (404: no such sequence), NoReplicaAvailable (every server refused:
-        its ranges ran out and its storage is down), SequenceStoresDiffer (servers of two fleets)."""
+        ValidationError (count, name), UnknownSequenceError (404: no such sequence), NoReplicaAvailableError (every
+        server refused: its ranges ran out and its storage is down), SequenceStoresDifferError (servers of two
+        fleets)."""
         return self._call(
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
@@ -426,7 +420,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """A fresh contiguous range of ``count`` integers (1..2**40) of sequence ``name``, reserved in storage for
         the caller (``POST /v1/sequences/{name}/range``), for offline jobs: a :class:`SequenceRange` of Python ints
         (``first``, ``last``, ``count``, ``as_range()``). Raises as :meth:`next`; a range past 2**63-1 is a
-        BadRequest naming the rule."""
+        ValidationError naming the rule."""
         return self._call(
             sequence_path(name, "range"),
             SCOPE_PREFIX + name,
@@ -440,7 +434,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """``count`` numbers of a sequence with a template or periods (``GET /v1/sequences/{name}/next``): the
         integers as Python ints, their texts and their period (:class:`SequenceNumbers`; a sequence without a
         template has no texts, one that never resets no period). Raises as :meth:`next`; a gapless sequence's is a
-        RequestRejected (409: use :meth:`reserve`)."""
+        RequestRejectedError (409: use :meth:`reserve`)."""
         return self._call(
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
@@ -451,7 +445,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def parse(self, name: str, text: str) -> ParsedNumber:
         """Read a number sequence ``name`` rendered (``GET /v1/sequences/{name}/parse/{text}``): its period and
-        integer, its check digit checked, and what became of it (:class:`ParsedNumber`). Raises BadRequest naming
+        integer, its check digit checked, and what became of it (:class:`ParsedNumber`). Raises ValidationError naming
         the rule the text breaks (a check digit that does not match)."""
         return self._call(
             parse_path(name, text), SCOPE_PREFIX + name, None, lambda r: parse_parsed(r, name), f"parse {text!r}"
@@ -461,7 +455,8 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         """Reserve the next integer of gapless sequence ``name`` (``POST /v1/sequences/{name}/reserve``) for
         ``ttl_s`` seconds (the server's default, 60, when None): a :class:`Reservation` to :meth:`commit` or
         :meth:`void`. Uncommitted at its expiry, it is voided by the fleet and its integer is the next one reserved.
-        Raises RequestRejected (409: not gapless; too many outstanding), BadRequest, NoReplicaAvailable."""
+        Raises RequestRejectedError (409: not gapless; too many outstanding), ValidationError,
+        NoReplicaAvailableError."""
         return self._call(
             sequence_path(name, "reserve"),
             SCOPE_PREFIX + name,
@@ -474,7 +469,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def commit(self, name: str, reservation: str) -> Settled:
         """Make a reservation's integer final (``POST /v1/sequences/{name}/commit``); a repeat (a retry) answers
-        as the first. Raises RequestRejected (409, ``detail`` naming why: it expired, or was voided)."""
+        as the first. Raises RequestRejectedError (409, ``detail`` naming why: it expired, or was voided)."""
         return self._call(
             sequence_path(name, "commit"),
             SCOPE_PREFIX + name,
@@ -487,7 +482,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
 
     def void(self, name: str, reservation: str, reason: str | None = None) -> Settled:
         """Give a reservation's integer back (``POST /v1/sequences/{name}/void``): it is the next one reserved;
-        ``reason`` goes to the audit log. Raises RequestRejected (409: it was committed)."""
+        ``reason`` goes to the audit log. Raises RequestRejectedError (409: it was committed)."""
         return self._call(
             sequence_path(name, "void"),
             SCOPE_PREFIX + name,
@@ -502,19 +497,29 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
     def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
         (:class:`~idmint_client._fleet.FleetCheck`; each read within a replica's share of the timeout): one that
-        cannot be read is failed over. Raises FleetOverlap."""
+        cannot be read is failed over. Raises FleetOverlapError."""
         plan, reasons = self._replicas.plan(scope, advance)
         for url in self._fleets.unread(plan):
             try:
                 share = Deadline(self.timeout).share(len(self.urls))
                 response = self._http.get(url + FLEET_PATH, timeout=timeout_of(share))
-                self._fleets.learn(url, response, self._member_live)
+                answers = {u: self._member_live(u, response) for u in self._fleets.same_fleet(url, response)}
+                self._fleets.learn(url, response, functools.partial(_asked, answers))
             except (httpx.HTTPError, ValueError) as exc:
                 reasons[url] = f"its fleet ({FLEET_PATH}) could not be read: {exc}"
                 self._replicas.failed(url, reasons[url])
         return [url for url in plan if url in self._fleets.documents], reasons
 
-    def _member_live(self, url: str, token: str) -> bool | None:
+    def _member_live(self, url: str, response: httpx.Response) -> bool | None:
+        """Whether server ``url`` confirms the member token of the fleet document in ``response`` (see
+        :class:`~idmint_client._fleet.FleetCheck`); None when there is none or it cannot tell. Asked before
+        :meth:`FleetCheck.learn <idmint_client._fleet.FleetCheck.learn>`, which is handed the answers."""
+        try:
+            token = response.json().get("member") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            return None
+        if not isinstance(token, str) or not token:
+            return None
         try:
             share = Deadline(self.timeout).share(len(self.urls))
             return member_live(self._http.get(member_path(url, token), timeout=timeout_of(share)))
@@ -538,10 +543,10 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         attempt's answer must begin within its share of the time left (:meth:`Deadline.share`); one longer than
         ``limit`` bytes fails its replica unread."""
         if self._closed:
-            raise ClientClosed("client is closed")
+            raise ClientClosedError("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
-        missing = UnknownSequence if scope.startswith(SCOPE_PREFIX) else UnknownScheme
+        missing = UnknownSequenceError if scope.startswith(SCOPE_PREFIX) else UnknownSchemeError
         plan, reasons = self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)
@@ -557,7 +562,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
                 streamed = self._http.send(request, stream=True)
                 try:
                     attempt.began(deadline)
-                    response = self._read(streamed, limit)
+                    response = _read(streamed, limit)
                 finally:
                     streamed.close()
                 check(response, missing)
@@ -574,50 +579,20 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             else:
                 self._replicas.succeeded(url, scope)
                 return result
-        raise NoReplicaAvailable(what, _ordered(self.urls, reasons))
-
-    @staticmethod
-    def _read(response: httpx.Response, limit: int) -> httpx.Response:
-        """``response`` read whole, unless it is longer than ``limit`` bytes (Failed, the rest unread)."""
-        declared_length(response, limit)
-        content = bytearray()
-        for chunk in response.iter_bytes():
-            content += chunk
-            if len(content) > limit:
-                raise too_long(len(content), limit)
-        return bounded(response, bytes(content))
+        raise NoReplicaAvailableError(what, ordered_reasons(self.urls, reasons))
 
 
-def _ordered(urls: tuple[str, ...], reasons: Mapping[str, str]) -> dict[str, str]:
-    return {u: reasons.get(u, "not tried") for u in urls}
+def _read(response: httpx.Response, limit: int) -> httpx.Response:
+    """``response`` read whole, unless it is longer than ``limit`` bytes (Failed, the rest unread)."""
+    declared_length(response, limit)
+    content = bytearray()
+    for chunk in response.iter_bytes():
+        content += chunk
+        if len(content) > limit:
+            raise too_long(len(content), limit)
+    return bounded(response, bytes(content))
 
 
-def _guarded(parse: Callable[[httpx.Response], T]) -> Callable[[httpx.Response], T]:
-    """``parse`` with malformed answers turned into Failed (move on to another replica)."""
-
-    def run(response: httpx.Response) -> T:
-        try:
-            return parse(response)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise Failed(f"unreadable answer: {exc!r}") from exc
-
-    return run
-
-
-def _refill_worker(ref: weakref.ReferenceType[Client], jobs: queue.SimpleQueue[tuple[Key, Buffer] | None]) -> None:
-    """The refill thread: fetches batches for buffers below their low-water mark, one at a time."""
-    while True:
-        try:
-            job = jobs.get(timeout=WORKER_IDLE_S)
-        except queue.Empty:
-            if ref() is None:
-                return
-            continue
-        client = ref()
-        if job is None or client is None or client._closed:
-            return
-        try:
-            client._refill(*job)
-        except IdmintClientError:
-            pass
-        del client
+def _asked(answers: dict[str, bool | None], url: str, token: str) -> bool | None:
+    """The member answer ``url`` gave before (asked first, so that the async client can it)."""
+    return answers.get(url)

@@ -3,20 +3,22 @@
 ::
 
     IdmintClientError
-    ├── RequestRejected         a replica answered 4xx (not 429/503): the request itself is wrong; never retried
-    │   ├── BadRequest          (ValueError) 422: ``detail`` names the rule broken (count range, option, ID rule)
-    │   ├── UnknownScheme       (LookupError) 404: no scheme of that name on the server
-    │   ├── UnknownSequence     (LookupError) 404: no sequence of that name in the fleet's storage
-    │   └── Unauthorized        401/403: the API key is missing or not accepted
-    ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, a redirect, a broken,
-    │                           truncated or repeating answer) or could not be reached; ``reasons`` maps each
-    │                           replica URL to its reason
-    ├── FleetOverlap            two of the servers belong to fleets whose leased identities overlap: IDs from both
-    │                           could repeat, so the client hands out none
-    ├── SequenceStoresDiffer    a sequence call with servers of two fleets (each keeps its own sequences, whose
-    │                           integers would repeat), or of a fleet that cannot be told
-    └── ClientClosed            the client was closed
+    ├── RequestRejectedError       a replica answered 4xx (not 429): the request itself is wrong; never retried
+    │   ├── ValidationError        (ValueError) 422: ``detail`` names the rule broken (count range, option, ID rule)
+    │   ├── UnauthorizedError      401: the API key is missing or matches none
+    │   ├── ForbiddenError         403: the API key lacks the route's scope
+    │   ├── UnknownSchemeError     (LookupError) 404: no scheme of that name on the server
+    │   └── UnknownSequenceError   (LookupError) 404: no sequence of that name in the fleet's storage
+    ├── NoReplicaAvailableError    every replica refused (503/429 + Retry-After), failed (5xx, a redirect, a broken,
+    │                              truncated or repeating answer) or could not be reached; ``reasons`` maps each
+    │                              replica URL to its reason
+    ├── FleetOverlapError          two of the servers belong to fleets whose leased identities overlap: IDs from
+    │                              both could repeat, so the client hands out none
+    ├── SequenceStoresDifferError  a sequence call with servers of two fleets (each keeps its own sequences, whose
+    │                              integers would repeat), or of a fleet that cannot be told
+    └── ClientClosedError          the client was closed
 
+The TypeScript and Go clients name each alike (``docs/clients.md``, "Errors").
 Errors of httpx never leave the client: they are mapped here, in one place (the ``reason`` of a replica, or
 ``raise ... from exc``), so callers catch :class:`IdmintClientError` and nothing else.
 """
@@ -31,7 +33,7 @@ class IdmintClientError(Exception):
     """Base of every error the idmint client raises."""
 
 
-class RequestRejected(IdmintClientError):
+class RequestRejectedError(IdmintClientError):
     """A replica rejected the request itself (HTTP 4xx other than 429): asking another replica would not help.
 
     ``status`` is the HTTP status, ``detail`` the server's ``detail`` text, ``url`` the request URL.
@@ -44,24 +46,28 @@ class RequestRejected(IdmintClientError):
         self.url = url
 
 
-class BadRequest(RequestRejected, ValueError):
+class ValidationError(RequestRejectedError, ValueError):
     """HTTP 422: a count, format, option or ID breaks a rule; ``detail`` names it (``count must be in 1..100000``)."""
 
 
-class UnknownScheme(RequestRejected, LookupError):
+class UnknownSchemeError(RequestRejectedError, LookupError):
     """HTTP 404: the server has no scheme of that name."""
 
 
-class UnknownSequence(RequestRejected, LookupError):
+class UnknownSequenceError(RequestRejectedError, LookupError):
     """HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: ``POST /v1/sequences``
     or ``idmint sequence create``)."""
 
 
-class Unauthorized(RequestRejected):
-    """HTTP 401 or 403: the API key is missing, wrong, or not allowed to do this."""
+class UnauthorizedError(RequestRejectedError):
+    """HTTP 401: the API key is missing or matches none."""
 
 
-class NoReplicaAvailable(IdmintClientError):
+class ForbiddenError(RequestRejectedError):
+    """HTTP 403: the API key is valid but lacks the scope of the route called."""
+
+
+class NoReplicaAvailableError(IdmintClientError):
     """Every replica refused or failed; nothing was issued by this call (streams: see ``delivered``).
 
     ``reasons`` maps each replica's base URL to why it was not used (``503 not ready: lease lost (Retry-After 2
@@ -76,7 +82,7 @@ class NoReplicaAvailable(IdmintClientError):
         self.delivered = delivered
 
 
-class FleetOverlap(IdmintClientError):
+class FleetOverlapError(IdmintClientError):
     """Two servers given to the client belong to different fleets whose identity pools overlap for ``scheme``
     (both could issue the same IDs). ``urls``: the two servers; ``fleets``: their ``/v1/fleet`` documents. Give
     each fleet its own ``IDMINT_REGION``, or give the client servers of one fleet."""
@@ -95,7 +101,7 @@ class FleetOverlap(IdmintClientError):
         self.fleets = (fleet, other_fleet)
 
 
-class SequenceStoresDiffer(IdmintClientError):
+class SequenceStoresDifferError(IdmintClientError):
     """A sequence call on servers that do not share one fleet's storage: each fleet (an etcd namespace or a state
     directory) keeps its own sequences, so integers from both would repeat; none is handed out. ``urls``: the two
     servers (the second None when one server's fleet cannot be read: an idmint without ``/v1/fleet``); ``fleets``:
@@ -117,5 +123,20 @@ class SequenceStoresDiffer(IdmintClientError):
         self.fleets = (fleet, other_fleet)
 
 
-class ClientClosed(IdmintClientError):
+class ClientClosedError(IdmintClientError):
     """The client was closed; create a new one."""
+
+
+DEPRECATED_NAMES = {
+    "BadRequest": ValidationError,
+    "UnknownScheme": UnknownSchemeError,
+    "UnknownSequence": UnknownSequenceError,
+    "Unauthorized": UnauthorizedError,
+    "RequestRejected": RequestRejectedError,
+    "NoReplicaAvailable": NoReplicaAvailableError,
+    "FleetOverlap": FleetOverlapError,
+    "SequenceStoresDiffer": SequenceStoresDifferError,
+    "ClientClosed": ClientClosedError,
+}
+"""The earlier names, still importable from ``idmint_client`` (with a DeprecationWarning). ``Unauthorized`` was
+401 and 403 both: it is now :class:`UnauthorizedError`, 401 only (catch :class:`ForbiddenError` for 403)."""

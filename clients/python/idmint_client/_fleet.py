@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 import httpx
 
-from idmint_client._exceptions import FleetOverlap
+from idmint_client._exceptions import FleetOverlapError
 
 NOT_SERVED = object()
 """The fleet document of a server without ``/v1/fleet`` (404)."""
@@ -62,7 +62,7 @@ def _document(response: httpx.Response) -> dict[str, Any]:
 
 class FleetCheck:
     """What this client has read of each server's fleet. :meth:`unread` names the servers to read (again) before
-    use; :meth:`learn` records an answer and raises FleetOverlap."""
+    use; :meth:`learn` records an answer and raises FleetOverlapError."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.documents: dict[str, Any] = {}
@@ -96,7 +96,7 @@ class FleetCheck:
 
     def learn(self, url: str, response: httpx.Response, confirm: Callable[[str, str], bool | None]) -> None:
         """Record ``url``'s answer to ``GET /v1/fleet``. ``confirm(server, token)`` asks ``server`` whether
-        ``token`` is a live member of its backend (None: it cannot tell). Raises FleetOverlap naming both servers
+        ``token`` is a live member of its backend (None: it cannot tell). Raises FleetOverlapError naming both servers
         and the scheme when the fleet overlaps another read before, ValueError for an answer that is not a fleet
         document (the caller fails the server over)."""
         self.documents.pop(url, None)
@@ -116,7 +116,7 @@ class FleetCheck:
             for scheme, entry in doc["schemes"].items():
                 theirs = other["schemes"].get(scheme)
                 if isinstance(theirs, dict) and overlap(entry, theirs):
-                    raise FleetOverlap(url, other_url, scheme, doc, other)
+                    raise FleetOverlapError(url, other_url, scheme, doc, other)
         self.documents[url] = doc
         self._read_at[url] = self._clock()
 

@@ -5,7 +5,7 @@ refusing one out for its ``Retry-After`` (for that scheme only: a replica refuse
 error or a failed answer (5xx, broken or truncated body) moves on and keeps that replica out for
 ``FAILED_BACKOFF_S``. That backoff is our own guess, so when every other replica is out too, such a replica is
 still tried (last) rather than failing the call; a server's ``Retry-After`` is always honoured. Only when no
-replica is left does the call raise :class:`~idmint_client.NoReplicaAvailable`, naming each replica's reason.
+replica is left does the call raise :class:`~idmint_client.NoReplicaAvailableError`, naming each replica's reason.
 4xx answers other than 429 are the request's fault: :func:`check` raises them at once, never retried elsewhere.
 """
 
@@ -22,10 +22,11 @@ from typing import Any
 import httpx
 
 from idmint_client._exceptions import (
-    BadRequest,
-    RequestRejected,
-    Unauthorized,
-    UnknownScheme,
+    ForbiddenError,
+    RequestRejectedError,
+    UnauthorizedError,
+    UnknownSchemeError,
+    ValidationError,
 )
 
 FAILED_BACKOFF_S = 1.0
@@ -98,11 +99,11 @@ def retry_after_s(response: httpx.Response) -> float:
         return DEFAULT_RETRY_AFTER_S
 
 
-def check(response: httpx.Response, missing: type[RequestRejected] = UnknownScheme) -> None:
+def check(response: httpx.Response, missing: type[RequestRejectedError] = UnknownSchemeError) -> None:
     """Classify an answer whose body has been read: return on 2xx; raise Refused (503/429), Failed (other 5xx, or
     any other status: a redirect is never followed, so no API key and no request goes to a host the client was not
-    given), or a RequestRejected subclass (4xx: the request's fault; ``missing`` for 404: UnknownScheme, or
-    UnknownSequence for sequence calls)."""
+    given), or a RequestRejectedError subclass (4xx: the request's fault; ``missing`` for 404: UnknownSchemeError, or
+    UnknownSequenceError for sequence calls)."""
     status = response.status_code
     if status < 300:
         return
@@ -111,13 +112,15 @@ def check(response: httpx.Response, missing: type[RequestRejected] = UnknownSche
         wait = retry_after_s(response)
         raise Refused(f"{status} {detail_of(response)} (Retry-After {wait:g} s)", wait)
     if status == 422:
-        raise BadRequest(status, detail_of(response), url)
+        raise ValidationError(status, detail_of(response), url)
     if status == 404:
         raise missing(status, detail_of(response), url)
-    if status in (401, 403):
-        raise Unauthorized(status, detail_of(response), url)
+    if status == 401:
+        raise UnauthorizedError(status, detail_of(response), url)
+    if status == 403:
+        raise ForbiddenError(status, detail_of(response), url)
     if 400 <= status < 500:
-        raise RequestRejected(status, detail_of(response), url)
+        raise RequestRejectedError(status, detail_of(response), url)
     raise Failed(f"{status} {detail_of(response)}")
 
 
@@ -127,7 +130,7 @@ def transport_reason(exc: httpx.HTTPError) -> str:
     return f"{exc.__class__.__name__}: {text}"
 
 
-def count_range(exc: BadRequest) -> int | None:
+def count_range(exc: ValidationError) -> int | None:
     """The server's max count when a 422 is about the count range, else None."""
     match = COUNT_RANGE_RE.search(exc.detail)
     return int(match.group(1)) if match else None

@@ -13,7 +13,7 @@ settles).
 
 A sequence lives in one fleet's storage (its etcd namespace or its state directory). Servers of two fleets each
 issue their own ``orders`` from 1: a client given servers of two fleets (two regions) raises
-:class:`~idmint_client.SequenceStoresDiffer` instead of mixing them.
+:class:`~idmint_client.SequenceStoresDifferError` instead of mixing them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from idmint_client._exceptions import SequenceStoresDiffer
+from idmint_client._exceptions import SequenceStoresDifferError
 from idmint_client._replicas import Failed
 
 MAX_VALUE = 2**63 - 1
@@ -99,7 +99,7 @@ def parse_range(response: httpx.Response, name: str, count: int) -> SequenceRang
 
 
 def check_one_fleet(urls: Sequence[str], documents: Mapping[str, Any]) -> None:
-    """Raise SequenceStoresDiffer unless every server of ``urls`` read so far is of one fleet. With more than one
+    """Raise SequenceStoresDifferError unless every server of ``urls`` read so far is of one fleet. With more than one
     server, a server whose fleet is unknown (no ``/v1/fleet``: an older idmint) cannot be told apart: refused too."""
     if len(urls) < 2:
         return
@@ -110,11 +110,11 @@ def check_one_fleet(urls: Sequence[str], documents: Mapping[str, Any]) -> None:
             continue  # not read yet: it is read (and checked) before it is used
         fleet = doc.get("fleet_id") if isinstance(doc, dict) else None
         if not isinstance(fleet, str):
-            raise SequenceStoresDiffer(url, None, None, None)
+            raise SequenceStoresDifferError(url, None, None, None)
         seen.setdefault(fleet, url)
         if len(seen) > 1:
             (fleet_a, url_a), (fleet_b, url_b) = list(seen.items())[:2]
-            raise SequenceStoresDiffer(url_a, fleet_a, url_b, fleet_b)
+            raise SequenceStoresDifferError(url_a, fleet_a, url_b, fleet_b)
 
 
 # -- business sequences: texts, parsing, gapless reservations ---------------------------------------------------------

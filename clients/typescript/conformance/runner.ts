@@ -5,19 +5,12 @@
 
 import { createInterface } from "node:readline";
 import {
-  BadRequest,
   Client,
-  ClientClosed,
   type Decoded,
-  FleetOverlap,
-  IdmintError,
+  IdmintClientError,
   type IssueOptions,
-  NoReplicaAvailable,
-  RequestRejected,
-  SequenceStoresDiffer,
-  Unauthorized,
-  UnknownScheme,
-  UnknownSequence,
+  NoReplicaAvailableError,
+  RequestRejectedError,
 } from "../src/index.js";
 
 interface Command {
@@ -39,27 +32,15 @@ interface Command {
 
 type Result = Record<string, unknown>;
 
-const KINDS: [new (...args: never[]) => IdmintError, string][] = [
-  [BadRequest, "bad_request"],
-  [UnknownScheme, "unknown_scheme"],
-  [UnknownSequence, "unknown_sequence"],
-  [Unauthorized, "unauthorized"],
-  [RequestRejected, "request_rejected"],
-  [NoReplicaAvailable, "no_replica_available"],
-  [FleetOverlap, "fleet_overlap"],
-  [SequenceStoresDiffer, "sequence_stores_differ"],
-  [ClientClosed, "client_closed"],
-];
-
 function errorResult(error: unknown, ids?: string[]): Result {
-  if (!(error instanceof IdmintError)) throw error;
-  const kind = KINDS.find(([cls]) => error instanceof cls)?.[1] ?? "error";
-  const out: Result = { ok: false, error: kind, message: error.message };
-  if (error instanceof NoReplicaAvailable) {
+  if (!(error instanceof IdmintClientError)) throw error;
+  // The class caught (the driver checks it against the case's error kind) and its data.
+  const out: Result = { ok: false, class: error.constructor.name, message: error.message };
+  if (error instanceof NoReplicaAvailableError) {
     out.reasons = error.reasons;
     out.delivered = error.delivered;
   }
-  if (error instanceof RequestRejected) out.status = error.status;
+  if (error instanceof RequestRejectedError) out.status = error.status;
   if (ids !== undefined) out.ids = ids;
   return out;
 }

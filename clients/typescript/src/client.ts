@@ -1,5 +1,12 @@
 import { IdBuffer } from "./buffer.js";
-import { CallAborted, ClientClosed, Failed, IdmintError, NoReplicaAvailable, Refused } from "./errors.js";
+import {
+  CallAbortedError,
+  ClientClosedError,
+  Failed,
+  IdmintClientError,
+  NoReplicaAvailableError,
+  Refused,
+} from "./errors.js";
 import { FleetCheck, parseFleet } from "./fleet.js";
 import type { CallOptions, Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
 import { Repeats } from "./repeats.js";
@@ -96,17 +103,17 @@ function batchLimit(count: number, shape: IdShape): number {
   return count * (shape.longest + 3) + FRAMING_BYTES;
 }
 
-/** CallAborted when the caller's `signal` has aborted. */
+/** CallAbortedError when the caller's `signal` has aborted. */
 function checkSignal(signal: AbortSignal | undefined): void {
-  if (signal?.aborted) throw new CallAborted(signal.reason);
+  if (signal?.aborted) throw new CallAbortedError(signal.reason);
 }
 
-/** `promise`, or CallAborted as soon as `signal` aborts. */
+/** `promise`, or CallAbortedError as soon as `signal` aborts. */
 function abortable<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return promise;
   checkSignal(signal);
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(new CallAborted(signal.reason));
+    const onAbort = () => reject(new CallAbortedError(signal.reason));
     signal.addEventListener("abort", onAbort, { once: true });
     promise.then(
       (value) => {
@@ -142,8 +149,8 @@ function sequenceInteger(value: unknown, what: string): bigint {
 /**
  * A client of an idmint fleet. Replicas are tried round-robin with failover; every answer is checked (its IDs
  * against the scheme's token pattern from GET /v1/schemes, and for repeats) before any of it is handed out, and
- * one that is not what the API promises fails its replica like a dead one. Every call throws only IdmintError
- * subclasses: NoReplicaAvailable when every replica refused or failed, RequestRejected subclasses (never retried)
+ * one that is not what the API promises fails its replica like a dead one. Every call throws only IdmintClientError
+ * subclasses: NoReplicaAvailableError when every replica refused or failed, RequestRejectedError subclasses (never retried)
  * when the request itself is wrong. Call close() when done.
  */
 export class Client {
@@ -186,7 +193,7 @@ export class Client {
     this.replicas = new ReplicaSet(this.urls);
   }
 
-  /** Stop background refills; buffered IDs are dropped; later calls throw ClientClosed. Idempotent. */
+  /** Stop background refills; buffered IDs are dropped; later calls throw ClientClosedError. Idempotent. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
@@ -199,7 +206,7 @@ export class Client {
   /**
    * One fresh ID of `scheme` from this client's buffer for (scheme, options, format), refilled in the background
    * before it runs dry; IDs older than maxAgeMs are discarded unused. No two calls ever return the same ID.
-   * Throws NoReplicaAvailable when the buffer is empty and no replica can issue, BadRequest / UnknownScheme for a
+   * Throws NoReplicaAvailableError when the buffer is empty and no replica can issue, ValidationError / UnknownSchemeError for a
    * bad scheme, option or format.
    */
   async newId(scheme: string, options?: IssueOptions): Promise<string> {
@@ -212,7 +219,7 @@ export class Client {
   }
 
   private async newIdSlow(key: string, scheme: string, is: IssueOptions): Promise<string> {
-    if (this.closed) throw new ClientClosed("client is closed");
+    if (this.closed) throw new ClientClosedError("client is closed");
     if (!this.buffered) return (await this.ids(scheme, 1, is))[0] as string;
     let b = this.buffers.get(key);
     if (!b) {
@@ -221,7 +228,7 @@ export class Client {
     }
     let missed = false;
     for (;;) {
-      if (this.closed) throw new ClientClosed("client is closed");
+      if (this.closed) throw new ClientClosedError("client is closed");
       const now = performance.now();
       const head = b.head;
       if (head) {
@@ -290,7 +297,7 @@ export class Client {
 
   /**
    * `count` fresh IDs of `scheme` (unbuffered), in issue order. Above the server's max count the request is split
-   * into several batch calls. Throws BadRequest (count, option or format), UnknownScheme, NoReplicaAvailable.
+   * into several batch calls. Throws ValidationError (count, option or format), UnknownSchemeError, NoReplicaAvailableError.
    */
   async ids(scheme: string, count: number, options: IssueOptions = {}): Promise<string[]> {
     const deadline = performance.now() + this.timeoutMs;
@@ -353,7 +360,7 @@ export class Client {
    * `count` IDs of `scheme` from the stream route, one at a time, with memory that does not grow with `count`.
    * When a replica fails mid-way (a refusal, a lost connection, a truncated transfer), the stream carries on from
    * another replica for the remaining count; only complete, checked lines are yielded, so every ID was fully issued
-   * and none twice. Throws BadRequest / UnknownScheme at once; NoReplicaAvailable (`delivered`: IDs already
+   * and none twice. Throws ValidationError / UnknownSchemeError at once; NoReplicaAvailableError (`delivered`: IDs already
    * yielded) when no replica can go on.
    */
   async *stream(scheme: string, count: number, options: IssueOptions = {}): AsyncGenerator<string, void, undefined> {
@@ -376,7 +383,7 @@ export class Client {
     wholeCall = false,
     signal?: AbortSignal,
   ): AsyncGenerator<string[], void, undefined> {
-    if (this.closed) throw new ClientClosed("client is closed");
+    if (this.closed) throw new ClientClosedError("client is closed");
     const caller = options.signal;
     checkSignal(caller);
     let deadline = performance.now() + this.timeoutMs;
@@ -392,7 +399,7 @@ export class Client {
       Object.assign(reasons, skipped);
       let progress = false;
       for (const [index, base] of plan.entries()) {
-        if (this.closed) throw new ClientClosed("client is closed");
+        if (this.closed) throw new ClientClosedError("client is closed");
         const before = delivered;
         if (performance.now() >= deadline) {
           reasons[base] = `not tried: the timeout of ${seconds(this.timeoutMs)} s passed`;
@@ -473,9 +480,9 @@ export class Client {
           this.replicas.succeeded(base, scheme);
           return;
         } catch (error) {
-          if (signal?.aborted) throw new ClientClosed("client is closed");
+          if (signal?.aborted) throw new ClientClosedError("client is closed");
           checkSignal(caller);
-          if (error instanceof IdmintError) throw error;
+          if (error instanceof IdmintClientError) throw error;
           let reason = this.classify(base, scheme, error, controller.signal.aborted, shareFired ? share : 0);
           if (!(error instanceof Failed) && !(error instanceof Refused)) {
             reason += ` (after ${delivered - before} IDs)`;
@@ -490,7 +497,7 @@ export class Client {
         progress = progress || delivered > before;
       }
       if (!progress) {
-        throw new NoReplicaAvailable(
+        throw new NoReplicaAvailableError(
           `stream ${count} ${scheme} (${delivered} delivered)`,
           this.ordered(reasons),
           delivered,
@@ -501,7 +508,7 @@ export class Client {
 
   /**
    * Decode `id` (any accepted text form). With `scheme`: that reading; without: every scheme that accepts it, the
-   * plausible readings first. Throws BadRequest naming the rule the ID breaks, UnknownScheme, NoReplicaAvailable.
+   * plausible readings first. Throws ValidationError naming the rule the ID breaks, UnknownSchemeError, NoReplicaAvailableError.
    */
   decode(id: string, scheme?: undefined, options?: CallOptions): Promise<Candidates>;
   decode(id: string, scheme: string, options?: CallOptions): Promise<Decoded>;
@@ -596,7 +603,7 @@ export class Client {
   /**
    * `count` integers of sequence `name` (1..the server's max count), rising, exact (asked as strings). Never the
    * same integer twice from any server of the fleet; a call that fails over leaves a gap, never a repeat. Throws
-   * BadRequest (count, name), UnknownSequence, NoReplicaAvailable, SequenceStoresDiffer.
+   * ValidationError (count, name), UnknownSequenceError, NoReplicaAvailableError, SequenceStoresDifferError.
    */
   next(name: string, count = 1, options: CallOptions = {}): Promise<bigint[]> {
     return this.call(
@@ -630,7 +637,7 @@ export class Client {
 
   /**
    * A fresh contiguous range of `count` integers (1..2**40) of sequence `name`, reserved in storage for the caller
-   * (POST /v1/sequences/{name}/range), for offline jobs. Throws as next(); a range past 2**63-1 is a BadRequest.
+   * (POST /v1/sequences/{name}/range), for offline jobs. Throws as next(); a range past 2**63-1 is a ValidationError.
    */
   range(name: string, count: number | bigint, options: CallOptions = {}): Promise<SequenceRange> {
     const asked = BigInt(count);
@@ -677,7 +684,7 @@ export class Client {
     return this.fetcher(url + query, { method, headers, signal: controller.signal, redirect: "manual" });
   }
 
-  /** The replicas to try for `scope` (and why others are out), each one's fleet read first. Throws FleetOverlap. */
+  /** The replicas to try for `scope` (and why others are out), each one's fleet read first. Throws FleetOverlapError. */
   private async plan(scope: string, advance: boolean, deadline: number): Promise<[string[], Record<string, string>]> {
     const [plan, reasons] = this.replicas.plan(scope, advance);
     for (const base of this.fleets.unread(plan)) {
@@ -699,7 +706,7 @@ export class Client {
         }
         await this.fleets.learn(base, doc, (other) => this.memberLive(other, doc?.member ?? "", deadline));
       } catch (error) {
-        if (error instanceof IdmintError) throw error;
+        if (error instanceof IdmintClientError) throw error;
         const reason = `its fleet (/v1/fleet) could not be read: ${this.reasonOf(error, controller.signal.aborted)}`;
         reasons[base] = reason;
         this.replicas.failed(base, reason);
@@ -763,7 +770,7 @@ export class Client {
    * answers costs a share of the call, not all of it.
    */
   private async call<T>(r: Request, parse: (text: string) => Promise<T>): Promise<T> {
-    if (this.closed) throw new ClientClosed("client is closed");
+    if (this.closed) throw new ClientClosedError("client is closed");
     const caller = r.signal;
     checkSignal(caller);
     const deadline = r.deadline ?? performance.now() + this.timeoutMs;
@@ -796,7 +803,7 @@ export class Client {
         return result;
       } catch (error) {
         checkSignal(caller);
-        if (error instanceof IdmintError) throw error;
+        if (error instanceof IdmintClientError) throw error;
         const last = index === plan.length - 1;
         reasons[base] = this.classify(base, r.scope, error, controller.signal.aborted, shareFired && !last ? share : 0);
         // Our timer fired: the call's deadline has passed, even when Node's millisecond timer fired a fraction of a
@@ -807,7 +814,7 @@ export class Client {
         caller?.removeEventListener("abort", onAbort);
       }
     }
-    throw new NoReplicaAvailable(r.what, this.ordered(reasons));
+    throw new NoReplicaAvailableError(r.what, this.ordered(reasons));
   }
 
   private ordered(reasons: Record<string, string>): Record<string, string> {

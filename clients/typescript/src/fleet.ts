@@ -1,11 +1,11 @@
-import { FleetOverlap, SequenceStoresDiffer } from "./errors.js";
+import { FleetOverlapError, SequenceStoresDifferError } from "./errors.js";
 
 /**
  * The fleet check: before a client uses a server it reads the server's GET /v1/fleet ({"fleet_id", "member",
  * "region", "regions", "schemes": {name: {"kind", "pool", "group", "group_in_id"}}}), and again every
  * FLEET_RECHECK_MS. Servers of one fleet (the same fleet_id, each confirming the other's member token through GET
  * /v1/fleet/members/{token}) are one ID space. Servers of two fleets are fine when every identity pool they share a
- * scheme in is disjoint, and a FleetOverlap otherwise. A server without the route (404: an idmint from before
+ * scheme in is disjoint, and a FleetOverlapError otherwise. A server without the route (404: an idmint from before
  * fleets) is used as before and asked again after NOT_SERVED_RECHECK_MS. The overlap rule is the server's
  * (app/fleet.py, overlap).
  */
@@ -65,7 +65,7 @@ export class FleetCheck {
   }
 
   /**
-   * Record `url`'s fleet (null: 404); throws FleetOverlap when it overlaps a fleet read before. `live(other)` asks
+   * Record `url`'s fleet (null: 404); throws FleetOverlapError when it overlaps a fleet read before. `live(other)` asks
    * `other` whether this fleet's member token is live in its backend (null: it cannot tell).
    */
   async learn(url: string, doc: FleetDoc | null, live: (other: string) => Promise<boolean | null>): Promise<void> {
@@ -80,7 +80,7 @@ export class FleetCheck {
         for (const [scheme, entry] of Object.entries(doc.schemes)) {
           const theirs = other.schemes[scheme];
           if (theirs && overlap(entry, theirs)) {
-            throw new FleetOverlap(
+            throw new FleetOverlapError(
               `${url} (fleet ${doc.fleet_id}, region ${doc.region} of ${doc.regions}) and ${otherUrl} (fleet ` +
                 `${other.fleet_id}, region ${other.region} of ${other.regions}) are two fleets whose ${scheme} ` +
                 `identities overlap (${entry.kind} ${entry.pool[0]}..${entry.pool[1]} and ${theirs.pool[0]}..` +
@@ -97,7 +97,7 @@ export class FleetCheck {
     this.readAt.set(url, performance.now());
   }
 
-  /** Throws SequenceStoresDiffer unless every server of `urls` read so far is of one fleet. */
+  /** Throws SequenceStoresDifferError unless every server of `urls` read so far is of one fleet. */
   checkOneFleet(urls: readonly string[]): void {
     if (urls.length < 2) return;
     let firstUrl: string | null = null;
@@ -105,12 +105,12 @@ export class FleetCheck {
     for (const url of urls) {
       if (!this.docs.has(url)) continue;
       const doc = this.docs.get(url);
-      if (!doc) throw new SequenceStoresDiffer([url, null], [null, null]);
+      if (!doc) throw new SequenceStoresDifferError([url, null], [null, null]);
       if (firstUrl === null) {
         firstUrl = url;
         firstFleet = doc.fleet_id;
       } else if (doc.fleet_id !== firstFleet) {
-        throw new SequenceStoresDiffer([firstUrl, url], [firstFleet, doc.fleet_id]);
+        throw new SequenceStoresDifferError([firstUrl, url], [firstFleet, doc.fleet_id]);
       }
     }
   }

@@ -24,6 +24,19 @@ export {
   MAX_SEQUENCE_VALUE,
 } from "./client.js";
 export {
+  CallAbortedError,
+  ClientClosedError,
+  FleetOverlapError,
+  ForbiddenError,
+  IdmintClientError,
+  NoReplicaAvailableError,
+  RequestRejectedError,
+  SequenceStoresDifferError,
+  UnauthorizedError,
+  UnknownSchemeError,
+  UnknownSequenceError,
+  ValidationError,
+  // The earlier names (deprecated).
   BadRequest,
   CallAborted,
   ClientClosed,

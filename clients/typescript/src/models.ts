@@ -50,12 +50,12 @@ export interface IssueOptions {
   format?: string;
   /** Scheme options: eight-byte `mode`, siq or typeid `type`, hlc-ulid `after`. */
   options?: Record<string, string>;
-  /** Aborts this call: it throws CallAborted (its `cause`: the signal's reason), nothing of it handed out. */
+  /** Aborts this call: it throws CallAbortedError (its `cause`: the signal's reason), nothing of it handed out. */
   signal?: AbortSignal;
 }
 
 /** The options of a call that takes no issue options. */
 export interface CallOptions {
-  /** Aborts this call: it throws CallAborted (its `cause`: the signal's reason). */
+  /** Aborts this call: it throws CallAbortedError (its `cause`: the signal's reason). */
   signal?: AbortSignal;
 }

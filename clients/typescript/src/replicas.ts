@@ -1,11 +1,12 @@
 import {
-  BadRequest,
   Failed,
+  ForbiddenError,
   Refused,
-  RequestRejected,
-  Unauthorized,
-  UnknownScheme,
-  UnknownSequence,
+  RequestRejectedError,
+  UnauthorizedError,
+  UnknownSchemeError,
+  UnknownSequenceError,
+  ValidationError,
 } from "./errors.js";
 
 /**
@@ -108,7 +109,7 @@ export function retryAfter(headers: Headers): number {
 
 /**
  * Classify an answer: return for 2xx; throw Refused (503/429), Failed (any other status: a redirect is never
- * followed) or a RequestRejected subclass (4xx; a 404 is UnknownSequence for sequence calls). Reads the body of an
+ * followed) or a RequestRejectedError subclass (4xx; a 404 is UnknownSequenceError for sequence calls). Reads the body of an
  * answer it does not accept.
  */
 export async function check(response: Response, url: string, sequence: boolean): Promise<void> {
@@ -121,17 +122,18 @@ export async function check(response: Response, url: string, sequence: boolean):
     const wait = retryAfter(response.headers);
     throw new Refused(`${status} ${detail} (Retry-After ${wait} s)`, wait);
   }
-  if (status === 422) throw new BadRequest(status, detail, url);
+  if (status === 422) throw new ValidationError(status, detail, url);
   if (status === 404)
-    throw sequence ? new UnknownSequence(status, detail, url) : new UnknownScheme(status, detail, url);
-  if (status === 401 || status === 403) throw new Unauthorized(status, detail, url);
-  if (status >= 400 && status < 500) throw new RequestRejected(status, detail, url);
+    throw sequence ? new UnknownSequenceError(status, detail, url) : new UnknownSchemeError(status, detail, url);
+  if (status === 401) throw new UnauthorizedError(status, detail, url);
+  if (status === 403) throw new ForbiddenError(status, detail, url);
+  if (status >= 400 && status < 500) throw new RequestRejectedError(status, detail, url);
   throw new Failed(`${status} ${detail}`);
 }
 
 /** The server's max count when a 422 is about the count range, else 0. */
 export function countRange(error: unknown): number {
-  if (!(error instanceof BadRequest)) return 0;
+  if (!(error instanceof ValidationError)) return 0;
   const match = COUNT_RANGE.exec(error.detail);
   return match ? Number(match[1]) : 0;
 }

@@ -3,15 +3,15 @@ import { type IncomingMessage, type Server, type ServerResponse, createServer } 
 import type { AddressInfo } from "node:net";
 import { after, test } from "node:test";
 import {
-  BadRequest,
-  CallAborted,
+  CallAbortedError,
   Client,
-  ClientClosed,
+  ClientClosedError,
   MAX_SEQUENCE_VALUE,
-  NoReplicaAvailable,
-  Unauthorized,
-  UnknownScheme,
-  UnknownSequence,
+  NoReplicaAvailableError,
+  UnauthorizedError,
+  UnknownSchemeError,
+  UnknownSequenceError,
+  ValidationError,
 } from "../src/index.js";
 
 /** An idmint stand-in: one scheme ("wiji", IDs "W" + 25 digits), a sequence "s", and a fault switch. */
@@ -125,24 +125,24 @@ test("maxAgeMs discards stale buffered IDs", async () => {
   client.close();
 });
 
-test("rejections are typed and not retried; a closed client throws ClientClosed", async () => {
+test("rejections are typed and not retried; a closed client throws ClientClosedError", async () => {
   const a = await fake();
   const b = await fake();
   const client = new Client([a.url, b.url], { apiKey: "k" });
-  await assert.rejects(client.ids("wiji", 0), (e: unknown) => e instanceof BadRequest && e.status === 422);
-  await assert.rejects(client.ids("nope", 1), UnknownScheme);
+  await assert.rejects(client.ids("wiji", 0), (e: unknown) => e instanceof ValidationError && e.status === 422);
+  await assert.rejects(client.ids("nope", 1), UnknownSchemeError);
   const alone = new Client(a.url);
   await assert.rejects(
     alone.next("nope"),
-    (e: unknown) => e instanceof UnknownSequence && !(e instanceof UnknownScheme),
+    (e: unknown) => e instanceof UnknownSequenceError && !(e instanceof UnknownSchemeError),
   );
   a.mode = "unauthorized";
   b.mode = "unauthorized";
   const before = a.requests + b.requests;
-  await assert.rejects(client.ids("wiji", 1), Unauthorized);
+  await assert.rejects(client.ids("wiji", 1), UnauthorizedError);
   assert.equal(a.requests + b.requests, before + 1);
   client.close();
-  await assert.rejects(client.newId("wiji"), ClientClosed);
+  await assert.rejects(client.newId("wiji"), ClientClosedError);
   alone.close();
 });
 
@@ -156,7 +156,7 @@ test("failover honours Retry-After and names every replica", async () => {
   assert.equal(b.requests, 6);
   b.mode = "html";
   await assert.rejects(client.ids("wiji", 1), (e: unknown) => {
-    assert.ok(e instanceof NoReplicaAvailable);
+    assert.ok(e instanceof NoReplicaAvailableError);
     assert.match(e.reasons[a.url] ?? "", /kept out/);
     assert.match(e.reasons[b.url] ?? "", /unreadable/);
     return true;
@@ -181,7 +181,7 @@ for (const [mode, words] of [
     if (mode === "replay") await alone.ids("wiji", 5); // the cache's answer, new to this client
     await assert.rejects(
       alone.ids("wiji", 5),
-      (e: unknown) => e instanceof NoReplicaAvailable && words.test(e.reasons[a.url] ?? ""),
+      (e: unknown) => e instanceof NoReplicaAvailableError && words.test(e.reasons[a.url] ?? ""),
     );
     client.close();
     alone.close();
@@ -200,14 +200,14 @@ test("sequence integers above 2**53 are exact bigints", async () => {
   client.close();
 });
 
-test("a call's own AbortSignal aborts it: CallAborted, its cause the signal's reason", async () => {
+test("a call's own AbortSignal aborts it: CallAbortedError, its cause the signal's reason", async () => {
   const f = await fake();
   const client = new Client(f.url, { timeoutMs: 60_000 });
   await client.schemes();
   f.mode = "silent";
   const started = performance.now();
   const error = await client.ids("wiji", 3, { signal: AbortSignal.timeout(200) }).catch((e: unknown) => e);
-  assert.ok(error instanceof CallAborted, String(error));
+  assert.ok(error instanceof CallAbortedError, String(error));
   assert.equal((error.cause as Error).name, "TimeoutError");
   assert.ok(performance.now() - started < 30_000);
   const aborted = new AbortController();
@@ -220,12 +220,12 @@ test("a call's own AbortSignal aborts it: CallAborted, its cause the signal's re
     () => client.next("s", 1, { signal: aborted.signal }),
     () => client.range("s", 1, { signal: aborted.signal }),
   ]) {
-    await assert.rejects(call(), CallAborted);
+    await assert.rejects(call(), CallAbortedError);
   }
   await assert.rejects(async () => {
     for await (const _ of client.stream("wiji", 3, { signal: aborted.signal })) {
       // nothing
     }
-  }, CallAborted);
+  }, CallAbortedError);
   client.close();
 });

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -35,44 +36,54 @@ type command struct {
 type result map[string]any
 
 func errorResult(err error, ids []string) result {
-	out := result{"ok": false, "message": err.Error()}
+	out := result{"ok": false, "class": className(err), "message": err.Error()}
 	var (
-		bad      *idmint.BadRequestError
-		scheme   *idmint.UnknownSchemeError
-		sequence *idmint.UnknownSequenceError
-		auth     *idmint.UnauthorizedError
-		rejected *idmint.RequestRejectedError
-		none     *idmint.NoReplicaError
-		overlap  *idmint.FleetOverlapError
-		differ   *idmint.SequenceStoresDifferError
+		validation   *idmint.ValidationError
+		unauthorized *idmint.UnauthorizedError
+		forbidden    *idmint.ForbiddenError
+		scheme       *idmint.UnknownSchemeError
+		sequence     *idmint.UnknownSequenceError
+		rejected     *idmint.RequestRejectedError
+		none         *idmint.NoReplicaAvailableError
 	)
 	switch {
-	case errors.As(err, &bad):
-		out["error"], out["status"] = "bad_request", bad.Status
+	case errors.As(err, &validation):
+		out["status"] = validation.Status
+	case errors.As(err, &unauthorized):
+		out["status"] = unauthorized.Status
+	case errors.As(err, &forbidden):
+		out["status"] = forbidden.Status
 	case errors.As(err, &scheme):
-		out["error"], out["status"] = "unknown_scheme", scheme.Status
+		out["status"] = scheme.Status
 	case errors.As(err, &sequence):
-		out["error"], out["status"] = "unknown_sequence", sequence.Status
-	case errors.As(err, &auth):
-		out["error"], out["status"] = "unauthorized", auth.Status
+		out["status"] = sequence.Status
 	case errors.As(err, &rejected):
-		out["error"], out["status"] = "request_rejected", rejected.Status
+		out["status"] = rejected.Status
 	case errors.As(err, &none):
-		out["error"], out["reasons"], out["delivered"] = "no_replica_available", none.Reasons, none.Delivered
-	case errors.As(err, &overlap):
-		out["error"] = "fleet_overlap"
-	case errors.As(err, &differ):
-		out["error"] = "sequence_stores_differ"
-	case errors.Is(err, idmint.ErrClientClosed):
-		out["error"] = "client_closed"
-	default:
-		out["error"] = "error"
+		out["reasons"], out["delivered"] = none.Reasons, none.Delivered
 	}
 	if ids != nil {
 		out["ids"] = ids
 	}
 	return out
 }
+
+// className names err as a caller matches it: ErrClientClosed (errors.Is), else the client's error type in its
+// chain (errors.As: "ValidationError" for a *ValidationError), else its Go type.
+func className(err error) string {
+	if errors.Is(err, idmint.ErrClientClosed) {
+		return "ErrClientClosed"
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if t := reflect.TypeOf(e); t.Kind() == reflect.Pointer && t.Elem().PkgPath() == clientPackage {
+			return t.Elem().Name()
+		}
+	}
+	return fmt.Sprintf("%T", err)
+}
+
+// clientPackage is the import path of the client, whose error types className names.
+var clientPackage = reflect.TypeOf(idmint.Rejection{}).PkgPath()
 
 func durationOf(seconds float64) time.Duration { return time.Duration(seconds * float64(time.Second)) }
 
