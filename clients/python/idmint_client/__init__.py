@@ -14,6 +14,8 @@
         block = ids.range("invoices", 10_000)          # SequenceRange(first, last): reserved for this caller
         held = ids.reserve("receipts")                  # a gapless sequence: one integer, then commit or void
         ids.commit("receipts", held.reservation)
+        shown = ids.new_id("uuidv7", format="public")   # a public ID: keyed, in no order (docs/public-ids.md)
+        print(ids.reveal(shown).id)                     # the internal UUIDv7 behind it
 
 :class:`AsyncClient` has the same surface with coroutines. Errors: :mod:`idmint_client._exceptions` (one tree,
 rooted at :class:`IdmintClientError`).
@@ -32,10 +34,12 @@ from idmint_client._exceptions import (
     RequestRejected,
     SequenceStoresDiffer,
     Unauthorized,
+    UnknownPublicIdError,
     UnknownScheme,
     UnknownSequence,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
+from idmint_client._public import Revealed, Unrevealed
 from idmint_client._sequences import ParsedNumber, Reservation, SequenceNumbers, SequenceRange, Settled
 
 __version__ = "0.1.0"
@@ -54,13 +58,16 @@ __all__ = [
     "ParsedNumber",
     "RequestRejected",
     "Reservation",
+    "Revealed",
     "SchemeInfo",
     "SequenceNumbers",
     "SequenceRange",
     "SequenceStoresDiffer",
     "Settled",
     "Unauthorized",
+    "UnknownPublicIdError",
     "UnknownScheme",
     "UnknownSequence",
+    "Unrevealed",
     "__version__",
 ]

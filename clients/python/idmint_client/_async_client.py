@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Self, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, Self, TypeVar, overload
 
 import httpx
 
@@ -30,9 +30,29 @@ from idmint_client._base import (
 from idmint_client._buffer import Buffer
 from idmint_client._client import _guarded, _ordered
 from idmint_client._deadline import Deadline, async_deadline_transport, timeout_of
-from idmint_client._exceptions import BadRequest, ClientClosed, NoReplicaAvailable, UnknownScheme, UnknownSequence
+from idmint_client._exceptions import (
+    BadRequest,
+    ClientClosed,
+    NoReplicaAvailable,
+    RequestRejected,
+    UnknownPublicIdError,
+    UnknownScheme,
+    UnknownSequence,
+)
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
+from idmint_client._public import (
+    MAX_REVEAL_TEXTS,
+    PUBLIC_PATH,
+    Revealed,
+    Unrevealed,
+    parse_public_next,
+    parse_reveal,
+    public_params,
+    public_sequence_key,
+    reveal_many_parser,
+    reveal_path,
+)
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._sequences import (
     SCOPE_PREFIX,
@@ -353,9 +373,22 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         return infos
 
     # -- sequences -----------------------------------------------------------------------------------------------
-    async def next(self, name: str, count: int = 1) -> list[int]:
-        """``count`` integers of sequence ``name``, rising, as Python ints; see
-        :meth:`Client.next <idmint_client.Client.next>`."""
+    @overload
+    async def next(self, name: str, count: int = 1, *, format: None = None) -> list[int]: ...
+    @overload
+    async def next(self, name: str, count: int = 1, *, format: Literal["public"]) -> list[str]: ...
+
+    async def next(self, name: str, count: int = 1, *, format: str | None = None) -> list[int] | list[str]:
+        """``count`` integers of sequence ``name``, rising, as Python ints (``format="public"``: their public
+        texts); see :meth:`Client.next <idmint_client.Client.next>`."""
+        if format is not None:
+            return await self._call(
+                sequence_path(name, "next"),
+                SCOPE_PREFIX + name,
+                public_params(count, format),
+                lambda r: self._public_next(r, name, count),
+                f"next {count} of sequence {name}",
+            )
         return await self._call(
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
@@ -429,6 +462,47 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
             json={"reservation": reservation, "reason": reason},
         )
 
+    # -- public IDs ----------------------------------------------------------------------------------------------
+    async def reveal(self, text: str) -> Revealed:
+        """The internal ID behind public ID ``text``; see :meth:`Client.reveal <idmint_client.Client.reveal>`."""
+        return await self._call(
+            reveal_path(text),
+            ALL_SCOPES,
+            None,
+            lambda r: parse_reveal(r, text),
+            f"reveal {text[:40]!r}",
+            missing=UnknownPublicIdError,
+        )
+
+    async def reveal_many(self, texts: Sequence[str]) -> list[Revealed | Unrevealed]:
+        """Every text of ``texts`` read back, in order; see
+        :meth:`Client.reveal_many <idmint_client.Client.reveal_many>`."""
+        if isinstance(texts, str):
+            raise TypeError("reveal_many takes a sequence of texts, not one text: use reveal(text)")
+        asked = list(texts)
+        deadline = Deadline(self.timeout)
+        out: list[Revealed | Unrevealed] = []
+        for start in range(0, len(asked), MAX_REVEAL_TEXTS):
+            part = asked[start : start + MAX_REVEAL_TEXTS]
+            out.extend(
+                await self._call(
+                    PUBLIC_PATH,
+                    ALL_SCOPES,
+                    None,
+                    reveal_many_parser(part),
+                    f"reveal {len(part)} public IDs",
+                    deadline,
+                    method="POST",
+                    json={"texts": part},
+                )
+            )
+        return out
+
+    def _public_next(self, response: httpx.Response, name: str, count: int) -> list[str]:
+        texts = parse_public_next(response, name, count)
+        self._repeats.check(public_sequence_key(name), texts, "public ID")
+        return texts
+
     async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """As :meth:`Client._plan <idmint_client.Client._plan>`: each replica's fleet is read before it is used."""
         plan, reasons = self._replicas.plan(scope, advance)
@@ -470,12 +544,14 @@ class AsyncClient(BaseClient[asyncio.Event, httpx.AsyncBaseTransport]):
         method: str = "GET",
         json: dict[str, Any] | None = None,
         limit: int = MAX_ANSWER_BYTES,
+        missing: type[RequestRejected] | None = None,
     ) -> T:
         if self._closed:
             raise ClientClosed("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
-        missing = UnknownSequence if scope.startswith(SCOPE_PREFIX) else UnknownScheme
+        if missing is None:
+            missing = UnknownSequence if scope.startswith(SCOPE_PREFIX) else UnknownScheme
         plan, reasons = await self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)

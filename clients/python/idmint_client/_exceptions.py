@@ -7,6 +7,7 @@
     │   ├── BadRequest          (ValueError) 422: ``detail`` names the rule broken (count range, option, ID rule)
     │   ├── UnknownScheme       (LookupError) 404: no scheme of that name on the server
     │   ├── UnknownSequence     (LookupError) 404: no sequence of that name in the fleet's storage
+    │   ├── UnknownPublicIdError (LookupError) 404 to ``reveal``: no public-ID key in force opens the text
     │   └── Unauthorized        401/403: the API key is missing or not accepted
     ├── NoReplicaAvailable      every replica refused (503/429 + Retry-After), failed (5xx, a redirect, a broken,
     │                           truncated or repeating answer) or could not be reached; ``reasons`` maps each
@@ -55,6 +56,11 @@ class UnknownScheme(RequestRejected, LookupError):
 class UnknownSequence(RequestRejected, LookupError):
     """HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: ``POST /v1/sequences``
     or ``idmint sequence create``)."""
+
+
+class UnknownPublicIdError(RequestRejected, LookupError):
+    """HTTP 404 to :meth:`~idmint_client.Client.reveal`: no public-ID key in force on the server opens the text (not
+    a public ID of this fleet, a mistyped one, or one of a key removed since)."""
 
 
 class Unauthorized(RequestRejected):
