@@ -7,6 +7,7 @@
  * │   ├── BadRequest         422: the rule broken (count range, option, format, ID)
  * │   ├── UnknownScheme      404 to an ID or decode call
  * │   ├── UnknownSequence    404 to a sequence call: no sequence of that name
+ * │   ├── UnknownPublicIdError 404 to reveal(): no public-ID key in force opens the text
  * │   └── Unauthorized       401/403: the API key is missing or not accepted
  * ├── NoReplicaAvailable     every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx, a redirect,
  * │                          a broken, truncated or repeating answer); reasons: {url: reason}; delivered (streams)
@@ -42,6 +43,12 @@ export class UnknownScheme extends RequestRejected {}
 
 /** HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: POST /v1/sequences). */
 export class UnknownSequence extends RequestRejected {}
+
+/**
+ * HTTP 404 to reveal(): no public-ID key in force on the server opens the text (not a public ID of this fleet, a
+ * mistyped one, or one of a key removed since).
+ */
+export class UnknownPublicIdError extends RequestRejected {}
 
 /** HTTP 401 or 403: the API key is missing, wrong, or not allowed to do this. */
 export class Unauthorized extends RequestRejected {}
