@@ -12,8 +12,9 @@ import (
 //	*BadRequestError            422: Detail names the rule broken (count range, option, format, ID)
 //	*UnknownSchemeError         404 to an ID or decode call: no scheme of that name
 //	*UnknownSequenceError       404 to a sequence call: no sequence of that name
+//	*UnknownPublicIDError       404 to Reveal: no public-ID key in force opens the text
 //	*UnauthorizedError          401/403: the API key is missing or not accepted
-//	*RequestRejectedError       any other 4xx but 429 (the four above embed its Rejection)
+//	*RequestRejectedError       any other 4xx but 429 (the five above embed its Rejection)
 //	*NoReplicaError             every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx,
 //	                            a redirect, a broken, truncated or repeating answer); Reasons per replica URL
 //	*FleetOverlapError          two servers of fleets whose identities overlap: IDs from both could repeat
@@ -57,6 +58,12 @@ func (e *UnknownSchemeError) Error() string { return e.message() }
 type UnknownSequenceError struct{ Rejection }
 
 func (e *UnknownSequenceError) Error() string { return e.message() }
+
+// UnknownPublicIDError is a 404 to Reveal: no public-ID key in force on the server opens the text (not a public
+// ID of this fleet, a mistyped one, or one of a key removed since).
+type UnknownPublicIDError struct{ Rejection }
+
+func (e *UnknownPublicIDError) Error() string { return e.message() }
 
 // UnauthorizedError is a 401 or 403: the API key is missing, wrong, or not allowed to do this.
 type UnauthorizedError struct{ Rejection }
