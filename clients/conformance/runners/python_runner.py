@@ -15,16 +15,20 @@ from idmint_client import (
     IdmintClientError,
     NoReplicaAvailable,
     RequestRejected,
+    Revealed,
     SequenceStoresDiffer,
     Unauthorized,
+    UnknownPublicIdError,
     UnknownScheme,
     UnknownSequence,
+    Unrevealed,
 )
 
 KINDS: list[tuple[type[IdmintClientError], str]] = [
     (BadRequest, "bad_request"),
     (UnknownScheme, "unknown_scheme"),
     (UnknownSequence, "unknown_sequence"),
+    (UnknownPublicIdError, "unknown_public_id"),
     (Unauthorized, "unauthorized"),
     (RequestRejected, "request_rejected"),
     (NoReplicaAvailable, "no_replica_available"),
@@ -91,7 +95,13 @@ class Runner:
                 infos = client.schemes()
                 return {"ok": True, "schemes": [{"name": i.name, "formats": list(i.formats)} for i in infos]}
             if op == "next":
+                if fmt is not None:
+                    return {"ok": True, "values": client.next(cmd["name"], cmd["count"], format=fmt)}
                 return {"ok": True, "values": [str(v) for v in client.next(cmd["name"], cmd["count"])]}
+            if op == "reveal":
+                return {"ok": True, "revealed": revealed(client.reveal(cmd["text"]))}
+            if op == "reveal_many":
+                return {"ok": True, "items": [revealed(item) for item in client.reveal_many(cmd["texts"])]}
             if op == "range":
                 block = client.range(cmd["name"], cmd["count"])
                 return {"ok": True, "first": str(block.first), "last": str(block.last), "count": str(block.count)}
@@ -105,6 +115,13 @@ class Runner:
 
 def decoded(one: Any) -> dict[str, Any]:
     return {"scheme": one.scheme, "id": one.id, "hex": one.hex, "timestamp": one.timestamp_text, "fields": one.fields}
+
+
+def revealed(item: Revealed | Unrevealed) -> dict[str, Any]:
+    if isinstance(item, Unrevealed):
+        return {"text": item.text, "error": item.error}
+    reading = decoded(item.decoded) if item.decoded is not None else None
+    return {"text": item.text, "id": item.id, "scheme": item.scheme, "key_id": item.key_id, "decoded": reading}
 
 
 def main() -> None:

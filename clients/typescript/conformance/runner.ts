@@ -14,10 +14,13 @@ import {
   type IssueOptions,
   NoReplicaAvailable,
   RequestRejected,
+  type Revealed,
   SequenceStoresDiffer,
   Unauthorized,
+  UnknownPublicIdError,
   UnknownScheme,
   UnknownSequence,
+  type Unrevealed,
 } from "../src/index.js";
 
 interface Command {
@@ -35,6 +38,8 @@ interface Command {
   options?: Record<string, string>;
   id?: string;
   name?: string;
+  text?: string;
+  texts?: string[];
 }
 
 type Result = Record<string, unknown>;
@@ -43,6 +48,7 @@ const KINDS: [new (...args: never[]) => IdmintError, string][] = [
   [BadRequest, "bad_request"],
   [UnknownScheme, "unknown_scheme"],
   [UnknownSequence, "unknown_sequence"],
+  [UnknownPublicIdError, "unknown_public_id"],
   [Unauthorized, "unauthorized"],
   [RequestRejected, "request_rejected"],
   [NoReplicaAvailable, "no_replica_available"],
@@ -66,6 +72,12 @@ function errorResult(error: unknown, ids?: string[]): Result {
 
 function decoded(d: Decoded): Result {
   return { scheme: d.scheme, id: d.id, hex: d.hex, timestamp: d.timestamp, fields: d.fields };
+}
+
+function revealed(item: Revealed | Unrevealed): Result {
+  if ("error" in item) return { text: item.text, error: item.error };
+  const reading = item.decoded === null ? null : decoded(item.decoded);
+  return { text: item.text, id: item.id, scheme: item.scheme, key_id: item.keyId, decoded: reading };
 }
 
 let client: Client | null = null;
@@ -106,7 +118,13 @@ async function run(cmd: Command): Promise<Result> {
       case "schemes":
         return { ok: true, schemes: (await c.schemes()).map((s) => ({ name: s.name, formats: s.formats })) };
       case "next":
+        if (cmd.format === "public")
+          return { ok: true, values: await c.next(cmd.name ?? "", count, { format: "public" }) };
         return { ok: true, values: (await c.next(cmd.name ?? "", count)).map(String) };
+      case "reveal":
+        return { ok: true, revealed: revealed(await c.reveal(cmd.text ?? "")) };
+      case "reveal_many":
+        return { ok: true, items: (await c.revealMany(cmd.texts ?? [])).map(revealed) };
       case "range": {
         const block = await c.range(cmd.name ?? "", count);
         return { ok: true, first: String(block.first), last: String(block.last), count: String(block.count) };
