@@ -529,7 +529,6 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
             json={"reservation": reservation, "reason": reason},
         )
 
-    # -- failover ----------------------------------------------------------------------------------------------
     # -- public IDs ----------------------------------------------------------------------------------------------
     def reveal(self, text: str) -> Revealed:
         """The internal ID behind public ID ``text`` (``GET /v1/public/{text}``): a :class:`Revealed` (``id``,
@@ -574,6 +573,7 @@ class Client(BaseClient[threading.Condition, httpx.BaseTransport]):
         self._repeats.check(public_sequence_key(name), texts, "public ID")
         return texts
 
+    # -- failover ----------------------------------------------------------------------------------------------
     def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
         (:class:`~idmint_client._fleet.FleetCheck`; each read within a replica's share of the timeout): one that
