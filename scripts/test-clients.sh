@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test the idmint clients and hold them to one conformance suite (clients/conformance): for each client named
 # (default: python typescript go), its own checks, then every conformance case against it through real idmint
-# servers, a real etcd and the fault proxy. Prints one line per client, e.g. `go: 55 passed, 0 failed` (the
+# servers, a real etcd and the fault proxy. Prints one line per client, e.g. `go: 59 passed, 0 failed` (the
 # conformance cases it passed; `go: own checks failed` when its own checks failed); exits non-zero when anything
 # failed. The clients named run their cases against one set of servers, started once.
 #   - python:      the client's unit and integration tests are tests/client (run by scripts/test.sh)

@@ -48,6 +48,26 @@ TOKEN_PATTERNS: Mapping[str, Mapping[str, str]] = {
     "snowflake": {"decimal": _decimal(19), "hex": _hex(16)},
 }
 
+PUBLIC_FORMAT = "public"
+"""The form name of public IDs (``format=public``, docs/public-ids.md): published among a scheme's token patterns
+when the scheme has a public form, and never among its rising forms (public IDs keep no order)."""
+PUBLIC_64 = "[0-9A-HJKMNP-TV-Z]{17}[1-9A-F]"
+"""A 64-bit ID's or a sequence integer's public text: 17 Crockford base32 characters, then the key id (1..F)."""
+PUBLIC_PATTERNS: Mapping[str, str] = {
+    "snowflake": PUBLIC_64,
+    "eight-byte": PUBLIC_64,
+    # a version-4 UUID whose hex digit 12 is the key id (1..f)
+    "uuidv7": f"{HEX_LOWER}{{8}}-{HEX_LOWER}{{3}}[1-9a-f]-4{HEX_LOWER}{{3}}-[89ab]{HEX_LOWER}{{3}}-{HEX_LOWER}{{12}}",
+    # 130 bits in 26 characters, the top two 10: the first character is G..Q, which no ULID starts with; the
+    # tenth holds bits 84..80, the key id the low four (not 0)
+    "ulid": "[GHJKMNPQ][0-9A-HJKMNP-TV-Z]{8}[1-9A-FHJKMNP-TV-Z][0-9A-HJKMNP-TV-Z]{16}",
+    # the public UUID in TypeID text, the prefix kept: the tenth character holds the key id (bits 84..80, the low
+    # four not 0), the eleventh the version 4 (bits 79..75: 0100x)
+    "typeid": "(?:[a-z](?:[a-z_]{0,61}[a-z])?_)?"
+    "[0-7][0-9a-hjkmnp-tv-z]{8}[1-9a-fhjkmnp-tv-z][89][0-9a-hjkmnp-tv-z]{15}",
+}
+"""The public form's pattern of each scheme that has one."""
+
 
 HEX_DIGITS = "0123456789abcdef"
 DECIMAL_DIGITS = "0123456789"
@@ -101,11 +121,16 @@ def rising_per_identity(scheme: Scheme) -> dict[str, dict[str, Any]]:
 
 def token_patterns(scheme: str) -> dict[str, str]:
     """``{format: pattern}`` of ``scheme``: its entry above, else the registered scheme's own
-    :attr:`~app.schemes.base.Scheme.format_patterns` (empty for an unknown name)."""
-    if scheme in TOKEN_PATTERNS:
-        return dict(TOKEN_PATTERNS[scheme])
+    :attr:`~app.schemes.base.Scheme.format_patterns` (empty for an unknown name); plus ``public``
+    (:data:`PUBLIC_PATTERNS`) for a scheme with a public form."""
     registered = schemes().get(scheme)
-    return dict(registered.format_patterns) if registered is not None else {}
+    if scheme in TOKEN_PATTERNS:
+        found = dict(TOKEN_PATTERNS[scheme])
+    else:
+        found = dict(registered.format_patterns) if registered is not None else {}
+    if registered is not None and registered.public_split is not None and scheme in PUBLIC_PATTERNS:
+        found[PUBLIC_FORMAT] = PUBLIC_PATTERNS[scheme]
+    return found
 
 
 def max_lengths(scheme: str) -> dict[str, int]:

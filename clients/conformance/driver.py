@@ -1,5 +1,5 @@
 """The conformance driver: runs the cases of ``clients/conformance/cases/`` against each client's runner, through real
-idmint servers and fault proxies, and prints one line per client (``python: 55 passed, 0 failed``).
+idmint servers and fault proxies, and prints one line per client (``python: 59 passed, 0 failed``).
 
 ::
 
@@ -12,6 +12,9 @@ It starts what the cases name (``tests/support/server.py`` and ``tests/support/e
 * ``overlapping``: another fleet on one region: its identity pools overlap ``embedded``'s;
 * ``etcd-a`` and ``etcd-b``: two replicas of one fleet on a real etcd (distinct leased identities), for failover;
   one killed by a case is replaced by a new replica before the next case that needs it.
+
+Every server but ``overlapping`` has one public-ID key (``IDMINT_PUBLIC_ID_KEYS_FILE``, key 1, a secret made for
+the run): ``format=public`` and ``/v1/public`` work there, and are a 422 naming the setting on ``overlapping``.
 
 Each case gets fresh fault proxies (:mod:`proxy`) in front of them. The runner of a client is a program reading one
 JSON command a line on stdin and writing one JSON result a line on stdout (README.md beside this file); it runs
@@ -71,12 +74,16 @@ ERROR_TABLE = [
     ("no_replica_available",   "NoReplicaAvailableError",   "NoReplicaAvailableError",   "NoReplicaAvailableError"),
     ("fleet_overlap",          "FleetOverlapError",         "FleetOverlapError",         "FleetOverlapError"),
     ("sequence_stores_differ", "SequenceStoresDifferError", "SequenceStoresDifferError", "SequenceStoresDifferError"),
+    ("unknown_public_id",      "UnknownPublicIdError",      "UnknownPublicIdError",      "UnknownPublicIDError"),
     ("client_closed",          "ClientClosedError",         "ClientClosedError",         "ErrClientClosed"),
 ]
 # fmt: on
 ERROR_CLASSES = {kind: dict(zip(("python", "typescript", "go"), names, strict=True)) for kind, *names in ERROR_TABLE}
 """Each error kind a case may expect, and the class each client raises for it (Go: the type errors.As matches,
 or the sentinel errors.Is matches). A runner reports the class it caught; the case passes only with this one."""
+
+NO_PUBLIC_KEYS = ("overlapping",)
+"""Servers started without a public-ID key file."""
 
 ETCD_REPLICAS = ("etcd-a", "etcd-b")
 ETCD_LEASE_TTL_S = "3"
@@ -115,8 +122,14 @@ class Servers:
         self.namespace = f"conformance-{secrets.token_hex(4)}/"
         self.patterns: dict[tuple[str, str], re.Pattern[str]] = {}
         self.canonical: dict[str, str] = {}
+        self.public_keys = workdir / "public-keys.toml"
+        self.public_keys.write_text(f'[[key]]\nid = 1\nsecret = "{secrets.token_hex(32)}"\n')
 
     def env(self, name: str) -> dict[str, str]:
+        keys = {} if name in NO_PUBLIC_KEYS else {"IDMINT_PUBLIC_ID_KEYS_FILE": str(self.public_keys)}
+        return {**self.base_env(name), **keys}
+
+    def base_env(self, name: str) -> dict[str, str]:
         if name in SERVER_ENVS:
             return SERVER_ENVS[name]
         if self.etcd is None:
@@ -266,6 +279,8 @@ class Run:
     urls: dict[str, str] = field(default_factory=dict)
     handed_out: dict[str, str] = field(default_factory=dict)
     """ID (or ``sequence:<name>:<integer>``) -> the step that handed it out."""
+    kept: dict[str, list[str]] = field(default_factory=dict)
+    """What steps with ``keep`` handed out (their ``ids`` or ``values``), by the name they kept it under."""
 
     def setup(self) -> None:
         self.servers.ensure(self.case.servers)
@@ -286,7 +301,13 @@ class Run:
             proxy.close()
 
     def text(self, value: Any) -> Any:
-        """``value`` with ``$run`` replaced by this run's token and ``@server`` / proxy names by their URLs."""
+        """``value`` with ``$run`` replaced by this run's token and ``@server`` / proxy names by their URLs; a string
+        ``$kept:NAME`` is the list a step kept as NAME, ``$kept:NAME:K`` its item K."""
+        if isinstance(value, str) and value.startswith("$kept:"):
+            name, _, index = value[len("$kept:") :].partition(":")
+            if name not in self.kept:
+                raise CaseFailed(f"{value}: no step kept {name!r}")
+            return list(self.kept[name]) if not index else self.kept[name][int(index)]
         if isinstance(value, str):
             value = value.replace("$run", self.token)
             return self.urls.get(value, value)
@@ -317,13 +338,16 @@ def run_case(case: Case, client: str, runner: Runner, servers: Servers, token: s
 
 
 def command_step(run: Run, runner: Runner, step: dict[str, Any], where: str) -> None:
-    command = {k: run.text(v) for k, v in step.items() if k != "expect"}
+    command = {k: run.text(v) for k, v in step.items() if k not in ("expect", "keep")}
     started = time.monotonic()
     result = runner.ask(command)
     elapsed = time.monotonic() - started
     check_handed_out(run, command, result, where)
+    check_revealed(run, result)
     expect = step.get("expect", {"ok": True})
     compare(run, expect, result, elapsed)
+    if "keep" in step:
+        run.kept[step["keep"]] = [str(v) for v in result.get("ids") or result.get("values") or []]
 
 
 def check_handed_out(run: Run, command: dict[str, Any], result: dict[str, Any], where: str) -> None:
@@ -336,6 +360,11 @@ def check_handed_out(run: Run, command: dict[str, Any], result: dict[str, Any], 
         for one in ids:
             if not isinstance(one, str) or (pattern is not None and not pattern.fullmatch(one)):
                 raise CaseFailed(f"handed out {one!r}, which is not a {scheme} ID ({form})")
+    if command["op"] == "next" and command.get("format") == "public":  # a sequence integer's public text
+        pattern = run.servers.patterns.get(("snowflake", "public"))  # the 64-bit form's
+        for one in result.get("values") or []:
+            if not isinstance(one, str) or (pattern is not None and not pattern.fullmatch(one)):
+                raise CaseFailed(f"handed out {one!r}, which is not a sequence integer's public text")
     values = [f"sequence:{command.get('name')}:{v}" for v in result.get("values") or []]
     if result.get("ok") and command["op"] == "range":
         first, last = int(result["first"]), int(result["last"])
@@ -344,6 +373,32 @@ def check_handed_out(run: Run, command: dict[str, Any], result: dict[str, Any], 
         if one in run.handed_out:
             raise CaseFailed(f"handed out {one!r} twice (first by {run.handed_out[one]})")
         run.handed_out[one] = where
+
+
+def revealed_items(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The revealed items of a ``reveal`` (one) or ``reveal_many`` result."""
+    if isinstance(result.get("revealed"), dict):
+        return [result["revealed"]]
+    return [i for i in result.get("items") or [] if isinstance(i, dict)]
+
+
+def check_revealed(run: Run, result: dict[str, Any]) -> None:
+    """An invariant of every case: a revealed ID is of its scheme's canonical form (a sequence's: decimal digits),
+    and its decode reading, when there is one, reads that ID."""
+    for item in revealed_items(result):
+        if "error" in item:
+            continue
+        scheme, ident = item.get("scheme"), item.get("id")
+        if scheme == "sequence":
+            if not isinstance(ident, str) or not re.fullmatch(r"0|[1-9][0-9]{0,18}", ident):
+                raise CaseFailed(f"revealed {ident!r}, which is not a sequence integer")
+            continue
+        pattern = run.servers.patterns.get((str(scheme), run.servers.canonical.get(str(scheme), "")))
+        if not isinstance(ident, str) or pattern is None or not pattern.fullmatch(ident):
+            raise CaseFailed(f"revealed {ident!r}, which is not a {scheme} ID in its canonical form")
+        decoded = item.get("decoded") or {}
+        if decoded.get("id") != ident or decoded.get("scheme") != scheme:
+            raise CaseFailed(f"revealed {ident!r} with a decode reading of {decoded.get('id')!r}")
 
 
 def compare(run: Run, expect: dict[str, Any], result: dict[str, Any], elapsed: float) -> None:
@@ -402,6 +457,21 @@ def compare(run: Run, expect: dict[str, Any], result: dict[str, Any], elapsed: f
         values = [int(v) for v in result.get("values") or []]
         if values != sorted(values):
             fail("expected rising integers")
+    if "revealed" in expect:
+        unopened = set(expect.get("unopened", []))
+        items = revealed_items(result)
+        if not items:
+            fail("expected revealed IDs")
+        for number, item in enumerate(items):
+            if (number in unopened) != ("error" in item):
+                fail(f"expected item {number} {'not ' if number not in unopened else ''}to be refused")
+            if "error" not in item and any(item.get(k) != v for k, v in expect["revealed"].items()):
+                fail(f"expected item {number} to reveal as {expect['revealed']}")
+    if expect.get("revealed_rising"):
+        opened = [i for i in revealed_items(result) if "error" not in i]
+        keys = [int(i["id"]) if i.get("scheme") == "sequence" else str(i["id"]) for i in opened]
+        if keys != sorted(keys) or len(set(keys)) != len(keys):
+            fail("expected the revealed IDs to rise in the order their public texts were handed out")
     if "above" in expect:
         values = [int(v) for v in result.get("values") or []] or [int(result.get("first", 0))]
         if min(values) <= int(expect["above"]):

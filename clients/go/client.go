@@ -1,6 +1,7 @@
 package idmint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -240,7 +241,9 @@ type request struct {
 	method, path, scope, what string
 	params                    url.Values
 	advance                   bool
-	limit                     int64 // the longest answer read, in bytes (0: maxBodyBytes)
+	limit                     int64  // the longest answer read, in bytes (0: maxBodyBytes)
+	body                      []byte // a JSON request body (nil: none)
+	publicIDs                 bool   // a 404 is *UnknownPublicIDError (a reveal call)
 }
 
 // callerKey holds, in a context the client bounded with its timeout, the caller's own context.
@@ -366,13 +369,17 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 		actx, cancelAttempt, began := attempt(ctx, share)
 		late := false
 		result, err := func() (T, error) {
-			resp, err := c.send(actx, r.method, base+r.path, r.params)
+			resp, err := c.sendBody(actx, r.method, base+r.path, r.params, r.body)
 			late = began()
 			if err != nil {
 				return zero, err
 			}
 			defer resp.Body.Close()
 			if err := check(resp, sequence); err != nil {
+				var unknown *UnknownSchemeError
+				if r.publicIDs && errors.As(err, &unknown) {
+					return zero, &UnknownPublicIDError{unknown.Rejection}
+				}
 				return zero, err
 			}
 			if err := bound(resp, limit); err != nil {
@@ -427,7 +434,8 @@ func (c *Client) classify(ctx context.Context, base, scope string, err error) (s
 
 func isRejection(err error) bool {
 	switch err.(type) {
-	case *ValidationError, *UnknownSchemeError, *UnknownSequenceError, *UnauthorizedError, *ForbiddenError,
+	case *ValidationError, *UnknownSchemeError, *UnknownSequenceError, *UnknownPublicIDError, *UnauthorizedError,
+		*ForbiddenError,
 		*RequestRejectedError:
 		return true
 	}
@@ -468,12 +476,26 @@ func (c *Client) ordered(reasons map[string]string) map[string]string {
 }
 
 func (c *Client) send(ctx context.Context, method, target string, params url.Values) (*http.Response, error) {
+	return c.sendBody(ctx, method, target, params, nil)
+}
+
+// sendBody is send with a JSON request body (nil: none).
+func (c *Client) sendBody(ctx context.Context, method, target string, params url.Values, body []byte) (*http.Response,
+	error,
+) {
 	if params != nil {
 		target += "?" + params.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	var content io.Reader
+	if body != nil {
+		content = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, content)
 	if err != nil {
 		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("User-Agent", userAgent)
 	if c.opts.APIKey != "" {
@@ -649,6 +671,10 @@ func (c *Client) knownShape(scheme, format string, fetched bool) *idShape {
 	s := newShape(scheme, form, pattern, ok && known)
 	if longest := info.MaxLengths[form]; longest > 0 {
 		s.longest = longest
+	}
+	if form == PublicFormat { // public IDs keep no order and are no integers: the recent-ID rule only
+		c.shapes[[2]string{scheme, format}] = s
+		return s
 	}
 	var rising map[string]map[string][]string
 	if json.Unmarshal(info.Rising, &rising) == nil { // unreadable: no form is checked for order

@@ -15,7 +15,8 @@ import (
 //	*ForbiddenError             403: the API key lacks the route's scope
 //	*UnknownSchemeError         404 to an ID or decode call: no scheme of that name
 //	*UnknownSequenceError       404 to a sequence call: no sequence of that name
-//	*RequestRejectedError       any other 4xx but 429 (the five above embed its Rejection)
+//	*UnknownPublicIDError       404 to Reveal: no public-ID key in force opens the text
+//	*RequestRejectedError       any other 4xx but 429 (the six above embed its Rejection)
 //	*NoReplicaAvailableError    every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx,
 //	                            a redirect, a broken, truncated or repeating answer); Reasons per replica URL
 //	*FleetOverlapError          two servers of fleets whose identities overlap: IDs from both could repeat
@@ -59,6 +60,12 @@ func (e *UnknownSchemeError) Error() string { return e.message() }
 type UnknownSequenceError struct{ Rejection }
 
 func (e *UnknownSequenceError) Error() string { return e.message() }
+
+// UnknownPublicIDError is a 404 to Reveal: no public-ID key in force on the server opens the text (not a public
+// ID of this fleet, a mistyped one, or one of a key removed since).
+type UnknownPublicIDError struct{ Rejection }
+
+func (e *UnknownPublicIDError) Error() string { return e.message() }
 
 // UnauthorizedError is a 401: the API key is missing or matches none.
 type UnauthorizedError struct{ Rejection }

@@ -80,7 +80,7 @@ def test_no_origin_no_cors_headers(server: Server) -> None:
 
 def test_schemes_declare_each_forms_longest_id(server: Server) -> None:
     schemes = {s["name"]: s for s in httpx.get(server.url + "/v1/schemes", timeout=30).json()["schemes"]}
-    assert schemes["ulid"]["max_lengths"] == {"ulid": 26, "uuid": 36, "hex": 32}
-    assert schemes["typeid"]["max_lengths"]["typeid"] == 63 + 1 + 26
+    assert schemes["ulid"]["max_lengths"] == {"ulid": 26, "uuid": 36, "hex": 32, "public": 26}
+    assert schemes["typeid"]["max_lengths"]["typeid"] == schemes["typeid"]["max_lengths"]["public"] == 63 + 1 + 26
     for scheme in schemes.values():
         assert set(scheme["max_lengths"]) == set(scheme["token_patterns"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -54,6 +55,29 @@ def test_issue_and_reveal_every_scheme(tmp_path: Path) -> None:
         assert r.status_code == 404 and "no key" in r.json()["detail"]
         items = c.post("/v1/public", json={"texts": ["nope", plain]}).json()["items"]
         assert all("error" in item for item in items)
+
+
+def test_public_ids_match_the_published_token_pattern(tmp_path: Path) -> None:
+    keys = key_file(tmp_path / "keys.toml", (1, SECRET_1))
+    with running_app(tmp_path / "state", public_id_keys_file=keys) as c:
+        catalogue = {s["name"]: s for s in c.get("/v1/schemes").json()["schemes"]}
+        assert sorted(n for n, s in catalogue.items() if "public" in s["token_patterns"]) == sorted(PUBLIC_SCHEMES)
+        for scheme in PUBLIC_SCHEMES:
+            entry = catalogue[scheme]
+            pattern = re.compile(entry["token_patterns"]["public"])
+            assert "public" not in entry["rising"] and "public" not in entry["rising_per_identity"]
+            for options in ({}, {"type": "order"}) if scheme == "typeid" else ({},):
+                r = c.get(f"/v1/ids/{scheme}/stream", params={"count": "2000", "format": "public", **options})
+                assert r.status_code == 200, r.text
+                texts = r.text.split()
+                assert [t for t in texts if not pattern.fullmatch(t)] == []
+                assert max(map(len, texts)) <= entry["max_lengths"]["public"]
+            for wrong in ("", "null", "<html>", c.get(f"/v1/ids/{scheme}").json()["ids"][0]):
+                assert not pattern.fullmatch(wrong), (scheme, wrong)
+        assert c.post("/v1/sequences", json={"name": "shown"}).status_code == 201
+        texts = c.get("/v1/sequences/shown/next", params={"count": "500", "format": "public"}).json()["ids"]
+        pattern = re.compile(catalogue["snowflake"]["token_patterns"]["public"])  # the 64-bit form's
+        assert all(pattern.fullmatch(t) for t in texts)
 
 
 def test_sequences_next_public_and_range_refused(tmp_path: Path) -> None:

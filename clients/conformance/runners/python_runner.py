@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-from idmint_client import Client, IdmintClientError, NoReplicaAvailableError, RequestRejectedError
+from idmint_client import (
+    Client,
+    IdmintClientError,
+    NoReplicaAvailableError,
+    RequestRejectedError,
+    Revealed,
+    Unrevealed,
+)
 
 
 def error_result(exc: IdmintClientError, ids: list[str] | None = None) -> dict[str, Any]:
@@ -66,7 +73,13 @@ class Runner:
                 infos = client.schemes()
                 return {"ok": True, "schemes": [{"name": i.name, "formats": list(i.formats)} for i in infos]}
             if op == "next":
+                if fmt is not None:
+                    return {"ok": True, "values": client.next(cmd["name"], cmd["count"], format=fmt)}
                 return {"ok": True, "values": [str(v) for v in client.next(cmd["name"], cmd["count"])]}
+            if op == "reveal":
+                return {"ok": True, "revealed": revealed(client.reveal(cmd["text"]))}
+            if op == "reveal_many":
+                return {"ok": True, "items": [revealed(item) for item in client.reveal_many(cmd["texts"])]}
             if op == "range":
                 block = client.range(cmd["name"], cmd["count"])
                 return {"ok": True, "first": str(block.first), "last": str(block.last), "count": str(block.count)}
@@ -80,6 +93,13 @@ class Runner:
 
 def decoded(one: Any) -> dict[str, Any]:
     return {"scheme": one.scheme, "id": one.id, "hex": one.hex, "timestamp": one.timestamp_text, "fields": one.fields}
+
+
+def revealed(item: Revealed | Unrevealed) -> dict[str, Any]:
+    if isinstance(item, Unrevealed):
+        return {"text": item.text, "error": item.error}
+    reading = decoded(item.decoded) if item.decoded is not None else None
+    return {"text": item.text, "id": item.id, "scheme": item.scheme, "key_id": item.key_id, "decoded": reading}
 
 
 def main() -> None:

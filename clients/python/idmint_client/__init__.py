@@ -14,6 +14,8 @@
         block = ids.range("invoices", 10_000)          # SequenceRange(first, last): reserved for this caller
         held = ids.reserve("receipts")                  # a gapless sequence: one integer, then commit or void
         ids.commit("receipts", held.reservation)
+        shown = ids.new_id("uuidv7", format="public")   # a public ID: keyed, in no order (docs/public-ids.md)
+        print(ids.reveal(shown).id)                     # the internal UUIDv7 behind it
 
 :class:`AsyncClient` has the same surface with coroutines. Errors: :mod:`idmint_client._exceptions` (one tree,
 rooted at :class:`IdmintClientError`).
@@ -35,11 +37,13 @@ from idmint_client._exceptions import (
     RequestRejectedError,
     SequenceStoresDifferError,
     UnauthorizedError,
+    UnknownPublicIdError,
     UnknownSchemeError,
     UnknownSequenceError,
     ValidationError,
 )
 from idmint_client._models import BufferStats, Candidates, Decoded, SchemeInfo
+from idmint_client._public import Revealed, Unrevealed
 from idmint_client._sequences import ParsedNumber, Reservation, SequenceNumbers, SequenceRange, Settled
 
 __version__ = "0.1.0"
@@ -58,14 +62,17 @@ __all__ = [
     "ParsedNumber",
     "RequestRejectedError",
     "Reservation",
+    "Revealed",
     "SchemeInfo",
     "SequenceNumbers",
     "SequenceRange",
     "SequenceStoresDifferError",
     "Settled",
     "UnauthorizedError",
+    "UnknownPublicIdError",
     "UnknownSchemeError",
     "UnknownSequenceError",
+    "Unrevealed",
     "ValidationError",
     "__version__",
 ]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, Self, TypeVar, overload
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, Self, TypeVar, overload
 
 import httpx
 
@@ -36,12 +36,26 @@ from idmint_client._deadline import Deadline, async_deadline_transport, timeout_
 from idmint_client._exceptions import (
     ClientClosedError,
     NoReplicaAvailableError,
+    RequestRejectedError,
+    UnknownPublicIdError,
     UnknownSchemeError,
     UnknownSequenceError,
     ValidationError,
 )
 from idmint_client._fleet import member_live, member_path
 from idmint_client._models import Candidates, Decoded, SchemeInfo
+from idmint_client._public import (
+    MAX_REVEAL_TEXTS,
+    PUBLIC_PATH,
+    Revealed,
+    Unrevealed,
+    parse_public_next,
+    parse_reveal,
+    public_params,
+    public_sequence_key,
+    reveal_many_parser,
+    reveal_path,
+)
 from idmint_client._replicas import ALL_SCOPES, Failed, Refused, check, transport_reason
 from idmint_client._sequences import (
     SCOPE_PREFIX,
@@ -401,14 +415,31 @@ class AsyncClient(BaseClient[AsyncCondition, httpx.AsyncBaseTransport]):
         return infos
 
     # -- sequences -----------------------------------------------------------------------------------------------
-    async def next(self, name: str, count: int = 1) -> list[int]:
+    @overload
+    async def next(self, name: str, count: int = 1, *, format: None = None) -> list[int]: ...
+    @overload
+    async def next(self, name: str, count: int = 1, *, format: Literal["public"]) -> list[str]: ...
+
+    async def next(self, name: str, count: int = 1, *, format: str | None = None) -> list[int] | list[str]:
         """``count`` integers of sequence ``name`` (``GET /v1/sequences/{name}/next``; 1..the server's max count),
         rising, as Python ints: asked with ``format=string``, so nothing on the way rounds them. Never the same
         integer twice, from any server of the fleet (calls answered by different servers are not ordered among
         themselves: each issues from its own ranges); a call that fails over leaves a gap, never a repeat. Raises
         ValidationError (count, name), UnknownSequenceError (404: no such sequence), NoReplicaAvailableError (every
         server refused: its ranges ran out and its storage is down), SequenceStoresDifferError (servers of two
-        fleets)."""
+        fleets).
+
+        ``format="public"``: the integers' public texts instead (docs/public-ids.md: 18 characters, in no order,
+        read back with :meth:`reveal`), a ``list[str]``; ValidationError when the server has no public-ID keys. No
+        text is handed out twice (checked against the recent texts of the sequence)."""
+        if format is not None:
+            return await self._call(
+                sequence_path(name, "next"),
+                SCOPE_PREFIX + name,
+                public_params(count, format),
+                lambda r: self._public_next(r, name, count),
+                f"next {count} of sequence {name}",
+            )
         return await self._call(
             sequence_path(name, "next"),
             SCOPE_PREFIX + name,
@@ -494,6 +525,51 @@ class AsyncClient(BaseClient[AsyncCondition, httpx.AsyncBaseTransport]):
             json={"reservation": reservation, "reason": reason},
         )
 
+    # -- public IDs ----------------------------------------------------------------------------------------------
+    async def reveal(self, text: str) -> Revealed:
+        """The internal ID behind public ID ``text`` (``GET /v1/public/{text}``): a :class:`Revealed` (``id``,
+        ``scheme``, ``key_id``, ``decoded``). Raises UnknownPublicIdError (404: no key in force opens it),
+        ValidationError (the server has no public-ID keys), UnauthorizedError or ForbiddenError (no ``decode``
+        scope), NoReplicaAvailableError."""
+        return await self._call(
+            reveal_path(text),
+            ALL_SCOPES,
+            None,
+            lambda r: parse_reveal(r, text),
+            f"reveal {text[:40]!r}",
+            missing=UnknownPublicIdError,
+        )
+
+    async def reveal_many(self, texts: Sequence[str]) -> list[Revealed | Unrevealed]:
+        """Every text of ``texts`` read back (``POST /v1/public``, 10,000 texts a request): one item per text, in
+        order, a :class:`Revealed` or, for a text no key in force opens, an :class:`Unrevealed` (its ``error``).
+        Raises ValidationError (no public-ID keys), UnauthorizedError, ForbiddenError, NoReplicaAvailableError."""
+        if isinstance(texts, str):
+            raise TypeError("reveal_many takes a sequence of texts, not one text: use reveal(text)")
+        asked = list(texts)
+        deadline = Deadline(self.timeout)
+        out: list[Revealed | Unrevealed] = []
+        for start in range(0, len(asked), MAX_REVEAL_TEXTS):
+            part = asked[start : start + MAX_REVEAL_TEXTS]
+            out.extend(
+                await self._call(
+                    PUBLIC_PATH,
+                    ALL_SCOPES,
+                    None,
+                    reveal_many_parser(part),
+                    f"reveal {len(part)} public IDs",
+                    deadline,
+                    method="POST",
+                    json={"texts": part},
+                )
+            )
+        return out
+
+    def _public_next(self, response: httpx.Response, name: str, count: int) -> list[str]:
+        texts = parse_public_next(response, name, count)
+        self._repeats.check(public_sequence_key(name), texts, "public ID")
+        return texts
+
     # -- failover ----------------------------------------------------------------------------------------------
     async def _plan(self, scope: str, advance: bool = True) -> tuple[list[str], dict[str, str]]:
         """The replicas to try for ``scope`` in order (and why others are out), each one's fleet read first
@@ -539,6 +615,7 @@ class AsyncClient(BaseClient[AsyncCondition, httpx.AsyncBaseTransport]):
         method: str = "GET",
         json: dict[str, Any] | None = None,
         limit: int = MAX_ANSWER_BYTES,
+        missing: type[RequestRejectedError] | None = None,
     ) -> T:
         """GET ``path`` from the replicas in turn until one answers; ``parse`` its answer (Failed: move on). Each
         attempt's answer must begin within its share of the time left (:meth:`Deadline.share`); one longer than
@@ -547,7 +624,8 @@ class AsyncClient(BaseClient[AsyncCondition, httpx.AsyncBaseTransport]):
             raise ClientClosedError("client is closed")
         if deadline is None:
             deadline = Deadline(self.timeout)
-        missing = UnknownSequenceError if scope.startswith(SCOPE_PREFIX) else UnknownSchemeError
+        if missing is None:
+            missing = UnknownSequenceError if scope.startswith(SCOPE_PREFIX) else UnknownSchemeError
         plan, reasons = await self._plan(scope, advance)
         if scope.startswith(SCOPE_PREFIX):
             check_one_fleet(self.urls, self._fleets.documents)

@@ -18,6 +18,7 @@ from idmint_client._buffer import Buffer
 from idmint_client._exceptions import ValidationError
 from idmint_client._fleet import FleetCheck
 from idmint_client._models import BufferStats, SchemeInfo
+from idmint_client._public import PUBLIC_FORMAT
 from idmint_client._repeats import Repeats, Rule
 from idmint_client._replicas import Failed, ReplicaSet, count_range, normalise_urls
 from idmint_client._sequences import SequenceRange
@@ -280,12 +281,13 @@ class BaseClient(Generic[LockT, TransportT]):
         if info is None:
             return missing_shape(scheme, fmt)
         form = fmt if fmt is not None else info.canonical_format
+        keyed = form == PUBLIC_FORMAT  # public IDs keep no order and are no integers: the recent-ID rule only
         shape = IdShape(
             scheme,
             form or "canonical",
             info.token_patterns.get(form) if form else None,
-            info.rising.get(form) if form else None,
-            _per_identity(info.raw, form),
+            info.rising.get(form) if form and not keyed else None,
+            None if keyed else _per_identity(info.raw, form),
             longest=info.max_lengths.get(form, MAX_LINE_CHARS) if form else MAX_LINE_CHARS,
         )
         self._shapes[(scheme, fmt)] = shape

@@ -8,7 +8,8 @@
     │   ├── UnauthorizedError      401: the API key is missing or matches none
     │   ├── ForbiddenError         403: the API key lacks the route's scope
     │   ├── UnknownSchemeError     (LookupError) 404: no scheme of that name on the server
-    │   └── UnknownSequenceError   (LookupError) 404: no sequence of that name in the fleet's storage
+    │   ├── UnknownSequenceError   (LookupError) 404: no sequence of that name in the fleet's storage
+    │   └── UnknownPublicIdError   (LookupError) 404 to ``reveal``: no public-ID key in force opens the text
     ├── NoReplicaAvailableError    every replica refused (503/429 + Retry-After), failed (5xx, a redirect, a broken,
     │                              truncated or repeating answer) or could not be reached; ``reasons`` maps each
     │                              replica URL to its reason
@@ -57,6 +58,11 @@ class UnknownSchemeError(RequestRejectedError, LookupError):
 class UnknownSequenceError(RequestRejectedError, LookupError):
     """HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: ``POST /v1/sequences``
     or ``idmint sequence create``)."""
+
+
+class UnknownPublicIdError(RequestRejectedError, LookupError):
+    """HTTP 404 to :meth:`~idmint_client.Client.reveal`: no public-ID key in force on the server opens the text (not
+    a public ID of this fleet, a mistyped one, or one of a key removed since)."""
 
 
 class UnauthorizedError(RequestRejectedError):

@@ -11,6 +11,8 @@ import {
   type IssueOptions,
   NoReplicaAvailableError,
   RequestRejectedError,
+  type Revealed,
+  type Unrevealed,
 } from "../src/index.js";
 
 interface Command {
@@ -28,6 +30,8 @@ interface Command {
   options?: Record<string, string>;
   id?: string;
   name?: string;
+  text?: string;
+  texts?: string[];
 }
 
 type Result = Record<string, unknown>;
@@ -47,6 +51,12 @@ function errorResult(error: unknown, ids?: string[]): Result {
 
 function decoded(d: Decoded): Result {
   return { scheme: d.scheme, id: d.id, hex: d.hex, timestamp: d.timestamp, fields: d.fields };
+}
+
+function revealed(item: Revealed | Unrevealed): Result {
+  if ("error" in item) return { text: item.text, error: item.error };
+  const reading = item.decoded === null ? null : decoded(item.decoded);
+  return { text: item.text, id: item.id, scheme: item.scheme, key_id: item.keyId, decoded: reading };
 }
 
 let client: Client | null = null;
@@ -87,7 +97,13 @@ async function run(cmd: Command): Promise<Result> {
       case "schemes":
         return { ok: true, schemes: (await c.schemes()).map((s) => ({ name: s.name, formats: s.formats })) };
       case "next":
+        if (cmd.format === "public")
+          return { ok: true, values: await c.next(cmd.name ?? "", count, { format: "public" }) };
         return { ok: true, values: (await c.next(cmd.name ?? "", count)).map(String) };
+      case "reveal":
+        return { ok: true, revealed: revealed(await c.reveal(cmd.text ?? "")) };
+      case "reveal_many":
+        return { ok: true, items: (await c.revealMany(cmd.texts ?? [])).map(revealed) };
       case "range": {
         const block = await c.range(cmd.name ?? "", count);
         return { ok: true, first: String(block.first), last: String(block.last), count: String(block.count) };

@@ -6,9 +6,21 @@ import {
   IdmintClientError,
   NoReplicaAvailableError,
   Refused,
+  UnknownPublicIdError,
+  UnknownSchemeError,
 } from "./errors.js";
 import { FleetCheck, parseFleet } from "./fleet.js";
-import type { CallOptions, Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
+import type {
+  CallOptions,
+  Candidates,
+  Decoded,
+  IssueOptions,
+  PublicNextOptions,
+  Revealed,
+  SchemeInfo,
+  SequenceRange,
+  Unrevealed,
+} from "./models.js";
 import { Repeats } from "./repeats.js";
 import {
   ALL_SCOPES,
@@ -34,6 +46,12 @@ const MAX_LINE_CHARS = 4096;
 /** What a batch answer may hold besides its IDs' texts (the JSON around them, a scheme's extra fields), in bytes. */
 const FRAMING_BYTES = 4096;
 const SEQUENCE_DIGITS = /^(?:0|[1-9][0-9]{0,18})$/;
+/** The `format` of public IDs (docs/public-ids.md): keyed masks that keep no order and are no integers. */
+const PUBLIC_FORMAT = "public";
+/** A sequence integer's public text: 17 Crockford base32 characters, then the key id (1..F). */
+const PUBLIC_SEQUENCE_TEXT = /^[0-9A-HJKMNP-TV-Z]{17}[1-9A-F]$/;
+/** Most texts one POST /v1/public reads: revealMany() splits above it. */
+const MAX_REVEAL_TEXTS = 10_000;
 
 /** A client's settings. */
 export interface ClientOptions {
@@ -63,6 +81,10 @@ interface Request {
   signal?: AbortSignal;
   /** The longest answer read, in bytes (default MAX_ANSWER_BYTES). */
   limit?: number;
+  /** A JSON request body. */
+  body?: unknown;
+  /** A 404 is UnknownPublicIdError (a reveal call). */
+  publicIds?: boolean;
 }
 
 interface SchemeJson {
@@ -136,6 +158,23 @@ function decodedOf(data: Record<string, unknown>): Decoded {
     timestamp: typeof data.timestamp === "string" ? data.timestamp : null,
     fields: (data.fields as Record<string, unknown>) ?? {},
   };
+}
+
+/** One opened item of a reveal answer for `text`; Failed when it is not what the API promises. */
+function revealedOf(text: string, item: Record<string, unknown>): Revealed {
+  const { id, scheme, key_id: keyId, decoded } = item;
+  const shown = text.slice(0, 40);
+  if (typeof id !== "string" || typeof scheme !== "string" || id === "" || scheme === "") {
+    throw new Failed(`reveal answer for '${shown}' has no id and scheme`);
+  }
+  if (typeof keyId !== "number" || !Number.isInteger(keyId) || keyId < 1 || keyId > 15) {
+    throw new Failed(`reveal answer for '${shown}' has key_id ${JSON.stringify(keyId)}, not 1..15`);
+  }
+  if (decoded !== null && decoded !== undefined && typeof decoded !== "object") {
+    throw new Failed(`reveal answer for '${shown}' has a decoded reading that is not an object`);
+  }
+  const reading = decoded ? decodedOf(decoded as Record<string, unknown>) : null;
+  return { text, id, scheme, keyId, decoded: reading };
 }
 
 function sequenceInteger(value: unknown, what: string): bigint {
@@ -586,12 +625,13 @@ export class Client {
     if (!info && !fetched) return null;
     const canonical = info?.canonical_format ?? info?.formats?.[0];
     const form = format === undefined || format === "canonical" ? canonical : format;
+    const keyed = form === PUBLIC_FORMAT; // public IDs keep no order and are no integers: the recent-ID rule only
     const shape = new IdShape(
       scheme,
       form ?? "canonical",
       form ? info?.token_patterns?.[form] : undefined,
-      form ? info?.rising?.[form] : undefined,
-      form ? info?.rising_per_identity?.[form] : undefined,
+      form && !keyed ? info?.rising?.[form] : undefined,
+      form && !keyed ? info?.rising_per_identity?.[form] : undefined,
       (form ? info?.max_lengths?.[form] : undefined) ?? MAX_LINE_CHARS,
     );
     this.shapes.set(key, shape);
@@ -604,8 +644,15 @@ export class Client {
    * `count` integers of sequence `name` (1..the server's max count), rising, exact (asked as strings). Never the
    * same integer twice from any server of the fleet; a call that fails over leaves a gap, never a repeat. Throws
    * ValidationError (count, name), UnknownSequenceError, NoReplicaAvailableError, SequenceStoresDifferError.
+   *
+   * `{ format: "public" }`: the integers' public texts instead (docs/public-ids.md: 18 characters, in no order,
+   * read back with reveal()), a string[]; ValidationError when the server has no public-ID keys. No text is handed
+   * out twice (checked against the recent texts of the sequence).
    */
-  next(name: string, count = 1, options: CallOptions = {}): Promise<bigint[]> {
+  next(name: string, count?: number, options?: CallOptions): Promise<bigint[]>;
+  next(name: string, count: number, options: PublicNextOptions): Promise<string[]>;
+  next(name: string, count = 1, options: CallOptions | PublicNextOptions = {}): Promise<bigint[] | string[]> {
+    if ("format" in options && options.format !== undefined) return this.nextPublic(name, count, options);
     return this.call(
       {
         method: "GET",
@@ -631,6 +678,40 @@ export class Client {
         }
         this.repeats.checkNext(name, values);
         return values;
+      },
+    );
+  }
+
+  private nextPublic(name: string, count: number, options: PublicNextOptions): Promise<string[]> {
+    if (options.format !== PUBLIC_FORMAT) {
+      throw new TypeError(`format must be '${PUBLIC_FORMAT}' (or none: the integers), got '${options.format}'`);
+    }
+    return this.call(
+      {
+        method: "GET",
+        path: `/v1/sequences/${encodeURIComponent(name)}/next`,
+        scope: SEQUENCE_SCOPE + name,
+        what: `next ${count} of sequence ${name}`,
+        params: { count: String(count), format: PUBLIC_FORMAT },
+        signal: options.signal,
+      },
+      async (text) => {
+        const body = parseJson(text, "next") as { name?: unknown; ids?: unknown };
+        const ids = body?.ids;
+        if (body?.name !== name || !Array.isArray(ids) || ids.length !== count) {
+          throw new Failed(
+            `next answer for '${body?.name}' holds ${Array.isArray(ids) ? ids.length : "?"} public IDs; asked ${count} of '${name}'`,
+          );
+        }
+        ids.forEach((one, i) => {
+          if (typeof one !== "string" || !PUBLIC_SEQUENCE_TEXT.test(one)) {
+            throw new Failed(
+              `public ID ${i + 1} is not a sequence integer's public text: '${String(one).slice(0, 40)}'`,
+            );
+          }
+        });
+        this.repeats.check(`${SEQUENCE_SCOPE}${name} ${PUBLIC_FORMAT}`, ids as string[], "public ID");
+        return ids as string[];
       },
     );
   }
@@ -670,6 +751,73 @@ export class Client {
     );
   }
 
+  // -- public IDs --------------------------------------------------------------------------------------------------
+
+  /**
+   * The internal ID behind public ID `text` (GET /v1/public/{text}): its canonical form, scheme, key id and decode
+   * reading. Throws UnknownPublicIdError (404: no key in force opens it), ValidationError (the server has no
+   * public-ID keys), UnauthorizedError or ForbiddenError (no decode scope), NoReplicaAvailableError.
+   */
+  reveal(text: string, options: CallOptions = {}): Promise<Revealed> {
+    const r = {
+      method: "GET",
+      path: `/v1/public/${encodeURIComponent(text)}`,
+      scope: ALL_SCOPES,
+      what: `reveal '${text.slice(0, 40)}'`,
+      signal: options.signal,
+      publicIds: true,
+    };
+    return this.call(r, async (answer) => {
+      const body = parseJson(answer, "reveal");
+      if (!body || typeof body !== "object") throw new Failed("reveal answer is not an object");
+      return revealedOf(text, body as Record<string, unknown>);
+    });
+  }
+
+  /**
+   * Every text of `texts` read back (POST /v1/public, 10,000 texts a request): one item per text, in order, a
+   * Revealed or, for a text no key in force opens, an Unrevealed (its `error`). Throws ValidationError (no public-ID
+   * keys), UnauthorizedError, ForbiddenError, NoReplicaAvailableError.
+   */
+  async revealMany(texts: readonly string[], options: CallOptions = {}): Promise<(Revealed | Unrevealed)[]> {
+    const out: (Revealed | Unrevealed)[] = [];
+    const deadline = performance.now() + this.timeoutMs;
+    for (let start = 0; start < texts.length; start += MAX_REVEAL_TEXTS) {
+      const part = texts.slice(start, start + MAX_REVEAL_TEXTS);
+      const r = {
+        method: "POST",
+        path: "/v1/public",
+        scope: ALL_SCOPES,
+        what: `reveal ${part.length} public IDs`,
+        signal: options.signal,
+        deadline,
+        body: { texts: part },
+      };
+      out.push(
+        ...(await this.call(r, async (answer) => {
+          const items = (parseJson(answer, "reveal") as { items?: unknown })?.items;
+          if (!Array.isArray(items) || items.length !== part.length) {
+            throw new Failed(
+              `reveal answer holds ${Array.isArray(items) ? items.length : "?"} items for ${part.length} texts`,
+            );
+          }
+          return items.map((item, i): Revealed | Unrevealed => {
+            const text = part[i] as string;
+            if (!item || typeof item !== "object") {
+              throw new Failed(`reveal answer's item for '${text.slice(0, 40)}' is not an object`);
+            }
+            const error = (item as { error?: unknown }).error;
+            if (error === undefined || error === null) return revealedOf(text, item as Record<string, unknown>);
+            if (typeof error !== "string")
+              throw new Failed(`reveal answer's error for '${text.slice(0, 40)}' is not a string`);
+            return { text, error };
+          });
+        })),
+      );
+    }
+    return out;
+  }
+
   // -- failover ----------------------------------------------------------------------------------------------------
 
   private async send(
@@ -677,11 +825,17 @@ export class Client {
     url: string,
     params: Record<string, string> | undefined,
     controller: AbortController,
+    body?: unknown,
   ): Promise<Response> {
     const headers: Record<string, string> = {};
     if (this.apiKey !== undefined) headers.authorization = `Bearer ${this.apiKey}`;
     const query = params ? `?${new URLSearchParams(params).toString()}` : "";
-    return this.fetcher(url + query, { method, headers, signal: controller.signal, redirect: "manual" });
+    const init: RequestInit = { method, headers, signal: controller.signal, redirect: "manual" };
+    if (body !== undefined) {
+      headers["content-type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    return this.fetcher(url + query, init);
   }
 
   /** The replicas to try for `scope` (and why others are out), each one's fleet read first. Throws FleetOverlapError. */
@@ -794,10 +948,15 @@ export class Client {
         controller.abort();
       }, share);
       try {
-        const response = await this.send(r.method, base + r.path, r.params, controller);
+        const response = await this.send(r.method, base + r.path, r.params, controller, r.body);
         clearTimeout(timer);
         timer = setTimeout(onAbort, deadline - performance.now());
-        await check(response, base + r.path, sequence);
+        await check(response, base + r.path, sequence).catch((error: unknown) => {
+          if (r.publicIds && error instanceof UnknownSchemeError) {
+            throw new UnknownPublicIdError(error.status, error.detail, error.url);
+          }
+          throw error;
+        });
         const result = await parse(await readText(response, r.limit ?? MAX_ANSWER_BYTES));
         this.replicas.succeeded(base, r.scope);
         return result;

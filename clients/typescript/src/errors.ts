@@ -8,7 +8,8 @@
  * │   ├── UnauthorizedError      401: the API key is missing or matches none
  * │   ├── ForbiddenError         403: the API key lacks the route's scope
  * │   ├── UnknownSchemeError     404 to an ID or decode call
- * │   └── UnknownSequenceError   404 to a sequence call: no sequence of that name
+ * │   ├── UnknownSequenceError   404 to a sequence call: no sequence of that name
+ * │   └── UnknownPublicIdError   404 to reveal(): no public-ID key in force opens the text
  * ├── NoReplicaAvailableError    every replica refused (503/429 + Retry-After) or failed (unreachable, 5xx, a
  * │                              redirect, a broken, truncated or repeating answer); reasons: {url: reason};
  * │                              delivered (streams)
@@ -47,6 +48,12 @@ export class UnknownSchemeError extends RequestRejectedError {}
 
 /** HTTP 404 to a sequence call: the fleet has no sequence of that name (create it first: POST /v1/sequences). */
 export class UnknownSequenceError extends RequestRejectedError {}
+
+/**
+ * HTTP 404 to reveal(): no public-ID key in force on the server opens the text (not a public ID of this fleet, a
+ * mistyped one, or one of a key removed since).
+ */
+export class UnknownPublicIdError extends RequestRejectedError {}
 
 /** HTTP 401: the API key is missing or matches none. */
 export class UnauthorizedError extends RequestRejectedError {}

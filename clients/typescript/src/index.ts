@@ -10,6 +10,8 @@
  * const batch = await ids.ids("wiji", 250_000);            // split above the server's max count
  * for await (const id of ids.stream("wiji", 10_000_000)) { ... }  // flat memory, carries on from another replica
  * const invoiceNumbers = await ids.next("invoices", 3);    // bigint[], rising, never twice
+ * const shown = await ids.newId("uuidv7", { format: "public" });  // a keyed public ID (docs/public-ids.md)
+ * const internal = (await ids.reveal(shown)).id;           // the UUIDv7 behind it
  * ids.close();
  * ```
  */
@@ -33,6 +35,7 @@ export {
   RequestRejectedError,
   SequenceStoresDifferError,
   UnauthorizedError,
+  UnknownPublicIdError,
   UnknownSchemeError,
   UnknownSequenceError,
   ValidationError,
@@ -49,6 +52,16 @@ export {
   UnknownScheme,
   UnknownSequence,
 } from "./errors.js";
-export type { CallOptions, Candidates, Decoded, IssueOptions, SchemeInfo, SequenceRange } from "./models.js";
+export type {
+  CallOptions,
+  Candidates,
+  Decoded,
+  IssueOptions,
+  PublicNextOptions,
+  Revealed,
+  SchemeInfo,
+  SequenceRange,
+  Unrevealed,
+} from "./models.js";
 
 export const VERSION = "0.1.0";

@@ -46,7 +46,7 @@ export interface SequenceRange {
 
 /** The text form and scheme options of an issuing call. */
 export interface IssueOptions {
-  /** "decimal", "hex", "uuid"... as listed by schemes() (default: canonical). */
+  /** "decimal", "hex", "uuid"... as listed by schemes() (default: canonical); "public": public IDs (docs/public-ids.md). */
   format?: string;
   /** Scheme options: eight-byte `mode`, siq or typeid `type`, hlc-ulid `after`. */
   options?: Record<string, string>;
@@ -58,4 +58,28 @@ export interface IssueOptions {
 export interface CallOptions {
   /** Aborts this call: it throws CallAbortedError (its `cause`: the signal's reason). */
   signal?: AbortSignal;
+}
+
+/**
+ * A public ID read back (GET /v1/public/{text}, an item of POST /v1/public): `id` is the internal ID in its
+ * scheme's canonical form (a sequence integer's decimal digits), `scheme` its scheme or "sequence", `keyId` the key
+ * (1..15) that opened it, `decoded` its decode reading (null for a sequence integer).
+ */
+export interface Revealed {
+  text: string;
+  id: string;
+  scheme: string;
+  keyId: number;
+  decoded: Decoded | null;
+}
+
+/** An item of revealMany() that no key in force opens: `error` says why. */
+export interface Unrevealed {
+  text: string;
+  error: string;
+}
+
+/** The options of a sequence's next() in the public form: the integers' public texts (docs/public-ids.md). */
+export interface PublicNextOptions extends CallOptions {
+  format: "public";
 }

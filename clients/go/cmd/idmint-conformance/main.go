@@ -31,6 +31,8 @@ type command struct {
 	Options   map[string]string `json:"options"`
 	ID        string            `json:"id"`
 	Name      string            `json:"name"`
+	Text      string            `json:"text"`
+	Texts     []string          `json:"texts"`
 }
 
 type result map[string]any
@@ -43,6 +45,7 @@ func errorResult(err error, ids []string) result {
 		forbidden    *idmint.ForbiddenError
 		scheme       *idmint.UnknownSchemeError
 		sequence     *idmint.UnknownSequenceError
+		public       *idmint.UnknownPublicIDError
 		rejected     *idmint.RequestRejectedError
 		none         *idmint.NoReplicaAvailableError
 	)
@@ -57,6 +60,8 @@ func errorResult(err error, ids []string) result {
 		out["status"] = scheme.Status
 	case errors.As(err, &sequence):
 		out["status"] = sequence.Status
+	case errors.As(err, &public):
+		out["status"] = public.Status
 	case errors.As(err, &rejected):
 		out["status"] = rejected.Status
 	case errors.As(err, &none):
@@ -174,6 +179,13 @@ func (r *runner) run(ctx context.Context, cmd command) result {
 		}
 		return result{"ok": true, "schemes": out}
 	case "next":
+		if cmd.Format == idmint.PublicFormat {
+			texts, err := c.NextPublic(ctx, cmd.Name, int(cmd.Count))
+			if err != nil {
+				return errorResult(err, nil)
+			}
+			return result{"ok": true, "values": texts}
+		}
 		values, err := c.Next(ctx, cmd.Name, int(cmd.Count))
 		if err != nil {
 			return errorResult(err, nil)
@@ -190,6 +202,22 @@ func (r *runner) run(ctx context.Context, cmd command) result {
 		}
 		return result{"ok": true, "first": strconv.FormatInt(block.First, 10),
 			"last": strconv.FormatInt(block.Last, 10), "count": strconv.FormatInt(block.Count(), 10)}
+	case "reveal":
+		one, err := c.Reveal(ctx, cmd.Text)
+		if err != nil {
+			return errorResult(err, nil)
+		}
+		return result{"ok": true, "revealed": revealed(*one)}
+	case "reveal_many":
+		items, err := c.RevealMany(ctx, cmd.Texts)
+		if err != nil {
+			return errorResult(err, nil)
+		}
+		out := []any{}
+		for _, item := range items {
+			out = append(out, revealed(item))
+		}
+		return result{"ok": true, "items": out}
 	case "close":
 		c.Close()
 		return result{"ok": true}
@@ -203,6 +231,17 @@ func decoded(d idmint.Decoded) map[string]any {
 		stamp = d.TimestampText
 	}
 	return map[string]any{"scheme": d.Scheme, "id": d.ID, "hex": d.Hex, "timestamp": stamp, "fields": d.Fields}
+}
+
+func revealed(r idmint.Revealed) map[string]any {
+	if r.Error != "" {
+		return map[string]any{"text": r.Text, "error": r.Error}
+	}
+	var reading any
+	if r.Decoded != nil {
+		reading = decoded(*r.Decoded)
+	}
+	return map[string]any{"text": r.Text, "id": r.ID, "scheme": r.Scheme, "key_id": r.KeyID, "decoded": reading}
 }
 
 func main() {
