@@ -1,0 +1,595 @@
+"""SQL functions that read idmint's IDs inside PostgreSQL and MySQL/MariaDB (``idmint sql functions``).
+
+The DDL is generated from the scheme modules' own layouts: each scheme's :class:`~app.schemes.packed.PackedInt`
+(field positions, widths, fixed values, caps), its text alphabets and its time field's epoch and unit. Nothing about
+a layout is written here twice; this module only says, per scheme, which text forms are read (mirroring the
+scheme's ``parse``) and how each decode field is written (mirroring the scheme's ``fields``).
+
+The functions created, for a scheme ``s`` (``-`` in its name becomes ``_``)::
+
+    idmint_<s>_value(id text)   -> numeric / DECIMAL(65,0): the packed integer; NULL for an ID that does not read
+    idmint_<s>_time(id text)    -> timestamptz / DATETIME(3): the ID's time, UTC, ms precision (truncated)
+    idmint_<s>_fields(id text)  -> jsonb / JSON: the ``fields`` of ``GET /v1/decode/{scheme}/{id}``
+    idmint_time(scheme text, id text), idmint_fields(scheme text, id text): the same, by scheme name
+
+plus typed forms where a column type holds the ID: ``idmint_time(uuid)`` / ``idmint_fields(uuid)`` (UUIDv7, on
+PostgreSQL) and ``idmint_<s>_time(bigint)`` for snowflake (and every named snowflake layout as
+``idmint_snowflake_<layout>_*``). Every function is a pure function of its arguments: IMMUTABLE (PostgreSQL) or
+DETERMINISTIC (MySQL), and never raises for a malformed ID: it returns NULL.
+
+Times past 9999-12-31 are NULL, as ``/v1/decode`` gives ``timestamp: null`` for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from app.bounds import TIME_END_NS
+from app.schemes import _crockford
+from app.schemes import ulid as ulid_module
+from app.schemes import uuidv7 as uuidv7_module
+from app.schemes import wiji as wiji_module
+from app.schemes._patterns import DECIMAL_DIGITS, HEX_DIGITS
+from app.schemes._uuid_text import HEX_LEN as UUID_HEX_LEN
+from app.schemes._uuid_text import UUID_LEN, UUID_SEPARATOR_POSITIONS
+from app.schemes.hlc_ulid import codec as hlc_codec
+from app.schemes.ksuid import codec as ksuid_codec
+from app.schemes.packed import HEX_DIGIT_BITS, PackedInt
+from app.schemes.snowflake import codec as snowflake_codec
+
+POSTGRESQL = "postgresql"
+MYSQL = "mysql"
+DIALECTS = (POSTGRESQL, MYSQL)
+"""The dialects ``idmint sql functions`` writes: PostgreSQL (12+) and MySQL 8 / MariaDB 10.6+."""
+
+NS_IN_MS = 1_000_000
+TIME_END_MS = TIME_END_NS // NS_IN_MS
+"""Times at or past 10000-01-01 are NULL (``/v1/decode`` gives no RFC 3339 text for them)."""
+HEX_CHUNK_DIGITS = 8
+"""Hex fields are written 8 digits (32 bits) at a time: every chunk fits a signed bigint."""
+
+
+# --- what is read, and how it is written ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One text form: a text matching ``pattern`` (POSIX regex, full match, on the text after ``fold``) is read as
+    the digits of ``alphabet`` (its value order) after dropping ``skip`` leading characters and every ``-``, with
+    ``substitutions`` applied (Crockford's O->0 ...). ``fold``: "upper", "lower" or "" (case-sensitive)."""
+
+    pattern: str
+    alphabet: str
+    fold: str = ""
+    skip: int = 0
+    substitutions: tuple[tuple[str, str], ...] = ()
+    separators: bool = False
+    take: int = 0
+    """Characters read after ``skip`` (0: the rest)."""
+
+
+@dataclass(frozen=True)
+class Bits:
+    """An integer field: ``bits`` wide at ``shift``, written as ``value * scale + offset`` (a JSON number)."""
+
+    shift: int
+    bits: int
+    scale: int = 1
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Hex:
+    """A field written as lowercase hex, ``digits`` wide (a JSON string)."""
+
+    shift: int
+    bits: int
+
+    @property
+    def digits(self) -> int:
+        return -(-self.bits // HEX_DIGIT_BITS)
+
+
+@dataclass(frozen=True)
+class Const:
+    """A field whose value is fixed for the reading (a layout's name)."""
+
+    value: str | int
+
+
+FieldSpec = Bits | Hex | Const
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How one scheme's IDs are read in SQL (see the module docstring).
+
+    ``packed``: the layout (its maximum, fixed values and caps make an ID read or not); ``readers``: the text forms
+    tried in order; ``fields``: decode field name -> how it is written; ``time``: the time field (shift, bits),
+    with ``epoch_ns`` and ``unit_ns`` (ns per unit, exact)."""
+
+    name: str
+    packed: PackedInt
+    readers: tuple[Reader, ...]
+    fields: tuple[tuple[str, FieldSpec], ...]
+    time: tuple[int, int]
+    unit_ns: Fraction
+    epoch_ns: int = 0
+    value_max: int | None = None
+    bigint: bool = False
+    """The IDs fit a signed bigint column: a typed ``(bigint)`` form is made too."""
+    title: str = field(default="", compare=False)
+
+    @property
+    def ident(self) -> str:
+        return self.name.replace("-", "_").replace(":", "_")
+
+
+def _field(packed: PackedInt, name: str) -> tuple[int, int]:
+    f = packed.field(name)
+    return f.shift, f.bits
+
+
+def _crockford_reader(dialect: _crockford.Dialect) -> Reader:
+    alphabet = _crockford.ALPHABET
+    top = alphabet[dialect.first_char_max]
+    accepted = "".join(sorted(set(alphabet) | {alias for alias, _ in dialect.substitutions}))
+    return Reader(
+        f"^[0-{top}][{accepted}]{{{_crockford.ENCODED_LEN - 1}}}$",
+        alphabet,
+        fold="upper",
+        substitutions=dialect.substitutions,
+    )
+
+
+def _hex_reader(groups: tuple[int, ...], skip: int = 0, prefix: str = "") -> Reader:
+    body = "-".join(f"[0-9a-f]{{{n}}}" for n in groups)
+    return Reader(f"^{prefix}{body}$", HEX_DIGITS, fold="lower", skip=skip, separators=len(groups) > 1)
+
+
+def _uuid_groups() -> tuple[int, ...]:
+    ends = (*UUID_SEPARATOR_POSITIONS, UUID_LEN)
+    starts = (0, *(p + 1 for p in UUID_SEPARATOR_POSITIONS))
+    return tuple(end - start for start, end in zip(starts, ends, strict=True))
+
+
+UUID_READER = _hex_reader(_uuid_groups())
+HEX32_READER = _hex_reader((UUID_HEX_LEN,))
+
+
+def _ulid() -> Reading:
+    packed = ulid_module.PACKED
+    return Reading(
+        "ulid",
+        packed,
+        (_crockford_reader(_crockford.STRICT_ULID), UUID_READER, HEX32_READER),
+        (("timestamp_ms", Bits(*_field(packed, "timestamp_ms"))), ("random", Hex(*_field(packed, "randomness")))),
+        _field(packed, "timestamp_ms"),
+        Fraction(ulid_module.NANOSECS_IN_MILLISECS),
+    )
+
+
+def _uuidv7() -> Reading:
+    packed = uuidv7_module.PACKED
+    braced = _hex_reader(_uuid_groups(), skip=1, prefix="[{]")
+    braced = Reader(
+        braced.pattern[:-1] + "[}]$", braced.alphabet, braced.fold, braced.skip, separators=True, take=UUID_LEN
+    )
+    urn = _hex_reader(_uuid_groups(), skip=len("urn:uuid:"), prefix="urn:uuid:")
+    return Reading(
+        "uuidv7",
+        packed,
+        (UUID_READER, HEX32_READER, braced, urn),
+        (
+            ("timestamp_ms", Bits(*_field(packed, "timestamp_ms"))),
+            ("rand_a", Bits(*_field(packed, "rand_a"))),
+            ("rand_b", Hex(*_field(packed, "rand_b"))),
+        ),
+        _field(packed, "timestamp_ms"),
+        Fraction(uuidv7_module.NANOSECS_IN_MILLISECS),
+    )
+
+
+def _ksuid() -> Reading:
+    packed = ksuid_codec.PACKED
+    alphabet = ksuid_codec.BASE62_ALPHABET
+    return Reading(
+        "ksuid",
+        packed,
+        (
+            Reader(f"^[0-9A-Za-z]{{{ksuid_codec.BASE62_LEN}}}$", alphabet),
+            _hex_reader((ksuid_codec.HEX_LEN,)),
+        ),
+        (
+            ("timestamp_s", Bits(*_field(packed, "timestamp"), offset=ksuid_codec.EPOCH_S)),
+            ("payload", Hex(*_field(packed, "payload"))),
+        ),
+        _field(packed, "timestamp"),
+        Fraction(ksuid_codec.NANOSECS_IN_SECS),
+        epoch_ns=ksuid_codec.EPOCH_S * ksuid_codec.NANOSECS_IN_SECS,
+    )
+
+
+def _hlc_ulid() -> Reading:
+    packed = hlc_codec.PACKED
+    groups = (
+        hlc_codec.TIMESTAMP_HEX_LEN,
+        hlc_codec.COUNTER_HEX_LEN,
+        hlc_codec.PUBLISHER_ID_HEX_LEN,
+        hlc_codec.RANDOM_HEX_LEN,
+    )
+    return Reading(
+        "hlc-ulid",
+        packed,
+        (_crockford_reader(_crockford.ULID), _hex_reader(groups)),
+        tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
+        _field(packed, "timestamp_ms"),
+        Fraction(hlc_codec.NANOSECS_IN_MILLISECS),
+    )
+
+
+def _wiji() -> Reading:
+    packed = wiji_module.PACKED
+    return Reading(
+        "wiji",
+        packed,
+        (_crockford_reader(_crockford.WIJI), HEX32_READER, UUID_READER),
+        tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
+        _field(packed, "timestamp_us"),
+        Fraction(wiji_module.NANOSECS_IN_MICROSECS),
+    )
+
+
+def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -> Reading:
+    """The reading of snowflake IDs in ``layout``, made as the functions ``idmint_<name>_*``."""
+    widths = {
+        snowflake_codec.TIME: layout.time_bits,
+        snowflake_codec.WORKER: layout.worker_bits,
+        snowflake_codec.SEQUENCE: layout.sequence_bits,
+    }
+    packed = PackedInt("snowflake", [(part, widths[part]) for part in layout.order], bits=snowflake_codec.PACKED_BITS)
+    hex_len = snowflake_codec.HEX_LEN
+    decimal_max = len(str(snowflake_codec.PACKED_MAX))
+    return Reading(
+        name,
+        packed,
+        (
+            Reader(f"^(0|[1-9][0-9]{{0,{decimal_max - 1}}})$", DECIMAL_DIGITS),
+            Reader(f"^0x0*[0-9a-f]{{1,{hex_len}}}$", HEX_DIGITS, fold="lower", skip=len("0x")),
+            Reader(f"^(?=.*[a-f])[0-9a-f]{{{hex_len}}}$", HEX_DIGITS, fold="lower"),
+        ),
+        (
+            ("layout", Const(layout.name)),
+            (
+                "timestamp_ms",
+                Bits(*_field(packed, snowflake_codec.TIME), scale=layout.unit_ms, offset=layout.epoch_ms),
+            ),
+            ("worker_id", Bits(*_field(packed, snowflake_codec.WORKER))),
+            ("sequence", Bits(*_field(packed, snowflake_codec.SEQUENCE))),
+        ),
+        _field(packed, snowflake_codec.TIME),
+        Fraction(layout.unit_ms * snowflake_codec.NANOSECS_IN_MILLISECS),
+        epoch_ns=layout.epoch_ms * snowflake_codec.NANOSECS_IN_MILLISECS,
+        value_max=layout.value_max,
+        bigint=True,
+    )
+
+
+def readings(snowflake_layout: str = "twitter") -> list[Reading]:
+    """Every scheme reading made, the node's snowflake layout as ``snowflake`` and each named layout as
+    ``snowflake:<name>`` (functions ``idmint_snowflake_<name>_*``). Raises ValueError for a bad layout text."""
+    out = [_ulid(), _uuidv7(), _ksuid(), _hlc_ulid(), _wiji()]
+    out.append(snowflake_reading(snowflake_codec.Layout.parse(snowflake_layout)))
+    for name, layout in snowflake_codec.NAMED_LAYOUTS.items():
+        out.append(snowflake_reading(layout, f"snowflake:{name}"))
+    return out
+
+
+# --- SQL text ---------------------------------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+class _Sql:
+    """The expressions one dialect writes; ``q`` is the schema prefix ("" or ``name.``)."""
+
+    def __init__(self, dialect: str, schema: str) -> None:
+        self.dialect = dialect
+        self.q = f"{schema}." if schema else ""
+        self.pg = dialect == POSTGRESQL
+
+    # value of a text
+    def read(self, reader: Reader, t: str) -> tuple[str, str]:
+        folded = {"upper": f"upper({t})", "lower": f"lower({t})", "": t}[reader.fold]
+        body = folded
+        if reader.skip or reader.take:
+            body = f"substr({body}, {reader.skip + 1}" + (f", {reader.take})" if reader.take else ")")
+        if reader.separators:
+            body = f"replace({body}, '-', '')"
+        if reader.substitutions:
+            src = "".join(a for a, _ in reader.substitutions)
+            dst = "".join(b for _, b in reader.substitutions)
+            body = (
+                f"translate({body}, '{src}', '{dst}')" if self.pg else self._replace_chain(body, reader.substitutions)
+            )
+        if self.pg:
+            cond = f"{folded} ~ {_quote(reader.pattern)}"
+        else:
+            cond = f"CAST({folded} AS BINARY) REGEXP {_quote(reader.pattern)}"
+        return cond, f"{self.q}idmint__digits({body}, {_quote(reader.alphabet)})"
+
+    @staticmethod
+    def _replace_chain(body: str, substitutions: tuple[tuple[str, str], ...]) -> str:
+        for alias, target in substitutions:
+            body = f"replace({body}, '{alias}', '{target}')"
+        return body
+
+    def slice(self, v: str, shift: int, bits: int) -> str:
+        """The integer in ``bits`` bits at ``shift`` of the packed ``v`` (exact decimal arithmetic)."""
+        above = f"({v} - mod({v}, {1 << shift}))" if shift else v
+        whole = f"{above} / {1 << shift}" if shift else above
+        if self.pg:
+            whole = f"div({v}, {1 << shift})" if shift else v
+        return f"mod({whole}, {1 << bits})"
+
+    def integer(self, v: str, spec: Bits) -> str:
+        expr = self.slice(v, spec.shift, spec.bits)
+        if spec.scale != 1:
+            expr = f"{expr} * {spec.scale}"
+        if spec.offset:
+            expr = f"{expr} + {spec.offset}"
+        return f"CAST({expr} AS bigint)" if self.pg else f"CAST({expr} AS UNSIGNED)"
+
+    def hex(self, v: str, spec: Hex) -> str:
+        digits = spec.digits
+        parts = []
+        low = 0
+        while low < digits:
+            width = min(HEX_CHUNK_DIGITS, digits - low)
+            bits = min(width * HEX_DIGIT_BITS, spec.bits - low * HEX_DIGIT_BITS)
+            chunk = self.slice(v, spec.shift + low * HEX_DIGIT_BITS, bits)
+            if self.pg:
+                parts.append(f"lpad(to_hex(CAST({chunk} AS bigint)), {width}, '0')")
+            else:
+                parts.append(f"lpad(lower(hex(CAST({chunk} AS UNSIGNED))), {width}, '0')")
+            low += width
+        return f"concat({', '.join(reversed(parts))})"
+
+    def render(self, v: str, spec: FieldSpec) -> str:
+        if isinstance(spec, Bits):
+            return self.integer(v, spec)
+        if isinstance(spec, Hex):
+            return self.hex(v, spec)
+        return _quote(spec.value) if isinstance(spec.value, str) else str(spec.value)
+
+
+def _valid(sql: _Sql, reading: Reading, v: str) -> str:
+    """The conditions under which packed ``v`` is an ID of the reading: below its maximum, fixed fields set, capped
+    fields within their cap."""
+    top = reading.packed.max if reading.value_max is None else reading.value_max
+    conds = [f"{v} <= {top}"]
+    for f in reading.packed.fields:
+        if f.fixed is not None:
+            conds.append(f"{sql.slice(v, f.shift, f.bits)} = {f.fixed}")
+        elif f.max != f.mask:
+            conds.append(f"{sql.slice(v, f.shift, f.bits)} <= {f.max}")
+    return " AND ".join(conds)
+
+
+def _time_ms(sql: _Sql, reading: Reading, v: str) -> str:
+    """Unix ms (floor) of the packed ``v``: ``floor((epoch_ns + field * unit_ns) / 1e6)``, exact."""
+    unit = reading.unit_ns
+    numerator = f"{reading.epoch_ns * unit.denominator} + {sql.slice(v, *reading.time)} * {unit.numerator}"
+    denominator = unit.denominator * NS_IN_MS
+    if sql.pg:
+        return f"div({numerator}, {denominator})"
+    return f"(({numerator}) - mod({numerator}, {denominator})) DIV {denominator}"
+
+
+# --- PostgreSQL -----------------------------------------------------------------------------------------------------
+
+
+def _pg_function(name: str, args: str, returns: str, body: str, language: str = "sql") -> str:
+    return (
+        f"CREATE OR REPLACE FUNCTION {name}({args}) RETURNS {returns}\n"
+        f"LANGUAGE {language} IMMUTABLE STRICT PARALLEL SAFE AS $fn$\n{body}\n$fn$;\n"
+    )
+
+
+def _pg_helpers(q: str) -> Iterator[str]:
+    yield _pg_function(
+        f"{q}idmint__digits",
+        "t text, alphabet text",
+        "numeric",
+        "DECLARE\n  v numeric := 0;\n  d integer;\n  base integer := length(alphabet);\nBEGIN\n"
+        "  FOR i IN 1 .. length(t) LOOP\n    d := strpos(alphabet, substr(t, i, 1));\n"
+        "    IF d = 0 THEN RETURN NULL; END IF;\n    v := v * base + (d - 1);\n  END LOOP;\n  RETURN v;\nEND",
+        "plpgsql",
+    )
+    yield _pg_function(
+        f"{q}idmint__ms_time",
+        "ms bigint",
+        "timestamptz",
+        f"SELECT CASE WHEN ms >= 0 AND ms < {TIME_END_MS} THEN timestamptz '1970-01-01 00:00:00+00'"
+        " + (ms / 1000) * interval '1 second' + (ms % 1000) * interval '1 millisecond' END",
+    )
+
+
+def _pg_reading(sql: _Sql, r: Reading) -> Iterator[str]:
+    q, s = sql.q, r.ident
+    cases = "\n".join(f"  WHEN {cond} THEN {expr}" for cond, expr in (sql.read(rd, "id") for rd in r.readers))
+    yield _pg_function(
+        f"{q}idmint_{s}_value",
+        "id text",
+        "numeric",
+        f"SELECT CASE WHEN {_valid(sql, r, 'v')} THEN v END FROM (SELECT CASE\n{cases}\n  END AS v) AS read",
+    )
+    yield _pg_function(
+        f"{q}idmint_{s}__time_of",
+        "v numeric",
+        "timestamptz",
+        f"SELECT {q}idmint__ms_time(CAST({_time_ms(sql, r, 'v')} AS bigint))",
+    )
+    pairs = ", ".join(f"{_quote(name)}, {sql.render('v', spec)}" for name, spec in r.fields)
+    yield _pg_function(f"{q}idmint_{s}__fields_of", "v numeric", "jsonb", f"SELECT jsonb_build_object({pairs})")
+    yield _pg_function(
+        f"{q}idmint_{s}_time", "id text", "timestamptz", f"SELECT {q}idmint_{s}__time_of({q}idmint_{s}_value(id))"
+    )
+    yield _pg_function(
+        f"{q}idmint_{s}_fields", "id text", "jsonb", f"SELECT {q}idmint_{s}__fields_of({q}idmint_{s}_value(id))"
+    )
+    if r.bigint:
+        top = r.value_max if r.value_max is not None else r.packed.max
+        yield _pg_function(
+            f"{q}idmint_{s}_time",
+            "id bigint",
+            "timestamptz",
+            f"SELECT CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__time_of(id) END",
+        )
+        yield _pg_function(
+            f"{q}idmint_{s}_fields",
+            "id bigint",
+            "jsonb",
+            f"SELECT CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__fields_of(id) END",
+        )
+
+
+def _dispatch_names(all_readings: list[Reading]) -> list[tuple[str, str]]:
+    """(scheme name as given to idmint_time, the function stem) for the by-name functions."""
+    return [(r.name, r.ident) for r in all_readings]
+
+
+def postgresql(all_readings: list[Reading], schema: str = "") -> str:
+    """The PostgreSQL DDL (CREATE OR REPLACE: running it again updates the functions)."""
+    sql = _Sql(POSTGRESQL, schema)
+    q = sql.q
+    parts = [f"CREATE SCHEMA IF NOT EXISTS {schema};\n"] if schema else []
+    parts.extend(_pg_helpers(q))
+    for r in all_readings:
+        parts.extend(_pg_reading(sql, r))
+    names = _dispatch_names(all_readings)
+    for kind, returns in (("time", "timestamptz"), ("fields", "jsonb")):
+        whens = "\n".join(f"  WHEN {_quote(name)} THEN {q}idmint_{stem}_{kind}(id)" for name, stem in names)
+        yield_body = f"SELECT CASE scheme\n{whens}\n  END"
+        parts.append(_pg_function(f"{q}idmint_{kind}", "scheme text, id text", returns, yield_body))
+        parts.append(
+            _pg_function(f"{q}idmint_{kind}", "id uuid", returns, f"SELECT {q}idmint_uuidv7_{kind}(CAST(id AS text))")
+        )
+    return "\n".join(parts)
+
+
+# --- MySQL / MariaDB -----------------------------------------------------------------------------------------------
+
+MYSQL_TEXT = "VARCHAR(255)"
+"""The text argument type of the MySQL functions (longer IDs are no IDs: NULL)."""
+MYSQL_DECIMAL = "DECIMAL(65,0)"
+
+
+def _my_function(name: str, args: str, returns: str, body: str) -> str:
+    return (
+        f"DROP FUNCTION IF EXISTS {name}//\n"
+        f"CREATE FUNCTION {name}({args}) RETURNS {returns}\nDETERMINISTIC NO SQL\n{body}//\n"
+    )
+
+
+def _my_helpers(q: str) -> Iterator[str]:
+    yield _my_function(
+        f"{q}idmint__digits",
+        f"t {MYSQL_TEXT}, alphabet VARCHAR(64)",
+        MYSQL_DECIMAL,
+        "BEGIN\n  DECLARE v DECIMAL(65,0) DEFAULT 0;\n  DECLARE i INT DEFAULT 1;\n  DECLARE d INT;\n"
+        "  IF t IS NULL OR t = '' OR CHAR_LENGTH(t) > 64 THEN RETURN NULL; END IF;\n"
+        "  WHILE i <= CHAR_LENGTH(t) DO\n"
+        "    SET d = LOCATE(CAST(SUBSTRING(t, i, 1) AS BINARY), CAST(alphabet AS BINARY));\n"
+        "    IF d = 0 THEN RETURN NULL; END IF;\n"
+        "    SET v = v * CHAR_LENGTH(alphabet) + (d - 1);\n    SET i = i + 1;\n  END WHILE;\n  RETURN v;\nEND",
+    )
+    yield _my_function(
+        f"{q}idmint__ms_time",
+        "ms BIGINT",
+        "DATETIME(3)",
+        f"RETURN CASE WHEN ms >= 0 AND ms < {TIME_END_MS} THEN"
+        " CAST(TIMESTAMPADD(MICROSECOND, ms * 1000, TIMESTAMP '1970-01-01 00:00:00') AS DATETIME(3)) END",
+    )
+
+
+def _my_reading(sql: _Sql, r: Reading) -> Iterator[str]:
+    q, s = sql.q, r.ident
+    cases = "\n".join(f"    WHEN {cond} THEN {expr}" for cond, expr in (sql.read(rd, "id") for rd in r.readers))
+    yield _my_function(
+        f"{q}idmint_{s}_value",
+        f"id {MYSQL_TEXT}",
+        MYSQL_DECIMAL,
+        f"BEGIN\n  DECLARE v {MYSQL_DECIMAL};\n  IF id IS NULL OR CHAR_LENGTH(id) > 64 THEN RETURN NULL; END IF;\n"
+        f"  SET v = CASE\n{cases}\n  END;\n"
+        f"  RETURN CASE WHEN {_valid(sql, r, 'v')} THEN v END;\nEND",
+    )
+    yield _my_function(
+        f"{q}idmint_{s}__time_of",
+        f"v {MYSQL_DECIMAL}",
+        "DATETIME(3)",
+        f"RETURN {q}idmint__ms_time({_time_ms(sql, r, 'v')})",
+    )
+    pairs = ", ".join(f"{_quote(name)}, {sql.render('v', spec)}" for name, spec in r.fields)
+    yield _my_function(
+        f"{q}idmint_{s}__fields_of",
+        f"v {MYSQL_DECIMAL}",
+        "JSON",
+        f"RETURN CASE WHEN v IS NOT NULL THEN JSON_OBJECT({pairs}) END",
+    )
+    yield _my_function(
+        f"{q}idmint_{s}_time",
+        f"id {MYSQL_TEXT}",
+        "DATETIME(3)",
+        f"RETURN {q}idmint_{s}__time_of({q}idmint_{s}_value(id))",
+    )
+    yield _my_function(
+        f"{q}idmint_{s}_fields", f"id {MYSQL_TEXT}", "JSON", f"RETURN {q}idmint_{s}__fields_of({q}idmint_{s}_value(id))"
+    )
+    if r.bigint:
+        top = r.value_max if r.value_max is not None else r.packed.max
+        yield _my_function(
+            f"{q}idmint_{s}_time_bigint",
+            "id BIGINT",
+            "DATETIME(3)",
+            f"RETURN CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__time_of(id) END",
+        )
+
+
+def mysql(all_readings: list[Reading], schema: str = "") -> str:
+    """The MySQL/MariaDB DDL for the ``mysql``/``mariadb`` command-line client (``DELIMITER //``)."""
+    sql = _Sql(MYSQL, schema)
+    q = sql.q
+    parts = [f"CREATE DATABASE IF NOT EXISTS {schema};\n"] if schema else []
+    parts.append("DELIMITER //\n")
+    parts.extend(_my_helpers(q))
+    for r in all_readings:
+        parts.extend(_my_reading(sql, r))
+    names = _dispatch_names(all_readings)
+    for kind, returns in (("time", "DATETIME(3)"), ("fields", "JSON")):
+        whens = "\n".join(f"    WHEN {_quote(name)} THEN {q}idmint_{stem}_{kind}(id)" for name, stem in names)
+        parts.append(
+            _my_function(
+                f"{q}idmint_{kind}",
+                f"scheme VARCHAR(64), id {MYSQL_TEXT}",
+                returns,
+                f"RETURN CASE scheme\n{whens}\n  END",
+            )
+        )
+    parts.append("DELIMITER ;\n")
+    return "\n".join(parts)
+
+
+def functions_ddl(dialect: str, schema: str = "", snowflake_layout: str = "twitter") -> str:
+    """The DDL creating every function in ``dialect`` (:data:`DIALECTS`), in ``schema`` when given (an SQL
+    identifier, not quoted). Raises ValueError for an unknown dialect or snowflake layout."""
+    found = readings(snowflake_layout)
+    if dialect == POSTGRESQL:
+        return postgresql(found, schema)
+    if dialect == MYSQL:
+        return mysql(found, schema)
+    raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
