@@ -34,6 +34,8 @@ from app.schemes import wiji as wiji_module
 from app.schemes._patterns import DECIMAL_DIGITS, HEX_DIGITS
 from app.schemes._uuid_text import HEX_LEN as UUID_HEX_LEN
 from app.schemes._uuid_text import UUID_LEN, UUID_SEPARATOR_POSITIONS
+from app.schemes import typeid as typeid_module
+from app.schemes.eight_byte import codec as eight_byte_codec
 from app.schemes.hlc_ulid import codec as hlc_codec
 from app.schemes.ksuid import codec as ksuid_codec
 from app.schemes.packed import HEX_DIGIT_BITS, PackedInt
@@ -67,17 +69,50 @@ class Reader:
     substitutions: tuple[tuple[str, str], ...] = ()
     separators: bool = False
     take: int = 0
-    """Characters read after ``skip`` (0: the rest)."""
+    """Characters read after ``skip`` (0: the rest); negative: the last ``-take`` characters."""
+    wrap: int = 0
+    """Nonzero: the text is a negative two's-complement number (``-`` and digits ``d``, ``skip=1``), read as
+    ``wrap - d``, for ``d`` up to ``wrap / 2``."""
 
 
 @dataclass(frozen=True)
 class Bits:
-    """An integer field: ``bits`` wide at ``shift``, written as ``value * scale + offset`` (a JSON number)."""
+    """An integer field: ``bits`` wide at ``shift``, written as ``value * scale + offset`` (a JSON number);
+    ``reverse``: its bits in reverse order (eight-byte's spread timestamp)."""
 
     shift: int
     bits: int
     scale: int = 1
     offset: int = 0
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class Sum:
+    """An integer field made of several bit ranges: the sum of ``parts`` (each scaled to its place)."""
+
+    parts: tuple[Bits, ...]
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A field whose writing depends on a selector field's value (a mode bit, a version nibble): NULL for a
+    value not among ``cases``."""
+
+    selector: Bits
+    cases: tuple[tuple[int, FieldSpec], ...]
+
+
+@dataclass(frozen=True)
+class UuidText:
+    """The whole 128-bit value as 8-4-4-4-12 lowercase hex."""
+
+
+@dataclass(frozen=True)
+class TextBefore:
+    """The text before the last ``separator`` of the ID ("" when there is none): a TypeID's prefix."""
+
+    separator: str
 
 
 @dataclass(frozen=True)
@@ -99,7 +134,7 @@ class Const:
     value: str | int
 
 
-FieldSpec = Bits | Hex | Const
+FieldSpec = Bits | Hex | Const | Sum | Switch | UuidText | TextBefore
 
 
 @dataclass(frozen=True)
@@ -114,12 +149,14 @@ class Reading:
     packed: PackedInt
     readers: tuple[Reader, ...]
     fields: tuple[tuple[str, FieldSpec], ...]
-    time: tuple[int, int]
+    time: FieldSpec
     unit_ns: Fraction
     epoch_ns: int = 0
     value_max: int | None = None
     bigint: bool = False
     """The IDs fit a signed bigint column: a typed ``(bigint)`` form is made too."""
+    bigint_wraps: bool = False
+    """A bigint column holds the unsigned 64-bit value as two's complement (negative above 2**63 - 1)."""
     title: str = field(default="", compare=False)
 
     @property
@@ -166,7 +203,7 @@ def _ulid() -> Reading:
         packed,
         (_crockford_reader(_crockford.STRICT_ULID), UUID_READER, HEX32_READER),
         (("timestamp_ms", Bits(*_field(packed, "timestamp_ms"))), ("random", Hex(*_field(packed, "randomness")))),
-        _field(packed, "timestamp_ms"),
+        Bits(*_field(packed, "timestamp_ms")),
         Fraction(ulid_module.NANOSECS_IN_MILLISECS),
     )
 
@@ -187,7 +224,7 @@ def _uuidv7() -> Reading:
             ("rand_a", Bits(*_field(packed, "rand_a"))),
             ("rand_b", Hex(*_field(packed, "rand_b"))),
         ),
-        _field(packed, "timestamp_ms"),
+        Bits(*_field(packed, "timestamp_ms")),
         Fraction(uuidv7_module.NANOSECS_IN_MILLISECS),
     )
 
@@ -206,7 +243,7 @@ def _ksuid() -> Reading:
             ("timestamp_s", Bits(*_field(packed, "timestamp"), offset=ksuid_codec.EPOCH_S)),
             ("payload", Hex(*_field(packed, "payload"))),
         ),
-        _field(packed, "timestamp"),
+        Bits(*_field(packed, "timestamp")),
         Fraction(ksuid_codec.NANOSECS_IN_SECS),
         epoch_ns=ksuid_codec.EPOCH_S * ksuid_codec.NANOSECS_IN_SECS,
     )
@@ -225,7 +262,7 @@ def _hlc_ulid() -> Reading:
         packed,
         (_crockford_reader(_crockford.ULID), _hex_reader(groups)),
         tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
-        _field(packed, "timestamp_ms"),
+        Bits(*_field(packed, "timestamp_ms")),
         Fraction(hlc_codec.NANOSECS_IN_MILLISECS),
     )
 
@@ -237,8 +274,72 @@ def _wiji() -> Reading:
         packed,
         (_crockford_reader(_crockford.WIJI), HEX32_READER, UUID_READER),
         tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
-        _field(packed, "timestamp_us"),
+        Bits(*_field(packed, "timestamp_us")),
         Fraction(wiji_module.NANOSECS_IN_MICROSECS),
+    )
+
+
+def _eight_byte() -> Reading:
+    codec = eight_byte_codec
+    packed = codec.PACKED
+    mode = Bits(*_field(packed, "mode"))
+    timestamp = Switch(
+        mode,
+        (
+            (codec.Mode.SPREAD, Bits(*_field(packed, "timestamp"), reverse=True)),
+            (codec.Mode.TIME_SEQUENTIAL, Bits(*_field(packed, "timestamp"))),
+        ),
+    )
+    generator_id = Sum(
+        (
+            Bits(*_field(packed, "generator_id_high"), scale=1 << codec.GENERATOR_ID_LOW_BITS),
+            Bits(*_field(packed, "generator_id_low")),
+        )
+    )
+    signed_digits = len(str(codec.SIGNED_MIN)) - 1
+    return Reading(
+        "eight-byte",
+        packed,
+        (
+            Reader(f"^[0-9a-f]{{{codec.HEX_LEN}}}$", HEX_DIGITS, fold="lower"),
+            Reader(f"^-[1-9][0-9]{{0,{signed_digits - 1}}}$", DECIMAL_DIGITS, skip=1, wrap=1 << codec.PACKED_BITS),
+            Reader(f"^(0|[1-9][0-9]{{0,{codec.DECIMAL_LEN_MAX - 1}}})$", DECIMAL_DIGITS),
+        ),
+        (
+            ("timestamp_ms", timestamp),
+            ("sequence", Bits(*_field(packed, "sequence"))),
+            ("generator_id", generator_id),
+            ("cluster_id", Bits(*_field(packed, "cluster_id"))),
+            ("mode", Switch(mode, tuple((m.value, Const(m.label)) for m in codec.Mode))),
+        ),
+        timestamp,
+        Fraction(codec.NANOSECS_IN_MILLISECS),
+        bigint=True,
+        bigint_wraps=True,
+    )
+
+
+def _typeid() -> Reading:
+    packed = uuidv7_module.PACKED
+    version = Bits(*_field(packed, "version"))
+    timestamp = Switch(version, ((uuidv7_module.VERSION, Bits(*_field(packed, "timestamp_ms"))),))
+    letters = "a-z"
+    prefix = f"([{letters}]|[{letters}][{letters}_]{{0,{typeid_module.PREFIX_LEN_MAX - 2}}}[{letters}])"
+    dialect = _crockford.TYPEID
+    alphabet = _crockford.ALPHABET.lower()
+    suffix = f"[0-{alphabet[dialect.first_char_max]}][{alphabet}]{{{typeid_module.SUFFIX_LEN - 1}}}"
+    return Reading(
+        "typeid",
+        PackedInt("TypeID", [("uuid", 128)]),
+        (Reader(f"^({prefix}{typeid_module.SEPARATOR})?{suffix}$", alphabet, take=-typeid_module.SUFFIX_LEN),),
+        (
+            ("prefix", TextBefore(typeid_module.SEPARATOR)),
+            ("uuid", UuidText()),
+            ("version", version),
+            ("timestamp_ms", timestamp),
+        ),
+        timestamp,
+        Fraction(uuidv7_module.NANOSECS_IN_MILLISECS),
     )
 
 
@@ -269,7 +370,7 @@ def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -
             ("worker_id", Bits(*_field(packed, snowflake_codec.WORKER))),
             ("sequence", Bits(*_field(packed, snowflake_codec.SEQUENCE))),
         ),
-        _field(packed, snowflake_codec.TIME),
+        Bits(*_field(packed, snowflake_codec.TIME)),
         Fraction(layout.unit_ms * snowflake_codec.NANOSECS_IN_MILLISECS),
         epoch_ns=layout.epoch_ms * snowflake_codec.NANOSECS_IN_MILLISECS,
         value_max=layout.value_max,
@@ -280,7 +381,7 @@ def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -
 def readings(snowflake_layout: str = "twitter") -> list[Reading]:
     """Every scheme reading made, the node's snowflake layout as ``snowflake`` and each named layout as
     ``snowflake:<name>`` (functions ``idmint_snowflake_<name>_*``). Raises ValueError for a bad layout text."""
-    out = [_ulid(), _uuidv7(), _ksuid(), _hlc_ulid(), _wiji()]
+    out = [_eight_byte(), _hlc_ulid(), _wiji(), _uuidv7(), _ulid(), _typeid(), _ksuid()]
     out.append(snowflake_reading(snowflake_codec.Layout.parse(snowflake_layout)))
     for name, layout in snowflake_codec.NAMED_LAYOUTS.items():
         out.append(snowflake_reading(layout, f"snowflake:{name}"))
@@ -306,7 +407,9 @@ class _Sql:
     def read(self, reader: Reader, t: str) -> tuple[str, str]:
         folded = {"upper": f"upper({t})", "lower": f"lower({t})", "": t}[reader.fold]
         body = folded
-        if reader.skip or reader.take:
+        if reader.take < 0:
+            body = f"right({body}, {-reader.take})"
+        elif reader.skip or reader.take:
             body = f"substr({body}, {reader.skip + 1}" + (f", {reader.take})" if reader.take else ")")
         if reader.separators:
             body = f"replace({body}, '-', '')"
@@ -320,7 +423,10 @@ class _Sql:
             cond = f"{folded} ~ {_quote(reader.pattern)}"
         else:
             cond = f"CAST({folded} AS BINARY) REGEXP {_quote(reader.pattern)}"
-        return cond, f"{self.q}idmint__digits({body}, {_quote(reader.alphabet)})"
+        value = f"{self.q}idmint__digits({body}, {_quote(reader.alphabet)})"
+        if reader.wrap:
+            value = f"{self.q}idmint__wrap({value}, {reader.wrap})"
+        return cond, value
 
     @staticmethod
     def _replace_chain(body: str, substitutions: tuple[tuple[str, str], ...]) -> str:
@@ -336,12 +442,29 @@ class _Sql:
             whole = f"div({v}, {1 << shift})" if shift else v
         return f"mod({whole}, {1 << bits})"
 
-    def integer(self, v: str, spec: Bits) -> str:
+    def number(self, v: str, spec: Bits | Sum | Switch) -> str:
+        """The exact integer (numeric/DECIMAL) of an integer field; NULL where a Switch has no case."""
+        if isinstance(spec, Sum):
+            return " + ".join(f"({self.number(v, part)})" for part in spec.parts)
+        if isinstance(spec, Switch):
+            selector = self.slice(v, spec.selector.shift, spec.selector.bits)
+            whens = " ".join(f"WHEN {key} THEN {self.render(v, case, raw=True)}" for key, case in spec.cases)
+            return f"CASE {selector} {whens} END"
         expr = self.slice(v, spec.shift, spec.bits)
+        if spec.reverse:
+            if self.pg:
+                bit = f"bit({spec.bits})"
+                expr = f"CAST(CAST(reverse(CAST(CAST(CAST({expr} AS bigint) AS {bit}) AS text)) AS {bit}) AS bigint)"
+            else:
+                expr = f"CAST(conv(reverse(lpad(conv({expr}, 10, 2), {spec.bits}, '0')), 2, 10) AS UNSIGNED)"
         if spec.scale != 1:
             expr = f"{expr} * {spec.scale}"
         if spec.offset:
             expr = f"{expr} + {spec.offset}"
+        return expr
+
+    def integer(self, v: str, spec: Bits | Sum | Switch) -> str:
+        expr = self.number(v, spec)
         return f"CAST({expr} AS bigint)" if self.pg else f"CAST({expr} AS UNSIGNED)"
 
     def hex(self, v: str, spec: Hex) -> str:
@@ -359,11 +482,32 @@ class _Sql:
             low += width
         return f"concat({', '.join(reversed(parts))})"
 
-    def render(self, v: str, spec: FieldSpec) -> str:
-        if isinstance(spec, Bits):
-            return self.integer(v, spec)
+    def render(self, v: str, spec: FieldSpec, raw: bool = False, id_text: str = "id") -> str:
+        """A field's SQL value from the packed ``v`` (and the ID's text ``id_text``); ``raw``: an integer field as
+        an exact number, not yet cast."""
+        if isinstance(spec, Bits | Sum):
+            return self.number(v, spec) if raw else self.integer(v, spec)
+        if isinstance(spec, Switch):
+            if all(isinstance(case, Bits | Sum) for _, case in spec.cases) and not raw:
+                return self.integer(v, spec)
+            selector = self.slice(v, spec.selector.shift, spec.selector.bits)
+            whens = " ".join(f"WHEN {key} THEN {self.render(v, case, raw, id_text)}" for key, case in spec.cases)
+            return f"CASE {selector} {whens} END"
         if isinstance(spec, Hex):
             return self.hex(v, spec)
+        if isinstance(spec, UuidText):
+            digits = self.hex(v, Hex(0, 128))
+            if self.pg:
+                return f"regexp_replace({digits}, '^(.{{8}})(.{{4}})(.{{4}})(.{{4}})', '\\1-\\2-\\3-\\4-')"
+            for at in UUID_SEPARATOR_POSITIONS:  # ascending: each position counts the hyphens before it
+                digits = f"insert({digits}, {at + 1}, 0, '-')"
+            return digits
+        if isinstance(spec, TextBefore):
+            sep, t = _quote(spec.separator), id_text
+            if self.pg:
+                at = f"strpos(reverse({t}), {sep})"
+                return f"CASE WHEN {at} > 0 THEN left({t}, length({t}) - {at}) ELSE '' END"
+            return f"substring_index({t}, {sep}, char_length({t}) - char_length(replace({t}, {sep}, '')))"
         return _quote(spec.value) if isinstance(spec.value, str) else str(spec.value)
 
 
@@ -383,7 +527,7 @@ def _valid(sql: _Sql, reading: Reading, v: str) -> str:
 def _time_ms(sql: _Sql, reading: Reading, v: str) -> str:
     """Unix ms (floor) of the packed ``v``: ``floor((epoch_ns + field * unit_ns) / 1e6)``, exact."""
     unit = reading.unit_ns
-    numerator = f"{reading.epoch_ns * unit.denominator} + {sql.slice(v, *reading.time)} * {unit.numerator}"
+    numerator = f"{reading.epoch_ns * unit.denominator} + ({sql.render(v, reading.time, raw=True)}) * {unit.numerator}"
     denominator = unit.denominator * NS_IN_MS
     if sql.pg:
         return f"div({numerator}, {denominator})"
@@ -411,6 +555,12 @@ def _pg_helpers(q: str) -> Iterator[str]:
         "plpgsql",
     )
     yield _pg_function(
+        f"{q}idmint__wrap",
+        "d numeric, wrap numeric",
+        "numeric",
+        "SELECT CASE WHEN d <= wrap / 2 THEN wrap - d END",
+    )
+    yield _pg_function(
         f"{q}idmint__ms_time",
         "ms bigint",
         "timestamptz",
@@ -435,27 +585,33 @@ def _pg_reading(sql: _Sql, r: Reading) -> Iterator[str]:
         f"SELECT {q}idmint__ms_time(CAST({_time_ms(sql, r, 'v')} AS bigint))",
     )
     pairs = ", ".join(f"{_quote(name)}, {sql.render('v', spec)}" for name, spec in r.fields)
-    yield _pg_function(f"{q}idmint_{s}__fields_of", "v numeric", "jsonb", f"SELECT jsonb_build_object({pairs})")
+    yield _pg_function(
+        f"{q}idmint_{s}__fields_of", "v numeric, id text", "jsonb", f"SELECT jsonb_build_object({pairs})"
+    )
     yield _pg_function(
         f"{q}idmint_{s}_time", "id text", "timestamptz", f"SELECT {q}idmint_{s}__time_of({q}idmint_{s}_value(id))"
     )
     yield _pg_function(
-        f"{q}idmint_{s}_fields", "id text", "jsonb", f"SELECT {q}idmint_{s}__fields_of({q}idmint_{s}_value(id))"
+        f"{q}idmint_{s}_fields",
+        "id text",
+        "jsonb",
+        f"SELECT {q}idmint_{s}__fields_of({q}idmint_{s}_value(id), id)",
     )
     if r.bigint:
-        top = r.value_max if r.value_max is not None else r.packed.max
+        value = _bigint_value(r, "id")
+        yield _pg_function(f"{q}idmint_{s}_time", "id bigint", "timestamptz", f"SELECT {q}idmint_{s}__time_of({value})")
         yield _pg_function(
-            f"{q}idmint_{s}_time",
-            "id bigint",
-            "timestamptz",
-            f"SELECT CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__time_of(id) END",
+            f"{q}idmint_{s}_fields", "id bigint", "jsonb", f"SELECT {q}idmint_{s}__fields_of({value}, '')"
         )
-        yield _pg_function(
-            f"{q}idmint_{s}_fields",
-            "id bigint",
-            "jsonb",
-            f"SELECT CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__fields_of(id) END",
-        )
+
+
+def _bigint_value(r: Reading, column: str) -> str:
+    """The packed value of a bigint column's ID: two's complement undone (eight-byte's signed form), or NULL
+    outside the layout (a negative snowflake)."""
+    top = r.value_max if r.value_max is not None else r.packed.max
+    if r.bigint_wraps:
+        return f"CASE WHEN {column} < 0 THEN {column} + {1 << r.packed.bits} ELSE {column} END"
+    return f"CASE WHEN {column} >= 0 AND {column} <= {top} THEN {column} END"
 
 
 def _dispatch_names(all_readings: list[Reading]) -> list[tuple[str, str]]:
@@ -509,6 +665,12 @@ def _my_helpers(q: str) -> Iterator[str]:
         "    SET v = v * CHAR_LENGTH(alphabet) + (d - 1);\n    SET i = i + 1;\n  END WHILE;\n  RETURN v;\nEND",
     )
     yield _my_function(
+        f"{q}idmint__wrap",
+        f"d {MYSQL_DECIMAL}, wrap {MYSQL_DECIMAL}",
+        MYSQL_DECIMAL,
+        "RETURN CASE WHEN d <= wrap / 2 THEN wrap - d END",
+    )
+    yield _my_function(
         f"{q}idmint__ms_time",
         "ms BIGINT",
         "DATETIME(3)",
@@ -537,7 +699,7 @@ def _my_reading(sql: _Sql, r: Reading) -> Iterator[str]:
     pairs = ", ".join(f"{_quote(name)}, {sql.render('v', spec)}" for name, spec in r.fields)
     yield _my_function(
         f"{q}idmint_{s}__fields_of",
-        f"v {MYSQL_DECIMAL}",
+        f"v {MYSQL_DECIMAL}, id {MYSQL_TEXT}",
         "JSON",
         f"RETURN CASE WHEN v IS NOT NULL THEN JSON_OBJECT({pairs}) END",
     )
@@ -548,15 +710,18 @@ def _my_reading(sql: _Sql, r: Reading) -> Iterator[str]:
         f"RETURN {q}idmint_{s}__time_of({q}idmint_{s}_value(id))",
     )
     yield _my_function(
-        f"{q}idmint_{s}_fields", f"id {MYSQL_TEXT}", "JSON", f"RETURN {q}idmint_{s}__fields_of({q}idmint_{s}_value(id))"
+        f"{q}idmint_{s}_fields",
+        f"id {MYSQL_TEXT}",
+        "JSON",
+        f"RETURN {q}idmint_{s}__fields_of({q}idmint_{s}_value(id), id)",
     )
     if r.bigint:
-        top = r.value_max if r.value_max is not None else r.packed.max
+        value = _bigint_value(r, "id")
         yield _my_function(
-            f"{q}idmint_{s}_time_bigint",
-            "id BIGINT",
-            "DATETIME(3)",
-            f"RETURN CASE WHEN id >= 0 AND id <= {top} THEN {q}idmint_{s}__time_of(id) END",
+            f"{q}idmint_{s}_time_bigint", "id BIGINT", "DATETIME(3)", f"RETURN {q}idmint_{s}__time_of({value})"
+        )
+        yield _my_function(
+            f"{q}idmint_{s}_fields_bigint", "id BIGINT", "JSON", f"RETURN {q}idmint_{s}__fields_of({value}, '')"
         )
 
 

@@ -30,6 +30,8 @@ ISSUED_PER_SCHEME = 200
 """IDs issued per scheme in its canonical form (and a quarter as many in each other form)."""
 SCHEMES = [r.name for r in readings()]
 """The readings made: each scheme, the node's snowflake layout (``snowflake``) and each named layout."""
+ISSUE_OPTIONS = {"eight-byte": ({}, {"mode": "time_sequential"}), "typeid": ({}, {"type": "user_account"})}
+"""Issue options tried besides the defaults: both eight-byte modes, a TypeID prefix (with an underscore)."""
 MALFORMED = (
     "",
     "x",
@@ -47,6 +49,13 @@ MALFORMED = (
     "é" * 26,
     "0" * 200,
     "'; DROP TABLE t; --",
+    "_01h455vb4pex5vsknk084sn02q",
+    "user__01h455vb4pex5vsknk084sn02q",
+    "User_01h455vb4pex5vsknk084sn02q",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "-0",
+    "18446744073709551616",
 )
 """Texts that read as no ID of most schemes (whatever /v1/decode says is the expected answer)."""
 
@@ -67,11 +76,12 @@ def _issued(client: TestClient, scheme: str) -> list[str]:
     """IDs the server issues, canonical then a share in each other text form."""
     texts: list[str] = []
     formats = get_scheme(scheme).formats
-    for index, fmt in enumerate(formats):
-        count = ISSUED_PER_SCHEME if index == 0 else ISSUED_PER_SCHEME // 4
-        response = client.get(f"/v1/ids/{scheme}", params={"count": count, "format": fmt})
-        assert response.status_code == 200, response.text
-        texts.extend(response.json()["ids"])
+    for options in ISSUE_OPTIONS.get(scheme, ({},)):
+        for index, fmt in enumerate(formats):
+            count = ISSUED_PER_SCHEME if index == 0 else ISSUED_PER_SCHEME // 4
+            response = client.get(f"/v1/ids/{scheme}", params={"count": count, "format": fmt, **options})
+            assert response.status_code == 200, response.text
+            texts.extend(response.json()["ids"])
     return texts
 
 
