@@ -28,13 +28,13 @@ from fractions import Fraction
 
 from app.bounds import TIME_END_NS
 from app.schemes import _crockford
+from app.schemes import typeid as typeid_module
 from app.schemes import ulid as ulid_module
 from app.schemes import uuidv7 as uuidv7_module
 from app.schemes import wiji as wiji_module
 from app.schemes._patterns import DECIMAL_DIGITS, HEX_DIGITS
 from app.schemes._uuid_text import HEX_LEN as UUID_HEX_LEN
 from app.schemes._uuid_text import UUID_LEN, UUID_SEPARATOR_POSITIONS
-from app.schemes import typeid as typeid_module
 from app.schemes.eight_byte import codec as eight_byte_codec
 from app.schemes.hlc_ulid import codec as hlc_codec
 from app.schemes.ksuid import codec as ksuid_codec
