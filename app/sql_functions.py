@@ -499,8 +499,8 @@ class _Sql:
             digits = self.hex(v, Hex(0, 128))
             if self.pg:
                 return f"regexp_replace({digits}, '^(.{{8}})(.{{4}})(.{{4}})(.{{4}})', '\\1-\\2-\\3-\\4-')"
-            for at in UUID_SEPARATOR_POSITIONS:  # ascending: each position counts the hyphens before it
-                digits = f"insert({digits}, {at + 1}, 0, '-')"
+            for cut in UUID_SEPARATOR_POSITIONS:  # ascending: each position counts the hyphens before it
+                digits = f"insert({digits}, {cut + 1}, 0, '-')"
             return digits
         if isinstance(spec, TextBefore):
             sep, t = _quote(spec.separator), id_text

@@ -30,7 +30,10 @@ ISSUED_PER_SCHEME = 200
 """IDs issued per scheme in its canonical form (and a quarter as many in each other form)."""
 SCHEMES = [r.name for r in readings()]
 """The readings made: each scheme, the node's snowflake layout (``snowflake``) and each named layout."""
-ISSUE_OPTIONS = {"eight-byte": ({}, {"mode": "time_sequential"}), "typeid": ({}, {"type": "user_account"})}
+ISSUE_OPTIONS: dict[str, tuple[dict[str, str], ...]] = {
+    "eight-byte": ({}, {"mode": "time_sequential"}),
+    "typeid": ({}, {"type": "user_account"}),
+}
 """Issue options tried besides the defaults: both eight-byte modes, a TypeID prefix (with an underscore)."""
 MALFORMED = (
     "",
