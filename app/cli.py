@@ -635,7 +635,7 @@ def layout_check(name: str, rate: float, replicas: int, workers: int, regions: i
 @click.option("--to", required=True, metavar="T2", help="End (exclusive): RFC 3339 or Unix ms.")
 @click.option("--storage", help="Column type: bigint, uuid, bytea or text (default: the scheme's first).")
 @click.option("--column", help="Column name in the SQL (default: id).")
-@click.option("--dialect", help="SQL dialect: postgresql (default) or sqlite.")
+@click.option("--dialect", help="SQL dialect: postgresql (default), sqlite or mysql.")
 @click.option("--layout", help="snowflake: the layout (default: IDMINT_SNOWFLAKE_LAYOUT).")
 @click.option("--mode", help="eight-byte: the mode (time_sequential; spread IDs do not sort by time).")
 @click.option("--type", "type_", help="typeid: the prefix of a text column's IDs.")

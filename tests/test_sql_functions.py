@@ -17,14 +17,19 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from app.bounds import format_time
 from app.decoding import decode_one
 from app.errors import IdmintError
 from app.schemes import get_scheme
 from app.schemes.snowflake import NAMED_LAYOUTS
+from app.schemes.time_order import BIGINT, BYTEA, TEXT, UUID
 from app.sql_functions import MYSQL, POSTGRESQL, functions_ddl, readings
 from tests.helpers import running_app
 from tests.support.mariadb import MariadbServer
 from tests.support.postgres import PostgresServer
+from tests.test_bounds import SQL_TABLES
+from tests.test_bounds import _intervals as bounds_intervals
+from tests.test_bounds import _rows as bounds_rows
 
 ISSUED_PER_SCHEME = 200
 """IDs issued per scheme in its canonical form (and a quarter as many in each other form)."""
@@ -270,3 +275,47 @@ def test_the_command_prints_the_ddl_of_each_dialect() -> None:
 
 def test_every_named_snowflake_layout_has_a_reading() -> None:
     assert {f"snowflake:{name}" for name in NAMED_LAYOUTS} <= set(SCHEMES)
+
+
+BOUNDS_ROWS_STEP = 5
+MYSQL_COLUMN_TYPES = {BIGINT: "BIGINT", UUID: "BINARY(16)", BYTEA: "VARBINARY(32)", TEXT: "VARCHAR(128)"}
+"""The column types of the bounds test in MariaDB (text in the server's default, case-insensitive collation: the
+predicate compares bytes anyway)."""
+
+
+def _mysql_value(value: Any) -> str:
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"X'{value.hex()}'"
+    return _literal(value)
+
+
+@pytest.mark.parametrize("kind", list(SQL_TABLES))
+def test_the_mysql_bounds_select_exactly_the_ids_of_the_interval(
+    client: TestClient, mariadb_server: MariadbServer, mariadb_db: str, kind: str
+) -> None:
+    """``/v1/bounds?dialect=mysql`` in MariaDB: each interval's predicate selects exactly the rows whose decoded
+    time lies in it (the rows of tests/test_bounds.py, every fifth: 20,000 per column type, and its intervals)."""
+    script = []
+    expected = []
+    for index, (name, options) in enumerate(SQL_TABLES[kind]):
+        rows = bounds_rows(kind, index)[1][::BOUNDS_ROWS_STEP]
+        table = f"{kind}_t{index}"
+        script.append(f"CREATE TABLE {table} (id {MYSQL_COLUMN_TYPES[kind]} PRIMARY KEY, stamp BIGINT);")
+        for start in range(0, len(rows), 10_000):
+            chunk = rows[start : start + 10_000]
+            script.append(f"INSERT INTO {table} VALUES {', '.join(f'({_mysql_value(v)}, {s})' for v, s in chunk)};")
+        for t1, t2 in bounds_intervals(sorted(stamp for _, stamp in rows), random.Random(f"{kind}-{index}")):
+            query = {"from": format_time(t1), "to": format_time(t2), "storage": kind, "dialect": "mysql"}
+            response = client.get(f"/v1/bounds/{name}", params={**query, **options, "column": f"{table}.id"})
+            assert response.status_code == 200, response.text
+            script.append(
+                f"SELECT COUNT(*), COALESCE(SUM(stamp >= {t1} AND stamp < {t2}), 0) FROM {table} "
+                f"WHERE {response.json()['sql']};"
+            )
+            expected.append((name, query, sum(1 for _, stamp in rows if t1 <= stamp < t2)))
+    out = mariadb_server.execute("\n".join(script), mariadb_db)
+    assert len(out) == len(expected)
+    for (selected, inside), (name, query, count) in zip(out, expected, strict=True):
+        assert (selected, inside) == (str(count), str(count)), (name, query)
