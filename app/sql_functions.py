@@ -28,6 +28,7 @@ from fractions import Fraction
 
 from app.bounds import TIME_END_NS
 from app.schemes import _crockford
+from app.schemes import muid as muid_module
 from app.schemes import typeid as typeid_module
 from app.schemes import ulid as ulid_module
 from app.schemes import uuidv7 as uuidv7_module
@@ -39,6 +40,7 @@ from app.schemes.eight_byte import codec as eight_byte_codec
 from app.schemes.hlc_ulid import codec as hlc_codec
 from app.schemes.ksuid import codec as ksuid_codec
 from app.schemes.packed import HEX_DIGIT_BITS, PackedInt
+from app.schemes.siq import codec as siq_codec
 from app.schemes.snowflake import codec as snowflake_codec
 
 POSTGRESQL = "postgresql"
@@ -49,6 +51,8 @@ DIALECTS = (POSTGRESQL, MYSQL)
 NS_IN_MS = 1_000_000
 TIME_END_MS = TIME_END_NS // NS_IN_MS
 """Times at or past 10000-01-01 are NULL (``/v1/decode`` gives no RFC 3339 text for them)."""
+CRC32_POLYNOMIAL = 0xEDB88320
+"""CRC-32 (ISO-HDLC, zlib's crc32), reflected: the checksum SIQ's did form carries."""
 HEX_CHUNK_DIGITS = 8
 """Hex fields are written 8 digits (32 bits) at a time: every chunk fits a signed bigint."""
 
@@ -73,6 +77,15 @@ class Reader:
     wrap: int = 0
     """Nonzero: the text is a negative two's-complement number (``-`` and digits ``d``, ``skip=1``), read as
     ``wrap - d``, for ``d`` up to ``wrap / 2``."""
+    scale: int = 1
+    """The digits' value times ``scale`` (a shorthand that leaves low fields out: Muid's ``T-M``)."""
+    width: int = 0
+    """The most digits read (shorter texts are read as if zero-padded to it)."""
+    strip_zeros: bool = False
+    """Leading zeros are dropped first (``0x`` and any number of hex digits)."""
+    checksum_bytes: int = 0
+    """Nonzero: the digits are a CRC-32 above this many bytes of ID, read only when the CRC-32 matches (SIQ's
+    did form)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +98,10 @@ class Bits:
     scale: int = 1
     offset: int = 0
     reverse: bool = False
+    signed: bool = False
+    """Two's complement: a value with the top bit set is negative (Muid's offset)."""
+    all_ones: str = ""
+    """SQL written for the all-ones value ("-1", "NULL"; "" for none): a sentinel."""
 
 
 @dataclass(frozen=True)
@@ -178,12 +195,15 @@ def _crockford_reader(dialect: _crockford.Dialect) -> Reader:
         alphabet,
         fold="upper",
         substitutions=dialect.substitutions,
+        width=_crockford.ENCODED_LEN,
     )
 
 
 def _hex_reader(groups: tuple[int, ...], skip: int = 0, prefix: str = "") -> Reader:
     body = "-".join(f"[0-9a-f]{{{n}}}" for n in groups)
-    return Reader(f"^{prefix}{body}$", HEX_DIGITS, fold="lower", skip=skip, separators=len(groups) > 1)
+    return Reader(
+        f"^{prefix}{body}$", HEX_DIGITS, fold="lower", skip=skip, separators=len(groups) > 1, width=sum(groups)
+    )
 
 
 def _uuid_groups() -> tuple[int, ...]:
@@ -212,7 +232,13 @@ def _uuidv7() -> Reading:
     packed = uuidv7_module.PACKED
     braced = _hex_reader(_uuid_groups(), skip=1, prefix="[{]")
     braced = Reader(
-        braced.pattern[:-1] + "[}]$", braced.alphabet, braced.fold, braced.skip, separators=True, take=UUID_LEN
+        braced.pattern[:-1] + "[}]$",
+        braced.alphabet,
+        braced.fold,
+        braced.skip,
+        separators=True,
+        take=UUID_LEN,
+        width=UUID_HEX_LEN,
     )
     urn = _hex_reader(_uuid_groups(), skip=len("urn:uuid:"), prefix="urn:uuid:")
     return Reading(
@@ -236,7 +262,7 @@ def _ksuid() -> Reading:
         "ksuid",
         packed,
         (
-            Reader(f"^[0-9A-Za-z]{{{ksuid_codec.BASE62_LEN}}}$", alphabet),
+            Reader(f"^[0-9A-Za-z]{{{ksuid_codec.BASE62_LEN}}}$", alphabet, width=ksuid_codec.BASE62_LEN),
             _hex_reader((ksuid_codec.HEX_LEN,)),
         ),
         (
@@ -301,9 +327,15 @@ def _eight_byte() -> Reading:
         "eight-byte",
         packed,
         (
-            Reader(f"^[0-9a-f]{{{codec.HEX_LEN}}}$", HEX_DIGITS, fold="lower"),
-            Reader(f"^-[1-9][0-9]{{0,{signed_digits - 1}}}$", DECIMAL_DIGITS, skip=1, wrap=1 << codec.PACKED_BITS),
-            Reader(f"^(0|[1-9][0-9]{{0,{codec.DECIMAL_LEN_MAX - 1}}})$", DECIMAL_DIGITS),
+            Reader(f"^[0-9a-f]{{{codec.HEX_LEN}}}$", HEX_DIGITS, fold="lower", width=codec.HEX_LEN),
+            Reader(
+                f"^-[1-9][0-9]{{0,{signed_digits - 1}}}$",
+                DECIMAL_DIGITS,
+                skip=1,
+                wrap=1 << codec.PACKED_BITS,
+                width=signed_digits,
+            ),
+            Reader(f"^(0|[1-9][0-9]{{0,{codec.DECIMAL_LEN_MAX - 1}}})$", DECIMAL_DIGITS, width=codec.DECIMAL_LEN_MAX),
         ),
         (
             ("timestamp_ms", timestamp),
@@ -331,7 +363,14 @@ def _typeid() -> Reading:
     return Reading(
         "typeid",
         PackedInt("TypeID", [("uuid", 128)]),
-        (Reader(f"^({prefix}{typeid_module.SEPARATOR})?{suffix}$", alphabet, take=-typeid_module.SUFFIX_LEN),),
+        (
+            Reader(
+                f"^({prefix}{typeid_module.SEPARATOR})?{suffix}$",
+                alphabet,
+                take=-typeid_module.SUFFIX_LEN,
+                width=typeid_module.SUFFIX_LEN,
+            ),
+        ),
         (
             ("prefix", TextBefore(typeid_module.SEPARATOR)),
             ("uuid", UuidText()),
@@ -340,6 +379,87 @@ def _typeid() -> Reading:
         ),
         timestamp,
         Fraction(uuidv7_module.NANOSECS_IN_MILLISECS),
+    )
+
+
+def _siq() -> Reading:
+    codec = siq_codec
+    packed = codec.PACKED
+    tick_shift, _ = _field(packed, "tick")
+    low_shift, low_bits = _field(packed, "low")
+    base32 = codec.BASE32_ALPHABET.decode("ascii")
+    # The serial field's low bits say the qualifier suffix's width w (its lowest 3 bits decide it) and the code.
+    names = {code: name for name, (code, _) in codec.QUALIFIERS.items()}
+    width_bits = min(codec.SUFFIX_WIDTHS)
+    suffix_max = max(codec.SUFFIX_WIDTHS)
+    serial = Switch(
+        Bits(low_shift, width_bits),
+        tuple(
+            (low, Bits(low_shift + codec.suffix_width(low), low_bits - codec.suffix_width(low)))
+            for low in range(1 << width_bits)
+        ),
+    )
+    qualifier = Switch(
+        Bits(low_shift, suffix_max),
+        tuple((low, Const(names.get(codec.decode_low(low)[1], codec.UNASSIGNED))) for low in range(1 << suffix_max)),
+    )
+    did_body = f"[a-{codec.DID_FIRST_CHAR_MAX}][a-z2-7]{{{codec.DID_BODY_LEN - 1}}}"
+    return Reading(
+        "siq",
+        packed,
+        (
+            Reader(
+                f"^{codec.DID_PREFIX}{did_body}$",
+                base32,
+                fold="lower",
+                skip=codec.DID_PREFIX_LEN,
+                checksum_bytes=codec.PACKED_BYTES,
+                width=codec.DID_BODY_LEN,
+            ),
+            _hex_reader((codec.HEX_LEN,)),
+            Reader(f"^(0|[1-9][0-9]{{0,{codec.DECIMAL_LEN_MAX - 1}}})$", DECIMAL_DIGITS, width=codec.DECIMAL_LEN_MAX),
+        ),
+        (
+            ("seconds", Bits(tick_shift + codec.FRACTION_BITS, codec.SECONDS_BITS)),
+            ("fraction", Bits(tick_shift, codec.FRACTION_BITS)),
+            ("shard", Bits(*_field(packed, "shard"))),
+            ("domain_hash", Bits(*_field(packed, "domain_hash"))),
+            ("serial", serial),
+            ("qualifier", qualifier),
+        ),
+        Bits(*_field(packed, "tick")),
+        Fraction(codec.NANOSECS_IN_SECS, codec.TICKS_IN_SECS),
+    )
+
+
+def _muid() -> Reading:
+    module = muid_module
+    packed = module.PACKED
+    groups = (module.TIMESTAMP_HEX_LEN, module.MEDALLION_HEX_LEN, module.OFFSET_HEX_LEN)
+    timestamp = _field(packed, "timestamp")
+    medallion = _field(packed, "medallion")
+    return Reading(
+        "muid",
+        packed,
+        (
+            _hex_reader(groups),
+            Reader(
+                _hex_reader(groups[:2]).pattern,
+                HEX_DIGITS,
+                "lower",
+                separators=True,
+                scale=1 << medallion[0],
+                width=sum(groups[:2]),
+            ),
+            Reader(_hex_reader(groups[:1]).pattern, HEX_DIGITS, "lower", scale=1 << timestamp[0], width=groups[0]),
+        ),
+        (
+            ("timestamp_us", Bits(*timestamp, all_ones=str(module.SENTINEL))),
+            ("medallion", Bits(*medallion, all_ones=str(module.SENTINEL))),
+            ("offset", Bits(*_field(packed, "offset"), signed=True)),
+        ),
+        Bits(*timestamp, all_ones="NULL"),
+        Fraction(module.NANOSECS_IN_MICROSECS),
     )
 
 
@@ -357,9 +477,16 @@ def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -
         name,
         packed,
         (
-            Reader(f"^(0|[1-9][0-9]{{0,{decimal_max - 1}}})$", DECIMAL_DIGITS),
-            Reader(f"^0x0*[0-9a-f]{{1,{hex_len}}}$", HEX_DIGITS, fold="lower", skip=len("0x")),
-            Reader(f"^(?=.*[a-f])[0-9a-f]{{{hex_len}}}$", HEX_DIGITS, fold="lower"),
+            Reader(f"^(0|[1-9][0-9]{{0,{decimal_max - 1}}})$", DECIMAL_DIGITS, width=decimal_max),
+            Reader(
+                f"^0x0*[0-9a-f]{{1,{hex_len}}}$",
+                HEX_DIGITS,
+                fold="lower",
+                skip=len("0x"),
+                width=hex_len,
+                strip_zeros=True,
+            ),
+            Reader(f"^(?=.*[a-f])[0-9a-f]{{{hex_len}}}$", HEX_DIGITS, fold="lower", width=hex_len),
         ),
         (
             ("layout", Const(layout.name)),
@@ -381,7 +508,7 @@ def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -
 def readings(snowflake_layout: str = "twitter") -> list[Reading]:
     """Every scheme reading made, the node's snowflake layout as ``snowflake`` and each named layout as
     ``snowflake:<name>`` (functions ``idmint_snowflake_<name>_*``). Raises ValueError for a bad layout text."""
-    out = [_eight_byte(), _hlc_ulid(), _wiji(), _uuidv7(), _ulid(), _typeid(), _ksuid()]
+    out = [_muid(), _eight_byte(), _hlc_ulid(), _siq(), _wiji(), _uuidv7(), _ulid(), _typeid(), _ksuid()]
     out.append(snowflake_reading(snowflake_codec.Layout.parse(snowflake_layout)))
     for name, layout in snowflake_codec.NAMED_LAYOUTS.items():
         out.append(snowflake_reading(layout, f"snowflake:{name}"))
@@ -402,6 +529,41 @@ class _Sql:
         self.dialect = dialect
         self.q = f"{schema}." if schema else ""
         self.pg = dialect == POSTGRESQL
+        self.digit_readers: dict[str, tuple[str, int]] = {}
+        """The digit readers the readers use: function name -> (alphabet, width)."""
+
+    def digits_function(self, name: str, alphabet: str, width: int) -> str:
+        """A function of the text of exactly ``width`` digits of ``alphabet`` (validated before: every character is
+        a digit) -> its value, as unrolled integer arithmetic: chunks of digits in bigint, joined exactly."""
+        base = len(alphabet)
+        per_chunk = 1
+        while base ** (per_chunk + 1) < 1 << 62:
+            per_chunk += 1
+        t = "t"
+        chunks = []
+        for start in range(0, width, per_chunk):
+            count = min(per_chunk, width - start)
+            terms = []
+            for i in range(count):
+                position = start + i + 1
+                if self.pg:
+                    digit = f"(strpos({_quote(alphabet)}, substr({t}, {position}, 1)) - 1::bigint)"
+                else:
+                    digit = f"(locate(CAST(substring({t}, {position}, 1) AS BINARY), {_quote(alphabet)}) - 1)"
+                power = base ** (count - 1 - i)
+                terms.append(digit if power == 1 else f"{digit} * {power}")
+            chunks.append((" + ".join(terms), base**count))
+        expr = ""
+        for terms, scale in chunks:
+            if not expr:
+                expr = f"CAST({terms} AS {'numeric' if self.pg else MYSQL_DECIMAL})"
+            else:
+                expr = f"({expr}) * {scale} + ({terms})"
+        if self.pg:
+            return _pg_function(f"{self.q}{name}", "t text", "numeric", f"SELECT {expr}")
+        return _my_function(
+            f"{self.q}{name}", f"t {MYSQL_TEXT}", MYSQL_DECIMAL, f"RETURN CASE WHEN t IS NOT NULL THEN {expr} END"
+        )
 
     # value of a text
     def read(self, reader: Reader, t: str) -> tuple[str, str]:
@@ -423,9 +585,17 @@ class _Sql:
             cond = f"{folded} ~ {_quote(reader.pattern)}"
         else:
             cond = f"CAST({folded} AS BINARY) REGEXP {_quote(reader.pattern)}"
-        value = f"{self.q}idmint__digits({body}, {_quote(reader.alphabet)})"
+        width = reader.width
+        if reader.strip_zeros:
+            body = f"trim(LEADING '0' FROM {body})" if not self.pg else f"ltrim({body}, '0')"
+        self.digit_readers[_digits_name(reader.alphabet, width)] = (reader.alphabet, width)
+        value = f"{self.q}{_digits_name(reader.alphabet, width)}(lpad({body}, {width}, '{reader.alphabet[0]}'))"
         if reader.wrap:
             value = f"{self.q}idmint__wrap({value}, {reader.wrap})"
+        if reader.checksum_bytes:
+            value = f"{self.q}idmint__crc_checked({value}, {1 << (8 * reader.checksum_bytes)}, {reader.checksum_bytes})"
+        if reader.scale != 1:
+            value = f"{value} * {reader.scale}"
         return cond, value
 
     @staticmethod
@@ -457,6 +627,10 @@ class _Sql:
                 expr = f"CAST(CAST(reverse(CAST(CAST(CAST({expr} AS bigint) AS {bit}) AS text)) AS {bit}) AS bigint)"
             else:
                 expr = f"CAST(conv(reverse(lpad(conv({expr}, 10, 2), {spec.bits}, '0')), 2, 10) AS UNSIGNED)"
+        if spec.signed:
+            expr = f"CASE WHEN {expr} >= {1 << (spec.bits - 1)} THEN {expr} - {1 << spec.bits} ELSE {expr} END"
+        if spec.all_ones:
+            expr = f"CASE WHEN {expr} = {(1 << spec.bits) - 1} THEN {spec.all_ones} ELSE {expr} END"
         if spec.scale != 1:
             expr = f"{expr} * {spec.scale}"
         if spec.offset:
@@ -465,7 +639,8 @@ class _Sql:
 
     def integer(self, v: str, spec: Bits | Sum | Switch) -> str:
         expr = self.number(v, spec)
-        return f"CAST({expr} AS bigint)" if self.pg else f"CAST({expr} AS UNSIGNED)"
+        negative = isinstance(spec, Bits) and (spec.signed or spec.all_ones)
+        return f"CAST({expr} AS bigint)" if self.pg else f"CAST({expr} AS {'SIGNED' if negative else 'UNSIGNED'})"
 
     def hex(self, v: str, spec: Hex) -> str:
         digits = spec.digits
@@ -511,6 +686,12 @@ class _Sql:
         return _quote(spec.value) if isinstance(spec.value, str) else str(spec.value)
 
 
+def _digits_name(alphabet: str, width: int) -> str:
+    import hashlib
+
+    return f"idmint__digits_{hashlib.sha256(alphabet.encode()).hexdigest()[:6]}_{width}"
+
+
 def _valid(sql: _Sql, reading: Reading, v: str) -> str:
     """The conditions under which packed ``v`` is an ID of the reading: below its maximum, fixed fields set, capped
     fields within their cap."""
@@ -538,6 +719,12 @@ def _time_ms(sql: _Sql, reading: Reading, v: str) -> str:
 
 
 def _pg_function(name: str, args: str, returns: str, body: str, language: str = "sql") -> str:
+    """CREATE OR REPLACE FUNCTION ... IMMUTABLE STRICT PARALLEL SAFE. A ``SELECT <expression>`` body is written as
+    PL/pgSQL ``RETURN <expression>``: PL/pgSQL keeps a simple expression's compiled state from call to call, where a
+    SQL function that is not inlined starts an executor (and compiles its whole expression) on every call: 50 to
+    100 times slower for these expressions."""
+    if language == "sql" and body.startswith("SELECT "):
+        language, body = "plpgsql", f"BEGIN\n  RETURN {body.removeprefix('SELECT ')};\nEND"
     return (
         f"CREATE OR REPLACE FUNCTION {name}({args}) RETURNS {returns}\n"
         f"LANGUAGE {language} IMMUTABLE STRICT PARALLEL SAFE AS $fn$\n{body}\n$fn$;\n"
@@ -546,19 +733,23 @@ def _pg_function(name: str, args: str, returns: str, body: str, language: str = 
 
 def _pg_helpers(q: str) -> Iterator[str]:
     yield _pg_function(
-        f"{q}idmint__digits",
-        "t text, alphabet text",
-        "numeric",
-        "DECLARE\n  v numeric := 0;\n  d integer;\n  base integer := length(alphabet);\nBEGIN\n"
-        "  FOR i IN 1 .. length(t) LOOP\n    d := strpos(alphabet, substr(t, i, 1));\n"
-        "    IF d = 0 THEN RETURN NULL; END IF;\n    v := v * base + (d - 1);\n  END LOOP;\n  RETURN v;\nEND",
-        "plpgsql",
-    )
-    yield _pg_function(
         f"{q}idmint__wrap",
         "d numeric, wrap numeric",
         "numeric",
         "SELECT CASE WHEN d <= wrap / 2 THEN wrap - d END",
+    )
+    yield _pg_function(
+        f"{q}idmint__crc_checked",
+        "d numeric, scale numeric, bytes integer",
+        "numeric",
+        "DECLARE\n  p numeric := mod(d, scale);\n  crc bigint := 4294967295;\nBEGIN\n"
+        "  FOR i IN REVERSE bytes - 1 .. 0 LOOP\n"
+        "    crc := crc # CAST(mod(div(p, power(256::numeric, i)), 256) AS bigint);\n"
+        "    FOR k IN 1 .. 8 LOOP\n"
+        f"      crc := CASE WHEN crc & 1 = 1 THEN (crc >> 1) # {CRC32_POLYNOMIAL} ELSE crc >> 1 END;\n"
+        "    END LOOP;\n  END LOOP;\n"
+        "  RETURN CASE WHEN div(d, scale) = crc # 4294967295 THEN p END;\nEND",
+        "plpgsql",
     )
     yield _pg_function(
         f"{q}idmint__ms_time",
@@ -573,10 +764,10 @@ def _pg_reading(sql: _Sql, r: Reading) -> Iterator[str]:
     q, s = sql.q, r.ident
     cases = "\n".join(f"  WHEN {cond} THEN {expr}" for cond, expr in (sql.read(rd, "id") for rd in r.readers))
     yield _pg_function(
-        f"{q}idmint_{s}_value",
-        "id text",
-        "numeric",
-        f"SELECT CASE WHEN {_valid(sql, r, 'v')} THEN v END FROM (SELECT CASE\n{cases}\n  END AS v) AS read",
+        f"{q}idmint_{s}__valid", "v numeric", "numeric", f"SELECT CASE WHEN {_valid(sql, r, 'v')} THEN v END"
+    )
+    yield _pg_function(
+        f"{q}idmint_{s}_value", "id text", "numeric", f"SELECT {q}idmint_{s}__valid(CASE\n{cases}\n  END)"
     )
     yield _pg_function(
         f"{q}idmint_{s}__time_of",
@@ -625,8 +816,9 @@ def postgresql(all_readings: list[Reading], schema: str = "") -> str:
     q = sql.q
     parts = [f"CREATE SCHEMA IF NOT EXISTS {schema};\n"] if schema else []
     parts.extend(_pg_helpers(q))
-    for r in all_readings:
-        parts.extend(_pg_reading(sql, r))
+    functions = [part for r in all_readings for part in _pg_reading(sql, r)]
+    parts.extend(sql.digits_function(name, *spec) for name, spec in sorted(sql.digit_readers.items()))
+    parts.extend(functions)
     names = _dispatch_names(all_readings)
     for kind, returns in (("time", "timestamptz"), ("fields", "jsonb")):
         whens = "\n".join(f"  WHEN {_quote(name)} THEN {q}idmint_{stem}_{kind}(id)" for name, stem in names)
@@ -654,21 +846,20 @@ def _my_function(name: str, args: str, returns: str, body: str) -> str:
 
 def _my_helpers(q: str) -> Iterator[str]:
     yield _my_function(
-        f"{q}idmint__digits",
-        f"t {MYSQL_TEXT}, alphabet VARCHAR(64)",
-        MYSQL_DECIMAL,
-        "BEGIN\n  DECLARE v DECIMAL(65,0) DEFAULT 0;\n  DECLARE i INT DEFAULT 1;\n  DECLARE d INT;\n"
-        "  IF t IS NULL OR t = '' OR CHAR_LENGTH(t) > 64 THEN RETURN NULL; END IF;\n"
-        "  WHILE i <= CHAR_LENGTH(t) DO\n"
-        "    SET d = LOCATE(CAST(SUBSTRING(t, i, 1) AS BINARY), CAST(alphabet AS BINARY));\n"
-        "    IF d = 0 THEN RETURN NULL; END IF;\n"
-        "    SET v = v * CHAR_LENGTH(alphabet) + (d - 1);\n    SET i = i + 1;\n  END WHILE;\n  RETURN v;\nEND",
-    )
-    yield _my_function(
         f"{q}idmint__wrap",
         f"d {MYSQL_DECIMAL}, wrap {MYSQL_DECIMAL}",
         MYSQL_DECIMAL,
         "RETURN CASE WHEN d <= wrap / 2 THEN wrap - d END",
+    )
+    yield _my_function(
+        f"{q}idmint__crc_checked",
+        f"d {MYSQL_DECIMAL}, scale {MYSQL_DECIMAL}, bytes INT",
+        MYSQL_DECIMAL,
+        f"BEGIN\n  DECLARE p {MYSQL_DECIMAL};\n  DECLARE x {MYSQL_DECIMAL};\n  DECLARE h VARCHAR(128) DEFAULT '';\n"
+        "  DECLARE i INT DEFAULT 0;\n  IF d IS NULL THEN RETURN NULL; END IF;\n  SET p = MOD(d, scale);\n  SET x = p;\n"
+        "  WHILE i < bytes DO\n    SET h = CONCAT(LPAD(HEX(MOD(x, 256)), 2, '0'), h);\n"
+        "    SET x = (x - MOD(x, 256)) / 256;\n    SET i = i + 1;\n  END WHILE;\n"
+        "  RETURN CASE WHEN (d - p) / scale = CRC32(UNHEX(h)) THEN p END;\nEND",
     )
     yield _my_function(
         f"{q}idmint__ms_time",
@@ -732,8 +923,9 @@ def mysql(all_readings: list[Reading], schema: str = "") -> str:
     parts = [f"CREATE DATABASE IF NOT EXISTS {schema};\n"] if schema else []
     parts.append("DELIMITER //\n")
     parts.extend(_my_helpers(q))
-    for r in all_readings:
-        parts.extend(_my_reading(sql, r))
+    functions = [part for r in all_readings for part in _my_reading(sql, r)]
+    parts.extend(sql.digits_function(name, *spec) for name, spec in sorted(sql.digit_readers.items()))
+    parts.extend(functions)
     names = _dispatch_names(all_readings)
     for kind, returns in (("time", "DATETIME(3)"), ("fields", "JSON")):
         whens = "\n".join(f"    WHEN {_quote(name)} THEN {q}idmint_{stem}_{kind}(id)" for name, stem in names)

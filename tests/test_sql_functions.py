@@ -8,16 +8,16 @@ from __future__ import annotations
 import functools
 import json
 import random
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from app.bounds import format_time
+from app.cli import main
 from app.decoding import decode_one
 from app.errors import IdmintError
 from app.schemes import get_scheme
@@ -259,18 +259,13 @@ def test_typed_forms_read_bigint_and_uuid_columns(postgres_server: PostgresServe
 
 
 def test_the_command_prints_the_ddl_of_each_dialect() -> None:
+    runner = CliRunner()
     for dialect in ("postgresql", "mysql"):
-        done = subprocess.run(
-            [sys.executable, "-m", "app.cli", "sql", "functions", "--dialect", dialect, "--schema", "ids"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        assert done.stdout == functions_ddl(dialect, "ids"), dialect
-    refused = subprocess.run(
-        [sys.executable, "-m", "app.cli", "sql", "functions", "--schema", "a;b"], capture_output=True, text=True
-    )
-    assert refused.returncode == 2 and "--schema" in refused.stderr
+        done = runner.invoke(main, ["sql", "functions", "--dialect", dialect, "--schema", "ids"])
+        assert done.exit_code == 0, done.output
+        assert done.output == functions_ddl(dialect, "ids"), dialect
+    refused = runner.invoke(main, ["sql", "functions", "--schema", "a;b"])
+    assert refused.exit_code == 2 and "--schema" in refused.output
 
 
 def test_every_named_snowflake_layout_has_a_reading() -> None:

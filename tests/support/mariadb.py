@@ -78,7 +78,8 @@ class MariadbServer:
 
     def _client(self, database: str | None, *extra: str) -> list[str]:
         args = [CLIENT, "--no-defaults", "--protocol=TCP", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root"]
-        args += ["--batch", "--raw", "--skip-column-names", "--default-character-set=utf8mb4", *extra]
+        args += ["--batch", "--raw", "--skip-column-names", "--default-character-set=utf8mb4", "--local-infile=1"]
+        args += extra
         return [*args, database] if database else args
 
     def run_script(self, text: str, database: str | None = None) -> str:
