@@ -554,11 +554,11 @@ class _Sql:
                 terms.append(digit if power == 1 else f"{digit} * {power}")
             chunks.append((" + ".join(terms), base**count))
         expr = ""
-        for terms, scale in chunks:
+        for chunk, scale in chunks:
             if not expr:
-                expr = f"CAST({terms} AS {'numeric' if self.pg else MYSQL_DECIMAL})"
+                expr = f"CAST({chunk} AS {'numeric' if self.pg else MYSQL_DECIMAL})"
             else:
-                expr = f"({expr}) * {scale} + ({terms})"
+                expr = f"({expr}) * {scale} + ({chunk})"
         if self.pg:
             return _pg_function(f"{self.q}{name}", "t text", "numeric", f"SELECT {expr}")
         return _my_function(
