@@ -314,3 +314,34 @@ def test_the_mysql_bounds_select_exactly_the_ids_of_the_interval(
     assert len(out) == len(expected)
     for (selected, inside), (name, query, count) in zip(out, expected, strict=True):
         assert (selected, inside) == (str(count), str(count)), (name, query)
+
+
+def test_postgresql_indexes_and_generated_columns_use_the_functions(postgres_server: PostgresServer) -> None:
+    """IMMUTABLE as promised: an expression index on idmint_<s>_time(id) answers a time range, and a generated
+    column stores the time (as docs/sql.md shows)."""
+    import psycopg
+
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as database:
+        database.execute("DROP SCHEMA IF EXISTS idm_index CASCADE")
+        database.execute(functions_ddl(POSTGRESQL, "idm_index").encode())
+        database.execute(
+            "CREATE TABLE idm_index.orders (id text PRIMARY KEY, created_at timestamptz "
+            "GENERATED ALWAYS AS (idm_index.idmint_ulid_time(id)) STORED)"
+        )
+        database.execute("CREATE INDEX orders_created ON idm_index.orders (idm_index.idmint_ulid_time(id))")
+        database.execute(
+            "INSERT INTO idm_index.orders (id) VALUES ('01ARZ3NDEKTSV4RRFFQ69G5FAV'), ('01ARZ3NDEKTSV4RRFFQ69G5FAW'), "
+            "('not an id')"
+        )
+        database.execute("SET enable_seqscan = off")
+        where = (
+            "idm_index.idmint_ulid_time(id) >= timestamptz '2016-07-30 23:54:10+00' "
+            "AND idm_index.idmint_ulid_time(id) < timestamptz '2016-07-30 23:54:11+00'"
+        )
+        plan = "\n".join(row[0] for row in database.execute(f"EXPLAIN SELECT id FROM idm_index.orders WHERE {where}"))
+        assert "orders_created" in plan, plan
+        rows = database.execute(f"SELECT id, created_at FROM idm_index.orders WHERE {where} ORDER BY id").fetchall()
+        stored = database.execute("SELECT count(created_at) FROM idm_index.orders").fetchone()
+    moment = datetime(2016, 7, 30, 23, 54, 10, 259000, tzinfo=UTC)
+    assert rows == [("01ARZ3NDEKTSV4RRFFQ69G5FAV", moment), ("01ARZ3NDEKTSV4RRFFQ69G5FAW", moment)]
+    assert stored == (2,)
