@@ -119,7 +119,8 @@ def _edges(name: str) -> list[str]:
 
 
 def _mutations(texts: list[str], rng: random.Random) -> list[str]:
-    """Each text with one character changed, one dropped, one doubled, and upper/lower-cased."""
+    """Each text with one character changed, one dropped, one doubled, upper/lower-cased, and in the spellings of
+    other forms (``{...}``, ``urn:uuid:``, ``0x``)."""
     out = []
     alphabet = "0123456789abcdefABCDEFxyzXYZ-_:{}IiLlOoUu~"
     for text in texts:
@@ -129,7 +130,7 @@ def _mutations(texts: list[str], rng: random.Random) -> list[str]:
         out.append(text[:at] + rng.choice(alphabet) + text[at + 1 :])
         out.append(text[:at] + text[at + 1 :])
         out.append(text[:at] + text[at] + text[at:])
-        out.extend((text.lower(), text.upper()))
+        out.extend((text.lower(), text.upper(), f"{{{text}}}", f"urn:uuid:{text}", f"0x{text}"))
     return out
 
 
