@@ -53,6 +53,20 @@ TIME_END_MS = TIME_END_NS // NS_IN_MS
 """Times at or past 10000-01-01 are NULL (``/v1/decode`` gives no RFC 3339 text for them)."""
 CRC32_POLYNOMIAL = 0xEDB88320
 """CRC-32 (ISO-HDLC, zlib's crc32), reflected: the checksum SIQ's did form carries."""
+CRC32_MASK = 0xFFFFFFFF
+
+
+def _crc32_table() -> list[int]:
+    """The 256-entry table of the reflected CRC-32 (one byte per step)."""
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ CRC32_POLYNOMIAL if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
 HEX_CHUNK_DIGITS = 8
 """Hex fields are written 8 digits (32 bits) at a time: every chunk fits a signed bigint."""
 
@@ -738,17 +752,17 @@ def _pg_helpers(q: str) -> Iterator[str]:
         "numeric",
         "SELECT CASE WHEN d <= wrap / 2 THEN wrap - d END",
     )
+    table = ",".join(str(entry) for entry in _crc32_table())
     yield _pg_function(
         f"{q}idmint__crc_checked",
         "d numeric, scale numeric, bytes integer",
         "numeric",
-        "DECLARE\n  p numeric := mod(d, scale);\n  crc bigint := 4294967295;\nBEGIN\n"
+        f"DECLARE\n  p numeric := mod(d, scale);\n  crc bigint := {CRC32_MASK};\n"
+        f"  tbl CONSTANT bigint[] := '{{{table}}}';\nBEGIN\n"
         "  FOR i IN REVERSE bytes - 1 .. 0 LOOP\n"
-        "    crc := crc # CAST(mod(div(p, power(256::numeric, i)), 256) AS bigint);\n"
-        "    FOR k IN 1 .. 8 LOOP\n"
-        f"      crc := CASE WHEN crc & 1 = 1 THEN (crc >> 1) # {CRC32_POLYNOMIAL} ELSE crc >> 1 END;\n"
-        "    END LOOP;\n  END LOOP;\n"
-        "  RETURN CASE WHEN div(d, scale) = crc # 4294967295 THEN p END;\nEND",
+        "    crc := tbl[((crc # CAST(mod(div(p, power(256::numeric, i)), 256) AS bigint)) & 255) + 1] # (crc >> 8);\n"
+        "  END LOOP;\n"
+        f"  RETURN CASE WHEN div(d, scale) = crc # {CRC32_MASK} THEN p END;\nEND",
         "plpgsql",
     )
     yield _pg_function(
