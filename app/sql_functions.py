@@ -598,7 +598,9 @@ class _Sql:
         if self.pg:
             cond = f"{folded} ~ {_quote(reader.pattern)}"
         else:
-            cond = f"CAST({folded} AS BINARY) REGEXP {_quote(reader.pattern)}"
+            # (?-i): case-sensitive whatever the collation, in MariaDB's PCRE and MySQL's ICU alike (MySQL 8.0.22+
+            # refuses a binary string in REGEXP).
+            cond = f"{folded} REGEXP {_quote('(?-i)' + reader.pattern)}"
         width = reader.width
         if reader.strip_zeros:
             body = f"trim(LEADING '0' FROM {body})" if not self.pg else f"ltrim({body}, '0')"
