@@ -50,7 +50,7 @@ else
 fi
 
 status=0
-for tool in chromium prometheus promtool docker-compose podman runc debootstrap faketime go node npm; do
+for tool in chromium prometheus promtool docker-compose podman runc debootstrap mariadb faketime go node npm; do
     if path=$(command -v "$tool"); then
         echo "install-debian-packages: $tool: $path: $({ "$tool" --version || "$tool" version; } 2>/dev/null | head -n 1)"
     else
