@@ -13,9 +13,16 @@ The functions created, for a scheme ``s`` (``-`` in its name becomes ``_``)::
     idmint_time(scheme text, id text), idmint_fields(scheme text, id text): the same, by scheme name
 
 plus typed forms where a column type holds the ID: ``idmint_time(uuid)`` / ``idmint_fields(uuid)`` (UUIDv7, on
-PostgreSQL) and ``idmint_<s>_time(bigint)`` for snowflake (and every named snowflake layout as
-``idmint_snowflake_<layout>_*``). Every function is a pure function of its arguments: IMMUTABLE (PostgreSQL) or
-DETERMINISTIC (MySQL), and never raises for a malformed ID: it returns NULL.
+PostgreSQL), and ``idmint_<s>_time(bigint)`` / ``idmint_<s>_fields(bigint)`` (MySQL: ``idmint_<s>_time_bigint``)
+for snowflake and eight-byte (its signed form: two's complement undone). The node's snowflake layout is
+``snowflake``; every named layout is read too, as ``snowflake:<layout>`` (functions ``idmint_snowflake_<layout>_*``).
+Every function is a pure function of its arguments: IMMUTABLE STRICT PARALLEL SAFE PL/pgSQL (PostgreSQL) or
+DETERMINISTIC NO SQL (MySQL), and never raises for a malformed ID: it returns NULL.
+
+Reading a text: the first of the scheme's text forms whose pattern (a regular expression, so no digit outside the
+alphabet reaches the arithmetic) matches gives the digits, read as exact integer arithmetic (chunks of digits in
+bigint, joined in numeric/DECIMAL); the packed value must then be within the layout (its maximum, fixed fields,
+capped fields). Fields are bit slices of the exact value (``mod(div(v, 2**shift), 2**bits)``), never floats.
 
 Times past 9999-12-31 are NULL, as ``/v1/decode`` gives ``timestamp: null`` for them.
 """
