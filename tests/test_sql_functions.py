@@ -230,12 +230,17 @@ def test_mariadb_functions_agree_with_decode(
     assert set(agreed) == set(SCHEMES)
 
 
-def test_non_ascii_text_is_null_in_mariadb(mariadb_server: MariadbServer, mariadb_db: str) -> None:
+def test_mariadb_reads_bigint_columns_and_refuses_non_ascii_text(
+    mariadb_server: MariadbServer, mariadb_db: str
+) -> None:
     mariadb_server.run_script(functions_ddl(MYSQL), mariadb_db)
     rows = mariadb_server.execute(
-        "SELECT idmint_time('ulid', '01ARZ3NDEKTSV4RRFFQ69G5FAé'), idmint_fields('ksuid', CONCAT('ü', 'x'))", mariadb_db
+        "SELECT idmint_time('ulid', '01ARZ3NDEKTSV4RRFFQ69G5FAé'), idmint_fields('ksuid', CONCAT('ü', 'x')), "
+        "idmint_snowflake_time_bigint(175928847299117063), idmint_snowflake_time_bigint(-1), "
+        "idmint_eight_byte_fields_bigint(-3795148059624996843) = idmint_eight_byte_fields('cb54ecf2840a0015')",
+        mariadb_db,
     )
-    assert rows == [[None, None]]
+    assert rows == [[None, None, "2012-03-03 13:01:20.453", None, "1"]]
 
 
 def test_typed_forms_read_bigint_and_uuid_columns(postgres_server: PostgresServer) -> None:
@@ -250,13 +255,16 @@ def test_typed_forms_read_bigint_and_uuid_columns(postgres_server: PostgresServe
             "idm_typed.idmint_fields(%s::uuid) = idm_typed.idmint_uuidv7_fields(%s), "
             "idm_typed.idmint_snowflake_time(175928847299117063::bigint), "
             "idm_typed.idmint_snowflake_time(-1::bigint), "
-            "idm_typed.idmint_uuidv7_time('017f22e2-79b0-4cc3-98c4-dc0c0c07398f')",
+            "idm_typed.idmint_uuidv7_time('017f22e2-79b0-4cc3-98c4-dc0c0c07398f'), "
+            "idm_typed.idmint_eight_byte_fields(-3795148059624996843::bigint) "
+            "= idm_typed.idmint_eight_byte_fields('cb54ecf2840a0015')",
             (ulid_like, ulid_like, ulid_like, ulid_like),
         ).fetchone()
     assert row is not None
     assert row[:2] == (True, True)
     assert row[2] == datetime(2012, 3, 3, 13, 1, 20, 453000, tzinfo=UTC)
-    assert row[3:] == (None, None)  # a negative bigint is no snowflake; a UUIDv4 carries no time
+    assert row[3:5] == (None, None)  # a negative bigint is no snowflake; a UUIDv4 carries no time
+    assert row[5] is True  # eight-byte's signed bigint is its two's complement
 
 
 def test_the_command_prints_the_ddl_of_each_dialect() -> None:
