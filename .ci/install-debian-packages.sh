@@ -15,6 +15,9 @@
 #   - postgresql                                       tests/test_bounds.py runs the bounds' SQL in a real
 #                                                      PostgreSQL (its own cluster on a free loopback port, made
 #                                                      by initdb in a temporary directory)
+#   - mariadb-server                                   tests/test_sql_functions.py runs the SQL functions in a
+#                                                      real MariaDB (its own mariadbd on a free loopback port,
+#                                                      data made by mariadb-install-db in a temporary directory)
 #   - faketime                                         libfaketime and its `faketime` wrapper: a real idmint
 #                                                      serve whose wall clock reads a chosen time (a resetting
 #                                                      sequence's rollover at midnight across a daylight-saving
@@ -28,7 +31,7 @@
 set -euo pipefail
 
 packages=(chromium fonts-dejavu-core fonts-liberation2 prometheus docker-compose
-          podman runc debootstrap postgresql faketime golang-go)
+          podman runc debootstrap postgresql mariadb-server faketime golang-go)
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 
@@ -47,7 +50,7 @@ else
 fi
 
 status=0
-for tool in chromium prometheus promtool docker-compose podman runc debootstrap faketime go node npm; do
+for tool in chromium prometheus promtool docker-compose podman runc debootstrap mariadb faketime go node npm; do
     if path=$(command -v "$tool"); then
         echo "install-debian-packages: $tool: $path: $({ "$tool" --version || "$tool" version; } 2>/dev/null | head -n 1)"
     else

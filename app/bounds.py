@@ -38,8 +38,11 @@ TIME_MIN_NS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds
 TIME_END_NS = (datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC) - _EPOCH) // timedelta(seconds=1) * NS_IN_S + NS_IN_S
 """Times are read and written within 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z (RFC 3339's years)."""
 
-DIALECTS = ("postgresql", "sqlite")
-"""SQL dialects of the ``sql`` member: PostgreSQL (the default) and SQLite (uuid and bytea columns as BLOBs)."""
+DIALECTS = ("postgresql", "sqlite", "mysql")
+"""SQL dialects of the ``sql`` member: PostgreSQL (the default), SQLite (uuid and bytea columns as BLOBs) and
+MySQL/MariaDB (uuid and bytea columns as BINARY(n)/VARBINARY, text compared byte by byte)."""
+BINARY_DIALECTS = ("sqlite", "mysql")
+"""Dialects whose uuid and bytea columns hold the bytes (BLOB, BINARY(16)): literals are ``X'hex'``."""
 COLUMN_RULE = "a column name: up to three dot-separated SQL identifiers of ASCII letters, digits, _ and $"
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}(?:\.[A-Za-z_][A-Za-z0-9_$]{0,62}){0,2}", re.ASCII)
 BOUNDS_PARAMS = ("from", "to", "storage", "column", "dialect")
@@ -150,18 +153,20 @@ def _literal(storage: Storage, value: int, dialect: str) -> str:
     rendered = storage.render(value)
     if storage.kind == BIGINT:
         return rendered
-    if storage.kind in (UUID, BYTEA) and dialect == "sqlite":
+    if storage.kind in (UUID, BYTEA) and dialect in BINARY_DIALECTS:
         return f"X'{value.to_bytes(storage.size, 'big').hex()}'"
     if storage.kind == UUID:
         return f"'{rendered}'::uuid"
     if storage.kind == BYTEA:
         return f"'{rendered}'::bytea"
+    if dialect == "mysql":
+        return f"CAST('{rendered}' AS BINARY)"
     return f"'{rendered}'" + (' COLLATE "C"' if dialect == "postgresql" else "")
 
 
 def sql(storage: Storage, column: str, lower: int, upper: int | None, dialect: str) -> str:
     """The predicate ``column >= lower AND column < upper`` in ``dialect`` (text compared byte by byte: PostgreSQL's
-    ``COLLATE "C"``; SQLite's default BINARY)."""
+    ``COLLATE "C"``; SQLite's default BINARY; MySQL's binary string literal)."""
     parts = [f"{column} >= {_literal(storage, lower, dialect)}"]
     if upper is not None:
         parts.append(f"{column} < {_literal(storage, upper, dialect)}")

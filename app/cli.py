@@ -1,6 +1,7 @@
 """The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
 ``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``, ``parse``),
-``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``storage sql`` (the
+``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``sql functions`` (SQL that
+reads IDs in PostgreSQL and MySQL), ``storage sql`` (the
 PostgreSQL backend's DDL) and ``storage fence`` (accept a store that went back in time)."""
 
 from __future__ import annotations
@@ -639,7 +640,7 @@ def layout_check(name: str, rate: float, replicas: int, workers: int, regions: i
 @click.option("--to", required=True, metavar="T2", help="End (exclusive): RFC 3339 or Unix ms.")
 @click.option("--storage", help="Column type: bigint, uuid, bytea or text (default: the scheme's first).")
 @click.option("--column", help="Column name in the SQL (default: id).")
-@click.option("--dialect", help="SQL dialect: postgresql (default) or sqlite.")
+@click.option("--dialect", help="SQL dialect: postgresql (default), sqlite or mysql.")
 @click.option("--layout", help="snowflake: the layout (default: IDMINT_SNOWFLAKE_LAYOUT).")
 @click.option("--mode", help="eight-byte: the mode (time_sequential; spread IDs do not sort by time).")
 @click.option("--type", "type_", help="typeid: the prefix of a text column's IDs.")
@@ -657,6 +658,36 @@ def bounds(scheme: str, from_: str, to: str, sql_only: bool, type_: str | None, 
     except IdmintError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(answer["sql"] if sql_only else json.dumps(answer, indent=2))
+
+
+@main.group("sql")
+def sql_group() -> None:
+    """SQL that reads idmint's IDs inside a database (docs/sql.md)."""
+
+
+@sql_group.command("functions")
+@click.option(
+    "--dialect",
+    type=click.Choice(["postgresql", "mysql"]),
+    default="postgresql",
+    show_default=True,
+    help="SQL dialect.",
+)
+@click.option("--schema", help="Create the functions in this schema (MySQL: database); default the current one.")
+def sql_functions(dialect: str, schema: str | None) -> None:
+    """Print the DDL of idmint_time(scheme, id), idmint_fields(scheme, id) and each scheme's functions, for the
+    node's snowflake layout (IDMINT_SNOWFLAKE_LAYOUT) and every named one."""
+    from app.bounds import parse_column
+    from app.sql_functions import functions_ddl
+
+    if schema is not None and ("." in schema or not schema):
+        raise click.BadParameter("must be one SQL identifier of ASCII letters, digits, _ and $", param_hint="--schema")
+    try:
+        if schema is not None:
+            parse_column(schema)
+        click.echo(functions_ddl(dialect, schema or "", _settings().snowflake_layout), nl=False)
+    except IdmintError as exc:
+        raise click.BadParameter(str(exc), param_hint="--schema") from exc
 
 
 @main.command()

@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.support.prometheus",
     "tests.support.podman",
     "tests.support.postgres",
+    "tests.support.mariadb",
     "tests.support.storage",
     "tests.support.order",
 ]
@@ -45,6 +46,8 @@ REAL_PART_FIXTURES = frozenset(
         "postgres_server",
         "postgres_db",
         "postgres_schema",
+        "mariadb_server",
+        "mariadb_db",
         "store",
         "conformance_run",
     }

@@ -41,7 +41,8 @@ DESCRIPTION = (
     "Which IDs of `scheme` were made in `[from, to)`: `lower <= id < upper` in the column's order, and the SQL "
     f"predicate for a column named `column` (default `id`). `from` and `to`: {TIME_RULE}. `storage`: the column type "
     f"(default the scheme's first; `storages` lists them). `dialect`: {', '.join(DIALECTS)} (SQLite: uuid and bytea "
-    f"as BLOBs). `column`: {COLUMN_RULE}. The scheme's own parameters: snowflake `layout` (default the node's), "
+    f"as BLOBs; MySQL/MariaDB: as BINARY(16)/VARBINARY, text compared as bytes). `column`: {COLUMN_RULE}. The "
+    "scheme's own parameters: snowflake `layout` (default the node's), "
     "eight-byte `mode` (time_sequential: the spread mode does not sort by time), TypeID `type` (the prefix of a text "
     "column's IDs). Any other parameter is a 422."
 )

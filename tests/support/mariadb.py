@@ -1,0 +1,189 @@
+"""pytest plugin: a real MariaDB (Debian's ``mariadb-server`` package) for the tests that run SQL against one.
+
+Fixtures:
+
+* ``mariadb_server`` (session): a fresh data directory (``mariadb-install-db``) in a temporary directory, served
+  by ``mariadbd`` on 127.0.0.1 on a free port (and a Unix socket in the same directory), ready before the first
+  test uses it, stopped by its PID at the end of the session. It has ``.port``, ``.pid``, ``.execute(sql,
+  database)`` (rows as lists of text, NULL as None) and ``.run_script(text, database)`` (a script for the
+  ``mariadb`` client, ``DELIMITER`` lines and all).
+* ``mariadb_db`` (function): a database of its own for the test (``t_<random>``), yielded as its name, dropped
+  afterwards.
+
+SQL goes through the ``mariadb`` command-line client (``--batch --raw``), as a user's script would: no Python
+driver is needed. The server runs as the current user (``--user`` of the same name: under root, root).
+No test is skipped for want of MariaDB: a missing binary fails the test with how to install it
+(``bash .ci/install-debian-packages.sh``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.server import free_port
+
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+CLIENT_TIMEOUT_S = 300.0
+POLL_S = 0.05
+SERVER = "/usr/sbin/mariadbd"
+INSTALL_DB = "mariadb-install-db"
+CLIENT = "mariadb"
+SERVER_SETTINGS = (
+    "--skip-log-bin",
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-flush-log-at-trx-commit=0",
+    "--performance-schema=OFF",
+    "--character-set-server=utf8mb4",
+)
+
+
+def _require(binary: str) -> str:
+    found = shutil.which(binary) or (binary if Path(binary).is_file() else None)
+    if found is None:
+        pytest.fail(
+            f"{binary} not found: the SQL function tests need a real MariaDB; run bash .ci/install-debian-packages.sh "
+            "(it installs Debian's mariadb-server)",
+            pytrace=False,
+        )
+    return found
+
+
+@dataclass
+class MariadbServer:
+    """A running MariaDB: user ``root`` (no password) on 127.0.0.1:``port``."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    directory: Path
+    log: Path
+    _log_file: object = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def _client(self, database: str | None, *extra: str) -> list[str]:
+        args = [CLIENT, "--no-defaults", "--protocol=TCP", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root"]
+        args += ["--batch", "--raw", "--skip-column-names", "--default-character-set=utf8mb4", "--local-infile=1"]
+        args += extra
+        return [*args, database] if database else args
+
+    def run_script(self, text: str, database: str | None = None) -> str:
+        """Run ``text`` through the ``mariadb`` client; its output. AssertionError with the client's message if it
+        fails."""
+        done = subprocess.run(
+            self._client(database), input=text.encode(), capture_output=True, timeout=CLIENT_TIMEOUT_S
+        )
+        if done.returncode:
+            raise AssertionError(f"mariadb client failed: {done.stderr.decode(errors='replace')[-2000:]}")
+        return done.stdout.decode()
+
+    def execute(self, sql: str, database: str | None = None) -> list[list[str | None]]:
+        """The rows of ``sql`` (one statement, or several: every result's rows, in order); text values, NULL as
+        None. Tabs, newlines and backslashes in values come back as the client writes them (``\\t``)."""
+        out = self.run_script(sql if sql.rstrip().endswith(";") else sql + ";", database)
+        return [[None if cell == "NULL" else cell for cell in line.split("\t")] for line in out.splitlines()]
+
+    def stop(self) -> None:
+        """SIGTERM (a clean shutdown) and wait; SIGKILL if it does not stop in time."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            probe = subprocess.run([*self._client(None), "-e", "SELECT 1"], capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                text = self.log.read_text(errors="replace") if self.log.exists() else ""
+                pytest.fail(f"MariaDB did not start: {text[-2000:]}")
+            time.sleep(POLL_S)
+
+
+def start_mariadb(directory: Path | None = None, port: int | None = None) -> MariadbServer:
+    """A fresh MariaDB in ``directory`` (default: a new temporary one) on loopback port ``port`` (default: a free
+    one), ready. Stop it with :meth:`MariadbServer.stop` (the directory stays: remove it when done)."""
+    server_bin = _require(SERVER)
+    install = _require(INSTALL_DB)
+    _require(CLIENT)
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    directory = directory or Path(tempfile.mkdtemp(prefix="idmint-mariadb-"))
+    data = directory / "data"
+    subprocess.run(
+        [
+            install,
+            "--no-defaults",
+            "--auth-root-authentication-method=normal",
+            f"--datadir={data}",
+            f"--user={user}",
+            "--skip-test-db",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    port = port or free_port()
+    log = directory / "mariadb.log"
+    command = [
+        server_bin,
+        "--no-defaults",
+        f"--datadir={data}",
+        f"--user={user}",
+        "--skip-networking=0",
+        "--bind-address=127.0.0.1",
+        f"--port={port}",
+        f"--socket={directory / 'mariadb.sock'}",
+        f"--pid-file={directory / 'mariadb.pid'}",
+        f"--log-error={log}",
+        *SERVER_SETTINGS,
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = MariadbServer(process, port, directory, log)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariadbServer]:
+    server = start_mariadb()
+    try:
+        yield server
+    finally:
+        server.stop()
+        with contextlib.suppress(OSError):
+            shutil.rmtree(server.directory)
+
+
+@pytest.fixture
+def mariadb_db(mariadb_server: MariadbServer) -> Iterator[str]:
+    """A database of this test's own: its name."""
+    name = f"t_{secrets.token_hex(6)}"
+    mariadb_server.execute(f"CREATE DATABASE {name}")
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(AssertionError):
+            mariadb_server.execute(f"DROP DATABASE IF EXISTS {name}")
