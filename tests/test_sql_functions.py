@@ -31,7 +31,7 @@ from tests.test_bounds import SQL_TABLES
 from tests.test_bounds import _intervals as bounds_intervals
 from tests.test_bounds import _rows as bounds_rows
 
-ISSUED_PER_SCHEME = 200
+ISSUED_PER_SCHEME = 1000
 """IDs issued per scheme in its canonical form (and a quarter as many in each other form)."""
 SCHEMES = [r.name for r in readings()]
 """The readings made: each scheme, the node's snowflake layout (``snowflake``) and each named layout."""
