@@ -16,6 +16,7 @@ settings.register_profile("idmint", deadline=None)
 settings.load_profile("idmint")
 
 pytest_plugins = [
+    "tests.support.http",
     "tests.support.etcd",
     "tests.support.prometheus",
     "tests.support.podman",

@@ -33,6 +33,10 @@ from typing import Any
 
 import httpx
 
+from tests.support.http import share_default_context
+
+share_default_context()  # every poll of a starting server would otherwise build a TLS context (tests/support/http.py)
+
 REPO = Path(__file__).resolve().parents[2]
 
 START_TIMEOUT_S = 120.0
