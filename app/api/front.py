@@ -410,7 +410,10 @@ class Front:
             if access.hands_out_ids and not self._names_unknown_scheme(template, scope["path"]):
                 await self._head_of_issue(scope, send, start, template, access)
                 return
-            send = headless(send)  # an unknown scheme: GET's 404 (nothing is issued), without its body
+            # Any other HEAD is GET's answer without its body; one that names an unknown scheme takes the full
+            # path (GET's 404, nothing issued, counted as HEAD), not the hot one, which writes a GET's answer.
+            send = headless(send)
+            found = None
         if found is not None:
             await send_reply(answer_hot_with, await self.answer_hot(found[0], found[1], scope, start))
             return

@@ -194,3 +194,11 @@ def test_single_snowflakes_spread_over_shards(client: TestClient) -> None:
             counts[value % modulus] += 1
         expected = len(values) / modulus
         assert sum((c - expected) ** 2 / expected for c in counts) < critical, (modulus, counts)
+
+
+@pytest.mark.parametrize("path", ["/v1/ids/nope", "/v1/ids/nope/stream?count=3", "/v1/ids/wiji/nope"])
+def test_head_of_an_unknown_scheme_is_gets_404_without_its_body(client: TestClient, path: str) -> None:
+    """At the ASGI layer itself, not only behind uvicorn (which drops a HEAD's body on its own)."""
+    head, get = client.head(path), client.get(path)
+    assert head.status_code == get.status_code == 404
+    assert head.content == b"" and get.content
