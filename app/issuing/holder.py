@@ -610,8 +610,9 @@ class IdentityHolder:
 
     async def stop(self, reason: str = "stopping") -> None:
         """Record the exact final mark and release every claim, after any mark write in flight: under the mark
-        lock, so the two never write one claim's mark at once (the embedded backend's writes share a temporary
-        file, and one of the two failed). ``reason`` is why the scheme issues no more (:attr:`reason`)."""
+        lock, so the two never write one claim's mark at once (a write whose await was cancelled may still run in
+        its thread: the embedded backend's claim waits for it before the final mark). ``reason`` is why the scheme
+        issues no more (:attr:`reason`)."""
         gen, claims = self.generator, self.claims
         self.generator, self.claims = None, []
         self._reason = reason

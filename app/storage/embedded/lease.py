@@ -19,6 +19,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,10 @@ class EmbeddedClaim(Claim):
         self._fd: int | None = fd
         self.mark_path = mark_path
         self._recorded = mark
+        self._writing = threading.Lock()
+        """Held while the mark file is written or the lock file closed: a write still running in a worker thread
+        (its await cancelled) ends before the release writes the final mark and frees the identity, and none
+        starts after."""
 
     @property
     def lost(self) -> bool:
@@ -56,10 +61,31 @@ class EmbeddedClaim(Claim):
         if mark <= self._recorded:
             return
         # fsync takes milliseconds on a real disk: off the event loop (the holder's mark lock keeps writes in order)
-        await asyncio.to_thread(_write_mark, self.mark_path, mark)
+        await asyncio.to_thread(self._write_while_held, mark)
         self._recorded = max(self._recorded, mark)
 
+    def _write_while_held(self, mark: int) -> None:
+        with self._writing:
+            if self._fd is None:  # released while this write waited for its thread: the identity is not ours
+                raise BackendUnavailableError(f"{self.scheme} identity {self.identity} was released")
+            _write_mark(self.mark_path, mark)
+
+    def release(self, final_mark: int | None) -> None:
+        """Write the exact ``final_mark`` (when given and still held) and free the identity, after any mark write in
+        flight. Raises BackendUnavailableError when the final mark cannot be written (the identity is freed
+        anyway)."""
+        with self._writing:
+            try:
+                if final_mark is not None and self._fd is not None:
+                    _write_mark(self.mark_path, final_mark)
+            finally:
+                self._close()
+
     def close(self) -> None:
+        with self._writing:
+            self._close()
+
+    def _close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
@@ -353,12 +379,10 @@ class EmbeddedBackend(LeaseBackend):
     def release_sync(self, claim: Claim, final_mark: int | None) -> None:
         assert isinstance(claim, EmbeddedClaim)
         try:
-            if final_mark is not None and not claim.lost:
-                # The final mark is exact (the highest timestamp really issued), so it may lower the
-                # reservation recorded ahead of the clock: a clean restart then need not wait for it.
-                _write_mark(claim.mark_path, final_mark)
+            # The final mark is exact (the highest timestamp really issued), so it may lower the reservation
+            # recorded ahead of the clock: a clean restart then need not wait for it.
+            claim.release(final_mark)
         finally:
-            claim.close()
             if claim in self._claims:
                 self._claims.remove(claim)
 

@@ -12,7 +12,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from app.errors import NotReadyError, PoolExhaustedError
-from app.storage.embedded.lease import EmbeddedBackend
+from app.storage.embedded.lease import EmbeddedBackend, EmbeddedClaim
 from app.storage.lease import Owner
 from tests.helpers import CLAIMING, SCHEMES, pool_spec
 from tests.support.server import serve_process
@@ -171,3 +171,18 @@ def test_mark_writes_at_once_in_one_process_never_fail_nor_mix(tmp_path: Path) -
     assert failures == []
     assert json.loads(path.read_text())["high_water_mark"] % 10**6 == 199
     assert [p.name for p in tmp_path.iterdir()] == ["1.mark"]  # no temporary file left behind
+
+
+async def test_a_mark_write_that_outlives_its_release_writes_nothing(tmp_path: Path) -> None:
+    """A mark write whose await was cancelled still runs in its worker thread: once the identity is released (the
+    final mark written, the lock freed for the next process) it writes nothing, so it cannot overwrite the mark of
+    the identity's next holder."""
+    import json
+
+    backend = EmbeddedBackend(tmp_path)
+    claim = await backend.claim(POOL, HOLDER)
+    assert isinstance(claim, EmbeddedClaim)
+    await backend.release(claim, 100)
+    with pytest.raises(NotReadyError, match="was released"):
+        claim._write_while_held(900)  # what the late thread runs
+    assert json.loads(claim.mark_path.read_text())["high_water_mark"] == 100
