@@ -111,6 +111,7 @@ BELOW_ISSUING = (
     "app.logs",
     "app.settings",
     "app.bounds",
+    "app.sql_functions",
     "app.decoding",
     "app.metrics",
     "app.schemes",

@@ -106,16 +106,21 @@ def test_the_429_for_a_full_house_gives_the_soonest_expected_end(server: Server)
     for sock in streams:
         sock.sendall(b"GET /v1/ids/eight-byte/stream?count=200000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     done = threading.Event()
+    begun = [threading.Event() for _ in streams]
 
-    def drain(sock: socket.socket) -> None:
+    def drain(sock: socket.socket, first: threading.Event) -> None:
         while sock.recv(MB):
-            pass
+            first.set()
         done.set()
 
-    readers = [threading.Thread(target=drain, args=(sock,)) for sock in streams]
+    readers = [threading.Thread(target=drain, args=(sock, first)) for sock, first in zip(streams, begun, strict=True)]
     for t in readers:
         t.start()
     try:
+        # Each stream's end is expected from its rate so far, so ask once both have sent something (before its first
+        # chunk a stream's end is unknown, and the answer is the cap, 300 s).
+        for first in begun:
+            assert first.wait(DEADLINE_S), "a stream sent nothing"
         full = wait_for_status(server, "/v1/ids/wiji/stream?count=10", 429)
         if not done.is_set():
             assert full.status_code == 429

@@ -213,11 +213,14 @@ class HistoryGuard:
 
     async def _round(self) -> None:
         backend = self.backend
-        # The record first, the store's facts after: a position only grows, so one read after the record is at or
-        # above every position recorded in it (read the other way round, another node's newer record would look
-        # ahead of this store).
-        record = await backend.read_record(HISTORY_RECORD)
+        # The witness first, then the record, then the store's facts. Every node writes the record before the
+        # witness, and both only rise, so a witness read before the record is at or below the record's generation
+        # (read after it, another node's round in between made this record look older than the witness, or a
+        # record created in between look gone). A position only grows, so one read after the record is at or above
+        # every position recorded in it (read the other way round, another node's newer record would look ahead of
+        # this store).
         witness = await backend.read_witness()
+        record = await backend.read_record(HISTORY_RECORD)
         facts = await backend.history_facts()
         if facts is None:
             self.refusal = None

@@ -156,6 +156,11 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(
         holder.wait("/readyz")
         refuser = replica_on(tmp_path, env)
         refuser.wait("/healthz")
+        # Start-up claims run in the background: the refuser serves hlc-ulid once it holds a publisher ID.
+        deadline = time.monotonic() + 60
+        while not refuser.get("/readyz").json()["schemes"]["hlc-ulid"]["ready"]:
+            assert time.monotonic() < deadline, refuser.log_tail()
+            time.sleep(0.05)
         assert refuser.get("/v1/ids/eight-byte").status_code == 503
         with Client([refuser.url, holder.url]) as client:
             started = time.monotonic()
@@ -166,7 +171,7 @@ def test_a_real_503_moves_on_and_keeps_that_replica_out_for_that_scheme_only(
             refused = [
                 line
                 for line in refuser.get("/metrics").text.splitlines()
-                if line.startswith("idmint_requests_total{") and 'status="503"' in line
+                if line.startswith("idmint_requests_total{") and 'status="503"' in line and "/v1/ids/" in line
             ]
             # the test's own probe, then the client's one ask; then kept out for its Retry-After (1 s here)
             assert sum(float(line.rsplit(" ", 1)[1]) for line in refused) <= 2 + elapsed // 1
