@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from app.bounds import TIME_END_NS
-from app.schemes import _crockford
+from app.schemes import _crockford, eight_byte, hlc_ulid, ksuid, siq, snowflake
 from app.schemes import muid as muid_module
 from app.schemes import typeid as typeid_module
 from app.schemes import ulid as ulid_module
@@ -240,7 +240,7 @@ HEX32_READER = _hex_reader((UUID_HEX_LEN,))
 def _ulid() -> Reading:
     packed = ulid_module.PACKED
     return Reading(
-        "ulid",
+        ulid_module.SCHEME.name,
         packed,
         (_crockford_reader(_crockford.STRICT_ULID), UUID_READER, HEX32_READER),
         (("timestamp_ms", Bits(*_field(packed, "timestamp_ms"))), ("random", Hex(*_field(packed, "randomness")))),
@@ -263,7 +263,7 @@ def _uuidv7() -> Reading:
     )
     urn = _hex_reader(_uuid_groups(), skip=len("urn:uuid:"), prefix="urn:uuid:")
     return Reading(
-        "uuidv7",
+        uuidv7_module.SCHEME.name,
         packed,
         (UUID_READER, HEX32_READER, braced, urn),
         (
@@ -280,7 +280,7 @@ def _ksuid() -> Reading:
     packed = ksuid_codec.PACKED
     alphabet = ksuid_codec.BASE62_ALPHABET
     return Reading(
-        "ksuid",
+        ksuid.SCHEME.name,
         packed,
         (
             Reader(f"^[0-9A-Za-z]{{{ksuid_codec.BASE62_LEN}}}$", alphabet, width=ksuid_codec.BASE62_LEN),
@@ -305,7 +305,7 @@ def _hlc_ulid() -> Reading:
         hlc_codec.RANDOM_HEX_LEN,
     )
     return Reading(
-        "hlc-ulid",
+        hlc_ulid.SCHEME.name,
         packed,
         (_crockford_reader(_crockford.ULID), _hex_reader(groups)),
         tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
@@ -317,7 +317,7 @@ def _hlc_ulid() -> Reading:
 def _wiji() -> Reading:
     packed = wiji_module.PACKED
     return Reading(
-        "wiji",
+        wiji_module.SCHEME.name,
         packed,
         (_crockford_reader(_crockford.WIJI), HEX32_READER, UUID_READER),
         tuple((f.name, Bits(f.shift, f.bits)) for f in packed.fields),
@@ -345,7 +345,7 @@ def _eight_byte() -> Reading:
     )
     signed_digits = len(str(codec.SIGNED_MIN)) - 1
     return Reading(
-        "eight-byte",
+        eight_byte.SCHEME.name,
         packed,
         (
             Reader(f"^[0-9a-f]{{{codec.HEX_LEN}}}$", HEX_DIGITS, fold="lower", width=codec.HEX_LEN),
@@ -382,7 +382,7 @@ def _typeid() -> Reading:
     alphabet = _crockford.ALPHABET.lower()
     suffix = f"[0-{alphabet[dialect.first_char_max]}][{alphabet}]{{{typeid_module.SUFFIX_LEN - 1}}}"
     return Reading(
-        "typeid",
+        typeid_module.SCHEME.name,
         PackedInt("TypeID", [("uuid", 128)]),
         (
             Reader(
@@ -426,7 +426,7 @@ def _siq() -> Reading:
     )
     did_body = f"[a-{codec.DID_FIRST_CHAR_MAX}][a-z2-7]{{{codec.DID_BODY_LEN - 1}}}"
     return Reading(
-        "siq",
+        siq.SCHEME.name,
         packed,
         (
             Reader(
@@ -460,7 +460,7 @@ def _muid() -> Reading:
     timestamp = _field(packed, "timestamp")
     medallion = _field(packed, "medallion")
     return Reading(
-        "muid",
+        muid_module.SCHEME.name,
         packed,
         (
             _hex_reader(groups),
@@ -484,14 +484,16 @@ def _muid() -> Reading:
     )
 
 
-def snowflake_reading(layout: snowflake_codec.Layout, name: str = "snowflake") -> Reading:
+def snowflake_reading(layout: snowflake_codec.Layout, name: str = snowflake.SCHEME.name) -> Reading:
     """The reading of snowflake IDs in ``layout``, made as the functions ``idmint_<name>_*``."""
     widths = {
         snowflake_codec.TIME: layout.time_bits,
         snowflake_codec.WORKER: layout.worker_bits,
         snowflake_codec.SEQUENCE: layout.sequence_bits,
     }
-    packed = PackedInt("snowflake", [(part, widths[part]) for part in layout.order], bits=snowflake_codec.PACKED_BITS)
+    packed = PackedInt(
+        snowflake.SCHEME.name, [(part, widths[part]) for part in layout.order], bits=snowflake_codec.PACKED_BITS
+    )
     hex_len = snowflake_codec.HEX_LEN
     decimal_max = len(str(snowflake_codec.PACKED_MAX))
     return Reading(
