@@ -171,7 +171,9 @@ def test_an_embedded_fleet_reachable_from_other_hosts_with_one_region_warns(
 
 
 def readyz_when(node: Server, scheme: str, words: str, timeout: float = 60.0) -> dict[str, Any]:
-    """``/readyz`` of ``node`` once ``scheme``'s reason holds ``words`` (it must be not ready by then)."""
+    """``/readyz`` of ``node`` once ``scheme``'s reason holds ``words`` (it must be not ready by then). Waits for
+    the node to listen first: one started beside another may not have bound its port yet."""
+    node.wait("/healthz")
     deadline = time.monotonic() + timeout
     while True:
         ready = node.get("/readyz")
