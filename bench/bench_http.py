@@ -34,7 +34,7 @@
 
 Streams (b) cover ``--schemes`` (default: every registered scheme).
 
-Usage: python bench/bench_http.py [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
+Usage: python bench/bench_http.py [--no-pin] [--count 10000000] [--rounds 3] [--seconds 5] [--eight-byte-generators 16]
                                   [--stream-rounds 3] [--snowflake-workers 1] [--baseline DIR] [--http idmint|httptools]
                                   [--skip-streams] [--skip-requests] [--schemes a,b,...]
                                   [--request-schemes a,b,...] [--skip-stock] [--stock-counts 1,1000]
@@ -76,6 +76,11 @@ IDMINT_PROTOCOL = "app.serving:BoundedHttpToolsProtocol"
 """The protocol ``idmint serve`` runs (app.serving.PROTOCOL_IMPORT), which idmint's servers here are served with."""
 IDMINT = ["--factory", "app.main:create_app"]
 """uvicorn's app arguments for idmint."""
+RAW = ["<raw>"]
+"""Stands for bench/raw_server.py (uvloop + httptools, a fixed response in one write: the ceiling) in (a)."""
+SERVER_CPU, CLIENT_CPU = "0", "1"
+"""With ``--pin`` (the default on a machine of two or more CPUs), every server runs on CPU 0 and wrk on CPU 1."""
+PIN = {"on": False}
 
 
 def free_port() -> int:
@@ -114,7 +119,12 @@ def start(
     """Serve ``target`` from ``cwd`` with protocol ``http`` on a free port; returns (process, base URL) once it
     answers."""
     port = free_port()
-    cmd = uvicorn_command(target, port, http)
+    if target == RAW:
+        cmd = [sys.executable, str(ROOT / "bench" / "raw_server.py"), str(port)]
+    else:
+        cmd = uvicorn_command(target, port, http)
+    if PIN["on"]:
+        cmd = ["taskset", "-c", SERVER_CPU, *cmd]
     proc = subprocess.Popen(cmd, cwd=cwd, env={**os.environ, **env, "PYTHONPATH": str(cwd)})
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -138,12 +148,17 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 def wrk(url: str, seconds: int, connections: int) -> float:
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True, check=True
+        [*wrk_prefix(), "-t1", f"-c{connections}", f"-d{seconds}s", url], capture_output=True, text=True, check=True
     ).stdout
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not match or "Non-2xx" in out:
         raise SystemExit(f"wrk output not understood or errors seen:\n{out}")
     return float(match.group(1))
+
+
+def wrk_prefix() -> list[str]:
+    """wrk's command, pinned to CLIENT_CPU with ``--pin``."""
+    return ["taskset", "-c", CLIENT_CPU, "wrk"] if PIN["on"] else ["wrk"]
 
 
 class Round(NamedTuple):
@@ -164,7 +179,7 @@ def wrk_round(url: str, seconds: int, connections: int, pid: int, headers: tuple
     """One wrk round (``--latency``; each ``headers`` entry sent with every request) against server ``pid``."""
     cpu0, _ = sched_ns(pid)
     user0, system0 = cpu_ticks(pid)
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    command = [*wrk_prefix(), "-t1", f"-c{connections}", f"-d{seconds}s", "--latency"]
     for header in headers:
         command += ["-H", header]
     out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout
@@ -290,10 +305,17 @@ def main() -> None:
         help="schemes whose single-ID requests/s are compared with wiji's (default: every other; '' = none)",
     )
     ap.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run every server on CPU 0 and wrk on CPU 1 (default on)",
+    )
+    ap.add_argument(
         "--http", choices=("idmint", "httptools"), default="idmint", help="the protocol idmint's servers run"
     )
     args = ap.parse_args()
     args.protocol = IDMINT_PROTOCOL if args.http == "idmint" else "httptools"
+    PIN["on"] = args.pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
     streamed = [name for name in SCHEMES if name in {"wiji", *args.schemes.split(",")}]
     compared = [name for name in args.request_schemes.split(",") if name]
     for tool in ("wrk", "curl"):
@@ -372,6 +394,7 @@ def single_ids(args: argparse.Namespace, env: dict[str, str]) -> None:
     keyed_env["IDMINT_API_KEYS_FILE"] = str(keys)
     rows: list[tuple[str, list[str], dict[str, str], Path, str, str, tuple[str, ...]]] = [
         ("bare ASGI app", ["bench.bare_app:app"], env, ROOT, "httptools", "/", ()),
+        ("raw server", RAW, env, ROOT, "httptools", "/", ()),
         ("idmint", IDMINT, env, ROOT, args.protocol, "/v1/ids/wiji", ()),
         (
             "idmint + API keys",
@@ -403,17 +426,18 @@ def single_ids(args: argparse.Namespace, env: dict[str, str]) -> None:
     median = [statistics.median(r.rate for r in got) for got in rounds]
     print(
         f"(a) single IDs, {args.rounds} rounds alternating {len(rows)} servers, wrk {args.seconds} s at "
-        f"{args.connections} connections, idmint on {args.protocol}; medians, then every round's requests/s:"
+        f"{args.connections} connections, idmint on {args.protocol}, pinned: {PIN['on']}; medians, then every "
+        "round's requests/s:"
     )
     print(
-        f"    {'server':18s} {'req/s':>9s} {'x bare':>7s} {'x stock':>7s} {'per CPU-s':>9s} {'x bare':>7s} "
-        f"{'user us':>7s} {'sys us':>7s} {'p99 ms':>7s}"
+        f"    {'server':18s} {'req/s':>9s} {'x bare':>7s} {'x raw':>7s} {'x stock':>7s} {'per CPU-s':>9s} "
+        f"{'x bare':>7s} {'user us':>7s} {'sys us':>7s} {'p99 ms':>7s}"
     )
     per_cpu = [statistics.median(r.per_cpu for r in got) for got in rounds]
     for (name, *_), got, rate, cpu in zip(rows, rounds, median, per_cpu):
         print(
-            f"    {name:18s} {rate:9,.0f} {rate / median[0]:7.2f} {rate / median[3]:7.2f} {cpu:9,.0f} "
-            f"{cpu / per_cpu[0]:7.2f} {statistics.median(r.user_us for r in got):7.1f} "
+            f"    {name:18s} {rate:9,.0f} {rate / median[0]:7.2f} {rate / median[1]:7.2f} {rate / median[4]:7.2f} "
+            f"{cpu:9,.0f} {cpu / per_cpu[0]:7.2f} {statistics.median(r.user_us for r in got):7.1f} "
             f"{statistics.median(r.system_us for r in got):7.1f} {statistics.median(r.p99_ms for r in got):7.2f}"
             f"   {[round(r.rate) for r in got]}",
             flush=True,
