@@ -187,6 +187,8 @@ class Server:
                 preexec_fn=limit,
             )
         _RUNNING[self.proc.pid] = self.proc
+        self._listened = False
+        """Whether the server was seen listening (its first answer, or :meth:`until_listening`)."""
 
     # -- what it is --------------------------------------------------------------------------------------------
 
@@ -231,6 +233,7 @@ class Server:
                 raise AssertionError(f"the server exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 last = httpx.get(f"{self.url}{path}", timeout=5.0)
+                self._listened = True
                 if last.status_code == status:
                     return last
             except httpx.TransportError as exc:
@@ -241,6 +244,20 @@ class Server:
                     f"{self.url}{path} did not answer {status} in {timeout:g} s; last: {body}\n{self.log()}"
                 )
             time.sleep(POLL_S)
+
+    def until_listening(self, timeout: float = START_TIMEOUT_S) -> None:
+        """Wait until the server accepts a TCP connection on its port, once: a request sent before it bound its
+        port would be refused (``httpx.ConnectError``), which says nothing of the server. Returns at once when it
+        was seen listening before, or when its process has exited (the request that follows then fails as it
+        should); after ``timeout`` (a guard) the request that follows shows what happened."""
+        deadline = time.monotonic() + timeout
+        while not self._listened and self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=5.0).close()
+            except OSError:
+                time.sleep(POLL_S)
+            else:
+                self._listened = True
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> None:
         """Wait until ``/readyz`` answers 200 and, with more than one worker, every worker logged its startup
@@ -287,7 +304,9 @@ class Server:
     # -- talking to it -----------------------------------------------------------------------------------------
 
     def get(self, path: str, **params: Any) -> httpx.Response:
-        """GET ``path`` once: whatever it answers (a 503 included)."""
+        """GET ``path`` once: whatever it answers (a 503 included). A server not yet seen listening is waited for
+        first (:meth:`until_listening`)."""
+        self.until_listening()
         return httpx.get(f"{self.url}{path}", params=params, timeout=HTTP_TIMEOUT_S)
 
     def get_available(self, path: str, **params: Any) -> httpx.Response:
@@ -314,6 +333,7 @@ class Server:
     def post_json(self, path: str, body: Any) -> Any:
         """POST ``body`` as JSON and return the decoded answer; raises on a status >= 400 (a 503 + Retry-After is
         asked again first: :func:`until_available`)."""
+        self.until_listening()
         response = until_available(
             lambda: httpx.post(
                 f"{self.url}{path}",
