@@ -23,6 +23,7 @@ import pytest
 from tests.support.etcd import EtcdServer, _two_free_ports
 from tests.support.postgres import PASSWORD, PASSWORD_ROLE, PostgresServer, start_postgres
 from tests.support.server import Server, free_port
+from tests.support.storage import MARGIN_S, TTL_S
 
 pytestmark = pytest.mark.integration  # real idmint serve, PostgreSQL, etcd
 
@@ -38,6 +39,9 @@ PG_REASONS = {
     "blackhole": ("in time", "timeout"),
 }
 ETCD_REASONS = {"closed port": ("unreachable",), "blackhole": ("unreachable", "in time")}
+SHORT_LEASE = {"IDMINT_LEASE_TTL": str(TTL_S), "IDMINT_LEASE_SAFETY_MARGIN": str(MARGIN_S)}
+"""A short lease for nodes on PostgreSQL that must become ready: the identity rows a node creates on a fresh store
+are claimable one lease TTL later (the lost-row rule), a wait that is not what these tests check."""
 
 
 @contextlib.contextmanager
@@ -148,7 +152,8 @@ def test_a_node_whose_etcd_does_not_answer_listens_at_once_and_stops_on_sigterm(
 def test_a_node_started_before_its_postgres_is_ready_once_it_starts_on_that_port(tmp_path: Path) -> None:
     port = free_port()
     server = Server(
-        tmp_path, {"IDMINT_POSTGRES_URL": f"postgresql://{PASSWORD_ROLE}:{PASSWORD}@127.0.0.1:{port}/postgres"}
+        tmp_path,
+        {"IDMINT_POSTGRES_URL": f"postgresql://{PASSWORD_ROLE}:{PASSWORD}@127.0.0.1:{port}/postgres", **SHORT_LEASE},
     )
     database: PostgresServer | None = None
     try:
@@ -167,7 +172,8 @@ def test_a_node_refused_for_its_password_is_ready_once_the_role_takes_it(
     tmp_path: Path, postgres_server: PostgresServer, postgres_db: str
 ) -> None:
     dbname = postgres_db.rsplit("/", 1)[1]
-    server = Server(tmp_path, {"IDMINT_POSTGRES_URL": postgres_server.url(dbname, PASSWORD_ROLE, "new-" + PASSWORD)})
+    url = postgres_server.url(dbname, PASSWORD_ROLE, "new-" + PASSWORD)
+    server = Server(tmp_path, {"IDMINT_POSTGRES_URL": url, **SHORT_LEASE})
     try:
         check_starting(server, PG_REASONS["wrong password"])
         postgres_server.execute(f"ALTER ROLE {PASSWORD_ROLE} PASSWORD 'new-{PASSWORD}'")
@@ -182,7 +188,7 @@ def test_a_node_whose_postgres_accepts_and_never_answers_is_ready_once_it_answer
     tmp_path: Path, postgres_server: PostgresServer, postgres_db: str
 ) -> None:
     postgres_server.pause()  # SIGSTOP: the kernel accepts connections, nothing answers
-    server = Server(tmp_path, {"IDMINT_POSTGRES_URL": postgres_db})
+    server = Server(tmp_path, {"IDMINT_POSTGRES_URL": postgres_db, **SHORT_LEASE})
     try:
         check_starting(server, PG_REASONS["blackhole"])
         postgres_server.resume()
