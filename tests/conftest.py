@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.support.mariadb",
     "tests.support.storage",
     "tests.support.order",
+    "tests.support.bytecode",
 ]
 
 
