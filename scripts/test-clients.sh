@@ -5,8 +5,9 @@
 # conformance cases it passed; `go: own checks failed` when its own checks failed); exits non-zero when anything
 # failed. The clients named run their cases against one set of servers, started once.
 #   - python:      the client's unit and integration tests are tests/client (run by scripts/test.sh)
-#   - typescript:  npm ci (dev dependencies pinned by clients/typescript/package-lock.json; once), tsc, biome lint,
-#                  Node's test runner
+#   - typescript:  npm ci (dev dependencies pinned by clients/typescript/package-lock.json; once), tsc (the build
+#                  type-checks tsconfig.test.json, what `npm run lint` checks again without emitting: here only its
+#                  biome half runs), biome lint, Node's test runner
 #   - go:          go vet, go test (Debian's golang-go, Go 1.19; standard library only: nothing is downloaded)
 # Needs ./.venv as scripts/test.sh makes it, node and npm, and go (.ci/install-debian-packages.sh installs them).
 set -euo pipefail
@@ -32,7 +33,7 @@ for client in "${clients[@]}"; do
                 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
                     npm ci --no-audit --no-fund --loglevel=error
                 fi &&
-                npm run --silent build && npm run --silent lint && npm test
+                npm run --silent build && npm run --silent lint:biome && npm test
             ;;
         go)
             cd clients/go && go vet ./... && go test -count=1 ./...
