@@ -161,13 +161,13 @@ def test_a_node_under_a_low_open_file_limit_refuses_connections_before_its_own_f
                 waiting.register(sock, selectors.EVENT_READ)
             while answered := waiting.select(QUIET_S):
                 for key, _ in answered:
-                    sock = key.fileobj
-                    assert isinstance(sock, socket.socket)
-                    waiting.unregister(sock)
-                    sock.settimeout(DEADLINE_S)
-                    status, detail = status_and_detail(sock.recv(65536))
+                    answering = key.fileobj
+                    assert isinstance(answering, socket.socket)
+                    waiting.unregister(answering)
+                    answering.settimeout(DEADLINE_S)
+                    status, detail = status_and_detail(answering.recv(65536))
                     assert status == 503 and "IDMINT_FD_RESERVE" in detail, detail
-                    refused.append(sock)
+                    refused.append(answering)
         held = [sock for sock in socks if sock not in refused]
         assert refused and held, (len(refused), len(held))
         print(f"{len(held)} connections held, {len(refused)} refused under RLIMIT_NOFILE={OPEN_FILES}")
