@@ -18,7 +18,9 @@ the run): ``format=public`` and ``/v1/public`` work there, and are a 422 naming 
 
 Each case gets fresh fault proxies (:mod:`proxy`) in front of them. The runner of a client is a program reading one
 JSON command a line on stdin and writing one JSON result a line on stdout (README.md beside this file); it runs
-for the whole suite, and each case starts with its own client. Every case also checks, whatever its steps say:
+for the whole suite, and each case starts with its own client. The clients named run side by side (a thread each,
+one set of servers): a case that kills a server runs alone, the others together. Every case also checks, whatever
+its steps say:
 every ID handed out matches its scheme's token pattern (from the server's ``/v1/schemes``), and no ID (nor
 sequence integer) is handed out twice within the case. Exit status: 0 when every case passed for every client.
 """
@@ -26,6 +28,8 @@ sequence integer) is handed out twice within the case. Exit status: 0 when every
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +90,9 @@ or the sentinel errors.Is matches). A runner reports the class it caught; the ca
 NO_PUBLIC_KEYS = ("overlapping",)
 """Servers started without a public-ID key file."""
 
+AFTER_GUARD_S = 1800.0
+"""A guard against a ``--after`` file never written, not a time budget."""
+
 ETCD_REPLICAS = ("etcd-a", "etcd-b")
 ETCD_LEASE_TTL_S = "3"
 
@@ -124,6 +132,8 @@ class Servers:
         self.canonical: dict[str, str] = {}
         self.public_keys = workdir / "public-keys.toml"
         self.public_keys.write_text(f'[[key]]\nid = 1\nsecret = "{secrets.token_hex(32)}"\n')
+        self.starting = threading.Lock()
+        """Held while servers are started or replaced (the clients' threads share them)."""
 
     def env(self, name: str) -> dict[str, str]:
         keys = {} if name in NO_PUBLIC_KEYS else {"IDMINT_PUBLIC_ID_KEYS_FILE": str(self.public_keys)}
@@ -145,6 +155,10 @@ class Servers:
 
     def ensure(self, names: list[str]) -> None:
         """Start every server of ``names`` that is not running (a killed one is replaced), then wait for all."""
+        with self.starting:
+            self._ensure(names)
+
+    def _ensure(self, names: list[str]) -> None:
         started = []
         for name in names:
             server = self.running.get(name)
@@ -530,6 +544,46 @@ def driver_check(run: Run, step: dict[str, Any]) -> None:
         raise CaseFailed(f"unknown check {what!r}")
 
 
+class CaseGate:
+    """Lets the cases of several clients run together, except a case that kills a server (:func:`kills`): that one
+    runs alone, once the cases running have ended (and no new one starts while it waits)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._running = 0
+        self._alone = False
+        self._waiting_alone = 0
+
+    @contextlib.contextmanager
+    def enter(self, alone: bool) -> Iterator[None]:
+        with self._changed:
+            if alone:
+                self._waiting_alone += 1
+                self._changed.wait_for(lambda: not self._alone and self._running == 0)
+                self._waiting_alone -= 1
+                self._alone = True
+            else:
+                self._changed.wait_for(lambda: not self._alone and self._waiting_alone == 0)
+                self._running += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                if alone:
+                    self._alone = False
+                else:
+                    self._running -= 1
+                self._changed.notify_all()
+
+
+def kills(case: Case) -> bool:
+    """Whether ``case`` kills a server (a ``kill`` action, or a proxy in mode ``kill``): other cases on that server
+    would see it go."""
+    modes = [spec.get("mode") for spec in case.proxies.values()]
+    modes += [step.get("mode") for step in case.steps if step.get("do") == "mode"]
+    return "kill" in modes or any(step.get("do") == "kill" for step in case.steps)
+
+
 # -- main ----------------------------------------------------------------------------------------------------
 
 
@@ -542,21 +596,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--built", action="append", default=[], help="this client's runner is built already (repeatable)"
     )
+    parser.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="CLIENT=FILE",
+        help="start this client's cases once FILE holds `ok` (its own checks passed, run beside the other clients' "
+        "cases); anything else there leaves the client out (repeatable)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every case as it passes")
     args = parser.parse_args(argv)
     clients = args.client or ["python", "typescript", "go"]
     cases = load_cases(args.case)
     commands = runner_commands()
-    if not args.no_build:
-        for client in clients:
-            if client not in args.built:
-                prepare(client, commands[client])
+    after = dict(spec.split("=", 1) for spec in args.after)
+    built = set(clients) if args.no_build else set(args.built)
+
+    def run(client: str) -> dict[str, Any] | None:
+        if client in after and not checks_passed(Path(after[client])):
+            return None
+        if client not in built:
+            prepare(client, commands[client])
+        return run_client(client, commands[client], cases, servers, gate, args.verbose)
+
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="idmint-conformance-") as workdir:
         servers = Servers(Path(workdir))
+        gate = CaseGate()
         try:
-            for client in clients:
-                results[client] = run_client(client, commands[client], cases, servers, args.verbose)
+            with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
+                runs = {client: pool.submit(run, client) for client in clients}
+                results = {client: result for client, done in runs.items() if (result := done.result()) is not None}
         finally:
             servers.stop()
     for client, outcome in results.items():
@@ -566,7 +636,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["failed"] == 0 for r in results.values()) else 1
 
 
-def run_client(client: str, command: list[str], cases: list[Case], servers: Servers, verbose: bool) -> dict[str, Any]:
+def checks_passed(path: Path) -> bool:
+    """Wait for ``path`` to hold a line (its client's own checks ended: ``--after``); whether that line is ``ok``."""
+    deadline = time.monotonic() + AFTER_GUARD_S
+    while not (text := path.read_text() if path.exists() else "").endswith("\n"):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{path} was not written in {AFTER_GUARD_S:g} s")
+        time.sleep(0.2)
+    return text.strip() == "ok"
+
+
+def run_client(
+    client: str, command: list[str], cases: list[Case], servers: Servers, gate: CaseGate, verbose: bool
+) -> dict[str, Any]:
     runner = Runner(command)
     passed, failures = 0, {}
     try:
@@ -574,7 +656,8 @@ def run_client(client: str, command: list[str], cases: list[Case], servers: Serv
             token = f"{client[:2]}{index}-{secrets.token_hex(2)}"
             started = time.monotonic()
             try:
-                run_case(case, client, runner, servers, token)
+                with gate.enter(alone=kills(case)):
+                    run_case(case, client, runner, servers, token)
             except CaseFailed as exc:
                 failures[case.name] = str(exc)
                 print(f"{client}: FAILED {case.name} ({case.file}): {exc}", flush=True)
