@@ -2,10 +2,10 @@
 
 Every ``idmint serve``, ``idmint`` command, client runner and driver the suite starts imports ``app`` (or the
 Python client) afresh. Under ``PYTHONDONTWRITEBYTECODE`` (or a read-only ``__pycache__``) Python never writes the
-``.pyc`` files of these editable packages, so each such process compiled about 130 modules from source again (a
-fifth of ``import app.main``). :func:`compile_sources` writes them once at the start of a run (on the controller
-under pytest-xdist, before the workers start); a source edited later is compiled in memory again, as before, until
-the next run. Installed packages are compiled by pip at install time.
+``.pyc`` files of these editable packages, so each such process compiled app's 130-odd modules from source again.
+:func:`compile_sources` writes them once at the start of a run (on the controller under pytest-xdist, before the
+workers start); a source edited later is compiled in memory again, as before, until the next run. Installed
+packages are compiled by pip at install time.
 """
 
 from __future__ import annotations
