@@ -38,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.postgres.sql import SCHEMA_VERSION, Statements
+from app.storage.tables.db import Fetch
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -138,6 +139,9 @@ class Database:
     def __init__(self, settings: Settings, size: int | None = None, name: str = "idmint") -> None:
         if settings.postgres_url is None:
             raise ConfigError("the PostgreSQL backend needs IDMINT_POSTGRES_URL")
+        self.store = "postgres"
+        self.title = "PostgreSQL"
+        self.log = log
         self._url = settings.postgres_url.get_secret_value()
         self.where, self._secret = describe(self._url)
         self.schema = settings.postgres_schema
@@ -232,22 +236,25 @@ class Database:
     async def transaction(
         self,
         doing: str,
-        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        work: Callable[[Fetch], Awaitable[T]],
         limit: float | None = None,
     ) -> T:
-        """Run ``work(connection)`` inside one READ COMMITTED transaction (whatever the server's
-        default_transaction_isolation; committed when it returns, rolled back when it raises) and return what it
-        returned: each statement of ``work`` sees every transaction committed before it began. Bounded as
-        :meth:`run` is, by ``limit`` seconds for the whole transaction: past it the connection is cut (the
-        server rolls the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is
-        lost leaves it unknown whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's
-        mapped as :meth:`run` maps them)."""
+        """Run ``work(fetch)`` (``await fetch(statement, params)``: its rows) inside one READ COMMITTED transaction
+        (whatever the server's default_transaction_isolation; committed when it returns, rolled back when it raises) and
+        return what it returned: each statement of ``work`` sees every transaction committed before it began. Bounded as
+        :meth:`run` is, by ``limit`` seconds for the whole transaction: past it the connection is cut (the server rolls
+        the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is lost leaves it unknown
+        whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's mapped as :meth:`run` maps
+        them)."""
         if not self._ready:
             await self.ready()
 
         async def transact(conn: psycopg.AsyncConnection[Any]) -> T:
+            async def fetch_here(query: str, params: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
+                return await fetch(conn, query, params)
+
             async with conn.transaction():
-                return await work(conn)
+                return await work(fetch_here)
 
         result: T = await self._bounded(doing, limit, transact)
         return result

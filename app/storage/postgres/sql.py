@@ -304,7 +304,9 @@ class Statements:
             WHERE updated_at >= %(since)s ORDER BY updated_at LIMIT %(limit)s"""
         self.ledger_read_all = f"SELECT record, body, updated_at FROM {s}.ledger ORDER BY updated_at LIMIT %(limit)s"
         self.ledger_compact = f"""
-            DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1"""
+            WITH gone AS (
+                DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1
+            ) SELECT count(*) FROM gone"""
 
         # -- sequences -------------------------------------------------------------------------------------------
         # One update (app.storage.postgres.sequences): the name's lock for the transaction, then a snapshot of its
