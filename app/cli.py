@@ -519,12 +519,32 @@ def storage() -> None:
 
 
 @storage.command("sql")
-@click.option("--schema", help="The schema the tables go in (default: IDMINT_POSTGRES_SCHEMA, else idmint).")
-def storage_sql(schema: str | None) -> None:
-    """Print the SQL that creates the PostgreSQL backend's tables (idempotent: IF NOT EXISTS), for review; idmint
-    runs the same at start when they are absent, so a database user without CREATE rights needs it applied first."""
-    from app.storage import postgres_ddl
+@click.option(
+    "--schema",
+    help="The schema the tables go in (default: IDMINT_POSTGRES_SCHEMA, else idmint); with --dialect mysql, the "
+    "database (default: IDMINT_MYSQL_URL's, else idmint).",
+)
+@click.option(
+    "--dialect",
+    type=click.Choice(["postgresql", "mysql"]),
+    default="postgresql",
+    show_default=True,
+    help="The backend: PostgreSQL, or MySQL/MariaDB.",
+)
+def storage_sql(schema: str | None, dialect: str) -> None:
+    """Print the SQL that creates the PostgreSQL (or, with --dialect mysql, the MySQL/MariaDB) backend's tables
+    (idempotent: IF NOT EXISTS), for review; idmint runs the same at start when they are absent, so a database user
+    without CREATE rights needs it applied first."""
+    from app.storage import mysql_ddl, postgres_ddl
 
+    if dialect == "mysql":
+        if schema is None:
+            from app.storage.mysql.client import describe
+
+            url = _settings().mysql_url
+            schema = describe(url.get_secret_value())[0]["db"] if url is not None else "idmint"
+        click.echo(mysql_ddl(schema), nl=False)
+        return
     settings = _settings(postgres_schema=schema)
     click.echo(postgres_ddl(settings.postgres_schema), nl=False)
 

@@ -255,16 +255,16 @@ class CoreSettings(BaseSettings):
         description="MySQL or MariaDB URL, mysql://user:password@host:port/database; set = the MySQL backend (its "
         "tables are created in that database at start when absent). Never shown unredacted.",
     )
+    mysql_connect_timeout: float = Field(3.0, gt=0, le=60, description="Seconds to open a MySQL connection.")
+    mysql_statement_timeout: float = Field(
+        2.0, gt=0, le=60, description="Seconds one MySQL statement may take (server and client side)."
+    )
     mysql_pool_size: int = Field(
         1,
         ge=1,
         le=100,
         description="Connections each process keeps to MySQL for sequences and the ledger (1..100), beside the "
         "lease's own one.",
-    )
-    mysql_connect_timeout: float = Field(3.0, gt=0, le=60, description="Seconds to open a MySQL connection.")
-    mysql_statement_timeout: float = Field(
-        2.0, gt=0, le=60, description="Seconds one MySQL statement may take (server and client side)."
     )
 
     storage_accept_timeline_change: bool = Field(

@@ -24,7 +24,7 @@ from app.metrics import Metrics
 from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Storage
-from app.storage.mysql.backend import MysqlBackend
+from app.storage.mysql.backend import mysql_backend
 from app.storage.mysql.client import LEASE_POOL_SIZE, Database
 from app.storage.tables.ledger import TableLedgerStore
 from app.storage.tables.opening import owner_record, table_storage
@@ -40,6 +40,6 @@ def open_mysql(settings: Settings, metrics: Metrics | None, clock: Clock) -> Sto
     raising for an unreachable or refusing server. Raises ConfigError for a URL that is not ``mysql://...``."""
     db = Database(settings)
     lease_db = Database(settings, size=LEASE_POOL_SIZE)
-    backend = MysqlBackend(settings, lease_db, metrics, owner=owner_record())
+    backend = mysql_backend(settings, lease_db, metrics, owner_record())
     stores = (TableLedgerStore(db, clock), TableSequenceStore(db, settings.max_sequences))
     return table_storage(backend, lease_db, db, *stores)

@@ -3,8 +3,6 @@ history facts (see :mod:`app.storage.mysql`)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from app.metrics import Metrics
@@ -12,22 +10,16 @@ from app.settings import Settings
 from app.storage.mysql.client import Database
 from app.storage.mysql.history import HistoryFacts
 from app.storage.tables.backend import TableBackend
-from app.storage.tables.claim import TableClaim as MysqlClaim
 
-__all__ = ["MysqlBackend", "MysqlClaim"]
+__all__ = ["mysql_backend"]
 
 
-class MysqlBackend(TableBackend):
-    """MySQL/MariaDB leases for node identities; ``db`` is the lease's own pool."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        db: Database,
-        metrics: Metrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        owner: dict[str, Any] | None = None,
-    ) -> None:
-        facts = HistoryFacts(db).read
-        sizes = (settings.mysql_pool_size, settings.mysql_connect_timeout)
-        super().__init__(settings, db, facts, *sizes, metrics, clock, owner)
+def mysql_backend(
+    settings: Settings, db: Database, metrics: Metrics | None = None, owner: dict[str, Any] | None = None
+) -> TableBackend:
+    """MySQL/MariaDB leases for node identities: ``db`` is the lease's own pool (no sequence traffic on it);
+    ``owner``: this process, as written in its lease row. Start it with ``await backend.start()``."""
+    facts = HistoryFacts(db).read
+    return TableBackend(
+        settings, db, facts, settings.mysql_pool_size, settings.mysql_connect_timeout, metrics, owner=owner
+    )

@@ -38,7 +38,7 @@ from pymysql.constants import CLIENT
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.mysql.sql import SCHEMA_VERSION, Each, Lock, Script, Statement, Statements
-from app.storage.tables.db import Fetch
+from app.storage.tables.db import Fetch, SchemaGate
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -150,8 +150,7 @@ class Database:
         """Seconds one statement may take, as the client sees it (a connection's wait and opening included)."""
         self._idle: list[aiomysql.Connection] = []
         self._slots: asyncio.Semaphore | None = None
-        self._ready = False
-        self._ready_lock: asyncio.Lock | None = None
+        self._gate = SchemaGate(SCHEMA_VERSION, f"MySQL database {self.schema}", log)
         self._closed = False
         self.mariadb: bool | None = None
         """Whether the server is MariaDB (its statement limit differs); None before the first connection."""
@@ -228,7 +227,7 @@ class Database:
         and return its rows (see :mod:`app.storage.tables.db`). Bounded by ``limit`` seconds (default
         :attr:`limit`) for the connection and the answer together. Raises the mapped NotReadyError naming
         ``doing``."""
-        if not self._ready:
+        if not self._gate.done:
             await self.ready()
         if isinstance(query, str):
             rows: list[tuple[Any, ...]] = await self._bounded(doing, limit, lambda conn: _fetch(conn, query, params))
@@ -244,7 +243,7 @@ class Database:
         connection is cut (the server rolls the transaction back) and BackendUnavailableError is raised; an answer
         to COMMIT that is lost leaves it unknown whether it applied. Raises what ``work`` raises (an IdmintError as
         is; PyMySQL's mapped as :meth:`run` maps them)."""
-        if not self._ready:
+        if not self._gate.done:
             await self.ready()
         result: T = await self._bounded(doing, limit, lambda conn: _transact(conn, work))
         return result
@@ -285,23 +284,10 @@ class Database:
         """Make sure the tables exist at :data:`~app.storage.mysql.sql.SCHEMA_VERSION` (creating them when absent,
         under ``GET_LOCK``). Raises BackendUnavailableError when MySQL cannot be used, or its tables are newer than
         this idmint."""
-        if self._ready:
-            return
-        if self._ready_lock is None:
-            self._ready_lock = asyncio.Lock()
-        async with self._ready_lock:
-            if self._ready:
-                return
-            version = await self._bounded("reading the schema version", None, self._version)
-            if version is None or version < SCHEMA_VERSION:
-                await self._bounded("creating the tables", 2 * self.limit + self.connect_timeout, self._create)
-                log.info("mysql: tables of database %s created or brought to version %d", self.schema, SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise BackendUnavailableError(
-                    f"MySQL database {self.schema} holds idmint tables at version {version}, newer than this "
-                    f"idmint's {SCHEMA_VERSION}: run the idmint that set it up, or another database"
-                )
-            self._ready = True
+        await self._gate.ensure(
+            lambda: self._bounded("reading the schema version", None, self._version),
+            lambda: self._bounded("creating the tables", 2 * self.limit + self.connect_timeout, self._create),
+        )
 
     async def _version(self, conn: aiomysql.Connection) -> int | None:
         try:
@@ -324,6 +310,14 @@ class Database:
             await _fetch(conn, self.sql.ddl_unlock, {"name": name})
 
 
+class Cursor(aiomysql.Cursor):  # type: ignore[misc]
+    """aiomysql's cursor without its ``SHOW WARNINGS`` round trip after a statement with warnings: the warnings
+    of these statements are expected (``INSERT IGNORE`` of a row that exists) and carry no error."""
+
+    async def _show_warnings(self, conn: Any) -> None:
+        return None
+
+
 def _drop(conn: aiomysql.Connection) -> None:
     """Close ``conn`` at once (its transport aborted: nothing waits on a server that may not answer)."""
     writer = getattr(conn, "_writer", None)
@@ -344,33 +338,47 @@ async def _abandon(task: asyncio.Task[Any], conn: aiomysql.Connection) -> None:
     await asyncio.gather(task, return_exceptions=True)  # its error (the statement we gave up) is ours to drop
 
 
-def _params(params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``params`` for PyMySQL: a list becomes ``(a, b)`` for ``IN %(name)s``; an empty one ``(NULL)`` (no match)."""
+def _expand(query: str, params: Mapping[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+    """``query`` and ``params`` for PyMySQL, which binds scalars only: a list parameter ``%(name)s`` (``IN
+    %(name)s``) becomes ``(%(name_0)s, %(name_1)s, ...)``, each element bound; an empty list ``(NULL)`` (no
+    match)."""
     if params is None:
-        return None
-    return {k: (tuple(v) or (None,)) if isinstance(v, list) else v for k, v in params.items()}
+        return query, None
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if not isinstance(value, list):
+            out[key] = value
+            continue
+        names = [f"{key}_{i}" for i in range(len(value))]
+        out.update(zip(names, value, strict=True))
+        query = query.replace(f"%({key})s", "(" + (", ".join(f"%({n})s" for n in names) or "NULL") + ")")
+    return query, out
+
+
+async def _execute(cur: Any, query: str, params: Mapping[str, Any] | None) -> None:
+    await cur.execute(*_expand(query, params))
 
 
 async def _fetch(conn: aiomysql.Connection, query: Statement, params: Mapping[str, Any] | None) -> list[Any]:
     """Run one statement on ``conn``: its rows; for a write, ``[(matched rows,)]``, or ``[]`` for none."""
-    async with conn.cursor() as cur:
+    async with conn.cursor(Cursor) as cur:
         if isinstance(query, Script):
             for step in query.steps[:-1]:
-                await cur.execute(step, _params(params))
+                await _execute(cur, step, params)
                 if cur.rowcount <= 0:
                     return []
             query = query.steps[-1]
         elif isinstance(query, Each):
             given = dict(params or {})
             for values in zip(*(given[name] for name in query.over), strict=True):
-                await cur.execute(query.sql, _params({**given, **dict(zip(query.over, values, strict=True))}))
+                await _execute(cur, query.sql, {**given, **dict(zip(query.over, values, strict=True))})
             return []
         elif isinstance(query, Lock):
-            await cur.execute(query.select, _params(params))
+            await _execute(cur, query.select, params)
             if not await cur.fetchall():
-                await cur.execute(query.create, _params(params))
+                await _execute(cur, query.create, params)
             return []
-        await cur.execute(query, _params(params))
+        await _execute(cur, query, params)
         if cur.description is None:
             return [(cur.rowcount,)] if cur.rowcount > 0 else []
         return list(await cur.fetchall())

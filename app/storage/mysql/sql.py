@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.storage.tables.db import TABLE_PRIVILEGES as COMMON_PRIVILEGES
+from app.storage.tables.db import PortableStatements
+
 SCHEMA_VERSION = 1
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
 
@@ -111,19 +114,9 @@ CREATE TABLE IF NOT EXISTS {{s}}.sequence_events (
 INSERT IGNORE INTO {{s}}.schema_version (version, applied_at) VALUES ({{version}}, {NOW});
 """
 
-TABLE_PRIVILEGES = {
-    "schema_version": "SELECT",
-    "meta": "SELECT, INSERT",
-    "leases": "SELECT, INSERT, UPDATE, DELETE",
-    "claims": "SELECT, INSERT, UPDATE",
-    "registrations": "SELECT, INSERT, UPDATE",
-    "records": "SELECT, INSERT, UPDATE",
-    "ledger": "SELECT, INSERT, UPDATE, DELETE",
-    "sequence_locks": "SELECT, INSERT, UPDATE",
-    "sequence_documents": "SELECT, INSERT, UPDATE, DELETE",
-    "sequence_events": "SELECT, INSERT, DELETE",
-}
-"""Table -> the privileges :class:`Statements` need on it (a replica writes no DDL and no schema-version row)."""
+TABLE_PRIVILEGES = {**COMMON_PRIVILEGES, "sequence_locks": "SELECT, INSERT, UPDATE"}
+"""Table -> the privileges :class:`Statements` need on it: the table backends' own
+(:data:`~app.storage.tables.db.TABLE_PRIVILEGES`) and ``sequence_locks``'."""
 GRANTEE = "'idmint'@'%'"
 """The account named in the grants ``idmint storage sql --dialect mysql`` prints (the user of ``IDMINT_MYSQL_URL``:
 put yours)."""
@@ -191,11 +184,12 @@ class Lock:
 Statement = str | Script | Each | Lock
 
 
-class Statements:
+class Statements(PortableStatements):
     """The statements of one database, formatted once. Every time compared is the database's."""
 
     def __init__(self, database: str) -> None:
         s = quoted(database)
+        super().__init__(s)
         self.schema = database
         self.version = f"SELECT max(version) FROM {s}.schema_version"
         self.ddl = ddl(database)
@@ -218,7 +212,6 @@ class Statements:
                     WHERE l.lease_id = %(lease)s""",
             )
         )
-        self.end_lease = f"DELETE FROM {s}.leases WHERE lease_id = %(lease)s"
         self.lease_left = f"""
             SELECT TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000000.0 FROM {s}.leases
             WHERE lease_id = %(lease)s"""
@@ -272,9 +265,6 @@ class Statements:
             UPDATE {s}.claims SET high_water_mark = GREATEST(%(mark)s, %(floor)s), lease_id = NULL
             WHERE {held_by_us}"""
         self.free = f"UPDATE {s}.claims SET lease_id = NULL WHERE {held_by_us}"
-        self.row_of = f"""
-            SELECT lease_id, generation, revoked_until IS NOT NULL FROM {s}.claims
-            WHERE pool_key = %(pool)s AND identity = %(identity)s"""
         self.count_held = f"""
             SELECT count(*) FROM {s}.claims c JOIN {s}.leases l ON l.lease_id = c.lease_id
             WHERE c.pool_key = %(pool)s AND c.identity BETWEEN %(low)s AND %(high)s AND l.expires_at > {NOW}
@@ -290,20 +280,12 @@ class Statements:
         self.revoke_mark = f"""
             UPDATE {s}.claims SET revoked_by = %(by)s, revoked_until = {NOW} + INTERVAL %(ttl)s SECOND
             WHERE {held_by_us}"""
-        self.revoke_free = f"""
-            UPDATE {s}.claims SET lease_id = NULL, revoked_until = NULL
-            WHERE pool_key = %(pool)s AND identity = %(identity)s AND generation = %(generation)s
-              AND revoked_until IS NOT NULL"""
-        self.open_records = f"""
-            SELECT record FROM {s}.ledger
-            WHERE scheme = %(scheme)s AND identity = %(identity)s AND lease = %(lease)s AND ended_at_ns IS NULL"""
         self.ended_records = f"""
             SELECT count(*) FROM {s}.ledger WHERE record IN %(records)s AND ended_at_ns IS NOT NULL"""
 
         # -- the fleet -------------------------------------------------------------------------------------------
         self.meta_put = f"INSERT IGNORE INTO {s}.meta (`key`, value) VALUES (%(key)s, %(value)s)"
         self.meta_get = f"SELECT value FROM {s}.meta WHERE `key` = %(key)s"
-        self.record_get = f"SELECT value FROM {s}.records WHERE name = %(name)s"
         self.record_create = f"""
             INSERT IGNORE INTO {s}.records (name, value, updated_at) VALUES (%(name)s, %(value)s, {NOW})"""
         self.record_swap = f"""
@@ -320,10 +302,6 @@ class Statements:
             VALUES (%(record)s, %(scheme)s, %(identity)s, %(lease)s, %(ended_at_ns)s, %(body)s, {NOW})
             ON DUPLICATE KEY UPDATE lease = VALUES(lease), ended_at_ns = VALUES(ended_at_ns), body = VALUES(body),
                 updated_at = VALUES(updated_at)"""
-        self.ledger_read = f"""
-            SELECT record, body, updated_at FROM {s}.ledger
-            WHERE updated_at >= %(since)s ORDER BY updated_at LIMIT %(limit)s"""
-        self.ledger_read_all = f"SELECT record, body, updated_at FROM {s}.ledger ORDER BY updated_at LIMIT %(limit)s"
         self.ledger_compact = f"DELETE FROM {s}.ledger WHERE record IN %(records)s AND ended_at_ns < %(before)s"
 
         # -- sequences -------------------------------------------------------------------------------------------
@@ -347,7 +325,6 @@ class Statements:
                 VALUES (%(name)s, %(ids)s, %(periods)s, %(bodies)s)""",
             ("ids", "periods", "bodies"),
         )
-        self.seq_get = f"SELECT value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = 'record'"
         self.seq_list = f"""
             SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record' ORDER BY name LIMIT %(limit)s"""
         self.seq_audit = f"""

@@ -38,7 +38,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.postgres.sql import SCHEMA_VERSION, Statements
-from app.storage.tables.db import Fetch
+from app.storage.tables.db import Fetch, SchemaGate
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -156,8 +156,7 @@ class Database:
         self.connect_error: psycopg.Error | None = None
         """Why the pool's last connection attempt failed (None once one succeeds): what a statement that got no
         connection reports (the pool itself only says it gave none in time)."""
-        self._ready = False
-        self._ready_lock: asyncio.Lock | None = None
+        self._gate = SchemaGate(SCHEMA_VERSION, f"PostgreSQL schema {self.schema}", log)
         self._closed = False
 
     # -- the pool --------------------------------------------------------------------------------------------
@@ -229,7 +228,7 @@ class Database:
         """Run one statement (its own transaction) and return its rows ([] for none). Bounded by ``limit`` seconds
         (default :attr:`limit`) for the connection and the answer together. Raises the mapped NotReadyError
         (BackendUnavailableError: unreachable, refused, timed out) naming ``doing``."""
-        if not self._ready:
+        if not self._gate.done:
             await self.ready()
         return await self._run(doing, query, params, limit)
 
@@ -246,7 +245,7 @@ class Database:
         the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is lost leaves it unknown
         whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's mapped as :meth:`run` maps
         them)."""
-        if not self._ready:
+        if not self._gate.done:
             await self.ready()
 
         async def transact(conn: psycopg.AsyncConnection[Any]) -> T:
@@ -308,23 +307,10 @@ class Database:
         """Make sure the tables exist at :data:`~app.storage.postgres.sql.SCHEMA_VERSION` (creating them when
         absent). Raises BackendUnavailableError when PostgreSQL cannot be used, or its tables are newer than
         this idmint (set up by a newer version)."""
-        if self._ready:
-            return
-        if self._ready_lock is None:
-            self._ready_lock = asyncio.Lock()
-        async with self._ready_lock:
-            if self._ready:
-                return
-            version = await self._bounded("reading the schema version", None, self._version)
-            if version is None or version < SCHEMA_VERSION:
-                await self._bounded("creating the tables", None, self._create)
-                log.info("postgres: tables of schema %s created or brought to version %d", self.schema, SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise BackendUnavailableError(
-                    f"PostgreSQL schema {self.schema} is at version {version}, newer than this idmint's "
-                    f"{SCHEMA_VERSION}: run the idmint that set it up, or another schema (IDMINT_POSTGRES_SCHEMA)"
-                )
-            self._ready = True
+        await self._gate.ensure(
+            lambda: self._bounded("reading the schema version", None, self._version),
+            lambda: self._bounded("creating the tables", None, self._create),
+        )
 
     async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """The tables' version; None when they are absent (no schema, no table)."""
