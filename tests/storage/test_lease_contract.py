@@ -143,3 +143,15 @@ async def test_fleet_records_are_created_once_and_replaced_only_by_compare_and_s
     assert await two.swap_record("contract", {"layout": "a"}, {"layout": "c"})
     assert await one.read_record("contract") == {"layout": "c"}
     assert await one.fleet_id() == await two.fleet_id()
+
+
+async def test_a_member_token_is_confirmed_while_its_process_lives_and_claims_are_counted(backends: Backends) -> None:
+    one, two = await backends(), await backends()
+    token = one.member_token()
+    assert token is not None
+    assert await two.has_member(token) is True
+    assert await two.has_member("0" * len(token)) is False
+    held = [await claim(one), await claim(two)]
+    assert await one.count_held(POOL) == len(held)
+    await one.close()
+    assert await two.has_member(token) is False
