@@ -324,9 +324,9 @@ def test_a_sigkill_and_a_clock_stepped_back_leave_no_duplicate_across_three_repl
 
 
 @pytest.mark.parametrize(
-    ("outage", "store"),
+    ("store", "outage"),
     # MySQL's stop is a restart like the others': only its stall (SIGSTOP) is its own, and it runs that alone.
-    [(outage, name) for outage in ("stopped", "stalled") for name in BACKENDS] + [("stalled", "mysql")],
+    [(name, outage) for name in BACKENDS for outage in ("stopped", "stalled")] + [("mysql", "stalled")],
     indirect=["store"],
 )
 def test_storage_down_11_s_fails_leased_schemes_closed_in_time_while_sequences_answer_then_recovers(
