@@ -6,14 +6,12 @@ leased IDs keep issuing throughout; and the replica keeps two connections (the l
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 
-import httpx
 import pymysql
 import pytest
 
-from tests.storage.postgres.test_lease_connection import HOLD_S, WAITERS, until, watch
+from tests.support.lanes import HOLD_S, until, watch_while_locked
 from tests.support.mariadb import APP_PASSWORD, APP_USER, MysqlDatabase
 from tests.support.server import running_server
 from tests.support.storage import MARGIN_S, TTL_S
@@ -50,26 +48,7 @@ def test_a_sequence_lock_held_past_the_ttl_never_delays_a_renewal(
                 cur.execute("BEGIN")
                 cur.execute("SELECT name FROM sequence_locks WHERE name = 'invoices' FOR UPDATE")
                 assert cur.fetchall() == (("invoices",),)
-            stop = threading.Event()
-            answers: list[int] = []
-
-            def reserve() -> None:
-                while not stop.is_set():
-                    r = httpx.post(f"{node.url}/v1/sequences/invoices/reserve", json={"ttl_s": 60}, timeout=30)
-                    answers.append(r.status_code)
-
-            waiters = [threading.Thread(target=reserve, daemon=True) for _ in range(WAITERS)]
-            for waiter in waiters:
-                waiter.start()
-            try:
-                until(lambda: 503 in answers, 30, "a sequence request waited on the lock and gave up")
-                gaps = watch(node, HOLD_S)
-                while_held = list(answers)
-            finally:
-                stop.set()
-                holder.rollback()
-            for waiter in waiters:
-                waiter.join(60)
+            gaps, while_held = watch_while_locked(node, holder.rollback)
             assert 200 not in while_held  # every one waited on the lock held above
         finally:
             holder.close()
