@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiomysql
 import pymysql
 
-from app.errors import InvalidOptionError, NotReadyError, UnknownSequenceError
+from app.errors import InvalidOptionError, SequenceConflictError, UnknownSequenceError
 from app.storage.mysql.client import describe, map_error
 from app.storage.sequences import CACHE_MAX, CACHE_MIN, MAX_VALUE, SequenceStore, check_name
 
@@ -106,7 +106,8 @@ async def plan(store: SequenceStore, tags: list[LeafTag]) -> list[Step]:
 
 async def apply(store: SequenceStore, steps: list[Step]) -> int:
     """Create every ``create`` step's sequence (start ``max_id + 1``); the number created. A sequence made
-    meanwhile with other settings is left alone (its step becomes ``exists``). Raises NotReadyError."""
+    meanwhile with other settings is left alone (its step becomes ``exists``). Raises NotReadyError, and
+    InvalidOptionError or SequenceConflictError as the store's create does for what it refuses otherwise."""
     created = 0
     for step in steps:
         if step.action != "create":
@@ -114,9 +115,7 @@ async def apply(store: SequenceStore, steps: list[Step]) -> int:
         tag = step.tag
         try:
             _, made = await store.create(tag.biz_tag, tag.start, tag.cache)
-        except NotReadyError:
-            raise
-        except Exception as exc:  # another writer made it first with other settings: its numbers are idmint's
+        except SequenceConflictError as exc:  # another writer made it first with other settings: its numbers count
             step.action, step.why = "exists", f"created meanwhile ({exc}); left alone"
             continue
         if made:
