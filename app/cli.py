@@ -519,14 +519,71 @@ def storage() -> None:
 
 
 @storage.command("sql")
-@click.option("--schema", help="The schema the tables go in (default: IDMINT_POSTGRES_SCHEMA, else idmint).")
-def storage_sql(schema: str | None) -> None:
-    """Print the SQL that creates the PostgreSQL backend's tables (idempotent: IF NOT EXISTS), for review; idmint
-    runs the same at start when they are absent, so a database user without CREATE rights needs it applied first."""
-    from app.storage import postgres_ddl
+@click.option(
+    "--schema",
+    help="The schema the tables go in (default: IDMINT_POSTGRES_SCHEMA, else idmint); with --dialect mysql, the "
+    "database (default: IDMINT_MYSQL_URL's, else idmint).",
+)
+@click.option(
+    "--dialect",
+    type=click.Choice(["postgresql", "mysql"]),
+    default="postgresql",
+    show_default=True,
+    help="The backend: PostgreSQL, or MySQL/MariaDB.",
+)
+def storage_sql(schema: str | None, dialect: str) -> None:
+    """Print the SQL that creates the PostgreSQL (or, with --dialect mysql, the MySQL/MariaDB) backend's tables
+    (idempotent: IF NOT EXISTS), for review; idmint runs the same at start when they are absent, so a database user
+    without CREATE rights needs it applied first."""
+    from app.storage import mysql_ddl, postgres_ddl
 
+    if dialect == "mysql":
+        if schema is None:
+            from app.storage.mysql.client import describe
+
+            url = _settings().mysql_url
+            schema = describe(url.get_secret_value())[0]["db"] if url is not None else "idmint"
+        click.echo(mysql_ddl(schema), nl=False)
+        return
     settings = _settings(postgres_schema=schema)
     click.echo(postgres_ddl(settings.postgres_schema), nl=False)
+
+
+@storage.command("import-leaf")
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    envvar="IDMINT_LEAF_URL",
+    help="Leaf's database, mysql://user:password@host:port/db (or IDMINT_LEAF_URL: keeps the password out of the "
+    "process list).",
+)
+@click.option("--table", default="leaf_alloc", show_default=True, help="Leaf's allocation table.")
+@click.option("--apply", "apply_", is_flag=True, help="Do it (without: print what it would create, change nothing).")
+def storage_import_leaf(source: str, table: str, apply_: bool) -> None:
+    """Import Meituan Leaf's segment tags: each row of leaf_alloc (biz_tag, max_id, step) becomes a sequence of the
+    configured storage starting at max_id + 1 (cache: step), so no number Leaf handed out is handed out again.
+    Stop every Leaf server first. Same settings as `idmint serve`."""
+    from app.storage.mysql import leaf
+
+    tags = _run_async(leaf.read_leaf(source, table))
+
+    async def work(storage: Any) -> list[str]:
+        steps = await leaf.plan(storage.sequences, tags)
+        created = await leaf.apply(storage.sequences, steps) if apply_ else 0
+        return leaf.summary(steps, apply_, created)
+
+    click.echo("\n".join(_run_storage(work)))
+
+
+def _run_async(work: Any) -> Any:
+    """Run the coroutine ``work``; idmint's errors become the command's."""
+    try:
+        return asyncio.run(work)
+    except NotReadyError as exc:
+        raise click.ClickException(f"not ready: {exc.reason}") from exc
+    except IdmintError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @storage.command("fence")

@@ -249,6 +249,24 @@ class CoreSettings(BaseSettings):
         2.0, gt=0, le=60, description="Seconds one PostgreSQL statement may take (server and client side)."
     )
 
+    # -- MySQL/MariaDB backend ------------------------------------------------------------------------------
+    mysql_url: SecretStr | None = Field(
+        None,
+        description="MySQL or MariaDB URL, mysql://user:password@host:port/database; set = the MySQL backend (its "
+        "tables are created in that database at start when absent). Never shown unredacted.",
+    )
+    mysql_connect_timeout: float = Field(3.0, gt=0, le=60, description="Seconds to open a MySQL connection.")
+    mysql_statement_timeout: float = Field(
+        2.0, gt=0, le=60, description="Seconds one MySQL statement may take (server and client side)."
+    )
+    mysql_pool_size: int = Field(
+        1,
+        ge=1,
+        le=100,
+        description="Connections each process keeps to MySQL for sequences and the ledger (1..100), beside the "
+        "lease's own one.",
+    )
+
     storage_accept_timeline_change: bool = Field(
         False,
         description="Accept a new PostgreSQL timeline without a fence (`idmint storage fence`): set it only for a "
@@ -320,12 +338,21 @@ class CoreSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> CoreSettings:
-        if self.etcd_endpoints and self.postgres_url is not None:
-            raise ValueError(
-                "IDMINT_ETCD_ENDPOINTS and IDMINT_POSTGRES_URL are both set: idmint keeps its state in one backend; "
-                "unset one of them"
+        chosen = [
+            name
+            for name, given in (
+                ("IDMINT_ETCD_ENDPOINTS", bool(self.etcd_endpoints)),
+                ("IDMINT_POSTGRES_URL", self.postgres_url is not None),
+                ("IDMINT_MYSQL_URL", self.mysql_url is not None),
             )
-        if (self.etcd_endpoints or self.postgres_url is not None) and self.lease_safety_margin >= self.lease_ttl / 2:
+            if given
+        ]
+        if len(chosen) > 1:
+            raise ValueError(
+                f"{', '.join(chosen[:-1])} and {chosen[-1]} are {'both' if len(chosen) == 2 else 'all'} set: idmint "
+                "keeps its state in one backend; unset all but one"
+            )
+        if chosen and self.lease_safety_margin >= self.lease_ttl / 2:
             raise ValueError(
                 f"lease_safety_margin must be less than half of lease_ttl ({self.lease_ttl / 2:g} s), "
                 f"got {self.lease_safety_margin:g}"
@@ -393,7 +420,7 @@ def load_settings(**overrides: object) -> Settings:
             bounds = _bounds(loc)
             if err["type"] in _RANGE_ERRORS and bounds is not None:
                 msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
-            if loc in ("etcd_password", "postgres_url"):
+            if loc in ("etcd_password", "postgres_url", "mysql_url"):
                 msg = msg.replace(str(err.get("input")), "***")
             problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
         raise ConfigError("invalid settings: " + "; ".join(problems)) from exc

@@ -50,6 +50,7 @@ REAL_PART_FIXTURES = frozenset(
         "postgres_schema",
         "mariadb_server",
         "mariadb_db",
+        "mysql_database",
         "store",
         "conformance_run",
     }

@@ -20,7 +20,7 @@ import pytest
 from tests.helpers import CLAIMING, SCHEMES, TIMESTAMP_FIELD
 from tests.support.order import soak_size
 from tests.support.server import Server, until_available
-from tests.support.storage import MARGIN_S, TTL_S, Store
+from tests.support.storage import BACKENDS, EVERY_BACKEND, MARGIN_S, TTL_S, Store
 
 pytestmark = pytest.mark.integration  # real replicas and etcd or PostgreSQL
 
@@ -279,6 +279,7 @@ def test_a_stream_that_loses_its_lease_ends_truncated_not_short(tmp_path: Path, 
         assert "stream stopped after" in node.log()
 
 
+@pytest.mark.parametrize("store", EVERY_BACKEND, indirect=True)
 def test_a_sigkill_and_a_clock_stepped_back_leave_no_duplicate_across_three_replicas(
     tmp_path: Path, store: Store
 ) -> None:
@@ -322,7 +323,12 @@ def test_a_sigkill_and_a_clock_stepped_back_leave_no_duplicate_across_three_repl
     assert total >= 5000 * len(CLAIMED) * 14 and not any(duplicates.values()), duplicates
 
 
-@pytest.mark.parametrize("outage", ["stopped", "stalled"])
+@pytest.mark.parametrize(
+    ("store", "outage"),
+    # MySQL's stop is a restart like the others': only its stall (SIGSTOP) is its own, and it runs that alone.
+    [(name, outage) for name in BACKENDS for outage in ("stopped", "stalled")] + [("mysql", "stalled")],
+    indirect=["store"],
+)
 def test_storage_down_11_s_fails_leased_schemes_closed_in_time_while_sequences_answer_then_recovers(
     tmp_path: Path, store: Store, outage: str
 ) -> None:

@@ -65,6 +65,14 @@ def test_etcd_and_postgres_together_stop_start_up_naming_both(monkeypatch: pytes
     assert "hunter2" not in str(info.value)
 
 
+def test_mysql_and_another_backend_together_stop_start_up_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IDMINT_POSTGRES_URL", "postgresql://idmint:hunter2@127.0.0.1/idmint")
+    monkeypatch.setenv("IDMINT_MYSQL_URL", "mysql://idmint:hunter3@127.0.0.1:3306/idmint")
+    with pytest.raises(ConfigError, match="IDMINT_POSTGRES_URL and IDMINT_MYSQL_URL are both set") as info:
+        load_settings()
+    assert "hunter2" not in str(info.value) and "hunter3" not in str(info.value)
+
+
 def test_the_postgres_url_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IDMINT_POSTGRES_URL", "host=db password=hunter2 dbname=idmint")
     settings = load_settings()

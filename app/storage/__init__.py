@@ -17,6 +17,8 @@ The backends (imported only here, by :func:`open_storage`):
 * :mod:`app.storage.embedded` -- one machine: file locks and files under the state directory;
 * :mod:`app.storage.etcd` -- any number of replicas: etcd's v3 JSON gateway (its client included);
 * :mod:`app.storage.postgres` -- any number of replicas: PostgreSQL tables (psycopg 3, one connection pool).
+* :mod:`app.storage.mysql` -- any number of replicas: MySQL 8 / MariaDB tables (aiomysql), the same logic
+  (:mod:`app.storage.tables`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 
-__all__ = ["Capabilities", "Storage", "open_storage", "postgres_ddl"]
+__all__ = ["Capabilities", "Storage", "mysql_ddl", "open_storage", "postgres_ddl"]
 
 
 def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = None) -> Storage:
@@ -43,7 +45,8 @@ def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = Non
 
 def _open_backend(settings: Settings, clock: Clock, metrics: Metrics | None) -> Storage:
     """The stores of the one backend ``settings`` name: etcd when ``IDMINT_ETCD_ENDPOINTS`` is set, PostgreSQL when
-    ``IDMINT_POSTGRES_URL`` is (the settings refuse both), else the embedded backend in ``IDMINT_STATE_DIR``.
+    ``IDMINT_POSTGRES_URL`` is, MySQL when ``IDMINT_MYSQL_URL`` is (the settings refuse two), else the embedded
+    backend in ``IDMINT_STATE_DIR``.
     ``clock``: the node's clock (ns since the epoch; the ledger dates records with it); ``metrics``: lease
     renewals and deadlines are counted there. Connects lazily (each store when started).
     Raises ConfigError for unusable settings."""
@@ -55,9 +58,21 @@ def _open_backend(settings: Settings, clock: Clock, metrics: Metrics | None) -> 
         from app.storage.postgres import open_postgres
 
         return open_postgres(settings, metrics, clock)
+    if settings.mysql_url is not None:
+        from app.storage.mysql import open_mysql
+
+        return open_mysql(settings, metrics, clock)
     from app.storage.embedded import open_embedded
 
     return open_embedded(settings, clock)
+
+
+def mysql_ddl(database: str) -> str:
+    """The SQL that creates the MySQL/MariaDB backend's tables in ``database`` (``idmint storage sql --dialect
+    mysql``)."""
+    from app.storage.mysql.sql import ddl
+
+    return ddl(database)
 
 
 def postgres_ddl(schema: str) -> str:

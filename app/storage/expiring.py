@@ -1,4 +1,4 @@
-"""Leases that expire unless renewed, written once for every networked backend (etcd, PostgreSQL).
+"""Leases that expire unless renewed, written once for every networked backend (etcd, PostgreSQL, MySQL).
 
 A backend whose claims expire holds them on one lease of its process: etcd's own lease, or PostgreSQL's ``leases``
 row. What keeps such a lease, and what its claims do when it goes, is the same on every store and lives here; each
@@ -54,9 +54,9 @@ class ExpiringSession(ABC):
     ``lease_id``: the store's lease ID; ``ttl``: seconds; ``sent_at``: the ``clock()`` time the grant was sent;
     ``margin``: the safety margin (seconds) the deadline keeps before the store could expire the lease."""
 
-    store: ClassVar[str]
-    """The store's name in logs ("etcd", "postgres")."""
-    log: ClassVar[logging.Logger]
+    store: str
+    """The store's name in logs ("etcd", "postgres", "mysql")."""
+    log: logging.Logger
     closed_reason: ClassVar[str]
     """The lost reason of a session ended by :meth:`close`."""
 
@@ -200,9 +200,9 @@ class ExpiringClaim(Claim):
     the backend finds the claim itself gone (:meth:`set_lost`); released once given back. A backend's subclass
     adds its mark writes and release."""
 
-    store: ClassVar[str]
-    """The store's name in logs ("etcd", "postgres")."""
-    log: ClassVar[logging.Logger]
+    store: str
+    """The store's name in logs ("etcd", "postgres", "mysql")."""
+    log: logging.Logger
 
     def __init__(self, pool: IdentityPool, identity: int, key: str, session: ExpiringSession) -> None:
         self.scheme = pool.scheme
@@ -317,12 +317,12 @@ class ExpiringBackend(LeaseBackend):
     ``settings``: the lease TTL and safety margin; ``metrics``: optional; ``clock``: monotonic seconds (every
     deadline of the lease and its claims is on it)."""
 
-    store: ClassVar[str]
-    """The store's name in logs ("etcd", "postgres")."""
+    store: str
+    """The store's name in logs ("etcd", "postgres", "mysql")."""
     _fleet: FleetStore
-    title: ClassVar[str]
+    title: str
     """The store's name in reasons ("etcd", "PostgreSQL")."""
-    log: ClassVar[logging.Logger]
+    log: logging.Logger
 
     def __init__(self, settings: Settings, metrics: Metrics | None, clock: Callable[[], float]) -> None:
         self.settings = settings

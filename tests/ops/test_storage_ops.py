@@ -1,13 +1,17 @@
-"""The PostgreSQL deployments: docker-compose.postgres.yml checked with ``docker-compose config``, and the Kubernetes
-overlay deploy/kubernetes-postgres/ rendered here (its JSON patches applied to the base, as kustomize does) and
+"""The PostgreSQL and MySQL deployments: docker-compose.postgres.yml and docker-compose.mysql.yml checked with
+``docker-compose config``, and the Kubernetes overlays deploy/kubernetes-postgres/ and deploy/kubernetes-mysql/ each
+rendered here (its JSON patches applied to the base, as kustomize does) and
 validated offline against the Kubernetes API schemas (kubernetes-validate); both consistent with the settings."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from app.settings import Settings, load_settings
@@ -17,6 +21,7 @@ COMPOSE = REPO / "docker-compose.postgres.yml"
 REPLICAS = ("idmint-1", "idmint-2", "idmint-3")
 BASE = DEPLOY / "kubernetes"
 OVERLAY = DEPLOY / "kubernetes-postgres"
+OVERLAYS = {"postgres": DEPLOY / "kubernetes-postgres", "mysql": DEPLOY / "kubernetes-mysql"}
 
 
 def _settings_env_names() -> set[str]:
@@ -46,6 +51,27 @@ def test_compose_on_postgres_validates_and_carries_no_password_in_the_url() -> N
     assert len(ports) == 3
 
 
+def test_compose_on_mysql_validates_with_the_password_from_the_environment() -> None:
+    compose = REPO / "docker-compose.mysql.yml"
+    env = {**os.environ, "IDMINT_MYSQL_PASSWORD": "from-the-environment"}
+    args = [find_tool("docker-compose"), "-f", str(compose), "config"]
+    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert set(services) == {"mariadb", *REPLICAS}
+    mariadb = services["mariadb"]
+    assert mariadb["image"].startswith("mariadb:") and "healthcheck.sh" in mariadb["healthcheck"]["test"]
+    assert mariadb["environment"]["MARIADB_PASSWORD"] == "from-the-environment"
+    for name in REPLICAS:
+        replica = services[name]
+        assert replica["depends_on"]["mariadb"]["condition"] == "service_healthy"
+        assert set(replica["environment"]) <= _settings_env_names()
+        settings = load_settings(mysql_url=replica["environment"]["IDMINT_MYSQL_URL"])
+        assert settings.mysql_url is not None
+        assert settings.mysql_url.get_secret_value() == "mysql://idmint:from-the-environment@mariadb:3306/idmint"
+    assert len({p["published"] for name in REPLICAS for p in services[name]["ports"]}) == 3
+
+
 def _apply(document: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
     """``operations`` (JSON Patch, RFC 6902: the ``add`` and ``remove`` the overlay uses) applied to a copy."""
     out = copy.deepcopy(document)
@@ -66,13 +92,13 @@ def _apply(document: dict[str, Any], operations: list[dict[str, Any]]) -> dict[s
     return out
 
 
-def rendered() -> list[dict[str, Any]]:
-    """The overlay's manifests, as ``kubectl kustomize deploy/kubernetes-postgres`` renders them."""
-    overlay = yaml.safe_load((OVERLAY / "kustomization.yaml").read_text())
+def rendered(where: Path = OVERLAY) -> list[dict[str, Any]]:
+    """The overlay's manifests, as ``kubectl kustomize deploy/kubernetes-postgres`` (or ``where``) renders them."""
+    overlay = yaml.safe_load((where / "kustomization.yaml").read_text())
     assert overlay["resources"][0] == "../kubernetes"
     base = yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
     documents = [yaml.safe_load((BASE / name).read_text()) for name in base]
-    documents += [yaml.safe_load((OVERLAY / name).read_text()) for name in overlay["resources"][1:]]
+    documents += [yaml.safe_load((where / name).read_text()) for name in overlay["resources"][1:]]
     for patch in overlay["patches"]:
         target = patch["target"]
         found = [d for d in documents if (d["kind"], d["metadata"]["name"]) == (target["kind"], target["name"])]
@@ -81,20 +107,22 @@ def rendered() -> list[dict[str, Any]]:
     return documents
 
 
-def test_the_kubernetes_overlay_takes_the_url_from_a_secret_and_validates(tmp_path: Path) -> None:
-    documents = rendered()
+@pytest.mark.parametrize("backend", sorted(OVERLAYS))
+def test_the_kubernetes_overlay_takes_the_url_from_a_secret_and_validates(tmp_path: Path, backend: str) -> None:
+    documents = rendered(OVERLAYS[backend])
+    setting = f"IDMINT_{backend.upper()}_URL"
     by_kind = {d["kind"]: d for d in documents}
     config = by_kind["ConfigMap"]["data"]
     assert not [k for k in config if k.startswith("IDMINT_ETCD_")]
     secret = by_kind["Secret"]
     container = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    url_from = next(e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == "IDMINT_POSTGRES_URL")
+    url_from = next(e["valueFrom"]["secretKeyRef"] for e in container["env"] if e["name"] == setting)
     assert url_from == {"name": secret["metadata"]["name"], "key": "url"}
     assert set(secret["stringData"]) == {"url"}
-    # What a pod would load: the ConfigMap plus the Secret's URL, on PostgreSQL.
+    # What a pod would load: the ConfigMap plus the Secret's URL, on this backend.
     values = {k.removeprefix("IDMINT_").lower(): v for k, v in config.items()}
-    settings = load_settings(**values, postgres_url=secret["stringData"]["url"])
-    assert settings.postgres_url is not None and not settings.etcd_endpoints
+    settings = load_settings(**values, **{f"{backend}_url": secret["stringData"]["url"]})
+    assert getattr(settings, f"{backend}_url") is not None and not settings.etcd_endpoints
     files = []
     for n, document in enumerate(documents):
         path = tmp_path / f"{n}-{document['kind'].lower()}.yaml"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
 from tests.support.server import Server
-from tests.support.storage import Store
+from tests.support.storage import EVERY_BACKEND, Store
 from tests.test_replicas import replicas
 
 pytestmark = pytest.mark.integration  # a real etcd or PostgreSQL, and processes
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.integration  # a real etcd or PostgreSQL, and processes
 CLIENTS_PER_REPLICA = 8
 
 
+@pytest.mark.parametrize("store", EVERY_BACKEND, indirect=True)
 def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: Path, store: Store) -> None:
     env = store.env()
     with replicas(tmp_path, 3, env) as nodes:

@@ -21,9 +21,11 @@ from app.sequences.spec import PERIOD_GRACE_DEFAULT_S, PERIOD_GRACE_MAX_S, Seque
 from app.settings import Settings
 from app.storage.embedded.sequences import EmbeddedSequenceStore
 from app.storage.etcd.sequences import EtcdSequenceStore
+from app.storage.mysql.client import Database as MysqlDatabase
 from app.storage.postgres.client import Database
 from app.storage.postgres.sequences import PostgresSequenceStore
 from app.storage.sequences import MemorySequenceStore, SequenceStore
+from app.storage.tables.sequences import TableSequenceStore
 from tests.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -33,6 +35,7 @@ BACKENDS = [
     "embedded",
     pytest.param("etcd", marks=pytest.mark.integration),
     pytest.param("postgres", marks=pytest.mark.integration),
+    pytest.param("mysql", marks=pytest.mark.integration),
 ]
 WHO = Who("till-3", "test", "192.0.2.7")
 DAY_S = 86_400
@@ -54,6 +57,9 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         made = PostgresSequenceStore(
             Database(Settings(postgres_url=url, postgres_statement_timeout=5.0, postgres_connect_timeout=5.0)), 1000
         )
+    elif request.param == "mysql":
+        url = request.getfixturevalue("mysql_database").url
+        made = TableSequenceStore(MysqlDatabase(Settings(mysql_url=url, mysql_statement_timeout=5.0)), 1000)
     else:
         etcd = request.getfixturevalue("etcd_server")
         settings = Settings(
@@ -65,7 +71,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         made = EtcdSequenceStore(settings)
     yield made
     await made.close()
-    if isinstance(made, PostgresSequenceStore):
+    if isinstance(made, TableSequenceStore):
         await made.db.close()
 
 

@@ -161,15 +161,24 @@ def audit(url: str, name: str) -> list[dict[str, Any]]:
 
 
 def backend(env: dict[str, str]) -> str:
-    return "etcd" if "IDMINT_ETCD_ENDPOINTS" in env else "postgres" if "IDMINT_POSTGRES_URL" in env else "embedded"
+    for name, setting in (
+        ("etcd", "IDMINT_ETCD_ENDPOINTS"),
+        ("postgres", "IDMINT_POSTGRES_URL"),
+        ("mysql", "IDMINT_MYSQL_URL"),
+    ):
+        if setting in env:
+            return name
+    return "embedded"
 
 
-@pytest.fixture(params=["embedded", "etcd", "postgres"])
+@pytest.fixture(params=["embedded", "etcd", "postgres", "mysql"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     if request.param == "embedded":
         yield {"IDMINT_STATE_DIR": str(tmp_path / "state")}
     elif request.param == "postgres":
         yield request.getfixturevalue("postgres_schema").env()
+    elif request.param == "mysql":
+        yield request.getfixturevalue("mysql_database").env()
     else:
         etcd: EtcdServer = request.getfixturevalue("etcd_server")
         yield etcd_env(etcd, request.getfixturevalue("etcd_namespace"))

@@ -26,6 +26,7 @@ import pytest
 from app.storage.embedded.history import read_witness
 from app.storage.history import CHECK_INTERVAL_S
 from tests.support.etcd import EtcdServer, find_etcd_binary
+from tests.support.mariadb import MysqlDatabase
 from tests.support.postgres import PostgresServer, find_postgres_bin
 from tests.support.server import Server, clean_environment, idmint_command
 from tests.support.storage import MARGIN_S, TTL_S
@@ -249,6 +250,26 @@ def test_postgres_restart_without_a_restore_is_not_fenced_and_a_restore_under_a_
         node.stop()
     finally:
         with_node.stop()
+
+
+# -- MySQL/MariaDB ----------------------------------------------------------------------------------------------
+
+
+def test_mysql_dump_restored_is_refused_until_fenced(tmp_path: Path, mysql_database: MysqlDatabase) -> None:
+    server = mysql_database.server
+    env = _env(mysql_database.env())
+    dump = tmp_path / "idmint.sql"
+    client = ["--no-defaults", "--protocol=TCP", "-h", "127.0.0.1", "-P", str(server.port), "-u", "root"]
+
+    def backup() -> None:
+        with dump.open("wb") as out:
+            subprocess.run(["mariadb-dump", *client, mysql_database.name], stdout=out, check=True, timeout=120)
+
+    def restore() -> None:  # the dump drops and creates every table: new tables, the rows of the backup
+        server.run_script(dump.read_text(), mysql_database.name)
+
+    _restore_case(tmp_path, env, backup, restore)
+    assert server.execute("SELECT count(*) FROM records WHERE name = 'history'", mysql_database.name) == [["1"]]
 
 
 # -- etcd -------------------------------------------------------------------------------------------------------

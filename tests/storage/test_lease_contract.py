@@ -21,6 +21,8 @@ from app.settings import load_settings
 from app.storage.embedded.lease import EmbeddedBackend
 from app.storage.etcd.backend import EtcdBackend
 from app.storage.lease import Claim, LeaseBackend, Owner
+from app.storage.mysql.backend import mysql_backend
+from app.storage.mysql.client import Database as MysqlDatabase
 from app.storage.postgres.backend import PostgresBackend
 from app.storage.postgres.client import Database
 from tests.helpers import pool_spec
@@ -31,6 +33,7 @@ BACKENDS = [
     "embedded",
     pytest.param("etcd", marks=pytest.mark.integration),
     pytest.param("postgres", marks=pytest.mark.integration),
+    pytest.param("mysql", marks=pytest.mark.integration),
 ]
 TTL_S = 2
 POOL = pool_spec("eight-byte", minimum=0, maximum=2, settings={"cluster_id": 0})
@@ -51,6 +54,8 @@ async def backends(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
         place = (request.getfixturevalue("etcd_server"), request.getfixturevalue("etcd_namespace"))
     elif request.param == "postgres":
         place = request.getfixturevalue("postgres_schema")
+    elif request.param == "mysql":
+        place = request.getfixturevalue("mysql_database")
     async with AsyncExitStack() as stack:
 
         async def make() -> LeaseBackend:
@@ -66,6 +71,11 @@ async def backends(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
                     lease_safety_margin=0.5,
                 )
                 backend = EtcdBackend(settings)
+            elif request.param == "mysql":
+                settings = load_settings(mysql_url=place.url, lease_ttl=TTL_S, lease_safety_margin=0.5)
+                lease_db = MysqlDatabase(settings, size=1)
+                stack.push_async_callback(lease_db.close)
+                backend = mysql_backend(settings, lease_db, owner={"host": "contract"})
             else:
                 own = place
                 settings = load_settings(
@@ -133,3 +143,15 @@ async def test_fleet_records_are_created_once_and_replaced_only_by_compare_and_s
     assert await two.swap_record("contract", {"layout": "a"}, {"layout": "c"})
     assert await one.read_record("contract") == {"layout": "c"}
     assert await one.fleet_id() == await two.fleet_id()
+
+
+async def test_a_member_token_is_confirmed_while_its_process_lives_and_claims_are_counted(backends: Backends) -> None:
+    one, two = await backends(), await backends()
+    token = one.member_token()
+    assert token is not None
+    assert await two.has_member(token) is True
+    assert await two.has_member("0" * len(token)) is False
+    held = [await claim(one), await claim(two)]
+    assert await one.count_held(POOL) == len(held)
+    await one.close()
+    assert await two.has_member(token) is False

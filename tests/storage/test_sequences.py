@@ -17,6 +17,7 @@ from app.errors import InvalidOptionError, SequenceConflictError, UnknownSequenc
 from app.settings import Settings
 from app.storage.embedded.sequences import EmbeddedSequenceStore
 from app.storage.etcd.sequences import EtcdSequenceStore
+from app.storage.mysql.client import Database as MysqlDatabase
 from app.storage.postgres.client import Database
 from app.storage.postgres.sequences import PostgresSequenceStore
 from app.storage.sequences import (
@@ -28,6 +29,7 @@ from app.storage.sequences import (
     SequenceStore,
     period_doc,
 )
+from app.storage.tables.sequences import TableSequenceStore
 
 pytestmark = pytest.mark.anyio
 
@@ -36,6 +38,7 @@ BACKENDS = [
     "embedded",
     pytest.param("etcd", marks=pytest.mark.integration),
     pytest.param("postgres", marks=pytest.mark.integration),
+    pytest.param("mysql", marks=pytest.mark.integration),
 ]
 
 
@@ -64,6 +67,10 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
                 ),
                 1000,
             )
+        elif request.param == "mysql":
+            url = request.getfixturevalue("mysql_database").url
+            settings = Settings(mysql_url=url, mysql_statement_timeout=2.0, mysql_connect_timeout=2.0)
+            store = TableSequenceStore(MysqlDatabase(settings), 1000)
         else:
             etcd = request.getfixturevalue("etcd_server")
             namespace = request.getfixturevalue("etcd_namespace")
@@ -81,7 +88,7 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     yield make
     for store in made:
         await store.close()
-        if isinstance(store, PostgresSequenceStore):
+        if isinstance(store, TableSequenceStore):
             await store.db.close()
 
 

@@ -1,8 +1,10 @@
 """pytest plugin: one test body, every networked storage backend. The fixture ``store`` is parametrized over
 ``etcd`` (the session's etcd, a namespace of the test's own) and ``postgres`` (the session's PostgreSQL, a schema of
-the test's own): a :class:`Store` that gives the environment of an ``idmint serve`` replica on it (:meth:`Store.env`)
-and stops, starts, pauses (SIGSTOP) and resumes the server behind it. A test that stops or pauses it need not undo
-it: the per-test fixtures behind it do (``etcd_namespace``, ``postgres_schema``).
+the test's own); ``mysql`` (the session's MariaDB, a database of the test's own) where a test names it
+(:data:`EVERY_BACKEND`): a :class:`Store` that gives the environment of an ``idmint serve`` replica on it
+(:meth:`Store.env`) and stops, starts, pauses (SIGSTOP) and resumes the server behind it. A test that stops or
+pauses it need not undo it: the per-test fixtures behind it do (``etcd_namespace``, ``postgres_schema``,
+``mysql_database``).
 
 Every replica gets a short lease (:data:`TTL_S` s, :data:`MARGIN_S` s margin) so faults play out in seconds.
 """
@@ -14,11 +16,17 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support.mariadb import MysqlDatabase
 from tests.support.postgres import PostgresSchema
 
 TTL_S = 3
 MARGIN_S = 1.0
 BACKENDS = ("etcd", "postgres")
+"""The backends every replica test runs on (the ``store`` fixture's parameters)."""
+EVERY_BACKEND = (*BACKENDS, "mysql")
+"""With MySQL/MariaDB: for the tests about a backend's own behaviour (faults of its server, its claims and
+sequences), which name it with ``@pytest.mark.parametrize("store", EVERY_BACKEND, indirect=True)``; the rest run on
+the two above, to keep the suite's time."""
 
 
 @dataclass
@@ -59,6 +67,20 @@ def store_for(request: pytest.FixtureRequest, name: str) -> Store:
             return [k for k in held if not k.startswith(("idmint/marks/", "idmint/ledger/", "idmint/fleet"))]
 
         return Store(name, settings, server.stop, server.start, server.pause, server.resume, keys)
+    if name == "mysql":
+        database: MysqlDatabase = request.getfixturevalue("mysql_database")
+        maria = database.server
+        mysql_settings = {**database.env(), "IDMINT_MYSQL_STATEMENT_TIMEOUT": "1"}
+
+        def mysql_rows() -> list[str]:
+            found = maria.execute(
+                "SELECT CONCAT(c.pool_key, c.identity) FROM claims c JOIN leases l ON l.lease_id = c.lease_id "
+                "WHERE l.expires_at > UTC_TIMESTAMP(6)",
+                database.name,
+            )
+            return [str(r[0]) for r in found]
+
+        return Store(name, mysql_settings, maria.stop, maria.start, maria.pause, maria.resume, mysql_rows)
     server = request.getfixturevalue("postgres_server")
     own: PostgresSchema = request.getfixturevalue("postgres_schema")
     settings = {**own.env(), "IDMINT_POSTGRES_STATEMENT_TIMEOUT": "1"}

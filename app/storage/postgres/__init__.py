@@ -3,13 +3,10 @@ beside them. It carries what the etcd backend carries, with the same fail-closed
 
 Files: :mod:`~app.storage.postgres.sql` (every table and statement: the DDL ``idmint storage sql`` prints),
 :mod:`~app.storage.postgres.client` (the process's two connection pools, statements bounded in time, the one
-error table), :mod:`~app.storage.postgres.session` (one lease row kept alive; its done event and status),
-:mod:`~app.storage.postgres.claim` (one claim row: its generation, loss and mark writes),
-:mod:`~app.storage.postgres.claimer` (the pool read, the draw, the claiming ``UPDATE``, the lost-row rule; releases
-deferred while the database is away), :mod:`~app.storage.postgres.records` (registrations, the fleet ID, fleet
-records, a peer's lease, the held counts), :mod:`~app.storage.postgres.backend` (the lease's upkeep and health,
-release, revoke), :mod:`~app.storage.postgres.revoke` (revoking another node's claim),
-:mod:`~app.storage.postgres.ledger` (the claim ledger), :mod:`~app.storage.postgres.sequences` (sequences).
+error table), :mod:`~app.storage.postgres.history` (the history facts). The logic above the statements (the lease
+row kept alive, claims, the lost-row rule, fleet rows, revoke, the ledger, sequences) is shared with MySQL in
+:mod:`app.storage.tables`; :mod:`~app.storage.postgres.backend`, ``claim``, ``ledger`` and ``sequences`` name it
+for PostgreSQL.
 
 Modelled on the etcd backend (:mod:`app.storage.etcd`), with rows for keys:
 
@@ -43,21 +40,17 @@ sequences keep answering from their buffers. No clock but the database's decides
 
 from __future__ import annotations
 
-import os
-import socket
-from datetime import UTC, datetime
-
-from app import __version__
 from app.metrics import Metrics
 from app.schemes.base import Clock
 from app.settings import Settings
-from app.storage.base import Capabilities, Storage
+from app.storage.base import Storage
 from app.storage.postgres.backend import PostgresBackend
 from app.storage.postgres.client import LEASE_POOL_SIZE, Database
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
+from app.storage.tables.opening import CAPABILITIES, owner_record, table_storage
 
-CAPABILITIES = Capabilities(claims_expire=True, one_host=False, can_revoke=True)
+__all__ = ["CAPABILITIES", "open_postgres"]
 
 
 def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> Storage:
@@ -68,22 +61,6 @@ def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> 
     database. Raises ConfigError for a URL libpq cannot parse (without quoting it)."""
     db = Database(settings)
     lease_db = Database(settings, size=LEASE_POOL_SIZE, name="idmint-lease")
-
-    async def closing() -> None:
-        await lease_db.close()
-        await db.close()
-
-    owner = {
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "version": __version__,
-        "started_at": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-    }
-    return Storage(
-        "postgres",
-        CAPABILITIES,
-        PostgresBackend(settings, lease_db, metrics, owner=owner),
-        PostgresLedgerStore(db, clock),
-        PostgresSequenceStore(db, settings.max_sequences),
-        closing=closing,
-    )
+    backend = PostgresBackend(settings, lease_db, metrics, owner=owner_record())
+    ledger = PostgresLedgerStore(db, clock)
+    return table_storage(backend, lease_db, db, ledger, PostgresSequenceStore(db, settings.max_sequences))

@@ -1,43 +1,25 @@
-"""The PostgreSQL lease backend: the lease's upkeep and health, claims, release (see :mod:`app.storage.postgres`)."""
+"""The PostgreSQL lease backend: :class:`~app.storage.tables.backend.TableBackend` on PostgreSQL's pool and its
+history facts (see :mod:`app.storage.postgres`)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-from app.errors import NotReadyError
 from app.metrics import Metrics
-from app.schemes.pool import IdentityPool
 from app.settings import Settings
-from app.storage.expiring import ExpiringBackend
-from app.storage.lease import Claim, Facts, Owner
 from app.storage.postgres.claim import PostgresClaim
-from app.storage.postgres.claimer import Claimer, Leftovers
 from app.storage.postgres.client import Database
 from app.storage.postgres.history import HistoryFacts
-from app.storage.postgres.records import FleetRows, Registrations
-from app.storage.postgres.revoke import revoke_claim
-from app.storage.postgres.session import Held, Session
-
-log = logging.getLogger("idmint.storage.postgres")
-
-FORGET_LEASES_AFTER_S = 86_400
-"""Lease rows expired this long ago are deleted when a lease is granted (a claim row on a missing lease is free)."""
+from app.storage.tables.backend import TableBackend
 
 __all__ = ["PostgresBackend", "PostgresClaim"]
 
 
-class PostgresBackend(ExpiringBackend):
-    """PostgreSQL leases for node identities (see :mod:`app.storage.postgres` for the tables and the safety
-    argument). ``db``: the lease's own :class:`~app.storage.postgres.client.Database` (no sequence traffic on it);
-    ``settings``: the TTL and safety margin; ``metrics``: optional; ``clock``: monotonic seconds (deadlines use it)."""
-
-    name = "postgres"
-    store = "postgres"
-    title = "PostgreSQL"
-    log = log
+class PostgresBackend(TableBackend):
+    """PostgreSQL leases for node identities. ``db``: the lease's own pool (no sequence traffic on it); the rest as
+    :class:`~app.storage.tables.backend.TableBackend`."""
 
     def __init__(
         self,
@@ -47,123 +29,6 @@ class PostgresBackend(ExpiringBackend):
         clock: Callable[[], float] = time.monotonic,
         owner: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(settings, metrics, clock)
-        self.db = db
-        self._owner = owner or {}
-        self._session: Session | None = None
-        self._leftovers = Leftovers()
-        self._claimer = Claimer(db, self._ttl, self._claim_lost)
-        self._registrations = Registrations(db)
-        self._fleet = FleetRows(db)
-        self._history = HistoryFacts(db)
-
-    # -- lifecycle -------------------------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Start the background task; wait (bounded) for its first attempt. Never raises for an unreachable or
-        refusing database (its reason is reported instead)."""
-        await self._begin(self.settings.postgres_connect_timeout + 2 * self.db.limit)
-
-    async def close(self) -> None:
-        """Stop background work, give every claim back and end the lease (timeout <= TTL). Never raises."""
-        if self._closed:
-            return
-        await self._end_task()
-        claims, self._claimer.claims = list(self._claimer.claims), set()
-        for claim in claims:
-            try:
-                await claim.release(None)
-            except NotReadyError:
-                pass  # the lease row is ended below, or expires
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close(min(float(self._ttl), self.db.limit))
-
-    # -- the background task: a lease, registrations, deferred releases ---------------------------------------
-    @property
-    def claims(self) -> set[PostgresClaim]:
-        return self._claimer.claims
-
-    @property
-    def _wait_s(self) -> float:
-        return self.db.limit
-
-    def _where(self) -> str:
-        return self.db.where
-
-    async def _new_session(self) -> Session:
-        await self.db.ready()
-        return await Session.grant(
-            self.db, self._ttl, self._margin, self._owner, self.clock, self._outcome, self._snapshot
-        )
-
-    async def _granted(self) -> None:
-        try:
-            await self.db.run("forgetting old leases", self.db.sql.forget_leases, {"keep": FORGET_LEASES_AFTER_S})
-        except NotReadyError as exc:
-            log.info("postgres: old leases not forgotten now: %s", exc.reason)
-
-    async def _step(self, session: Session) -> None:
-        await self._registrations.publish(session)
-        await self._leftovers.retry(session)
-
-    async def _snapshot(self, session: Session, sent_at: float, held: Held) -> None:
-        """A renewal's claim rows: every claim on ``session`` confirmed before it was sent and not among them (or
-        being revoked) is lost, pushed through its loss callbacks, once its own row confirms it."""
-        suspects = [(c, c.suspect(sent_at, held)) for c in list(self._claimer.claims) if c.session is session]
-        for claim, reason in suspects:
-            if reason is not None:
-                await claim.confirm_loss(reason)
-
-    # -- claims ----------------------------------------------------------------------------------------------
-    async def claim(self, pool: IdentityPool, owner: Owner, exclude: frozenset[int] = frozenset()) -> PostgresClaim:
-        """Claim one free identity of ``pool`` on this process's lease (one conditional UPDATE per attempt).
-
-        Raises NotReadyError (rows waiting under the lost-row rule), PoolExhaustedError when every candidate is
-        held, BackendUnavailableError when PostgreSQL cannot be used."""
-        session = await self._usable()
-        return await self._claimer.claim(session, pool, exclude, owner)
-
-    async def release(self, claim: Claim, final_mark: int | None) -> None:
-        """Record ``final_mark`` exactly (never below the inherited mark) and free the row. Never raises: a lost
-        claim is only forgotten; a row PostgreSQL cannot be told of now is freed once it answers."""
-        if not isinstance(claim, PostgresClaim) or claim.released:
-            return
-        self._claimer.claims.discard(claim)
-        try:
-            if await claim.release(final_mark):
-                log.info("postgres: released %s %s %d", claim.scheme, claim.pool.kind, claim.identity)
-        except NotReadyError as exc:
-            log.warning("postgres: releasing %s failed; retrying once PostgreSQL answers: %s", claim.key, exc.reason)
-            self._leftovers.add(claim)
-
-    def _claim_lost(self, claim: Claim, reason: str) -> None:
-        self._wake.set()
-
-    async def register(self, scheme: str, name: str, value: dict[str, Any]) -> None:
-        """Write row ``idmint/<scheme>/<name>`` = ``value`` with the lease; written again with every new lease.
-        Raises BackendUnavailableError when it cannot be written now (it is, once PostgreSQL answers)."""
-        self._registrations.add(scheme, name, value)
-        session = await self._usable()
-        await self._registrations.publish(session)
-
-    async def revoke(self, pool: IdentityPool, identity: int, by: dict[str, Any]) -> dict[str, Any]:
-        """Revoke another node's claim (:func:`~app.storage.postgres.revoke.revoke_claim`)."""
-        return await revoke_claim(self.db, self._ttl, pool, identity, by)
-
-    # -- the fleet ---------------------------------------------------------------------------------------------
-    async def history_facts(self) -> Facts:
-        return await self._history.read()
-
-    def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "backend": self.name,
-            "database": self.db.where,
-            "schema": self.db.schema,
-            "pool_size": self.settings.postgres_pool_size,
-            "lease_connections": self.db.size,
-            "lease_ttl_s": self._ttl,
-            "connected": bool(self._healthy),
-            "healthy": bool(self._healthy),
-        }
-        out.update(self._lease_status())
-        return out
+        history = HistoryFacts(db).read
+        pool_size, connect_timeout = settings.postgres_pool_size, settings.postgres_connect_timeout
+        super().__init__(settings, db, history, pool_size, connect_timeout, metrics, clock, owner)

@@ -38,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.postgres.sql import SCHEMA_VERSION, Statements
+from app.storage.tables.db import Fetch, SchemaGate
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -138,6 +139,9 @@ class Database:
     def __init__(self, settings: Settings, size: int | None = None, name: str = "idmint") -> None:
         if settings.postgres_url is None:
             raise ConfigError("the PostgreSQL backend needs IDMINT_POSTGRES_URL")
+        self.store = "postgres"
+        self.title = "PostgreSQL"
+        self.log = log
         self._url = settings.postgres_url.get_secret_value()
         self.where, self._secret = describe(self._url)
         self.schema = settings.postgres_schema
@@ -152,8 +156,7 @@ class Database:
         self.connect_error: psycopg.Error | None = None
         """Why the pool's last connection attempt failed (None once one succeeds): what a statement that got no
         connection reports (the pool itself only says it gave none in time)."""
-        self._ready = False
-        self._ready_lock: asyncio.Lock | None = None
+        self._gate = SchemaGate(SCHEMA_VERSION, f"PostgreSQL schema {self.schema}", log)
         self._closed = False
 
     # -- the pool --------------------------------------------------------------------------------------------
@@ -225,29 +228,32 @@ class Database:
         """Run one statement (its own transaction) and return its rows ([] for none). Bounded by ``limit`` seconds
         (default :attr:`limit`) for the connection and the answer together. Raises the mapped NotReadyError
         (BackendUnavailableError: unreachable, refused, timed out) naming ``doing``."""
-        if not self._ready:
+        if not self._gate.done:
             await self.ready()
         return await self._run(doing, query, params, limit)
 
     async def transaction(
         self,
         doing: str,
-        work: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        work: Callable[[Fetch], Awaitable[T]],
         limit: float | None = None,
     ) -> T:
-        """Run ``work(connection)`` inside one READ COMMITTED transaction (whatever the server's
-        default_transaction_isolation; committed when it returns, rolled back when it raises) and return what it
-        returned: each statement of ``work`` sees every transaction committed before it began. Bounded as
-        :meth:`run` is, by ``limit`` seconds for the whole transaction: past it the connection is cut (the
-        server rolls the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is
-        lost leaves it unknown whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's
-        mapped as :meth:`run` maps them)."""
-        if not self._ready:
+        """Run ``work(fetch)`` (``await fetch(statement, params)``: its rows) inside one READ COMMITTED transaction
+        (whatever the server's default_transaction_isolation; committed when it returns, rolled back when it raises) and
+        return what it returned: each statement of ``work`` sees every transaction committed before it began. Bounded as
+        :meth:`run` is, by ``limit`` seconds for the whole transaction: past it the connection is cut (the server rolls
+        the transaction back) and BackendUnavailableError is raised; an answer to COMMIT that is lost leaves it unknown
+        whether it applied. Raises what ``work`` raises (an IdmintError as is; psycopg's mapped as :meth:`run` maps
+        them)."""
+        if not self._gate.done:
             await self.ready()
 
         async def transact(conn: psycopg.AsyncConnection[Any]) -> T:
+            async def fetch_here(query: str, params: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
+                return await fetch(conn, query, params)
+
             async with conn.transaction():
-                return await work(conn)
+                return await work(fetch_here)
 
         result: T = await self._bounded(doing, limit, transact)
         return result
@@ -301,23 +307,10 @@ class Database:
         """Make sure the tables exist at :data:`~app.storage.postgres.sql.SCHEMA_VERSION` (creating them when
         absent). Raises BackendUnavailableError when PostgreSQL cannot be used, or its tables are newer than
         this idmint (set up by a newer version)."""
-        if self._ready:
-            return
-        if self._ready_lock is None:
-            self._ready_lock = asyncio.Lock()
-        async with self._ready_lock:
-            if self._ready:
-                return
-            version = await self._bounded("reading the schema version", None, self._version)
-            if version is None or version < SCHEMA_VERSION:
-                await self._bounded("creating the tables", None, self._create)
-                log.info("postgres: tables of schema %s created or brought to version %d", self.schema, SCHEMA_VERSION)
-            elif version > SCHEMA_VERSION:
-                raise BackendUnavailableError(
-                    f"PostgreSQL schema {self.schema} is at version {version}, newer than this idmint's "
-                    f"{SCHEMA_VERSION}: run the idmint that set it up, or another schema (IDMINT_POSTGRES_SCHEMA)"
-                )
-            self._ready = True
+        await self._gate.ensure(
+            lambda: self._bounded("reading the schema version", None, self._version),
+            lambda: self._bounded("creating the tables", None, self._create),
+        )
 
     async def _version(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """The tables' version; None when they are absent (no schema, no table)."""

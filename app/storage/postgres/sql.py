@@ -25,6 +25,9 @@ is a lowercase SQL identifier (``[a-z_][a-z0-9_]{0,62}``), and quoted; every val
 
 from __future__ import annotations
 
+from app.storage.tables.db import TABLE_PRIVILEGES as COMMON_PRIVILEGES
+from app.storage.tables.db import PortableStatements
+
 SCHEMA_VERSION = 1
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
 
@@ -110,19 +113,10 @@ INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version
 """
 
 
-TABLE_PRIVILEGES = {
-    "schema_version": "SELECT",
-    "meta": "SELECT, INSERT",
-    "leases": "SELECT, INSERT, UPDATE, DELETE",
-    "claims": "SELECT, INSERT, UPDATE",
-    "registrations": "SELECT, INSERT, UPDATE",
-    "records": "SELECT, INSERT, UPDATE",
-    "ledger": "SELECT, INSERT, UPDATE, DELETE",
-    "sequence_documents": "SELECT, INSERT, UPDATE, DELETE",
-    "sequence_events": "SELECT, INSERT, DELETE",
-}
-"""Table -> the privileges :class:`Statements` need on it (a replica writes no DDL and no schema-version row; claim
-rows are never deleted). No sequence object exists (no ``serial`` or identity column): nothing to grant on one."""
+TABLE_PRIVILEGES = COMMON_PRIVILEGES
+"""Table -> the privileges :class:`Statements` need on it (the table backends' own,
+:data:`~app.storage.tables.db.TABLE_PRIVILEGES`). No sequence object exists (no ``serial`` or identity column):
+nothing to grant on one."""
 GRANTEE = "idmint_app"
 """The role named in the grants ``idmint storage sql`` prints (the user of ``IDMINT_POSTGRES_URL``: put yours)."""
 
@@ -159,12 +153,13 @@ def ddl(schema: str) -> str:
     return DDL.format(s=quoted(schema), version=SCHEMA_VERSION) + "\n" + note
 
 
-class Statements:
+class Statements(PortableStatements):
     """The statements of one schema, formatted once. Parameters are named (``%(lease)s``); every time compared is
     the database's."""
 
     def __init__(self, schema: str) -> None:
         s = quoted(schema)
+        super().__init__(s)
         self.schema = schema
         self.version = f"SELECT max(version) FROM {s}.schema_version"
         self.ddl = ddl(schema)
@@ -187,7 +182,6 @@ class Statements:
             )
             SELECT c.pool_key, c.identity, c.generation, c.revoked_until IS NOT NULL
             FROM lease LEFT JOIN {s}.claims c ON c.lease_id = lease.lease_id"""
-        self.end_lease = f"DELETE FROM {s}.leases WHERE lease_id = %(lease)s"
         self.lease_left = f"""
             SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM {s}.leases
             WHERE lease_id = %(lease)s"""
@@ -245,9 +239,6 @@ class Statements:
             UPDATE {s}.claims SET lease_id = NULL
             WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
               AND generation = %(generation)s AND revoked_until IS NULL"""
-        self.row_of = f"""
-            SELECT c.lease_id, c.generation, c.revoked_until IS NOT NULL
-            FROM {s}.claims c WHERE c.pool_key = %(pool)s AND c.identity = %(identity)s"""
         self.count_held = f"""
             SELECT count(*) FROM {s}.claims c JOIN {s}.leases l ON l.lease_id = c.lease_id
             WHERE c.pool_key = %(pool)s AND c.identity BETWEEN %(low)s AND %(high)s
@@ -267,20 +258,12 @@ class Statements:
             WHERE pool_key = %(pool)s AND identity = %(identity)s AND lease_id = %(lease)s
               AND generation = %(generation)s AND revoked_until IS NULL
             RETURNING 1"""
-        self.revoke_free = f"""
-            UPDATE {s}.claims SET lease_id = NULL, revoked_until = NULL
-            WHERE pool_key = %(pool)s AND identity = %(identity)s AND generation = %(generation)s
-              AND revoked_until IS NOT NULL"""
-        self.open_records = f"""
-            SELECT record FROM {s}.ledger
-            WHERE scheme = %(scheme)s AND identity = %(identity)s AND lease = %(lease)s AND ended_at_ns IS NULL"""
         self.ended_records = f"""
             SELECT count(*) FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns IS NOT NULL"""
 
         # -- the fleet -------------------------------------------------------------------------------------------
         self.meta_put = f"INSERT INTO {s}.meta (key, value) VALUES (%(key)s, %(value)s) ON CONFLICT (key) DO NOTHING"
         self.meta_get = f"SELECT value FROM {s}.meta WHERE key = %(key)s"
-        self.record_get = f"SELECT value FROM {s}.records WHERE name = %(name)s"
         self.record_create = f"""
             INSERT INTO {s}.records (name, value) VALUES (%(name)s, %(value)s)
             ON CONFLICT (name) DO NOTHING RETURNING 1"""
@@ -299,12 +282,10 @@ class Statements:
             VALUES (%(record)s, %(scheme)s, %(identity)s, %(lease)s, %(ended_at_ns)s, %(body)s)
             ON CONFLICT (record) DO UPDATE SET lease = excluded.lease, ended_at_ns = excluded.ended_at_ns,
                 body = excluded.body, updated_at = clock_timestamp()"""
-        self.ledger_read = f"""
-            SELECT record, body, updated_at FROM {s}.ledger
-            WHERE updated_at >= %(since)s ORDER BY updated_at LIMIT %(limit)s"""
-        self.ledger_read_all = f"SELECT record, body, updated_at FROM {s}.ledger ORDER BY updated_at LIMIT %(limit)s"
         self.ledger_compact = f"""
-            DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1"""
+            WITH gone AS (
+                DELETE FROM {s}.ledger WHERE record = ANY(%(records)s) AND ended_at_ns < %(before)s RETURNING 1
+            ) SELECT count(*) FROM gone"""
 
         # -- sequences -------------------------------------------------------------------------------------------
         # One update (app.storage.postgres.sequences): the name's lock for the transaction, then a snapshot of its
@@ -321,7 +302,6 @@ class Statements:
             INSERT INTO {s}.sequence_events (name, id, period, body)
             SELECT %(name)s, i, p, b
             FROM unnest(%(ids)s::text[], %(periods)s::text[], %(bodies)s::text[]) AS e(i, p, b)"""
-        self.seq_get = f"SELECT value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = 'record'"
         self.seq_list = f"""
             SELECT name, value FROM {s}.sequence_documents WHERE doc = 'record'
             ORDER BY name COLLATE "C" LIMIT %(limit)s"""

@@ -139,9 +139,10 @@ def test_the_sql_blocks_of_the_storage_page_are_the_printed_grants_or_run_on_the
     dbname = postgres_db.rsplit("/", 1)[1]
     blocks = [b for b in read_blocks(REPO / "docs" / "storage.md") if b.language == "sql"]
     grant_blocks = [b for b in blocks if b.text.lstrip().startswith("GRANT")]
-    assert len(grant_blocks) == 1, [b.where for b in grant_blocks]
-    shown = [line.split("--")[0].strip() for line in grant_blocks[0].text.splitlines() if line.strip()]
-    assert shown == printed_grants("idmint", "idmint_app", "ids"), grant_blocks[0].where
+    ours = [b for b in grant_blocks if "`" not in b.text]  # MySQL's quote with backticks (tests/storage/mysql)
+    assert len(ours) == 1, [b.where for b in ours]
+    shown = [line.split("--")[0].strip() for line in ours[0].text.splitlines() if line.strip()]
+    assert shown == printed_grants("idmint", "idmint_app", "ids"), ours[0].where
     node = Server(
         tmp_path,
         {

@@ -23,7 +23,7 @@ from typing import Any
 
 from app.errors import NotClaimedError, RevokeRefusedError
 from app.schemes.pool import IdentityPool
-from app.storage.postgres.client import Database
+from app.storage.tables.db import Database, as_json
 
 ACK_POLL_S = 0.05
 """How often the revoker reads the owner's ledger records while it waits for the acknowledgement."""
@@ -36,7 +36,7 @@ async def revoke_claim(db: Database, ttl: int, pool: IdentityPool, identity: int
     Returns ``{"scheme", "kind", "identity", "owner", "lease", "owner_stopped", "freed", "lease_ttl_s",
     "seconds"}``: ``freed`` False means the revoke frees it by itself within ``lease_ttl_s``. Raises
     NotClaimedError when nobody holds it, RevokeRefusedError when a revoke is pending already or the row changed
-    under us, NotReadyError when PostgreSQL cannot be used."""
+    under us, NotReadyError when the database cannot be used."""
     started = time.monotonic()
     sql = db.sql
     where = {"pool": pool.key_prefix, "identity": identity}
@@ -66,7 +66,8 @@ async def revoke_claim(db: Database, ttl: int, pool: IdentityPool, identity: int
     stopped = bool(open_ids) and await _owner_stopped(db, open_ids, ttl)
     if stopped:
         await db.run(f"freeing {name}", sql.revoke_free, {**where, "generation": generation})
-    holder = owner if isinstance(owner, dict) else None
+    holder = as_json(owner)
+    holder = holder if isinstance(holder, dict) else None
     return {
         "scheme": pool.scheme,
         "kind": pool.kind,

@@ -1,8 +1,8 @@
-"""One PostgreSQL lease kept alive: the :class:`~app.storage.expiring.ExpiringSession` on a ``leases`` row.
+"""One lease kept alive in a SQL database: the :class:`~app.storage.expiring.ExpiringSession` on a ``leases`` row.
 
-The keepalive renews with one statement (:attr:`Statements.renew <app.storage.postgres.sql.Statements.renew>`):
-``UPDATE leases SET expires_at = clock_timestamp() + ttl WHERE lease_id = $1 AND expires_at > clock_timestamp()``,
-which also returns, from the same snapshot, every claim row still on the lease (its identity, generation, and
+The keepalive renews with one statement or transaction (the dialect's ``renew``):
+``UPDATE leases SET expires_at = now + ttl WHERE lease_id = $1 AND expires_at > now`` (the database's clock),
+which also returns, in the same transaction, every claim row still on the lease (its identity, generation, and
 whether a revoke is pending). No row means the lease expired or was deleted: the session is lost (final, as etcd's
 NOT_FOUND). The claim rows go to the ``on_snapshot`` callback, which makes every claim not among them lost, before
 the deadline moves.
@@ -11,19 +11,16 @@ the deadline moves.
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.errors import BackendUnavailableError, LeaseLostError, NotReadyError
 from app.storage.expiring import ExpiringSession, Outcome
-from app.storage.postgres.client import Database
-
-log = logging.getLogger("idmint.storage.postgres")
+from app.storage.tables.db import Database
 
 LEASE_ID_BITS = 63
-"""Lease IDs are random positive bigints, drawn by the process (PostgreSQL has no lease IDs of its own)."""
+"""Lease IDs are random positive bigints, drawn by the process (a SQL database has no lease IDs of its own)."""
 GRANT_TRIES = 3
 
 Held = dict[tuple[str, int], tuple[int, bool]]
@@ -35,8 +32,6 @@ Snapshot = Callable[["Session", float, Held], Awaitable[None]]
 class Session(ExpiringSession):
     """A granted lease row and the task keeping it alive. Build with :meth:`grant`; end with :meth:`close`."""
 
-    store = "postgres"
-    log = log
     closed_reason = "lease ended at shutdown"
 
     def __init__(
@@ -52,6 +47,8 @@ class Session(ExpiringSession):
     ) -> None:
         super().__init__(lease_id, ttl, sent_at, margin, clock, on_outcome)
         self.db = db
+        self.store = db.store
+        self.log = db.log
         self._on_snapshot = on_snapshot
 
     @classmethod
@@ -77,15 +74,15 @@ class Session(ExpiringSession):
             )
             if rows:
                 session = cls(db, lease_id, ttl, sent_at, margin, clock, on_outcome, on_snapshot)
-                session.start(f"idmint-pg-lease-{session.hex}")
+                session.start(f"idmint-{db.store}-lease-{session.hex}")
                 return session
-        raise BackendUnavailableError(f"PostgreSQL: {GRANT_TRIES} random lease IDs were all taken")
+        raise BackendUnavailableError(f"{db.title}: {GRANT_TRIES} random lease IDs were all taken")
 
     async def _renew(self, sent_at: float) -> float:
         rows = await self.db.run("renewing the lease", self.db.sql.renew, {"lease": self.lease_id})
         if not rows:
-            self.set_lost(f"PostgreSQL lease {self.hex} expired or was deleted")
-            raise LeaseLostError(f"PostgreSQL lease {self.hex} expired or was deleted")
+            self.set_lost(f"{self.db.title} lease {self.hex} expired or was deleted")
+            raise LeaseLostError(f"{self.db.title} lease {self.hex} expired or was deleted")
         held: Held = {(str(r[0]), int(r[1])): (int(r[2]), bool(r[3])) for r in rows if r[0] is not None}
         # The claims first: one no longer on the lease is lost before the deadline moves.
         if self._on_snapshot is not None:
@@ -95,6 +92,8 @@ class Session(ExpiringSession):
     async def _end(self, timeout: float) -> None:
         try:
             await self.db.run("ending the lease", self.db.sql.end_lease, {"lease": self.lease_id}, timeout)
-            log.info("postgres: lease %s ended", self.hex)
+            self.log.info("%s: lease %s ended", self.store, self.hex)
         except NotReadyError as exc:
-            log.warning("postgres: ending lease %s failed (it expires within %g s): %s", self.hex, self.ttl, exc.reason)
+            self.log.warning(
+                "%s: ending lease %s failed (it expires within %g s): %s", self.store, self.hex, self.ttl, exc.reason
+            )

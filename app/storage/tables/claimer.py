@@ -10,14 +10,13 @@ plus :data:`SPARE_ROWS`), and the claim answers not ready, naming when they beco
 first start waits one TTL; every claim leaves a spare row aging in its pool, so a replica that joins later claims
 at once.
 
-Released rows that PostgreSQL could not be told of wait in :class:`Leftovers` and are freed once it answers.
+Released rows that the database could not be told of wait in :class:`Leftovers` and are freed once it answers.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import logging
 import math
 import secrets
 from collections.abc import Container, Iterator
@@ -28,11 +27,9 @@ from app.errors import NotReadyError, PoolExhaustedError
 from app.schemes.pool import IdentityPool
 from app.storage.draw import draw
 from app.storage.lease import LossCallback, Owner
-from app.storage.postgres.claim import PostgresClaim
-from app.storage.postgres.client import Database
-from app.storage.postgres.session import Session
-
-log = logging.getLogger("idmint.storage.postgres")
+from app.storage.tables.claim import TableClaim
+from app.storage.tables.db import Database, as_json
+from app.storage.tables.session import Session
 
 SPARE_ROWS = 1
 """Unheld rows a claim leaves in its pool (created when there are fewer, aging from then on): a replica that
@@ -57,7 +54,8 @@ class Row:
         return not self.held and not self.revoking and self.wait_s <= 0
 
     def holder(self) -> str:
-        owner = self.owner if isinstance(self.owner, dict) else {}
+        owner = as_json(self.owner)
+        owner = owner if isinstance(owner, dict) else {}
         if not owner:
             return "a node"
         return f"{owner.get('host', '?')} pid {owner.get('pid', '?')}" + (
@@ -76,27 +74,29 @@ class _Without(Container[int]):
 
 
 class Leftovers:
-    """Released claims whose row could not be freed (PostgreSQL unreachable), freed by :meth:`retry` while their
+    """Released claims whose row could not be freed (the database unreachable), freed by :meth:`retry` while their
     lease lives: they sit on our live lease and would otherwise stay held for as long as this process runs."""
 
-    def __init__(self) -> None:
-        self.pending: list[PostgresClaim] = []
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.pending: list[TableClaim] = []
 
-    def add(self, claim: PostgresClaim) -> None:
+    def add(self, claim: TableClaim) -> None:
         self.pending.append(claim)
 
     async def retry(self, session: Session) -> None:
-        """Free every pending row still on ``session``'s lease. Raises NotReadyError when PostgreSQL cannot be
+        """Free every pending row still on ``session``'s lease. Raises NotReadyError when the database cannot be
         used."""
         for claim in list(self.pending):
             if claim.session is session:
                 await claim.free()
-                log.info("postgres: released %s (deferred while PostgreSQL was unreachable)", claim.key)
+                db = self.db
+                db.log.info("%s: released %s (deferred while %s was unreachable)", db.store, claim.key, db.title)
             self.pending.remove(claim)
 
 
 class Claimer:
-    """Claims identities of pools and keeps the :class:`PostgresClaim` it made (``claims``) until the backend
+    """Claims identities of pools and keeps the :class:`TableClaim` it made (``claims``) until the backend
     forgets one. ``on_lost`` is registered on every claim; ``ttl`` (seconds) is the lost-row wait and the
     Retry-After of an exhausted pool."""
 
@@ -104,7 +104,7 @@ class Claimer:
         self.db = db
         self.ttl = ttl
         self.on_lost = on_lost
-        self.claims: set[PostgresClaim] = set()
+        self.claims: set[TableClaim] = set()
         self.held_before: dict[str, list[int]] = {}
         """Pool key -> identities this process claimed there, oldest first (re-claims prefer the newest)."""
         self.made: dict[str, set[int]] = {}
@@ -138,11 +138,11 @@ class Claimer:
             start = secrets.randbelow(len(rest))
             yield from rest[start:] + rest[:start]
 
-    async def claim(self, session: Session, pool: IdentityPool, exclude: frozenset[int], owner: Owner) -> PostgresClaim:
+    async def claim(self, session: Session, pool: IdentityPool, exclude: frozenset[int], owner: Owner) -> TableClaim:
         """Claim one claimable row of ``pool`` on ``session``'s lease. Raises NotReadyError (rows created or
         waiting under the lost-row rule), PoolExhaustedError, BackendUnavailableError."""
         if not pool.key_prefix:
-            raise ValueError(f"{pool.scheme}: IdentityPool.key_prefix is needed for PostgreSQL claims")
+            raise ValueError(f"{pool.scheme}: IdentityPool.key_prefix is needed for {self.db.title} claims")
         rows = await self.read(pool)
         claimable = {i for i, row in rows.items() if row.claimable}
         owner_json = json.dumps(owner.as_dict())
@@ -164,7 +164,7 @@ class Claimer:
             if not found:
                 continue  # taken (or changed) since the read: the next
             generation, mark = int(found[0][0]), int(found[0][1])
-            claim = PostgresClaim(self.db, pool, identity, generation, mark, session, owner, session.clock())
+            claim = TableClaim(self.db, pool, identity, generation, mark, session, owner, session.clock())
             self.claims.add(claim)
             before = self.held_before.setdefault(pool.key_prefix, [])
             if identity in before:
@@ -174,8 +174,9 @@ class Claimer:
             claim.on_lost(self.on_lost)
             if not any(not r.held and not r.revoking for i, r in rows.items() if i != identity and i not in exclude):
                 await self._spare(pool, rows, exclude | {identity})
-            log.info(
-                "postgres: claimed %s %s %d (row %s, generation %d, lease %s, high-water mark %d)",
+            self.db.log.info(
+                "%s: claimed %s %s %d (row %s, generation %d, lease %s, high-water mark %d)",
+                self.db.store,
                 pool.scheme,
                 pool.kind,
                 identity,
@@ -201,7 +202,7 @@ class Claimer:
                 {"pool": pool.key_prefix, "identities": new},
             )
         except NotReadyError as exc:
-            log.info("postgres: no spare %s row created now: %s", pool.scheme, exc.reason)
+            self.db.log.info("%s: no spare %s row created now: %s", self.db.store, pool.scheme, exc.reason)
 
     async def _make_rows(self, pool: IdentityPool, rows: dict[int, Row], exclude: frozenset[int]) -> None:
         """No row could be claimed: wait for the rows this process made that the lost-row rule still holds back,
@@ -224,9 +225,10 @@ class Claimer:
                 self.db.sql.create_rows,
                 {"pool": pool.key_prefix, "identities": new},
             )
-            log.info(
-                "postgres: created %s %s row(s) %s: claimable in %d s (the lost-row rule: a row created now may "
+            self.db.log.info(
+                "%s: created %s %s row(s) %s: claimable in %d s (the lost-row rule: a row created now may "
                 "have been lost with an owner, who fails closed within one TTL)",
+                self.db.store,
                 pool.scheme,
                 pool.kind,
                 ", ".join(map(str, new)),
@@ -234,7 +236,7 @@ class Claimer:
             )
             made.update(new)
             raise NotReadyError(
-                f"{pool.scheme}: {pool.kind} {', '.join(map(str, new))} had no row in PostgreSQL; created now, "
+                f"{pool.scheme}: {pool.kind} {', '.join(map(str, new))} had no row in {self.db.title}; created now, "
                 f"claimable in {self.ttl} s (one lease TTL: a row lost in a failover may have had an owner)",
                 retry_after=self.ttl,
             )

@@ -1,11 +1,10 @@
-"""What the backend keeps in PostgreSQL beside the claims: registrations on the lease that need no exclusivity
+"""What a table backend keeps beside the claims: registrations on the lease that need no exclusivity
 (Wiji's random part, with its owner), and the fleet's rows (the fleet ID, fleet records, a peer's lease, the held
 counts)."""
 
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -13,10 +12,8 @@ from typing import Any
 from app.errors import BackendUnavailableError, NotReadyError
 from app.schemes.pool import IdentityPool
 from app.storage.lease import check_record_name, parse_record, record_bytes
-from app.storage.postgres.client import Database
-from app.storage.postgres.session import Session
-
-log = logging.getLogger("idmint.storage.postgres")
+from app.storage.tables.db import Database
+from app.storage.tables.session import Session
 
 FLEET_ID_KEY = "fleet_id"
 """The ``meta`` row holding the fleet ID."""
@@ -55,7 +52,7 @@ class Registrations:
                 f"registering {key}", self.db.sql.register, {"key": key, "value": payload, "lease": session.lease_id}
             )
             self.values[key] = (value, session.lease_id)
-            log.info("postgres: registered %s on lease %s", key, session.hex)
+            self.db.log.info("%s: registered %s on lease %s", self.db.store, key, session.hex)
 
 
 class FleetRows:
@@ -67,7 +64,7 @@ class FleetRows:
 
     async def read_fleet_id(self) -> str:
         """The fleet ID in ``meta`` (written by the first node to ask, ``ON CONFLICT DO NOTHING``). Raises
-        NotReadyError when PostgreSQL cannot be used now, or the row holds no fleet ID."""
+        NotReadyError when the database cannot be used now, or the row holds no fleet ID."""
         if self.fleet_id is not None:
             return self.fleet_id
         value = json.dumps(
@@ -81,7 +78,7 @@ class FleetRows:
         try:
             self.fleet_id = str(uuid.UUID(str(json.loads(rows[0][0])["fleet_id"])))
         except (IndexError, ValueError, KeyError, TypeError) as exc:
-            raise BackendUnavailableError(f"PostgreSQL meta row {FLEET_ID_KEY} holds no fleet ID: {exc}") from exc
+            raise BackendUnavailableError(f"{self.db.title} meta row {FLEET_ID_KEY} holds no fleet ID: {exc}") from exc
         return self.fleet_id
 
     async def read_record(self, name: str) -> dict[str, Any] | None:
@@ -115,7 +112,7 @@ class FleetRows:
         return bool(rows and rows[0][0])
 
     async def count_held(self, pool: IdentityPool) -> int | None:
-        """Rows of the region's slice on a live lease; None when PostgreSQL cannot answer now."""
+        """Rows of the region's slice on a live lease; None when the database cannot answer now."""
         first, last = pool.slice
         try:
             rows = await self.db.run(
