@@ -647,18 +647,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ends), so either transport answers the same. Then count it, close or go idle, and watch a large answer (or
         one the transport could not send at once) until its client took it."""
         status, fixed, extra, body = reply
-        head = [_reply_head(status, default_head(self.server_state.default_headers), fixed)]
-        for name, value in extra:
-            head += (name, b": ", value, b"\r\n")
-        head.append(b"content-length: %d\r\n" % len(body))
-        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        start = _reply_head(status, default_head(self.server_state.default_headers), fixed)
+        end = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
         transport = self.transport
         size = len(body)
-        if size < WATCH_BYTES:
-            head.append(body)
-            transport.write(b"".join(head))
+        if not extra and size < WATCH_BYTES:  # the common answer: one formatting, one write
+            transport.write(b"%scontent-length: %d\r\n%s%s" % (start, size, end, body))
         else:
-            transport.writelines((b"".join(head), body))
+            head = [start]
+            for name, value in extra:
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"content-length: %d\r\n" % size)
+            head.append(end)
+            if size < WATCH_BYTES:
+                head.append(body)
+                transport.write(b"".join(head))
+            else:
+                transport.writelines((b"".join(head), body))
         if self.running is not None and self.running.response_complete:
             self.running = None
         self.server_state.total_requests += 1
