@@ -237,6 +237,46 @@ def _fixed_head(fixed: tuple[Header, ...]) -> bytes:
     return b"".join(name + b": " + value + b"\r\n" for name, value in fixed)
 
 
+@functools.lru_cache(maxsize=64)
+def _reply_head(status: int, default: bytes, fixed: tuple[Header, ...]) -> bytes:
+    """A hot answer's status line, uvicorn's ``default`` headers as written (:func:`default_head`: a new value once
+    a second) and its fixed headers: the part of its head every answer of that status and route shares."""
+    return STATUS_LINE[status] + default + _fixed_head(fixed)
+
+
+HOT_TARGETS_MAX = 1024
+"""Request targets :func:`_hot_target` remembers (cleared when full: endless distinct targets cost a re-parse, never
+memory)."""
+
+
+def _hot_target(front: Front, url: bytes) -> tuple[Any, str, str, bytes, bytes] | None:
+    """(hot route, its template parameter, path, raw path, query string) of a request target, or None when it is
+    no hot route's (or has no path uvicorn reads). Remembered per front and target: the same bytes always parse
+    the same (in ``front.hot_targets``)."""
+    memo = front.hot_targets
+    try:
+        return memo[url]  # type: ignore[no-any-return]
+    except KeyError:
+        pass
+    found: tuple[Any, str, str, bytes, bytes] | None = None
+    try:
+        parsed = httptools.parse_url(url)
+        raw_path = parsed.path
+        if raw_path is not None:  # an absolute URL without a path: refused (_target_ok)
+            path = raw_path.decode("ascii")
+            if "%" in path:
+                path = urllib.parse.unquote(path)
+            hot = front.hot_route("GET", path)
+            if hot is not None:
+                found = (hot[0], hot[1], path, raw_path, parsed.query or b"")
+    except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+        pass
+    if len(memo) >= HOT_TARGETS_MAX:
+        memo.clear()
+    memo[url] = found
+    return found
+
+
 _default_head: tuple[object, bytes] = (None, b"")
 
 
@@ -539,19 +579,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 host = True
         if not host and version == "1.1":
             return False
-        try:
-            url = httptools.parse_url(self.url)
-            raw_path = url.path
-            if raw_path is None:  # an absolute URL without a path: refused (_target_ok)
-                return False
-            path = raw_path.decode("ascii")
-        except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
+        target = _hot_target(front, self.url)
+        if target is None:
             return False
-        if "%" in path:
-            path = urllib.parse.unquote(path)
-        found = front.hot_route("GET", path)
-        if found is None:
-            return False
+        route, param, path, raw_path, query = target
         start = time.perf_counter()
         scope = {
             "type": "http",
@@ -559,13 +590,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             "method": "GET",
             "path": path,
             "raw_path": raw_path,
-            "query_string": url.query or b"",
+            "query_string": query,
             "headers": self.headers,
         }
         keep_alive = version == "1.1" and parser.should_keep_alive()
         self.fast = True
         self.answered_in_read += 1
-        coro = front.answer_hot(found[0], found[1], scope, start)
+        coro = front.answer_hot_now(route, param, scope, start)
+        if isinstance(coro, tuple):
+            self._answered(coro, keep_alive)
+            return True
         try:
             pending = coro.send(None)
         except StopIteration as done:
@@ -613,18 +647,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ends), so either transport answers the same. Then count it, close or go idle, and watch a large answer (or
         one the transport could not send at once) until its client took it."""
         status, fixed, extra, body = reply
-        head = [STATUS_LINE[status], default_head(self.server_state.default_headers), _fixed_head(fixed)]
-        for name, value in extra:
-            head += (name, b": ", value, b"\r\n")
-        head.append(b"content-length: %d\r\n" % len(body))
-        head.append(b"\r\n" if keep_alive else b"connection: close\r\n\r\n")
+        start = _reply_head(status, default_head(self.server_state.default_headers), fixed)
+        end = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
         transport = self.transport
         size = len(body)
-        if size < WATCH_BYTES:
-            head.append(body)
-            transport.write(b"".join(head))
+        if not extra and size < WATCH_BYTES:  # the common answer: one formatting, one write
+            transport.write(b"%scontent-length: %d\r\n%s%s" % (start, size, end, body))
         else:
-            transport.writelines((b"".join(head), body))
+            head = [start]
+            for name, value in extra:
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"content-length: %d\r\n" % size)
+            head.append(end)
+            if size < WATCH_BYTES:
+                head.append(body)
+                transport.write(b"".join(head))
+            else:
+                transport.writelines((b"".join(head), body))
         if self.running is not None and self.running.response_complete:
             self.running = None
         self.server_state.total_requests += 1

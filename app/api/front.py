@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from starlette.routing import Match
@@ -95,9 +95,10 @@ CHUNKED = b"chunked"
 
 Answer = tuple[int, bytes, list[Header]]
 """A hot handler's answer: status, JSON body, extra headers."""
-HotHandler = Callable[[str, Scope], Awaitable[Answer]]
-"""``handler(param, scope)``: the answer to a request whose template parameter is ``param``. Raises IdmintError
-for a refusal (an unknown scheme is UnknownSchemeError, a 404). ``scope`` holds at least ``method``, ``path``,
+HotHandler = Callable[[str, Scope], Answer | Awaitable[Answer]]
+"""``handler(param, scope)``: the answer to a request whose template parameter is ``param``, or (when it must wait)
+an awaitable of it (an ``async def`` handler is one). Raises IdmintError for a refusal (an unknown scheme is
+UnknownSchemeError, a 404), at once or from the awaitable. ``scope`` holds at least ``method``, ``path``,
 ``query_string`` and ``headers``.
 
 ``idmint serve`` runs a hot handler's first steps inside the connection's read callback, not in a task, until its
@@ -271,6 +272,8 @@ class Front:
                 raise ValueError(f"hot route {route.method} {route.template} has no FastAPI route to declare it")
             route.access = declared[(route.method, route.template)]
         self.hot = tuple(hot)
+        self.hot_targets: dict[bytes, Any] = {}
+        """The connection layer's memo of request targets (:mod:`app.serving`): raw target -> its hot route."""
 
     def hot_route(self, method: str, path: str) -> tuple[HotRoute, str] | None:
         """The hot route a request is for and its template parameter, or None."""
@@ -282,34 +285,68 @@ class Front:
 
     async def answer_hot(self, route: HotRoute, param: str, scope: Scope, start: float) -> Reply:
         """The whole answer to a request for hot ``route`` (steps 4 to 6 of the module docstring: API keys, drain,
-        the handler, the count in the metrics since ``start``, a :func:`time.perf_counter` reading). Both transports
-        call it: this layer for a request that reached it through ASGI, the connection layer (:mod:`app.serving`)
-        for a simple GET. Never raises for a request's fault or ours (a fault of ours is a logged 500)."""
+        the handler, the count in the metrics since ``start``, a :func:`time.perf_counter` reading). This layer
+        calls it for a request that reached it through ASGI; the connection layer (:mod:`app.serving`) calls
+        :meth:`answer_hot_now`, the same steps. Never raises for a request's fault or ours (a fault of ours is a
+        logged 500)."""
+        reply = self.answer_hot_now(route, param, scope, start)
+        if isinstance(reply, tuple):
+            return reply
+        return await reply
+
+    def answer_hot_now(
+        self, route: HotRoute, param: str, scope: Scope, start: float
+    ) -> Reply | Coroutine[Any, Any, Reply]:
+        """:meth:`answer_hot`'s answer at once when its handler answers without waiting (a :data:`Reply`), else the
+        coroutine that waits for it and finishes it."""
         access = route.access
-        refused, _ = self.admit(scope, access)
-        if refused is not None:
-            return self.finish(refused, access, route.template, scope["method"], start)
         drain = self.drain
         counted = access.hands_out_ids
+        if (self.keys is not None and access.scope is not None) or (counted and drain.draining):
+            refused, _ = self.admit(scope, access)
+            if refused is not None:
+                return self.finish(refused, access, route.template, scope["method"], start)
         if counted:
             drain.enter()
         try:
-            answer = await route.handler(param, scope)
+            answer = route.handler(param, scope)
+        except IdmintError as exc:
+            answer = error_parts(exc)
+        except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
+            log.exception("%s %s failed", route.method, route.template)
+            answer = 500, INTERNAL_ERROR, []
+        except BaseException:
+            if counted:
+                drain.leave()
+            raise
+        if not isinstance(answer, tuple):
+            return self._hot_later(route, answer, scope, start)
+        if counted:
+            drain.leave()
+        return self._hot_reply(route, answer, scope, start)
+
+    async def _hot_later(self, route: HotRoute, waiting: Awaitable[Answer], scope: Scope, start: float) -> Reply:
+        """The rest of :meth:`answer_hot_now` for a handler that waits (``waiting``: its answer)."""
+        try:
+            answer = await waiting
         except IdmintError as exc:
             answer = error_parts(exc)
         except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
             log.exception("%s %s failed", route.method, route.template)
             answer = 500, INTERNAL_ERROR, []
         finally:
-            if counted:
-                drain.leave()
+            if route.access.hands_out_ids:
+                self.drain.leave()
+        return self._hot_reply(route, answer, scope, start)
+
+    def _hot_reply(self, route: HotRoute, answer: Answer, scope: Scope, start: float) -> Reply:
         if self.keys is not None:
             settle(scope)
         if self.cors:
             allowed = self.cors_headers(scope)
             if allowed:
                 answer = answer[0], answer[1], [*answer[2], *allowed]
-        return self.finish(answer, access, route.template, scope["method"], start)
+        return self.finish(answer, route.access, route.template, scope["method"], start)
 
     def cors_headers(self, scope: Scope) -> list[Header]:
         """The CORS headers of an answer to ``scope``: its ``Origin`` allowed, when it is a listed one; else none."""

@@ -11,6 +11,7 @@ object body with the same members.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -22,10 +23,12 @@ from app.api.access import declare
 from app.api.auth import ids_charge
 from app.api.deps import NodeDep, SettingsDep
 from app.api.front import Answer, HotHandler
-from app.api.issuing import answer_body, prepare, public_wrap
+from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare, public_wrap
 from app.api.params import (
     PUBLIC_FORMAT,
+    QUERY_MEMO_SIZE,
     IssueParams,
+    IssueRequest,
     merge_body,
     option_owners,
     parse_issue_query,
@@ -33,6 +36,7 @@ from app.api.params import (
     read_body,
 )
 from app.api.streams import open_stream
+from app.issuing.issuer import Issued, Issuer
 from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes import schemes
@@ -86,10 +90,36 @@ def hot_issue(node: Node, settings: Settings, public: Public | None = None) -> H
     known schemes), parser (:func:`~app.api.params.parse_issue`), issuer and body as :func:`issue`, without
     FastAPI."""
 
-    async def answer(scheme: str, scope: Scope) -> Answer:
-        issuer = node.issuer(scheme)
-        request = parse_issue_query(issuer.scheme, scope["query_string"], settings.max_count)
-        wrap = public_wrap(public, request.format) if request.format == PUBLIC_FORMAT else None
+    maximum = settings.max_count
+    parsed: dict[tuple[str, bytes], tuple[Issuer, IssueRequest]] = {}
+    """(scheme, raw query) -> (issuer, parsed request), for the last QUERY_MEMO_SIZE distinct valid ones (cleared
+    when full; a refused one raises every time)."""
+
+    def answer(scheme: str, scope: Scope) -> Answer | Awaitable[Answer]:
+        query = scope["query_string"]
+        found = parsed.get((scheme, query))
+        if found is None:
+            issuer = node.issuer(scheme)
+            found = issuer, parse_issue_query(issuer.scheme, query, maximum)
+            if len(parsed) >= QUERY_MEMO_SIZE:
+                parsed.clear()
+            parsed[(scheme, query)] = found
+        issuer, request = found
+        fmt = request.format
+        if fmt == PUBLIC_FORMAT:
+            return answer_public(issuer, request, scope)
+        issued = issuer.issue_now(request.count, request.options, charge=ids_charge(scope))
+        if isinstance(issued, Issued) and issued.count < THREAD_ENCODE_MIN:
+            return 200, issue_body(issuer.name, fmt, issued), []
+        return answer_later(issuer, fmt, issued)
+
+    async def answer_later(issuer: Issuer, fmt: str, issued: Issued | Awaitable[Issued]) -> Answer:
+        if not isinstance(issued, Issued):
+            issued = await issued
+        return 200, await answer_body(issuer.name, fmt, issued), []
+
+    async def answer_public(issuer: Issuer, request: IssueRequest, scope: Scope) -> Answer:
+        wrap = public_wrap(public, request.format)  # raises before any ID is issued when there is no key file
         issued = await issuer.issue(request.count, request.options, charge=ids_charge(scope))
         if wrap is not None:
             issued = wrap(issued)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from app.errors import NotReadyError
@@ -178,10 +178,30 @@ class Issuer:
             await gate.defer()
         gen = self.check()
         batch = gen.generate(count, **options)
-        holder = self.holder
-        if batch.count == count and batch.high_water <= holder.recorded_mark:
-            self._account(gen, batch.count, 0.0)
+        if batch.count == count and batch.high_water <= self.holder.recorded_mark:
+            self._account(gen, count, 0.0)
             return Issued(self.scheme, [batch])
+        return await self._issue_rest(gen, batch, count, options, stream)
+
+    def issue_now(self, count: int, options: dict[str, Any], *, charge: Charge) -> Issued | Coroutine[Any, Any, Issued]:
+        """:meth:`issue` (not a stream's chunk) without a coroutine when it need not wait: the :class:`Issued`
+        when the whole count was generated within the recorded high-water mark, else the coroutine that waits for
+        the clock or records the mark (IDs already generated are part of its answer). Raises as :meth:`issue`."""
+        charge(count)
+        gen = self.check()
+        batch = gen.generate(count, **options)
+        if batch.count == count and batch.high_water <= self.holder.recorded_mark:
+            self._account(gen, count, 0.0)
+            return Issued(self.scheme, [batch])
+        return self._issue_rest(gen, batch, count, options, False)
+
+    async def _issue_rest(
+        self, gen: Generator, batch: Batch, count: int, options: dict[str, Any], stream: bool
+    ) -> Issued:
+        """The rest of :meth:`issue` once ``batch`` (``gen``'s first) fell short of ``count`` or passed the recorded
+        mark: wait for the clock and generate the rest, record the mark, account."""
+        holder = self.holder
+        gate = self.gate
         batches = [batch] if batch.count else []
         remaining = count - batch.count
         waited = 0.0

@@ -26,6 +26,7 @@ the version's top bit, 15..25 the rest. Inside a batch only characters 11..14 ch
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Mapping
@@ -359,7 +360,7 @@ class WijiBatch(Batch):
     def __init__(self, random: int, segments: tuple[Run, ...]) -> None:
         self.random = random
         self.segments = segments
-        self.count = runs_count(segments)
+        self.count = segments[0].count if len(segments) == 1 else runs_count(segments)
 
     def _base(self, segment: Run) -> int:
         """The packed ID of sequence 0 in ``segment`` (fields valid by construction: the generator checked them)."""
@@ -367,6 +368,11 @@ class WijiBatch(Batch):
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``base32``, ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError otherwise."""
+        if self.count == 1:  # a single-ID request: its one value, valid by construction, through the form's encoder
+            one = _ONE_ID.get(fmt)
+            if one is not None:
+                seg = self.segments[0]
+                return (one(self._base(seg) | seg.first << SEQUENCE_SHIFT) + "\n").encode()
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
             return scalar_lines(SCHEME.format, self.values(), fmt)
         fmt = SCHEME.resolve_format(fmt)
@@ -404,6 +410,12 @@ class WijiBatch(Batch):
     @property
     def high_water(self) -> int:
         return self.segments[-1].tick if self.count else -1
+
+
+_run = functools.partial(tuple.__new__, Run)
+"""``Run`` of a (tick, first, count) tuple, without the Python frame of its ``__new__``."""
+_ONE_ID = {"base32": _crockford.encode, "canonical": _crockford.encode, "uuid": encode_uuid, "hex": encode_hex}
+"""A form's encoder of one value the generator made (the range check of :func:`encode_base32` holds by construction)."""
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -452,8 +464,20 @@ class WijiGenerator(Generator):
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= BATCH_COUNT_MAX:
             raise InvalidOptionError(f"count must be in 1..{BATCH_COUNT_MAX} for wiji, got {count!r}")
         now_ns = self._clock()
-        self.stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
+        stats = self.stats
+        if now_ns > stats.clock_high_ns:  # observe_clock's common case, inline
+            stats.clock_high_ns = now_ns
+        else:
+            stats.observe_clock(now_ns, NANOSECS_IN_MICROSECS)
         last, sequence = self._last_us, self._next_sequence
+        if count == 1:  # a single ID: a new microsecond, or the next sequence of the last one
+            now_us = now_ns // NANOSECS_IN_MICROSECS
+            if last < now_us <= TIMESTAMP_US_MAX:
+                self._last_us, self._next_sequence = now_us, 1
+                return WijiBatch(self.random_part, (_run((now_us, 0, 1)),))
+            if now_us <= last and sequence < SEQUENCE_SLOTS:
+                self._next_sequence = sequence + 1
+                return WijiBatch(self.random_part, (_run((last, sequence, 1)),))
         segments: list[Run] = []
         remaining = count
         while remaining:

@@ -161,7 +161,11 @@ def test_an_internal_error_is_json_and_counted_on_both_paths(tmp_path: Path) -> 
         async def broken(*args: object, **kwargs: object) -> None:
             raise RuntimeError("injected fault")
 
-        node.issuers["wiji"].issue = broken
+        def broken_now(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("injected fault")
+
+        node.issuers["wiji"].issue = broken  # the FastAPI route's
+        node.issuers["wiji"].issue_now = broken_now  # the hot route's
         for method in ("GET", "POST"):  # GET: the fast path; POST: the FastAPI route
             r = client.request(method, "/v1/ids/wiji")
             assert r.status_code == 500 and r.json() == {"detail": "internal error"}, (method, r.text)
