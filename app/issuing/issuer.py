@@ -176,24 +176,25 @@ class Issuer:
         gate = self.gate
         if stream and gate.waiting:
             await gate.defer()
-        gen = self.check()
-        batch = gen.generate(count, **options)
-        if batch.count == count and batch.high_water <= self.holder.recorded_mark:
-            self._account(gen, count, 0.0)
-            return Issued(self.scheme, [batch])
-        return await self._issue_rest(gen, batch, count, options, stream)
+        issued = self._generate(count, options, stream)
+        return issued if isinstance(issued, Issued) else await issued
 
     def issue_now(self, count: int, options: dict[str, Any], *, charge: Charge) -> Issued | Coroutine[Any, Any, Issued]:
         """:meth:`issue` (not a stream's chunk) without a coroutine when it need not wait: the :class:`Issued`
         when the whole count was generated within the recorded high-water mark, else the coroutine that waits for
         the clock or records the mark (IDs already generated are part of its answer). Raises as :meth:`issue`."""
         charge(count)
+        return self._generate(count, options, False)
+
+    def _generate(self, count: int, options: dict[str, Any], stream: bool) -> Issued | Coroutine[Any, Any, Issued]:
+        """Generate ``count`` IDs once charged: the :class:`Issued` when the generator's first batch holds them all
+        within the recorded high-water mark, else :meth:`_issue_rest`'s coroutine."""
         gen = self.check()
         batch = gen.generate(count, **options)
         if batch.count == count and batch.high_water <= self.holder.recorded_mark:
             self._account(gen, count, 0.0)
             return Issued(self.scheme, [batch])
-        return self._issue_rest(gen, batch, count, options, False)
+        return self._issue_rest(gen, batch, count, options, stream)
 
     async def _issue_rest(
         self, gen: Generator, batch: Batch, count: int, options: dict[str, Any], stream: bool
