@@ -53,6 +53,7 @@ from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 from app.storage.postgres.backend import PostgresBackend
+from app.storage.postgres.backfill import PostgresBackfillStore
 from app.storage.postgres.client import LEASE_POOL_SIZE, Database
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
@@ -86,4 +87,5 @@ def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> 
         PostgresLedgerStore(db, clock),
         PostgresSequenceStore(db, settings.max_sequences),
         closing=closing,
+        backfill=PostgresBackfillStore(db),
     )

@@ -17,6 +17,8 @@ Tables, all in the schema ``IDMINT_POSTGRES_SCHEMA`` (default ``idmint``)::
                     documents of :mod:`app.storage.sequences`), as compact JSON text
     sequence_events (name, id) -> one audit event of a gapless sequence (JSON text), and its period ("never" for
                     a sequence that never resets)
+    backfill_marks  (space, identity, tick) -> the highest sequence a back-dated ID used (app.storage.backfill);
+                    added at version 2
 
 Every time that decides who owns an identity is the database's ``clock_timestamp()``; no node's clock is written
 or compared here. The schema name is interpolated into the statements once, after :mod:`app.settings` checked it
@@ -25,7 +27,7 @@ is a lowercase SQL identifier (``[a-z_][a-z0-9_]{0,62}``), and quoted; every val
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
 
 DDL = """\
@@ -106,6 +108,14 @@ CREATE TABLE IF NOT EXISTS {s}.sequence_events (
 CREATE INDEX IF NOT EXISTS sequence_events_period ON {s}.sequence_events (name, period, id);
 CREATE INDEX IF NOT EXISTS sequence_events_id ON {s}.sequence_events (id);
 
+CREATE TABLE IF NOT EXISTS {s}.backfill_marks (
+    space     text NOT NULL,
+    identity  bigint NOT NULL,
+    tick      bigint NOT NULL,
+    high      integer NOT NULL,
+    PRIMARY KEY (space, identity, tick)
+);
+
 INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version) DO NOTHING;
 """
 
@@ -120,6 +130,7 @@ TABLE_PRIVILEGES = {
     "ledger": "SELECT, INSERT, UPDATE, DELETE",
     "sequence_documents": "SELECT, INSERT, UPDATE, DELETE",
     "sequence_events": "SELECT, INSERT, DELETE",
+    "backfill_marks": "SELECT, INSERT, UPDATE",
 }
 """Table -> the privileges :class:`Statements` need on it (a replica writes no DDL and no schema-version row; claim
 rows are never deleted). No sequence object exists (no ``serial`` or identity column): nothing to grant on one."""
@@ -309,6 +320,14 @@ class Statements:
         # -- sequences -------------------------------------------------------------------------------------------
         # One update (app.storage.postgres.sequences): the name's lock for the transaction, then a snapshot of its
         # documents read after the lock is held (READ COMMITTED: each statement sees what committed before it).
+        self.backfill_lock_space = f"{schema}/backfill"
+        self.backfill_read = f"""
+            SELECT tick, high FROM {s}.backfill_marks
+            WHERE space = %(space)s AND identity = %(identity)s AND tick = ANY(%(ticks)s::bigint[])"""
+        self.backfill_put = f"""
+            INSERT INTO {s}.backfill_marks (space, identity, tick, high)
+            SELECT %(space)s, %(identity)s, t, h FROM unnest(%(ticks)s::bigint[], %(highs)s::integer[]) AS w(t, h)
+            ON CONFLICT (space, identity, tick) DO UPDATE SET high = GREATEST({s}.backfill_marks.high, EXCLUDED.high)"""
         self.seq_lock = "SELECT pg_advisory_xact_lock(hashtext(%(space)s), hashtext(%(name)s))"
         self.seq_lock_space = f"{schema}/sequences"
         self.seq_read = f"SELECT doc, value FROM {s}.sequence_documents WHERE name = %(name)s AND doc = ANY(%(docs)s)"
