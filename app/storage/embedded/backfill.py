@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -23,6 +24,8 @@ T = TypeVar("T")
 DATABASE_NAME = "backfill.sqlite3"
 BUSY_TIMEOUT_S = 10.0
 """How long an update waits on another process's write lock before giving up (503)."""
+SETUP_RETRY_S = 0.01
+"""Pause between tries of opening the database while another connection holds it (only while opening)."""
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS marks (
     space     TEXT NOT NULL,
@@ -46,9 +49,18 @@ class EmbeddedBackfillStore(BackfillStore):
         if conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute(SCHEMA)
+            give_up = time.monotonic() + BUSY_TIMEOUT_S
+            while True:  # switching to WAL is not retried by SQLite's busy handler: another opener holds the lock
+                try:
+                    conn.execute("PRAGMA journal_mode=WAL")
+                    conn.execute("PRAGMA synchronous=FULL")
+                    conn.execute(SCHEMA)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > give_up:
+                        conn.close()
+                        raise
+                    time.sleep(SETUP_RETRY_S)
             self._local.conn = conn
         return conn
 
