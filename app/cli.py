@@ -1,8 +1,8 @@
 """The ``idmint`` command: ``serve``, ``mint``, ``backfill``, ``decode``, ``bounds``, ``layout check``, ``sequence``
 (``create``, ``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``,
-``parse``), ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``sql functions`` (SQL that
-reads IDs in PostgreSQL and MySQL), ``storage sql`` (the
-PostgreSQL backend's DDL) and ``storage fence`` (accept a store that went back in time)."""
+``parse``), ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``sql functions``
+(SQL that reads IDs in PostgreSQL and MySQL), ``storage sql`` (the PostgreSQL backend's DDL) and ``storage fence``
+(accept a store that went back in time)."""
 
 from __future__ import annotations
 

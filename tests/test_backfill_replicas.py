@@ -46,7 +46,8 @@ def backfill(node: Server, scheme: str, times_ms: list[int], **options: str) -> 
 
 def decoded_ms(scheme: str, texts: list[str]) -> list[int]:
     codec = get_scheme(scheme)
-    return [codec.timestamp_ns(codec.parse(text)) // 1_000_000 for text in texts]
+    stamps = [codec.timestamp_ns(codec.parse(text)) for text in texts]
+    return [stamp // 1_000_000 if stamp is not None else -1 for stamp in stamps]
 
 
 class Live:

@@ -100,13 +100,15 @@ def test_schemes_that_do_not_back_date_say_so() -> None:
 
 def test_the_reserve_is_the_top_of_each_region_slice_and_live_issue_never_draws_it() -> None:
     pool = get_scheme("snowflake").identity_pool(Settings(backfill_identities=8, regions=2, region=1))
+    assert pool is not None
     assert pool.slice == (512, 1023)
     assert (pool.minimum, pool.maximum) == (512, 1015)
     assert pool.backfill_range == (1016, 1023)
     backfill = pool.backfill_pool()
     assert backfill is not None and (backfill.minimum, backfill.maximum, backfill.claims) == (1016, 1023, 1)
     assert backfill.key_prefix == pool.key_prefix  # one key space: a live claim and a backfill claim cannot meet
-    assert get_scheme("eight-byte").identity_pool(Settings()).backfill_pool() is None
+    eight_byte = get_scheme("eight-byte").identity_pool(Settings())
+    assert eight_byte is not None and eight_byte.backfill_pool() is None
 
 
 @pytest.mark.parametrize(
