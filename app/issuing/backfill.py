@@ -25,15 +25,17 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from app.errors import BackfillCapacityError, InvalidOptionError, NotReadyError, PoolExhaustedError
-from app.schemes.base import RandomSource, Scheme, csprng
+from app.issuing.fleet import FleetGuard
+from app.issuing.issuer import Issuer
+from app.ledger import Ledger
+from app.schemes.base import Clock, RandomSource, Scheme, csprng
 from app.schemes.pool import IdentityPool
-from app.storage.lease import Claim
-
-if TYPE_CHECKING:
-    from app.issuing.node import Node
+from app.settings import Settings
+from app.storage.base import Storage
+from app.storage.lease import Claim, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.backfill")
 
@@ -42,13 +44,27 @@ TIMES_MAX = 10_000
 NANOSECS_IN_SECS = 1_000_000_000
 
 
+class BackfillHost(Protocol):
+    """What a backfiller reads of its node (:class:`app.issuing.node.Node`)."""
+
+    settings: Settings
+    storage: Storage
+    backend: LeaseBackend
+    owner: Owner
+    clock: Clock
+    ledger: Ledger | None
+    fleet: FleetGuard
+
+    def issuer(self, name: str) -> Issuer: ...
+
+
 class Backfiller:
     """Back-dated IDs for one node: its backfill claims per scheme and the rules above (see the module).
 
     ``node``: the node whose settings, storage, owner, clock, issuers (the configured schemes and their live pools)
     and ledger it uses. ``random``: the source of random bits (tests inject one)."""
 
-    def __init__(self, node: Node, random: RandomSource = csprng) -> None:
+    def __init__(self, node: BackfillHost, random: RandomSource = csprng) -> None:
         self.node = node
         self.random = random
         self.claims: dict[str, list[Claim]] = {}
@@ -170,7 +186,7 @@ class Backfiller:
             return None
         log.info("%s: leased backfill identity %d (%s)", pool.scheme, claim.identity, claim.key)
         if node.ledger is not None:
-            node.ledger.claimed(claim, pool, node.owner, -1, node.fleet.fleet_id)
+            node.ledger.claimed(claim, pool, node.owner, -1, node.fleet.fleet_id, backfill=True)
         return claim
 
     async def stop(self) -> None:

@@ -5,6 +5,7 @@ order asked, each decoding to its time at the scheme's precision; every refusal 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -186,3 +187,15 @@ def test_the_backfill_scope_is_its_own_and_the_metric_counts(tmp_path: Path) -> 
         r = c.get("/v1/ids/ulid", headers={"Authorization": "Bearer migrator-key"})
         assert r.status_code == 403
         assert 'idmint_backfill_ids_total{scheme="ulid"} 3.0' in c.get("/metrics").text
+
+
+def test_decode_of_a_back_dated_id_says_backfill_and_names_the_node(client) -> None:
+    (back,) = client.post("/v1/ids/snowflake/backfill", json={"times": TIMES[:1]}).json()["ids"]
+    (live,) = client.get("/v1/ids/snowflake").json()["ids"]
+    decoded = client.get(f"/v1/decode/snowflake/{back}").json()
+    assert decoded["ledger"]["status"] == "confirmed"
+    assert decoded["ledger"]["words"].startswith("backfill: back-dated by ")
+    assert decoded["issued_by"]["backfill"] is True
+    assert decoded["issued_by"]["owner"]["pid"] == os.getpid()  # the node (in this process) that leased it
+    plain = client.get(f"/v1/decode/snowflake/{live}").json()
+    assert plain["ledger"]["words"].startswith("issued by ") and "backfill" not in plain["issued_by"]
