@@ -136,15 +136,20 @@ class Backfiller:
         """tick -> [(identity, first sequence, count)]."""
         lock = self._locks.setdefault(scheme.name, asyncio.Lock())
         async with lock:
-            held = [claim for claim in self.claims.get(scheme.name, []) if claim.valid()]
+            held = []
+            for kept in self.claims.get(scheme.name, []):
+                if kept.valid():
+                    held.append(kept)
+                else:
+                    await self._end(kept)
             self.claims[scheme.name] = held
             tried = 0
             while wants:
                 if tried == len(held):
-                    claim = await self._lease(issuer.holder, bpool, held)
-                    if claim is None:
+                    leased = await self._lease(issuer.holder, bpool, held)
+                    if leased is None:
                         break
-                    held.append(claim)
+                    held.append(leased)
                 claim = held[tried]
                 tried += 1
                 granted = await self.node.storage.backfill.take(space, claim.identity, wants, sequences)
@@ -189,15 +194,19 @@ class Backfiller:
             node.ledger.claimed(claim, pool, node.owner, -1, node.fleet.fleet_id, backfill=True)
         return claim
 
-    async def stop(self) -> None:
-        """Release every backfill claim (best effort: a lease expires anyway)."""
+    async def _end(self, claim: Claim) -> None:
+        """Tell the ledger ``claim`` ended and release it (best effort: a lease expires anyway)."""
         node = self.node
+        if node.ledger is not None:
+            node.ledger.ended(claim)
+        try:
+            await node.backend.release(claim, None)
+        except Exception as exc:
+            log.warning("releasing backfill claim %s failed: %s", claim.key, exc)
+
+    async def stop(self) -> None:
+        """Release every backfill claim."""
         for claims in self.claims.values():
             for claim in claims:
-                if node.ledger is not None:
-                    node.ledger.ended(claim)
-                try:
-                    await node.backend.release(claim, None)
-                except Exception as exc:
-                    log.warning("releasing backfill claim %s failed: %s", claim.key, exc)
+                await self._end(claim)
         self.claims.clear()
