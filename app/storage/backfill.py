@@ -22,8 +22,8 @@ again on a fresh one). A mark never goes down. Backends:
   (space, identity).
 
 An update covers at most :attr:`BackfillStore.max_ticks` ticks (an etcd transaction holds 128 operations); a request
-with more is taken a chunk at a time, each durable before any ID of it is handed out (a chunk taken for a request
-that then fails leaves unused sequences, never a repeat).
+with more is taken in chunks of disjoint ticks (up to :data:`CHUNKS_AT_ONCE` in flight), each durable before any ID
+of the request is handed out (a chunk taken for a request that then fails leaves unused sequences, never a repeat).
 
 May import: :mod:`app.errors` only.
 """
@@ -42,6 +42,8 @@ Grant = dict[int, tuple[int, int]]
 """tick -> (first sequence, count) handed to one request (count >= 1)."""
 MarkChange = Callable[[Marks], tuple[Marks, T]]
 """A pure function of a snapshot of marks: (the marks to write, the result)."""
+CHUNKS_AT_ONCE = 8
+"""Updates of one take in flight at once (their ticks are disjoint; etcd commits concurrent transactions together)."""
 
 
 def grant(marks: Mapping[int, int], wants: Mapping[int, int], sequences: int) -> tuple[Marks, Grant]:
@@ -84,15 +86,23 @@ class BackfillStore(abc.ABC):
         sequence handed out before on that (space, identity, tick) by any process; the marks are raised in storage
         before it returns. A tick with no sequence left is absent from the answer, one with fewer than asked
         has a smaller count."""
-        out: Grant = {}
         ticks = sorted(wants)
-        for start in range(0, len(ticks), self.max_ticks):
-            chunk = {tick: wants[tick] for tick in ticks[start : start + self.max_ticks]}
+        gate = asyncio.Semaphore(CHUNKS_AT_ONCE)
 
-            def change(marks: Marks, chunk: Mapping[int, int] = chunk) -> tuple[Marks, Grant]:
+        async def one(chunk: Mapping[int, int]) -> Grant:
+            def change(marks: Marks) -> tuple[Marks, Grant]:
                 return grant(marks, chunk, sequences)
 
-            out.update(await self.update(space, identity, list(chunk), change))
+            async with gate:
+                return await self.update(space, identity, list(chunk), change)
+
+        chunks = [
+            {tick: wants[tick] for tick in ticks[start : start + self.max_ticks]}
+            for start in range(0, len(ticks), self.max_ticks)
+        ]
+        out: Grant = {}
+        for granted in await asyncio.gather(*(one(chunk) for chunk in chunks)):
+            out.update(granted)
         return out
 
     async def marks(self, space: str, identity: int, ticks: Sequence[int]) -> Marks:
