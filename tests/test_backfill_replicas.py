@@ -26,7 +26,13 @@ TOTAL = soak_size(1_000_000, 20_000)
 """Back-dated IDs per backend, half snowflake, half eight-byte (mode time_sequential)."""
 BATCH = soak_size(10_000, 1_000)
 HOT_SHARE = 0.1
-"""The share of each request's times taken from the milliseconds live issue used moments before."""
+HOT_WINDOW = 32
+"""The latest distinct milliseconds of live issue a request draws from."""
+HOT_PER_MS = 8
+"""At most this many times of one request fall in one of them (eight-byte holds 64 a ms per backfill identity)."""
+LIVE_PER_JOB = 200
+"""Live IDs a replica issues right before each of its backfill requests."""
+"""At most this share of each request's times is taken from the milliseconds live issue used moments before."""
 IDENTITY_SCHEMES = {"snowflake": {}, "eight-byte": {"mode": "time_sequential"}}
 PAST_FROM_MS = 1_420_070_400_000  # 2015-01-01
 
@@ -51,15 +57,14 @@ def decoded_ms(scheme: str, texts: list[str]) -> list[int]:
 
 
 class Live:
-    """What the live-issue threads share with the backfill jobs: the IDs issued, every millisecond they used, the
-    latest ones (``hot``), under ``lock``; ``done`` stops them."""
+    """What the jobs share: the live IDs issued, every millisecond they used, the latest ones (``hot``), under
+    ``lock``."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.used: set[int] = set()
         self.hot: list[int] = []
         self.lock = threading.Lock()
-        self.done = threading.Event()
 
 
 def env_of(store: Store) -> dict[str, str]:
@@ -73,40 +78,29 @@ def test_backfill_on_three_replicas_interleaved_with_live_issue_never_repeats(tm
         for scheme, options in IDENTITY_SCHEMES.items():
             live = Live()
 
-            def issue_live(node: Server, scheme: str = scheme, options: dict = options, live: Live = live) -> None:
-                while not live.done.is_set():
-                    got = node.issue(scheme, 200, **options)
-                    stamps = decoded_ms(scheme, got)
-                    with live.lock:
-                        live.ids.extend(got)
-                        live.used.update(stamps)
-                        live.hot.extend(stamps)
-                        del live.hot[:-500]
-
             def job(
                 node: Server, count: int, scheme: str = scheme, options: dict = options, live: Live = live
             ) -> tuple[list, list]:
-                now_ms = datetime.now(UTC).timestamp() * 1000
+                # live issue on this replica, while the other replicas backfill, then a backfill partly into the
+                # milliseconds live issue (here or on another replica) used moments before
+                issued = node.issue(scheme, LIVE_PER_JOB, **options)
+                stamps = decoded_ms(scheme, issued)
                 with live.lock:
+                    live.ids.extend(issued)
+                    live.used.update(stamps)
+                    live.hot = [ms for ms in dict.fromkeys(live.hot + stamps)][-HOT_WINDOW:]
                     recent = list(live.hot)
-                times = [
-                    rng.choice(recent)
-                    if recent and rng.random() < HOT_SHARE
-                    else rng.randrange(PAST_FROM_MS, int(now_ms) - 3_600_000)
-                    for _ in range(count)
-                ]
+                now_ms = int(datetime.now(UTC).timestamp() * 1000)
+                hot = min(int(count * HOT_SHARE), HOT_PER_MS * len(recent))
+                times = [recent[i % len(recent)] for i in range(hot)]
+                times += [rng.randrange(PAST_FROM_MS, now_ms - 3_600_000) for _ in range(count - hot)]
+                rng.shuffle(times)
                 return times, backfill(node, scheme, times, **options)
 
             per_scheme = TOTAL // len(IDENTITY_SCHEMES)
-            with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
-                feeders = [pool.submit(issue_live, node) for node in nodes]
-                while not live.hot:
-                    assert not any(f.done() for f in feeders), [f.exception() for f in feeders if f.done()]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
                 jobs = [pool.submit(job, nodes[i % 3], BATCH) for i in range(per_scheme // BATCH)]
                 results = [j.result() for j in jobs]
-                live.done.set()
-                for feeder in feeders:
-                    feeder.result()
             asked = [ms for times, _ in results for ms in times]
             got = [text for _, ids in results for text in ids]
             assert len(got) == per_scheme
