@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from app.errors import BackfillCapacityError, InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.issuing.fleet import FleetGuard
+from app.issuing.holder import IdentityHolder
 from app.issuing.issuer import Issuer
 from app.ledger import Ledger
 from app.schemes.base import Clock, RandomSource, Scheme, csprng
@@ -70,8 +71,6 @@ class Backfiller:
         self.claims: dict[str, list[Claim]] = {}
         """Scheme -> the backfill identities this node holds, in the order leased."""
         self._locks: dict[str, asyncio.Lock] = {}
-        self.issued: Counter[str] = Counter()
-        """Scheme -> back-dated IDs handed out by this node."""
 
     def scheme(self, name: str) -> Scheme:
         """The node's scheme ``name`` (UnknownSchemeError), InvalidOptionError when it cannot back-date."""
@@ -116,7 +115,6 @@ class Backfiller:
             values = [scheme.backfill_value(settings, tick, 0, 0, random, options) for tick in ticks]
         else:
             values = await self._with_identities(scheme, ticks, options)
-        self.issued[scheme.name] += len(values)
         return values
 
     async def _with_identities(self, scheme: Scheme, ticks: list[int], options: Mapping[str, Any]) -> list[int]:
@@ -180,7 +178,7 @@ class Backfiller:
                 runs[0] = (identity, first + 1, count - 1)
         return values
 
-    async def _lease(self, holder: Any, pool: IdentityPool, held: list[Claim]) -> Claim | None:
+    async def _lease(self, holder: IdentityHolder, pool: IdentityPool, held: list[Claim]) -> Claim | None:
         """Lease one more backfill identity (None when every one is held elsewhere). NotReadyError when the fleet's
         settings differ from ours or the backend cannot be used."""
         await holder.check_fleet_settings()
