@@ -3,9 +3,9 @@ transactions.
 
 ``<namespace>idmint/backfill/<space>/<identity>/<tick>`` holds the highest sequence used, as ASCII decimal. An
 update is one transaction: ``If(ModRevision(k) == seen, for every tick) Then Put(each mark raised) Else Get(every
-tick)``. The first try assumes every tick unmarked (revision 0: a backfill mostly writes ticks no one used); a
-failure returns the marks as they are and the change runs again on them, so an uncontended update of fresh ticks is
-one round trip.
+tick)``; an update that writes nothing sends none (marks only rise). The first try assumes every tick unmarked
+(revision 0: a backfill mostly writes ticks no one used); a failure returns the marks as they are and the change
+runs again on them, so an uncontended update of fresh ticks is one round trip.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import TypeVar
 
 from app.errors import BackendUnavailableError
 from app.settings import Settings
-from app.storage.backfill import BackfillStore, MarkChange
+from app.storage.backfill import BackfillStore, MarkChange, Marks
 from app.storage.etcd.calls import RETRY_BUDGET_S
-from app.storage.etcd.client import EtcdCallError, EtcdClient, compare, get, map_error, put, redact
+from app.storage.etcd.client import EtcdCallError, EtcdClient, compare, get, map_error, prefix_end, put, redact
 
 T = TypeVar("T")
 
@@ -48,6 +48,11 @@ class EtcdBackfillStore(BackfillStore):
         """tick -> (mark, mod revision) as last read (0: absent)."""
         for _ in range(CONFLICTS_MAX):
             writes, result = change({tick: mark for tick, (mark, revision) in seen.items() if revision})
+            if not writes:
+                # Marks only rise: nothing to write, decided on marks read from etcd (or on none, for no ticks),
+                # stands without a transaction, which would be a read-only one (etcd 3.5.1 panics when one of those
+                # is cancelled).
+                return result
             compares = [compare(keys[tick], "MOD", revision) for tick, (_, revision) in seen.items()]
             ops = [put(keys[tick], str(high).encode()) for tick, high in writes.items()]
             try:
@@ -66,3 +71,19 @@ class EtcdBackfillStore(BackfillStore):
         raise BackendUnavailableError(
             f"backfill marks of {space}/{identity}: {CONFLICTS_MAX} conflicting updates in a row; try again"
         )
+
+    async def marks(self, space: str, identity: int, ticks: Sequence[int]) -> Marks:
+        """The stored marks of ``ticks``: one range read of the identity's keys (not a transaction)."""
+        prefix = f"{self.prefix}{space}/{identity}/".encode()
+        try:
+            async with asyncio.timeout(self._limit):
+                kvs, _ = await self._client.range(prefix, prefix_end(prefix))
+        except EtcdCallError as exc:
+            raise map_error(exc, "reading backfill marks") from exc
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"etcd at {redact(self._client.endpoint)} did not answer in time (while reading backfill marks)"
+            ) from None
+        wanted = set(ticks)
+        found = {int(kv.key[len(prefix) :]): int(kv.value) for kv in kvs}
+        return {tick: high for tick, high in found.items() if tick in wanted}
