@@ -42,8 +42,9 @@ Grant = dict[int, tuple[int, int]]
 """tick -> (first sequence, count) handed to one request (count >= 1)."""
 MarkChange = Callable[[Marks], tuple[Marks, T]]
 """A pure function of a snapshot of marks: (the marks to write, the result)."""
-CHUNKS_AT_ONCE = 8
-"""Updates of one take in flight at once (their ticks are disjoint; etcd commits concurrent transactions together)."""
+CHUNKS_AT_ONCE = 1
+"""Updates of one take in flight at once (their ticks are disjoint). One: more did not raise the rate on etcd (its
+JSON gateway is CPU-bound) but slowed every other reader of the store."""
 
 
 def grant(marks: Mapping[int, int], wants: Mapping[int, int], sequences: int) -> tuple[Marks, Grant]:
