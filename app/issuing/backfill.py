@@ -126,6 +126,12 @@ class Backfiller:
                 f"backfill of {scheme.name} is off: IDMINT_BACKFILL_IDENTITIES is 0, so no identity is kept for it "
                 "(every replica of the fleet must set the same number)"
             )
+        marks = self.node.storage.backfill
+        if marks is None:
+            raise BackfillCapacityError(
+                f"backfill of {scheme.name} needs backfill marks in storage, and the {self.node.storage.name} backend "
+                "keeps none"
+            )
         settings = self.node.settings
         sequences = scheme.backfill_sequences(settings)
         space = f"{scheme.name}/{pool.group}" if pool.group else scheme.name
@@ -150,7 +156,7 @@ class Backfiller:
                     held.append(leased)
                 claim = held[tried]
                 tried += 1
-                granted = await self.node.storage.backfill.take(space, claim.identity, wants, sequences)
+                granted = await marks.take(space, claim.identity, wants, sequences)
                 for tick, (first, count) in granted.items():
                     taken.setdefault(tick, []).append((claim.identity, first, count))
                     wants[tick] -= count

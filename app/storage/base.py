@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.storage.backfill import BackfillStore, MemoryBackfillStore
+from app.storage.backfill import BackfillStore
 from app.storage.history import HistoryGuard
 from app.storage.lease import LeaseBackend
 from app.storage.ledger import LedgerStore
@@ -63,8 +63,9 @@ class Storage:
         self.leases = leases
         self.ledger = ledger
         self.sequences = sequences
-        self.backfill = backfill if backfill is not None else MemoryBackfillStore()
-        """Backfill marks (:mod:`app.storage.backfill`); the memory double when a test builds the bundle bare."""
+        self.backfill = backfill
+        """Backfill marks (:mod:`app.storage.backfill`); None for a backend that keeps none (backfill of snowflake
+        and eight-byte is then refused: a memory double would repeat IDs across replicas)."""
         self.history = HistoryGuard(leases)
         """Whether the store's history is the fleet's (:mod:`app.storage.history`): checked before claims and
         sequence writes."""
