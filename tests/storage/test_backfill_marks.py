@@ -1,7 +1,8 @@
 """The backfill mark store contract (app/storage/backfill.py), the same tests on every store: the memory double, the
 embedded store (SQLite in a temporary state directory), etcd, PostgreSQL and MariaDB (real ones). Each store object
 is what one process holds: takes by several objects into one (identity, tick) never overlap, a new object (a restart)
-continues above what the others took, a full tick is left out, and a mark never goes down."""
+continues above what the others took, a full tick is left out, and a mark never goes down.
+On the SQL tables, a database at version 1 (before ``backfill_marks``) gains the table at the next start."""
 
 from __future__ import annotations
 
@@ -32,6 +33,22 @@ BACKENDS = [
 SPACE = "snowflake/twitter"
 
 
+def table_database(request: pytest.FixtureRequest, dialect: str) -> PostgresDatabase | MysqlDatabase:
+    """A pool on the test's own schema (PostgreSQL) or database (MariaDB)."""
+    if dialect == "postgres":
+        own = request.getfixturevalue("postgres_schema")
+        return PostgresDatabase(
+            Settings(
+                postgres_url=own.url,
+                postgres_schema=own.schema,
+                postgres_statement_timeout=5.0,
+                postgres_connect_timeout=5.0,
+            )
+        )
+    database = request.getfixturevalue("mysql_database")
+    return MysqlDatabase(Settings(mysql_url=database.url, mysql_statement_timeout=5.0, mysql_connect_timeout=5.0))
+
+
 @pytest.fixture(params=BACKENDS)
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Callable[[], BackfillStore]]:
     """A factory of store objects sharing one storage (each object is what one process holds)."""
@@ -43,25 +60,10 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
             return memory
         if request.param == "embedded":
             return EmbeddedBackfillStore(tmp_path)
-        if request.param == "postgres":
-            own = request.getfixturevalue("postgres_schema")
-            db = PostgresDatabase(
-                Settings(
-                    postgres_url=own.url,
-                    postgres_schema=own.schema,
-                    postgres_statement_timeout=5.0,
-                    postgres_connect_timeout=5.0,
-                )
-            )
+        if request.param in ("postgres", "mysql"):
+            db = table_database(request, request.param)
             closers.append(db.close)
             return TableBackfillStore(db)
-        if request.param == "mysql":
-            database = request.getfixturevalue("mysql_database")
-            mysql = MysqlDatabase(
-                Settings(mysql_url=database.url, mysql_statement_timeout=5.0, mysql_connect_timeout=5.0)
-            )
-            closers.append(mysql.close)
-            return TableBackfillStore(mysql)
         etcd = request.getfixturevalue("etcd_server")
         namespace = request.getfixturevalue("etcd_namespace")
         settings = Settings(
@@ -128,3 +130,34 @@ async def test_many_ticks_in_one_take_span_several_updates(stores) -> None:
     assert granted == {tick: (0, 2) for tick in wants}
     again = await stores().take(SPACE, 2, wants, 4096)
     assert again == {tick: (2, 2) for tick in wants}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dialect", ["postgres", "mysql"])
+async def test_tables_at_version_1_gain_backfill_marks_at_the_next_start(
+    request: pytest.FixtureRequest, dialect: str
+) -> None:
+    first = table_database(request, dialect)
+    try:
+        await first.ready()
+        s = first.sql.version.split(" FROM ")[1].rsplit(".", 1)[0]  # the quoted schema or database
+        to_version_1 = [
+            f"DROP TABLE {s}.backfill_marks",
+            f"DELETE FROM {s}.schema_version",
+            f"INSERT INTO {s}.schema_version (version, applied_at) VALUES (1, CURRENT_TIMESTAMP)",
+        ]
+        if dialect == "postgres":  # the superuser's URL: the pool itself may drop
+            for statement in to_version_1:
+                await first.run("making version 1", statement)
+        else:  # the app account may not drop: root does
+            request.getfixturevalue("mysql_database").server.execute("; ".join(to_version_1))
+        assert int((await first.run("reading the version", first.sql.version))[0][0]) == 1
+    finally:
+        await first.close()
+    restarted = table_database(request, dialect)  # a new idmint's first start on those tables
+    try:
+        store = TableBackfillStore(restarted)
+        assert await store.take(SPACE, 1, {5: 2}, 64) == {5: (0, 2)}
+        assert int((await restarted.run("reading the version", restarted.sql.version))[0][0]) == 2
+    finally:
+        await restarted.close()
