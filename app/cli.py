@@ -1,8 +1,8 @@
-"""The ``idmint`` command: ``serve``, ``mint``, ``decode``, ``bounds``, ``layout check``, ``sequence`` (``create``,
-``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``, ``parse``),
-``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``sql functions`` (SQL that
-reads IDs in PostgreSQL and MySQL), ``storage sql`` (the
-PostgreSQL backend's DDL) and ``storage fence`` (accept a store that went back in time)."""
+"""The ``idmint`` command: ``serve``, ``mint``, ``backfill``, ``decode``, ``bounds``, ``layout check``, ``sequence``
+(``create``, ``show``, ``range``, ``alter``, ``setval``, ``delete``, ``reserve``, ``commit``, ``void``, ``audit``,
+``parse``), ``admin`` (``claims``, ``drain``, ``revoke``: the admin routes of a running node), ``sql functions``
+(SQL that reads IDs in PostgreSQL and MySQL), ``storage sql`` (the PostgreSQL backend's DDL) and ``storage fence``
+(accept a store that went back in time)."""
 
 from __future__ import annotations
 
@@ -185,6 +185,68 @@ async def _mint(settings: Any, scheme: str, count: int, fmt: str | None, options
         out = sys.stdout.buffer
         async for chunk in lines(issuer, request.count, request.format, request.options, charge=no_charge):
             out.write(chunk)
+        out.flush()
+    finally:
+        await node.stop()
+        await storage.close()
+
+
+@main.command()
+@click.argument("scheme")
+@click.option(
+    "--times-file",
+    "times_file",
+    type=click.File("r", encoding="utf-8"),
+    required=True,
+    help="Past times, one RFC 3339 date-time (with Z or an offset) a line; '-' reads stdin.",
+)
+@click.option("--format", "fmt", help="Text form (default: the scheme's canonical form).")
+@_scheme_options
+def backfill(scheme: str, times_file: Any, fmt: str | None, **options: str | None) -> None:
+    """Write one ID of SCHEME per line of the times file, in order, each at its time (docs/backfill.md): the
+    same rules, storage and backfill identities as POST /v1/ids/{scheme}/backfill, run locally."""
+    given = {name.removeprefix("opt_"): value for name, value in options.items() if value is not None}
+    times = [line.strip() for line in times_file if line.strip()]
+    if not times:
+        raise click.ClickException("the times file holds no times")
+    settings = _settings()
+    try:
+        asyncio.run(_backfill(settings, scheme, times, fmt, given))
+    except NotReadyError as exc:
+        raise click.ClickException(f"not ready: {exc.reason}") from exc
+    except IdmintError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+async def _backfill(settings: Any, scheme: str, times: list[str], fmt: str | None, options: dict[str, str]) -> None:
+    from app.api.backfill import parse_times
+    from app.api.params import parse_issue
+    from app.issuing.backfill import TIMES_MAX
+    from app.issuing.node import Node, node_clock
+    from app.metrics import Metrics
+    from app.schemes import get_scheme
+    from app.storage import open_storage
+
+    params: dict[str, Any] = dict(options)
+    if fmt is not None:
+        params["format"] = fmt
+    request = parse_issue(get_scheme(scheme), params, maximum=1)
+    needed = [scheme, *filter(None, [get_scheme(scheme).shares_generator_with])]
+    metrics = Metrics(needed, __version__)
+    clock = node_clock(settings)
+    storage = open_storage(settings, clock, metrics)
+    node = Node(settings, storage, metrics, clock=clock, only=needed)
+    try:
+        await node.start()
+        target = node.backfiller.scheme(scheme)
+        out = sys.stdout.buffer
+        for start in range(0, len(times), TIMES_MAX):
+            try:
+                chunk = parse_times(times[start : start + TIMES_MAX])
+            except IdmintError as exc:  # name the line, not the index within the chunk
+                raise IdmintError(f"{exc} (chunk of lines from {start + 1})") from exc
+            values = await node.backfiller.backfill(scheme, chunk, request.options)
+            out.write("".join(target.format(value, request.format) + "\n" for value in values).encode("ascii"))
         out.flush()
     finally:
         await node.stop()

@@ -12,6 +12,7 @@
     ├── UnopenedPublicIdError   (LookupError) no public-ID key in force opens the text         -> 404
     ├── RevokeRefusedError      the backend cannot revoke a claim (embedded: an OS file lock)  -> 409
     ├── FleetConflictError      the fleet's settings record cannot change while nodes use it   -> 409
+    ├── BackfillCapacityError   a past time's tick is full on every backfill identity          -> 409
     ├── SequenceOverflowError   (InvalidOptionError) a sequence would pass 2**63-1            -> 422
     ├── NotReadyError           this node cannot be sure its identity is exclusive           -> 503 + Retry-After
     │   ├── LeaseLostError          the lease expired, was revoked, or its key was deleted
@@ -66,6 +67,11 @@ class UnopenedPublicIdError(IdmintError, LookupError):
 class FleetConflictError(IdmintError):
     """The fleet's record of a scheme's settings cannot change now: a node still holds claims under the recorded
     settings (``POST /v1/admin/fleet/settings/{scheme}``); the message names them."""
+
+
+class BackfillCapacityError(IdmintError):
+    """A backfill asked for more IDs in one tick (a millisecond) than the backfill identities have left in it; the
+    message names the limit. Nothing of the request was handed out."""
 
 
 class RevokeRefusedError(IdmintError):

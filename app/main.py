@@ -30,6 +30,7 @@ from fastapi_offline import FastAPIOffline
 
 from app import __version__
 from app.api import admin, bounds, decode, ids, meta
+from app.api import backfill as backfill_routes
 from app.api import public as public_routes
 from app.api import sequences as sequence_routes
 from app.api.auth import ApiKeys
@@ -144,6 +145,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
     install_error_handlers(api)
     install_openapi(api, settings.api_keys_file is not None, settings.public_scopes)
     api.include_router(ids.router)
+    api.include_router(backfill_routes.router)
     api.include_router(decode.router)
     api.include_router(bounds.router)
     api.include_router(meta.router)

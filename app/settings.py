@@ -20,7 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.errors import ConfigError
 
-SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics")
+SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics", "backfill")
 """Every scope an API key (or ``public_scopes``) may hold; :mod:`app.api.auth` maps routes to them."""
 
 
@@ -156,6 +156,20 @@ class CoreSettings(BaseSettings):
     )
     region: int = Field(
         0, ge=0, le=255, description="This fleet's region, 0..IDMINT_REGIONS-1: it claims only inside that slice."
+    )
+    # -- backfill: IDs at past times (app/issuing/backfill.py) --------------------------------------------
+    backfill_identities: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="How many identities at the top of each region's slice live issue leaves to backfill (snowflake "
+        "worker IDs, eight-byte generator IDs); 0 = backfill of those schemes is off. Every replica must agree.",
+    )
+    backfill_min_age: int = Field(
+        60,
+        ge=0,
+        le=86_400,
+        description="Seconds: a backfill time must be at least this old (newer times are live issue's window).",
     )
     peer_fleets: Annotated[list[str], NoDecode] = Field(
         default_factory=list,

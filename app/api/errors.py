@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from app.errors import (
+    BackfillCapacityError,
     FleetConflictError,
     IdmintError,
     InvalidIdError,
@@ -61,7 +62,7 @@ def status_for(exc: IdmintError) -> int:
         return 422
     if isinstance(exc, (UnknownSchemeError, UnknownSequenceError, NotClaimedError, UnopenedPublicIdError)):
         return 404
-    if isinstance(exc, (SequenceConflictError, RevokeRefusedError, FleetConflictError)):
+    if isinstance(exc, (SequenceConflictError, RevokeRefusedError, FleetConflictError, BackfillCapacityError)):
         return 409
     if isinstance(exc, NotReadyError):
         return 503

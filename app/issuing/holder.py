@@ -68,6 +68,8 @@ def fleet_settings(scheme: Scheme, pool: IdentityPool | None, settings: Any) -> 
     out = dict(scheme.identity_settings(settings))
     if pool.sliced:
         out.update(region=pool.region, regions=pool.regions)
+    if pool.reserved:
+        out["backfill_identities"] = pool.reserved
     return out
 
 

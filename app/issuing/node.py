@@ -41,6 +41,7 @@ from typing import Any
 
 from app import __version__
 from app.errors import NotReadyError
+from app.issuing.backfill import Backfiller
 from app.issuing.fleet import FleetGuard, listens_beyond_loopback
 from app.issuing.holder import IdentityHolder, Keeper, fleet_settings, register
 from app.issuing.issuer import Issuer, SharedIssuer
@@ -110,6 +111,8 @@ class Node:
             self.issuers = {name: issuer for name, issuer in self.issuers.items() if name in only}
         self.fleet = FleetGuard(settings, storage, self._guarded_pools(), self._block, metrics)
         self._held_counts: tuple[float, dict[str, int | None]] | None = None
+        self.backfiller = Backfiller(self)
+        """Back-dated IDs (``POST /v1/ids/{scheme}/backfill``) and this node's backfill claims."""
 
     def _pools(self) -> dict[str, IdentityPool]:
         """Scheme -> the identity pool it claims from (schemes with their own issuer and a pool)."""
@@ -277,6 +280,7 @@ class Node:
         for issuer in self.issuers.values():
             if not isinstance(issuer, SharedIssuer):
                 await issuer.holder.stop()
+        await self.backfiller.stop()
         if self.ledger is not None:
             await self.ledger.stop()
         await self.backend.close()

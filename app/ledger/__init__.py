@@ -85,10 +85,16 @@ class Ledger:
 
     # -- hooks (called by the identity holders; never wait, never raise) --------------------------------------
     def claimed(
-        self, claim: Claim, pool: IdentityPool, owner: Owner, floor_ns: int = -1, fleet_id: str | None = None
+        self,
+        claim: Claim,
+        pool: IdentityPool,
+        owner: Owner,
+        floor_ns: int = -1,
+        fleet_id: str | None = None,
+        backfill: bool = False,
     ) -> None:
         """``claim`` of ``pool`` was made for ``owner`` in fleet ``fleet_id`` (None: not known yet), its IDs dated
-        from ``floor_ns`` on: queue its open record."""
+        from ``floor_ns`` on (``backfill``: a backfill claim, its IDs dated in the past): queue its open record."""
         now = self.clock()
         record = ClaimRecord(
             record=ClaimRecord.new_id(now, owner.pid),
@@ -102,6 +108,7 @@ class Ledger:
             lease=claim.lease_name,
             claimed_at_ns=now,
             floor_ns=max(floor_ns, -1),
+            backfill=backfill,
         )
         self._ours[id(claim)] = record
         self._queue(record)

@@ -22,6 +22,7 @@ Metric set (namespace ``idmint_``, base units, bounded labels; never an ID in a 
     idmint_clock_rollback_total{scheme}                   counter    clock seen below the last timestamp used
     idmint_clock_rollback_seconds                         gauge      largest backwards clock step seen
     idmint_sequence_exhausted_total{scheme}               counter    per-tick sequence ran out
+    idmint_backfill_ids_total{scheme}                     counter    IDs issued at past times (backfill)
     idmint_issue_wait_seconds{scheme}                     histogram  time spent waiting for the clock
     idmint_high_water_mark_timestamp_seconds{scheme}      gauge      last recorded high-water mark, Unix seconds
     idmint_build_info{version}                            gauge = 1

@@ -155,6 +155,12 @@ class Collectors:
             multiprocess_mode="max",
             registry=r,
         )
+        self.backfill_ids = Counter(
+            "idmint_backfill_ids_total",
+            "IDs issued at past times (POST /v1/ids/{scheme}/backfill), by scheme.",
+            ["scheme"],
+            registry=r,
+        )
         self.sequence_exhausted = Counter(
             "idmint_sequence_exhausted_total",
             "Times a per-tick sequence ran out and the generator had to wait or move time on, by scheme.",

@@ -37,6 +37,7 @@ class SchemeMetrics:
         "_issued",
         "_rollbacks",
         "_exhausted",
+        "_backfill",
         "_wait",
         "_held",
         "_hwm",
@@ -53,6 +54,7 @@ class SchemeMetrics:
         self.scheme = scheme
         self._rollbacks = c.clock_rollbacks.labels(scheme=scheme)
         self._exhausted = c.sequence_exhausted.labels(scheme=scheme)
+        self._backfill = c.backfill_ids.labels(scheme=scheme)
         self._wait = c.issue_wait.labels(scheme=scheme)
         self._held = c.lease_held.labels(scheme=scheme)
         self._hwm = c.high_water_mark.labels(scheme=scheme)
@@ -71,6 +73,11 @@ class SchemeMetrics:
         """``idmint_ids_issued_total{scheme}`` += count (called once per batch)."""
         if count:
             self._issued.inc(count)
+
+    def backfilled(self, count: int) -> None:
+        """``idmint_backfill_ids_total{scheme}`` += count (once per backfill request)."""
+        if count:
+            self._backfill.inc(count)
 
     def generator_stats(self, rollbacks: int, max_rollback_ns: int, exhausted: int) -> None:
         """Deltas since the last call: clock rollbacks, the largest step seen (ns), sequence exhaustions."""

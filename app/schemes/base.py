@@ -121,6 +121,8 @@ class SchemeSettings(pydantic.BaseModel):
         """This fleet's region (``IDMINT_REGION``)."""
         regions: int
         """How many regions slice every leased identity space (``IDMINT_REGIONS``)."""
+        backfill_identities: int
+        """Identities at the top of each region's slice kept for backfill (``IDMINT_BACKFILL_IDENTITIES``)."""
 
 
 IDMINT_KEY_PREFIX = "idmint/"
@@ -609,3 +611,43 @@ class Scheme(abc.ABC):
     def native_from_ns(self, ns: int) -> int:
         """Convert ns since the epoch to the native timestamp unit (floor)."""
         return int(ns // self.native_unit_ns)
+
+    # -- backfill: IDs at past times ------------------------------------------------------------------------------
+
+    backfills: ClassVar[bool] = False
+    """True when the scheme can issue IDs at a given past time (:meth:`backfill_value`)."""
+    backfill_identity: ClassVar[bool] = False
+    """True when a back-dated ID takes a node identity and a per-tick sequence (snowflake, eight-byte): backfill then
+    leases identities of the region's backfill reserve and keeps each (identity, tick)'s highest sequence in storage.
+    False: random bits make a back-dated ID as unique as a live one."""
+    timestamp_native_min: ClassVar[int] = 0
+    """The earliest timestamp the ID can hold, in native units since the Unix epoch (the scheme's epoch)."""
+
+    def backfill_tick(self, ns: int) -> int:
+        """The native tick (the scheme's unit: ms, s, a snowflake layout's unit) holding instant ``ns`` (ns since the
+        Unix epoch, floor). Raises InvalidOptionError naming the rule for a time before the scheme's epoch or past
+        the end of its ID space."""
+        from app.errors import InvalidOptionError
+
+        tick = self.native_from_ns(ns)
+        if tick < self.timestamp_native_min:
+            raise InvalidOptionError(f"{self.name} IDs cannot hold a time before the scheme's epoch")
+        top = self.timestamp_native_max
+        if top is not None and tick > top:
+            raise InvalidOptionError(f"{self.name} IDs cannot hold a time past the end of the scheme's ID space")
+        return tick
+
+    def backfill_sequences(self, settings: Any) -> int:
+        """Sequences one identity holds per tick (2**S, 64) for a :attr:`backfill_identity` scheme."""
+        raise NotImplementedError(f"{self.name} takes no identity when back-dated")
+
+    def backfill_value(
+        self, settings: Any, tick: int, identity: int, sequence: int, random: RandomSource, options: Mapping[str, Any]
+    ) -> int:
+        """The packed ID at native tick ``tick`` (from :meth:`backfill_tick`): with the node identity ``identity``
+        and sequence ``sequence`` for a :attr:`backfill_identity` scheme (both 0 otherwise), else with fresh bits
+        from ``random``; ``options`` as the issue routes parse them (kwarg -> value). Raises InvalidOptionError
+        when the scheme does not back-date (the default)."""
+        from app.errors import InvalidOptionError
+
+        raise InvalidOptionError(f"{self.name} does not issue IDs at past times")

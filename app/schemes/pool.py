@@ -16,7 +16,7 @@ This module imports nothing from the rest of idmint but its errors: schemes and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.errors import ConfigError
 
@@ -62,6 +62,8 @@ class IdentityPool:
       ``IDMINT_*_POOL`` inside it;
     * ``static``: a statically configured identity (then the only candidate), or None;
     * ``claims``: identities held at once (several multiply eight-byte's and snowflake's per-tick caps);
+    * ``reserved``: identities at the top of the region's slice that live issue never draws (the backfill slice,
+      :attr:`backfill_range`, ``IDMINT_BACKFILL_IDENTITIES``); 0 = none;
     * ``draw``: "scan" (from a random free identity upwards, wrapping: lowest-first would make every unconfigured
       fleet start on the same identity) or "random" (uniform draws, retried on collision: Muid medallions);
     * ``group``: pool qualifier that the ID carries (cluster ID, domain hash) or that names the key space
@@ -91,6 +93,7 @@ class IdentityPool:
     region: int = 0
     regions: int = 1
     sliced: bool = True
+    reserved: int = 0
 
     @classmethod
     def build(
@@ -107,16 +110,37 @@ class IdentityPool:
         static: int | None = None,
         static_setting: str = "",
         claims: int = 1,
+        reserved: int = 0,
         **more: object,
     ) -> IdentityPool:
         """The pool of ``scheme`` for region ``region`` of ``regions``.
 
         ``pool``: the operator's ``IDMINT_*_POOL`` (named by ``pool_setting``), or None (or the whole ``space``) for
         the region's whole slice; ``static``: a fixed identity (named by ``static_setting``). ``more``: the key and
-        draw fields. Raises :class:`~app.errors.ConfigError` naming the numbers when the slice is smaller than
-        ``claims``, or the pool or the static identity lies outside the region's slice.
+        draw fields. ``reserved``: the top identities of the slice kept for backfill (live issue never draws them).
+        Raises :class:`~app.errors.ConfigError` naming the numbers when the slice is smaller than ``claims`` (plus
+        ``reserved``), or the pool or the static identity lies outside the region's slice or inside its reserve.
         """
         first, last = region_slice(space, region, regions) if sliced else space
+        if reserved:
+            if last - first + 1 < reserved + claims:
+                raise ConfigError(
+                    f"{scheme}: IDMINT_BACKFILL_IDENTITIES={reserved} leaves live issue "
+                    f"{max(0, last - first + 1 - reserved)} {kind}(s) of {first}..{last}, fewer than the {claims} this "
+                    "node claims; reserve fewer for backfill"
+                )
+            reserve = (last - reserved + 1, last)
+            if static is not None and static >= reserve[0]:
+                raise ConfigError(
+                    f"{scheme}: {static_setting or kind}={static} lies in the backfill reserve "
+                    f"{reserve[0]}..{reserve[1]} (IDMINT_BACKFILL_IDENTITIES={reserved})"
+                )
+            if pool is not None and pool != space and pool[1] >= reserve[0]:
+                raise ConfigError(
+                    f"{scheme}: {pool_setting or 'the pool'}={pool[0]}-{pool[1]} overlaps the backfill reserve "
+                    f"{reserve[0]}..{reserve[1]} (IDMINT_BACKFILL_IDENTITIES={reserved})"
+                )
+            last -= reserved
         where = f"region {region} of {regions} ({scheme} {kind}s {first}..{last})" if sliced and regions > 1 else ""
         if last < first or last - first + 1 < claims:
             size = max(0, last - first + 1)
@@ -154,8 +178,25 @@ class IdentityPool:
             region=region,
             regions=regions,
             sliced=sliced,
+            reserved=reserved,
             **more,  # type: ignore[arg-type]
         )
+
+    @property
+    def backfill_range(self) -> tuple[int, int] | None:
+        """The inclusive identities kept for backfill (the top ``reserved`` of the region's slice), or None."""
+        if not self.reserved:
+            return None
+        last = self.slice[1]
+        return last - self.reserved + 1, last
+
+    def backfill_pool(self) -> IdentityPool | None:
+        """The pool backfill claims from: the same key space, drawing only :attr:`backfill_range`, one at a time
+        (None without a reserve)."""
+        bounds = self.backfill_range
+        if bounds is None:
+            return None
+        return replace(self, minimum=bounds[0], maximum=bounds[1], static=None, claims=1)
 
     @property
     def slice(self) -> tuple[int, int]:

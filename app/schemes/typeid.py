@@ -71,6 +71,7 @@ from app.schemes.uuidv7 import (
     Uuidv7Generator,
     Uuidv7Scheme,
 )
+from app.schemes.uuidv7 import SCHEME as UUIDV7_SCHEME
 
 # --- layout -------------------------------------------------------------------------------------------------------
 
@@ -322,6 +323,15 @@ class TypeIdScheme(Scheme):
             "version": version,
             "timestamp_ms": value >> TIMESTAMP_SHIFT if version == VERSION else None,
         }
+
+    backfills = True
+
+    def backfill_value(
+        self, settings: Any, tick: int, identity: int, sequence: int, random: RandomSource, options: Mapping[str, Any]
+    ) -> TypeId:
+        """A back-dated UUIDv7 (:meth:`Uuidv7Scheme.backfill_value`) carrying the prefix asked (``type``)."""
+        value = UUIDV7_SCHEME.backfill_value(settings, tick, identity, sequence, random, options)
+        return TypeId(value, options.get("prefix") or "")
 
     def public_text(self, public: int, text: str, batch: Batch | None) -> str:
         """The public UUID as a TypeID with the batch's prefix (``user_...``)."""

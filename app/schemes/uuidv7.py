@@ -77,6 +77,8 @@ VARIANT_MASK = (1 << VARIANT_BITS) - 1
 TIMESTAMP_MS_MAX = (1 << TIMESTAMP_BITS) - 1
 RAND_A_MAX = (1 << RAND_A_BITS) - 1
 RAND_B_MAX = (1 << RAND_B_BITS) - 1
+BACKFILL_RANDOM_BYTES = -(-(RAND_A_BITS + RAND_B_BITS) // 8)  # 10
+"""Random bytes drawn per back-dated UUIDv7 (rand_a and rand_b, all fresh: no counter)."""
 PACKED_MAX = (1 << PACKED_BITS) - 1
 FLAGS = VERSION << VERSION_SHIFT | VARIANT << VARIANT_SHIFT
 PUBLIC_FAMILY = 4
@@ -296,6 +298,15 @@ class Uuidv7Scheme(Scheme):
 
     def timestamp_ns(self, value: int) -> int:
         return unpack(value)[0] * NANOSECS_IN_MILLISECS
+
+    backfills = True
+
+    def backfill_value(
+        self, settings: Any, tick: int, identity: int, sequence: int, random: RandomSource, options: Mapping[str, Any]
+    ) -> int:
+        """A UUIDv7 at ms ``tick`` whose 74 bits of rand_a and rand_b are all fresh from ``random``."""
+        bits = int.from_bytes(random(BACKFILL_RANDOM_BYTES), "big")
+        return pack(tick, bits >> RAND_B_BITS & RAND_A_MAX, bits & RAND_B_MAX)
 
 
 SCHEME = Uuidv7Scheme()

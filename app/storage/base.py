@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app.storage.backfill import BackfillStore
 from app.storage.history import HistoryGuard
 from app.storage.lease import LeaseBackend
 from app.storage.ledger import LedgerStore
@@ -42,7 +43,8 @@ class Capabilities:
 class Storage:
     """One backend's stores, opened once per process by :func:`~app.storage.open_storage` and owned by the app's
     lifespan (or the CLI command): ``leases`` (claims, high-water marks, the fleet ID, member tokens, revoke),
-    ``ledger`` (the claim ledger's records), ``sequences`` (sequence records). Each store is started and stopped by
+    ``ledger`` (the claim ledger's records), ``sequences`` (sequence records),
+    ``backfill`` (backfill marks). Each store is started and stopped by
     its user; :meth:`close`, called after all of them, closes what they share (the etcd client, the PostgreSQL
     connection pool). ``name``: ``"embedded"``, ``"etcd"`` or ``"postgres"``, for reports only."""
 
@@ -54,12 +56,16 @@ class Storage:
         ledger: LedgerStore,
         sequences: SequenceStore,
         closing: Callable[[], Awaitable[None]] | None = None,
+        backfill: BackfillStore | None = None,
     ) -> None:
         self.name = name
         self.capabilities = capabilities
         self.leases = leases
         self.ledger = ledger
         self.sequences = sequences
+        self.backfill = backfill
+        """Backfill marks (:mod:`app.storage.backfill`); None for a backend that keeps none (backfill of snowflake
+        and eight-byte is then refused: a memory double would repeat IDs across replicas)."""
         self.history = HistoryGuard(leases)
         """Whether the store's history is the fleet's (:mod:`app.storage.history`): checked before claims and
         sequence writes."""

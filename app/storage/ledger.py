@@ -8,7 +8,10 @@ A :class:`ClaimRecord` says who held one identity of one scheme, from when to wh
      "owner": {"host", "pid", "version", "started_at", "address", "pod"?, "namespace"?},
      "lease": "694d8b2c1f3e0a11" | null, "claimed_at": "<RFC 3339>", "claimed_at_ns": <int>,
      "ended_at": "<RFC 3339>" | null, "ended_at_ns": <int> | null, "end": null | "released" | "lost",
-     "end_reason": "<text>"}
+     "end_reason": "<text>", "backfill": true}
+
+``backfill`` (present only when true) marks a claim of a backfill identity (:mod:`app.issuing.backfill`): its IDs
+carry past times, so it covers every time before its end, and decode says the ID was backfilled.
 
 Times are the owner's generator clock (ns since the Unix epoch): the clock its IDs' timestamps come from. A record
 is written when the claim is made (``end`` null) and written again, whole, when it ends; the later version wins.
@@ -36,6 +39,8 @@ NS_IN_DAY = 86_400 * NS_IN_S
 END_RELEASED = "released"
 END_LOST = "lost"
 
+BACKFILL_COVERS_FROM_NS = -(2**63)
+"""Where a backfill claim's cover begins: any past time."""
 LOOKBACK_TOLERANCE_NS = NS_IN_S
 """A generator may date IDs up to its lookback before it was built (eight-byte's IDMINT_EIGHT_BYTE_LOOKBACK_MS,
 at most 1 s; snowflake's lookback units): a claim covers that much before its claim time, never below its mark."""
@@ -61,11 +66,15 @@ class ClaimRecord:
     floor_ns: int = -1
     """Its IDs are dated at or after this (the time unit after the high-water mark inherited with the claim, ns
     since the epoch; -1: none)."""
+    backfill: bool = False
+    """A claim of a backfill identity: its IDs carry past times (any before its end)."""
 
     @property
     def covers_from_ns(self) -> int:
         """The earliest timestamp an ID of this claim can carry: above the inherited mark, and no earlier than a
-        generator's lookback (unused time units filled late) before the claim."""
+        generator's lookback (unused time units filled late) before the claim; any time for a backfill claim."""
+        if self.backfill:
+            return BACKFILL_COVERS_FROM_NS
         return max(self.floor_ns, self.claimed_at_ns - LOOKBACK_TOLERANCE_NS)
 
     @staticmethod
@@ -91,6 +100,8 @@ class ClaimRecord:
         out["owner"] = dict(self.owner)
         out["claimed_at"] = rfc3339(self.claimed_at_ns, 3)
         out["ended_at"] = rfc3339(self.ended_at_ns, 3)
+        if not self.backfill:
+            del out["backfill"]
         return out
 
     def to_json(self) -> bytes:
@@ -116,6 +127,7 @@ class ClaimRecord:
                 end=raw.get("end"),
                 end_reason=str(raw.get("end_reason", "")),
                 floor_ns=_int(raw.get("floor_ns", -1)),
+                backfill=raw.get("backfill") is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not a claim record: {exc!r}") from exc
@@ -134,7 +146,8 @@ class ClaimRecord:
             held = f"claim held {_short(start)} to {end[11:19] if same_day else _short(end)} UTC"
             if self.end == END_LOST:
                 held += " (lost)"
-        return f"issued by {who}, idmint {owner.get('version', '?')}, {held}"
+        how = "backfill: back-dated by" if self.backfill else "issued by"
+        return f"{how} {who}, idmint {owner.get('version', '?')}, {held}"
 
 
 def _short(stamp: str) -> str:

@@ -39,6 +39,7 @@ from app.schemes.eight_byte.codec import (
     Mode,
     decode,
     encode_hex,
+    pack,
     unpack,
 )
 from app.schemes.eight_byte.generator import (
@@ -237,7 +238,28 @@ class EightByteScheme(Scheme):
             group=str(cluster),
             group_in_id=True,
             allowed_groups_key="cluster-id",
+            reserved=settings.backfill_identities,
         )
+
+    backfills: ClassVar[bool] = True
+    backfill_identity: ClassVar[bool] = True
+
+    def backfill_sequences(self, settings: EightByteSettings) -> int:
+        """64: the format's cap per ms and generator ID."""
+        return SEQUENCE_VALUES
+
+    def backfill_value(
+        self,
+        settings: EightByteSettings,
+        tick: int,
+        identity: int,
+        sequence: int,
+        random: RandomSource,
+        options: Mapping[str, Any],
+    ) -> int:
+        """The ID of generator ``identity`` in the node's cluster, sequence ``sequence`` at ms ``tick``, in the mode
+        asked (default spread)."""
+        return pack(tick, sequence, identity, settings.cluster_id, Mode.from_option(options.get("mode")))
 
     def new_generator(
         self,

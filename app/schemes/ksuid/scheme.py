@@ -32,6 +32,7 @@ from app.schemes.ksuid.codec import (
     TIMESTAMP_SHIFT,
     decode,
     encode_base62,
+    pack,
     unpack,
 )
 from app.schemes.ksuid.generator import (
@@ -124,6 +125,15 @@ class KsuidScheme(Scheme):
         if options:
             raise InvalidOptionError(f"ksuid takes no decode options, got {', '.join(sorted(options))}")
         return self
+
+    backfills = True
+    timestamp_native_min = EPOCH_S
+
+    def backfill_value(
+        self, settings: Any, tick: int, identity: int, sequence: int, random: RandomSource, options: Mapping[str, Any]
+    ) -> int:
+        """A KSUID at second ``tick`` (Unix s) with a 128-bit payload fresh from ``random``."""
+        return pack(tick, int.from_bytes(random(PAYLOAD_BYTES), "big"))
 
 
 SCHEME = KsuidScheme()

@@ -231,6 +231,42 @@ class SnowflakeScheme(Scheme):
         layout = self.snowflake_layout
         return layout.timestamp_ms(layout.unpack(value)[0]) * NANOSECS_IN_MILLISECS
 
+    backfills: ClassVar[bool] = True
+    backfill_identity: ClassVar[bool] = True
+
+    def backfill_tick(self, ns: int) -> int:
+        """The layout's unit holding ``ns``; InvalidOptionError before the layout's epoch or past its time field."""
+        layout = self.snowflake_layout
+        tick = self.native_from_ns(ns)
+        if tick < layout.epoch_units:
+            raise InvalidOptionError(
+                f"snowflake IDs cannot hold a time before the scheme's epoch: layout {layout.name} begins at "
+                f"{layout.epoch_ms} (Unix ms)"
+            )
+        if tick - layout.epoch_units > layout.time_max:
+            raise InvalidOptionError(
+                f"snowflake IDs cannot hold a time past the end of the scheme's ID space: layout {layout.name}'s "
+                f"{layout.time_bits}-bit time field ends at {layout.timestamp_ms(layout.time_max + 1)} (Unix ms)"
+            )
+        return tick
+
+    def backfill_sequences(self, settings: SnowflakeSettings) -> int:
+        """2**S of the node's layout."""
+        return self.configured(settings).snowflake_layout.ids_per_unit
+
+    def backfill_value(
+        self,
+        settings: SnowflakeSettings,
+        tick: int,
+        identity: int,
+        sequence: int,
+        random: RandomSource,
+        options: Mapping[str, Any],
+    ) -> int:
+        """The snowflake of worker ``identity``, sequence ``sequence`` at native tick ``tick``, in the node's layout."""
+        layout = self.configured(settings).snowflake_layout
+        return layout.pack(tick - layout.epoch_units, identity, sequence)
+
     def id_space_end_ns(self) -> int:
         """The layout's end: its epoch plus 2**T units (instagram: 2046-06-27T17:00:49Z; twitter: 2080-07-10)."""
         layout = self.snowflake_layout
@@ -274,6 +310,7 @@ class SnowflakeScheme(Scheme):
             static=settings.snowflake_worker_id,
             static_setting="IDMINT_SNOWFLAKE_WORKER_ID",
             claims=settings.snowflake_workers,
+            reserved=settings.backfill_identities,
         )
 
     def identity_settings(self, settings: SnowflakeSettings) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
+from app.storage.embedded.backfill import EmbeddedBackfillStore
 from app.storage.embedded.lease import EmbeddedBackend
 from app.storage.embedded.ledger import EmbeddedLedgerStore
 from app.storage.embedded.sequences import EmbeddedSequenceStore
@@ -27,4 +28,5 @@ def open_embedded(settings: Settings, clock: Clock) -> Storage:
         EmbeddedBackend(settings.state_dir),
         EmbeddedLedgerStore(settings.state_dir, clock),
         EmbeddedSequenceStore(settings.state_dir, settings.max_sequences),
+        backfill=EmbeddedBackfillStore(settings.state_dir),
     )

@@ -70,6 +70,7 @@ from app.schemes.base import Clock
 from app.settings import Settings
 from app.storage.base import Capabilities, Storage
 from app.storage.etcd.backend import EtcdBackend
+from app.storage.etcd.backfill import EtcdBackfillStore
 from app.storage.etcd.calls import open_client
 from app.storage.etcd.ledger import EtcdLedgerStore
 from app.storage.etcd.sequences import EtcdSequenceStore
@@ -89,4 +90,5 @@ def open_etcd(settings: Settings, metrics: Metrics | None, clock: Clock) -> Stor
         EtcdLedgerStore(settings, clock, client),
         EtcdSequenceStore(settings, client),
         closing=client.close,
+        backfill=EtcdBackfillStore(settings, client),
     )

@@ -26,6 +26,7 @@ from app.settings import Settings
 from app.storage.base import Storage
 from app.storage.mysql.backend import mysql_backend
 from app.storage.mysql.client import LEASE_POOL_SIZE, Database
+from app.storage.tables.backfill import TableBackfillStore
 from app.storage.tables.ledger import TableLedgerStore
 from app.storage.tables.opening import owner_record, table_storage
 from app.storage.tables.sequences import TableSequenceStore
@@ -35,11 +36,11 @@ __all__ = ["open_mysql"]
 
 def open_mysql(settings: Settings, metrics: Metrics | None, clock: Clock) -> Storage:
     """The stores on MySQL/MariaDB (``settings.mysql_*``), closed by :meth:`Storage.close`: the lease backend on a
-    pool of its own (:data:`~app.storage.mysql.client.LEASE_POOL_SIZE` connection), the ledger and sequences on the
-    other (``IDMINT_MYSQL_POOL_SIZE``). ``clock``: the node's (ns since the epoch). Connects on demand, never
-    raising for an unreachable or refusing server. Raises ConfigError for a URL that is not ``mysql://...``."""
+    pool of its own (:data:`~app.storage.mysql.client.LEASE_POOL_SIZE` connection), the ledger, sequences and
+    backfill marks on the other (``IDMINT_MYSQL_POOL_SIZE``). ``clock``: the node's (ns since the epoch).
+    Connects on demand, never raising for an unreachable or refusing server. Raises ConfigError for a URL that is not ``mysql://...``."""
     db = Database(settings)
     lease_db = Database(settings, size=LEASE_POOL_SIZE)
     backend = mysql_backend(settings, lease_db, metrics, owner_record())
-    stores = (TableLedgerStore(db, clock), TableSequenceStore(db, settings.max_sequences))
+    stores = (TableLedgerStore(db, clock), TableSequenceStore(db, settings.max_sequences), TableBackfillStore(db))
     return table_storage(backend, lease_db, db, *stores)

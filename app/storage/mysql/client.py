@@ -37,7 +37,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
-from app.storage.mysql.sql import SCHEMA_VERSION, Each, Lock, Script, Statement, Statements
+from app.storage.mysql.sql import SCHEMA_VERSION, Each, Lock, Rows, Script, Statement, Statements
 from app.storage.tables.db import Fetch, SchemaGate
 
 if TYPE_CHECKING:
@@ -223,8 +223,8 @@ class Database:
     async def run(
         self, doing: str, query: Statement, params: Mapping[str, Any] | None = None, limit: float | None = None
     ) -> list[tuple[Any, ...]]:
-        """Run one statement (a :class:`~app.storage.mysql.sql.Script`, ``Each`` or ``Lock``: in one transaction)
-        and return its rows (see :mod:`app.storage.tables.db`). Bounded by ``limit`` seconds (default
+        """Run one statement (a :class:`~app.storage.mysql.sql.Script`, ``Each``, ``Rows`` or ``Lock``: in one
+        transaction) and return its rows (see :mod:`app.storage.tables.db`). Bounded by ``limit`` seconds (default
         :attr:`limit`) for the connection and the answer together. Raises the mapped NotReadyError naming
         ``doing``."""
         if not self._gate.done:
@@ -373,6 +373,20 @@ async def _fetch(conn: aiomysql.Connection, query: Statement, params: Mapping[st
             for values in zip(*(given[name] for name in query.over), strict=True):
                 await _execute(cur, query.sql, {**given, **dict(zip(query.over, values, strict=True))})
             return []
+        elif isinstance(query, Rows):
+            given = dict(params or {})
+            rows = list(zip(*(given.pop(name) for name in query.over), strict=True))
+            if not rows:
+                return []
+            parts = []
+            for i, values in enumerate(rows):
+                part = query.row
+                for name, value in zip(query.over, values, strict=True):
+                    part = part.replace(f"%({name})s", f"%({name}_{i})s")
+                    given[f"{name}_{i}"] = value
+                parts.append(part)
+            await _execute(cur, query.sql.replace("{rows}", ", ".join(parts)), given)
+            return [(cur.rowcount,)] if cur.rowcount > 0 else []
         elif isinstance(query, Lock):
             await _execute(cur, query.select, params)
             if not await cur.fetchall():

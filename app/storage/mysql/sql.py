@@ -1,8 +1,10 @@
 """Every SQL statement of the MySQL/MariaDB backend, in one place: the tables (:func:`ddl`, printed by ``idmint
 storage sql --dialect mysql``) and the statements the stores run (:class:`Statements`).
 
-The tables are PostgreSQL's (:mod:`app.storage.postgres.sql`), in the database of ``IDMINT_MYSQL_URL``, plus
-``sequence_locks`` (one row per sequence name, locked by ``SELECT ... FOR UPDATE`` for an update's transaction).
+The tables are PostgreSQL's (:mod:`app.storage.postgres.sql`, ``backfill_marks`` from version 2), in the database
+of ``IDMINT_MYSQL_URL``, plus ``sequence_locks`` (one row per sequence name, or per backfill (space, identity) as
+``<space>/<identity>``: a ``/`` no sequence name holds; locked by ``SELECT ... FOR UPDATE`` for an update's
+transaction).
 Text keys are ``utf8mb4_bin`` (byte order, as PostgreSQL's ``COLLATE "C"``); times are ``DATETIME(6)`` in UTC,
 every one written and compared from the database's ``UTC_TIMESTAMP(6)``, never a node's clock.
 
@@ -11,8 +13,8 @@ JSON functions, ``INSERT IGNORE`` and ``ON DUPLICATE KEY UPDATE ... VALUES()`` f
 caller needs is a :class:`Script`: the guarded write, then a ``SELECT`` of the row in the same transaction (the
 connection counts *matched* rows, ``CLIENT_FOUND_ROWS``, so a guard that holds is told from one that does not
 even when the write changes no value). Many rows in one go are an :class:`Each`: one statement per row, in one
-transaction. The database name is interpolated once, after :mod:`app.settings` checked it is an identifier, and
-quoted; every value is a bound parameter (``%(name)s``).
+transaction, or a :class:`Rows`: one multi-row ``INSERT``. The database name is interpolated once, after
+:mod:`app.settings` checked it is an identifier, and quoted; every value is a bound parameter (``%(name)s``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from app.storage.tables.db import TABLE_PRIVILEGES as COMMON_PRIVILEGES
 from app.storage.tables.db import PortableStatements
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
 
 NOW = "UTC_TIMESTAMP(6)"
@@ -111,6 +113,14 @@ CREATE TABLE IF NOT EXISTS {{s}}.sequence_events (
     KEY sequence_events_id (id)
 ) ENGINE=InnoDB;
 
+CREATE TABLE IF NOT EXISTS {{s}}.backfill_marks (
+    space     {KEY} NOT NULL,
+    identity  BIGINT NOT NULL,
+    tick      BIGINT NOT NULL,
+    high      INT NOT NULL,
+    PRIMARY KEY (space, identity, tick)
+) ENGINE=InnoDB;
+
 INSERT IGNORE INTO {{s}}.schema_version (version, applied_at) VALUES ({{version}}, {NOW});
 """
 
@@ -173,6 +183,16 @@ class Each:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """One multi-row ``INSERT``: ``sql`` with ``{rows}`` where the ``VALUES`` rows go, each row ``row`` with the
+    list parameters ``over`` (zipped) in place of their names; no element: nothing run."""
+
+    sql: str
+    row: str
+    over: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Lock:
     """The row ``select`` (``... FOR UPDATE``) locked for the transaction; when absent, ``create`` makes it
     (an upsert: it holds the row's exclusive lock from then on)."""
@@ -181,7 +201,7 @@ class Lock:
     create: str
 
 
-Statement = str | Script | Each | Lock
+Statement = str | Script | Each | Rows | Lock
 
 
 class Statements(PortableStatements):
@@ -339,3 +359,16 @@ class Statements(PortableStatements):
         self.facts = """
             SELECT @@version, TABLE_NAME, CREATE_TIME FROM information_schema.TABLES
             WHERE TABLE_SCHEMA = %(schema)s ORDER BY TABLE_NAME"""
+
+        # -- backfill marks (app.storage.tables.backfill): the (space, identity)'s lock, then its ticks' marks ------
+        self.backfill_lock = self.seq_lock
+        self.backfill_lock_space = f"{database}/backfill"
+        self.backfill_read = f"""
+            SELECT tick, high FROM {s}.backfill_marks
+            WHERE space = %(space)s AND identity = %(identity)s AND tick IN %(ticks)s"""
+        self.backfill_put = Rows(
+            f"""INSERT INTO {s}.backfill_marks (space, identity, tick, high) VALUES {{rows}}
+                ON DUPLICATE KEY UPDATE high = GREATEST(high, VALUES(high))""",
+            "(%(space)s, %(identity)s, %(ticks)s, %(highs)s)",
+            ("ticks", "highs"),
+        )

@@ -4,9 +4,9 @@ beside them. It carries what the etcd backend carries, with the same fail-closed
 Files: :mod:`~app.storage.postgres.sql` (every table and statement: the DDL ``idmint storage sql`` prints),
 :mod:`~app.storage.postgres.client` (the process's two connection pools, statements bounded in time, the one
 error table), :mod:`~app.storage.postgres.history` (the history facts). The logic above the statements (the lease
-row kept alive, claims, the lost-row rule, fleet rows, revoke, the ledger, sequences) is shared with MySQL in
-:mod:`app.storage.tables`; :mod:`~app.storage.postgres.backend`, ``claim``, ``ledger`` and ``sequences`` name it
-for PostgreSQL.
+row kept alive, claims, the lost-row rule, fleet rows, revoke, the ledger, sequences, backfill marks) is shared
+with MySQL in :mod:`app.storage.tables`; :mod:`~app.storage.postgres.backend`, ``claim``, ``ledger`` and
+``sequences`` name it for PostgreSQL.
 
 Modelled on the etcd backend (:mod:`app.storage.etcd`), with rows for keys:
 
@@ -48,6 +48,7 @@ from app.storage.postgres.backend import PostgresBackend
 from app.storage.postgres.client import LEASE_POOL_SIZE, Database
 from app.storage.postgres.ledger import PostgresLedgerStore
 from app.storage.postgres.sequences import PostgresSequenceStore
+from app.storage.tables.backfill import TableBackfillStore
 from app.storage.tables.opening import CAPABILITIES, owner_record, table_storage
 
 __all__ = ["CAPABILITIES", "open_postgres"]
@@ -55,12 +56,14 @@ __all__ = ["CAPABILITIES", "open_postgres"]
 
 def open_postgres(settings: Settings, metrics: Metrics | None, clock: Clock) -> Storage:
     """The stores on PostgreSQL (``settings.postgres_*``), closed by :meth:`Storage.close`: the lease backend on a
-    pool of its own (:data:`~app.storage.postgres.client.LEASE_POOL_SIZE` connection), the ledger and sequences on
-    the other (``IDMINT_POSTGRES_POOL_SIZE``), so that no sequence update waiting on a lock delays a renewal.
+    pool of its own (:data:`~app.storage.postgres.client.LEASE_POOL_SIZE` connection), the ledger, sequences and
+    backfill marks on the other (``IDMINT_POSTGRES_POOL_SIZE``), so that no sequence update waiting on a lock
+    delays a renewal.
     ``clock``: the node's (ns since the epoch). Connects lazily, never raising for an unreachable or refusing
     database. Raises ConfigError for a URL libpq cannot parse (without quoting it)."""
     db = Database(settings)
     lease_db = Database(settings, size=LEASE_POOL_SIZE, name="idmint-lease")
     backend = PostgresBackend(settings, lease_db, metrics, owner=owner_record())
     ledger = PostgresLedgerStore(db, clock)
-    return table_storage(backend, lease_db, db, ledger, PostgresSequenceStore(db, settings.max_sequences))
+    sequences = PostgresSequenceStore(db, settings.max_sequences)
+    return table_storage(backend, lease_db, db, ledger, sequences, TableBackfillStore(db))

@@ -17,6 +17,8 @@ Tables, all in the schema ``IDMINT_POSTGRES_SCHEMA`` (default ``idmint``)::
                     documents of :mod:`app.storage.sequences`), as compact JSON text
     sequence_events (name, id) -> one audit event of a gapless sequence (JSON text), and its period ("never" for
                     a sequence that never resets)
+    backfill_marks  (space, identity, tick) -> the highest sequence a back-dated ID used (app.storage.backfill);
+                    added at version 2 (a version-1 schema gains it at the next start: the DDL is idempotent)
 
 Every time that decides who owns an identity is the database's ``clock_timestamp()``; no node's clock is written
 or compared here. The schema name is interpolated into the statements once, after :mod:`app.settings` checked it
@@ -28,7 +30,7 @@ from __future__ import annotations
 from app.storage.tables.db import TABLE_PRIVILEGES as COMMON_PRIVILEGES
 from app.storage.tables.db import PortableStatements
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables below; a database at a higher version was set up by a newer idmint (refused)."""
 
 DDL = """\
@@ -108,6 +110,14 @@ CREATE TABLE IF NOT EXISTS {s}.sequence_events (
 );
 CREATE INDEX IF NOT EXISTS sequence_events_period ON {s}.sequence_events (name, period, id);
 CREATE INDEX IF NOT EXISTS sequence_events_id ON {s}.sequence_events (id);
+
+CREATE TABLE IF NOT EXISTS {s}.backfill_marks (
+    space     text NOT NULL,
+    identity  bigint NOT NULL,
+    tick      bigint NOT NULL,
+    high      integer NOT NULL,
+    PRIMARY KEY (space, identity, tick)
+);
 
 INSERT INTO {s}.schema_version (version) VALUES ({version}) ON CONFLICT (version) DO NOTHING;
 """
@@ -324,3 +334,14 @@ class Statements(PortableStatements):
                     WHERE doc LIKE 'period/%%' AND doc < %(cut)s LIMIT %(batch)s
                 )) RETURNING 1
             ) SELECT count(*) FROM gone"""
+
+        # -- backfill marks (app.storage.tables.backfill): the (space, identity)'s lock, then its ticks' marks ------
+        self.backfill_lock = self.seq_lock
+        self.backfill_lock_space = f"{schema}/backfill"
+        self.backfill_read = f"""
+            SELECT tick, high FROM {s}.backfill_marks
+            WHERE space = %(space)s AND identity = %(identity)s AND tick = ANY(%(ticks)s::bigint[])"""
+        self.backfill_put = f"""
+            INSERT INTO {s}.backfill_marks (space, identity, tick, high)
+            SELECT %(space)s, %(identity)s, t, h FROM unnest(%(ticks)s::bigint[], %(highs)s::integer[]) AS w(t, h)
+            ON CONFLICT (space, identity, tick) DO UPDATE SET high = GREATEST({s}.backfill_marks.high, EXCLUDED.high)"""

@@ -8,7 +8,8 @@ writes), :mod:`~app.storage.tables.claimer` (the pool read, the draw, the claimi
 :mod:`~app.storage.tables.records` (registrations, the fleet ID, fleet records, a peer's lease, the held counts),
 :mod:`~app.storage.tables.backend` (the lease's upkeep on :mod:`app.storage.expiring`),
 :mod:`~app.storage.tables.revoke` (revoking another node's claim), :mod:`~app.storage.tables.ledger` (the claim ledger),
-:mod:`~app.storage.tables.sequences` (sequences), :mod:`~app.storage.tables.opening` (the :class:`Storage` bundle).
+:mod:`~app.storage.tables.sequences` (sequences), :mod:`~app.storage.tables.backfill` (backfill marks),
+:mod:`~app.storage.tables.opening` (the :class:`Storage` bundle).
 
 The tables and the safety argument are the PostgreSQL backend's docstring (:mod:`app.storage.postgres`); a dialect
 keeps every rule stated there, in its own SQL.

@@ -73,6 +73,7 @@ TABLE_PRIVILEGES = {
     "ledger": "SELECT, INSERT, UPDATE, DELETE",
     "sequence_documents": "SELECT, INSERT, UPDATE, DELETE",
     "sequence_events": "SELECT, INSERT, DELETE",
+    "backfill_marks": "SELECT, INSERT, UPDATE",
 }
 """Table -> the privileges the statements need on it, on every dialect (a replica writes no DDL and no
 schema-version row; claim rows are never deleted). A dialect adds its own tables' (MySQL: ``sequence_locks``)."""

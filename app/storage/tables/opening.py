@@ -1,5 +1,5 @@
 """The :class:`~app.storage.base.Storage` bundle of a table backend: the lease backend on a pool of its own, the
-ledger and sequences on the other, so that no sequence update waiting on a lock delays a renewal."""
+ledger, sequences and backfill marks on the other, so that no sequence update waiting on a lock delays a renewal."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from app import __version__
 from app.storage.base import Capabilities, Storage
 from app.storage.lease import LeaseBackend
+from app.storage.tables.backfill import TableBackfillStore
 from app.storage.tables.db import Database
 from app.storage.tables.ledger import TableLedgerStore
 from app.storage.tables.sequences import TableSequenceStore
@@ -34,11 +35,13 @@ def table_storage(
     db: Database,
     ledger: TableLedgerStore,
     sequences: TableSequenceStore,
+    backfill: TableBackfillStore,
 ) -> Storage:
-    """The bundle: ``backend`` on ``lease_db``, ``ledger`` and ``sequences`` on ``db``; closing closes both pools."""
+    """The bundle: ``backend`` on ``lease_db``, ``ledger``, ``sequences`` and ``backfill`` (the backfill marks) on
+    ``db``; closing closes both pools."""
 
     async def closing() -> None:
         await lease_db.close()
         await db.close()
 
-    return Storage(db.store, CAPABILITIES, backend, ledger, sequences, closing=closing)
+    return Storage(db.store, CAPABILITIES, backend, ledger, sequences, closing=closing, backfill=backfill)

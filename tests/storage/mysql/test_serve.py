@@ -74,7 +74,7 @@ def test_storage_sql_prints_the_tables_the_backend_creates(mariadb_server: Maria
         f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{mariadb_db}' ORDER BY 1"
     )
     assert [t[0] for t in tables] == [
-        "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version", "sequence_documents",
-        "sequence_events", "sequence_locks",
+        "backfill_marks", "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version",
+        "sequence_documents", "sequence_events", "sequence_locks",
     ]  # fmt: skip
-    assert mariadb_server.execute(f"SELECT version FROM `{mariadb_db}`.schema_version") == [["1"]]
+    assert mariadb_server.execute(f"SELECT version FROM `{mariadb_db}`.schema_version") == [["2"]]

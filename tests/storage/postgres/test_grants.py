@@ -24,7 +24,7 @@ from tests.test_replicas import ids_of
 pytestmark = pytest.mark.integration  # a real PostgreSQL, a real idmint serve
 
 PRINTED_GRANT = re.compile(r"^--\s+(GRANT .+;)$", re.M)
-NOT_STATEMENTS = {"schema", "ddl", "ddl_lock", "seq_lock_space"}
+NOT_STATEMENTS = {"schema", "ddl", "ddl_lock", "seq_lock_space", "backfill_lock_space"}
 """Attributes of :class:`Statements` that are no statement a replica runs (the DDL is the first start's)."""
 TYPED = {"mark": 0, "floor": 0}
 """Parameters whose NULL would leave an expression untyped (``greatest(NULL, NULL)``): planned with an integer."""

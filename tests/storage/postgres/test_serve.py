@@ -82,10 +82,10 @@ def test_storage_sql_prints_the_tables_the_backend_creates(postgres_server: Post
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'reviewed' ORDER BY 1", dbname
     )
     assert [t[0] for t in tables] == [
-        "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version", "sequence_documents",
-        "sequence_events",
+        "backfill_marks", "claims", "leases", "ledger", "meta", "records", "registrations", "schema_version",
+        "sequence_documents", "sequence_events",
     ]  # fmt: skip
-    assert postgres_server.execute("SELECT version FROM reviewed.schema_version", dbname) == [(1,)]
+    assert postgres_server.execute("SELECT version FROM reviewed.schema_version", dbname) == [(2,)]
 
 
 def test_a_claim_row_deleted_under_its_owner_stops_it_and_is_claimed_again_only_one_ttl_later(
