@@ -126,6 +126,7 @@ def main() -> None:
         return
     logging.getLogger("uvicorn.access").propagate = False
     rows = [("wiji", request("/v1/ids/wiji")), ("wiji count=1000", request("/v1/ids/wiji?count=1000"))]
+    rows.append(("uuidv7 count=1000", request("/v1/ids/uuidv7?count=1000")))
     rows += [(s, request(f"/v1/ids/{s}")) for s in args.schemes.split(",") if s]
     keyed = [("wiji + key", request("/v1/ids/wiji", f"Authorization: Bearer {KEY}"))]
     if args.only is not None:
