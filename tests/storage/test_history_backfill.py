@@ -5,7 +5,8 @@ Node A back-dates eight-byte IDs into a few past milliseconds; the store is back
 same milliseconds (sequences above the backed-up marks) and stops; the backup is restored. Node B refuses backfill
 of eight-byte (503 naming the change) until ``idmint storage fence --apply``, while UUIDv7 back-dates all along.
 After the fence, a time at or before the fence's floor is a 409 naming the fence (the restored marks are below what
-A used after the backup: taking them would repeat A's IDs), and nothing B back-dates repeats an ID of A."""
+A used after the backup: taking them would repeat A's IDs; snowflake alike), and nothing B back-dates repeats an ID
+of A."""
 
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def _restore_case(
                 detail = r.json()["detail"]
                 assert "storage fence" in detail and "Back-date only times after" in detail, detail
                 assert "uuidv7" in detail and "Nothing was issued" in detail, detail
+            snowflake = _backfill(node, "snowflake", PAST[:1])
+            assert snowflake.status_code == 409 and "storage fence" in snowflake.text, snowflake.text
             assert _backfill(node, "ulid", times).status_code == 200
         # Times after the floor back-date as before, once they are older than IDMINT_BACKFILL_MIN_AGE.
         later = fenced_at + FENCE_MARGIN_S + 1.0
