@@ -70,8 +70,9 @@ class FleetConflictError(IdmintError):
 
 
 class BackfillCapacityError(IdmintError):
-    """A backfill asked for more IDs in one tick (a millisecond) than the backfill identities have left in it; the
-    message names the limit. Nothing of the request was handed out."""
+    """A backfill asked for more IDs in one tick (a millisecond) than the backfill identities have left in it, or
+    for a tick a storage fence retired (at or before its high-water-mark floor); the message names the limit or the
+    fence. Nothing of the request was handed out."""
 
 
 class RevokeRefusedError(IdmintError):

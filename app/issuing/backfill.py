@@ -15,6 +15,14 @@ Rules, above any scheme and any backend (the schemes say how to build an ID at a
   scheme and leases another when a tick is full on those it holds; when every backfill identity it can lease is
   full in a tick, the answer is 409 naming the limit (:class:`~app.errors.BackfillCapacityError`) and nothing is
   handed out (sequences taken for it stay unused).
+* **Storage history** (:mod:`app.storage.history`): while the store's history is unchecked or known changed (a
+  restored backup, a copied state directory), backfill of those schemes is refused (503 + Retry-After naming the
+  change and the fence command) and takes no mark. After ``idmint storage fence --apply``, the marks read are those
+  of the restored store, lower than what the lost history may have used at any past tick; so every tick up to the
+  fence's high-water-mark floor (its clock plus its margin, past every clock the lost history ran on) counts as
+  full: a time there is a 409 naming the fence (:class:`~app.errors.BackfillCapacityError`), nothing issued.
+  Times after the floor backfill as before (the lost history could back-date no time past its own clock). Random-bit
+  schemes take no mark and back-date any time.
 
 Every backfill claim is told to the claim ledger like a live one, marked ``backfill`` (decode says so).
 """
@@ -27,6 +35,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from app.decoding import rfc3339
 from app.errors import BackfillCapacityError, InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.issuing.fleet import FleetGuard
 from app.issuing.holder import IdentityHolder
@@ -36,6 +45,7 @@ from app.schemes.base import Clock, RandomSource, Scheme, csprng
 from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.base import Storage
+from app.storage.history import fence_of
 from app.storage.lease import Claim, LeaseBackend, Owner
 
 log = logging.getLogger("idmint.backfill")
@@ -119,7 +129,8 @@ class Backfiller:
 
     async def _with_identities(self, scheme: Scheme, ticks: list[int], options: Mapping[str, Any]) -> list[int]:
         issuer = self.node.issuer(scheme.name)
-        pool = issuer.holder.pool
+        holder = issuer.holder
+        pool = holder.pool
         bpool = pool.backfill_pool() if pool is not None else None
         if pool is None or bpool is None:
             raise BackfillCapacityError(
@@ -132,6 +143,8 @@ class Backfiller:
                 f"backfill of {scheme.name} needs backfill marks in storage, and the {self.node.storage.name} backend "
                 "keeps none"
             )
+        await holder.check_history()
+        self._check_fence(scheme, ticks)
         settings = self.node.settings
         sequences = scheme.backfill_sequences(settings)
         space = f"{scheme.name}/{pool.group}" if pool.group else scheme.name
@@ -150,7 +163,7 @@ class Backfiller:
             tried = 0
             while wants:
                 if tried == len(held):
-                    leased = await self._lease(issuer.holder, bpool, held)
+                    leased = await self._lease(holder, bpool, held)
                     if leased is None:
                         break
                     held.append(leased)
@@ -173,6 +186,7 @@ class Backfiller:
                 )
             if not all(claim.valid() for claim in held[:tried]):
                 raise NotReadyError(f"{scheme.name}: a backfill identity was lost while issuing; try again", 1)
+            await holder.check_history()  # the store changed while taking: nothing taken is handed out
         values = []
         for tick in ticks:
             runs = taken[tick]
@@ -183,6 +197,29 @@ class Backfiller:
             else:
                 runs[0] = (identity, first + 1, count - 1)
         return values
+
+    def _check_fence(self, scheme: Scheme, ticks: Sequence[int]) -> None:
+        """Raise BackfillCapacityError (409) naming the storage fence when a tick of ``ticks`` is at or before the
+        last fence's high-water-mark floor (see the module); nothing when the store was never fenced."""
+        floor_ns = self.node.storage.history.mark_floor_ns
+        if floor_ns < 0:
+            return
+        try:
+            floor_tick = scheme.backfill_tick(floor_ns)
+        except InvalidOptionError:  # the floor is past the scheme's times: every tick is at or before it
+            floor_tick = max(ticks)
+        retired = [index for index, tick in enumerate(ticks) if tick <= floor_tick]
+        if not retired:
+            return
+        fence = fence_of(self.node.storage.history.record)
+        raise BackfillCapacityError(
+            f"times[{retired[0]}] is at or before the storage fence of {fence.get('at')} (ID {fence.get('id')}), "
+            f"whose high-water-mark floor is {rfc3339(floor_ns, 3)}: the store went back in time, and the backfill "
+            f"marks it holds are older than what the lost history may have back-dated on {scheme.name}'s backfill "
+            f"identities, so every tick up to that floor counts as full ({len(retired)} of {len(ticks)} times). "
+            f"Nothing was issued. Back-date only times after {rfc3339(floor_ns, 3)}, or take IDs of earlier times "
+            "from a scheme with random bits (uuidv7, ulid, ksuid, typeid); see docs/backfill.md"
+        )
 
     async def _lease(self, holder: IdentityHolder, pool: IdentityPool, held: list[Claim]) -> Claim | None:
         """Lease one more backfill identity (None when every one is held elsewhere). NotReadyError when the fleet's
