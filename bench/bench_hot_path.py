@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -39,40 +38,9 @@ from uvicorn.server import ServerState
 from app.main import create_app
 from app.serving import BoundedHttpToolsProtocol
 from app.settings import Settings
+from tests.support.raw_http import RecordingTransport
 
 KEY = "bench-key"
-
-
-class Transport:
-    """A transport that keeps only its last write."""
-
-    def __init__(self) -> None:
-        self.last = b""
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def write(self, data: bytes) -> None:
-        self.last = data
-
-    def writelines(self, data: Any) -> None:
-        self.last = b"".join(data)
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def request(target: str, *headers: str) -> bytes:
@@ -86,12 +54,12 @@ async def measure(settings: Settings, rows: list[tuple[str, bytes]], requests: i
         config = Config(front, log_config=None, server_header=False, access_log=False)
         config.load()
         protocol = BoundedHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
-        transport = Transport()
+        transport = RecordingTransport(keep=1)
         protocol.connection_made(transport)  # type: ignore[arg-type]
         feed = protocol.data_received
         for name, data in rows:
             feed(data)
-            assert transport.last.startswith(b"HTTP/1.1 200 OK"), transport.last[:300]
+            assert transport.writes[-1].startswith(b"HTTP/1.1 200 OK"), transport.writes[-1][:300]
             n = requests // 10 if b"count=1000" in data else requests
             best = float("inf")
             for _ in range(rounds):

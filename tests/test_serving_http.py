@@ -26,7 +26,7 @@ from app.main import create_app
 from app.serving import ANSWERS_PER_READ, BoundedHttpToolsProtocol
 from tests.api.test_auth import entry, key_file
 from tests.helpers import make_settings
-from tests.support.raw_http import Reader, connect, exchange
+from tests.support.raw_http import Reader, RecordingTransport, connect, exchange
 from tests.support.server import Server
 
 METERED, TINY, TINY_TOO = "k-metered", "k-tiny", "k-tiny-too"
@@ -255,39 +255,6 @@ def test_keys_quotas_and_metrics_count_each_request_once_on_either_transport(ser
         assert delta("idmint_api_key_requests_total", key=key, outcome="allowed") == 1  # the refusal counted once
         assert delta("idmint_api_key_requests_total", key=key, outcome="over_quota") == 1
         assert delta("idmint_api_key_ids_total", key=key) == 10
-
-
-class RecordingTransport(asyncio.Transport):
-    """A transport that keeps what is written to it (a test double of the socket's)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.writes.append(bytes(data))
-
-    def writelines(self, list_of_data: Any) -> None:
-        self.writes.append(b"".join(list_of_data))
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 @pytest.mark.anyio

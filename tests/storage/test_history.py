@@ -27,7 +27,7 @@ from app.storage.embedded.history import read_witness
 from app.storage.history import CHECK_INTERVAL_S
 from tests.support.etcd import EtcdServer, find_etcd_binary
 from tests.support.mariadb import MysqlDatabase
-from tests.support.postgres import PostgresServer, find_postgres_bin
+from tests.support.postgres import PostgresServer, pg_dump, pg_restore
 from tests.support.server import Server, clean_environment, idmint_command
 from tests.support.storage import MARGIN_S, TTL_S
 from tests.test_replicas import ids_of
@@ -210,15 +210,12 @@ def test_postgres_dump_restored_with_clean_is_refused_until_fenced(
     dbname = postgres_db.rsplit("/", 1)[1]
     env = _env({"IDMINT_POSTGRES_URL": postgres_db})
     dump = tmp_path / "idmint.dump"
-    tools = find_postgres_bin()
 
     def backup() -> None:
-        subprocess.run([str(tools / "pg_dump"), "-Fc", "-f", str(dump), postgres_db], check=True, timeout=120)
+        pg_dump(postgres_db, dump)
 
     def restore() -> None:
-        subprocess.run(
-            [str(tools / "pg_restore"), "--clean", "--if-exists", "-d", postgres_db, str(dump)], check=True, timeout=120
-        )
+        pg_restore(postgres_db, dump)
 
     _restore_case(tmp_path, env, backup, restore)
     assert postgres_server.execute("SELECT count(*) FROM idmint.records WHERE name = 'history'", dbname) == [(1,)]
@@ -229,7 +226,6 @@ def test_postgres_restart_without_a_restore_is_not_fenced_and_a_restore_under_a_
 ) -> None:
     env = _env({"IDMINT_POSTGRES_URL": postgres_db})
     dump = tmp_path / "idmint.dump"
-    tools = find_postgres_bin()
     with_node = Server(tmp_path, env)
     try:
         with_node.wait_ready()
@@ -237,12 +233,10 @@ def test_postgres_restart_without_a_restore_is_not_fenced_and_a_restore_under_a_
         node = Server(tmp_path, env)  # an unchanged restart
         node.wait_ready()
         assert node.get("/readyz").json()["backend"]["history"] == "unchanged"
-        subprocess.run([str(tools / "pg_dump"), "-Fc", "-f", str(dump), postgres_db], check=True, timeout=120)
+        pg_dump(postgres_db, dump)
         ids_of(node, "eight-byte", 100, False)
         restored = time.monotonic()
-        subprocess.run(
-            [str(tools / "pg_restore"), "--clean", "--if-exists", "-d", postgres_db, str(dump)], check=True, timeout=120
-        )
+        pg_restore(postgres_db, dump)
         took = _wait(lambda: node.get("/v1/ids/eight-byte").status_code == 503, "the running node stops")
         _wait(lambda: node.get("/readyz").json()["backend"].get("history") == "changed", "readyz names it")
         print(f"restore under a running node (PostgreSQL): refused {took:.2f} s after pg_restore ended")

@@ -11,7 +11,6 @@ of A."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,7 +21,7 @@ import pytest
 
 from app.storage.embedded.history import read_witness
 from tests.storage.test_history import _cli, _wait
-from tests.support.postgres import find_postgres_bin
+from tests.support.postgres import pg_dump, pg_restore
 from tests.support.server import Server, until_available
 from tests.support.storage import MARGIN_S, TTL_S
 
@@ -143,14 +142,11 @@ def test_embedded_state_directory_put_back_then_fenced_never_repeats_a_backfille
 def test_postgres_dump_restored_then_fenced_never_repeats_a_backfilled_id(tmp_path: Path, postgres_db: str) -> None:
     env = _env({"IDMINT_POSTGRES_URL": postgres_db})
     dump = tmp_path / "idmint.dump"
-    tools = find_postgres_bin()
 
     def backup() -> None:
-        subprocess.run([str(tools / "pg_dump"), "-Fc", "-f", str(dump), postgres_db], check=True, timeout=120)
+        pg_dump(postgres_db, dump)
 
     def restore() -> None:
-        subprocess.run(
-            [str(tools / "pg_restore"), "--clean", "--if-exists", "-d", postgres_db, str(dump)], check=True, timeout=120
-        )
+        pg_restore(postgres_db, dump)
 
     _restore_case(tmp_path, env, backup, restore)

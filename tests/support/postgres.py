@@ -279,3 +279,14 @@ def postgres_db(postgres_server: PostgresServer) -> Iterator[str]:
         postgres_server.start()
         with contextlib.suppress(Exception):
             postgres_server.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pg_dump(url: str, dump: Path) -> None:
+    """``pg_dump -Fc`` of the database at ``url`` into ``dump`` (a backup, as an operator takes one)."""
+    subprocess.run([str(find_postgres_bin() / "pg_dump"), "-Fc", "-f", str(dump), url], check=True, timeout=120)
+
+
+def pg_restore(url: str, dump: Path) -> None:
+    """``pg_restore --clean --if-exists`` of ``dump`` into the database at ``url`` (the backup put back in place)."""
+    tool = find_postgres_bin() / "pg_restore"
+    subprocess.run([str(tool), "--clean", "--if-exists", "-d", url, str(dump)], check=True, timeout=120)

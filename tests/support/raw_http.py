@@ -1,5 +1,6 @@
 """HTTP/1.1 over a plain socket, for tests that need the bytes a server writes (its headers in order, pipelined
-answers, a connection it closes): :func:`connect`, :func:`read_response` and :func:`exchange`.
+answers, a connection it closes): :func:`connect`, :func:`read_response` and :func:`exchange`; and
+:class:`RecordingTransport`, the socket's test double for a protocol driven in process.
 
 It reads what RFC 9112 section 6 frames: interim 1xx answers (kept apart), a body by ``Content-Length``, by
 chunked transfer coding, or up to the close; none for HEAD, 204 and 304. Nothing here is clever about errors: a
@@ -8,8 +9,10 @@ server that breaks framing fails the test that reads it.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from dataclasses import dataclass, field
+from typing import Any
 
 TIMEOUT_S = 60.0
 """A guard against a server that never answers (the test then fails), not a time budget."""
@@ -121,3 +124,40 @@ def exchange(port: int, request: bytes, methods: list[str] | None = None, count:
         sock.sendall(request)
         reader = Reader(sock)
         return [reader.response(method) for method in methods]
+
+
+class RecordingTransport(asyncio.Transport):
+    """A transport that keeps what is written to it (a test double of the socket's): every write, or with
+    ``keep=1`` only the last (a benchmark's thousands of answers)."""
+
+    def __init__(self, keep: int | None = None) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closing = False
+        self.keep = keep
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        if self.keep is not None and len(self.writes) > self.keep:
+            del self.writes[: -self.keep]
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
