@@ -37,23 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import BackendUnavailableError
+from app.storage import sequences as shared
 from app.storage.embedded.files import fsync_dir, replace_file
 from app.storage.sequences import (
-    AUDIT_SCAN_MAX,
     PERIOD_KEY,
     PERIOD_PREFIX,
     RECORD,
-    TOMBSTONE,
     AuditPage,
     Change,
     SequenceRecord,
     SequenceStore,
     T,
-    check_doc,
-    check_outcome,
-    dumps,
-    loads,
-    unknown,
 )
 
 FOLDER = "sequences"
@@ -73,7 +67,7 @@ def day_of(ns: int) -> str:
 
 
 def _lines(events: Sequence[dict[str, Any]]) -> bytes:
-    return b"".join(dumps(e) + b"\n" for e in events)
+    return b"".join(shared.dumps(e) + b"\n" for e in events)
 
 
 class EmbeddedSequenceStore(SequenceStore):
@@ -103,9 +97,9 @@ class EmbeddedSequenceStore(SequenceStore):
     def _path(self, name: str, doc: str = RECORD) -> Path:
         if doc == RECORD:
             return self.folder / f"{name}.json"
-        if doc == TOMBSTONE:
+        if doc == shared.TOMBSTONE:
             return self.folder / TOMBSTONES / f"{name}.json"
-        return self.folder / PERIODS / name / f"{check_doc(doc)[len(PERIOD_PREFIX) :]}.json"
+        return self.folder / PERIODS / name / f"{shared.check_doc(doc)[len(PERIOD_PREFIX) :]}.json"
 
     def _audit_dir(self, name: str) -> Path:
         return self.folder / AUDIT / name
@@ -145,7 +139,7 @@ class EmbeddedSequenceStore(SequenceStore):
             return None, None
         except OSError as exc:
             raise BackendUnavailableError(f"sequence document {path} cannot be read: {exc}") from exc
-        obj = loads(data, str(path))
+        obj = shared.loads(data, str(path))
         journal = obj.pop(JOURNAL, None)
         if journal is not None and not (
             isinstance(journal, dict)
@@ -158,7 +152,7 @@ class EmbeddedSequenceStore(SequenceStore):
     def _write(self, path: Path, obj: dict[str, Any]) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            replace_file(path, dumps(obj))
+            replace_file(path, shared.dumps(obj))
         except OSError as exc:
             raise BackendUnavailableError(f"sequence document {path} cannot be written: {exc}") from exc
 
@@ -219,11 +213,11 @@ class EmbeddedSequenceStore(SequenceStore):
         self._append(path, data, cut)
 
     def _update(self, name: str, docs: Sequence[str], change: Change[T], lock_timeout: float) -> Any:
-        paths = {doc: self._path(name, check_doc(doc)) for doc in docs}
+        paths = {doc: self._path(name, shared.check_doc(doc)) for doc in docs}
         with self._locked(name, lock_timeout):
             found = {doc: self._read(path) for doc, path in paths.items()}
             outcome = change({doc: obj for doc, (obj, _) in found.items()})
-            check_outcome(docs, outcome)
+            shared.check_outcome(docs, outcome)
             events = list(outcome.events)
             for doc, value in outcome.writes.items():
                 if value is None:
@@ -247,7 +241,7 @@ class EmbeddedSequenceStore(SequenceStore):
         self._ensure_dir()
         obj, _ = self._read(self._path(name))
         if obj is None:
-            raise unknown(name)
+            raise shared.unknown(name)
         return SequenceRecord.from_obj(name, obj, str(self._path(name)))
 
     def _list(self) -> list[SequenceRecord]:
@@ -288,12 +282,12 @@ class EmbeddedSequenceStore(SequenceStore):
                     position += len(line)
                     scanned += 1
                     try:
-                        event = loads(line, str(path))
+                        event = shared.loads(line, str(path))
                     except BackendUnavailableError:
                         continue
                     if period is None or (event.get("period") or "never") == period:
                         page.append(event)
-                    if len(page) >= limit or scanned >= AUDIT_SCAN_MAX:
+                    if len(page) >= limit or scanned >= shared.AUDIT_SCAN_MAX:
                         more = position < path.stat().st_size or path != files[-1]
                         return page, (f"{path.stem}:{position}" if more else None)
         return page, None
