@@ -127,11 +127,7 @@ def mint(scheme: str, count: int, fmt: str | None, server: str | None, **options
         return
     settings = _settings()
     try:
-        asyncio.run(_mint(settings, scheme, count, fmt, given))
-    except NotReadyError as exc:
-        raise click.ClickException(f"not ready: {exc.reason}") from exc
-    except IdmintError as exc:
-        raise click.ClickException(str(exc)) from exc
+        _run_async(_mint(settings, scheme, count, fmt, given))
     except BrokenPipeError:
         # `idmint mint ... | head`: the reader went away; not an error.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -209,13 +205,7 @@ def backfill(scheme: str, times_file: Any, fmt: str | None, **options: str | Non
     times = [line.strip() for line in times_file if line.strip()]
     if not times:
         raise click.ClickException("the times file holds no times")
-    settings = _settings()
-    try:
-        asyncio.run(_backfill(settings, scheme, times, fmt, given))
-    except NotReadyError as exc:
-        raise click.ClickException(f"not ready: {exc.reason}") from exc
-    except IdmintError as exc:
-        raise click.ClickException(str(exc)) from exc
+    _run_async(_backfill(_settings(), scheme, times, fmt, given))
 
 
 async def _backfill(settings: Any, scheme: str, times: list[str], fmt: str | None, options: dict[str, str]) -> None:
@@ -302,12 +292,7 @@ def _run_storage(work: Any) -> Any:
             await storage.sequences.close()
             await storage.close()
 
-    try:
-        return asyncio.run(run())
-    except NotReadyError as exc:
-        raise click.ClickException(f"not ready: {exc.reason}") from exc
-    except (IdmintError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    return _run_async(run(), also=(RuntimeError,))
 
 
 def _cli_who() -> Any:
@@ -638,13 +623,15 @@ def storage_import_leaf(source: str, table: str, apply_: bool) -> None:
     click.echo("\n".join(_run_storage(work)))
 
 
-def _run_async(work: Any) -> Any:
-    """Run the coroutine ``work``; idmint's errors become the command's."""
+def _run_async(work: Any, also: tuple[type[Exception], ...] = ()) -> Any:
+    """Run the coroutine ``work``; idmint's errors (and those of ``also``) become the command's: a
+    :class:`click.ClickException` with the error's text, ``not ready: <reason>`` for a node not ready."""
+    errors: tuple[type[Exception], ...] = (IdmintError, *also)
     try:
         return asyncio.run(work)
     except NotReadyError as exc:
         raise click.ClickException(f"not ready: {exc.reason}") from exc
-    except IdmintError as exc:
+    except errors as exc:
         raise click.ClickException(str(exc)) from exc
 
 
