@@ -19,9 +19,10 @@ from starlette.responses import Response
 from app.api.access import declare
 from app.api.auth import ids_charge
 from app.api.deps import NodeDep, SettingsDep
-from app.api.params import PUBLIC_FORMAT, json_object, parse_issue, query_params, read_body
+from app.api.params import json_object, parse_issue, query_params, read_body
 from app.errors import InvalidOptionError
 from app.issuing.backfill import TIMES_MAX
+from app.schemes.base import PUBLIC_FORMAT
 
 router = APIRouter(tags=["issue"])
 

@@ -25,7 +25,6 @@ from app.api.deps import NodeDep, SettingsDep
 from app.api.front import Answer, HotHandler
 from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare, public_wrap
 from app.api.params import (
-    PUBLIC_FORMAT,
     QUERY_MEMO_SIZE,
     IssueParams,
     IssueRequest,
@@ -40,6 +39,7 @@ from app.issuing.issuer import Issued, Issuer
 from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes import schemes
+from app.schemes.base import PUBLIC_FORMAT
 from app.settings import Settings
 
 log = logging.getLogger("idmint.api")

@@ -11,12 +11,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.api.params import PUBLIC_FORMAT, IssueRequest, parse_issue
+from app.api.params import IssueRequest, parse_issue
 from app.errors import InvalidOptionError
 from app.issuing.issuer import Issued, Issuer
 from app.issuing.node import Node
 from app.public.forms import Public
 from app.schemes._text import json_strings
+from app.schemes.base import PUBLIC_FORMAT
 
 
 def public_wrap(public: Public | None, fmt: str) -> Callable[[Issued], Issued] | None:

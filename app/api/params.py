@@ -29,12 +29,10 @@ from starlette.requests import Request
 
 from app.errors import InvalidOptionError
 from app.schemes import schemes
-from app.schemes.base import Scheme
+from app.schemes.base import PUBLIC_FORMAT, Scheme
 
 M = TypeVar("M", bound=BaseModel)
 
-PUBLIC_FORMAT = "public"
-"""The ``format`` of public IDs (:mod:`app.public`), on the issue routes and a sequence's ``next``."""
 PUBLIC_SCHEMES_RULE = "it is for schemes whose bits say how to mask them (format=public in /v1/schemes)"
 
 MAX_BODY_BYTES = 16_384

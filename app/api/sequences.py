@@ -30,7 +30,6 @@ from app.api.auth import ids_charge, key_name
 from app.api.front import Answer, HotHandler
 from app.api.issuing import off_loop
 from app.api.params import (
-    PUBLIC_FORMAT,
     parse_body,
     parse_count,
     parse_sequence_format,
@@ -40,6 +39,7 @@ from app.api.params import (
 )
 from app.errors import InvalidOptionError
 from app.public.forms import Public
+from app.schemes.base import PUBLIC_FORMAT
 from app.sequences import SequenceService
 from app.sequences.buffer import Runs
 from app.sequences.points import REASON_CHARS_MAX, TTL_DEFAULT_S, TTL_MAX_S, TTL_MIN_S, Who

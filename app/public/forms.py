@@ -44,8 +44,6 @@ from app.schemes._crockford import ALPHABET
 from app.schemes._uuid_text import read_uuid_text, uuid_text
 from app.schemes.base import Batch, PublicSplit, Scheme
 
-PUBLIC_FORMAT = "public"
-"""The ``format`` value of the public form."""
 KEYS_SETTING = "IDMINT_PUBLIC_ID_KEYS_FILE"
 SEQUENCE = "sequence"
 """The ``scheme`` a revealed sequence integer answers."""

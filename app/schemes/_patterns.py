@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.schemes import schemes
+from app.schemes.base import PUBLIC_FORMAT
 
 if TYPE_CHECKING:
     from app.schemes.base import Scheme
@@ -48,9 +49,6 @@ TOKEN_PATTERNS: Mapping[str, Mapping[str, str]] = {
     "snowflake": {"decimal": _decimal(19), "hex": _hex(16)},
 }
 
-PUBLIC_FORMAT = "public"
-"""The form name of public IDs (``format=public``, docs/public-ids.md): published among a scheme's token patterns
-when the scheme has a public form, and never among its rising forms (public IDs keep no order)."""
 PUBLIC_64 = "[0-9A-HJKMNP-TV-Z]{17}[1-9A-F]"
 """A 64-bit ID's or a sequence integer's public text: 17 Crockford base32 characters, then the key id (1..F)."""
 PUBLIC_PATTERNS: Mapping[str, str] = {

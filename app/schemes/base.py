@@ -52,6 +52,11 @@ Clock = Callable[[], int]
 RandomSource = Callable[[int], bytes]
 """Returns n random bytes from a CSPRNG, like :func:`csprng` or :func:`os.urandom`."""
 
+PUBLIC_FORMAT = "public"
+"""The ``format`` of public IDs (docs/public-ids.md, :mod:`app.public`): on the issue routes and a sequence's
+``next``, and the form name under which a scheme with a public form publishes its token pattern (public IDs keep no
+order, so it is never among a scheme's rising forms)."""
+
 CSPRNG_SMALL_DRAW = 256
 """Draws shorter than this many bytes come from :func:`os.urandom`, longer ones from :func:`ssl.RAND_bytes`."""
 
