@@ -632,14 +632,19 @@ class Scheme(abc.ABC):
         """The native tick (the scheme's unit: ms, s, a snowflake layout's unit) holding instant ``ns`` (ns since the
         Unix epoch, floor). Raises InvalidOptionError naming the rule for a time before the scheme's epoch or past
         the end of its ID space."""
+        from app.decoding import rfc3339
         from app.errors import InvalidOptionError
 
         tick = self.native_from_ns(ns)
         if tick < self.timestamp_native_min:
-            raise InvalidOptionError(f"{self.name} IDs cannot hold a time before the scheme's epoch")
+            epoch = rfc3339(round(self.timestamp_native_min * self.native_unit_ns), 3)
+            raise InvalidOptionError(f"{self.name} IDs cannot hold a time before the scheme's epoch ({epoch})")
         top = self.timestamp_native_max
         if top is not None and tick > top:
-            raise InvalidOptionError(f"{self.name} IDs cannot hold a time past the end of the scheme's ID space")
+            end = rfc3339(self.id_space_end_ns(), 3)
+            raise InvalidOptionError(
+                f"{self.name} IDs cannot hold a time past the end of the scheme's ID space (it ends at {end})"
+            )
         return tick
 
     def backfill_sequences(self, settings: Any) -> int:

@@ -136,8 +136,16 @@ def now_minus(seconds: float) -> str:
             "times[1] is newer than IDMINT_BACKFILL_MIN_AGE (60 s ago)",
         ),
         ("snowflake", {"times": ["2009-01-01T00:00:00Z"]}, "cannot hold a time before the scheme's epoch"),
-        ("ksuid", {"times": ["2014-05-13T16:53:19Z"]}, "cannot hold a time before the scheme's epoch"),
-        ("uuidv7", {"times": ["1969-12-31T23:59:59.999Z"]}, "cannot hold a time before the scheme's epoch"),
+        (
+            "ksuid",
+            {"times": ["2014-05-13T16:53:19Z"]},
+            "cannot hold a time before the scheme's epoch (2014-05-13T16:53:20.000Z)",
+        ),
+        (
+            "uuidv7",
+            {"times": ["1969-12-31T23:59:59.999Z"]},
+            "cannot hold a time before the scheme's epoch (1970-01-01T00:00:00.000Z)",
+        ),
         ("ulid", {"times": ["1600000000"]}, "times[0] must be an RFC 3339 date-time with Z or an explicit offset"),
         ("ulid", {"times": ["2021-03-04T05:06:07"]}, "must be an RFC 3339 date-time with Z or an explicit offset"),
         ("ulid", {"times": ["2021-03-04"]}, "must be an RFC 3339 date-time"),
@@ -167,7 +175,9 @@ def test_past_the_end_of_the_id_space(tmp_path: Path) -> None:
     with running_app(tmp_path, backfill_identities=1, snowflake_layout="custom:0:1:20/20/20") as c:
         r = c.post("/v1/ids/snowflake/backfill", json={"times": ["1970-01-01T00:10:00Z", "1971-01-01T00:00:00Z"]})
         assert r.status_code == 422
-        assert "times[1]: snowflake IDs cannot hold a time past the end of the scheme's ID space" in r.json()["detail"]
+        detail = r.json()["detail"]
+        assert "times[1]: snowflake IDs cannot hold a time past the end of the scheme's ID space" in detail
+        assert "20-bit time field ends at 1048576 (Unix ms)" in detail
 
 
 def test_min_age_is_a_setting(tmp_path: Path) -> None:

@@ -79,8 +79,12 @@ def test_random_schemes_draw_fresh_bits_for_every_id(name: str, unit_ns: int) ->
     [
         ("uuidv7", -1, "before the scheme's epoch"),
         ("ulid", -(10**6), "before the scheme's epoch"),
-        ("ksuid", 1_399_999_999 * 10**9, "before the scheme's epoch"),
-        ("ksuid", (1_400_000_000 + 2**32) * 10**9, "past the end of the scheme's ID space"),
+        ("ksuid", 1_399_999_999 * 10**9, r"before the scheme's epoch \(2014-05-13T16:53:20\.000Z\)"),
+        (
+            "ksuid",
+            (1_400_000_000 + 2**32) * 10**9,
+            r"past the end of the scheme's ID space \(it ends at 2150-06-19T23:21:36\.000Z\)",
+        ),
         ("uuidv7", 2**48 * 10**6, "past the end of the scheme's ID space"),
         ("eight-byte", 2**42 * 10**6, "past the end of the scheme's ID space"),
     ],
