@@ -511,6 +511,19 @@ class ApiKeys:
         ``idmint_api_key_requests_total`` once: here, or for a request whose IDs are charged, by that charge
         (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                key = self.known.get(value)
+                if key is not None and key.requests is None and not access.stream and access.scope in key.scopes:
+                    # A remembered key that holds the scope, without a request quota: nothing here can refuse it.
+                    scope[KEY_NAME] = key.entry.name
+                    if access.hands_out_ids:
+                        scope[CHARGE_KEY] = key.charge
+                        scope[UNSETTLED_KEY] = key
+                    else:
+                        key.allowed()
+                    return key
+                break
         try:
             key = self.authorise(access.scope, scope["headers"])
             if key is not None:
