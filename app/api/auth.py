@@ -528,7 +528,8 @@ class ApiKeys:
     def check(self, access: Access, scope: Scope) -> KeyState | None:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
         stream quotas: the key to charge, or None for a public request. Counted in
-        ``idmint_api_key_requests_total`` once: here, or for a request whose IDs are charged, by that charge
+        ``idmint_api_key_requests_total`` once: here (also a request whose IDs are charged to a key without an IDs
+        quota: no charge can refuse it), or for a request whose IDs are charged to a key with one, by that charge
         (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
         for name, value in scope["headers"]:

@@ -24,7 +24,8 @@ Every HTTP request passes here once, in this order:
    (:func:`~app.api.auth.ids_charge`), which the core calls with the parsed count before it takes any; a stream
    is held against the key's stream cap and paced as it is sent.
 5. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
-   flight otherwise (:class:`~app.api.admin.Drain`).
+   flight otherwise (:class:`~app.api.admin.Drain`); a hot answer only while it waits (one answered at once runs
+   without the event loop turning, so no drain can see it under way).
 6. **HEAD** of a route that has a GET is that GET's answer without its body: the GET is run, and its body dropped;
    for a route that hands out IDs, nothing is issued or charged: the key check and the drain answer, else a 200
    with the headers of the route's JSON answer and no ``Content-Length`` (the length of IDs not issued).
