@@ -244,6 +244,21 @@ def _reply_head(status: int, default: bytes, fixed: tuple[Header, ...]) -> bytes
     return STATUS_LINE[status] + default + _fixed_head(fixed)
 
 
+class _ReplyHeads:
+    """The heads of hot answers (:func:`_reply_head`) under uvicorn's current default headers (``source``: the list
+    the server replaces once a second): ``by_reply[id(fixed) + status]`` is (fixed, status, head), trusted only for
+    that very ``fixed`` object and status (a tuple's hash is computed afresh on every lookup; its identity is not)."""
+
+    __slots__ = ("source", "by_reply")
+
+    def __init__(self) -> None:
+        self.source: object = None
+        self.by_reply: dict[int, tuple[tuple[Header, ...], int, bytes]] = {}
+
+
+_heads = _ReplyHeads()
+
+
 HOT_TARGETS_MAX = 1024
 """Request targets :func:`_hot_target` remembers (cleared when full: endless distinct targets cost a re-parse, never
 memory)."""
@@ -276,6 +291,9 @@ def _hot_target(front: Front, url: bytes) -> tuple[Any, str, str, bytes, bytes] 
     memo[url] = found
     return found
 
+
+_UNSEEN: Any = object()
+"""A request target not (or no longer) in a front's memo of targets (``front.hot_targets``)."""
 
 _default_head: tuple[object, bytes] = (None, b"")
 
@@ -579,7 +597,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 host = True
         if not host and version == "1.1":
             return False
-        target = _hot_target(front, self.url)
+        url = self.url
+        target = front.hot_targets.get(url, _UNSEEN)
+        if target is _UNSEEN:
+            target = _hot_target(front, url)
         if target is None:
             return False
         route, param, path, raw_path, query = target
@@ -647,7 +668,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         ends), so either transport answers the same. Then count it, close or go idle, and watch a large answer (or
         one the transport could not send at once) until its client took it."""
         status, fixed, extra, body = reply
-        start = _reply_head(status, default_head(self.server_state.default_headers), fixed)
+        default = self.server_state.default_headers
+        heads = _heads
+        if heads.source is not default:
+            heads.source, heads.by_reply = default, {}
+        known = heads.by_reply.get(id(fixed) + status)
+        if known is not None and known[0] is fixed and known[1] == status:
+            start = known[2]
+        else:
+            start = _reply_head(status, default_head(default), fixed)
+            heads.by_reply[id(fixed) + status] = fixed, status, start
         end = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
         transport = self.transport
         size = len(body)

@@ -21,8 +21,8 @@
     Eight-byte is capped by its format at 64 IDs per ms per generator ID (--eight-byte-generators IDs held).
 
     With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git archive <rev> | tar -x -C DIR``),
-    that revision's app is served too (same interpreter, its own state dir, its own app.serving protocol) and joins
-    the alternation of (a); its ratios are printed.
+    that revision's app is served too, without and with the API key file (same interpreter, its own state dirs, its
+    own app.serving protocol), and joins the alternation of (a); its ratios are printed.
 
 (c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
     on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
@@ -410,6 +410,18 @@ def single_ids(args: argparse.Namespace, env: dict[str, str]) -> None:
     if args.baseline is not None:
         base_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-")}
         rows.append(("baseline", IDMINT, base_env, args.baseline.resolve(), args.protocol, "/v1/ids/wiji", ()))
+        keyed_base_env = {**keyed_env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-keyed-")}
+        rows.append(
+            (
+                "baseline + API keys",
+                IDMINT,
+                keyed_base_env,
+                args.baseline.resolve(),
+                args.protocol,
+                "/v1/ids/wiji",
+                (f"Authorization: Bearer {KEY}",),
+            )
+        )
     servers = []
     try:
         for _, target, row_env, cwd, http, path, headers in rows:

@@ -109,6 +109,8 @@ def ids_charge(scope: Scope, within_quota: bool = False) -> Charge:
     charge = scope.get(CHARGE_KEY)
     if charge is None:
         return no_charge
+    if charge.__class__ is _Uncapped:  # a key without an IDs quota, its request already counted: count the IDs
+        return charge.count_ids
 
     def charge_ids(count: int) -> None:
         key = scope.pop(UNSETTLED_KEY, None)
@@ -261,6 +263,8 @@ class KeyState:
     """Counts one request allowed for this key (``idmint_api_key_requests_total``; set by :class:`ApiKeys`)."""
     count_ids: Callable[[int], None] = lambda count: None
     """Counts IDs charged to this key (``idmint_api_key_ids_total``; set by :class:`ApiKeys`)."""
+    uncapped: Any = None
+    """The charge of a request counted allowed up front (:class:`_Uncapped`; set by :class:`ApiKeys`)."""
     workers: int = 1
     """Worker processes sharing the key's quotas: this one holds 1/workers of each rate and
     ``concurrent_streams // workers`` streams."""
@@ -296,6 +300,21 @@ class KeyState:
             if previous is not None:
                 state.streams = previous.streams
         return state
+
+
+class _Uncapped:
+    """The :data:`CHARGE_KEY` of a request whose key has no IDs quota and was counted allowed by the key check:
+    called as a key's ``charge``, or read by :func:`ids_charge`, which hands out ``count_ids`` itself (nothing to
+    refuse, nothing left to settle)."""
+
+    __slots__ = ("charge", "count_ids")
+
+    def __init__(self, charge: Callable[[int, bool], None], count_ids: Callable[[int], None]) -> None:
+        self.charge = charge
+        self.count_ids = count_ids
+
+    def __call__(self, count: int, within_quota: bool) -> None:
+        self.charge(count, within_quota)
 
 
 class Refusal(Exception):
@@ -354,6 +373,7 @@ class ApiKeys:
             key.charge = functools.partial(self._charge_parsed, key)
             key.allowed = metrics.api_key_counter(key.entry.name, "allowed")
             key.count_ids = metrics.api_key_ids_counter(key.entry.name)
+            key.uncapped = _Uncapped(key.charge, key.count_ids)
         self.public_allowed = metrics.api_key_counter(PUBLIC, "allowed")
         # One assignment each: a request sees the old table or the new one, never a mix; the remembered keys of
         # the old table are dropped with it.
@@ -508,9 +528,27 @@ class ApiKeys:
     def check(self, access: Access, scope: Scope) -> KeyState | None:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
         stream quotas: the key to charge, or None for a public request. Counted in
-        ``idmint_api_key_requests_total`` once: here, or for a request whose IDs are charged, by that charge
+        ``idmint_api_key_requests_total`` once: here (also a request whose IDs are charged to a key without an IDs
+        quota: no charge can refuse it), or for a request whose IDs are charged to a key with one, by that charge
         (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                key = self.known.get(value)
+                if key is not None and key.requests is None and not access.stream and access.scope in key.scopes:
+                    # A remembered key that holds the scope, without a request quota: nothing here can refuse it.
+                    scope[KEY_NAME] = key.entry.name
+                    if access.hands_out_ids:
+                        if key.ids is None:  # no charge can refuse it: counted allowed now, its IDs when charged
+                            scope[CHARGE_KEY] = key.uncapped
+                            key.allowed()
+                        else:
+                            scope[CHARGE_KEY] = key.charge
+                            scope[UNSETTLED_KEY] = key
+                    else:
+                        key.allowed()
+                    return key
+                break
         try:
             key = self.authorise(access.scope, scope["headers"])
             if key is not None:

@@ -24,7 +24,8 @@ Every HTTP request passes here once, in this order:
    (:func:`~app.api.auth.ids_charge`), which the core calls with the parsed count before it takes any; a stream
    is held against the key's stream cap and paced as it is sent.
 5. **Drain.** A route that hands out IDs is refused with 503 + Retry-After while the node drains, and counted in
-   flight otherwise (:class:`~app.api.admin.Drain`).
+   flight otherwise (:class:`~app.api.admin.Drain`); a hot answer only while it waits (one answered at once runs
+   without the event loop turning, so no drain can see it under way).
 6. **HEAD** of a route that has a GET is that GET's answer without its body: the GET is run, and its body dropped;
    for a route that hands out IDs, nothing is issued or charged: the key check and the drain answer, else a 200
    with the headers of the route's JSON answer and no ``Content-Length`` (the length of IDs not issued).
@@ -57,7 +58,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.access import OPEN, Access, access_of
 from app.api.admin import DRAIN_RETRY_AFTER_S, DRAINING, Drain
-from app.api.auth import ApiKeys, KeyState, Refusal, settle
+from app.api.auth import UNSETTLED_KEY, ApiKeys, KeyState, Refusal, settle
 from app.api.errors import body_too_large, error_parts, refusal
 from app.api.streams import MEDIA_TYPE as STREAM_MEDIA_TYPE
 from app.errors import IdmintError
@@ -178,7 +179,7 @@ class HotRoute:
     """One row of the hot table: ``method`` and a ``template`` with one parameter segment (``/v1/ids/{scheme}``),
     answered by ``handler`` without FastAPI. Its access is its FastAPI twin's (set by :class:`Front`)."""
 
-    __slots__ = ("method", "template", "handler", "prefix", "suffix", "access")
+    __slots__ = ("method", "template", "handler", "prefix", "suffix", "access", "fixed")
 
     def __init__(self, method: str, template: str, handler: HotHandler) -> None:
         prefix, brace, rest = template.partition("{")
@@ -191,6 +192,8 @@ class HotRoute:
         self.prefix = prefix
         self.suffix = suffix
         self.access = OPEN
+        self.fixed = JSON_HEADERS
+        """The fixed first headers of its answers (:data:`JSON_HEADERS_NO_STORE` when it hands out IDs)."""
 
     def param(self, method: str, path: str) -> str | None:
         """The template parameter of a request for this route (one non-empty path segment), or None."""
@@ -271,6 +274,7 @@ class Front:
             if (route.method, route.template) not in declared:
                 raise ValueError(f"hot route {route.method} {route.template} has no FastAPI route to declare it")
             route.access = declared[(route.method, route.template)]
+            route.fixed = JSON_HEADERS_NO_STORE if route.access.hands_out_ids else JSON_HEADERS
         self.hot = tuple(hot)
         self.hot_targets: dict[bytes, Any] = {}
         """The connection layer's memo of request targets (:mod:`app.serving`): raw target -> its hot route."""
@@ -298,16 +302,16 @@ class Front:
         self, route: HotRoute, param: str, scope: Scope, start: float
     ) -> Reply | Coroutine[Any, Any, Reply]:
         """:meth:`answer_hot`'s answer at once when its handler answers without waiting (a :data:`Reply`), else the
-        coroutine that waits for it and finishes it."""
+        coroutine that waits for it and finishes it.
+
+        A request of a route that hands out IDs is counted in flight (:class:`~app.api.admin.Drain`) only while it
+        waits: one answered at once runs from its drain check to its answer without the event loop turning, so no
+        drain can see it in between."""
         access = route.access
-        drain = self.drain
-        counted = access.hands_out_ids
-        if (self.keys is not None and access.scope is not None) or (counted and drain.draining):
+        if (self.keys is not None and access.scope is not None) or (access.hands_out_ids and self.drain.draining):
             refused, _ = self.admit(scope, access)
             if refused is not None:
                 return self.finish(refused, access, route.template, scope["method"], start)
-        if counted:
-            drain.enter()
         try:
             answer = route.handler(param, scope)
         except IdmintError as exc:
@@ -315,18 +319,23 @@ class Front:
         except Exception:  # a fault of ours: still JSON, still counted (the traceback goes to the log)
             log.exception("%s %s failed", route.method, route.template)
             answer = 500, INTERNAL_ERROR, []
-        except BaseException:
-            if counted:
-                drain.leave()
-            raise
         if not isinstance(answer, tuple):
+            if access.hands_out_ids:
+                self.drain.enter()  # before the event loop turns: the coroutine has not run yet
             return self._hot_later(route, answer, scope, start)
-        if counted:
-            drain.leave()
-        return self._hot_reply(route, answer, scope, start)
+        if UNSETTLED_KEY in scope:
+            settle(scope)
+        if self.cors:
+            allowed = self.cors_headers(scope)
+            if allowed:
+                answer = answer[0], answer[1], [*answer[2], *allowed]
+        status, body, extra = answer
+        self.metrics.request(route.template, scope["method"], status, time.perf_counter() - start)
+        return status, route.fixed, extra, body
 
     async def _hot_later(self, route: HotRoute, waiting: Awaitable[Answer], scope: Scope, start: float) -> Reply:
-        """The rest of :meth:`answer_hot_now` for a handler that waits (``waiting``: its answer)."""
+        """The rest of :meth:`answer_hot_now` for a handler that waits (``waiting``: its answer), counted in flight
+        (entered by the caller) until it has its answer."""
         try:
             answer = await waiting
         except IdmintError as exc:

@@ -99,18 +99,19 @@ class StatsMeter:
     owns the generator: once per event however many schemes issue from it (a shared issuer uses its base's meter).
     A new generator's stats count from zero."""
 
-    __slots__ = ("metrics", "name", "_of", "_seen")
+    __slots__ = ("metrics", "name", "of", "_seen")
 
     def __init__(self, name: str, metrics: SchemeMetrics) -> None:
         self.name = name
         self.metrics = metrics
-        self._of: GeneratorStats | None = None
+        self.of: GeneratorStats | None = None
+        """The stats metered (the generator's); a meter reads nothing from the same stats showing no event yet."""
         self._seen = (0, 0, 0)
 
     def account(self, stats: GeneratorStats) -> None:
         """Meter what ``stats`` (the generator's) counted since the last call."""
-        if stats is not self._of:
-            self._of, self._seen = stats, (0, 0, 0)
+        if stats is not self.of:
+            self.of, self._seen = stats, (0, 0, 0)
         seen = (stats.clock_rollbacks, stats.max_rollback_ns, stats.sequence_exhausted)
         last = self._seen
         if seen != last:
@@ -184,7 +185,16 @@ class Issuer:
         when the whole count was generated within the recorded high-water mark, else the coroutine that waits for
         the clock or records the mark (IDs already generated are part of its answer). Raises as :meth:`issue`."""
         charge(count)
-        return self._generate(count, options, False)
+        gen = self.check()
+        batch = gen.generate(count, **options)
+        if batch.count == count and batch.high_water <= self.holder.recorded_mark:  # _generate's common case, inline
+            self.metrics.ids_issued(count)
+            stats = gen.stats
+            meter = self.stats
+            if stats is not meter.of or stats.sequence_exhausted or stats.clock_rollbacks:
+                meter.account(stats)
+            return Issued(self.scheme, [batch])
+        return self._issue_rest(gen, batch, count, options, False)
 
     def _generate(self, count: int, options: dict[str, Any], stream: bool) -> Issued | Coroutine[Any, Any, Issued]:
         """Generate ``count`` IDs once charged: the :class:`Issued` when the generator's first batch holds them all
