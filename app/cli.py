@@ -663,7 +663,6 @@ async def _fence(storage: Any, apply_: bool, gap: int, margin: float | None) -> 
     from app.issuing.node import node_clock
     from app.sequences import fence as sequences_fence
     from app.storage import fence
-    from app.storage.history import CHECK_INTERVAL_S
 
     settings = _settings()
     now_ns = node_clock(settings)()
@@ -696,7 +695,7 @@ async def _fence(storage: Any, apply_: bool, gap: int, margin: float | None) -> 
     record = await fence.write_history(storage, plan, gap, [(s.name, s.period) for s in gapless], fence_id)
     out.append(
         f"fenced: fence {fence_id}, history generation {record['generation']}, {ended} ledger record(s) ended, "
-        f"{len(cached)} sequence point(s) moved; running nodes resume within {CHECK_INTERVAL_S:g} s"
+        f"{len(cached)} sequence point(s) moved; running nodes resume within {settings.history_check_interval:g} s"
     )
     return out
 

@@ -281,6 +281,13 @@ class CoreSettings(BaseSettings):
         "lease's own one.",
     )
 
+    history_check_interval: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Seconds between a node's checks of the store's history against the fleet's record (a restored "
+        "backup under a running node is refused within about this; a fence is taken up within it).",
+    )
     storage_accept_timeline_change: bool = Field(
         False,
         description="Accept a new PostgreSQL timeline without a fence (`idmint storage fence`): set it only for a "
@@ -433,7 +440,7 @@ def load_settings(**overrides: object) -> Settings:
             msg = err["msg"].removeprefix("Value error, ")
             bounds = _bounds(loc)
             if err["type"] in _RANGE_ERRORS and bounds is not None:
-                msg = f"{loc} must be in {bounds[0]}..{bounds[1]}, got {err.get('input')!r}"
+                msg = f"{loc} must be {bounds}, got {err.get('input')!r}"
             if loc in ("etcd_password", "postgres_url", "mysql_url"):
                 msg = msg.replace(str(err.get("input")), "***")
             problems.append(f"IDMINT_{loc.upper()}: {msg}" if loc else msg)
@@ -443,14 +450,18 @@ def load_settings(**overrides: object) -> Settings:
 _RANGE_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than"}
 
 
-def _bounds(name: str) -> tuple[object, object] | None:
+def _bounds(name: str) -> str | None:
+    """The field's range in words (``in 0..15``; ``more than 0 and at most 3600`` for an open lower bound)."""
     field = Settings.model_fields.get(name)
     if field is None:
         return None
-    low = high = None
+    low = high = above = None
     for meta in field.metadata:
         low = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else low
+        above = getattr(meta, "gt", None) if getattr(meta, "gt", None) is not None else above
         high = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else high
+    if above is not None:
+        return f"more than {above}" + ("" if high is None else f" and at most {high}")
     if low is None and high is None:
         return None
-    return ("" if low is None else low), ("" if high is None else high)
+    return f"in {'' if low is None else low}..{'' if high is None else high}"

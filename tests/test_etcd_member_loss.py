@@ -27,6 +27,9 @@ pytestmark = pytest.mark.integration  # a real etcd cluster and replicas
 
 PER_REQUEST = 50
 FAULT_S = 5.0
+"""How long each member stays down: the fault under test."""
+LOAD_BETWEEN = 3 * 2 * len(CLAIMED)
+"""Requests answered before the first fault and after each member is back (two rounds of every replica's load)."""
 
 
 class Load:
@@ -52,6 +55,18 @@ class Load:
                         else:
                             self.failures.append(f"{time.monotonic():.2f} {url} {scheme}: {r.status_code} {r.text}")
 
+    def wait_more(self, answers: int) -> None:
+        """Wait until ``answers`` more requests were answered 200 (load measured in work done, not in seconds)."""
+        with self._lock:
+            target = self.statuses[200] + answers
+        deadline = time.monotonic() + 60
+        while True:
+            with self._lock:
+                if self.statuses[200] >= target or self.failures:
+                    return
+            assert time.monotonic() < deadline, f"fewer than {answers} answers in 60 s: {self.statuses}"
+            time.sleep(0.02)
+
     def __enter__(self) -> Load:
         for thread in self._threads:
             thread.start()
@@ -76,7 +91,7 @@ def test_losing_any_one_etcd_member_under_load_is_invisible(
         held = [identities(r) for r in nodes]
         in_use = Counter(r.get("/readyz").json()["backend"]["endpoint"] for r in nodes)
         with Load([r.url for r in nodes]) as load:
-            time.sleep(1)
+            load.wait_more(LOAD_BETWEEN)
             for member in etcd_cluster.members:
                 if fault == "kill":
                     member.kill()
@@ -86,7 +101,8 @@ def test_losing_any_one_etcd_member_under_load_is_invisible(
                     member.pause()
                     time.sleep(FAULT_S)
                     member.resume()
-                time.sleep(1)
+                member.wait_healthy()  # back in the cluster before the next one goes
+                load.wait_more(LOAD_BETWEEN)
         assert load.failures == [], load.failures[:10]
         assert load.statuses[200] > 100, load.statuses
         assert [identities(r) for r in nodes] == held

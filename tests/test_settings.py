@@ -21,6 +21,8 @@ from app.settings import load_settings
         ({"IDMINT_POSTGRES_URL": "postgresql://h/db", "IDMINT_LEASE_TTL": "2"}, "lease_safety_margin must be less"),
         ({"IDMINT_EIGHT_BYTE_GENERATOR_ID": "1", "IDMINT_EIGHT_BYTE_GENERATORS": "2"}, "must be 1 when"),
         ({"IDMINT_POSTGRES_SCHEMA": "Idmint; drop"}, "postgres_schema"),
+        ({"IDMINT_HISTORY_CHECK_INTERVAL": "0"}, "history_check_interval must be more than 0 and at most 3600"),
+        ({"IDMINT_HISTORY_CHECK_INTERVAL": "3601"}, "history_check_interval must be more than 0 and at most 3600"),
     ],
 )
 def test_bad_settings_state_the_rule(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], fragment: str) -> None:

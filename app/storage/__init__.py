@@ -38,7 +38,7 @@ def open_storage(settings: Settings, clock: Clock, metrics: Metrics | None = Non
 
     storage = _open_backend(settings, clock, metrics)
     accept = frozenset({TIMELINE}) if settings.storage_accept_timeline_change else frozenset()
-    storage.history = HistoryGuard(storage.leases, accept)
+    storage.history = HistoryGuard(storage.leases, accept, interval=settings.history_check_interval)
     storage.sequences = GuardedSequenceStore(storage.sequences, storage.history)
     return storage
 

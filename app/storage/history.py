@@ -6,7 +6,8 @@ back), a point-in-time recovery, a promoted standby that had not received the la
 marks, the claim rows and the sequences' allocation points read are older than what the fleet already issued, and
 trusting them issues the same IDs and integers again. So every backend tells what its store *is* now
 (:meth:`~app.storage.lease.LeaseBackend.history_facts`, a :class:`Facts`), the first node records it in the fleet
-record ``history`` (:data:`HISTORY_RECORD`), and every node compares, at start and every :data:`CHECK_INTERVAL_S`::
+record ``history`` (:data:`HISTORY_RECORD`), and every node compares, at start and every
+``IDMINT_HISTORY_CHECK_INTERVAL`` seconds (:data:`CHECK_INTERVAL_S` by default)::
 
     identity    facts that a copy or restore changes and nothing else does (PostgreSQL: the cluster's system
                 identifier, its timeline, the oids of idmint's tables; etcd: the cluster ID; embedded: the state
@@ -58,7 +59,8 @@ T = TypeVar("T")
 HISTORY_RECORD = "history"
 """The fleet record holding the storage's history (see the module)."""
 CHECK_INTERVAL_S = 5.0
-"""Every node compares the store with the record this often (a restore under a running node is seen within it)."""
+"""Every node compares the store with the record this often, in seconds, unless ``IDMINT_HISTORY_CHECK_INTERVAL``
+says otherwise (a restore under a running node is seen within it)."""
 CHECK_TIMEOUT_S = 5.0
 """The longest one round may take."""
 RETRY_AFTER_S = 30
@@ -127,11 +129,20 @@ class HistoryGuard:
     :attr:`refusal` is None only while the store's identity was read and matches the fleet's record; before the
     first successful round it names the pending check, after a change it names what changed and the fence
     command. ``accept``: identity facts that may change without a fence (:data:`TIMELINE`, by
-    :data:`ACCEPT_TIMELINE_SETTING`; the position and generation must still hold)."""
+    :data:`ACCEPT_TIMELINE_SETTING`; the position and generation must still hold). ``interval``: seconds between
+    rounds of :meth:`run` (> 0)."""
 
-    def __init__(self, backend: LeaseBackend, accept: frozenset[str] = frozenset(), *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        backend: LeaseBackend,
+        accept: frozenset[str] = frozenset(),
+        *,
+        enabled: bool = True,
+        interval: float = CHECK_INTERVAL_S,
+    ) -> None:
         self.backend = backend
         self.accept = accept
+        self.interval = interval
         self.enabled = enabled
         self.refusal: str | None = PENDING if enabled else None
         self.retry_after = PENDING_RETRY_AFTER_S
@@ -192,11 +203,11 @@ class HistoryGuard:
 
     # -- rounds ------------------------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Background task: a round every :data:`CHECK_INTERVAL_S` (sooner while the first has not succeeded)."""
+        """Background task: a round every :attr:`interval` seconds (sooner while the first has not succeeded)."""
         while True:
             with contextlib.suppress(NotReadyError):
                 await self.round()
-            await asyncio.sleep(CHECK_INTERVAL_S if self.refusal != PENDING else 0.5)
+            await asyncio.sleep(self.interval if self.refusal != PENDING else min(self.interval, 0.5))
 
     async def round(self) -> None:
         """Read the store's facts and the fleet's record and compare (writing the record when it is absent, raising

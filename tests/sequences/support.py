@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -46,6 +47,31 @@ class Served:
 
     def integers(self, name: str) -> int:
         return sum(len(ids) for _, _, ids in self.calls[name]) + sum(b - a + 1 for a, b in self.ranges[name])
+
+
+def served_by(served: Served, url: str) -> int:
+    """Integers ``url`` has answered to next calls so far."""
+    with served.lock:
+        return sum(len(ids) for name in SEQUENCES for u, _, ids in served.calls[name] if u == url)
+
+
+def wait_served(served: Served, url: str, more: int) -> None:
+    """Wait until ``url`` answered ``more`` integers more to next calls (a condition, not a time)."""
+    target, deadline = served_by(served, url) + more, time.monotonic() + 60
+    while served_by(served, url) < target:
+        assert time.monotonic() < deadline, f"{url} served fewer than {more} integers in 60 s"
+        time.sleep(0.02)
+
+
+def each_served(served: Served, urls: list[str], more: int) -> Callable[[], None]:
+    """A ``during`` for :func:`run_clients`: returns once every one of ``urls`` answered ``more`` integers more to
+    next calls than when it was called (load measured in work done, not in seconds)."""
+
+    def wait() -> None:
+        for url in urls:
+            wait_served(served, url, more)
+
+    return wait
 
 
 def create(url: str, cache: int) -> None:

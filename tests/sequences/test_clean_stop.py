@@ -8,7 +8,6 @@ Each test prints what it measured (integers lost per stop), which ``pytest -s`` 
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +16,7 @@ import httpx
 import pytest
 
 from app.sequences.buffer import HAND_BACK_TIMEOUT_S
-from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
+from tests.sequences.support import SEQUENCES, Served, check, create, run_clients, wait_served
 from tests.support.server import Server
 from tests.support.storage import Store, store_for
 
@@ -100,20 +99,6 @@ def test_a_range_reserved_since_keeps_it_a_gap_and_two_nodes_never_repeat(tmp_pa
         for node in (a, b, c):
             if node is not None:
                 node.stop()
-
-
-def served_by(served: Served, url: str) -> int:
-    """Integers ``url`` has answered to next calls so far."""
-    with served.lock:
-        return sum(len(ids) for name in SEQUENCES for u, _, ids in served.calls[name] if u == url)
-
-
-def wait_served(served: Served, url: str, more: int) -> None:
-    """Wait until ``url`` answered ``more`` integers more to next calls (a condition, not a time)."""
-    target, deadline = served_by(served, url) + more, time.monotonic() + 60
-    while served_by(served, url) < target:
-        assert time.monotonic() < deadline, f"{url} served fewer than {more} integers in 60 s"
-        time.sleep(0.02)
 
 
 def test_stops_and_restarts_under_load_never_issue_an_integer_twice(tmp_path: Path, env: dict[str, str]) -> None:

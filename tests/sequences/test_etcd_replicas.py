@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.sequences.support import SEQUENCES, Served, check, create, run_clients
+from tests.sequences.support import SEQUENCES, Served, check, create, each_served, run_clients, wait_served
 from tests.support.server import Server
 from tests.support.storage import EVERY_BACKEND, Store
 from tests.test_replicas import replicas
@@ -19,6 +19,9 @@ from tests.test_replicas import replicas
 pytestmark = pytest.mark.integration  # a real etcd or PostgreSQL, and processes
 
 CLIENTS_PER_REPLICA = 8
+LOAD = 500
+"""Integers each replica answers to next calls in a phase of load (about 20 next calls, with ranges between them):
+a phase ends on work done, not after a fixed time."""
 
 
 @pytest.mark.parametrize("store", EVERY_BACKEND, indirect=True)
@@ -27,7 +30,8 @@ def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: 
     with replicas(tmp_path, 3, env) as nodes:
         create(nodes[0].url, cache=20)
         served = Served()
-        run_clients([n.url for n in nodes], CLIENTS_PER_REPLICA, 4.0, served)
+        urls = [n.url for n in nodes]
+        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=each_served(served, urls, LOAD))
         check(served, nodes[1].url)
         before = {name: served.integers(name) for name in SEQUENCES}
         assert all(n > 1000 for n in before.values()), before
@@ -35,15 +39,16 @@ def test_three_replicas_next_and_range_never_repeat_through_a_sigkill(tmp_path: 
         victim = nodes[2]
 
         def crash() -> None:
-            time.sleep(1.5)
+            wait_served(served, victim.url, LOAD)  # under load
             victim.kill()
-            time.sleep(0.5)
+            wait_served(served, nodes[0].url, LOAD // 4)  # the others go on
 
         run_clients([n.url for n in nodes], CLIENTS_PER_REPLICA, 0, served, during=crash, tolerate=(0,))
         restarted = Server(tmp_path, env)
         try:
             restarted.wait("/readyz")
-            run_clients([nodes[0].url, nodes[1].url, restarted.url], CLIENTS_PER_REPLICA, 3.0, served)
+            after = [nodes[0].url, nodes[1].url, restarted.url]
+            run_clients(after, CLIENTS_PER_REPLICA, 0, served, during=each_served(served, after, LOAD))
             check(served, restarted.url)
         finally:
             restarted.stop()
@@ -67,11 +72,11 @@ def test_a_storage_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp
         urls = [n.url for n in nodes]
         create(urls[0], cache=5)  # at most 500 per reservation: the held ranges run dry in seconds
         served = Served()
-        run_clients(urls, CLIENTS_PER_REPLICA, 3.0, served)
+        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=each_served(served, urls, LOAD))
         outage: dict[str, float] = {}
 
         def stop_the_store_until_every_buffer_is_empty() -> None:
-            time.sleep(0.5)
+            each_served(served, urls, LOAD // 4)()  # under load
             store.stop()
             outage["start"] = time.monotonic()
             try:
@@ -102,5 +107,5 @@ def test_a_storage_outage_is_ridden_out_on_held_ranges_then_503_then_resumes(tmp
         while not all(probe(u, name, served) == 200 for u in urls for name in SEQUENCES):
             assert time.monotonic() < deadline, f"replicas did not resume after {store.name} came back"
             time.sleep(0.2)
-        run_clients(urls, CLIENTS_PER_REPLICA, 3.0, served)
+        run_clients(urls, CLIENTS_PER_REPLICA, 0, served, during=each_served(served, urls, LOAD))
         check(served, urls[0])

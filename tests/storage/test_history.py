@@ -24,7 +24,6 @@ import httpx
 import pytest
 
 from app.storage.embedded.history import read_witness
-from app.storage.history import CHECK_INTERVAL_S
 from tests.support.etcd import EtcdServer, find_etcd_binary
 from tests.support.mariadb import MysqlDatabase
 from tests.support.postgres import PostgresServer, pg_dump, pg_restore
@@ -39,6 +38,9 @@ BEHIND_S = 30
 GAPLESS = "invoices"
 CACHED = "orders"
 DEADLINE_S = 60.0
+CHECK_INTERVAL_S = 0.5
+"""The nodes' IDMINT_HISTORY_CHECK_INTERVAL: a round every half second, so a restore under a running node, a round
+after a backup and a fence are seen in about that (the rule is the same at the default 5 s)."""
 
 
 def _env(settings: dict[str, str], **extra: str) -> dict[str, str]:
@@ -47,6 +49,7 @@ def _env(settings: dict[str, str], **extra: str) -> dict[str, str]:
         "IDMINT_LEASE_TTL": str(TTL_S),
         "IDMINT_LEASE_SAFETY_MARGIN": str(MARGIN_S),
         "IDMINT_EIGHT_BYTE_POOL": "0-0",  # one generator ID: a repeat is a repeat of that very identity
+        "IDMINT_HISTORY_CHECK_INTERVAL": str(CHECK_INTERVAL_S),
         **extra,
     }
 
@@ -146,7 +149,7 @@ def _restore_case(
         a.wait_ready()
         gapless, ranged, ids = _before_backup(a)
         backup()
-        more = _after_backup(a, 3.0)
+        more = _after_backup(a, 1.0)  # what the restore forgets: none of it may be issued again
         if moved_on is not None:
             _wait(moved_on, "a history round after the backup")
         gapless, ranged, ids = gapless + more[0], ranged + more[1], ids + more[2]
@@ -318,7 +321,7 @@ def test_a_copied_state_directory_put_back_is_refused_until_fenced(tmp_path: Pat
             shutil.copytree(copy, state, symlinks=True, dirs_exist_ok=True)
 
     # Files copied back into the same directory are told apart by the history generation alone: the node must have
-    # raised it (a round, every 5 s) after the copy was taken.
+    # raised it (a round, every CHECK_INTERVAL_S) after the copy was taken.
     _restore_case(tmp_path, env, backup, restore, lambda: read_witness(state) > backed_up[0])
 
 

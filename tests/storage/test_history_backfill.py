@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from app.storage.embedded.history import read_witness
-from tests.storage.test_history import _cli, _wait
+from tests.storage.test_history import CHECK_INTERVAL_S, _cli, _wait
 from tests.support.postgres import pg_dump, pg_restore
 from tests.support.server import Server, until_available
 from tests.support.storage import MARGIN_S, TTL_S
@@ -41,6 +41,7 @@ def _env(settings: dict[str, str]) -> dict[str, str]:
         "IDMINT_LEASE_SAFETY_MARGIN": str(MARGIN_S),
         "IDMINT_BACKFILL_IDENTITIES": "1",  # one backfill identity: a repeat is a repeat of that very identity
         "IDMINT_BACKFILL_MIN_AGE": str(MIN_AGE_S),
+        "IDMINT_HISTORY_CHECK_INTERVAL": str(CHECK_INTERVAL_S),
     }
 
 
@@ -134,8 +135,8 @@ def test_embedded_state_directory_put_back_then_fenced_never_repeats_a_backfille
         shutil.rmtree(state)
         shutil.copytree(copy, state, symlinks=True)
 
-    # A copy is told apart by the history generation too: the node must have raised it (a round, every 5 s) after
-    # the copy was taken, as docs/safety.md says.
+    # A copy is told apart by the history generation too: the node must have raised it (a round, every
+    # CHECK_INTERVAL_S) after the copy was taken, as docs/safety.md says.
     _restore_case(tmp_path, env, backup, restore, lambda: read_witness(state) > backed_up[0])
 
 

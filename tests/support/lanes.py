@@ -13,9 +13,9 @@ import httpx
 from tests.support.server import Server
 from tests.support.storage import TTL_S
 
-HOLD_S = 3 * TTL_S
-"""How long the other session holds the sequence's lock: three TTLs (a lease renewed on the stores' connection
-would fail closed within the first)."""
+HOLD_S = 2 * TTL_S
+"""How long the other session holds the sequence's lock: two TTLs (a lease renewed on the stores' connection would
+fail closed within the first, at TTL minus the safety margin)."""
 WAITERS = 4
 """Concurrent sequence requests kept waiting on the lock."""
 SEQUENCE = "invoices"

@@ -12,7 +12,7 @@ What this cannot see: a state directory restored together with its witness (both
 snapshot of the parent), or restored where the witness cannot be kept (a parent directory the process may not
 write, or one that does not outlive the container: the witness is then missing, which decides nothing), and a
 copy restored whose inode happens to equal the directory it replaces. A copy taken less than one check interval
-(:data:`~app.storage.history.CHECK_INTERVAL_S`) before the last round of a process that then crashed carries that
+(``IDMINT_HISTORY_CHECK_INTERVAL``) before the last round of a process that then crashed carries that
 round's generation, and is not told apart either.
 """
 
