@@ -53,6 +53,7 @@ import math
 import re
 import signal
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,8 +178,6 @@ def load_key_file(path: Path, workers: int = 1) -> list[KeyEntry]:
     """The keys of ``path`` for a server of ``workers`` processes. Raises ConfigError naming the file and the rule
     broken (unreadable, not TOML, a bad entry, a repeated name or digest, a ``concurrent_streams`` that
     ``workers`` cannot share: 1..workers-1)."""
-    import tomllib  # a key file is read at start and on SIGHUP only
-
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

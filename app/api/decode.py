@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import threading
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
@@ -19,9 +21,6 @@ from app.decoding import decode_any, decode_one, decode_text, decode_text_json, 
 from app.errors import InvalidOptionError
 from app.issuing.node import Node
 from app.ledger.view import LedgerView
-
-if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
 
 router = APIRouter(tags=["decode"])
 
@@ -41,9 +40,6 @@ _pool_lock = threading.Lock()
 
 
 def _text_pool() -> ProcessPoolExecutor:
-    import multiprocessing  # with the process pool: only long texts need them
-    from concurrent.futures import ProcessPoolExecutor
-
     global _pool
     with _pool_lock:
         if _pool is None:

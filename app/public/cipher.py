@@ -22,6 +22,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 SECRET_BYTES = 32
 """A key's secret: 256 bits."""
@@ -40,9 +43,6 @@ def subkey(secret: bytes, purpose: str) -> bytes:
     """The AES-256 key for ``purpose`` derived from ``secret`` (HKDF-SHA-256, no salt, info = prefix + purpose)."""
     if len(secret) != SECRET_BYTES:
         raise ValueError(f"a public-ID secret must be {SECRET_BYTES} bytes, got {len(secret)}")
-    from cryptography.hazmat.primitives import hashes  # when a key file is loaded, not at import
-    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
     return HKDF(algorithm=hashes.SHA256(), length=AES_KEY_BYTES, salt=None, info=INFO_PREFIX + purpose.encode()).derive(
         secret
     )
@@ -55,8 +55,6 @@ class Aes:
     __slots__ = ("_cipher", "_local")
 
     def __init__(self, key: bytes) -> None:
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes  # when a key is loaded
-
         self._cipher = Cipher(algorithms.AES(key), modes.ECB())
         self._local = threading.local()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,8 +74,6 @@ def _line_of(text: str, index: int) -> int:
 def load_key_file(path: Path) -> KeyRing:
     """The key ring of ``path``. Raises ConfigError naming the file, the line and the rule broken (unreadable, not
     TOML, no key, an unknown member, an id outside 1..15 or given twice, a secret that is not 64 hex digits)."""
-    import tomllib  # a key file is read at start and on SIGHUP only
-
     where = f"public-ID key file {path}"
     try:
         text = Path(path).read_text(encoding="utf-8")
