@@ -14,31 +14,18 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from app.errors import InvalidIdError, InvalidOptionError, UnknownSchemeError
 from app.schemes import get_scheme, schemes
 from app.schemes.base import Scheme
+from app.times import rfc3339
 
 Registry = Mapping[str, Scheme]
 """Scheme name -> scheme as a node uses it (``Node.schemes``); None in the functions below = :func:`schemes`."""
 
 MAX_ID_TEXT_LEN = 128
 """Longest text accepted as one ID (the longest form, SIQ decimal or did, is well below)."""
-
-
-def rfc3339(ns: int | None, digits: int) -> str | None:
-    """``ns`` since the Unix epoch as RFC 3339 UTC with ``digits`` (3 or 6) fraction digits, truncated."""
-    if ns is None:
-        return None
-    seconds, rem = divmod(ns, 1_000_000_000)
-    try:
-        base = datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    except (OverflowError, OSError, ValueError):
-        return None
-    frac = f"{rem:09d}"[:digits]
-    return f"{base}.{frac}Z"
 
 
 def _clean(text: str) -> str:

@@ -108,6 +108,7 @@ def _within(name: str, packages: tuple[str, ...]) -> bool:
 ISSUING = ("app.issuing",)
 BELOW_ISSUING = (
     "app.errors",
+    "app.times",
     "app.logs",
     "app.settings",
     "app.bounds",

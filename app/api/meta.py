@@ -12,11 +12,11 @@ from starlette.responses import Response
 
 from app.api.access import declare
 from app.api.deps import NodeDep, SettingsDep
-from app.decoding import rfc3339
 from app.errors import InvalidOptionError
 from app.issuing.fleet import FLEET_HEADER
 from app.schemes._patterns import max_lengths, rising_per_identity, token_patterns
 from app.schemes.base import Scheme, SchemeOption
+from app.times import rfc3339
 
 if TYPE_CHECKING:
     from app.issuing.node import Node

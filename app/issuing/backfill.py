@@ -35,7 +35,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from app.decoding import rfc3339
 from app.errors import BackfillCapacityError, InvalidOptionError, NotReadyError, PoolExhaustedError
 from app.issuing.fleet import FleetGuard
 from app.issuing.holder import IdentityHolder
@@ -47,6 +46,7 @@ from app.settings import Settings
 from app.storage.base import Storage
 from app.storage.history import fence_of
 from app.storage.lease import Claim, LeaseBackend, Owner
+from app.times import rfc3339
 
 log = logging.getLogger("idmint.backfill")
 

@@ -632,8 +632,8 @@ class Scheme(abc.ABC):
         """The native tick (the scheme's unit: ms, s, a snowflake layout's unit) holding instant ``ns`` (ns since the
         Unix epoch, floor). Raises InvalidOptionError naming the rule for a time before the scheme's epoch or past
         the end of its ID space."""
-        from app.decoding import rfc3339
         from app.errors import InvalidOptionError
+        from app.times import rfc3339
 
         tick = self.native_from_ns(ns)
         if tick < self.timestamp_native_min:

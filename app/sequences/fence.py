@@ -24,7 +24,6 @@ import secrets
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.decoding import rfc3339
 from app.errors import InvalidOptionError
 from app.sequences.points import Who, _written
 from app.sequences.spec import SequenceSpec
@@ -40,6 +39,7 @@ from app.storage.sequences import (
     period_point,
     read_record,
 )
+from app.times import rfc3339
 
 NS_IN_DAY = 86_400 * 1_000_000_000
 DEFAULT_GAP = 1_000_000

@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from app.decoding import rfc3339
 from app.errors import IdmintError, InvalidOptionError, SequenceConflictError, SequenceOverflowError
 from app.storage.sequences import (
     EVENTS_MAX,
@@ -56,6 +55,7 @@ from app.storage.sequences import (
     period_point,
     read_record,
 )
+from app.times import rfc3339
 
 NS_IN_S = 1_000_000_000
 TTL_DEFAULT_S = 60

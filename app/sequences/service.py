@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from typing import Any
 
-from app.decoding import rfc3339
 from app.errors import (
     BackendUnavailableError,
     InvalidIdError,
@@ -65,6 +64,7 @@ from app.storage.sequences import (
     check_name,
     check_settings,
 )
+from app.times import rfc3339
 
 log = logging.getLogger("idmint.sequences")
 

@@ -26,12 +26,12 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.decoding import rfc3339
 from app.errors import NotReadyError
 from app.storage.base import Storage
 from app.storage.history import HISTORY_RECORD, compare, fence_of, words
 from app.storage.lease import Facts
 from app.storage.ledger import ClaimRecord
+from app.times import rfc3339
 
 PLAN_TRIES = 3
 """Reads of the store's facts a plan tries before it gives up (NotReadyError)."""

@@ -31,7 +31,7 @@ import secrets
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from app.decoding import rfc3339
+from app.times import rfc3339
 
 NS_IN_S = 1_000_000_000
 NS_IN_DAY = 86_400 * NS_IN_S
