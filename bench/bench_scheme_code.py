@@ -9,9 +9,11 @@ in one Python process under ``valgrind --tool=callgrind``: after warm-up calls t
 difference over ``--calls`` is the figure, free of the constant cost of the zero and dump requests. Figures move
 by about 500 between runs.
 
-Cases: ``single:<scheme>`` (one ID, the canonical form) and ``batch:<scheme>`` (``count=1000``, a tenth of the
-calls). ``--tree DIR`` counts another checkout's code (``git archive <rev> | tar -x -C DIR``) with this
-interpreter: run it for both and compare.
+Cases: ``single:<scheme>`` (one ID, the canonical form), ``batch:<scheme>`` (``count=1000``, a tenth of the
+calls) and ``chunk:<scheme>`` (a stream's chunk of 65,536 IDs encoded in the canonical form, a hundredth of the
+calls: the encoder alone, as a stream runs it per chunk, from one batch generated beforehand, so a generator that
+spins on the clock does not move the figure). ``--tree DIR`` counts another checkout's code (``git archive <rev> |
+tar -x -C DIR``) with this interpreter: run it for both and compare.
 
 Usage: python bench/bench_scheme_code.py [--cases single:wiji,single:siq,batch:uuidv7] [--calls 1000] [--tree DIR]
 Needs: valgrind. Nothing here asserts: it prints.
@@ -36,6 +38,7 @@ DEFAULT_CASES = (
     "single:ksuid,single:snowflake,batch:wiji,batch:uuidv7,batch:siq,batch:ksuid,batch:hlc-ulid"
 )
 BATCH_COUNT = 1000
+CHUNK_COUNT = 65_536
 WARM_CALLS = 300
 
 
@@ -97,10 +100,13 @@ def answer(case: str) -> Callable[[], bytes]:
     from app.issuing.issuer import Issued
 
     kind, _, name = case.partition(":")
-    if kind not in ("single", "batch"):
-        raise SystemExit(f"a case is single:<scheme> or batch:<scheme>, got {case!r}")
+    if kind not in ("single", "batch", "chunk"):
+        raise SystemExit(f"a case is single:<scheme>, batch:<scheme> or chunk:<scheme>, got {case!r}")
     scheme, generator = generator_of(name)
     fmt = scheme.resolve_format(None)  # type: ignore[attr-defined]
+    if kind == "chunk":
+        batch = generator.generate(CHUNK_COUNT)  # type: ignore[attr-defined]
+        return lambda: batch.encode(fmt)  # type: ignore[no-any-return]
     count = 1 if kind == "single" else BATCH_COUNT
     return lambda: issue_body(name, fmt, Issued(scheme, [generator.generate(count)]))  # type: ignore[arg-type, attr-defined]
 
@@ -122,8 +128,8 @@ def count_inside(cases: list[str], calls: int, out_file: str) -> dict[str, float
     figures: dict[str, float] = {}
     for case in cases:
         run = answer(case)
-        n = calls if case.startswith("single") else max(1, calls // 10)
-        for _ in range(WARM_CALLS if n == calls else WARM_CALLS // 10):
+        n = calls if case.startswith("single") else max(1, calls // (100 if case.startswith("chunk") else 10))
+        for _ in range(min(WARM_CALLS, n)):
             run()
         control("-z")
         for _ in range(n):

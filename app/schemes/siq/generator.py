@@ -48,6 +48,7 @@ from app.schemes.siq.codec import (
     TICK_SHIFT,
     _pack_prefix,
     domain_hash,
+    encode_did,
     encode_hex,
     encode_low,
     ns_from_tick,
@@ -103,6 +104,27 @@ def _crc_low_table() -> npt.NDArray[np.uint32]:
     high, low = table[PACKED_BYTES - 2], table[PACKED_BYTES - 1]
     low_table: npt.NDArray[np.uint32] = (high[:, None] ^ low[None, :]).ravel()
     return low_table
+
+
+@functools.cache
+def _crc_counter_table(code: int) -> npt.NDArray[np.uint32]:
+    """(2**(16-w),) uint32: :func:`_crc_low_table` for every counter of qualifier ``code`` (a segment's CRC column
+    is its prefix's CRC xor a slice of this)."""
+    table: npt.NDArray[np.uint32] = _crc_low_table().take(_serial_fields(code))
+    table.flags.writeable = False
+    return table
+
+
+@functools.lru_cache(maxsize=64)
+def _did_tail_counter(code: int, domain_hash: int) -> npt.NDArray[np.uint64]:
+    """(2**(16-w),) uint64: the did form's last word (k25..k31 and the newline) for every counter of qualifier
+    ``code`` under ``domain_hash`` (k25..k27 and part of k28 are the domain hash's low bits)."""
+    block = base64.b32encode(bytes(CRC_FIELD_BYTES) + _pack_prefix(0, 0, domain_hash).to_bytes(PACKED_BYTES, "big"))
+    const = _word(block.lower()[_DID_TAIL_BLOCK_START : _DID_TAIL_BLOCK_START + _TAIL_CONST_BYTES])
+    table: npt.NDArray[np.uint64] = _did_tail(domain_hash & _NIBBLE_MASK).take(_serial_fields(code))
+    table |= np.uint64(const)
+    table.flags.writeable = False
+    return table
 
 
 @functools.cache
@@ -162,6 +184,12 @@ def _serial_fields(code: int) -> npt.NDArray[np.intp]:
     return table
 
 
+def _words_at(out: npt.NDArray[np.uint8], column: int) -> npt.NDArray[np.uint64]:
+    """The writable (rows,) ``<u8`` view of ``out[:, column:column + 8]`` (see :func:`_put_words`)."""
+    view: npt.NDArray[np.uint64] = out[:, column : column + WORD_BYTES].view("<u8")[:, 0]
+    return view
+
+
 def _put_words(out: npt.NDArray[np.uint8], column: int, words: Any) -> None:
     """Write 8 bytes per row at ``out[:, column:column + 8]`` from uint64 ``words`` (little-endian byte order)."""
     out[:, column : column + WORD_BYTES].view("<u8")[:, 0] = words
@@ -189,6 +217,9 @@ _DID_K9_CRC_BITS = 3
 _DID_K9_TICK_BITS = BASE32_CHAR_BITS - _DID_K9_CRC_BITS
 _DID_CONST = _DID_CRC_WORD + WORD_BYTES  # 16: k11.. up to the tail word
 _DID_TAIL_WORD = DID_LEN + 1 - WORD_BYTES  # 30: k25..k27 (domain hash) + k28..k31 + newline
+_DID_CONST_LEN = _DID_TAIL_WORD - _DID_CONST  # 14: k11..k24 (tick, shard, domain hash), one per segment
+_DID_DROPPED = BASE32_ALPHABET[:1] * DID_DROPPED_CHARS
+"""The 3 dropped characters k0..k2 (zero bits: "aaa"), in front of a did body to index it as the block."""
 _DID_K10 = 10
 """Index in the 32-character base32 block of k10, the first character fixed by the tick alone."""
 _DID_TAIL_BLOCK_START = _DID_TAIL_WORD - DID_PREFIX_LEN + DID_DROPPED_CHARS  # k25
@@ -320,15 +351,36 @@ class SiqBatch(Batch):
                 _put_words(out, column + offset, self._per_row(words, np.uint64))
 
     def _fill_did(self, out: npt.NDArray[np.uint8]) -> None:
-        """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``)."""
-        crcs: list[int] = []
+        """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``).
+
+        Per segment: its CRC-32 column (the prefix's CRC xor a slice of the qualifier's per-counter table), its
+        constant characters (two 8-byte fills) and its tail word (a slice of the per-counter tail table); then, for
+        the whole batch, the checksum characters k3..k10 from three lookups. Every column is a scratch array of the
+        row count (:func:`app.schemes._text.scratch`), so nothing is allocated per pass.
+        """
+        count = self.count
+        crc = _text.scratch("siq-crc", count, np.uint32)
+        index = _text.scratch("siq-index", count, np.intp)
+        word = _text.scratch("siq-word", count, np.uint64)
+        other = _text.scratch("siq-other", count, np.uint64)
+        crc_table = _crc_counter_table(self.code)
+        tail_table = _did_tail_counter(self.code, self.domain_hash)
+        tail = _words_at(out, _DID_TAIL_WORD)
+        const_head = _text.scratch("siq-const-head", count, np.uint64)
+        const_tail = _text.scratch("siq-const-tail", count, np.uint64)
         k9_words: list[tuple[int, ...]] = []
-        consts: list[bytes] = []
-        block = b""
-        for (tick, _first, _count), prefix in zip(self.segments, self._prefixes()):
+        start = 0
+        for (tick, first, run), prefix in zip(self.segments, self._prefixes()):
             packed = prefix.to_bytes(PACKED_BYTES, "big")
-            crcs.append(zlib.crc32(packed))
-            block = base64.b32encode(bytes(CRC_FIELD_BYTES) + packed).lower()
+            end = start + run
+            np.bitwise_xor(crc_table[first : first + run], np.uint32(zlib.crc32(packed)), out=crc[start:end])
+            tail[start:end] = tail_table[first : first + run]
+            # k10..k24 carry packed bits only: the scalar encoder's text (its pair table, where base64.b32encode
+            # is pure Python) gives them, behind the 3 dropped characters.
+            block = _DID_DROPPED + encode_did(prefix)[DID_PREFIX_LEN:].encode("ascii")
+            const = block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START]
+            const_head[start:end] = _word(const[:WORD_BYTES])  # contiguous fills, then one strided write each
+            const_tail[start:end] = _word(const[-WORD_BYTES:])
             tick_bits = tick >> (TICK_BITS - _DID_K9_TICK_BITS)
             # the word's bytes 6..7 (k9, k10) for each value of the CRC's low 3 bits
             k9_words.append(
@@ -338,24 +390,24 @@ class SiqBatch(Batch):
                     for crc_bits in range(1 << _DID_K9_CRC_BITS)
                 )
             )
-            consts.append(block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START])
-        low = self._low()
-        crc32 = _crc_low_table().take(low)
-        crc32 ^= self._per_row(crcs, np.uint32)
-        crc = crc32.astype(np.intp)
-        k9_index = crc & ((1 << _DID_K9_CRC_BITS) - 1)
+            start = end
+        _words_at(out, _DID_CONST)[...] = const_head
+        _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
+        # Every index is in range: mode="wrap" skips take's copy of ``out`` (mode="raise" keeps one for errors).
+        np.right_shift(crc, _DID_K3_SHIFT, out=index)
+        np.take(_three_chars(0), index, out=word, mode="wrap")
+        np.right_shift(crc, _DID_K9_CRC_BITS, out=index)
+        np.bitwise_and(index, _THREE_CHAR_MASK, out=index)
+        np.take(_three_chars(_DID_K6_BYTE), index, out=other, mode="wrap")
+        np.bitwise_or(word, other, out=word)
+        np.bitwise_and(crc, (1 << _DID_K9_CRC_BITS) - 1, out=index)
         if len(set(k9_words)) > 1:  # k9, k10 hold tick bits 55..49: they change once in 2**33 seconds
-            k9_index |= self._per_row(list(range(len(self.segments))), np.intp) << _DID_K9_CRC_BITS
+            index |= self._per_row(list(range(len(self.segments))), np.intp) << _DID_K9_CRC_BITS
         else:
             k9_words = k9_words[:1]
-        crc_word = _three_chars(0).take(crc >> _DID_K3_SHIFT)
-        crc_word |= _three_chars(_DID_K6_BYTE).take((crc >> _DID_K9_CRC_BITS) & _THREE_CHAR_MASK)
-        crc_word |= np.array(k9_words, dtype=np.uint64).ravel().take(k9_index)
-        tail_word = _did_tail(self.domain_hash & _NIBBLE_MASK).take(low)
-        tail_word |= np.uint64(_word(block[_DID_TAIL_BLOCK_START : _DID_TAIL_BLOCK_START + _TAIL_CONST_BYTES]))
-        _put_words(out, _DID_CRC_WORD, crc_word)
-        self._put_text(out, _DID_CONST, consts)
-        _put_words(out, _DID_TAIL_WORD, tail_word)
+        np.take(np.array(k9_words, dtype=np.uint64).ravel(), index, out=other, mode="wrap")
+        np.bitwise_or(word, other, out=word)
+        _words_at(out, _DID_CRC_WORD)[...] = word
 
     def _fill_hex(self, out: npt.NDArray[np.uint8]) -> None:
         """Write every row of the hex form: tick, shard and domain hash digits per segment, then the serial's."""
