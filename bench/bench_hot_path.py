@@ -4,15 +4,15 @@ turn, socket or syscall is counted: only the Python (and C) work per request bet
 ``transport.write``, which is what the wrk and callgrind figures of bench_http.py and bench_instructions.py share
 with it. Load-independent enough to compare two revisions on a busy machine (best of ``--rounds``).
 
-Rows: ``GET /v1/ids/wiji`` without and with an API key file (one key, scope issue, no quotas), ``?count=1000``, and
-each ``--schemes``' plain GET.
+Rows: ``GET /v1/ids/wiji`` without and with an API key file (one key, scope issue, no quotas), ``?count=1000`` (wiji
+and uuidv7), each ``--schemes``' plain GET and each ``--batch-schemes``' ``?count=1000``.
 
 ``--instructions``: instead of timing, each row runs in its own process under ``valgrind --tool=callgrind``
 collecting only inside httptools' ``feed_data`` (the request's whole work, our callbacks included, and nothing of
 the set-up or the event loop): instructions per request, the same on a busy machine as on a quiet one.
 
 Usage: python bench/bench_hot_path.py [--requests 20000] [--rounds 5] [--schemes wiji,uuidv7] [--profile ROW]
-                                      [--instructions]
+                                      [--batch-schemes ulid,siq] [--instructions]
 Nothing here asserts: it prints.
 """
 
@@ -85,6 +85,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--schemes", default="")
+    ap.add_argument("--batch-schemes", default="", help="schemes whose ?count=1000 gets a row too")
     ap.add_argument("--profile", help="cProfile one row (its name as printed)")
     ap.add_argument("--instructions", action="store_true", help="count instructions per request (callgrind)")
     ap.add_argument("--only", help=argparse.SUPPRESS)  # one row, in the process callgrind runs
@@ -96,6 +97,7 @@ def main() -> None:
     rows = [("wiji", request("/v1/ids/wiji")), ("wiji count=1000", request("/v1/ids/wiji?count=1000"))]
     rows.append(("uuidv7 count=1000", request("/v1/ids/uuidv7?count=1000")))
     rows += [(s, request(f"/v1/ids/{s}")) for s in args.schemes.split(",") if s]
+    rows += [(f"{s} count=1000", request(f"/v1/ids/{s}?count=1000")) for s in args.batch_schemes.split(",") if s]
     keyed = [("wiji + key", request("/v1/ids/wiji", f"Authorization: Bearer {KEY}"))]
     if args.only is not None:
         rows = [row for row in rows if row[0] == args.only]
@@ -118,7 +120,8 @@ def main() -> None:
 
 
 def count_instructions(args: argparse.Namespace) -> None:
-    names = ["wiji", "wiji + key", "wiji count=1000"] + [s for s in args.schemes.split(",") if s]
+    names = ["wiji", "wiji + key", "wiji count=1000", "uuidv7 count=1000"] + [s for s in args.schemes.split(",") if s]
+    names += [f"{s} count=1000" for s in args.batch_schemes.split(",") if s]
     for name in names:
         requests = args.requests // 10 if "count=1000" in name else args.requests
         with tempfile.TemporaryDirectory() as tmp:
@@ -140,6 +143,8 @@ def count_instructions(args: argparse.Namespace) -> None:
                     "1",
                     "--schemes",
                     args.schemes,
+                    "--batch-schemes",
+                    args.batch_schemes,
                 ],
                 check=True,
                 capture_output=True,

@@ -22,7 +22,7 @@
 
     With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git archive <rev> | tar -x -C DIR``),
     that revision's app is served too, without and with the API key file (same interpreter, its own state dirs, its
-    own app.serving protocol), and joins the alternation of (a); its ratios are printed.
+    own app.serving protocol), and joins the alternation of (a) and, without keys, of (d); its ratios are printed.
 
 (c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
     on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
@@ -458,19 +458,19 @@ def single_ids(args: argparse.Namespace, env: dict[str, str]) -> None:
 
 def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
     """(d): ``GET /v1/ids/uuidv7?count=N`` from idmint and from bench/stock_app.py (stock FastAPI + uuid-utils, the
-    service a team would write instead), rounds alternating, for each N in ``--stock-counts``."""
-    idm, idm_url = start(IDMINT, env, http=args.protocol)
-    stock, stock_url = start(["bench.stock_app:app"], env)
+    service a team would write instead), rounds alternating, for each N in ``--stock-counts`` (with ``--baseline``,
+    that revision's idmint joins the alternation: its requests/s and its own ratio to stock are printed too)."""
+    servers = {"idmint": start(IDMINT, env, http=args.protocol), "stock": start(["bench.stock_app:app"], env)}
+    if args.baseline is not None:
+        base_env = {**env, "IDMINT_STATE_DIR": tempfile.mkdtemp(prefix="idmint-bench-base-")}
+        servers["baseline"] = start(IDMINT, base_env, cwd=args.baseline.resolve(), http=args.protocol)
     try:
         print(
             f"(d) GET /v1/ids/uuidv7?count=N, idmint vs stock FastAPI + uuid-utils (bench/stock_app.py), medians of "
             f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections:"
         )
         for count in (int(n) for n in args.stock_counts.split(",")):
-            urls = {
-                "idmint": f"{idm_url}/v1/ids/uuidv7?count={count}",
-                "stock": f"{stock_url}/v1/ids/uuidv7?count={count}",
-            }
+            urls = {name: f"{url}/v1/ids/uuidv7?count={count}" for name, (_, url) in servers.items()}
             for url in urls.values():
                 wrk(url, 1, args.connections)  # warm-up
             rps: dict[str, list[float]] = {name: [] for name in urls}
@@ -483,9 +483,16 @@ def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
                 f"(all: {[round(v) for v in rps['idmint']]} vs {[round(v) for v in rps['stock']]})",
                 flush=True,
             )
+            if "baseline" in rps:
+                b = statistics.median(rps["baseline"])
+                print(
+                    f"    count={count:<6d} baseline {b:8,.0f} req/s  baseline / stock = {b / s:.2f}  idmint / "
+                    f"baseline = {i / b:.2f}  (all: {[round(v) for v in rps['baseline']]})",
+                    flush=True,
+                )
     finally:
-        stop(idm)
-        stop(stock)
+        for proc, _ in servers.values():
+            stop(proc)
 
 
 def run_streams(

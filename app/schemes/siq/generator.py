@@ -10,7 +10,7 @@ import base64
 import functools
 import time
 import zlib
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -359,10 +359,10 @@ class SiqBatch(Batch):
         row count (:func:`app.schemes._text.scratch`), so nothing is allocated per pass.
         """
         count = self.count
-        crc = _text.scratch("siq-crc", count, np.uint32)
-        index = _text.scratch("siq-index", count, np.intp)
-        word = _text.scratch("siq-word", count, np.uint64)
-        other = _text.scratch("siq-other", count, np.uint64)
+        crc = cast("npt.NDArray[np.uint32]", _text.scratch("siq-crc", count, np.uint32))
+        index = cast("npt.NDArray[np.intp]", _text.scratch("siq-index", count, np.intp))
+        word = cast("npt.NDArray[np.uint64]", _text.scratch("siq-word", count, np.uint64))
+        other = cast("npt.NDArray[np.uint64]", _text.scratch("siq-other", count, np.uint64))
         crc_table = _crc_counter_table(self.code)
         tail_table = _did_tail_counter(self.code, self.domain_hash)
         tail = _words_at(out, _DID_TAIL_WORD)
