@@ -474,20 +474,27 @@ def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
             for url in urls.values():
                 wrk(url, 1, args.connections)  # warm-up
             rps: dict[str, list[float]] = {name: [] for name in urls}
+            per_cpu: dict[str, list[float]] = {name: [] for name in urls}
             for _ in range(args.rounds):
                 for name, url in urls.items():
-                    rps[name].append(wrk(url, args.seconds, args.connections))
+                    rate, cpu_rate, _p99 = wrk_cpu(url, args.seconds, args.connections, servers[name][0].pid)
+                    rps[name].append(rate)
+                    per_cpu[name].append(cpu_rate)
             i, s = statistics.median(rps["idmint"]), statistics.median(rps["stock"])
+            ic, sc = statistics.median(per_cpu["idmint"]), statistics.median(per_cpu["stock"])
             print(
-                f"    count={count:<6d} idmint {i:10,.0f} req/s  stock {s:10,.0f} req/s  idmint / stock = {i / s:.2f}  "
-                f"(all: {[round(v) for v in rps['idmint']]} vs {[round(v) for v in rps['stock']]})",
+                f"    count={count:<6d} idmint {i:10,.0f} req/s  stock {s:10,.0f} req/s  idmint / stock = {i / s:.2f}; "
+                f"per server CPU-s {ic:,.0f} vs {sc:,.0f} = {ic / sc:.2f}  "
+                f"(all: {[round(v) for v in rps['idmint']]} vs "
+                f"{[round(v) for v in rps['stock']]})",
                 flush=True,
             )
             if "baseline" in rps:
-                b = statistics.median(rps["baseline"])
+                b, bc = statistics.median(rps["baseline"]), statistics.median(per_cpu["baseline"])
                 print(
                     f"    count={count:<6d} baseline {b:8,.0f} req/s  baseline / stock = {b / s:.2f}  idmint / "
-                    f"baseline = {i / b:.2f}  (all: {[round(v) for v in rps['baseline']]})",
+                    f"baseline = {i / b:.2f}; per server CPU-s {bc:,.0f}: baseline / stock = {bc / sc:.2f}, idmint / "
+                    f"baseline = {ic / bc:.2f}  (all: {[round(v) for v in rps['baseline']]})",
                     flush=True,
                 )
     finally:
