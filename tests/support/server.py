@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.forkserver import ForkedProcess, Start, can_fork, close_fork_server, fork_server
 from tests.support.http import share_default_context
 
 share_default_context()  # every poll of a starting server would otherwise build a TLS context (tests/support/http.py)
@@ -50,7 +51,10 @@ UNAVAILABLE_DEADLINE_S = 120.0
 RETRY_AFTER_CAP_S = 1.0
 """The longest :func:`until_available` waits between two asks, whatever Retry-After says (the condition is polled)."""
 
-_RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+Process = subprocess.Popen[bytes] | ForkedProcess
+"""A server process: exec'd (Popen), or forked by this process's fork server."""
+
+_RUNNING: dict[int, Process] = {}
 """PID -> process of every server started here and not yet stopped (killed at exit as a last resort)."""
 
 
@@ -61,6 +65,7 @@ def _kill_leftovers() -> None:
             _killpg(pid)
             proc.wait()
         _RUNNING.pop(pid, None)
+    close_fork_server()
 
 
 def _killpg(pid: int) -> None:
@@ -85,6 +90,11 @@ def idmint_command() -> list[str]:
     if script.is_file():
         return [str(script)]
     return [sys.executable, "-m", "app.cli"]
+
+
+def _zygote_environment() -> dict[str, str]:
+    """The fork server's environment: a server's (:class:`Server`) without its ``IDMINT_*`` settings."""
+    return {**clean_environment(), "PYTHONUNBUFFERED": "1"}
 
 
 def clean_environment() -> dict[str, str]:
@@ -174,18 +184,27 @@ class Server:
             if workers != 1:
                 command += ["--workers", str(workers)]
         command += list(args)
-        limit = None if open_files is None else functools.partial(_limit_open_files, open_files)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=limit,
-            )
+        self.forked = can_fork(full_env, _zygote_environment(), workers)
+        """Whether the process was forked by the fork server (tests/support/forkserver.py), else exec'd."""
+        self.proc: Process
+        if self.forked:
+            entry = "uvicorn" if uvicorn else "idmint"
+            argv = command if command[0] != sys.executable else [entry, *command[3:]]  # python -m X: X's argv
+            start = Start(entry, argv, full_env, str(REPO), str(self.log_path), open_files)
+            self.proc = fork_server(str(REPO), _zygote_environment()).start(start)
+        else:
+            limit = None if open_files is None else functools.partial(_limit_open_files, open_files)
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    command,
+                    cwd=REPO,
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=limit,
+                )
         _RUNNING[self.proc.pid] = self.proc
         self._listened = False
         """Whether the server was seen listening (its first answer, or :meth:`until_listening`)."""
@@ -291,7 +310,8 @@ class Server:
     def kill(self) -> None:
         """SIGKILL (and its workers): no clean release, no final mark; a lease must expire on its own."""
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._kill_workers()
         _RUNNING.pop(self.proc.pid, None)
