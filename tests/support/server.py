@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,25 @@ def _children(pid: int) -> list[int]:
         if len(fields) > 1 and int(fields[1]) == pid:
             out.append(int(entry.name))
     return out
+
+
+def until_stopped(pids: Iterable[int], timeout: float = STOP_TIMEOUT_S) -> None:
+    """Wait until every thread of every process of ``pids`` is stopped (state ``T`` in /proc), after a SIGSTOP:
+    the signal is delivered to each thread when it next runs, so on a busy machine a process answers a request or
+    two after ``kill`` returned. A process that is gone counts as stopped; after ``timeout`` (a guard) it fails."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            states = []
+            for task in Path(f"/proc/{pid}/task").glob("*/stat"):
+                with contextlib.suppress(OSError):
+                    stat = task.read_text()
+                    states.append(stat[stat.rfind(")") + 2])
+            if all(state in "TtZX" for state in states):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"process {pid} did not stop in {timeout:g} s (thread states {states})")
+            time.sleep(0.005)
 
 
 def _cmdline(pid: int) -> bytes:
