@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib.util
 import json
 import os
 import resource
@@ -36,6 +37,7 @@ import socket
 import subprocess
 import sys
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -310,8 +312,22 @@ def _become(start: Start) -> None:
     os.environ.clear()
     os.environ.update(start.env)
     sys.argv = list(start.argv)
-    if start.entry == "idmint":  # a console script's sys.path starts with its own directory, not the cwd
-        sys.path[0] = os.path.dirname(os.path.abspath(start.argv[0]))
+    sys.modules["__main__"] = _fresh_main(start)
+
+
+def _fresh_main(start: Start) -> types.ModuleType:
+    """The ``__main__`` module an exec'd process would have (multiprocessing's spawn start method re-imports it in
+    its children: a console script by path, ``python -m uvicorn`` not at all); the console script's directory first
+    on ``sys.path``, as the interpreter puts it."""
+    main = types.ModuleType("__main__")
+    if start.entry == "idmint":
+        script = os.path.abspath(start.argv[0])
+        sys.path[0] = os.path.dirname(script)
+        main.__file__ = script
+    else:
+        main.__spec__ = importlib.util.find_spec(f"{start.entry}.__main__")
+        main.__file__ = main.__spec__.origin if main.__spec__ is not None else None
+    return main
 
 
 def _run(start: Start) -> None:
