@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.server import free_port
+from tests.support.server import free_port, until_stopped
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -332,9 +332,11 @@ class EtcdServer:
         self._signal(signal.SIGKILL)
 
     def pause(self) -> None:
-        """SIGSTOP by PID: the process keeps its sockets but answers nothing (a stalled member)."""
+        """SIGSTOP by PID: the process keeps its sockets but answers nothing (a stalled member); returns once
+        every thread of it is stopped."""
         if self._proc is not None and self._proc.poll() is None:
             os.kill(self._proc.pid, signal.SIGSTOP)
+            until_stopped([self._proc.pid])
 
     def resume(self) -> None:
         """SIGCONT by PID (after :meth:`pause`)."""

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import free_port
+from tests.support.server import free_port, until_stopped
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -102,9 +102,11 @@ class MariadbServer:
         self.wait_ready()
 
     def pause(self) -> None:
-        """SIGSTOP the server (one process: every connection is a thread of it)."""
+        """SIGSTOP the server (one process: every connection is a thread of it); returns once every thread is
+        stopped."""
         if self.running:
             os.kill(self.process.pid, signal.SIGSTOP)
+            until_stopped([self.process.pid])
 
     def resume(self) -> None:
         """SIGCONT the server."""

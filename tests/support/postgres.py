@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import _children, free_port
+from tests.support.server import _children, free_port, until_stopped
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -129,8 +129,10 @@ class PostgresServer:
     def pause(self) -> None:
         """SIGSTOP every process of the cluster, the postmaster first (it forks no more backends), then its
         children (each backend is a session of its own, so no process-group signal reaches them all):
-        connections are accepted by the kernel, and nothing answers."""
-        self._signal(signal.SIGSTOP, [self.process.pid, *_children(self.process.pid)])
+        connections are accepted by the kernel, and nothing answers. Returns once every one of them is stopped."""
+        pids = [self.process.pid, *_children(self.process.pid)]
+        self._signal(signal.SIGSTOP, pids)
+        until_stopped(pids)
 
     def resume(self) -> None:
         """SIGCONT every process of the cluster (children first: the postmaster finds them running)."""

@@ -27,12 +27,13 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.support.forkserver import ForkedProcess, Start, can_fork, close_fork_server, fork_server
 from tests.support.http import share_default_context
 
 share_default_context()  # every poll of a starting server would otherwise build a TLS context (tests/support/http.py)
@@ -50,7 +51,10 @@ UNAVAILABLE_DEADLINE_S = 120.0
 RETRY_AFTER_CAP_S = 1.0
 """The longest :func:`until_available` waits between two asks, whatever Retry-After says (the condition is polled)."""
 
-_RUNNING: dict[int, subprocess.Popen[bytes]] = {}
+Process = subprocess.Popen[bytes] | ForkedProcess
+"""A server process: exec'd (Popen), or forked by this process's fork server."""
+
+_RUNNING: dict[int, Process] = {}
 """PID -> process of every server started here and not yet stopped (killed at exit as a last resort)."""
 
 
@@ -61,6 +65,7 @@ def _kill_leftovers() -> None:
             _killpg(pid)
             proc.wait()
         _RUNNING.pop(pid, None)
+    close_fork_server()
 
 
 def _killpg(pid: int) -> None:
@@ -85,6 +90,11 @@ def idmint_command() -> list[str]:
     if script.is_file():
         return [str(script)]
     return [sys.executable, "-m", "app.cli"]
+
+
+def _zygote_environment() -> dict[str, str]:
+    """The fork server's environment: a server's (:class:`Server`) without its ``IDMINT_*`` settings."""
+    return {**clean_environment(), "PYTHONUNBUFFERED": "1"}
 
 
 def clean_environment() -> dict[str, str]:
@@ -128,6 +138,25 @@ def _children(pid: int) -> list[int]:
         if len(fields) > 1 and int(fields[1]) == pid:
             out.append(int(entry.name))
     return out
+
+
+def until_stopped(pids: Iterable[int], timeout: float = STOP_TIMEOUT_S) -> None:
+    """Wait until every thread of every process of ``pids`` is stopped (state ``T`` in /proc), after a SIGSTOP:
+    the signal is delivered to each thread when it next runs, so on a busy machine a process answers a request or
+    two after ``kill`` returned. A process that is gone counts as stopped; after ``timeout`` (a guard) it fails."""
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            states = []
+            for task in Path(f"/proc/{pid}/task").glob("*/stat"):
+                with contextlib.suppress(OSError):
+                    stat = task.read_text()
+                    states.append(stat[stat.rfind(")") + 2])
+            if all(state in "TtZX" for state in states):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"process {pid} did not stop in {timeout:g} s (thread states {states})")
+            time.sleep(0.005)
 
 
 def _cmdline(pid: int) -> bytes:
@@ -174,18 +203,27 @@ class Server:
             if workers != 1:
                 command += ["--workers", str(workers)]
         command += list(args)
-        limit = None if open_files is None else functools.partial(_limit_open_files, open_files)
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                command,
-                cwd=REPO,
-                env=full_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=limit,
-            )
+        self.forked = can_fork(full_env, _zygote_environment(), workers)
+        """Whether the process was forked by the fork server (tests/support/forkserver.py), else exec'd."""
+        self.proc: Process
+        if self.forked:
+            entry = "uvicorn" if uvicorn else "idmint"
+            argv = command if command[0] != sys.executable else [entry, *command[3:]]  # python -m X: X's argv
+            start = Start(entry, argv, full_env, str(REPO), str(self.log_path), open_files)
+            self.proc = fork_server(str(REPO), _zygote_environment()).start(start)
+        else:
+            limit = None if open_files is None else functools.partial(_limit_open_files, open_files)
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    command,
+                    cwd=REPO,
+                    env=full_env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=limit,
+                )
         _RUNNING[self.proc.pid] = self.proc
         self._listened = False
         """Whether the server was seen listening (its first answer, or :meth:`until_listening`)."""
@@ -291,7 +329,8 @@ class Server:
     def kill(self) -> None:
         """SIGKILL (and its workers): no clean release, no final mark; a lease must expire on its own."""
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._kill_workers()
         _RUNNING.pop(self.proc.pid, None)

@@ -1,0 +1,106 @@
+"""The tests' fork server (tests/support/forkserver.py): a forked ``idmint serve`` is a fresh process in all that a
+test can see (its own random bits, its own Prometheus registry, session, open-file limit, log, exit status), and
+the starts that could differ from an exec'd one are exec'd."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support import forkserver
+from tests.support.server import Server, clean_environment, running_server
+
+pytestmark = pytest.mark.integration  # real idmint serve processes
+
+ULID_RANDOM_CHARS = 16
+"""The last 16 Crockford base32 characters of a ULID: its 80 random bits."""
+UUIDV7_TIMESTAMP_HEX = 12
+"""The first 12 hex digits of a UUIDv7: its 48-bit Unix millisecond timestamp; the rest is version, variant and
+random bits."""
+BATCH = 1000
+"""A batch drawn from OpenSSL's generator (:data:`app.schemes.base.CSPRNG_SMALL_DRAW` bytes and more)."""
+
+
+def _sample(metrics: str, name: str, **labels: str) -> float:
+    """One sample of the Prometheus text ``metrics``; 0 when absent."""
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+def _parent(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2 :].split()[1])
+
+
+@pytest.fixture
+def two_forked(tmp_path: Path) -> Iterator[tuple[Server, Server]]:
+    with running_server(tmp_path / "a") as a, running_server(tmp_path / "b") as b:
+        assert a.forked and b.forked, "the fork server is switched off (IDMINT_TEST_FORK=0)"
+        yield a, b
+
+
+def test_two_forked_servers_draw_different_random_bits(two_forked: tuple[Server, Server]) -> None:
+    a, b = two_forked
+    for count in (1, BATCH):  # os.urandom, then ssl.RAND_bytes (reseeded after fork)
+        ulids = [{text[-ULID_RANDOM_CHARS:] for text in server.issue("ulid", count)} for server in (a, b)]
+        assert not ulids[0] & ulids[1]
+        uuids = [{uuid.UUID(t).hex[UUIDV7_TIMESTAMP_HEX:] for t in server.issue("uuidv7", count)} for server in (a, b)]
+        assert not uuids[0] & uuids[1]
+
+
+def test_a_forked_server_is_a_fresh_process_of_its_own(two_forked: tuple[Server, Server]) -> None:
+    a, b = two_forked
+    zygote = forkserver.fork_server("", {}).pid
+    for server in (a, b):
+        assert _parent(server.pid) == zygote
+        assert os.getsid(server.pid) == server.pid  # a session (and process group) of its own
+        assert f"[{server.pid}]" in server.log()  # uvicorn's start lines name the child's own PID
+    a.issue("wiji", 5)
+    assert _sample(a.metrics_text(), "idmint_ids_issued_total", scheme="wiji") == 5
+    assert _sample(b.metrics_text(), "idmint_ids_issued_total", scheme="wiji") == 0
+    assert _sample(b.metrics_text(), "process_start_time_seconds") >= _sample(
+        a.metrics_text(), "process_start_time_seconds"
+    )
+
+
+def test_a_forked_server_takes_its_limits_and_exits_with_its_status(tmp_path: Path) -> None:
+    server = Server(tmp_path, {}, open_files=256)
+    server.wait_ready()
+    assert server.forked
+    limits = Path(f"/proc/{server.pid}/limits").read_text()
+    assert any(
+        line.startswith("Max open files") and line.split()[3:5] == ["256", "256"] for line in limits.splitlines()
+    )
+    server.proc.send_signal(signal.SIGKILL)
+    assert server.proc.wait(timeout=60) == -signal.SIGKILL
+    assert server.proc.poll() == -signal.SIGKILL
+    assert server.stop() == -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    ("env", "workers"),
+    [
+        ({"PROMETHEUS_MULTIPROC_DIR": "/nonexistent"}, 1),  # read by prometheus-client at import
+        ({"LD_PRELOAD": ""}, 1),  # libfaketime and the like act on a fresh exec
+        ({}, 2),  # uvicorn's supervisor spawns fresh workers
+    ],
+)
+def test_starts_that_could_differ_from_a_fresh_process_are_execed(env: dict[str, str], workers: int) -> None:
+    base = {**clean_environment(), "PYTHONUNBUFFERED": "1"}
+    assert forkserver.can_fork({**base, "IDMINT_PORT": "1"}, base, 1)
+    assert not forkserver.can_fork({**base, **env}, base, workers)
+
+
+def test_the_switch_turns_forking_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = {**clean_environment(), "PYTHONUNBUFFERED": "1"}
+    monkeypatch.setenv(forkserver.SWITCH, "0")
+    assert not forkserver.can_fork(base, base, 1)
