@@ -76,7 +76,7 @@ async def backfill(scheme: str, http: Request, node: NodeDep, settings: Settings
     times = parse_times(params.pop("times"))
     backfiller = node.backfiller
     target = backfiller.scheme(scheme)
-    request = parse_issue(target, params, settings.max_count)
+    request = parse_issue(target, params, settings.max_count, counted_by="times")
     if request.format == PUBLIC_FORMAT:
         raise InvalidOptionError("format=public is not available for backfill")
     ids_charge(http.scope)(len(times))

@@ -111,7 +111,7 @@ def option_owners(name: str) -> list[str]:
     return [s.name for s in schemes().values() if any(o.name == name for o in s.options)]
 
 
-def _explain(scheme: Scheme, exc: ValidationError) -> str:
+def _explain(scheme: Scheme, exc: ValidationError, counted_by: str = "count") -> str:
     problems = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "parameters"
@@ -120,7 +120,7 @@ def _explain(scheme: Scheme, exc: ValidationError) -> str:
             if owners:
                 problems.append(f"{where} applies only to {', '.join(owners)}, not {scheme.name}")
             else:
-                known = ", ".join(issue_model(scheme).model_fields)
+                known = ", ".join(counted_by if f == "count" else f for f in issue_model(scheme).model_fields)
                 problems.append(f"unknown parameter {where!r} for {scheme.name}; it takes {known}")
         elif where == "count":
             problems.append(str(err["msg"]).removeprefix("Value error, "))
@@ -129,16 +129,17 @@ def _explain(scheme: Scheme, exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def parse_issue(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequest:
+def parse_issue(scheme: Scheme, params: Mapping[str, Any], maximum: int, counted_by: str = "count") -> IssueRequest:
     """Validate one issue request's parameters (query and/or JSON members) for ``scheme``.
 
-    ``maximum`` is the largest count allowed (max_count, or max_stream_count for the stream). Raises
-    InvalidOptionError naming every rule broken. The answer for no parameters at all (the hot path's plain
-    ``GET /v1/ids/{scheme}``) is this same parse, memoized.
+    ``maximum`` is the largest count allowed (max_count, or max_stream_count for the stream). ``counted_by``: the
+    member that says how many IDs, as an unknown member's refusal lists what the route takes (backfill's
+    ``times``). Raises InvalidOptionError naming every rule broken. The answer for no parameters at all (the hot
+    path's plain ``GET /v1/ids/{scheme}``) is this same parse, memoized.
     """
     if not params:
         return _parse_no_params(scheme, maximum)
-    return _parse(scheme, params, maximum)
+    return _parse(scheme, params, maximum, counted_by)
 
 
 @functools.lru_cache(maxsize=256)
@@ -146,11 +147,11 @@ def _parse_no_params(scheme: Scheme, maximum: int) -> IssueRequest:
     return _parse(scheme, {}, maximum)
 
 
-def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int) -> IssueRequest:
+def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int, counted_by: str = "count") -> IssueRequest:
     try:
         parsed = issue_model(scheme).model_validate(params)
     except ValidationError as exc:
-        raise InvalidOptionError(_explain(scheme, exc)) from None
+        raise InvalidOptionError(_explain(scheme, exc, counted_by)) from None
     count = count_in_range(parsed.count, maximum)
     if parsed.format == PUBLIC_FORMAT:  # keyed: the key file is checked before issuing (app.public)
         if scheme.public_split is None:

@@ -158,6 +158,7 @@ def now_minus(seconds: float) -> str:
         ("ulid", {"times": TIMES[:1], "format": "base64"}, "format must be one of"),
         ("ulid", {"times": TIMES[:1], "format": "public"}, "format=public is not available for backfill"),
         ("ulid", {"times": TIMES[:1], "mode": "spread"}, "mode applies only to eight-byte"),
+        ("ulid", {"times": TIMES[:1], "nope": 1}, "unknown parameter 'nope' for ulid; it takes times, format"),
         ("typeid", {"times": TIMES[:1], "type": "Bad"}, "type:"),
         ("muid", {"times": TIMES[:1]}, "muid does not issue IDs at past times"),
     ],
