@@ -1,7 +1,8 @@
 """pytest plugin: the suite's order from its own measured durations, and the soak lane's size.
 
 * Every run records each test's duration (setup, call and teardown added up) and, at its end, merges them into
-  ``tests/durations.json`` (``{node ID: seconds}``; tests not run keep their figure). A run on pytest-xdist
+  ``tests/durations.json`` (``{node ID: seconds}``; tests not run keep their figure; a run of the whole suite
+  replaces the file, so tests renamed or removed leave nothing behind). A run on pytest-xdist
   records on the controller, which sees every worker's reports; workers record nothing.
 * At collection, :func:`longest_first` orders the tests by the measured duration of the unit pytest-xdist hands
   out (a test alone, or every test of one ``xdist_group``, added up), longest first, so that no worker is left
@@ -22,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-DURATIONS = Path(__file__).resolve().parents[1] / "durations.json"
+DURATIONS = Path(os.environ.get("IDMINT_TEST_DURATIONS") or Path(__file__).resolve().parents[1] / "durations.json")
+"""The stored durations: tests/durations.json (``IDMINT_TEST_DURATIONS`` names another file: the plugin's own test)."""
 UNKNOWN_SLOW_S = 5.0
 """The figure of a test that starts real processes and has none measured yet."""
 UNKNOWN_FAST_S = 0.05
@@ -88,10 +90,27 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _measured[bare_node_id(report.nodeid)] += report.duration
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def _whole_suite(session: pytest.Session, exitstatus: int) -> bool:
+    """Whether this run ran every test of the suite to its end: no paths, ``-k``, ``-m`` or ``--deselect`` given,
+    not stopped early (``-x``, an interrupt), and it ended with passes or failures only."""
+    config = session.config
+    return (
+        config.args_source is pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.keyword
+        and not config.option.markexpr
+        and not config.getoption("deselect", None)
+        and not session.shouldstop
+        and exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Store what this run measured: merged into the stored durations, or, after a run of the whole suite, in their
+    place (a test renamed or removed leaves no figure behind)."""
     if _is_worker(session.config) or not _measured:
         return
-    merged = {**load(), **{k: round(v, 2) for k, v in _measured.items()}}
+    fresh = {k: round(v, 2) for k, v in _measured.items()}
+    merged = fresh if _whole_suite(session, exitstatus) else {**load(), **fresh}
     text = json.dumps(dict(sorted(merged.items())), indent=0) + "\n"
     try:
         DURATIONS.write_text(text)
