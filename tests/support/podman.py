@@ -53,6 +53,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import cache as support_cache
 from tests.support.server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,11 +83,7 @@ REPORT: dict[str, str] = {}
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("IDMINT_TEST_CACHE")
-    if root:
-        return Path(root) / "podman"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "idmint-tests" / "podman"
+    return support_cache.cache_dir("podman")
 
 
 def find_binary(name: str) -> str:
