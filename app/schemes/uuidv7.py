@@ -419,16 +419,17 @@ class Uuidv7Batch(Batch):
 
     def _write_varying(self, rows: npt.NDArray[np.uint8], offset: int, fmt: str, runs: list[Run3]) -> None:
         """Write what varies along each of ``runs`` (:meth:`runs16`) into ``rows`` (one ID per row, its text at
-        byte ``offset``): counter bits 15..0 copied from slices of the hex table, the tail's 8 hex digits (one
-        ``bytes.hex`` call for the batch) written as one 8-byte word per row."""
+        byte ``offset``): counter bits 15..0 copied from slices of the hex table, the tail's 8 hex digits (the
+        table's entries of its two 16-bit halves) written as one 8-byte word per row."""
         counter_column, tail_column = (
             (HEX_COUNTER_COLUMN, HEX_TAIL_COLUMN) if fmt == "hex" else (UUID_COUNTER_COLUMN, UUID_TAIL_COLUMN)
         )
         hex4 = _text.hex4_table()
         _text.write_runs(rows, offset + counter_column, [(hex4, first, count) for _, first, count in runs])
-        # The tails' hex digits in one C call (bytes.hex), laid down 8 characters (one 8-byte write) per row.
-        digits = np.frombuffer(self.tails[: TAIL_BYTES * self.count].hex().encode("ascii"), dtype="<u8")
-        _text.char_view(rows, offset + tail_column, "<u8")[...] = digits
+        # The tails' hex digits from the hex table, two 16-bit halves per tail, laid down 8 characters (one 8-byte
+        # write) per row: fewer instructions than bytes.hex and its str-to-bytes copy.
+        halves = np.frombuffer(self.tails, dtype=">u2", count=2 * self.count).astype(np.intp)
+        _text.char_view(rows, offset + tail_column, "<u8")[...] = hex4[halves].view("<u8")
 
     def values(self) -> list[int]:
         if self.count == 1:  # a single-ID request
