@@ -76,9 +76,13 @@ at 320 of wiji's IDs (docs/serving.md, "Scheme code")."""
 
 def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
     """``{"scheme", "format", "ids": [...]}`` (+ scheme extras such as Muid's "bundle"), built without a JSON
-    encoder: every text form is ASCII letters, digits, ``-``, ``_`` and ``:``, so no escaping is ever needed."""
-    lines = issued.encode(fmt)
+    encoder: every text form is ASCII letters, digits, ``-``, ``_`` and ``:``, so no escaping is ever needed.
+
+    A batch of JSON_ROWS_MIN IDs or more that writes its own JSON members (:meth:`Issued.json_members`) gives the
+    body's middle directly; other answers' lines are framed here."""
     count = issued.count
+    members = issued.json_members(fmt) if count >= JSON_ROWS_MIN else None
+    lines = issued.encode(fmt) if members is None else b""
     tail = b"]}"
     extra = issued.extra(fmt)
     if extra:  # a loop: a comprehension's own frame cost a single Muid more than the members it builds
@@ -86,6 +90,8 @@ def issue_body(scheme: str, fmt: str, issued: Issued) -> bytes:
         for key, value in extra.items():
             tail += b',"' + key.encode() + b'":"' + str(value).encode() + b'"'
         tail += b"}"
+    if members is not None:
+        return b"".join((_head(scheme, fmt), members, tail))
     ids = json_strings(lines, count) if count >= JSON_ROWS_MIN else None
     if ids is None:
         quoted = lines[:-1] if count == 1 else lines[:-1].replace(b"\n", b'","')

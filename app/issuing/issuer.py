@@ -58,6 +58,11 @@ class Issued:
             return self.batches[0].encode(fmt)
         return b"".join(b.encode(fmt) for b in self.batches)
 
+    def json_members(self, fmt: str) -> bytes | bytearray | memoryview | None:
+        """The IDs as JSON array members (:meth:`Batch.json_members <app.schemes.base.Batch.json_members>`) when
+        one batch answered and it writes them; else None."""
+        return self.batches[0].json_members(fmt) if len(self.batches) == 1 else None
+
     def extra(self, fmt: str) -> dict[str, Any]:
         return self.batches[0].extra(fmt) if self.batches else {}
 

@@ -165,6 +165,8 @@ COMMA = 44
 """ASCII ``,``."""
 JSON_QUOTED_EXTRA = 2
 """Bytes a row grows by as a JSON array member: ``ID\n`` becomes ``"ID",``."""
+JSON_MEMBER_EXTRA = 3
+"""Bytes a JSON array member and its comma add to an ID: ``ID`` becomes ``"ID",``."""
 
 
 class _QuotedRows(threading.local):
@@ -173,6 +175,23 @@ class _QuotedRows(threading.local):
 
 
 _quoted_rows = _QuotedRows()
+
+
+def json_rows(parts: Sequence[tuple[bytes, int]]) -> npt.NDArray[np.uint8]:
+    """An ``(sum(count), width + 3)`` uint8 array whose rows are ``"text",`` (a JSON array member and its comma),
+    ``text`` repeated ``count`` times, part after part; every ``text`` has the same ``width`` and holds nothing a
+    JSON string escapes. Over a fresh ``bytearray`` (``bytearray(row) * count``: memcpy doubling, one pass over the
+    memory), so the caller may keep it. ``rows.reshape(-1).data[:-1]`` is the members without the last comma.
+    ValueError for texts of different widths."""
+    width = len(parts[0][0])
+    if any(len(text) != width for text, _ in parts):
+        raise ValueError(f"every text must be {width} bytes long, got {[len(text) for text, _ in parts]}")
+    if len(parts) == 1:
+        text, count = parts[0]
+        buffer = bytearray(b'"' + text + b'",') * count
+    else:
+        buffer = bytearray(b"".join([(b'"' + text + b'",') * count for text, count in parts]))
+    return np.frombuffer(buffer, dtype=np.uint8).reshape(-1, width + JSON_MEMBER_EXTRA)
 
 
 def json_strings(lines: bytes, count: int) -> memoryview | None:

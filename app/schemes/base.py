@@ -289,6 +289,14 @@ class Batch(abc.ABC):
         """Scheme-specific response members (Muid: ``{"bundle": "<offset-0 Muid>"}``)."""
         return {}
 
+    def json_members(self, fmt: str) -> bytes | bytearray | memoryview | None:
+        """All IDs in text form ``fmt`` as the members of a JSON array of strings, ``"ID1","ID2",...,"IDn"`` (ASCII,
+        quotes and commas included, no brackets), or None when this batch writes no such framing of its own (the
+        caller then frames :meth:`encode`'s lines). The bytes hold the same IDs as :meth:`encode`, in the same
+        order; a view is valid until the caller's next call on this thread (callers copy it out). Raises as
+        :meth:`encode`."""
+        return None
+
 
 class ScalarBatch(Batch):
     """IDs formatted one by one (:func:`scalar_lines`): the default batch. A scheme writes a column-wise (numpy)

@@ -332,6 +332,11 @@ def ramp(count: int) -> npt.NDArray[np.uint64]:
     return _ramp.values[:count]
 
 
+Run3 = tuple[int, int, int]
+"""A :meth:`Uuidv7Batch.runs16` run: (value with counter bits 15..0 and the tail zero, first counter bits 15..0,
+count)."""
+
+
 class Uuidv7Batch(Batch):
     """UUIDv7s issued together: consecutive counters per millisecond, a fresh random tail per ID.
 
@@ -369,10 +374,10 @@ class Uuidv7Batch(Batch):
         np.bitwise_or(lo64, np.frombuffer(self.tails, dtype=">u4", count=count), out=lo64)
         return hi16, lo64
 
-    def runs16(self) -> list[tuple[int, int, int]]:
+    def runs16(self) -> list[Run3]:
         """``(value with counter bits 15..0 and the tail zero, first counter bits 15..0, count)`` per run of IDs
         whose counters agree above bit 15: in the text only counter bits 15..0 and the tail vary along a run."""
-        out: list[tuple[int, int, int]] = []
+        out: list[Run3] = []
         for seg in self.segments:
             base = seg.tick << TIMESTAMP_SHIFT | FLAGS
             counter, end = seg.first, seg.first + seg.count
@@ -387,27 +392,44 @@ class Uuidv7Batch(Batch):
     def encode(self, fmt: str) -> bytes:
         """The batch as ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format.
 
-        Rows start as copies of a template per :meth:`runs16` run; counter bits 15..0 are copied from slices of
-        the hex table, the tail's 8 hex digits (one ``bytes.hex`` call for the batch) written as one 8-byte word
-        per row.
+        Rows start as copies of a template per :meth:`runs16` run (:meth:`_write_varying` writes the rest).
         """
         fmt = SCHEME.resolve_format(fmt)
         if self.count <= SCALAR_COUNT_MAX:
             return "".join([SCHEME.format(value, fmt) + "\n" for value in self.values()]).encode("ascii")
-        encoder, counter_column, tail_column = (
-            (encode_hex, HEX_COUNTER_COLUMN, HEX_TAIL_COLUMN)
-            if fmt == "hex"
-            else (encode_uuid, UUID_COUNTER_COLUMN, UUID_TAIL_COLUMN)
-        )
+        encoder = encode_hex if fmt == "hex" else encode_uuid
         runs = self.runs16()
         rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
-        hex4 = _text.hex4_table()
-        _text.write_runs(rows, counter_column, [(hex4, first, count) for _, first, count in runs])
-        count = self.count
-        # The tails' hex digits in one C call (bytes.hex), laid down 8 characters (one 8-byte write) per row.
-        digits = np.frombuffer(self.tails[: TAIL_BYTES * count].hex().encode("ascii"), dtype="<u8")
-        _text.char_view(rows, tail_column, "<u8")[...] = digits
+        self._write_varying(rows, 0, fmt, runs)
         return rows.tobytes()
+
+    def json_members(self, fmt: str) -> memoryview | None:
+        """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`), written in place:
+        rows ``"ID",`` start as copies of a template per :meth:`runs16` run, then :meth:`_write_varying` writes the
+        rest, so the IDs are not framed in a second pass. None for a batch small enough for :meth:`encode`'s
+        scalar path; InvalidOptionError for another format."""
+        fmt = SCHEME.resolve_format(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return None
+        encoder = encode_hex if fmt == "hex" else encode_uuid
+        runs = self.runs16()
+        rows = _text.json_rows([(encoder(value).encode(), count) for value, _, count in runs])
+        self._write_varying(rows, 1, fmt, runs)  # column 0 holds the opening quote
+        return rows.reshape(-1).data[:-1]  # the last row's comma dropped
+
+    def _write_varying(self, rows: npt.NDArray[np.uint8], offset: int, fmt: str, runs: list[Run3]) -> None:
+        """Write what varies along each of ``runs`` (:meth:`runs16`) into ``rows`` (one ID per row, its text at
+        byte ``offset``): counter bits 15..0 copied from slices of the hex table, the tail's 8 hex digits (the
+        table's entries of its two 16-bit halves) written as one 8-byte word per row."""
+        counter_column, tail_column = (
+            (HEX_COUNTER_COLUMN, HEX_TAIL_COLUMN) if fmt == "hex" else (UUID_COUNTER_COLUMN, UUID_TAIL_COLUMN)
+        )
+        hex4 = _text.hex4_table()
+        _text.write_runs(rows, offset + counter_column, [(hex4, first, count) for _, first, count in runs])
+        # The tails' hex digits from the hex table, two 16-bit halves per tail, laid down 8 characters (one 8-byte
+        # write) per row: fewer instructions than bytes.hex and its str-to-bytes copy.
+        halves = np.frombuffer(self.tails, dtype=">u2", count=2 * self.count).astype(np.intp)
+        _text.char_view(rows, offset + tail_column, "<u8")[...] = hex4[halves].view("<u8")
 
     def values(self) -> list[int]:
         if self.count == 1:  # a single-ID request

@@ -1,6 +1,7 @@
 """app/api/issuing.py: an issue body's bytes are the compact JSON of its members (``json.dumps`` of the list of
 IDs), whichever framing built them: ``bytes.replace`` below JSON_ROWS_MIN IDs or a decimal form whose rows differ
-in width, the column-wise :func:`~app.schemes._text.json_strings` from JSON_ROWS_MIN up."""
+in width, the column-wise :func:`~app.schemes._text.json_strings` from JSON_ROWS_MIN up, or a batch's own
+:meth:`~app.schemes.base.Batch.json_members` (UUIDv7)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,17 @@ def test_json_strings_frames_rows_of_one_width_and_refuses_others() -> None:
     assert json_strings(b"1\n22\n", 2) is None  # a decimal form: rows differ in width
     assert json_strings(b"12\n3\n4\n", 2) is None  # not count rows
     assert json_strings(b"", 0) is None
+
+
+def test_json_rows_repeats_each_text_as_a_json_member() -> None:
+    from app.schemes._text import json_rows
+
+    rows = json_rows([(b"abc", 2), (b"def", 3)])
+    assert rows.shape == (5, 6)
+    assert (
+        bytes(rows.reshape(-1).data[:-1]) == json.dumps(["abc"] * 2 + ["def"] * 3, separators=(",", ":"))[1:-1].encode()
+    )
+    rows[0, 1] = ord("x")  # a fresh, writable array
+    assert bytes(rows[0]) == b'"xbc",'
+    with pytest.raises(ValueError, match="every text must be 3 bytes long"):
+        json_rows([(b"abc", 1), (b"de", 1)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random as stdlib_random
 import uuid
@@ -225,6 +226,19 @@ def scalar_text(batch: Uuidv7Batch, fmt: str) -> bytes:
     return "".join(SCHEME.format(value, fmt) + "\n" for value in batch.values()).encode()
 
 
+def scalar_members(batch: Uuidv7Batch, fmt: str) -> bytes:
+    """The IDs as JSON array members, as json.dumps writes them (no brackets)."""
+    return json.dumps([SCHEME.format(value, fmt) for value in batch.values()], separators=(",", ":"))[1:-1].encode()
+
+
+def assert_json_members(batch: Uuidv7Batch, fmt: str) -> None:
+    members = batch.json_members(fmt)
+    if batch.count <= uuidv7.SCALAR_COUNT_MAX:
+        assert members is None
+    else:
+        assert members is not None and bytes(members) == scalar_members(batch, fmt)
+
+
 @pytest.mark.parametrize("count", [1, 8, 9, 1000, 65536])
 def test_batch_encode_equals_scalar_format(count: int) -> None:
     batch = make(seed=count).generate(count)
@@ -233,6 +247,7 @@ def test_batch_encode_equals_scalar_format(count: int) -> None:
         text = batch.encode(fmt)
         assert text == scalar_text(batch, fmt)
         assert len(text) == count * (SCHEME.text_width[fmt] + 1)
+        assert_json_members(batch, fmt)
     assert batch.encode("canonical") == batch.encode("uuid")
 
 
@@ -253,6 +268,7 @@ def test_batch_across_16_bit_counter_runs_and_an_overflow() -> None:
     assert len(batch.runs16()) >= 3
     for fmt in SCHEME.formats:
         assert batch.encode(fmt) == scalar_text(batch, fmt)
+        assert_json_members(batch, fmt)
     values = batch.values()
     assert values == sorted(values) and len(set(values)) == len(values)
 
@@ -260,6 +276,8 @@ def test_batch_across_16_bit_counter_runs_and_an_overflow() -> None:
 def test_batch_encode_refuses_an_unknown_format() -> None:
     with pytest.raises(InvalidOptionError, match="format must be one of"):
         make().generate(3).encode("ulid")
+    with pytest.raises(InvalidOptionError, match="format must be one of"):
+        make().generate(1000).json_members("ulid")
 
 
 # --- the generator ------------------------------------------------------------------------------------------------
