@@ -26,21 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.storage.sequences import (
-    RECORD,
-    AuditPage,
-    Change,
-    Docs,
-    Outcome,
-    SequenceRecord,
-    SequenceStore,
-    T,
-    check_doc,
-    check_outcome,
-    dumps,
-    loads,
-    unknown,
-)
+from app.storage import sequences as shared
+from app.storage.sequences import RECORD, AuditPage, Change, Docs, Outcome, SequenceRecord, SequenceStore, T
 from app.storage.tables.db import Database, Fetch
 
 NEVER = "never"
@@ -65,7 +52,7 @@ class TableSequenceStore(SequenceStore):
     async def get(self, name: str) -> SequenceRecord:
         rows = await self.db.run(f"reading sequence {name}", self.db.sql.seq_get, {"name": name})
         if not rows:
-            raise unknown(name)
+            raise shared.unknown(name)
         return SequenceRecord.from_json(name, rows[0][0], self._where(name))
 
     async def list(self) -> list[SequenceRecord]:
@@ -73,18 +60,18 @@ class TableSequenceStore(SequenceStore):
         return [SequenceRecord.from_json(str(n), value, self._where(str(n))) for n, value in rows]
 
     async def update(self, name: str, docs: Sequence[str], change: Change[T], timeout: float | None = None) -> T:
-        names = [check_doc(doc) for doc in docs]
+        names = [shared.check_doc(doc) for doc in docs]
         sql = self.db.sql
 
         async def work(fetch: Fetch) -> Outcome[T]:
             await fetch(sql.seq_lock, {"space": sql.seq_lock_space, "name": name})
             snapshot: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
             for doc, value in await fetch(sql.seq_read, {"name": name, "docs": names}):
-                snapshot[doc] = loads(value, self._where(name, doc))
+                snapshot[doc] = shared.loads(value, self._where(name, doc))
             found: Docs = snapshot
             outcome = change(found)
-            check_outcome(names, outcome)
-            puts = {doc: dumps(value).decode() for doc, value in outcome.writes.items() if value is not None}
+            shared.check_outcome(names, outcome)
+            puts = {doc: shared.dumps(value).decode() for doc, value in outcome.writes.items() if value is not None}
             gone = [doc for doc, value in outcome.writes.items() if value is None]
             if puts:
                 await fetch(sql.seq_put, {"name": name, "docs": list(puts), "values": list(puts.values())})
@@ -98,7 +85,7 @@ class TableSequenceStore(SequenceStore):
                         "name": name,
                         "ids": [event["id"] for event in events],
                         "periods": [str(event.get("period") or NEVER) for event in events],
-                        "bodies": [dumps(event).decode() for event in events],
+                        "bodies": [shared.dumps(event).decode() for event in events],
                     },
                 )
             return outcome
@@ -114,7 +101,9 @@ class TableSequenceStore(SequenceStore):
             self.db.sql.seq_audit,
             {"name": name, "after": after or "", "period": period, "limit": limit + 1},
         )
-        page = [loads(body, f"{self.db.schema}.sequence_events/{name}/{event_id}") for event_id, body in rows[:limit]]
+        page = [
+            shared.loads(body, f"{self.db.schema}.sequence_events/{name}/{event_id}") for event_id, body in rows[:limit]
+        ]
         return page, (str(rows[limit - 1][0]) if len(rows) > limit and limit > 0 else None)
 
     async def prune(self, events_before_ns: int, periods_before: str) -> int:
