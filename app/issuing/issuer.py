@@ -190,16 +190,7 @@ class Issuer:
         when the whole count was generated within the recorded high-water mark, else the coroutine that waits for
         the clock or records the mark (IDs already generated are part of its answer). Raises as :meth:`issue`."""
         charge(count)
-        gen = self.check()
-        batch = gen.generate(count, **options)
-        if batch.count == count and batch.high_water <= self.holder.recorded_mark:  # _generate's common case, inline
-            self.metrics.ids_issued(count)
-            stats = gen.stats
-            meter = self.stats
-            if stats is not meter.of or stats.sequence_exhausted or stats.clock_rollbacks:
-                meter.account(stats)
-            return Issued(self.scheme, [batch])
-        return self._issue_rest(gen, batch, count, options, False)
+        return self._generate(count, options, False)
 
     def _generate(self, count: int, options: dict[str, Any], stream: bool) -> Issued | Coroutine[Any, Any, Issued]:
         """Generate ``count`` IDs once charged: the :class:`Issued` when the generator's first batch holds them all
@@ -207,7 +198,11 @@ class Issuer:
         gen = self.check()
         batch = gen.generate(count, **options)
         if batch.count == count and batch.high_water <= self.holder.recorded_mark:
-            self._account(gen, count, 0.0)
+            self.metrics.ids_issued(count)
+            stats = gen.stats
+            meter = self.stats
+            if stats is not meter.of or stats.sequence_exhausted or stats.clock_rollbacks:  # else nothing to meter
+                meter.account(stats)
             return Issued(self.scheme, [batch])
         return self._issue_rest(gen, batch, count, options, stream)
 
