@@ -323,15 +323,7 @@ class Front:
             if access.hands_out_ids:
                 self.drain.enter()  # before the event loop turns: the coroutine has not run yet
             return self._hot_later(route, answer, scope, start)
-        if UNSETTLED_KEY in scope:
-            settle(scope)
-        if self.cors:
-            allowed = self.cors_headers(scope)
-            if allowed:
-                answer = answer[0], answer[1], [*answer[2], *allowed]
-        status, body, extra = answer
-        self.metrics.request(route.template, scope["method"], status, time.perf_counter() - start)
-        return status, route.fixed, extra, body
+        return self._hot_reply(route, answer, scope, start)
 
     async def _hot_later(self, route: HotRoute, waiting: Awaitable[Answer], scope: Scope, start: float) -> Reply:
         """The rest of :meth:`answer_hot_now` for a handler that waits (``waiting``: its answer), counted in flight
@@ -349,13 +341,17 @@ class Front:
         return self._hot_reply(route, answer, scope, start)
 
     def _hot_reply(self, route: HotRoute, answer: Answer, scope: Scope, start: float) -> Reply:
-        if self.keys is not None:
+        """A hot route's ``answer`` settled (a keyed request whose IDs were never charged), given its CORS headers,
+        counted and made a :data:`Reply` (what :meth:`finish` does, with the route's own fixed headers)."""
+        if UNSETTLED_KEY in scope:
             settle(scope)
         if self.cors:
             allowed = self.cors_headers(scope)
             if allowed:
                 answer = answer[0], answer[1], [*answer[2], *allowed]
-        return self.finish(answer, route.access, route.template, scope["method"], start)
+        status, body, extra = answer
+        self.metrics.request(route.template, scope["method"], status, time.perf_counter() - start)
+        return status, route.fixed, extra, body
 
     def cors_headers(self, scope: Scope) -> list[Header]:
         """The CORS headers of an answer to ``scope``: its ``Origin`` allowed, when it is a listed one; else none."""
