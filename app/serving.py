@@ -266,13 +266,9 @@ memory)."""
 
 def _hot_target(front: Front, url: bytes) -> tuple[Any, str, str, bytes, bytes] | None:
     """(hot route, its template parameter, path, raw path, query string) of a request target, or None when it is
-    no hot route's (or has no path uvicorn reads). Remembered per front and target: the same bytes always parse
-    the same (in ``front.hot_targets``)."""
+    no hot route's (or has no path uvicorn reads), parsed and remembered per front and target in
+    ``front.hot_targets`` (the same bytes always parse the same; the caller looks there first)."""
     memo = front.hot_targets
-    try:
-        return memo[url]  # type: ignore[no-any-return]
-    except KeyError:
-        pass
     found: tuple[Any, str, str, bytes, bytes] | None = None
     try:
         parsed = httptools.parse_url(url)
