@@ -23,6 +23,10 @@ from app.errors import ConfigError
 SCOPES = ("issue", "stream", "decode", "sequences", "admin", "metrics", "backfill")
 """Every scope an API key (or ``public_scopes``) may hold; :mod:`app.api.auth` maps routes to them."""
 
+HISTORY_CHECK_INTERVAL_S = 5.0
+"""Seconds between a node's checks of the store's history, by default (``IDMINT_HISTORY_CHECK_INTERVAL``;
+:class:`app.storage.history.HistoryGuard`)."""
+
 
 def _default_state_dir() -> Path:
     return Path(platformdirs.user_data_dir("idmint", appauthor=False))
@@ -282,7 +286,7 @@ class CoreSettings(BaseSettings):
     )
 
     history_check_interval: float = Field(
-        5.0,
+        HISTORY_CHECK_INTERVAL_S,
         gt=0,
         le=3600,
         description="Seconds between a node's checks of the store's history against the fleet's record (a restored "

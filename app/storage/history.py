@@ -7,7 +7,7 @@ marks, the claim rows and the sequences' allocation points read are older than w
 trusting them issues the same IDs and integers again. So every backend tells what its store *is* now
 (:meth:`~app.storage.lease.LeaseBackend.history_facts`, a :class:`Facts`), the first node records it in the fleet
 record ``history`` (:data:`HISTORY_RECORD`), and every node compares, at start and every
-``IDMINT_HISTORY_CHECK_INTERVAL`` seconds (:data:`CHECK_INTERVAL_S` by default)::
+``IDMINT_HISTORY_CHECK_INTERVAL`` seconds (:data:`~app.settings.HISTORY_CHECK_INTERVAL_S` by default)::
 
     identity    facts that a copy or restore changes and nothing else does (PostgreSQL: the cluster's system
                 identifier, its timeline, the oids of idmint's tables; etcd: the cluster ID; embedded: the state
@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.errors import BackendUnavailableError, NotReadyError
+from app.settings import HISTORY_CHECK_INTERVAL_S
 from app.storage.lease import Facts
 from app.storage.sequences import AuditPage, Change, Run, SequenceRecord, SequenceStore
 
@@ -58,9 +59,6 @@ T = TypeVar("T")
 
 HISTORY_RECORD = "history"
 """The fleet record holding the storage's history (see the module)."""
-CHECK_INTERVAL_S = 5.0
-"""Every node compares the store with the record this often, in seconds, unless ``IDMINT_HISTORY_CHECK_INTERVAL``
-says otherwise (a restore under a running node is seen within it)."""
 CHECK_TIMEOUT_S = 5.0
 """The longest one round may take."""
 RETRY_AFTER_S = 30
@@ -138,7 +136,7 @@ class HistoryGuard:
         accept: frozenset[str] = frozenset(),
         *,
         enabled: bool = True,
-        interval: float = CHECK_INTERVAL_S,
+        interval: float = HISTORY_CHECK_INTERVAL_S,
     ) -> None:
         self.backend = backend
         self.accept = accept
