@@ -36,7 +36,8 @@ for client in "${clients[@]}"; do
         if (
             case "$client" in
             typescript)
-                cd clients/typescript &&
+                # under the lock tests/e2e/test_cors_client.py takes too: npm ci empties node_modules first
+                cd clients/typescript && exec 9>>.npm.lock && flock 9 &&
                     if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
                         npm ci --no-audit --no-fund --loglevel=error
                     fi &&

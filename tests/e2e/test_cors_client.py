@@ -7,6 +7,7 @@ replica, handing nothing out."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import re
 import subprocess
@@ -46,14 +47,18 @@ class QuietHandler(SimpleHTTPRequestHandler):
 def browser_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory holding ``index.html`` and the client's browser build in ``idmint/``."""
     root = tmp_path_factory.mktemp("page")
-    if not (TYPESCRIPT / "node_modules" / ".bin" / "tsc").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TYPESCRIPT, check=True)
-    tsc = str(TYPESCRIPT / "node_modules" / ".bin" / "tsc")
-    subprocess.run(
-        [tsc, "-p", "tsconfig.json", "--outDir", str(root / "idmint"), "--declaration", "false"],
-        cwd=TYPESCRIPT,
-        check=True,
-    )
+    # npm ci empties node_modules first: the conformance run (scripts/test-clients.sh) installs and builds under
+    # the same lock, so neither removes the other's tsc while it runs.
+    with open(TYPESCRIPT / ".npm.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (TYPESCRIPT / "node_modules" / ".bin" / "tsc").exists():
+            subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TYPESCRIPT, check=True)
+        tsc = str(TYPESCRIPT / "node_modules" / ".bin" / "tsc")
+        subprocess.run(
+            [tsc, "-p", "tsconfig.json", "--outDir", str(root / "idmint"), "--declaration", "false"],
+            cwd=TYPESCRIPT,
+            check=True,
+        )
     (root / "index.html").write_text("<!doctype html>\n<title>an app on another origin</title>\n")
     return root
 
