@@ -48,6 +48,7 @@ from app.schemes.base import Clock
 from app.sequences import SequenceService
 from app.settings import Settings, load_settings
 from app.storage import open_storage
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("idmint.node")
 
@@ -115,8 +116,7 @@ def create_app(settings: Settings | None = None, *, clock: Clock | None = None) 
                 with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                     asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
             decode.shutdown_text_pool()
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
+            await cancel_and_wait(starting)
             await sequences.stop()
             await node.stop()
             with contextlib.suppress(TimeoutError):

@@ -109,6 +109,7 @@ ISSUING = ("app.issuing",)
 BELOW_ISSUING = (
     "app.errors",
     "app.times",
+    "app.tasks",
     "app.logs",
     "app.settings",
     "app.bounds",

@@ -53,6 +53,7 @@ from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.base import Storage
 from app.storage.lease import LeaseBackend, Owner
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("idmint.node")
 
@@ -260,9 +261,7 @@ class Node:
         checks, decode). Returns the claims released (``{"scheme", "kind", "identity"}``)."""
         holders = [i.holder for i in self.issuers.values() if not isinstance(i, SharedIssuer)]
         tasks = [t for t in self._tasks if t.get_name().startswith("idmint-issuer-")]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         self._tasks = [t for t in self._tasks if t not in tasks]
         released = []
         for holder in holders:
@@ -273,9 +272,7 @@ class Node:
 
     async def stop(self) -> None:
         """Cancel background tasks, record final marks, release claims, close the backend."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         self._tasks.clear()
         for issuer in self.issuers.values():
             if not isinstance(issuer, SharedIssuer):

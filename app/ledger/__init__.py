@@ -25,6 +25,7 @@ from app.ledger.index import FUTURE_TOLERANCE_NS, REASON_BEFORE, REASON_FUTURE, 
 from app.schemes.pool import IdentityPool
 from app.storage.lease import Claim, Owner
 from app.storage.ledger import END_LOST, END_RELEASED, NS_IN_DAY, NS_IN_S, ClaimRecord, LedgerStore
+from app.tasks import cancel_and_wait
 
 __all__ = ["ClaimRecord", "Ledger", "LedgerStore", "Verdict"]
 
@@ -292,10 +293,8 @@ class Ledger:
 
     async def stop(self) -> None:
         """Stop the background task, write what is pending (bounded), close the store."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(FLUSH_TIMEOUT_S):
                 while self.pending and not await self.flush():  # noqa: ASYNC110 -- retrying a store, not an event

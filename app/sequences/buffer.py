@@ -47,6 +47,7 @@ from typing import Any
 from app.errors import BackendUnavailableError, IdmintError, NotReadyError, SequenceOverflowError
 from app.metrics import SequenceMetrics
 from app.storage.sequences import MAX_VALUE, Run, SequenceStore, run_last
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("idmint.sequences")
 
@@ -338,9 +339,7 @@ class SequenceBuffer:
         task = self._load_task
         if task is not None:  # a reservation in flight (a prefetch) lands in the buffer and goes back with it
             await asyncio.wait({task}, timeout=timeout)
-            if not task.done():  # if it lands after all, storage has moved on: the compare below fails
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)  # if it lands after all, storage has moved on: the compare below fails
         segments = list(self.segments)
         self.segments.clear()  # from here on nothing is issued: what is handed back is never issued here
         self._drained = True

@@ -64,6 +64,7 @@ from app.storage.sequences import (
     check_name,
     check_settings,
 )
+from app.tasks import cancel_and_wait
 from app.times import rfc3339
 
 log = logging.getLogger("idmint.sequences")
@@ -217,9 +218,7 @@ class SequenceService:
     async def stop(self, hand_back: bool = True) -> None:
         """A clean stop: stop reserving, hand each buffer's unused top range back to storage (all at once, each
         within HAND_BACK_TIMEOUT_S; see :mod:`app.sequences.buffer`), count the rest as gaps, close storage."""
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            await asyncio.gather(self._maintenance, return_exceptions=True)
+        await cancel_and_wait(self._maintenance)
         for batcher in self._batchers.values():
             if batcher.task is not None:
                 batcher.task.cancel()

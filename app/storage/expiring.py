@@ -33,6 +33,7 @@ from app.metrics import Metrics
 from app.schemes.pool import IdentityPool
 from app.settings import Settings
 from app.storage.lease import Claim, LeaseBackend, LossCallback
+from app.tasks import cancel_and_wait
 
 RETRY_START_S = 0.05
 RETRY_MAX_S = 0.25
@@ -182,9 +183,7 @@ class ExpiringSession(ABC):
     async def stop(self) -> None:
         """Stop the keepalive task (the lease runs out by itself)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def close(self, timeout: float) -> None:
         """Stop keeping alive and give the lease back, waiting at most ``min(timeout, TTL)`` s. Never raises."""
@@ -385,10 +384,8 @@ class ExpiringBackend(LeaseBackend):
         """Mark the backend closed and stop its background task."""
         self._closed = True
         self._reason = f"{self.store} backend closed"
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
 
     async def _run(self) -> None:
         backoff = BACKOFF_START_S

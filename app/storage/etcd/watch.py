@@ -18,6 +18,7 @@ from app.storage.etcd import keys
 from app.storage.etcd.client import EtcdCallError, EtcdClient, KeyValue
 from app.storage.expiring import wait_event
 from app.storage.lease import REVOKED_REASON
+from app.tasks import cancel_and_wait
 
 log = logging.getLogger("idmint.lease.etcd")
 
@@ -80,9 +81,8 @@ class ClaimWatch:
     async def stop(self) -> None:
         """Cancel the watch task (when called from it, only forget it)."""
         task, self.task = self.task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is not asyncio.current_task():
+            await cancel_and_wait(task)
 
     async def _follow(self, start_revision: int, created: asyncio.Event) -> None:
         endpoint = self.client.endpoint

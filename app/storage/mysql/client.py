@@ -157,16 +157,14 @@ class Database:
 
     # -- connections -----------------------------------------------------------------------------------------
     async def _connect(self, timeout: float) -> aiomysql.Connection:
-        conn = await asyncio.wait_for(
-            aiomysql.connect(
+        async with asyncio.timeout(timeout):
+            conn = await aiomysql.connect(
                 **self._args,
                 connect_timeout=max(1.0, min(self.connect_timeout, timeout)),
                 autocommit=True,
                 charset="utf8mb4",
                 client_flag=CLIENT.FOUND_ROWS,
-            ),
-            timeout,
-        )
+            )
         try:
             version = conn.get_server_info()
             self.mariadb = "mariadb" in version.lower()
@@ -191,7 +189,8 @@ class Database:
             self._slots = asyncio.Semaphore(self.size)
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(self._slots.acquire(), max(0.05, give_up - loop.time()))
+            async with asyncio.timeout(max(0.05, give_up - loop.time())):
+                await self._slots.acquire()
         except TimeoutError:
             raise BackendUnavailableError(f"MySQL at {self.where} gave no connection in time") from None
         while self._idle:
@@ -263,8 +262,10 @@ class Database:
         try:
             done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
         except asyncio.CancelledError:  # we are being cancelled: do not leave the statement waiting on the server
-            await _abandon(task, conn)
-            self._release(conn, reuse=False)
+            try:
+                await _abandon(task, conn)
+            finally:
+                self._release(conn, reuse=False)
             raise
         if task not in done:
             await _abandon(task, conn)

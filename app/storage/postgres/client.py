@@ -284,8 +284,10 @@ class Database:
         try:
             done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
         except asyncio.CancelledError:  # we are being cancelled: do not leave the statement waiting on the server
-            await _abandon(task, conn)
-            await pool.putconn(conn)
+            try:
+                await _abandon(task, conn)
+            finally:
+                await pool.putconn(conn)
             raise
         if task not in done:
             # No answer in time: end the statement under psycopg (its own cancellation would wait on a server that
