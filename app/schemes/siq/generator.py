@@ -236,6 +236,18 @@ _DECIMAL_MID_BYTE = 5
 """The second word of the 12 low digits starts at digit 5: digits 5..11 and the newline."""
 
 
+@functools.lru_cache(maxsize=64)
+def _k9_words(tick_bits: int, k10: int) -> tuple[int, ...]:
+    """The did form's bytes 6..7 (k9, k10) of the checksum word for each value of the CRC's low 3 bits, given tick
+    bits 55..54 (k9's low bits) and k10's character (tick bits 53..49): built once per value of tick bits 55..49,
+    which change once in 2**33 seconds, not per segment."""
+    return tuple(
+        BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
+        | k10 << (BYTE_BITS * _DID_K10_BYTE)
+        for crc_bits in range(1 << _DID_K9_CRC_BITS)
+    )
+
+
 SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
 """Largest batch encoded in the reused per-thread array; larger ones get a fresh array."""
 CHUNK_ROWS = 8192
@@ -381,15 +393,7 @@ class SiqBatch(Batch):
             const = block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START]
             const_head[start:end] = _word(const[:WORD_BYTES])  # contiguous fills, then one strided write each
             const_tail[start:end] = _word(const[-WORD_BYTES:])
-            tick_bits = tick >> (TICK_BITS - _DID_K9_TICK_BITS)
-            # the word's bytes 6..7 (k9, k10) for each value of the CRC's low 3 bits
-            k9_words.append(
-                tuple(
-                    BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
-                    | block[_DID_K10] << (BYTE_BITS * _DID_K10_BYTE)
-                    for crc_bits in range(1 << _DID_K9_CRC_BITS)
-                )
-            )
+            k9_words.append(_k9_words(tick >> (TICK_BITS - _DID_K9_TICK_BITS), block[_DID_K10]))
             start = end
         _words_at(out, _DID_CONST)[...] = const_head
         _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
