@@ -13,11 +13,13 @@
     3x stock.
 (b) streamed IDs/s per scheme: ``GET /v1/ids/{scheme}/stream?count=N`` (10,000,000 by default) read by curl into
     /dev/null, with the server's peak resident memory (VmRSS sampled every 20 ms) before and during the stream.
-    ``--stream-rounds`` rounds; in each, per scheme: a wiji stream, the scheme's stream, then the bare ASGI app
-    (bare_app.py ``/stream``) sending fixed lines of the scheme's width in idmint's chunk size (the HTTP path's
-    ceiling on this machine, no ID generated). Printed per scheme: median and best IDs/s, the median of the
-    per-round ratios to wiji and to the ceiling, and the target (ulid/typeid 20M/s, uuidv7 15M/s, ksuid 5M/s,
-    snowflake 95% of its cap: 2^S IDs per unit per worker ID held, ``--snowflake-workers`` held).
+    ``--stream-rounds`` rounds; in each, per scheme: a wiji stream, the scheme's stream, then two ceilings sending
+    fixed lines of the scheme's width in idmint's chunk size, no ID generated: the bare ASGI app (bare_app.py
+    ``/stream``, through uvicorn's framing) and the raw server (raw_server.py ``/stream``: pre-built chunked frames
+    handed to a uvloop transport, the bytes-per-second ceiling of loopback and the reader). Printed per scheme:
+    median and best IDs/s, the median of the per-round ratios to wiji and to each ceiling, the median MB/s of the
+    stream and of each ceiling (bytes read by curl, 10^6 per MB), and the target (ulid/typeid 20M/s, uuidv7 15M/s,
+    ksuid 5M/s, snowflake 95% of its cap: 2^S IDs per unit per worker ID held, ``--snowflake-workers`` held).
     Eight-byte is capped by its format at 64 IDs per ms per generator ID (--eight-byte-generators IDs held).
 
     With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git archive <rev> | tar -x -C DIR``),
@@ -373,11 +375,13 @@ def main() -> None:
     stream_env = {**env, "IDMINT_SNOWFLAKE_WORKERS": str(args.snowflake_workers)}
     idm, idm_url = start(IDMINT, stream_env, http=args.protocol)
     bare, bare_url = start(["bench.bare_app:app"], env)
+    raw, raw_url = start(RAW, env)
     try:
-        run_streams(args, streamed, idm, idm_url, bare_url)
+        run_streams(args, streamed, idm, idm_url, bare_url, raw_url)
     finally:
         stop(idm)
         stop(bare)
+        stop(raw)
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -503,24 +507,33 @@ def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
 
 
 def run_streams(
-    args: argparse.Namespace, streamed: list[str], idm: subprocess.Popen[bytes], idm_url: str, bare_url: str
+    args: argparse.Namespace,
+    streamed: list[str],
+    idm: subprocess.Popen[bytes],
+    idm_url: str,
+    bare_url: str,
+    raw_url: str,
 ) -> None:
-    """(b): rounds of (wiji, scheme, bare ceiling at the scheme's line width) per scheme; medians printed."""
+    """(b): rounds of (wiji, scheme, bare and raw ceilings at the scheme's line width) per scheme; medians printed."""
     count = args.count
     described = {s["name"]: s for s in httpx.get(idm_url + "/v1/schemes").json()["schemes"]}
     others = [name for name in streamed if name != "wiji"] or ["wiji"]
     rates: dict[str, list[float]] = {name: [] for name in others}
     ratios: dict[str, list[float]] = {name: [] for name in others}
-    ceilings: dict[str, list[float]] = {name: [] for name in others}
+    ceilings: dict[str, dict[str, list[float]]] = {
+        "bare": {name: [] for name in others},
+        "raw": {name: [] for name in others},
+    }
     cpu: dict[str, list[float]] = {name: [] for name in ["wiji", *others]}
     waits: dict[str, list[float]] = {name: [] for name in ["wiji", *others]}
-    widths: dict[str, float] = {}
+    widths: dict[str, float] = {"wiji": 27.0}
     peaks: dict[str, tuple[int, int]] = {}
     wiji_rates: list[float] = []
     print(
         f"(b) streams of {count:,} IDs, one worker, {args.stream_rounds} rounds; per scheme and round: wiji, the "
-        f"scheme, then the bare ASGI app (bench/bare_app.py) streaming lines of the scheme's width (the HTTP "
-        f"path's ceiling, no ID generated); load average {os.getloadavg()[0]:.1f} at start",
+        f"scheme, then the bare ASGI app (bench/bare_app.py) and the raw server (bench/raw_server.py) streaming "
+        f"lines of the scheme's width (the ceilings, no ID generated), all read by curl into /dev/null; load "
+        f"average {os.getloadavg()[0]:.1f} at start",
         flush=True,
     )
     for _ in range(args.stream_rounds):
@@ -532,39 +545,48 @@ def run_streams(
             for name, got in (("wiji", wiji_run), (scheme, run)):
                 cpu[name].append(got.cpu_s)
                 waits[name].append(got.wait_s / got.seconds)
+            widths["wiji"] = wiji_run.size / count
             wiji_rates.append(count / wiji_seconds)
             rates[scheme].append(count / seconds)
             ratios[scheme].append(wiji_seconds / seconds)
             widths[scheme] = size / count
             peaks[scheme] = (before, max(peak, peaks.get(scheme, (0, 0))[1]))
             if scheme not in CAPPED:
-                bare_seconds, _ = bare_stream(bare_url, count, round(size / count))
-                ceilings[scheme].append(count / bare_seconds)
+                for kind, base in (("bare", bare_url), ("raw", raw_url)):
+                    ceiling_seconds, _ = curl_to_null(f"{base}/stream?count={count}&width={round(size / count)}")
+                    ceilings[kind][scheme].append(count / ceiling_seconds)
     w = statistics.median(wiji_rates)
     print(
-        "    M IDs/s (median, best of the rounds); x wiji / x ceiling: median of the per-round ratios; per CPU-s: "
-        "IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours disturb "
-        "less; cpu wait: share of the stream's wall time the server was runnable but had no CPU"
+        "    M IDs/s (median, best of the rounds); x wiji, x bare, x raw: median of the per-round ratios to wiji and "
+        "to the two ceilings at the scheme's line width; MB/s: the median rate times the line (10^6 bytes); per "
+        "CPU-s: IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours "
+        "disturb less; cpu wait: share of the stream's wall time the server was runnable but had no CPU"
     )
     print(
-        f"    {'scheme':10s} {'median':>8s} {'best':>8s}  {'x wiji':>6s}  {'x ceiling':>9s}  {'ceiling':>8s}  "
-        f"{'per CPU-s':>9s}  {'cpu wait':>8s}  line  target"
+        f"    {'scheme':10s} {'median':>7s} {'best':>7s} {'x wiji':>6s} {'MB/s':>6s} {'x bare':>6s} "
+        f"{'bare MB/s':>9s} {'x raw':>5s} {'raw MB/s':>8s} {'per CPU-s':>9s} {'cpu wait':>8s}  line  target"
     )
     print(
-        f"    {'wiji':10s} {w / 1e6:8.2f} {max(wiji_rates) / 1e6:8.2f}  {1:6.2f}  {'':9s}  {'':8s}  "
-        f"{count / statistics.median(cpu['wiji']) / 1e6:9.2f}  {statistics.median(waits['wiji']):8.0%}  27 B  "
-        f"({len(wiji_rates)} streams)"
+        f"    {'wiji':10s} {w / 1e6:7.2f} {max(wiji_rates) / 1e6:7.2f} {1:6.2f} {w * widths['wiji'] / 1e6:6.0f} "
+        f"{'':6s} {'':9s} {'':5s} {'':8s} {count / statistics.median(cpu['wiji']) / 1e6:9.2f} "
+        f"{statistics.median(waits['wiji']):8.0%}  {widths['wiji']:4.1f} B  ({len(wiji_rates)} streams)"
     )
     for scheme in others:
         rate = statistics.median(rates[scheme])
-        ceiling = statistics.median(ceilings[scheme]) if ceilings[scheme] else None
-        per_ceiling = statistics.median(r / c for r, c in zip(rates[scheme], ceilings[scheme])) if ceiling else None
+        width = widths[scheme]
+        columns = ""
+        for kind, ratio_width, mb_width in (("bare", 6, 9), ("raw", 5, 8)):
+            got = ceilings[kind][scheme]
+            if not got:
+                columns += " " * (ratio_width + mb_width + 2)
+                continue
+            per = statistics.median(r / c for r, c in zip(rates[scheme], got))
+            columns += f" {per:{ratio_width}.2f} {statistics.median(got) * width / 1e6:{mb_width}.0f}"
         line = (
-            f"    {scheme:10s} {rate / 1e6:8.2f} {max(rates[scheme]) / 1e6:8.2f}  "
-            f"{statistics.median(ratios[scheme]):6.2f}  "
-            f"{f'{per_ceiling:9.2f}' if per_ceiling else '':9s}  {f'{ceiling / 1e6:8.2f}' if ceiling else '':8s}  "
-            f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f}  {statistics.median(waits[scheme]):8.0%}  "
-            f"{widths[scheme]:4.1f} B"
+            f"    {scheme:10s} {rate / 1e6:7.2f} {max(rates[scheme]) / 1e6:7.2f} "
+            f"{statistics.median(ratios[scheme]):6.2f} {rate * width / 1e6:6.0f}{columns} "
+            f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f} {statistics.median(waits[scheme]):8.0%}  "
+            f"{width:4.1f} B"
         )
         target = TARGETS.get(scheme)
         if scheme == "snowflake":
@@ -581,11 +603,6 @@ def run_streams(
             line += f"  {target / 1e6:.0f} M: {'met' if rate >= target else 'MISSED'}"
         before, peak = peaks[scheme]
         print(line + f"  (rss {before / 1024:.0f} -> peak {peak / 1024:.0f} MiB)", flush=True)
-
-
-def bare_stream(base: str, count: int, width: int) -> tuple[float, int]:
-    """(seconds, bytes) of the bare app's stream of ``count`` lines of ``width`` bytes."""
-    return curl_to_null(f"{base}/stream?count={count}&width={width}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ by about 500 between runs.
 Cases: ``single:<scheme>`` (one ID, the canonical form), ``batch:<scheme>`` (``count=1000``, a tenth of the
 calls) and ``chunk:<scheme>`` (a stream's chunk of 65,536 IDs encoded in the canonical form, a hundredth of the
 calls: the encoder alone, as a stream runs it per chunk, from one batch generated beforehand, so a generator that
-spins on the clock does not move the figure). ``--tree DIR`` counts another checkout's code (``git archive <rev> |
+spins on the clock does not move the figure) and ``stream:<scheme>`` (a stream's chunk of 65,536 IDs as the stream
+gets it: every batch the generator returned for it, waits for the clock between them, generated beforehand in
+:data:`STREAM_CHUNKS` chunks taken in turn, then every batch encoded, as :mod:`app.api.streams` does per chunk; a
+hundredth of the calls). ``--tree DIR`` counts another checkout's code (``git archive <rev> |
 tar -x -C DIR``) with this interpreter: run it for both and compare.
 
 Usage: python bench/bench_scheme_code.py [--cases single:wiji,single:siq,batch:uuidv7] [--calls 1000] [--tree DIR]
@@ -22,6 +25,7 @@ Needs: valgrind. Nothing here asserts: it prints.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -29,8 +33,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CASES = (
@@ -40,6 +46,8 @@ DEFAULT_CASES = (
 BATCH_COUNT = 1000
 CHUNK_COUNT = 65_536
 WARM_CALLS = 300
+STREAM_CHUNKS = 8
+"""Chunks generated beforehand for a ``stream:`` case (its calls take them in turn)."""
 
 
 def generator_of(name: str) -> tuple[object, object]:
@@ -94,21 +102,46 @@ def generator_of(name: str) -> tuple[object, object]:
     raise SystemExit(f"unknown scheme {name!r}")
 
 
-def answer(case: str) -> Callable[[], bytes]:
+def answer(case: str) -> Callable[[], object]:
     """One call of ``case``: generate, wrap, frame the body."""
     from app.api.issuing import issue_body
     from app.issuing.issuer import Issued
 
     kind, _, name = case.partition(":")
-    if kind not in ("single", "batch", "chunk"):
-        raise SystemExit(f"a case is single:<scheme>, batch:<scheme> or chunk:<scheme>, got {case!r}")
+    if kind not in ("single", "batch", "chunk", "stream"):
+        raise SystemExit(f"a case is single:, batch:, chunk: or stream:<scheme>, got {case!r}")
     scheme, generator = generator_of(name)
     fmt = scheme.resolve_format(None)  # type: ignore[attr-defined]
+    if kind == "stream":
+        return stream_chunks(generator, fmt)
     if kind == "chunk":
         batch = generator.generate(CHUNK_COUNT)  # type: ignore[attr-defined]
         return lambda: batch.encode(fmt)  # type: ignore[no-any-return]
     count = 1 if kind == "single" else BATCH_COUNT
     return lambda: issue_body(name, fmt, Issued(scheme, [generator.generate(count)]))  # type: ignore[arg-type, attr-defined]
+
+
+def stream_chunks(generator: Any, fmt: str) -> Callable[[], object]:
+    """One call of a ``stream:`` case: the next of :data:`STREAM_CHUNKS` chunks generated beforehand (every batch
+    the generator returned, sleeping for the clock between them), every batch encoded as a stream does."""
+
+    chunks = []
+    for _ in range(STREAM_CHUNKS):
+        batches, remaining = [], CHUNK_COUNT
+        while remaining:
+            batch = generator.generate(remaining)
+            if batch.count:
+                batches.append(batch)
+                remaining -= batch.count
+            else:
+                time.sleep(max(generator.wait_ns(), 0) / 1e9)
+        chunks.append(batches)
+    turn = itertools.cycle(chunks)
+
+    def one() -> object:
+        return [batch.encode(fmt) for batch in next(turn)]
+
+    return one
 
 
 def count_inside(cases: list[str], calls: int, out_file: str) -> dict[str, float]:
@@ -128,7 +161,11 @@ def count_inside(cases: list[str], calls: int, out_file: str) -> dict[str, float
     figures: dict[str, float] = {}
     for case in cases:
         run = answer(case)
-        n = calls if case.startswith("single") else max(1, calls // (100 if case.startswith("chunk") else 10))
+        n = (
+            calls
+            if case.startswith("single")
+            else max(1, calls // (100 if case.startswith(("chunk", "stream")) else 10))
+        )
         for _ in range(min(WARM_CALLS, n)):
             run()
         control("-z")

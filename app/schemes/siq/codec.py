@@ -289,7 +289,7 @@ def from_storage(data: bytes) -> int:
 _DID_CHARS = BASE32_ALPHABET.decode("ascii")
 _DID_PAIR_BITS = 2 * BASE32_CHAR_BITS
 _DID_PAIR_MASK = (1 << _DID_PAIR_BITS) - 1
-_DID_PAIRS = tuple(first + second for first in _DID_CHARS for second in _DID_CHARS)
+DID_PAIRS = tuple(first + second for first in _DID_CHARS for second in _DID_CHARS)
 """The two base32 characters of every 10-bit value (index = the value)."""
 _DID_WORD_BITS = 3 * _DID_PAIR_BITS  # 30
 _DID_WORD_MASK = (1 << _DID_WORD_BITS) - 1
@@ -312,7 +312,7 @@ def encode_did(value: int) -> str:
         block >> _DID_WORD_BITS & _DID_WORD_MASK,
         block & _DID_WORD_MASK,
     )
-    p, m = _DID_PAIRS, _DID_PAIR_MASK
+    p, m = DID_PAIRS, _DID_PAIR_MASK
     return (
         f"{DID_PREFIX}{_DID_CHARS[top >> _DID_PAIR_BITS * 2]}{p[top >> _DID_PAIR_BITS & m]}{p[top & m]}"
         f"{p[a >> _DID_PAIR_BITS * 2]}{p[a >> _DID_PAIR_BITS & m]}{p[a & m]}"

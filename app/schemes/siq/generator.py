@@ -34,11 +34,13 @@ from app.schemes.siq.codec import (
     CRC_FIELD_BYTES,
     DID_DROPPED_CHARS,
     DID_LEN,
+    DID_PAIRS,
     DID_PREFIX,
     DID_PREFIX_LEN,
     HEX_DIGIT_BITS,
     HEX_LEN,
     LOW_BITS,
+    PACKED_BITS,
     PACKED_BYTES,
     QUALIFIERS,
     SHARD_MAX,
@@ -48,7 +50,6 @@ from app.schemes.siq.codec import (
     TICK_SHIFT,
     _pack_prefix,
     domain_hash,
-    encode_did,
     encode_hex,
     encode_low,
     ns_from_tick,
@@ -218,8 +219,6 @@ _DID_K9_TICK_BITS = BASE32_CHAR_BITS - _DID_K9_CRC_BITS
 _DID_CONST = _DID_CRC_WORD + WORD_BYTES  # 16: k11.. up to the tail word
 _DID_TAIL_WORD = DID_LEN + 1 - WORD_BYTES  # 30: k25..k27 (domain hash) + k28..k31 + newline
 _DID_CONST_LEN = _DID_TAIL_WORD - _DID_CONST  # 14: k11..k24 (tick, shard, domain hash), one per segment
-_DID_DROPPED = BASE32_ALPHABET[:1] * DID_DROPPED_CHARS
-"""The 3 dropped characters k0..k2 (zero bits: "aaa"), in front of a did body to index it as the block."""
 _DID_K10 = 10
 """Index in the 32-character base32 block of k10, the first character fixed by the tick alone."""
 _DID_TAIL_BLOCK_START = _DID_TAIL_WORD - DID_PREFIX_LEN + DID_DROPPED_CHARS  # k25
@@ -234,6 +233,35 @@ _DECIMAL_LOW = 10**12
 _DECIMAL_LOW_DIGITS = 12
 _DECIMAL_MID_BYTE = 5
 """The second word of the 12 low digits starts at digit 5: digits 5..11 and the newline."""
+
+
+_DID_CONST_SHIFT = PACKED_BITS - (BASE32_CHAR_BITS * _DID_TAIL_BLOCK_START - BYTE_BITS * CRC_FIELD_BYTES)  # 35
+"""k10..k24 are the 75 packed bits above this one (block bits 50..124 from the top; the CRC field is the first 48)."""
+_DID_CONST_PAIRS = (_DID_TAIL_BLOCK_START - _DID_K10 - 1) // 2  # 7 pairs: k11..k24
+
+
+def _did_const(prefix: int) -> tuple[int, bytes]:
+    """The did form's characters fixed by a segment's packed prefix (tick, shard, domain hash): k10's ASCII code
+    and the text of k11..k24, as :func:`~app.schemes.siq.codec.encode_did` writes them (pairs of characters from its
+    table of every 10-bit value), without its CRC and the rest of the text."""
+    bits = prefix >> _DID_CONST_SHIFT
+    pairs, mask = DID_PAIRS, (1 << 2 * BASE32_CHAR_BITS) - 1
+    text = "".join(
+        [pairs[bits >> 2 * BASE32_CHAR_BITS * (_DID_CONST_PAIRS - 1 - pair) & mask] for pair in range(_DID_CONST_PAIRS)]
+    )
+    return BASE32_ALPHABET[bits >> 2 * BASE32_CHAR_BITS * _DID_CONST_PAIRS & _CHAR_MASK], text.encode("ascii")
+
+
+@functools.lru_cache(maxsize=64)
+def _k9_words(tick_bits: int, k10: int) -> tuple[int, ...]:
+    """The did form's bytes 6..7 (k9, k10) of the checksum word for each value of the CRC's low 3 bits, given tick
+    bits 55..54 (k9's low bits) and k10's character (tick bits 53..49): built once per value of tick bits 55..49,
+    which change once in 2**33 seconds, not per segment."""
+    return tuple(
+        BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
+        | k10 << (BYTE_BITS * _DID_K10_BYTE)
+        for crc_bits in range(1 << _DID_K9_CRC_BITS)
+    )
 
 
 SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
@@ -375,21 +403,10 @@ class SiqBatch(Batch):
             end = start + run
             np.bitwise_xor(crc_table[first : first + run], np.uint32(zlib.crc32(packed)), out=crc[start:end])
             tail[start:end] = tail_table[first : first + run]
-            # k10..k24 carry packed bits only: the scalar encoder's text (its pair table, where base64.b32encode
-            # is pure Python) gives them, behind the 3 dropped characters.
-            block = _DID_DROPPED + encode_did(prefix)[DID_PREFIX_LEN:].encode("ascii")
-            const = block[_DID_K10 + 1 : _DID_TAIL_BLOCK_START]
+            k10, const = _did_const(prefix)
             const_head[start:end] = _word(const[:WORD_BYTES])  # contiguous fills, then one strided write each
             const_tail[start:end] = _word(const[-WORD_BYTES:])
-            tick_bits = tick >> (TICK_BITS - _DID_K9_TICK_BITS)
-            # the word's bytes 6..7 (k9, k10) for each value of the CRC's low 3 bits
-            k9_words.append(
-                tuple(
-                    BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
-                    | block[_DID_K10] << (BYTE_BITS * _DID_K10_BYTE)
-                    for crc_bits in range(1 << _DID_K9_CRC_BITS)
-                )
-            )
+            k9_words.append(_k9_words(tick >> (TICK_BITS - _DID_K9_TICK_BITS), k10))
             start = end
         _words_at(out, _DID_CONST)[...] = const_head
         _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
