@@ -8,6 +8,7 @@ base passed as ``PYTHON_IMAGE``) and shared by every test here. Containers use t
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import socket
 import subprocess
@@ -467,12 +468,16 @@ PORTS_WAIT_S = 120.0
 """A guard, not a budget: sockets the previous stack closed (TIME_WAIT, 60 s) keep its ports from binding."""
 
 
-def build_postgres_image(podman: Podman, base_image: str, tag: str, workdir: Path) -> None:
+POSTGRES_IMAGE_REPOSITORY = "localhost/idmint-test-postgres"
+
+
+def postgres_image(podman: Podman, base_image: str, workdir: Path) -> str:
     """PostgreSQL on the Debian base: Debian's postgresql package (no cluster made by its scripts) and the
-    entrypoint in tests/ops/postgres-image/ (what the postgres image's does with POSTGRES_*)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "entrypoint.sh").write_bytes((POSTGRES_IMAGE_FILES / "entrypoint.sh").read_bytes())
-    (workdir / "Containerfile").write_text(
+    entrypoint in tests/ops/postgres-image/ (what the postgres image's does with POSTGRES_*). Kept between runs as
+    the base image is, under a tag naming its recipe (the Containerfile, the entrypoint and the base image's own
+    tag): built once per recipe, one builder at a time; images of other recipes are removed. Returns its tag."""
+    entrypoint = (POSTGRES_IMAGE_FILES / "entrypoint.sh").read_bytes()
+    recipe = (
         f"FROM {base_image}\n"
         f"RUN printf 'deb {apt_mirror()} {SUITE} main\\n' > /etc/apt/sources.list \\\n"
         " && mkdir -p /etc/postgresql-common \\\n"
@@ -485,7 +490,25 @@ def build_postgres_image(podman: Podman, base_image: str, tag: str, workdir: Pat
         "RUN chmod 755 /usr/local/bin/postgres-entrypoint\n"
         'ENTRYPOINT ["/usr/local/bin/postgres-entrypoint"]\n'
     )
-    build_image(podman, tag, workdir, dockerfile=workdir / "Containerfile")
+    tag = f"{POSTGRES_IMAGE_REPOSITORY}:{hashlib.sha256(recipe.encode() + entrypoint).hexdigest()[:16]}"
+    with open(podman.root / "postgres-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not podman.image_exists(tag):
+            workdir.mkdir(parents=True, exist_ok=True)
+            (workdir / "entrypoint.sh").write_bytes(entrypoint)
+            (workdir / "Containerfile").write_text(recipe)
+            build_image(podman, tag, workdir, dockerfile=workdir / "Containerfile")
+        for other in podman.run(
+            "images",
+            "--format",
+            "{{.Repository}}:{{.Tag}}",
+            "--filter",
+            f"reference={POSTGRES_IMAGE_REPOSITORY}",
+            check=False,
+        ).stdout.split():
+            if other != tag:
+                podman.run("rmi", other, check=False)
+    return tag
 
 
 @pytest.fixture
@@ -493,9 +516,9 @@ def postgres_compose_stack(
     podman: Podman, base_image: str, idmint_image: Image, tmp_path: Path
 ) -> Iterator[dict[str, Any]]:
     """docker-compose.postgres.yml + tests/ops/compose.postgres.podman.yml brought up with podman-compose
-    (PostgreSQL, three replicas), torn down with ``down -v`` and the PostgreSQL image removed."""
+    (PostgreSQL, three replicas), torn down with ``down -v`` (the PostgreSQL image is kept: :func:`postgres_image`)."""
     project = f"idmint-test-pg-{SESSION}"
-    postgres_tag = f"localhost/idmint-test-postgres:{SESSION}"
+    postgres_tag = postgres_image(podman, base_image, tmp_path / "postgres-image")
     env = {**podman.env, "IDMINT_TEST_IMAGE": idmint_image.tag, "IDMINT_TEST_POSTGRES_IMAGE": postgres_tag}
     base = [podman_compose(), "--project-name", project, "-f", str(POSTGRES_COMPOSE_FILE)]
     base += ["-f", str(POSTGRES_COMPOSE_OVERRIDE)]
@@ -514,7 +537,6 @@ def postgres_compose_stack(
                 pytest.fail(f"ports needed by the compose stack are in use on 127.0.0.1: {busy}", pytrace=False)
             time.sleep(0.5)
         try:
-            build_postgres_image(podman, base_image, postgres_tag, tmp_path / "postgres-image")
             up = compose("up", "-d", "postgres", *COMPOSE_REPLICAS)
             assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
             yield {"compose": compose, "project": project, "log": tmp_path / "compose.log"}
@@ -526,7 +548,6 @@ def postgres_compose_stack(
                 podman.run("rm", "-f", "-v", "-t", "0", *leftover, check=False)
             for volume in podman.run("volume", "ls", "-q", "--filter", label, check=False).stdout.split():
                 podman.run("volume", "rm", "-f", volume, check=False)
-            podman.run("rmi", "-f", postgres_tag, check=False)
             assert down.returncode == 0, down.stdout[-3000:] + down.stderr[-3000:]
             assert not leftover, f"podman-compose down left containers: {leftover}"
 
