@@ -30,7 +30,7 @@ import functools
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -465,7 +465,7 @@ class Uuidv7Batch(Batch):
         swap) index :func:`_hex4_swapped`, one ``take`` for all. Fewer instructions than ``binascii.hexlify``
         (14 a byte) and than indexing the hex table with byte-swapped halves (docs/serving.md)."""
         halves = 2 * self.count
-        index = _text.scratch("uuidv7-tail-index", halves, np.intp)
+        index = cast("npt.NDArray[np.intp]", _text.scratch("uuidv7-tail-index", halves, np.intp))
         np.copyto(index, np.frombuffer(self.tails, "<u2", count=halves), casting="safe")
         digits = _text.scratch("uuidv7-tail-digits", halves, "<u4")
         np.take(_hex4_swapped(), index, out=digits, mode="wrap")  # indices are in range: no check, no copy of out
