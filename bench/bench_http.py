@@ -32,7 +32,8 @@
     processes disturb less, and the median p99 latency (wrk --latency). Target: at least 0.85 of wiji's.
 (d) ``GET /v1/ids/uuidv7?count=N`` (``--stock-counts``, default 1 and 1000) from idmint and from the service a team
     would write instead (bench/stock_app.py: stock FastAPI returning uuid-utils' UUIDv7s), rounds alternating;
-    the ratio idmint / stock is printed. Target: 3x for single IDs, 5x for count=1000.
+    the ratio idmint / stock is printed. ``--stock-schemes`` adds idmint's other schemes, each against the same
+    stock uuidv7. Target: 3x for single IDs, 5x for count=1000.
 
 Streams (b) cover ``--schemes`` (default: every registered scheme).
 
@@ -40,6 +41,7 @@ Usage: python bench/bench_http.py [--no-pin] [--count 10000000] [--rounds 3] [--
                                   [--stream-rounds 3] [--snowflake-workers 1] [--baseline DIR] [--http idmint|httptools]
                                   [--skip-streams] [--skip-requests] [--schemes a,b,...]
                                   [--request-schemes a,b,...] [--skip-stock] [--stock-counts 1,1000]
+                                  [--stock-schemes uuidv7,ulid]
 Needs: wrk and curl (apt-get install wrk curl). Nothing here asserts: it prints.
 """
 
@@ -297,6 +299,11 @@ def main() -> None:
     ap.add_argument("--skip-stock", action="store_true", help="skip (d), the stock FastAPI + uuid-utils comparison")
     ap.add_argument("--stock-counts", default="1,1000", help="counts compared in (d), comma-separated")
     ap.add_argument(
+        "--stock-schemes",
+        default="uuidv7",
+        help="idmint schemes compared in (d) with the stock service's uuidv7, comma-separated",
+    )
+    ap.add_argument(
         "--schemes",
         default=",".join(SCHEMES),
         help="schemes to stream, comma-separated (wiji is always included for the ratio)",
@@ -473,8 +480,11 @@ def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
             f"(d) GET /v1/ids/uuidv7?count=N, idmint vs stock FastAPI + uuid-utils (bench/stock_app.py), medians of "
             f"{args.rounds} alternating {args.seconds}s wrk rounds, {args.connections} connections:"
         )
-        for count in (int(n) for n in args.stock_counts.split(",")):
-            urls = {name: f"{url}/v1/ids/uuidv7?count={count}" for name, (_, url) in servers.items()}
+        for scheme, count in ((x, int(n)) for x in args.stock_schemes.split(",") for n in args.stock_counts.split(",")):
+            urls = {
+                name: f"{url}/v1/ids/{'uuidv7' if name == 'stock' else scheme}?count={count}"
+                for name, (_, url) in servers.items()
+            }
             for url in urls.values():
                 wrk(url, 1, args.connections)  # warm-up
             rps: dict[str, list[float]] = {name: [] for name in urls}
@@ -486,6 +496,8 @@ def stock_comparison(args: argparse.Namespace, env: dict[str, str]) -> None:
                     per_cpu[name].append(cpu_rate)
             i, s = statistics.median(rps["idmint"]), statistics.median(rps["stock"])
             ic, sc = statistics.median(per_cpu["idmint"]), statistics.median(per_cpu["stock"])
+            if scheme != "uuidv7":
+                print(f"    idmint's {scheme} against the stock service's uuidv7:")
             print(
                 f"    count={count:<6d} idmint {i:10,.0f} req/s  stock {s:10,.0f} req/s  idmint / stock = {i / s:.2f}; "
                 f"per server CPU-s {ic:,.0f} vs {sc:,.0f} = {ic / sc:.2f}  "

@@ -156,3 +156,17 @@ class FakeClock:
     def advance_s(self, s: float) -> None:
         """Move the clock ``s`` seconds on (back when negative)."""
         self.ns += round(s * self.NS_IN_S)
+
+
+def assert_json_members(batch: Any, scheme: Any, fmt: str, written_above: int) -> None:
+    """``batch.json_members(fmt)`` is None for ``written_above`` IDs or fewer (the caller frames the lines), else
+    exactly the IDs' JSON array members as ``json.dumps`` writes them (no brackets), in issue order."""
+    import json
+
+    members = batch.json_members(fmt)
+    if batch.count <= written_above:
+        assert members is None
+        return
+    assert members is not None
+    expected = json.dumps([scheme.format(value, fmt) for value in batch.values()], separators=(",", ":"))
+    assert bytes(members) == expected[1:-1].encode()

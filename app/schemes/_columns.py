@@ -68,10 +68,11 @@ FIRST_TRIPLE_LO_SHIFT = 60
 _ASCII_UPPER_A, _ASCII_UPPER_Z, _ASCII_CASE_OFFSET = ord("A"), ord("Z"), ord("a") - ord("A")
 
 
-@functools.lru_cache(maxsize=2)
-def base32_triples(lowercase: bool = False) -> npt.NDArray[np.uint32]:
-    """The 3 Crockford characters of every 15-bit value, then a newline: ``(32768,)`` ``<u4``, byte j = char j."""
-    table = _crockford.column_table(0, 0, BASE32_LEN - 3, 3, index_bits=TRIPLE_BITS)
+@functools.lru_cache(maxsize=4)
+def base32_triples(lowercase: bool = False, pad: int = _text.NEWLINE) -> npt.NDArray[np.uint32]:
+    """The 3 Crockford characters of every 15-bit value, then ``pad`` (a newline, or a JSON member's closing
+    quote): ``(32768,)`` ``<u4``, byte j = char j."""
+    table = _crockford.column_table(0, 0, BASE32_LEN - 3, 3, pad=pad, index_bits=TRIPLE_BITS)
     if not lowercase:
         return table
     chars = table.view(np.uint8).copy()

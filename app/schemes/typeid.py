@@ -405,12 +405,33 @@ class TypeIdBatch(Batch):
         lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""  # the prefix was checked when the batch was made
         if self.count <= SCALAR_COUNT_MAX:
             return "".join([f"{lead}{encode_suffix(value)}\n" for value in self.uuids.values()]).encode("ascii")
+        return self._rows(lead, False).tobytes()
+
+    def json_members(self, fmt: str) -> bytes | bytearray | memoryview | None:
+        """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): ``typeid`` rows
+        ``"ID",`` from the same templates and tables as :meth:`encode`, the text one byte in; ``uuid`` the uuidv7
+        batch's own. None for a batch small enough for the scalar path; InvalidOptionError for another format."""
+        if SCHEME.resolve_format(fmt) == "uuid":
+            return self.uuids.json_members("uuid")
+        if self.count <= SCALAR_COUNT_MAX:
+            return None
+        lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
+        return self._rows(lead, True).reshape(-1).data[:-1]  # the last row's comma dropped
+
+    def _rows(self, lead: str, members: bool) -> npt.NDArray[np.uint8]:
+        """One row per ID: ``lead``, the suffix and a newline (a per-thread scratch array: callers copy it out), or
+        with ``members`` the same text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
         runs = self._runs()
-        rows = _columns.template_rows(
-            [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
-        )
-        start = len(lead)
-        triples = _columns.base32_triples(lowercase=True)
+        if members:
+            rows = _text.json_rows([((lead + encode_suffix(base)).encode("ascii"), count) for base, _, count in runs])
+        else:
+            rows = _columns.template_rows(
+                [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
+            )
+        start = len(lead) + (1 if members else 0)  # a member's byte 0 holds the opening quote
+        # The triples' 4th byte lands after the text on the last write (the row's newline or the closing quote);
+        # on the others it is overwritten by the next write.
+        triples = _columns.base32_triples(lowercase=True, pad=_text.QUOTE if members else _text.NEWLINE)
         # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
         _text.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
         count = self.count
@@ -435,7 +456,7 @@ class TypeIdBatch(Batch):
         _lookup(rows, start + TAIL_CHARS_COLUMNS[0], triples, index)
         np.bitwise_and(tails, _columns.TRIPLE_MASK, out=index)
         _lookup(rows, start + TAIL_CHARS_COLUMNS[1], triples, index)
-        return rows.tobytes()
+        return rows
 
     def _runs(self) -> list[tuple[int, int, int]]:
         """``(UUID with counter bits 17..0 and the tail zero, first counter bits 17..0, count)`` per run of IDs

@@ -30,6 +30,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _columns, _crockford, _text
 from app.schemes import time_order as order
@@ -276,17 +279,42 @@ class UlidBatch(Batch):
         fmt = SCHEME.resolve_format(fmt)
         if self.count <= SCALAR_COUNT_MAX:
             return "".join(SCHEME.format(value, fmt) + "\n" for value in self.values()).encode("ascii")
+        return self._rows(fmt, False).tobytes()
+
+    def json_members(self, fmt: str) -> memoryview | None:
+        """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): rows ``"ID",``
+        from the same templates and tables as :meth:`encode`, the text one byte in. None for a batch small enough
+        for the scalar path; InvalidOptionError for another format."""
+        fmt = SCHEME.resolve_format(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return None
+        return self._rows(fmt, True).reshape(-1).data[:-1]  # the last row's comma dropped
+
+    def _rows(self, fmt: str, members: bool) -> npt.NDArray[np.uint8]:
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
+        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
+        pad = _text.QUOTE if members else _text.NEWLINE
         if fmt == "ulid":
-            encoder, bits, column, table = encode_ulid, BASE32_TAIL_BITS, BASE32_TAIL_CHAR, _columns.base32_triples()
+            encoder, bits, column, table = (
+                encode_ulid,
+                BASE32_TAIL_BITS,
+                BASE32_TAIL_CHAR,
+                _columns.base32_triples(pad=pad),
+            )
         elif fmt == "uuid":
             encoder, bits, column, table = encode_uuid, HEX_TAIL_BITS, UUID_TAIL_COLUMN, _text.hex4_table()
         else:
             encoder, bits, column, table = encode_hex, HEX_TAIL_BITS, HEX_TAIL_COLUMN, _text.hex4_table()
         runs = split_runs(self.segments, bits)
-        rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
-        # One <u4 per ID: base32 characters 23..25 and the newline (the table's 4th byte), or the last 4 hex digits.
+        if members:
+            rows = _text.json_rows([(encoder(value).encode(), count) for value, _, count in runs])
+            column += 1  # byte 0 holds the opening quote
+        else:
+            rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
+        # One <u4 per ID: base32 characters 23..25 and the byte after the text (the table's 4th byte: the row's
+        # newline, or the member's closing quote), or the last 4 hex digits.
         _text.write_runs(rows, column, [(table, first, count) for _, first, count in runs])
-        return rows.tobytes()
+        return rows
 
     def values(self) -> list[int]:
         return [

@@ -32,6 +32,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import _crockford, _text
 from app.schemes import time_order as order
@@ -378,8 +381,27 @@ class WijiBatch(Batch):
         fmt = SCHEME.resolve_format(fmt)
         if not self.count:
             return b""
+        return self._rows(fmt, False).tobytes()
+
+    def json_members(self, fmt: str) -> memoryview | None:
+        """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): rows ``"ID",``
+        from the same templates and tables as :meth:`encode`, the text one byte in. None for a batch small enough
+        for the scalar path; InvalidOptionError for another format."""
+        fmt = SCHEME.resolve_format(fmt)
+        if self.count <= SMALL_BATCH:
+            return None
+        return self._rows(fmt, True).reshape(-1).data[:-1]  # the last row's comma dropped
+
+    def _rows(self, fmt: str, members: bool) -> npt.NDArray[np.uint8]:
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
+        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array). The sequence's
+        characters are whole table entries (4 base32 characters, or hex digits), so nothing spills past them."""
         encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
-        rows = _text.text_rows([((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments])
+        if members:
+            rows = _text.json_rows([(encoder(self._base(seg)).encode(), seg.count) for seg in self.segments])
+        else:
+            rows = _text.text_rows([((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments])
+        at = 1 if members else 0  # a member's byte 0 holds the opening quote
         hex4 = _text.hex4_table()
         if fmt == "base32":
             runs = [
@@ -390,15 +412,15 @@ class WijiBatch(Batch):
                 )
                 for seg in self.segments
             ]
-            _text.write_runs(rows, SEQUENCE_CHAR, runs)
+            _text.write_runs(rows, at + SEQUENCE_CHAR, runs)
         elif fmt == "hex":
-            _text.write_runs(rows, SEQUENCE_HEX_COLUMN, [(hex4, s.first, s.count) for s in self.segments])
+            _text.write_runs(rows, at + SEQUENCE_HEX_COLUMN, [(hex4, s.first, s.count) for s in self.segments])
         else:
             digit_pairs = hex4.view("<u2")  # entry 2v: hex digits 0..1 of v, entry 2v + 1: digits 2..3
             for half, column in enumerate(UUID_SEQUENCE_COLUMNS):
                 table = digit_pairs[half::2]
-                _text.write_runs(rows, column, [(table, s.first, s.count) for s in self.segments])
-        return rows.tobytes()
+                _text.write_runs(rows, at + column, [(table, s.first, s.count) for s in self.segments])
+        return rows
 
     def values(self) -> list[int]:
         return [

@@ -1,7 +1,7 @@
 """app/api/issuing.py: an issue body's bytes are the compact JSON of its members (``json.dumps`` of the list of
 IDs), whichever framing built them: ``bytes.replace`` below JSON_ROWS_MIN IDs or a decimal form whose rows differ
 in width, the column-wise :func:`~app.schemes._text.json_strings` from JSON_ROWS_MIN up, or a batch's own
-:meth:`~app.schemes.base.Batch.json_members` (UUIDv7)."""
+:meth:`~app.schemes.base.Batch.json_members` (UUIDv7, TypeID, ULID, KSUID, Wiji)."""
 
 from __future__ import annotations
 

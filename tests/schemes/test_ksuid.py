@@ -16,7 +16,7 @@ from app.schemes import ksuid
 from app.schemes.base import Batch, Generator, Scheme
 from app.schemes.ksuid import SCHEME, KsuidBatch, KsuidGenerator
 from app.schemes.ksuid import generator as ksuid_batch
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, assert_json_members
 
 S = 1_000_000_000  # ns per s
 NOW_S = 1_763_888_400  # 2025-11-23T09:00:00Z
@@ -346,6 +346,7 @@ def test_batch_encode_equals_scalar_format(first: int, size: int) -> None:
     for fmt in ("base62", "hex", "canonical"):
         expected = "".join(SCHEME.format(value, fmt) + "\n" for value in batch.values()).encode("ascii")
         assert batch.encode(fmt) == expected
+        assert_json_members(batch, SCHEME, fmt, ksuid_batch.SCALAR_COUNT_MAX)
 
 
 def test_batch_rejects_unknown_format() -> None:

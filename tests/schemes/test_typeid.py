@@ -210,12 +210,25 @@ def scalar_text(batch: TypeIdBatch, fmt: str) -> bytes:
     return "".join(SCHEME.format(value, fmt) + "\n" for value in values).encode()
 
 
+def assert_json_members(batch: TypeIdBatch, fmt: str) -> None:
+    """The batch's own JSON members are the scalar texts as ``json.dumps`` writes them (None up to the scalar
+    path's count: the caller frames the lines)."""
+    members = batch.json_members(fmt)
+    if batch.count <= typeid.SCALAR_COUNT_MAX:
+        assert members is None
+        return
+    assert members is not None
+    lines = scalar_text(batch, fmt).decode().splitlines()
+    assert bytes(members) == json.dumps(lines, separators=(",", ":"))[1:-1].encode()
+
+
 @pytest.mark.parametrize("prefix", ["", "user", "a" * 63])
 @pytest.mark.parametrize("count", [1, 8, 9, 1000, 65536])
 def test_batch_encode_equals_scalar_format(count: int, prefix: str) -> None:
     batch = make(seed=count).generate(count, prefix=prefix)
     for fmt in SCHEME.formats:
         assert batch.encode(fmt) == scalar_text(batch, fmt)
+        assert_json_members(batch, fmt)
     width = 26 + (len(prefix) + 1 if prefix else 0)
     assert len(batch.encode("typeid")) == count * (width + 1)
 
@@ -235,6 +248,7 @@ def test_batch_across_a_counter_overflow() -> None:
     assert len(batch.uuids.segments) == 2
     for fmt in SCHEME.formats:
         assert batch.encode(fmt) == scalar_text(batch, fmt)
+        assert_json_members(batch, fmt)
 
 
 # --- the generator (a wrapper around uuidv7's) ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import ulid
 from app.schemes.ulid import SCHEME, UlidBatch, UlidGenerator, pack, unpack
 from app.settings import Settings
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, assert_json_members
 
 MS = FakeClock.NS_IN_MS
 NOW_MS = 1_469_922_850_259  # the millisecond of the spec's example 01ARZ3NDEKTSV4RRFFQ69G5FAV
@@ -185,6 +185,7 @@ def test_batch_encode_equals_scalar_format(count: int) -> None:
         text = batch.encode(fmt)
         assert text == scalar_text(batch, fmt)
         assert len(text) == count * (SCHEME.text_width[fmt] + 1)
+        assert_json_members(batch, SCHEME, fmt, ulid.SCALAR_COUNT_MAX)
 
 
 def test_empty_batch_encodes_to_nothing() -> None:
@@ -203,6 +204,7 @@ def test_batch_across_carries_and_an_overflow() -> None:
         batch = generator.generate(100_000)
         for fmt in SCHEME.formats:
             assert batch.encode(fmt) == scalar_text(batch, fmt)
+            assert_json_members(batch, SCHEME, fmt, ulid.SCALAR_COUNT_MAX)
         values = batch.values()
         assert values == sorted(values)
 

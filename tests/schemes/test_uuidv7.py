@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import uuidv7
+from app.schemes.base import Run
 from app.schemes.uuidv7 import SCHEME, Uuidv7Batch, Uuidv7Generator, pack, unpack
 from app.settings import Settings
 from tests.helpers import FakeClock
@@ -403,3 +404,12 @@ def test_timestamp_overflow_is_refused() -> None:
     generator = Uuidv7Generator(clock=FakeClock(uuidv7.TIMESTAMP_MS_MAX + 1), rng=os.urandom)
     with pytest.raises(OverflowError, match="would pass"):
         generator.generate(1)
+
+
+@pytest.mark.parametrize("first", [0, uuidv7.COUNTER_CHUNK_SLOTS - 1000, uuidv7.COUNTER_CHUNK_SLOTS - 999, 3 << 40])
+def test_json_members_at_the_counter_chunk_boundaries(first: int) -> None:
+    # A batch whose counters stay inside one 16-bit chunk (one template row) or cross into the next.
+    batch = Uuidv7Batch((Run(1_700_000_000_000, first, 1000),), bytes(range(256)) * 16)
+    for fmt in SCHEME.formats:
+        assert_json_members(batch, fmt)
+        assert batch.encode(fmt) == scalar_text(batch, fmt)

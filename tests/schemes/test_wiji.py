@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import wiji
+from app.schemes.base import SMALL_BATCH
 from app.schemes.wiji import SCHEME, WijiGenerator, pack, unpack
 from app.settings import Settings
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, assert_json_members
 
 US = 1_000  # ns per µs
 NOW_US = 1_774_397_000_000_000  # 2026-03-25T00:03:20Z, the date vector 2 meant
@@ -251,6 +252,7 @@ def test_batch_encode_equals_format_of_values(start_us: int, warmup: int, count:
     for fmt in SCHEME.formats:
         expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
         assert batch.encode(fmt) == expected
+        assert_json_members(batch, SCHEME, fmt, SMALL_BATCH)
     assert batch.encode("canonical") == batch.encode("base32")
 
 
@@ -262,6 +264,7 @@ def test_batch_spanning_microseconds_encodes_like_format() -> None:
     values = batch.values()
     for fmt in SCHEME.formats:
         assert batch.encode(fmt) == "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
+        assert_json_members(batch, SCHEME, fmt, SMALL_BATCH)
 
 
 def test_empty_batch() -> None:

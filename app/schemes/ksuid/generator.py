@@ -80,11 +80,12 @@ def _alphabet() -> npt.NDArray[np.uint8]:
 
 
 @functools.cache
-def _tails() -> npt.NDArray[np.uint32]:
-    """(62**3,) little-endian uint32: bytes 0..2 = the three base62 digits of the index, byte 3 = newline."""
+def _tails(pad: int = NEWLINE) -> npt.NDArray[np.uint32]:
+    """(62**3,) little-endian uint32: bytes 0..2 = the three base62 digits of the index, byte 3 = ``pad`` (a
+    newline, or a JSON member's closing quote)."""
     alphabet = _alphabet()
     index = np.arange(TAIL_RADIX)
-    table = np.full((TAIL_RADIX, 4), NEWLINE, dtype=np.uint8)
+    table = np.full((TAIL_RADIX, 4), pad, dtype=np.uint8)
     for digit in range(TAIL_DIGITS):
         table[:, digit] = alphabet[index // BASE62_RADIX ** (TAIL_DIGITS - 1 - digit) % BASE62_RADIX]
     table.flags.writeable = False
@@ -212,17 +213,42 @@ class KsuidBatch(Batch):
             done += taken
         return runs
 
-    def _rows(self, radix: int, encoder: Callable[[int], str], column: int, table: npt.NDArray[np.uint32]) -> bytes:
+    def json_members(self, fmt: str) -> memoryview | None:
+        """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): rows ``"ID",``
+        from the same templates and tables as :meth:`encode`, the text one byte in. None for an empty batch or one
+        small enough for the scalar path; InvalidOptionError for another format."""
+        fmt = TEXT.resolve(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return None
+        rows = self._hex_rows(True) if fmt == "hex" else self._base62_rows(True)
+        return rows.reshape(-1).data[:-1]  # the last row's comma dropped
+
+    def _rows(
+        self, radix: int, encoder: Callable[[int], str], column: int, table: npt.NDArray[np.uint32], members: bool
+    ) -> npt.NDArray[np.uint8]:
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
+        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
         runs = self._runs(radix)
-        rows = _text.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
+        if members:
+            rows = _text.json_rows([(encoder(head).encode("ascii"), n) for head, _, n in runs])
+            column += 1  # byte 0 holds the opening quote
+        else:
+            rows = _text.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
         _text.write_runs(rows, column, [(table, low, n) for _, low, n in runs])
-        return rows.tobytes()
+        return rows
+
+    def _base62_rows(self, members: bool = False) -> npt.NDArray[np.uint8]:
+        pad = _text.QUOTE if members else NEWLINE  # the table's 4th byte lands after the text
+        return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails(pad), members)
+
+    def _hex_rows(self, members: bool = False) -> npt.NDArray[np.uint8]:
+        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table(), members)
 
     def _base62(self) -> bytes:
-        return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails())
+        return self._base62_rows().tobytes()
 
     def _hex(self) -> bytes:
-        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table())
+        return self._hex_rows().tobytes()
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
