@@ -10,56 +10,48 @@ import pytest
 from app import tasks
 from app.tasks import cancel_and_wait
 
+pytestmark = pytest.mark.anyio
 
-async def _swallows_one_cancel(woken: asyncio.Event, ran_on: list[str]) -> None:
+
+async def _swallows_one_cancel(ran_on: list[str]) -> None:
     """A task that loses its first cancellation as wait_for can (caught, not re-raised), then waits for ever."""
     try:
-        await woken.wait()
+        await asyncio.Event().wait()
     except asyncio.CancelledError:
         ran_on.append("ran on after a cancel")
     await asyncio.Event().wait()
 
 
-def test_a_task_that_lost_its_cancellation_is_cancelled_again(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_task_that_lost_its_cancellation_is_cancelled_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tasks, "RECANCEL_S", 0.05)
-
-    async def main() -> list[str]:
-        ran_on: list[str] = []
-        task = asyncio.create_task(_swallows_one_cancel(asyncio.Event(), ran_on))
-        await asyncio.sleep(0)
-        await cancel_and_wait(task)
-        assert task.cancelled()
-        return ran_on
-
-    assert asyncio.run(main()) == ["ran on after a cancel"]
+    ran_on: list[str] = []
+    task = asyncio.create_task(_swallows_one_cancel(ran_on))
+    await asyncio.sleep(0)
+    await cancel_and_wait(task)
+    assert task.cancelled() and ran_on == ["ran on after a cancel"]
 
 
-def test_none_finished_and_failed_tasks_are_passed_over_and_their_errors_retrieved() -> None:
+async def test_none_finished_and_failed_tasks_are_passed_over_and_their_errors_retrieved() -> None:
     async def fails() -> None:
         raise ValueError("its own failure")
 
-    async def main() -> None:
-        failed = asyncio.create_task(fails())
-        finished = asyncio.create_task(asyncio.sleep(0))
-        running = asyncio.create_task(asyncio.sleep(3600))
-        await asyncio.sleep(0.01)
-        await cancel_and_wait(None, failed, finished, running)
-        assert running.cancelled() and finished.done() and isinstance(failed.exception(), ValueError)
-
-    asyncio.run(main())
+    failed = asyncio.create_task(fails())
+    finished = asyncio.create_task(asyncio.sleep(0))
+    running = asyncio.create_task(asyncio.sleep(3600))
+    await asyncio.wait({failed, finished})
+    await cancel_and_wait(None, failed, finished, running)
+    assert running.cancelled() and finished.done() and isinstance(failed.exception(), ValueError)
 
 
-def test_the_caller_cancelled_while_waiting_is_cancelled_and_the_tasks_stay_cancelled() -> None:
-    async def main() -> None:
-        inner = asyncio.create_task(_swallows_one_cancel(asyncio.Event(), []))
-        await asyncio.sleep(0)
-        waiting = asyncio.create_task(cancel_and_wait(inner))
-        await asyncio.sleep(0.01)
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        inner.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await inner
-
-    asyncio.run(main())
+async def test_the_caller_cancelled_while_waiting_is_cancelled_and_the_tasks_stay_cancelled() -> None:
+    inner = asyncio.create_task(_swallows_one_cancel([]))
+    await asyncio.sleep(0)
+    waiting = asyncio.create_task(cancel_and_wait(inner))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    inner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await inner
