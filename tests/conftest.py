@@ -125,3 +125,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests.support.order import longest_first  # a plugin of pytest_plugins: imported by pytest first
 
     longest_first(items, lambda item: groups.get(id(item)))
+
+
+# The harness's report of servers whose shutdown hung (imported here, after the plugins above are registered, so
+# that their modules are assertion-rewritten as plugins).
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.support.server import start_hung_stops
+
+    start_hung_stops(config)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.support.server import report_hung_stops
+
+    report_hung_stops(terminalreporter)

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import forkserver
+from tests.support import server as server_support
 from tests.support.server import Server, clean_environment, running_server
 
 pytestmark = pytest.mark.integration  # real idmint serve processes
@@ -104,3 +105,24 @@ def test_the_switch_turns_forking_off(monkeypatch: pytest.MonkeyPatch) -> None:
     base = {**clean_environment(), "PYTHONUNBUFFERED": "1"}
     monkeypatch.setenv(forkserver.SWITCH, "0")
     assert not forkserver.can_fork(base, base, 1)
+
+
+def test_a_server_sigterm_did_not_stop_in_time_is_sigkilled_and_named_for_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shutdown that hangs is a bug: the harness kills the server and names it, its test and its log, in the
+    run's last section (a file of notes the session reads at the end); a server that stops in time is not named."""
+    notes = tmp_path / "hung-stops.txt"
+    monkeypatch.setenv(server_support.HUNG_STOPS_ENV, str(notes))
+    prompt = Server(tmp_path, {})
+    prompt.wait("/healthz")
+    assert prompt.stop() == -signal.SIGTERM  # uvicorn ends by the signal it handled
+    assert not notes.exists()
+    hung = Server(tmp_path, {})
+    hung.wait("/healthz")
+    assert hung.stop(timeout=0) == -signal.SIGKILL  # no shutdown finishes in no time: as if it hung
+    (line,) = notes.read_text().splitlines()
+    assert (
+        line.startswith("tests/test_forkserver.py::test_a_server_sigterm_did_not_stop_in_time")
+        and str(hung.log_path) in line
+    ), line

@@ -8,6 +8,8 @@ by condition (``/healthz``, ``/readyz``, every worker's startup line), captures 
 * The process runs in a session of its own: :meth:`Server.stop` SIGTERMs its PID and waits, then SIGKILLs what is
   left of its process group (uvicorn's workers); every server still running at interpreter exit is SIGKILLed.
 * Its log is ``<workdir>/server-<port>.log`` (or ``log_path``); failures to start quote it.
+* A server that SIGTERM did not stop within :data:`STOP_TIMEOUT_S` (a shutdown that hung) is SIGKILLed and named,
+  with its test and log, in a section at the end of the run (tests/conftest.py's hooks call this module's).
 
 :func:`serve_process` and :func:`running_server` wrap it as context managers; :func:`free_port` is the suite's
 one free-port helper (etcd, PostgreSQL, Prometheus and podman take theirs from here too).
@@ -25,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -54,6 +57,10 @@ RETRY_AFTER_CAP_S = 1.0
 Process = subprocess.Popen[bytes] | ForkedProcess
 """A server process: exec'd (Popen), or forked by this process's fork server."""
 
+HUNG_STOPS_ENV = "IDMINT_TEST_HUNG_STOPS"
+"""A file the session's first process names (its workers inherit it) where :meth:`Server.stop` notes each server it
+had to SIGKILL; the terminal summary lists them."""
+
 _RUNNING: dict[int, Process] = {}
 """PID -> process of every server started here and not yet stopped (killed at exit as a last resort)."""
 
@@ -66,6 +73,39 @@ def _kill_leftovers() -> None:
             proc.wait()
         _RUNNING.pop(pid, None)
     close_fork_server()
+
+
+def _note_hung_stop(log: Path, timeout: float) -> None:
+    path = os.environ.get(HUNG_STOPS_ENV)
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0]
+        with open(path, "a") as out:
+            out.write(f"{test}: no exit within {timeout:g} s of SIGTERM (log {log})\n")
+
+
+_HUNG_STOPS_FILE: list[str] = []
+"""The file this process made for :data:`HUNG_STOPS_ENV` (the session's first process only)."""
+
+
+def start_hung_stops(config: Any) -> None:
+    """At the session's start (its first process): make the file of :data:`HUNG_STOPS_ENV`."""
+    if not hasattr(config, "workerinput") and HUNG_STOPS_ENV not in os.environ:
+        fd, path = tempfile.mkstemp(prefix="idmint-hung-stops-", suffix=".txt")
+        os.close(fd)
+        os.environ[HUNG_STOPS_ENV] = path
+        _HUNG_STOPS_FILE.append(path)
+
+
+def report_hung_stops(terminalreporter: Any) -> None:
+    """At the session's end: the servers whose shutdown hung, in a section of their own (none: no section)."""
+    for path in _HUNG_STOPS_FILE:
+        with contextlib.suppress(OSError):
+            lines = Path(path).read_text().splitlines()
+            Path(path).unlink()
+            if lines:
+                terminalreporter.section("servers whose shutdown hung (SIGKILLed after SIGTERM)")
+                for line in lines:
+                    terminalreporter.write_line(line)
 
 
 def _killpg(pid: int) -> None:
@@ -322,6 +362,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 _killpg(self.proc.pid)
                 self.proc.wait()
+                _note_hung_stop(self.log_path, timeout)
         self._kill_workers()
         _RUNNING.pop(self.proc.pid, None)
         return self.proc.returncode
