@@ -167,7 +167,7 @@ def _restore_case(
         dry = _cli(env, "storage", "fence")
         assert "CHANGED" in dry and "nothing changed" in dry and "--sequence-gap 1,000,000" in dry, dry
         _refused(b)  # a dry run changes nothing
-        applied = _cli(env, "storage", "fence", "--apply")
+        applied = _cli(env, "storage", "fence", "--apply", "--sequence-gap", "1000000")  # as docs/storage.md shows it
         assert "fenced: fence" in applied, applied
         _wait(lambda: b.get("/readyz").json()["backend"].get("history") == "unchanged", "B sees the fence")
         # B's clock is behind the raised marks: eight-byte stays refused, naming the fence.
