@@ -163,7 +163,8 @@ def test_revoke_under_load_stops_the_owner_first_then_another_node_claims(tmp_pa
             assert not failed, (failed[:5], peer.log()[-3000:])
             every = load_owner.ids() + load_peer.ids() + handed
             assert len(every) == len(set(every)), "duplicates across the handover"
-            # The owner's 503s began no later than the revoke's answer: nothing was issued by it afterwards.
-            assert all(a[1] <= answered or not a[3] for a in load_owner.answers if a[0] > asked)
+            # Nothing was issued by the owner afterwards: no request sent after the revoke's answer got IDs (judged by
+            # when a request was sent: an answer issued before the stop may reach a thread of a busy machine later).
+            assert not [a[:3] for a in load_owner.answers if a[0] > answered and a[3]]
         finally:
             waiting.stop()
