@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,9 +74,11 @@ def wait_closed(replica: Server, schemes: tuple[str, ...], timeout: float) -> fl
     """Wait until ``/readyz`` shows every scheme of ``schemes`` not ready (failed closed). Returns the monotonic time
     at which the last poll that still saw one of them ready was sent: the node was ready at some moment after it, so
     it is a time the node's refusal provably came after, and a slow answer on a busy machine never inflates it.
-    (One scheme may stop sooner, on a failed mark write: the lease's deadline stops them all.)"""
+    (One scheme may stop sooner, on a failed mark write: the lease's deadline stops them all.) A node never seen
+    ready gives -inf: the time this wait began is no time it was seen issuing (the waits run one node after
+    another, so a later node's wait begins after the earlier ones' refusals)."""
     deadline = time.monotonic() + timeout
-    last_ready = time.monotonic()
+    last_ready = -math.inf
     while True:
         sent = time.monotonic()
         detail = replica.get("/readyz").json()["schemes"]
