@@ -6,15 +6,26 @@ Python client) afresh. Under ``PYTHONDONTWRITEBYTECODE`` (or a read-only ``__pyc
 :func:`compile_sources` writes them once at the start of a run (on the controller under pytest-xdist, before the
 workers start); a source edited later is compiled in memory again, as before, until the next run. Installed
 packages are compiled by pip at install time.
+
+Under pytest-xdist every worker also imports the test modules, the ``tests.support`` plugins and the pytest plugins'
+packages (hypothesis, anyio...) through pytest's assertion rewriter, which parses, rewrites and compiles each one
+and, under ``PYTHONDONTWRITEBYTECODE``, keeps none: about 10 s of CPU per worker before its first test. Before the
+workers start, :func:`prime_rewrites` writes pytest's own cache of those rewritten modules (its hash-checked
+``__pycache__/*-pytest-*.pyc``, the file each worker reads before it would rewrite), on two processes.
 """
 
 from __future__ import annotations
 
 import compileall
 import contextlib
+import multiprocessing
+import os
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from _pytest.assertion import rewrite
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("app", "clients/python", "clients/conformance", "tests/support")
@@ -29,6 +40,64 @@ def compile_sources(root: Path = REPO) -> None:
             compileall.compile_dir(root / name, quiet=2, workers=1)
 
 
+_CONFIG: pytest.Config | None = None
+"""The controller's config, inherited by the forked priming processes (the rewriter reads its ini options)."""
+
+
+def _prime(paths: list[Path]) -> int:
+    assert _CONFIG is not None
+    state = _CONFIG.stash[rewrite.assertstate_key]
+    written = 0
+    for fn in paths:
+        with contextlib.suppress(OSError, SyntaxError):
+            cache = rewrite.get_cache_dir(fn)
+            if not rewrite.try_makedirs(cache):
+                continue
+            pyc = cache / (fn.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(fn, pyc, state.trace) is not None:
+                continue
+            source_hash, co = rewrite._rewrite_test(fn, _CONFIG)
+            written += rewrite._write_pyc(state, co, source_hash, pyc)
+    return written
+
+
+def rewritten_modules(config: pytest.Config, roots: Iterable[Path]) -> list[Path]:
+    """The sources a worker passes through the assertion rewriter: every ``test_*.py`` and ``conftest.py`` under
+    ``roots``, and the modules this process already rewrote (the plugins' packages, ``tests.support``)."""
+    hook = config.pluginmanager.rewrite_hook
+    found = {Path(p).resolve() for p in getattr(hook, "_rewritten_names", {}).values()}
+    for root in roots:
+        if root.suffix == ".py":
+            found.add(root.resolve())
+        elif root.is_dir():
+            found.update(
+                p.resolve() for p in root.rglob("*.py") if p.name.startswith("test_") or p.name == "conftest.py"
+            )
+    return sorted(p for p in found if p.suffix == ".py")
+
+
+def prime_rewrites(config: pytest.Config, paths: list[Path], processes: int = 2) -> int:
+    """Write pytest's rewritten-module cache of ``paths`` (sources) where it is missing or stale; returns how many
+    were written. With ``processes`` over 1, forked processes share the work (the config is inherited, not
+    pickled)."""
+    global _CONFIG
+    if not paths:
+        return 0
+    _CONFIG = config
+    try:
+        if processes <= 1:
+            return _prime(paths)
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+            return sum(pool.map(_prime, [paths[i::processes] for i in range(processes)]))
+    finally:
+        _CONFIG = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput"):  # the controller, or a run without pytest-xdist
-        compile_sources()
+    if hasattr(config, "workerinput"):
+        return
+    # The controller, or a run without pytest-xdist.
+    compile_sources()
+    if getattr(config.option, "numprocesses", None) and config.getvalue("assertmode") == "rewrite":
+        roots = [Path(a.split("::")[0]) for a in config.args] or [REPO / "tests"]
+        prime_rewrites(config, rewritten_modules(config, roots), processes=min(2, os.cpu_count() or 1))
