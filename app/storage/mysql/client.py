@@ -38,7 +38,7 @@ from pymysql.constants import CLIENT
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.mysql.sql import SCHEMA_VERSION, Each, Lock, Rows, Script, Statement, Statements
-from app.storage.tables.db import Fetch, SchemaGate
+from app.storage.tables.db import Fetch, SchemaGate, answered_in_time
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -258,19 +258,8 @@ class Database:
                     f"MySQL at {self.where} did not accept a connection in time (while {doing})"
                 ) from None
             raise map_error(exc, doing, self.where, self._secret) from None
-        task: asyncio.Task[Any] = asyncio.ensure_future(work(conn))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
-        except asyncio.CancelledError:  # we are being cancelled: do not leave the statement waiting on the server
-            try:
-                await _abandon(task, conn)
-            finally:
-                self._release(conn, reuse=False)
-            raise
-        if task not in done:
-            await _abandon(task, conn)
-            self._release(conn, reuse=False)
-            raise BackendUnavailableError(f"MySQL at {self.where} did not answer in time (while {doing})")
+        late = f"MySQL at {self.where} did not answer in time (while {doing})"
+        task = await answered_in_time(work(conn), conn, give_up, abandon=_abandon, drop=self._drop, late=late)
         failure = task.exception()
         if failure is None:
             self._release(conn, reuse=True)
@@ -280,6 +269,9 @@ class Database:
         if isinstance(failure, (pymysql.err.MySQLError, OSError, EOFError)):
             raise map_error(failure, doing, self.where, self._secret) from None
         raise failure
+
+    async def _drop(self, conn: aiomysql.Connection) -> None:
+        self._release(conn, reuse=False)
 
     async def ready(self) -> None:
         """Make sure the tables exist at :data:`~app.storage.mysql.sql.SCHEMA_VERSION` (creating them when absent,

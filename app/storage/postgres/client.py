@@ -38,7 +38,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from app.errors import BackendUnavailableError, ConfigError, NotReadyError
 from app.storage.postgres.sql import SCHEMA_VERSION, Statements
-from app.storage.tables.db import Fetch, SchemaGate
+from app.storage.tables.db import Fetch, SchemaGate, answered_in_time
 
 if TYPE_CHECKING:
     from app.settings import Settings
@@ -280,21 +280,10 @@ class Database:
         except (psycopg.Error, PoolTimeout) as exc:
             why = self.connect_error if isinstance(exc, PoolTimeout) and self.connect_error is not None else exc
             raise map_error(why, doing, self.where, self._secret) from None
-        task: asyncio.Task[Any] = asyncio.ensure_future(work(conn))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - loop.time()))
-        except asyncio.CancelledError:  # we are being cancelled: do not leave the statement waiting on the server
-            try:
-                await _abandon(task, conn)
-            finally:
-                await pool.putconn(conn)
-            raise
-        if task not in done:
-            # No answer in time: end the statement under psycopg (its own cancellation would wait on a server that
-            # cannot answer); the pool replaces the connection.
-            await _abandon(task, conn)
-            await pool.putconn(conn)
-            raise BackendUnavailableError(f"PostgreSQL at {self.where} did not answer in time (while {doing})")
+        # No answer in time: the statement is ended under psycopg (its own cancellation would wait on a server that
+        # cannot answer); the pool replaces the connection.
+        late = f"PostgreSQL at {self.where} did not answer in time (while {doing})"
+        task = await answered_in_time(work(conn), conn, give_up, abandon=_abandon, drop=pool.putconn, late=late)
         await pool.putconn(conn)
         try:
             return task.result()

@@ -22,6 +22,38 @@ Fetch = Callable[[Any, "Mapping[str, Any] | None"], Awaitable[list[tuple[Any, ..
 """Run one statement inside a transaction: ``await fetch(statement, params)`` -> its rows."""
 
 
+async def answered_in_time(
+    work: Awaitable[T],
+    conn: Any,
+    give_up: float,
+    *,
+    abandon: Callable[[asyncio.Task[T], Any], Awaitable[None]],
+    drop: Callable[[Any], Awaitable[None]],
+    late: str,
+) -> asyncio.Task[T]:
+    """Run one statement's ``work`` on ``conn`` until the loop's time ``give_up`` and return its finished task (its
+    result or error is the caller's to read, and the connection the caller's to give back). When it does not answer
+    in time, or the caller is cancelled meanwhile, the statement is ended under the driver (``abandon(task, conn)``:
+    never left waiting on the server) and the connection given up (``drop(conn)``, even when the abandon itself is
+    cancelled); then BackendUnavailableError(``late``) is raised, or the cancellation goes on."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - asyncio.get_running_loop().time()))
+    except asyncio.CancelledError:
+        try:
+            await abandon(task, conn)
+        finally:
+            await drop(conn)
+        raise
+    if task not in done:
+        try:
+            await abandon(task, conn)
+        finally:
+            await drop(conn)
+        raise BackendUnavailableError(late)
+    return task
+
+
 def as_json(value: Any) -> Any:
     """A JSON column's value as Python: PostgreSQL's ``jsonb`` comes decoded, MySQL's text is decoded here (text
     that is not JSON: None)."""
