@@ -45,9 +45,14 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-PRELOAD = ("app.cli", "app.main", "app.serving", "app.logs", "app.metrics", "uvicorn", "uvicorn.main")
-"""What the zygote imports before it forks: the ``idmint serve`` and ``uvicorn`` entry points and the app factory's
-module tree. None of them reads an ``IDMINT_*`` variable at import; prometheus-client is imported by them in its
+PRELOAD = (
+    *("app.cli", "app.main", "app.serving", "app.logs", "app.metrics", "uvicorn", "uvicorn.main"),
+    *("app.storage.etcd", "app.storage.postgres", "app.storage.mysql"),
+)
+"""What the zygote imports before it forks: the ``idmint serve`` and ``uvicorn`` entry points, the app factory's
+module tree, and the storage backends a server or an ``idmint storage ...`` command opens on demand (with their
+clients: httpx, psycopg, aiomysql). None of them reads an ``IDMINT_*`` variable at import (what they read of the
+rest of the environment is the zygote's, which a forked child's equals); prometheus-client is imported in its
 single-process mode, the mode of one worker without ``PROMETHEUS_MULTIPROC_DIR`` (the starts that fork)."""
 
 ENTRY_POINTS = ("idmint", "uvicorn")
