@@ -14,7 +14,6 @@ import json
 import random
 import sqlite3
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from app.schemes.time_order import BIGINT, BYTEA, TEXT, UUID, Storage, TimeOrder
 from app.settings import Settings
 from tests.helpers import FakeClock, running_app
 from tests.support.postgres import PostgresServer
+from tests.support.server import run_idmint
 
 NS_IN_MS = 1_000_000
 DAY_NS = 86_400 * 10**9
@@ -385,7 +385,7 @@ def test_a_parameter_given_twice_is_a_422_and_an_unknown_scheme_a_404(client: Te
 
 
 def _idmint(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, check=False)
+    return run_idmint(args, timeout=60)
 
 
 def test_the_command_line_answers_as_the_api(client: TestClient, tmp_path: Path) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.server import run_idmint
 
 pytestmark = pytest.mark.integration  # the idmint command as a real subprocess
 
 
 def idmint(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "IDMINT_STATE_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, env=env, timeout=60)
+    return run_idmint(args, env=env, timeout=60)
 
 
 def test_mint_writes_unique_ids_that_decode(tmp_path: Path) -> None:
@@ -40,10 +41,7 @@ def test_errors_are_clear(tmp_path: Path) -> None:
     assert r.returncode != 0 and "unknown scheme 'uuid7'" in r.stderr
     r = idmint(tmp_path, "decode", "definitely-not-an-id")
     assert r.returncode != 0 and "not an ID of any scheme" in r.stderr
-    env_bad = subprocess.run(
-        [sys.executable, "-m", "app.cli", "mint", "wiji"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "IDMINT_CLUSTER_ID": "17", "IDMINT_STATE_DIR": str(tmp_path)},
+    env_bad = run_idmint(
+        ["mint", "wiji"], env={**os.environ, "IDMINT_CLUSTER_ID": "17", "IDMINT_STATE_DIR": str(tmp_path)}, timeout=60
     )
     assert env_bad.returncode != 0 and "cluster_id must be in 0..15" in env_bad.stderr

@@ -5,22 +5,19 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.server import serve_process
+from tests.support.server import run_idmint, serve_process
 
 pytestmark = pytest.mark.integration  # a real server process
 
 
 def admin(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "IDMINT_SERVER": url}
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "admin", *args], capture_output=True, text=True, env=env, timeout=60
-    )
+    return run_idmint(["admin", *args], env=env, timeout=60)
 
 
 def test_admin_commands_list_revoke_and_drain(tmp_path: Path) -> None:

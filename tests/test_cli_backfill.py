@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from app.schemes import get_scheme
-from tests.support.server import REPO
+from tests.support.server import REPO, run_idmint
 
 pytestmark = pytest.mark.integration  # the idmint command as a real subprocess
 
@@ -26,8 +25,7 @@ def backfill(tmp_path: Path, *args: str, stdin: str | None = None) -> subprocess
         "IDMINT_STATE_DIR": str(tmp_path / "state"),
         "IDMINT_BACKFILL_IDENTITIES": "2",
     }
-    command = [sys.executable, "-m", "app.cli", "backfill", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, input=stdin, cwd=REPO)
+    return run_idmint(["backfill", *args], env=env, timeout=120, input=stdin, cwd=REPO)
 
 
 @pytest.mark.parametrize("scheme", ["snowflake", "ulid"])

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import forkserver
 from tests.support import server as server_support
-from tests.support.server import Server, clean_environment, running_server
+from tests.support.server import Server, clean_environment, run_idmint, running_server
 
 pytestmark = pytest.mark.integration  # real idmint serve processes
 
@@ -126,3 +129,73 @@ def test_a_server_sigterm_did_not_stop_in_time_is_sigkilled_and_named_for_the_su
         line.startswith("tests/test_forkserver.py::test_a_server_sigterm_did_not_stop_in_time")
         and str(hung.log_path) in line
     ), line
+
+
+# -- run_idmint: one-shot idmint commands ----------------------------------------------------------------------------
+
+
+def _children(pid: int) -> set[int]:
+    return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.fixture
+def exec_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The commands :func:`run_idmint` exec'd (through :func:`subprocess.run`), each still run."""
+    calls: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        calls.append(command)
+        return real_run(command, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    return calls
+
+
+def test_run_idmint_forks_with_the_environment_cwd_and_stdin_given_and_streams_apart(
+    tmp_path: Path, exec_calls: list[list[str]]
+) -> None:
+    env = {**clean_environment(), "IDMINT_STATE_DIR": "state"}  # relative: under cwd
+    (tmp_path / "times.txt").write_text("2021-03-04T05:06:07.890Z\n")
+    done = run_idmint(["backfill", "ulid", "--times-file", "times.txt"], env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.args == [*server_support.idmint_command(), "backfill", "ulid", "--times-file", "times.txt"]
+    (first,) = done.stdout.splitlines()
+    assert "state directory" in done.stderr and "state directory" not in done.stdout
+    assert (tmp_path / "state").is_dir()
+    piped = run_idmint(
+        ["backfill", "ulid", "--times-file", "-"], env=env, cwd=tmp_path, input="2021-03-04T05:06:07.890Z\n"
+    )
+    (second,) = piped.stdout.splitlines()
+    assert second[:10] == first[:10] and second != first  # the same millisecond (a ULID's first 10 characters)
+    refused = run_idmint(["mint", "wiji"], env={**env, "IDMINT_CLUSTER_ID": "17"}, cwd=tmp_path, text=False)
+    assert refused.returncode == 1 and refused.stdout == b"" and b"cluster_id must be in 0..15" in refused.stderr
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        run_idmint(["decode", "definitely-not-an-id"], check=True)
+    assert failed.value.returncode == 1 and "not an ID of any scheme" in failed.value.stderr
+    assert exec_calls == []
+
+
+def test_run_idmint_past_its_timeout_kills_the_command(exec_calls: list[list[str]]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        zygote = forkserver.fork_server("", {}).pid if forkserver.enabled() else None
+        before = _children(zygote) if zygote else set()
+        with pytest.raises(subprocess.TimeoutExpired):
+            run_idmint(["admin", "--server", url, "claims"], timeout=1)
+    if zygote:
+        assert _children(zygote) == before
+    assert exec_calls == []
+
+
+@pytest.mark.parametrize("env", [{"LD_PRELOAD": ""}, {forkserver.SWITCH: "0"}])
+def test_run_idmint_execs_what_the_zygote_cannot_honour(
+    env: dict[str, str], exec_calls: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run_idmint(["--version"]).returncode == 0  # the zygote runs, started without ``env``
+    exec_calls.clear()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    done = run_idmint(["decode", "definitely-not-an-id"])
+    assert done.returncode == 1 and "not an ID of any scheme" in done.stderr and done.stdout == ""
+    assert exec_calls == [done.args]

@@ -27,7 +27,7 @@ from app.storage.embedded.history import read_witness
 from tests.support.etcd import EtcdServer, find_etcd_binary
 from tests.support.mariadb import MysqlDatabase
 from tests.support.postgres import PostgresServer, pg_dump, pg_restore
-from tests.support.server import Server, clean_environment, idmint_command
+from tests.support.server import Server, clean_environment, run_idmint
 from tests.support.storage import MARGIN_S, TTL_S
 from tests.test_replicas import ids_of
 
@@ -55,9 +55,7 @@ def _env(settings: dict[str, str], **extra: str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [*idmint_command(), *args], env={**clean_environment(), **env}, capture_output=True, text=True, timeout=120
-    )
+    done = run_idmint(args, env={**clean_environment(), **env}, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

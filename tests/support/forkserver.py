@@ -7,19 +7,22 @@ imported it once and forks a child per start, which then runs the same entry poi
   waits on its socket and on its children's pidfds.
 * :meth:`ForkServer.start` sends a :class:`Start` (argv, environment, cwd, log path, open-file limit); the zygote
   forks; the child sets the environment, cwd, a session of its own (``setsid``), ``RLIMIT_NOFILE``, stdin from
-  /dev/null, stdout and stderr to the log, then returns to this module's ``__main__`` level, which runs the click
-  entry point (``idmint`` or ``uvicorn``) and exits through the interpreter's own shutdown (atexit handlers,
-  non-daemon threads, flushed streams), as a fresh process would.
+  /dev/null or a file, stdout to the log, stderr to the log or a file of its own, then returns to this module's
+  ``__main__`` level, which runs the click entry point (``idmint`` or ``uvicorn``) and exits through the
+  interpreter's own shutdown (atexit handlers, non-daemon threads, flushed streams), as a fresh process would.
 * The zygote reaps its children and reports each exit status; :class:`ForkedProcess` is the test side's handle,
   shaped like :class:`subprocess.Popen` (``pid``, ``poll``, ``returncode``, ``wait``, ``send_signal``,
   ``terminate``, ``kill``). Signals go by PID straight from the test process (same user), as for an exec'd child.
+* ``tests.support.server.run_idmint`` is :func:`subprocess.run` for a one-shot ``idmint ...`` command (``idmint
+  storage fence``, ``idmint decode``...): forked the same way, stdout and stderr to files of their own.
 * When this pytest process ends (or dies), the zygote reads end-of-file on its socket, SIGKILLs every child's
   process group, reaps them and exits.
 
 :func:`can_fork` says when a start must be a fresh exec instead (``tests/support/server.py`` falls back to
 :class:`subprocess.Popen`): ``IDMINT_TEST_FORK=0``; more than one uvicorn worker; an environment that differs from the
-zygote's in anything but ``IDMINT_*`` settings (a variable read at import time, by the app or a library, would keep
-the zygote's value: ``PROMETHEUS_MULTIPROC_DIR``, ``LD_PRELOAD`` and libfaketime's ``FAKETIME*``, ``TZ``...).
+zygote's (as started) in anything but ``IDMINT_*`` settings, ``PYTHONUNBUFFERED`` and ``PYTEST_CURRENT_TEST`` (a
+variable read at import time, by the app or a library, would keep the zygote's value: ``PROMETHEUS_MULTIPROC_DIR``,
+``LD_PRELOAD`` and libfaketime's ``FAKETIME*``, ``TZ``...).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import contextlib
 import dataclasses
 import gc
 import importlib.util
+import io
 import json
 import os
 import resource
@@ -41,9 +45,14 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-PRELOAD = ("app.cli", "app.main", "app.serving", "app.logs", "app.metrics", "uvicorn", "uvicorn.main")
-"""What the zygote imports before it forks: the ``idmint serve`` and ``uvicorn`` entry points and the app factory's
-module tree. None of them reads an ``IDMINT_*`` variable at import; prometheus-client is imported by them in its
+PRELOAD = (
+    *("app.cli", "app.main", "app.serving", "app.logs", "app.metrics", "uvicorn", "uvicorn.main"),
+    *("app.storage.etcd", "app.storage.postgres", "app.storage.mysql"),
+)
+"""What the zygote imports before it forks: the ``idmint serve`` and ``uvicorn`` entry points, the app factory's
+module tree, and the storage backends a server or an ``idmint storage ...`` command opens on demand (with their
+clients: httpx, psycopg, aiomysql). None of them reads an ``IDMINT_*`` variable at import (what they read of the
+rest of the environment is the zygote's, which a forked child's equals); prometheus-client is imported in its
 single-process mode, the mode of one worker without ``PROMETHEUS_MULTIPROC_DIR`` (the starts that fork)."""
 
 ENTRY_POINTS = ("idmint", "uvicorn")
@@ -65,8 +74,14 @@ def enabled() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
 
 
+UNBUFFERED = "PYTHONUNBUFFERED"
+"""May differ between the zygote and a child too: the child sets its streams' buffering by it."""
+CURRENT_TEST = "PYTEST_CURRENT_TEST"
+"""May differ too: pytest sets it for each test; nothing reads it at import."""
+
+
 def _import_time_environment(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if not k.startswith(SETTINGS_PREFIX)}
+    return {k: v for k, v in env.items() if not k.startswith(SETTINGS_PREFIX) and k not in (UNBUFFERED, CURRENT_TEST)}
 
 
 def can_fork(env: Mapping[str, str], base_env: Mapping[str, str], workers: int) -> bool:
@@ -79,8 +94,9 @@ def can_fork(env: Mapping[str, str], base_env: Mapping[str, str], workers: int) 
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-    """One server start: ``entry`` (one of :data:`ENTRY_POINTS`) with ``argv`` (``sys.argv``, program name first),
-    environment ``env`` (the whole of it), working directory ``cwd``, stdout and stderr to ``log`` (truncated),
+    """One start: ``entry`` (one of :data:`ENTRY_POINTS`) with ``argv`` (``sys.argv``, program name first),
+    environment ``env`` (the whole of it), working directory ``cwd``, stdout to ``log`` (truncated), stderr to
+    ``stderr`` (truncated) or None for ``log`` too, stdin from the file ``stdin`` or None for /dev/null,
     ``open_files``: ``RLIMIT_NOFILE`` (soft and hard) or None for the zygote's."""
 
     entry: str
@@ -89,6 +105,8 @@ class Start:
     cwd: str
     log: str
     open_files: int | None = None
+    stderr: str | None = None
+    stdin: str | None = None
 
 
 # -- the test side -------------------------------------------------------------------------------------------------
@@ -235,6 +253,13 @@ def fork_server(cwd: str, env: Mapping[str, str]) -> ForkServer:
         return _SERVER
 
 
+def fork_server_environment(default: Mapping[str, str]) -> dict[str, str]:
+    """The environment this process's zygote was started with; ``default`` (what it would be started with) when it
+    is not running."""
+    with _SERVER_LOCK:
+        return dict(default if _SERVER is None else _SERVER.env)
+
+
 def close_fork_server() -> None:
     """End this process's zygote, if started (at exit, after the servers' own stop)."""
     global _SERVER
@@ -302,15 +327,22 @@ def _become(start: Start) -> None:
     if start.open_files is not None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (start.open_files, start.open_files))
     os.chdir(start.cwd)
-    null = os.open(os.devnull, os.O_RDONLY)
+    source = os.open(os.devnull if start.stdin is None else start.stdin, os.O_RDONLY)
     log = os.open(start.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(null, 0)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(null)
-    os.close(log)
+    err = log if start.stderr is None else os.open(start.stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for fd, target in ((source, 0), (log, 1), (err, 2)):
+        os.dup2(fd, target)
+    for fd in {source, log, err}:
+        os.close(fd)
     os.environ.clear()
     os.environ.update(start.env)
+    # The streams as a fresh interpreter's on files: write-through under PYTHONUNBUFFERED; else stdout buffered,
+    # stderr line-buffered.
+    unbuffered = bool(start.env.get(UNBUFFERED))
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(line_buffering=False, write_through=unbuffered)
+    if isinstance(sys.stderr, io.TextIOWrapper):
+        sys.stderr.reconfigure(line_buffering=not unbuffered, write_through=unbuffered)
     sys.argv = list(start.argv)
     sys.modules["__main__"] = _fresh_main(start)
 

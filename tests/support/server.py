@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import functools
 import json
+import locale
 import os
 import resource
 import signal
@@ -30,13 +31,20 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.support.forkserver import ForkedProcess, Start, can_fork, close_fork_server, fork_server
+from tests.support.forkserver import (
+    ForkedProcess,
+    Start,
+    can_fork,
+    close_fork_server,
+    fork_server,
+    fork_server_environment,
+)
 from tests.support.http import share_default_context
 
 share_default_context()  # every poll of a starting server would otherwise build a TLS context (tests/support/http.py)
@@ -130,6 +138,70 @@ def idmint_command() -> list[str]:
     if script.is_file():
         return [str(script)]
     return [sys.executable, "-m", "app.cli"]
+
+
+def run_idmint(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    input: str | bytes | None = None,
+    timeout: float | None = None,
+    text: bool = True,
+    check: bool = False,
+) -> subprocess.CompletedProcess[Any]:
+    """``idmint ARGS...`` as :func:`subprocess.run` with ``capture_output=True`` runs it: ``env`` (default: this
+    process's environment) and ``cwd`` (default: this process's) exactly as given, stdin from ``input`` (None:
+    /dev/null), stdout and stderr captured apart, ``text`` decoded as subprocess does (locale encoding, universal
+    newlines). Raises :class:`subprocess.TimeoutExpired` after ``timeout`` seconds (the process killed first) and,
+    with ``check``, :class:`subprocess.CalledProcessError` on a non-zero exit.
+
+    Forked from this process's fork server (tests/support/forkserver.py) when :func:`can_fork` allows it, else
+    exec'd; ``args`` of the result is the exec'd command either way."""
+    command = [*idmint_command(), *args]
+    full_env = dict(os.environ if env is None else env)
+    workdir = os.fspath(os.getcwd() if cwd is None else cwd)
+    if not can_fork(full_env, fork_server_environment(_zygote_environment()), 1):
+        return subprocess.run(
+            command,
+            env=full_env,
+            cwd=workdir,
+            input=input,
+            stdin=subprocess.DEVNULL if input is None else None,
+            capture_output=True,
+            text=text,
+            timeout=timeout,
+            check=check,
+        )
+    encoding = "utf-8" if sys.flags.utf8_mode else locale.getencoding()
+    argv = command if command[0] != sys.executable else ["idmint", *command[3:]]  # python -m app.cli: its argv
+    with tempfile.TemporaryDirectory(prefix="idmint-run-") as scratch:
+        out, err, source = (Path(scratch, name) for name in ("stdout", "stderr", "stdin"))
+        if input is not None:
+            source.write_bytes(input.encode(encoding) if isinstance(input, str) else input)
+        stdin = None if input is None else str(source)
+        start = Start("idmint", argv, full_env, workdir, str(out), stderr=str(err), stdin=stdin)
+        proc = fork_server(str(REPO), _zygote_environment()).start(start)
+        try:
+            returncode = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise subprocess.TimeoutExpired(command, timeout or 0.0, out.read_bytes(), err.read_bytes()) from None
+        stdout: str | bytes = out.read_bytes()
+        stderr: str | bytes = err.read_bytes()
+    if text:
+        stdout, stderr = (_translate_newlines(data, encoding) for data in (stdout, stderr))
+    if check and returncode:
+        raise subprocess.CalledProcessError(returncode, command, stdout, stderr)
+    return subprocess.CompletedProcess(command, returncode, stdout, stderr)
+
+
+def _translate_newlines(data: str | bytes, encoding: str) -> str:
+    """Bytes as subprocess's text mode reads them."""
+    assert isinstance(data, bytes)
+    return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _zygote_environment() -> dict[str, str]:
@@ -243,7 +315,7 @@ class Server:
             if workers != 1:
                 command += ["--workers", str(workers)]
         command += list(args)
-        self.forked = can_fork(full_env, _zygote_environment(), workers)
+        self.forked = can_fork(full_env, fork_server_environment(_zygote_environment()), workers)
         """Whether the process was forked by the fork server (tests/support/forkserver.py), else exec'd."""
         self.proc: Process
         if self.forked:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.mariadb import APP_PASSWORD, MariadbServer, MysqlDatabase
-from tests.support.server import clean_environment, idmint_command
+from tests.support.server import clean_environment, run_idmint
 
 pytestmark = pytest.mark.integration  # a real MariaDB
 
@@ -32,7 +32,7 @@ INSERT INTO leaf_alloc (biz_tag, max_id, step, description) VALUES
 
 
 def idmint(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*idmint_command(), *args], capture_output=True, text=True, env=env, timeout=120)
+    return run_idmint(args, env=env, timeout=120)
 
 
 def test_leaf_tags_become_sequences_above_their_max_id(

@@ -4,14 +4,13 @@ once while the server listens; ``idmint storage sql --dialect mysql`` prints wha
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.mariadb import APP_PASSWORD, APP_USER, MariadbServer, MysqlDatabase
-from tests.support.server import free_port, idmint_command, running_server
+from tests.support.server import free_port, run_idmint, running_server
 from tests.support.storage import MARGIN_S, TTL_S
 from tests.test_replicas import ids_of
 
@@ -61,12 +60,7 @@ def test_a_bad_database_at_start_is_not_ready_naming_why(
 
 
 def test_storage_sql_prints_the_tables_the_backend_creates(mariadb_server: MariadbServer, mariadb_db: str) -> None:
-    sql = subprocess.run(
-        [*idmint_command(), "storage", "sql", "--dialect", "mysql", "--schema", mariadb_db],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    sql = run_idmint(["storage", "sql", "--dialect", "mysql", "--schema", mariadb_db], timeout=120, check=True).stdout
     assert f"CREATE TABLE IF NOT EXISTS `{mariadb_db}`.claims" in sql
     mariadb_server.run_script(sql)
     mariadb_server.run_script(sql)  # idempotent

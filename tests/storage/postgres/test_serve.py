@@ -5,14 +5,13 @@ reason, not a crash; ``idmint storage sql`` prints what the backend creates; a c
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.postgres import PASSWORD, PASSWORD_ROLE, PostgresSchema, PostgresServer
-from tests.support.server import Server, free_port, idmint_command, running_server
+from tests.support.server import Server, free_port, run_idmint, running_server
 from tests.support.storage import MARGIN_S, TTL_S, Store, store_for
 from tests.test_replicas import ids_of
 
@@ -72,9 +71,7 @@ def test_a_bad_database_at_start_is_not_ready_naming_why(
 
 def test_storage_sql_prints_the_tables_the_backend_creates(postgres_server: PostgresServer, postgres_db: str) -> None:
     dbname = postgres_db.rsplit("/", 1)[1]
-    sql = subprocess.run(
-        [*idmint_command(), "storage", "sql", "--schema", "reviewed"], capture_output=True, text=True, check=True
-    ).stdout
+    sql = run_idmint(["storage", "sql", "--schema", "reviewed"], timeout=120, check=True).stdout
     assert 'CREATE TABLE IF NOT EXISTS "reviewed".claims' in sql
     postgres_server.execute(sql, dbname)
     postgres_server.execute(sql, dbname)  # idempotent
