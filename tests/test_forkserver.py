@@ -179,6 +179,7 @@ def test_run_idmint_forks_with_the_environment_cwd_and_stdin_given_and_streams_a
 def test_run_idmint_past_its_timeout_kills_the_command(exec_calls: list[list[str]]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as silent:  # listens, never answers
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        assert run_idmint(["--version"]).returncode == 0  # the zygote runs (this may be the worker's first start)
         zygote = forkserver.fork_server("", {}).pid if forkserver.enabled() else None
         before = _children(zygote) if zygote else set()
         with pytest.raises(subprocess.TimeoutExpired):

@@ -163,15 +163,19 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         with theirs:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.support.forkserver", str(theirs.fileno())],
-                cwd=cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-            )
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-m", "tests.support.forkserver", str(theirs.fileno())],
+                    cwd=cwd,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
+            except BaseException:
+                ours.close()
+                raise
         self._cond = threading.Condition()
         self._exits: dict[int, int] = {}
         self._replies: dict[int, dict[str, Any]] = {}
