@@ -68,6 +68,8 @@ def test_a_forked_server_is_a_fresh_process_of_its_own(two_forked: tuple[Server,
         assert _parent(server.pid) == zygote
         assert os.getsid(server.pid) == server.pid  # a session (and process group) of its own
         assert f"[{server.pid}]" in server.log()  # uvicorn's start lines name the child's own PID
+        assert Path(f"/proc/{server.pid}/comm").read_bytes().strip() == forkserver.CHILD_NAME
+    assert Path(f"/proc/{zygote}/comm").read_bytes().strip() == forkserver.ZYGOTE_NAME
     a.issue("wiji", 5)
     assert _sample(a.metrics_text(), "idmint_ids_issued_total", scheme="wiji") == 5
     assert _sample(b.metrics_text(), "idmint_ids_issued_total", scheme="wiji") == 0

@@ -28,6 +28,7 @@ variable read at import time, by the app or a library, would keep the zygote's v
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import gc
 import importlib.util
@@ -380,8 +381,22 @@ def _run(start: Start) -> None:
         raise SystemExit(f"unknown entry point {start.entry!r}")
 
 
+ZYGOTE_NAME, CHILD_NAME = b"idmint-zygote", b"idmint-forked"
+"""The zygote's and its children's process names (``/proc/PID/comm``: what ``ps``, ``top`` and process accounting
+show), so that a run's CPU can be told apart from its pytest workers' and its exec'd commands' (all ``python``)."""
+
+
+def _set_process_name(name: bytes) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
+
+
+PR_SET_NAME = 15
+
+
 def _main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # ends on end-of-file from the test side, not on ^C
+    _set_process_name(ZYGOTE_NAME)
     for name in PRELOAD:
         __import__(name)
     gc.freeze()  # what was imported stays out of the children's collections (and their pages shared)
@@ -389,6 +404,7 @@ def _main(fd: int) -> None:
     if start is None:
         return
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _set_process_name(CHILD_NAME)
     _become(start)
     _run(start)
 
