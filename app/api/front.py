@@ -278,6 +278,8 @@ class Front:
         self.limit = max_body_bytes
         self.drain = drain
         self.metrics = metrics
+        self.record_hot = metrics.request_recorder()
+        """:meth:`~app.metrics.Metrics.request` for a hot route's answer (its method is GET or POST)."""
         self.keys = keys
         self.route_of = route_finder(api)
         declared = {
@@ -371,7 +373,7 @@ class Front:
             if allowed:
                 answer = answer[0], answer[1], [*answer[2], *allowed]
         status, body, extra = answer
-        self.metrics.request(route.template, scope["method"], status, time.perf_counter() - start)
+        self.record_hot(route.template, scope["method"], status, time.perf_counter() - start)
         return status, route.fixed, extra, body
 
     def cors_headers(self, scope: Scope) -> list[Header]:
