@@ -98,9 +98,11 @@ it gives no error code, and no other error says them."""
 LINGER_SECONDS = 5.0
 """A lingering close lasts at most this long (nginx: ``lingering_time``, 30 s; ``lingering_timeout``, 5 s)."""
 WATCH_BYTES = 65_536
+"""A hot answer's body at least this long is watched until its client took it (the send timeout): the kernel may
+have taken it all at once."""
+APART_BYTES = 8_192
 """A hot answer's body at least this long is handed to the transport beside its head (one ``writev``), not copied
-into one buffer with it, and is watched until its client took it (the send timeout): the kernel may have taken it
-all at once."""
+into one buffer with it: a ``count=1000`` body is tens of kilobytes, whose copy costs more than the second iovec."""
 ANSWERS_PER_READ = 32
 """At most this many requests of one socket read are answered inside its read callback (about 0.5 ms of work);
 requests pipelined past them queue behind one another through ASGI, one per turn of the event loop, so a client
@@ -584,13 +586,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if version != "1.1" and version != "1.0":
             return False
         host = False
-        for name, _ in self.headers:
+        authorization = None
+        for name, value in self.headers:
             if name in DECLINED_HEADERS:
                 return False
             if name == b"host":
                 if host:  # two: the ASGI front refuses them
                     return False
                 host = True
+            elif name == b"authorization" and authorization is None:
+                authorization = value
         if not host and version == "1.1":
             return False
         url = self.url
@@ -613,7 +618,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         keep_alive = version == "1.1" and parser.should_keep_alive()
         self.fast = True
         self.answered_in_read += 1
-        coro = front.answer_hot_now(route, param, scope, start)
+        coro = front.answer_hot_now(route, param, scope, start, authorization)
         if isinstance(coro, tuple):
             self._answered(coro, keep_alive)
             return True
@@ -677,15 +682,18 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         end = b"\r\n" if keep_alive else b"connection: close\r\n\r\n"
         transport = self.transport
         size = len(body)
-        if not extra and size < WATCH_BYTES:  # the common answer: one formatting, one write
-            transport.write(b"%scontent-length: %d\r\n%s%s" % (start, size, end, body))
+        if not extra:  # the common answer: one formatting, one write (a large body beside its head)
+            if size < APART_BYTES:
+                transport.write(b"%scontent-length: %d\r\n%s%s" % (start, size, end, body))
+            else:
+                transport.writelines((b"%scontent-length: %d\r\n%s" % (start, size, end), body))
         else:
             head = [start]
             for name, value in extra:
                 head += (name, b": ", value, b"\r\n")
             head.append(b"content-length: %d\r\n" % size)
             head.append(end)
-            if size < WATCH_BYTES:
+            if size < APART_BYTES:
                 head.append(body)
                 transport.write(b"".join(head))
             else:

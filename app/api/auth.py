@@ -88,6 +88,8 @@ its IDs are charged as sent, :meth:`ApiKeys.paced`); read by :func:`ids_charge`.
 UNSETTLED_KEY = "idmint.unsettled_key"
 """ASGI scope key: the key of a request whose count in ``idmint_api_key_requests_total`` waits on its IDs' charge
 (allowed, or over_quota when the charge refuses it); :func:`settle` counts it allowed when no charge came."""
+SCAN: Any = object()
+"""The default of :meth:`ApiKeys.check`'s ``authorization``: look for it in the request's headers."""
 KEY_NAME = "idmint.key_name"
 """ASGI scope key: the name of the API key a request was authorised with (absent: no key file, or public)."""
 
@@ -268,6 +270,11 @@ class KeyState:
     workers: int = 1
     """Worker processes sharing the key's quotas: this one holds 1/workers of each rate and
     ``concurrent_streams // workers`` streams."""
+    name: str = ""
+    """The key's name (its entry's)."""
+    free_scopes: frozenset[str] = field(default_factory=frozenset)
+    """The scopes whose requests nothing in the key check can refuse: the key's scopes when it has no request quota,
+    else none (a stream is still held against the stream cap)."""
 
     @property
     def stream_limit(self) -> int:
@@ -287,6 +294,7 @@ class KeyState:
         cls, entry: KeyEntry, previous: KeyState | None, workers: int = 1, clock: Callable[[], float] = time.monotonic
     ) -> KeyState:
         state = cls(entry, bytes.fromhex(entry.sha256), scopes=frozenset(entry.scopes), workers=workers)
+        state.name = entry.name
         same_rates = previous is not None and (previous.entry.requests_per_second, previous.entry.ids_per_second) == (
             entry.requests_per_second,
             entry.ids_per_second,
@@ -299,6 +307,7 @@ class KeyState:
             state.ids = TokenBucket(ids / workers, clock) if ids else None
             if previous is not None:
                 state.streams = previous.streams
+        state.free_scopes = state.scopes if state.requests is None else frozenset()
         return state
 
 
@@ -525,30 +534,35 @@ class ApiKeys:
         key.count_ids(count)
 
     # -- the front's calls ------------------------------------------------------------------------------
-    def check(self, access: Access, scope: Scope) -> KeyState | None:
+    def check(self, access: Access, scope: Scope, authorization: Any = SCAN) -> KeyState | None:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
-        stream quotas: the key to charge, or None for a public request. Counted in
-        ``idmint_api_key_requests_total`` once: here (also a request whose IDs are charged to a key without an IDs
-        quota: no charge can refuse it), or for a request whose IDs are charged to a key with one, by that charge
-        (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
+        stream quotas: the key to charge, or None for a public request. ``authorization``: the request's first
+        ``Authorization`` value when the caller has already found it (None: it has none), else it is looked for in
+        ``scope["headers"]``. Counted in ``idmint_api_key_requests_total`` once: here (also a request whose IDs are
+        charged to a key without an IDs quota: no charge can refuse it), or for a request whose IDs are charged to a
+        key with one, by that charge (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                key = self.known.get(value)
-                if key is not None and key.requests is None and not access.stream and access.scope in key.scopes:
-                    # A remembered key that holds the scope, without a request quota: nothing here can refuse it.
-                    scope[KEY_NAME] = key.entry.name
-                    if access.hands_out_ids:
-                        if key.ids is None:  # no charge can refuse it: counted allowed now, its IDs when charged
-                            scope[CHARGE_KEY] = key.uncapped
-                            key.allowed()
-                        else:
-                            scope[CHARGE_KEY] = key.charge
-                            scope[UNSETTLED_KEY] = key
-                    else:
+        if authorization is SCAN:
+            authorization = None
+            for name, value in scope["headers"]:
+                if name == b"authorization":
+                    authorization = value
+                    break
+        if authorization is not None:
+            key = self.known.get(authorization)
+            if key is not None and access.scope in key.free_scopes and not access.stream:
+                # A remembered key that holds the scope, without a request quota: nothing here can refuse it.
+                scope[KEY_NAME] = key.name
+                if access.hands_out_ids:
+                    if key.ids is None:  # no charge can refuse it: counted allowed now, its IDs when charged
+                        scope[CHARGE_KEY] = key.uncapped
                         key.allowed()
-                    return key
-                break
+                    else:
+                        scope[CHARGE_KEY] = key.charge
+                        scope[UNSETTLED_KEY] = key
+                else:
+                    key.allowed()
+                return key
         try:
             key = self.authorise(access.scope, scope["headers"])
             if key is not None:

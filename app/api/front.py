@@ -58,7 +58,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.api.access import OPEN, Access, access_of
 from app.api.admin import DRAIN_RETRY_AFTER_S, DRAINING, Drain
-from app.api.auth import UNSETTLED_KEY, ApiKeys, KeyState, Refusal, settle
+from app.api.auth import SCAN, UNSETTLED_KEY, ApiKeys, KeyState, Refusal, settle
 from app.api.errors import body_too_large, error_parts, refusal
 from app.api.streams import MEDIA_TYPE as STREAM_MEDIA_TYPE
 from app.errors import IdmintError
@@ -175,6 +175,21 @@ def takes_no_body(limit: int, size: int) -> Answer:
     return 422, body, [*headers, CLOSE]
 
 
+def key_refusal(refused: Refusal) -> Answer:
+    """The answer to a request the API-key check refused (401 with ``WWW-Authenticate``, 403, 429)."""
+    body, headers = refusal(refused.reason, refused.retry_after)
+    if refused.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
+    return refused.status, body, headers
+
+
+def drain_refusal(scope: Scope) -> Answer:
+    """The 503 of a request that would hand out IDs while the node drains (its key's count settled)."""
+    settle(scope)
+    body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
+    return 503, body, headers
+
+
 class HotRoute:
     """One row of the hot table: ``method`` and a ``template`` with one parameter segment (``/v1/ids/{scheme}``),
     answered by ``handler`` without FastAPI. Its access is its FastAPI twin's (set by :class:`Front`)."""
@@ -263,6 +278,8 @@ class Front:
         self.limit = max_body_bytes
         self.drain = drain
         self.metrics = metrics
+        self.record_hot = metrics.request_recorder()
+        """:meth:`~app.metrics.Metrics.request` for a hot route's answer (its method is GET or POST)."""
         self.keys = keys
         self.route_of = route_finder(api)
         declared = {
@@ -299,19 +316,25 @@ class Front:
         return await reply
 
     def answer_hot_now(
-        self, route: HotRoute, param: str, scope: Scope, start: float
+        self, route: HotRoute, param: str, scope: Scope, start: float, authorization: Any = SCAN
     ) -> Reply | Coroutine[Any, Any, Reply]:
         """:meth:`answer_hot`'s answer at once when its handler answers without waiting (a :data:`Reply`), else the
-        coroutine that waits for it and finishes it.
+        coroutine that waits for it and finishes it. ``authorization``: the request's first ``Authorization``
+        value when the caller has already found it among ``scope["headers"]`` (None: it has none), else it is
+        looked for there when API keys are on.
 
         A request of a route that hands out IDs is counted in flight (:class:`~app.api.admin.Drain`) only while it
         waits: one answered at once runs from its drain check to its answer without the event loop turning, so no
         drain can see it in between."""
         access = route.access
-        if (self.keys is not None and access.scope is not None) or (access.hands_out_ids and self.drain.draining):
-            refused, _ = self.admit(scope, access)
-            if refused is not None:
-                return self.finish(refused, access, route.template, scope["method"], start)
+        keys = self.keys
+        if keys is not None and access.scope is not None:
+            try:
+                keys.check(access, scope, authorization)
+            except Refusal as refused:
+                return self.finish(key_refusal(refused), access, route.template, scope["method"], start)
+        if access.hands_out_ids and self.drain.draining:
+            return self.finish(drain_refusal(scope), access, route.template, scope["method"], start)
         try:
             answer = route.handler(param, scope)
         except IdmintError as exc:
@@ -350,7 +373,7 @@ class Front:
             if allowed:
                 answer = answer[0], answer[1], [*answer[2], *allowed]
         status, body, extra = answer
-        self.metrics.request(route.template, scope["method"], status, time.perf_counter() - start)
+        self.record_hot(route.template, scope["method"], status, time.perf_counter() - start)
         return status, route.fixed, extra, body
 
     def cors_headers(self, scope: Scope) -> list[Header]:
@@ -390,14 +413,9 @@ class Front:
             try:
                 key = keys.check(access, scope)
             except Refusal as refused:
-                body, headers = refusal(refused.reason, refused.retry_after)
-                if refused.status == 401:
-                    headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
-                return (refused.status, body, headers), None
+                return key_refusal(refused), None
         if access.hands_out_ids and self.drain.draining:
-            settle(scope)
-            body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
-            return (503, body, headers), None
+            return drain_refusal(scope), None
         return None, key
 
     def finish(self, answer: Answer, access: Access, template: str, method: str, start: float) -> Reply:

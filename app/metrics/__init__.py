@@ -199,6 +199,11 @@ class Metrics:
         counter.inc()
         histogram.observe(seconds)
 
+    def request_recorder(self) -> Callable[[str, str, int, float], None]:
+        """:meth:`request` for a caller whose every method is one of :data:`HTTP_METHODS` (a hot route's), bound
+        once: in a single process the request tally's own ``observe``, one call less per request."""
+        return self._tally if self._tally is not None else self.request
+
     # -- API keys --------------------------------------------------------------------------------------------
     def api_keys(self, names: list[str], outcomes: tuple[str, ...]) -> None:
         """Initialise the per-key series for ``names`` (the key file's names: a bounded set) at 0."""

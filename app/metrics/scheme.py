@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.metrics.tally import CountTally
@@ -35,6 +36,7 @@ class SchemeMetrics:
     __slots__ = (
         "scheme",
         "_issued",
+        "ids_issued",
         "_rollbacks",
         "_exhausted",
         "_backfill",
@@ -62,6 +64,9 @@ class SchemeMetrics:
         self._refused = c.identity_refused.labels(scheme=scheme)
         issued = c.ids_issued
         self._issued = issued.child(scheme) if isinstance(issued, CountTally) else issued.labels(scheme=scheme)
+        self.ids_issued: Callable[[int], None] = self._issued.inc
+        """``idmint_ids_issued_total{scheme}`` += count (called once per batch; a count of 0 adds nothing): the
+        child's own ``inc``, one call per batch."""
         self._node_identity = c.node_identity
         self._identities: set[int] = set()
         self._largest_rollback = largest_rollback
@@ -69,11 +74,6 @@ class SchemeMetrics:
         self._lock = threading.Lock()
 
     # -- issuing ---------------------------------------------------------------------------------------------
-    def ids_issued(self, count: int) -> None:
-        """``idmint_ids_issued_total{scheme}`` += count (called once per batch)."""
-        if count:
-            self._issued.inc(count)
-
     def backfilled(self, count: int) -> None:
         """``idmint_backfill_ids_total{scheme}`` += count (once per backfill request)."""
         if count:
