@@ -202,3 +202,16 @@ def test_run_idmint_execs_what_the_zygote_cannot_honour(
     done = run_idmint(["decode", "definitely-not-an-id"])
     assert done.returncode == 1 and "not an ID of any scheme" in done.stderr and done.stdout == ""
     assert exec_calls == [done.args]
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_bindable() -> None:
+    low = int(server_support.EPHEMERAL_RANGE.read_text().split()[0])
+    ports = {server_support.free_port() for _ in range(50)}
+    assert all(low - server_support.TEST_PORTS <= port < low for port in ports), sorted(ports)
+    assert len(ports) > 40  # picked at random, not in a sequence two workers would share
+    for port in ports:
+        with socket.create_server(("127.0.0.1", port)):
+            pass
+    # An outgoing connection's source port is ephemeral: never one of these.
+    with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_connection(listener.getsockname()) as out:
+        assert out.getsockname()[1] >= low

@@ -23,6 +23,7 @@ import functools
 import json
 import locale
 import os
+import random
 import resource
 import signal
 import socket
@@ -125,11 +126,39 @@ def _limit_open_files(count: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (count, count))
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""The kernel's range of ephemeral ports: the source ports of outgoing connections (and of ``bind(port=0)``)."""
+TEST_PORTS = 12_000
+"""How many ports below the ephemeral range :func:`free_port` picks from."""
+
+
+_PICK = random.SystemRandom()
+"""Not the ``random`` module's shared generator, which a test may seed: workers seeded alike would pick alike."""
+
+
+def _below_ephemeral() -> range:
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default
+    return range(max(1024, low - TEST_PORTS), low)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range: a port a test hands
+    to a server before it starts is never taken meanwhile by the source port of an outgoing connection (a client
+    polling the server, a peer connecting: a port from ``bind(port=0)`` is an ephemeral one, and was, now and
+    then: ``address already in use`` at the server's start)."""
+    ports = _below_ephemeral()
+    for _ in range(200):
+        port = _PICK.choice(ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port in {ports.start}..{ports.stop - 1} on 127.0.0.1")
 
 
 def idmint_command() -> list[str]:
