@@ -144,19 +144,43 @@ def _below_ephemeral() -> range:
     return range(max(1024, low - TEST_PORTS), low)
 
 
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "idmint-test-ports"
+"""One empty file per port :func:`free_port` handed out, on this machine, to every test process (each pytest-xdist
+worker, and runs side by side): a port is handed out once per :data:`PORT_CLAIM_S`."""
+PORT_CLAIM_S = 900.0
+"""How long a port handed out stays taken for other callers of :func:`free_port` (longer than any test keeps one)."""
+
+
+def _claim(port: int) -> bool:
+    claim = PORT_CLAIMS / str(port)
+    try:
+        claim.touch(exist_ok=False)
+        return True
+    except FileExistsError:
+        pass
+    with contextlib.suppress(OSError):
+        if time.time() - claim.stat().st_mtime > PORT_CLAIM_S:
+            claim.unlink()  # stale: taken anew (one caller wins the exclusive create)
+            return _claim(port)
+    return False
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range: a port a test hands
-    to a server before it starts is never taken meanwhile by the source port of an outgoing connection (a client
-    polling the server, a peer connecting: a port from ``bind(port=0)`` is an ephemeral one, and was, now and
-    then: ``address already in use`` at the server's start)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, handed out to no other caller on this machine in the last
+    :data:`PORT_CLAIM_S` seconds, and below the kernel's ephemeral range. A test hands the port to a server that
+    binds it only once started; meanwhile the port is not free for another worker's server (the claim), nor the
+    source port of an outgoing connection (a test's client polling the server: ``bind(port=0)`` gives an ephemeral
+    port, and now and then the server's bind failed, ``address already in use``)."""
     ports = _below_ephemeral()
-    for _ in range(200):
+    PORT_CLAIMS.mkdir(exist_ok=True)
+    for _ in range(400):
         port = _PICK.choice(ports)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
+        if _claim(port):
             return port
     raise RuntimeError(f"no free TCP port in {ports.start}..{ports.stop - 1} on 127.0.0.1")
 
