@@ -10,9 +10,10 @@
 #     chromium + fonts (browser tests), prometheus + promtool and docker-compose (operations tests), podman + runc
 #     and debootstrap (tests/ops/test_podman.py builds and runs the image; its Debian base image is cached in
 #     ~/.cache/idmint-tests, about 1.5 min to make the first time).
-# Then runs pytest on pytest-xdist workers, two per core (IDMINT_TEST_WORKERS=N for another number; 0: one process):
-# most tests that start servers spend their time waiting on them (a lease's TTL, a restart), and a second worker per
-# core fills those waits (on 2 cores, three heavy modules took 355 s on 2 workers and 265 s on 4);
+# Then runs pytest on pytest-xdist workers, two per core and one more (IDMINT_TEST_WORKERS=N for another number; 0:
+# one process): most tests that start servers spend their time waiting on them (a lease's TTL, a restart), and the
+# extra workers fill those waits (on 2 cores, three heavy modules took 355 s on 2 workers and 265 s on 4; the whole
+# suite 631 s on 4 workers with 180 core-seconds idle, 535 s on 5);
 # --dist loadgroup: tests marked xdist_group run on one worker together (tests/conftest.py: the podman tests, the
 # browser tests, each module's shared server), the longest first by the durations the last run measured
 # (tests/durations.json, rewritten at the end of every run); the ten slowest tests are printed at the end. The soak
@@ -32,4 +33,4 @@ fi
 .venv/bin/pip install -q --require-hashes --no-deps -r requirements-dev.lock
 .venv/bin/pip install -q --no-deps -e . -e clients/python
 bash .ci/install-debian-packages.sh
-exec .venv/bin/python -m pytest -n "${IDMINT_TEST_WORKERS:-$((2 * $(nproc)))}" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -n "${IDMINT_TEST_WORKERS:-$((2 * $(nproc) + 1))}" --dist loadgroup "$@"
