@@ -34,24 +34,49 @@ async def answered_in_time(
     """Run one statement's ``work`` on ``conn`` until the loop's time ``give_up`` and return its finished task (its
     result or error is the caller's to read, and the connection the caller's to give back). When it does not answer
     in time, or the caller is cancelled meanwhile, the statement is ended under the driver (``abandon(task, conn)``:
-    never left waiting on the server) and the connection given up (``drop(conn)``, even when the abandon itself is
-    cancelled); then BackendUnavailableError(``late``) is raised, or the cancellation goes on."""
+    never left waiting on the server), then the connection given up (``drop(conn)``); then
+    BackendUnavailableError(``late``) is raised, or the cancellation goes on. That clean-up runs to its end whatever
+    cancels the caller meanwhile (a connection given up under a statement still running could hand its socket to
+    another), and the caller waits for it: it is bounded by ``abandon``."""
     task = asyncio.ensure_future(work)
     try:
         done, _ = await asyncio.wait({task}, timeout=max(0.0, give_up - asyncio.get_running_loop().time()))
     except asyncio.CancelledError:
-        try:
-            await abandon(task, conn)
-        finally:
-            await drop(conn)
+        await _give_up(task, conn, abandon, drop)
         raise
     if task not in done:
+        await _give_up(task, conn, abandon, drop)
+        raise BackendUnavailableError(late)
+    return task
+
+
+async def _give_up(
+    task: asyncio.Task[T],
+    conn: Any,
+    abandon: Callable[[asyncio.Task[T], Any], Awaitable[None]],
+    drop: Callable[[Any], Awaitable[None]],
+) -> None:
+    """``abandon(task, conn)`` then ``drop(conn)``, in a task of its own that no cancellation of ours reaches; we wait
+    for it to end, and a cancellation that came meanwhile is raised after it."""
+
+    async def clean_up() -> None:
         try:
             await abandon(task, conn)
         finally:
             await drop(conn)
-        raise BackendUnavailableError(late)
-    return task
+
+    cleaning = asyncio.ensure_future(clean_up())
+    cancelled = False
+    while not cleaning.done():
+        try:
+            await asyncio.shield(cleaning)
+        except asyncio.CancelledError:
+            cancelled = True
+        except BaseException:  # the clean-up's own error: raised below, after a cancellation if one came
+            break
+    if cancelled:
+        raise asyncio.CancelledError
+    cleaning.result()
 
 
 def as_json(value: Any) -> Any:
