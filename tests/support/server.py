@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
 import json
 import locale
@@ -141,36 +142,46 @@ def _below_ephemeral() -> range:
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default
-    return range(max(1024, low - TEST_PORTS), low)
+    return range(max(1024, low - TEST_PORTS), max(low, 1024 + TEST_PORTS))
 
 
-PORT_CLAIMS = Path(tempfile.gettempdir()) / "idmint-test-ports"
-"""One empty file per port :func:`free_port` handed out, on this machine, to every test process (each pytest-xdist
-worker, and runs side by side): a port is handed out once per :data:`PORT_CLAIM_S`."""
-PORT_CLAIM_S = 900.0
-"""How long a port handed out stays taken for other callers of :func:`free_port` (longer than any test keeps one)."""
+PORT_CLAIMS = Path(tempfile.gettempdir()) / f"idmint-test-ports-{os.getuid()}"
+"""One file per port :func:`free_port` handed out on this machine (to every test process of this user: each
+pytest-xdist worker, and runs side by side), holding the PID of the process it was handed to: the port stays taken
+for the others while that process lives (a session's etcd or database keeps its port through a restart)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _claim(port: int) -> bool:
+    """Take ``port`` for this process unless a live process (this one included) holds it: checked and written under
+    one lock."""
     claim = PORT_CLAIMS / str(port)
-    try:
-        claim.touch(exist_ok=False)
+    with open(PORT_CLAIMS / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            holder = int(claim.read_text())
+        except (OSError, ValueError):
+            holder = 0
+        if holder and _alive(holder):
+            return False
+        claim.write_text(str(os.getpid()))
         return True
-    except FileExistsError:
-        pass
-    with contextlib.suppress(OSError):
-        if time.time() - claim.stat().st_mtime > PORT_CLAIM_S:
-            claim.unlink()  # stale: taken anew (one caller wins the exclusive create)
-            return _claim(port)
-    return False
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, handed out to no other caller on this machine in the last
-    :data:`PORT_CLAIM_S` seconds, and below the kernel's ephemeral range. A test hands the port to a server that
-    binds it only once started; meanwhile the port is not free for another worker's server (the claim), nor the
-    source port of an outgoing connection (a test's client polling the server: ``bind(port=0)`` gives an ephemeral
-    port, and now and then the server's bind failed, ``address already in use``)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, held by no other live test process on this machine
+    (:data:`PORT_CLAIMS`), and below the kernel's ephemeral range. A test hands the port to a server that binds it
+    only once started: meanwhile no other worker's server is handed it, and no outgoing connection takes it as its
+    source port (those are ephemeral, as is a port from ``bind(port=0)``). RuntimeError when none is found."""
     ports = _below_ephemeral()
     PORT_CLAIMS.mkdir(exist_ok=True)
     for _ in range(400):
