@@ -254,7 +254,7 @@ class Ledger:
     async def sweep(self) -> None:
         """End the open records of owners that are gone (their lease expired; their process died): at the lease's
         expiry as the store tells it for a gone lease (PostgreSQL), else as the store last measured it while alive,
-        else when first found gone."""
+        else when first found gone; never after the next claim of the same identity began."""
         ours = {r.record for r in self._ours.values()}
         now = self.clock()
         asked: dict[str, tuple[bool | None, int | None]] = {}  # owner (lease, else host and pid) -> its answer
@@ -273,6 +273,9 @@ class Ledger:
                 continue
             seen = self._expiries.pop(key, None)
             at = expires_ns or seen or now  # the store's word on a gone lease's expiry first (PostgreSQL keeps it)
+            successor = self.index.next_claim_ns(record)  # etcd tells the time left in whole seconds only
+            if successor is not None:
+                at = min(at, successor)
             ended = record.ended(END_LOST, min(at, now), "owner gone (lease expired or process ended)")
             self._queue(ended)
 

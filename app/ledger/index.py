@@ -75,6 +75,19 @@ class LedgerIndex:
             self._dirty.discard(key)
         return bucket
 
+    def next_claim_ns(self, record: ClaimRecord) -> int | None:
+        """When the next claim of ``record``'s identity (same scheme, kind and group) began after it, None when
+        none did: the identity is exclusive, so ``record``'s claim had ended by then."""
+        later = [
+            r.claimed_at_ns
+            for r in self._by_identity.get((record.scheme, record.identity), [])
+            if r.record != record.record
+            and r.kind == record.kind
+            and r.group == record.group
+            and r.claimed_at_ns > record.claimed_at_ns
+        ]
+        return min(later, default=None)
+
     def covering(
         self, scheme: str, identity: int, t_ns: int, unit_ns: int, now_ns: int, group: str | None = None
     ) -> ClaimRecord | None:

@@ -73,3 +73,33 @@ async def test_a_dead_owners_claim_ends_at_its_lease_expiry(etcd_server, etcd_na
     assert ended.end == "lost" and ended.ended_at_ns is not None
     assert abs(ended.ended_at_ns - expected) < 1.5 * NS_IN_S  # etcd answers the time left in whole seconds
     await ledger.stop()
+
+
+async def test_a_dead_owners_claim_ends_no_later_than_the_next_claim_of_its_identity(
+    etcd_server, etcd_namespace: str
+) -> None:
+    settings = Settings(etcd_endpoints=[etcd_server.endpoint], etcd_namespace=etcd_namespace)
+    store = EtcdLedgerStore(settings, FakeClock.running_from_now())
+    lease_id, _ = await store._client.grant(2)
+    clock = FakeClock.running_from_now()
+    ledger = Ledger(store, retention_days=30, clock=clock)
+    await ledger.start()
+    await ledger.refresh(full=True)
+    gone = record(5, clock(), None, f"{lease_id:016x}")
+    ledger._queue(gone)
+    assert await ledger.flush()
+    await ledger.sweep()  # alive: its expiry is noted, in etcd's whole seconds (up to a second late)
+    heir = record(5, clock() + NS_IN_S // 10, clock() + NS_IN_S)  # the next holder, claimed before that expiry
+    other = record(6, clock() + NS_IN_S // 20, clock() + NS_IN_S)  # another identity: no bound on this one
+    for r in (heir, other):
+        ledger._queue(r)
+    assert await ledger.flush()
+    deadline = clock() + 10 * NS_IN_S
+    while ledger.index.records[gone.record].open:
+        assert clock() < deadline, "the dead owner's claim was not closed"
+        await ledger.sweep()
+        await asyncio.sleep(0.1)
+    assert await ledger.flush()
+    ended = ledger.index.records[gone.record]
+    assert ended.end == "lost" and ended.ended_at_ns == heir.claimed_at_ns
+    await ledger.stop()
