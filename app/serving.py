@@ -101,8 +101,9 @@ WATCH_BYTES = 65_536
 """A hot answer's body at least this long is watched until its client took it (the send timeout): the kernel may
 have taken it all at once."""
 APART_BYTES = 8_192
-"""A hot answer's body at least this long is handed to the transport beside its head (one ``writev``), not copied
-into one buffer with it: a ``count=1000`` body is tens of kilobytes, whose copy costs more than the second iovec."""
+"""A hot answer's body at least this long is handed to the transport beside its head (``writelines``: one ``writev``
+under uvloop, uvicorn's default loop, not a copy into one buffer with it; asyncio's own transport joins them): a
+``count=1000`` body is tens of kilobytes, whose copy costs more than the second iovec."""
 ANSWERS_PER_READ = 32
 """At most this many requests of one socket read are answered inside its read callback (about 0.5 ms of work);
 requests pipelined past them queue behind one another through ASGI, one per turn of the event loop, so a client

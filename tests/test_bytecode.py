@@ -23,7 +23,7 @@ def test_primed_modules_are_the_rewritten_code_and_written_once(pytestconfig: py
     assert {tests / "test_a.py", tests / "deep" / "test_b.py"} <= set(paths)
     assert tests / "deep" / "helper.py" not in paths
 
-    assert prime_rewrites(pytestconfig, [tests / "test_a.py", tests / "deep" / "test_b.py"], processes=2) == 2
+    assert prime_rewrites(pytestconfig, [tests / "test_a.py", tests / "deep" / "test_b.py"], processes=1) == 2
     pyc = tests / "__pycache__" / ("test_a" + rewrite.PYC_TAIL)
     data = pyc.read_bytes()
     code = marshal.loads(data[16:])

@@ -11,7 +11,9 @@ Under pytest-xdist every worker also imports the test modules, the ``tests.suppo
 packages (hypothesis, anyio...) through pytest's assertion rewriter, which parses, rewrites and compiles each one
 and, under ``PYTHONDONTWRITEBYTECODE``, keeps none: about 10 s of CPU per worker before its first test. Before the
 workers start, :func:`prime_rewrites` writes pytest's own cache of those rewritten modules (its hash-checked
-``__pycache__/*-pytest-*.pyc``, the file each worker reads before it would rewrite), on two processes.
+``__pycache__/*-pytest-*.pyc``, the file each worker reads before it would rewrite), on two processes: the test
+modules under ``tests/`` and every module the controller itself rewrote (``tests.support``, the plugins' modules it
+imported; modules of theirs first imported by a worker are still rewritten there).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def compile_sources(root: Path = REPO) -> None:
             compileall.compile_dir(root / name, quiet=2, workers=1)
 
 
+PRIME_GUARD_S = 600.0
+"""A guard against a hung priming process (pytest then stops with the error), not a time budget."""
 _CONFIG: pytest.Config | None = None
 """The controller's config, inherited by the forked priming processes (the rewriter reads its ini options)."""
 
@@ -88,7 +92,7 @@ def prime_rewrites(config: pytest.Config, paths: list[Path], processes: int = 2)
         if processes <= 1:
             return _prime(paths)
         with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
-            return sum(pool.map(_prime, [paths[i::processes] for i in range(processes)]))
+            return sum(pool.map(_prime, [paths[i::processes] for i in range(processes)], timeout=PRIME_GUARD_S))
     finally:
         _CONFIG = None
 
@@ -99,5 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # The controller, or a run without pytest-xdist.
     compile_sources()
     if getattr(config.option, "numprocesses", None) and config.getvalue("assertmode") == "rewrite":
-        roots = [Path(a.split("::")[0]) for a in config.args] or [REPO / "tests"]
+        tests = REPO / "tests"  # under it only: a root of "." would walk .venv and node_modules
+        roots = [r for r in (Path(a.split("::")[0]).resolve() for a in config.args) if r.is_relative_to(tests)]
+        roots = roots or [tests]
         prime_rewrites(config, rewritten_modules(config, roots), processes=min(2, os.cpu_count() or 1))

@@ -224,7 +224,7 @@ def run_idmint(
     exec'd; ``args`` of the result is the exec'd command either way."""
     command = [*idmint_command(), *args]
     full_env = dict(os.environ if env is None else env)
-    workdir = os.fspath(os.getcwd() if cwd is None else cwd)
+    workdir = os.path.abspath(os.getcwd() if cwd is None else cwd)  # the fork server's own cwd is not ours
     if not can_fork(full_env, fork_server_environment(_zygote_environment()), 1):
         return subprocess.run(
             command,

@@ -259,7 +259,7 @@ class Database:
                 ) from None
             raise map_error(exc, doing, self.where, self._secret) from None
         late = f"MySQL at {self.where} did not answer in time (while {doing})"
-        task = await answered_in_time(work(conn), conn, give_up, abandon=_abandon, drop=self._drop, late=late)
+        task = await answered_in_time(work(conn), conn, give_up, abandon=_abandon, drop=self._discard, late=late)
         failure = task.exception()
         if failure is None:
             self._release(conn, reuse=True)
@@ -270,7 +270,7 @@ class Database:
             raise map_error(failure, doing, self.where, self._secret) from None
         raise failure
 
-    async def _drop(self, conn: aiomysql.Connection) -> None:
+    async def _discard(self, conn: aiomysql.Connection) -> None:
         self._release(conn, reuse=False)
 
     async def ready(self) -> None:
