@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 import resource
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_test_starts import alternate
 
 from tests.support import forkserver
 from tests.support.server import REPO, _zygote_environment, run_idmint
@@ -48,20 +49,7 @@ def one(fork: bool, zygote: int) -> tuple[float, float]:
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     zygote = forkserver.fork_server(str(REPO), _zygote_environment()).pid  # its own start is not a command's
-    results: dict[str, list[tuple[float, float]]] = {"exec": [], "fork": []}
-    print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}")
-    for _ in range(n):
-        for name in ("exec", "fork"):
-            results[name].append(one(name == "fork", zygote))
-    print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
-    print(f"idmint {' '.join(COMMAND)}: {n} commands each, alternated; median (min..max)")
-    for name, rows in results.items():
-        cpu = [c for c, _ in rows]
-        wall = [w for _, w in rows]
-        print(
-            f"  {name}: CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}..{max(cpu):.2f}), "
-            f"wall {statistics.median(wall):.2f} s ({min(wall):.2f}..{max(wall):.2f})"
-        )
+    alternate(lambda fork: one(fork, zygote), n, f"idmint {' '.join(COMMAND)}", "wall")
 
 
 if __name__ == "__main__":

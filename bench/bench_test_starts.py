@@ -12,6 +12,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -40,24 +41,30 @@ def one(workdir: Path, fork: bool) -> tuple[float, float]:
     return cpu, wall
 
 
+def alternate(one: Callable[[bool], tuple[float, float]], n: int, what: str, wall: str) -> None:
+    """Run ``one(fork)`` exec'd then forked, ``n`` times each in turn, and print the load average before and after
+    and each side's median (min..max) CPU and wall seconds (``wall`` names what the wall time runs to)."""
+    results: dict[str, list[tuple[float, float]]] = {"exec": [], "fork": []}
+    print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}")
+    for _ in range(n):
+        for name in ("exec", "fork"):
+            results[name].append(one(name == "fork"))
+    print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
+    print(f"{what}: {n} each, alternated; median (min..max)")
+    for name, rows in results.items():
+        cpu = [c for c, _ in rows]
+        times = [w for _, w in rows]
+        print(
+            f"  {name}: CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}..{max(cpu):.2f}), "
+            f"{wall} {statistics.median(times):.2f} s ({min(times):.2f}..{max(times):.2f})"
+        )
+
+
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     with tempfile.TemporaryDirectory() as tmp:
         one(Path(tmp), True)  # the zygote's own start, once per pytest process, is not a server start
-        results: dict[str, list[tuple[float, float]]] = {"exec": [], "fork": []}
-        print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}")
-        for _ in range(n):
-            for name in ("exec", "fork"):
-                results[name].append(one(Path(tmp), name == "fork"))
-        print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}")
-        print(f"{n} starts each, alternated; median (min..max)")
-        for name, rows in results.items():
-            cpu = [c for c, _ in rows]
-            wall = [w for _, w in rows]
-            print(
-                f"  {name}: CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}..{max(cpu):.2f}), "
-                f"wall to /healthz {statistics.median(wall):.2f} s ({min(wall):.2f}..{max(wall):.2f})"
-            )
+        alternate(lambda fork: one(Path(tmp), fork), n, "server starts", "wall to /healthz")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,10 @@ async def test_records_outlive_retention_only_while_open(etcd_server, etcd_names
     await other.stop()
 
 
-async def test_a_dead_owners_claim_ends_at_its_lease_expiry(etcd_server, etcd_namespace: str) -> None:
+async def dead_owner(etcd_server, etcd_namespace: str, identity: int) -> tuple[Ledger, FakeClock, ClaimRecord, int]:
+    """A started ledger holding the open claim of ``identity`` by an owner whose lease (TTL 2 s) nobody keeps
+    alive, swept once while the lease lives (the expiry etcd would apply is noted, in whole seconds). Returns the
+    ledger, its clock, the claim and the lease's TTL in seconds."""
     settings = Settings(etcd_endpoints=[etcd_server.endpoint], etcd_namespace=etcd_namespace)
     store = EtcdLedgerStore(settings, FakeClock.running_from_now())
     lease_id, ttl = await store._client.grant(2)
@@ -59,17 +62,28 @@ async def test_a_dead_owners_claim_ends_at_its_lease_expiry(etcd_server, etcd_na
     ledger = Ledger(store, retention_days=30, clock=clock)
     await ledger.start()
     await ledger.refresh(full=True)  # start() reads in the background
-    gone = record(4, clock(), None, f"{lease_id:016x}")
+    gone = record(identity, clock(), None, f"{lease_id:016x}")
     ledger._queue(gone)
     assert await ledger.flush()
-    await ledger.sweep()  # alive: the expiry etcd would apply is noted (nobody keeps this lease alive)
-    expected = clock() + ttl * NS_IN_S
-    while ledger.index.records[gone.record].open:  # each sweep asks etcd once; the lease expires within its TTL
-        assert clock() < expected + 5 * NS_IN_S, "the dead owner's claim was not closed"
+    await ledger.sweep()
+    return ledger, clock, gone, ttl
+
+
+async def swept_until_ended(ledger: Ledger, clock: FakeClock, claim: ClaimRecord, deadline_ns: int) -> ClaimRecord:
+    """Sweep until ``claim`` is closed (each sweep asks etcd once; the lease expires within its TTL), then flush;
+    the claim's record as ended."""
+    while ledger.index.records[claim.record].open:
+        assert clock() < deadline_ns, "the dead owner's claim was not closed"
         await ledger.sweep()
         await asyncio.sleep(0.1)
     assert await ledger.flush()
-    ended = ledger.index.records[gone.record]
+    return ledger.index.records[claim.record]
+
+
+async def test_a_dead_owners_claim_ends_at_its_lease_expiry(etcd_server, etcd_namespace: str) -> None:
+    ledger, clock, gone, ttl = await dead_owner(etcd_server, etcd_namespace, 4)
+    expected = clock() + ttl * NS_IN_S
+    ended = await swept_until_ended(ledger, clock, gone, expected + 5 * NS_IN_S)
     assert ended.end == "lost" and ended.ended_at_ns is not None
     assert abs(ended.ended_at_ns - expected) < 1.5 * NS_IN_S  # etcd answers the time left in whole seconds
     await ledger.stop()
@@ -78,28 +92,12 @@ async def test_a_dead_owners_claim_ends_at_its_lease_expiry(etcd_server, etcd_na
 async def test_a_dead_owners_claim_ends_no_later_than_the_next_claim_of_its_identity(
     etcd_server, etcd_namespace: str
 ) -> None:
-    settings = Settings(etcd_endpoints=[etcd_server.endpoint], etcd_namespace=etcd_namespace)
-    store = EtcdLedgerStore(settings, FakeClock.running_from_now())
-    lease_id, _ = await store._client.grant(2)
-    clock = FakeClock.running_from_now()
-    ledger = Ledger(store, retention_days=30, clock=clock)
-    await ledger.start()
-    await ledger.refresh(full=True)
-    gone = record(5, clock(), None, f"{lease_id:016x}")
-    ledger._queue(gone)
-    assert await ledger.flush()
-    await ledger.sweep()  # alive: its expiry is noted, in etcd's whole seconds (up to a second late)
+    ledger, clock, gone, _ = await dead_owner(etcd_server, etcd_namespace, 5)  # its expiry noted, up to 1 s late
     heir = record(5, clock() + NS_IN_S // 10, clock() + NS_IN_S)  # the next holder, claimed before that expiry
     other = record(6, clock() + NS_IN_S // 20, clock() + NS_IN_S)  # another identity: no bound on this one
     for r in (heir, other):
         ledger._queue(r)
     assert await ledger.flush()
-    deadline = clock() + 10 * NS_IN_S
-    while ledger.index.records[gone.record].open:
-        assert clock() < deadline, "the dead owner's claim was not closed"
-        await ledger.sweep()
-        await asyncio.sleep(0.1)
-    assert await ledger.flush()
-    ended = ledger.index.records[gone.record]
+    ended = await swept_until_ended(ledger, clock, gone, clock() + 10 * NS_IN_S)
     assert ended.end == "lost" and ended.ended_at_ns == heir.claimed_at_ns
     await ledger.stop()
