@@ -175,21 +175,6 @@ def takes_no_body(limit: int, size: int) -> Answer:
     return 422, body, [*headers, CLOSE]
 
 
-def key_refusal(refused: Refusal) -> Answer:
-    """The answer to a request the API-key check refused (401 with ``WWW-Authenticate``, 403, 429)."""
-    body, headers = refusal(refused.reason, refused.retry_after)
-    if refused.status == 401:
-        headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
-    return refused.status, body, headers
-
-
-def drain_refusal(scope: Scope) -> Answer:
-    """The 503 of a request that would hand out IDs while the node drains (its key's count settled)."""
-    settle(scope)
-    body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
-    return 503, body, headers
-
-
 class HotRoute:
     """One row of the hot table: ``method`` and a ``template`` with one parameter segment (``/v1/ids/{scheme}``),
     answered by ``handler`` without FastAPI. Its access is its FastAPI twin's (set by :class:`Front`)."""
@@ -327,14 +312,10 @@ class Front:
         waits: one answered at once runs from its drain check to its answer without the event loop turning, so no
         drain can see it in between."""
         access = route.access
-        keys = self.keys
-        if keys is not None and access.scope is not None:
-            try:
-                keys.check(access, scope, authorization)
-            except Refusal as refused:
-                return self.finish(key_refusal(refused), access, route.template, scope["method"], start)
-        if access.hands_out_ids and self.drain.draining:
-            return self.finish(drain_refusal(scope), access, route.template, scope["method"], start)
+        if (self.keys is not None and access.scope is not None) or (access.hands_out_ids and self.drain.draining):
+            refused, _ = self.admit(scope, access, authorization)
+            if refused is not None:
+                return self.finish(refused, access, route.template, scope["method"], start)
         try:
             answer = route.handler(param, scope)
         except IdmintError as exc:
@@ -403,19 +384,24 @@ class Front:
         await send({"type": "http.response.body", "body": b""})
         return True
 
-    def admit(self, scope: Scope, access: Access) -> tuple[Answer | None, KeyState | None]:
-        """(refusal, key): the API-key check (401/403/429, :meth:`ApiKeys.check`) and the drain (503 for a route
-        that hands out IDs while the node drains). A refusal is None when admitted; the key is None for a public
-        request or without API keys."""
+    def admit(self, scope: Scope, access: Access, authorization: Any = SCAN) -> tuple[Answer | None, KeyState | None]:
+        """(refusal, key): the API-key check (401/403/429, :meth:`ApiKeys.check`; ``authorization`` as
+        :meth:`answer_hot_now` takes it), then the drain (503 for a route that hands out IDs while the node drains).
+        A refusal is None when admitted; the key is None for a public request or without API keys."""
         key = None
         keys = self.keys
         if keys is not None and access.scope is not None:
             try:
-                key = keys.check(access, scope)
+                key = keys.check(access, scope, authorization)
             except Refusal as refused:
-                return key_refusal(refused), None
+                body, headers = refusal(refused.reason, refused.retry_after)
+                if refused.status == 401:
+                    headers.append((b"www-authenticate", b'Bearer realm="idmint"'))
+                return (refused.status, body, headers), None
         if access.hands_out_ids and self.drain.draining:
-            return drain_refusal(scope), None
+            settle(scope)
+            body, headers = refusal(DRAINING, DRAIN_RETRY_AFTER_S)
+            return (503, body, headers), None
         return None, key
 
     def finish(self, answer: Answer, access: Access, template: str, method: str, start: float) -> Reply:
