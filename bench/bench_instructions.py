@@ -23,6 +23,8 @@ The bare and stock apps are always served by uvicorn's own httptools protocol.
 
 Rows (each its own server):
 * bare: the bare ASGI app (bench/bare_app.py), the floor of any Python ASGI app on this server;
+* raw: bench/raw_server.py (uvloop + httptools, no ASGI, a fixed answer in one write), the ceiling of a Python
+  server here: raw / idmint is the single-ID goal's ratio by instructions (target a third);
 * idmint ``GET /v1/ids/{scheme}`` for each of ``--schemes`` (default wiji), beside bare: bare / idmint is the goal's
   single-ID ratio (target 0.8 by instructions);
 * with ``--keys``: idmint with an API key file (one key, scope issue, no quotas), each request carrying the key;
@@ -84,6 +86,8 @@ class Counted(NamedTuple):
 
 KEY = "bench-key"
 """The API key of ``--keys``' row."""
+RAW = ["raw"]
+"""The raw server's row: bench/raw_server.py (uvloop + httptools, a fixed answer in one write), not uvicorn."""
 READY_TIMEOUT_S = 600.0
 """How long a server under valgrind may take to answer its first request (imports run about 50 times slower)."""
 
@@ -98,9 +102,9 @@ def instructions_per_request(
     http: str = "httptools",
     key: str | None = None,
 ) -> Counted:
-    """Serve ``target`` (uvicorn's app arguments) from ``cwd`` with protocol ``http`` under callgrind and count
-    ``path``'s requests, sent by ``client`` (``keepalive`` or ``ab``). With ``key``, the server has an API key file
-    holding that key (scope issue, no quotas) and every request carries it."""
+    """Serve ``target`` (uvicorn's app arguments, or ``RAW`` for bench/raw_server.py) from ``cwd`` with protocol
+    ``http`` under callgrind and count ``path``'s requests, sent by ``client`` (``keepalive`` or ``ab``). With
+    ``key``, the server has an API key file holding that key (scope issue, no quotas) and every request carries it."""
     port = free_port()
     work = Path(tempfile.mkdtemp(prefix="idmint-callgrind-"))
     state = work / "state"
@@ -110,7 +114,10 @@ def instructions_per_request(
         load = functools.partial(keepalive, headers=headers)
     else:
         load = functools.partial(ab, headers=headers)
-    command = uvicorn_command(target, port, http)
+    if target == RAW:
+        command = [sys.executable, str(ROOT / "bench" / "raw_server.py"), str(port)]
+    else:
+        command = uvicorn_command(target, port, http)
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={work}/cg.%p", *command]
     env = {**os.environ, "PYTHONPATH": str(cwd), "IDMINT_STATE_DIR": str(state)}
     if key is not None:
@@ -244,10 +251,15 @@ def main() -> None:
     print(f"instructions per request, callgrind, {args.requests} requests ({sent}) after {args.warm}; idmint: {http}")
     bare = instructions_per_request(["bare_app:app"], ROOT / "bench", "/", args.requests, args.warm, args.client)
     print(f"    bare ASGI app                     {bare}", flush=True)
+    raw = instructions_per_request(RAW, ROOT / "bench", "/", args.requests, args.warm, args.client)
+    print(f"    raw server                        {raw}   raw / bare = {raw.net / bare.net:.3f}", flush=True)
     for scheme in args.schemes.split(","):
         path = f"/v1/ids/{scheme}"
         ours = instructions_per_request(idmint, ROOT, path, args.requests, args.warm, args.client, http)
-        line = f"    idmint GET /v1/ids/{scheme:<14} {ours}   bare / idmint = {bare.net / ours.net:.3f}"
+        line = (
+            f"    idmint GET /v1/ids/{scheme:<14} {ours}   bare / idmint = {bare.net / ours.net:.3f}, "
+            f"raw / idmint = {raw.net / ours.net:.3f}"
+        )
         if args.baseline is not None:
             base = instructions_per_request(idmint, args.baseline, path, args.requests, args.warm, args.client, http)
             line += (
@@ -258,7 +270,9 @@ def main() -> None:
         if args.keys:
             keyed = instructions_per_request(idmint, ROOT, path, args.requests, args.warm, args.client, http, KEY)
             print(
-                f"    idmint + API keys {scheme:<16} {keyed}   bare / idmint = {bare.net / keyed.net:.3f}", flush=True
+                f"    idmint + API keys {scheme:<16} {keyed}   bare / idmint = {bare.net / keyed.net:.3f}, "
+                f"raw / idmint = {raw.net / keyed.net:.3f}",
+                flush=True,
             )
     if not args.skip_stock:
         for count in (int(c) for c in args.stock_counts.split(",")):
