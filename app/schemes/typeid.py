@@ -108,11 +108,14 @@ THREE_CHARS_MASK = (1 << 24) - 1
 
 
 @functools.lru_cache(maxsize=1)
-def _ramp() -> npt.NDArray[np.intp]:
-    """``0 .. 2**18 - 1`` (a run's counter offsets), read-only."""
-    ramp = np.arange(1 << COUNTER_RUN_BITS, dtype=np.intp)
-    ramp.flags.writeable = False
-    return ramp
+def _mixed_counter_bits() -> npt.NDArray[np.intp]:
+    """``(i & 7) << 2`` for i in 0 .. 2**18 + 7: counter bits 2..0 in place in character 19's 5-bit value. A run
+    whose first counter is ``first`` reads them from ``first & 7`` on (a run holds at most 2**18 counters)."""
+    bits = (
+        np.arange((1 << COUNTER_RUN_BITS) + MIXED_COUNTER_MASK, dtype=np.intp) & MIXED_COUNTER_MASK
+    ) << TAIL_TOP_BITS
+    bits.flags.writeable = False
+    return bits
 
 
 @functools.lru_cache(maxsize=1)
@@ -487,14 +490,12 @@ class TypeIdBatch(Batch):
         np.take(_triple_words(False, pad), index, out=other, mode="wrap")
         np.bitwise_or(word, other, out=word)
         # Character 19: counter bits 2..0, then tail bits 31..30.
+        np.right_shift(tails, MIXED_TAIL_SHIFT, out=tails)
         done = 0
         for _, first, n in runs:
-            np.add(_ramp()[:n], first, out=index[done : done + n])  # a run holds at most 2**18 counters
+            low = first & MIXED_COUNTER_MASK
+            np.bitwise_or(_mixed_counter_bits()[low : low + n], tails[done : done + n], out=index[done : done + n])
             done += n
-        np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
-        np.left_shift(index, TAIL_TOP_BITS, out=index)
-        np.right_shift(tails, MIXED_TAIL_SHIFT, out=tails)
-        np.bitwise_or(index, tails, out=index)
         np.take(_mixed_table(), index, out=other, mode="wrap")
         np.bitwise_or(word, other, out=word)
         _text.char_view(rows, start + TAIL_WORD_COLUMN, "<u8")[...] = word
