@@ -11,12 +11,12 @@ by about 500 between runs.
 
 Cases: ``single:<scheme>`` (one ID, the canonical form), ``batch:<scheme>`` (``count=1000``, a tenth of the
 calls) and ``chunk:<scheme>`` (a stream's chunk of 65,536 IDs encoded in the canonical form, a hundredth of the
-calls: the encoder alone, as a stream runs it per chunk, from one batch generated beforehand, so a generator that
-spins on the clock does not move the figure) and ``stream:<scheme>`` (a stream's chunk of 65,536 IDs as the stream
-gets it: every batch the generator returned for it, waits for the clock between them, generated beforehand in
-:data:`STREAM_CHUNKS` chunks taken in turn, then every batch encoded, as :mod:`app.api.streams` does per chunk; a
-hundredth of the calls). ``--tree DIR`` counts another checkout's code (``git archive <rev> |
-tar -x -C DIR``) with this interpreter: run it for both and compare.
+calls: the encoder alone, ``encode_lines``, as a stream runs it per chunk, from one batch generated beforehand,
+so a generator that spins on the clock does not move the figure) and ``stream:<scheme>`` (a stream's chunk of
+65,536 IDs as the stream gets it: every batch the generator returned for it, waits for the clock between them,
+generated beforehand in :data:`STREAM_CHUNKS` chunks taken in turn, then every batch encoded, as
+:mod:`app.api.streams` does per chunk; a hundredth of the calls). ``--tree DIR`` counts another checkout's code
+(``git archive <rev> | tar -x -C DIR``) with this interpreter: run it for both and compare.
 
 Usage: python bench/bench_scheme_code.py [--cases single:wiji,single:siq,batch:uuidv7] [--calls 1000] [--tree DIR]
 Needs: valgrind. Nothing here asserts: it prints.
@@ -116,9 +116,14 @@ def answer(case: str) -> Callable[[], object]:
         return stream_chunks(generator, fmt)
     if kind == "chunk":
         batch = generator.generate(CHUNK_COUNT)  # type: ignore[attr-defined]
-        return lambda: batch.encode(fmt)  # type: ignore[no-any-return]
+        return lambda: lines_of(batch, fmt)
     count = 1 if kind == "single" else BATCH_COUNT
     return lambda: issue_body(name, fmt, Issued(scheme, [generator.generate(count)]))  # type: ignore[arg-type, attr-defined]
+
+
+def lines_of(batch: Any, fmt: str) -> object:
+    """A batch's text as a stream takes it: ``encode_lines`` (``encode`` in a tree without it)."""
+    return getattr(batch, "encode_lines", batch.encode)(fmt)
 
 
 def stream_chunks(generator: Any, fmt: str) -> Callable[[], object]:
@@ -139,7 +144,7 @@ def stream_chunks(generator: Any, fmt: str) -> Callable[[], object]:
     turn = itertools.cycle(chunks)
 
     def one() -> object:
-        return [batch.encode(fmt) for batch in next(turn)]
+        return [lines_of(batch, fmt) for batch in next(turn)]
 
     return one
 

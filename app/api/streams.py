@@ -241,14 +241,14 @@ async def _body(
             # Every batch of the chunk is encoded before its first piece goes out (an encoder that raised would
             # otherwise leave an API key charged for IDs never sent), and the texts are not joined: issued.encode()
             # copied each chunk once more (a SIQ chunk is 6 or 7 batches).
-            texts = [batch.encode(fmt) for batch in issued.batches]
+            texts = [batch.encode_lines(fmt) for batch in issued.batches]
             ids = issued.count  # the chunk's first piece carries the chunk's count, the others 0
             for text in texts:
+                whole = memoryview(text)  # pieces are views of the chunk's text: a bytes slice would copy it
                 if len(text) <= SEND_PIECE_BYTES:
-                    yield text, ids
+                    yield whole if isinstance(text, bytearray) else text, ids
                     ids = 0
                     continue
-                whole = memoryview(text)  # pieces are views of the chunk's text: a bytes slice would copy it
                 for start in range(0, len(text), SEND_PIECE_BYTES):
                     yield whole[start : start + SEND_PIECE_BYTES], ids
                     ids = 0

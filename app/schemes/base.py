@@ -276,6 +276,11 @@ class Batch(abc.ABC):
         format.
         """
 
+    def encode_lines(self, fmt: str) -> bytes | bytearray:
+        """The same text as :meth:`encode`, possibly in a fresh ``bytearray`` the caller owns (a stream sends it as
+        it is: no copy to ``bytes``). Raises as :meth:`encode`."""
+        return self.encode(fmt)
+
     @abc.abstractmethod
     def values(self) -> list[int]:
         """The packed integers, in issue order (slow path: tests and small batches)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -97,17 +97,25 @@ MIXED_CHAR_COLUMN = 19
 MIXED_COUNTER_MASK = (1 << COUNTER_CHARS_SHIFT) - 1
 TAIL_TOP_BITS = 2
 """Character 19 holds counter bits 2..0, then tail bits 31..30."""
-TAIL_CHARS_COLUMNS = (20, 23)
-TRIPLE_FIRST_CHAR_SHIFT = 2 * _crockford.CHAR_BITS
-"""A 5-bit value v is the first character of triple-table entry ``v << 10``."""
+TAIL_WORD_COLUMN = MIXED_CHAR_COLUMN
+"""Characters 19..25 and the byte after the text (newline or closing quote): one ``<u8`` per ID, the OR of three
+lookups (character 19; 20..22 = tail bits 29..15; 23..25 and the byte after = tail bits 14..0)."""
+TAIL_TRIPLE_SHIFT = _columns.TRIPLE_BITS  # 15
+MIXED_TAIL_SHIFT = TAIL_BITS - TAIL_TOP_BITS  # 30
+MIDDLE_TRIPLE_BYTE = 1
+LAST_TRIPLE_BYTE = 4
+THREE_CHARS_MASK = (1 << 24) - 1
 
 
 @functools.lru_cache(maxsize=1)
-def _ramp() -> npt.NDArray[np.intp]:
-    """``0 .. 2**18 - 1`` (a run's counter offsets), read-only."""
-    ramp = np.arange(1 << COUNTER_RUN_BITS, dtype=np.intp)
-    ramp.flags.writeable = False
-    return ramp
+def _mixed_counter_bits() -> npt.NDArray[np.intp]:
+    """``(i & 7) << 2`` for i in 0 .. 2**18 + 7: counter bits 2..0 in place in character 19's 5-bit value. A run
+    whose first counter is ``first`` reads them from ``first & 7`` on (a run holds at most 2**18 counters)."""
+    bits = (
+        np.arange((1 << COUNTER_RUN_BITS) + MIXED_COUNTER_MASK, dtype=np.intp) & MIXED_COUNTER_MASK
+    ) << TAIL_TOP_BITS
+    bits.flags.writeable = False
+    return bits
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,10 +126,25 @@ def _counter_table() -> npt.NDArray[np.uint32]:
     return table
 
 
-def _lookup(rows: npt.NDArray[np.uint8], column: int, table: npt.NDArray[np.uint32], index: npt.NDArray[Any]) -> None:
-    looked_up = _text.scratch("typeid-chars", rows.shape[0], "<u4")
-    np.take(table, index, out=looked_up, mode="wrap")
-    _text.char_view(rows, column)[...] = looked_up
+@functools.lru_cache(maxsize=1)
+def _mixed_table() -> npt.NDArray[np.uint64]:
+    """Character 19 (byte 0 of the tail word) for every 5-bit value: 32 ``<u8``."""
+    table = np.frombuffer(_crockford.ALPHABET.lower().encode("ascii"), dtype=np.uint8).astype(np.uint64)
+    table.flags.writeable = False
+    return table
+
+
+@functools.lru_cache(maxsize=4)
+def _triple_words(last: bool, pad: int) -> npt.NDArray[np.uint64]:
+    """For every 15-bit value, its 3 characters at bytes 1..3 of the tail word, or with ``last`` at bytes 4..6 and
+    ``pad`` at byte 7: 32,768 ``<u8``."""
+    triples = _columns.base32_triples(lowercase=True, pad=pad).astype(np.uint64)
+    if last:
+        table = triples << np.uint64(8 * LAST_TRIPLE_BYTE)
+    else:
+        table = (triples & np.uint64(THREE_CHARS_MASK)) << np.uint64(8 * MIDDLE_TRIPLE_BYTE)
+    table.flags.writeable = False
+    return table
 
 
 # --- the TypeID value ---------------------------------------------------------------------------------------------
@@ -405,7 +428,23 @@ class TypeIdBatch(Batch):
         lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""  # the prefix was checked when the batch was made
         if self.count <= SCALAR_COUNT_MAX:
             return "".join([f"{lead}{encode_suffix(value)}\n" for value in self.uuids.values()]).encode("ascii")
-        return self._rows(lead, False).tobytes()
+        runs = self._runs()
+        rows = _columns.template_rows(self._templates(lead, runs))
+        self._write_varying(rows, len(lead), False, runs)
+        return rows.tobytes()
+
+    def encode_lines(self, fmt: str) -> bytes | bytearray:
+        """:meth:`encode`'s text in a fresh ``bytearray`` (``bytes`` for a batch small enough for the scalar path):
+        the rows are written where the caller gets them, with no copy to ``bytes``."""
+        if SCHEME.resolve_format(fmt) == "uuid":
+            return self.uuids.encode_lines("uuid")
+        if self.count <= SCALAR_COUNT_MAX:
+            return self.encode(fmt)
+        lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
+        runs = self._runs()
+        buffer, rows = _text.fresh_rows(self._templates(lead, runs))
+        self._write_varying(rows, len(lead), False, runs)
+        return buffer
 
     def json_members(self, fmt: str) -> bytes | bytearray | memoryview | None:
         """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): ``typeid`` rows
@@ -416,47 +455,50 @@ class TypeIdBatch(Batch):
         if self.count <= SCALAR_COUNT_MAX:
             return None
         lead = f"{self.prefix}{SEPARATOR}" if self.prefix else ""
-        return self._rows(lead, True).reshape(-1).data[:-1]  # the last row's comma dropped
-
-    def _rows(self, lead: str, members: bool) -> npt.NDArray[np.uint8]:
-        """One row per ID: ``lead``, the suffix and a newline (a per-thread scratch array: callers copy it out), or
-        with ``members`` the same text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
         runs = self._runs()
-        if members:
-            rows = _text.json_rows([((lead + encode_suffix(base)).encode("ascii"), count) for base, _, count in runs])
-        else:
-            rows = _columns.template_rows(
-                [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
-            )
-        start = len(lead) + (1 if members else 0)  # a member's byte 0 holds the opening quote
-        # The triples' 4th byte lands after the text on the last write (the row's newline or the closing quote);
-        # on the others it is overwritten by the next write.
-        triples = _columns.base32_triples(lowercase=True, pad=_text.QUOTE if members else _text.NEWLINE)
-        # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0.
+        rows = _text.json_rows([((lead + encode_suffix(base)).encode("ascii"), count) for base, _, count in runs])
+        self._write_varying(rows, len(lead) + 1, True, runs)  # a member's byte 0 holds the opening quote
+        return rows.reshape(-1).data[:-1]  # the last row's comma dropped
+
+    @staticmethod
+    def _templates(lead: str, runs: list[tuple[int, int, int]]) -> list[tuple[bytes, int]]:
+        """Each :meth:`_runs` run's template line (``lead``, the suffix of the run's base, a newline) and count."""
+        return [((lead + encode_suffix(base) + "\n").encode("ascii"), count) for base, _, count in runs]
+
+    def _write_varying(
+        self, rows: npt.NDArray[np.uint8], start: int, members: bool, runs: list[tuple[int, int, int]]
+    ) -> None:
+        """Write suffix characters 16..25 and the byte after them (newline, or with ``members`` the closing quote)
+        into ``rows``, one ID per row, its suffix at byte ``start``; characters 0..15 come from the :meth:`_runs`
+        run's template (``runs``)."""
+        # Characters 16..18: counter bits 17..3, from slices of a table indexed by counter bits 17..0 (the entry's
+        # 4th byte, on character 19, is overwritten by the tail word).
         _text.write_runs(rows, start + COUNTER_CHARS_COLUMN, [(_counter_table(), f, n) for _, f, n in runs])
         count = self.count
-        tails = _text.scratch("typeid-tails", count, np.intp)
+        tails = cast("npt.NDArray[np.intp]", _text.scratch("typeid-tails", count, np.intp))
         np.copyto(tails, np.frombuffer(self.uuids.tails, dtype=">u4", count=count), casting="safe")
-        index = _text.scratch("typeid-index", count, np.intp)
-        # Character 19: counter bits 2..0 and tail bits 31..30, as the first character of a triple entry.
+        index = cast("npt.NDArray[np.intp]", _text.scratch("typeid-index", count, np.intp))
+        word = _text.scratch("typeid-word", count, np.uint64)
+        other = _text.scratch("typeid-other", count, np.uint64)
+        pad = _text.QUOTE if members else _text.NEWLINE
+        # Characters 23..25 and the byte after the text: tail bits 14..0.
+        np.bitwise_and(tails, _columns.TRIPLE_MASK, out=index)
+        np.take(_triple_words(True, pad), index, out=word, mode="wrap")  # indices are in range: no check
+        # Characters 20..22: tail bits 29..15.
+        np.right_shift(tails, TAIL_TRIPLE_SHIFT, out=index)
+        np.bitwise_and(index, _columns.TRIPLE_MASK, out=index)
+        np.take(_triple_words(False, pad), index, out=other, mode="wrap")
+        np.bitwise_or(word, other, out=word)
+        # Character 19: counter bits 2..0, then tail bits 31..30.
+        np.right_shift(tails, MIXED_TAIL_SHIFT, out=tails)
         done = 0
         for _, first, n in runs:
-            np.add(_ramp()[:n], first, out=index[done : done + n])  # a run holds at most 2**18 counters
+            low = first & MIXED_COUNTER_MASK
+            np.bitwise_or(_mixed_counter_bits()[low : low + n], tails[done : done + n], out=index[done : done + n])
             done += n
-        np.bitwise_and(index, MIXED_COUNTER_MASK, out=index)
-        np.left_shift(index, TAIL_TOP_BITS, out=index)
-        other = _text.scratch("typeid-other", count, np.intp)
-        np.right_shift(tails, TAIL_BITS - TAIL_TOP_BITS, out=other)
-        np.bitwise_or(index, other, out=index)
-        np.left_shift(index, TRIPLE_FIRST_CHAR_SHIFT, out=index)
-        _lookup(rows, start + MIXED_CHAR_COLUMN, triples, index)
-        # Characters 20..22 and 23..25 (then the newline): tail bits 29..15 and 14..0.
-        np.right_shift(tails, _columns.TRIPLE_BITS, out=index)
-        np.bitwise_and(index, _columns.TRIPLE_MASK, out=index)
-        _lookup(rows, start + TAIL_CHARS_COLUMNS[0], triples, index)
-        np.bitwise_and(tails, _columns.TRIPLE_MASK, out=index)
-        _lookup(rows, start + TAIL_CHARS_COLUMNS[1], triples, index)
-        return rows
+        np.take(_mixed_table(), index, out=other, mode="wrap")
+        np.bitwise_or(word, other, out=word)
+        _text.char_view(rows, start + TAIL_WORD_COLUMN, "<u8")[...] = word
 
     def _runs(self) -> list[tuple[int, int, int]]:
         """``(UUID with counter bits 17..0 and the tail zero, first counter bits 17..0, count)`` per run of IDs

@@ -432,18 +432,31 @@ class Uuidv7Batch(Batch):
         return out
 
     def encode(self, fmt: str) -> bytes:
-        """The batch as ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format.
-
-        Rows start as copies of a template per :meth:`runs16` run (:meth:`_write_varying` writes the rest).
-        """
+        """The batch as ``uuid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
         fmt = SCHEME.resolve_format(fmt)
         if self.count <= SCALAR_COUNT_MAX:
             return "".join([SCHEME.format(value, fmt) + "\n" for value in self.values()]).encode("ascii")
-        encoder = encode_hex if fmt == "hex" else encode_uuid
         runs = self.runs16()
-        rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
+        rows = _columns.template_rows(self._templates(fmt, runs))
         self._write_varying(rows, 0, fmt, runs)
         return rows.tobytes()
+
+    def encode_lines(self, fmt: str) -> bytes | bytearray:
+        """:meth:`encode`'s text in a fresh ``bytearray`` (``bytes`` for a batch small enough for the scalar path):
+        the rows are written where the caller gets them, with no copy to ``bytes``."""
+        fmt = SCHEME.resolve_format(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return self.encode(fmt)
+        runs = self.runs16()
+        buffer, rows = _text.fresh_rows(self._templates(fmt, runs))
+        self._write_varying(rows, 0, fmt, runs)
+        return buffer
+
+    @staticmethod
+    def _templates(fmt: str, runs: list[Run3]) -> list[tuple[bytes, int]]:
+        """Each :meth:`runs16` run's template line (its text with counter bits 15..0 and the tail zero) and count."""
+        encoder = encode_hex if fmt == "hex" else encode_uuid
+        return [((encoder(value) + "\n").encode(), count) for value, _, count in runs]
 
     def json_members(self, fmt: str) -> memoryview | None:
         """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`), written in place:

@@ -172,6 +172,24 @@ def test_text_rows_any_count(count: int, row: bytes) -> None:
     assert _text.text_rows([(row, count)], key="test-rows").tobytes() == row * count
 
 
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [(b"abc\n", 3), (b"xyz\n", 0), (b"def\n", 5)],  # the largest part last: it fills, the first overwrites
+        [(b"abc\n", 5000), (b"def\n", 3000), (b"ghi\n", 1)],  # a part large enough for memcpy doubling
+        [(b"0123456789\n", 1)],
+    ],
+)
+def test_fresh_rows_repeats_rows_part_after_part_in_a_bytearray(parts: list[tuple[bytes, int]]) -> None:
+    buffer, rows = _text.fresh_rows(parts)
+    assert isinstance(buffer, bytearray) and buffer == b"".join(row * count for row, count in parts)
+    assert rows.shape == (sum(count for _, count in parts), len(parts[0][0]))
+    rows[0, 0] = ord("!")  # the rows are the buffer's bytes
+    assert buffer[0] == ord("!")
+    with pytest.raises(ValueError, match="every row must be 4 bytes long"):
+        _text.fresh_rows([(b"abc\n", 1), (b"abcd\n", 1)])
+
+
 def test_char_view_writes_four_characters_per_row() -> None:
     rows = _text.text_rows([(b"..........\n", 3)], key="test-rows")
     view = _text.char_view(rows, 5)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import typeid, uuidv7
+from app.schemes.base import Run
 from app.schemes.typeid import SCHEME, TypeId, TypeIdBatch, TypeIdGenerator
 from app.schemes.uuidv7 import Uuidv7Generator
 from app.settings import Settings
@@ -220,6 +221,8 @@ def assert_json_members(batch: TypeIdBatch, fmt: str) -> None:
     assert members is not None
     lines = scalar_text(batch, fmt).decode().splitlines()
     assert bytes(members) == json.dumps(lines, separators=(",", ":"))[1:-1].encode()
+    text = batch.encode_lines(fmt)  # the stream's form: the same bytes, in a fresh bytearray
+    assert isinstance(text, bytearray) and text == scalar_text(batch, fmt)
 
 
 @pytest.mark.parametrize("prefix", ["", "user", "a" * 63])
@@ -249,6 +252,46 @@ def test_batch_across_a_counter_overflow() -> None:
     for fmt in SCHEME.formats:
         assert batch.encode(fmt) == scalar_text(batch, fmt)
         assert_json_members(batch, fmt)
+
+
+# Tails whose bits are all set, all clear, or cycle through every byte: character 19 (counter bits 2..0 and tail
+# bits 31..30) and the two triples of the tail word take their end values.
+EXTREME_TAILS = [b"\xff" * 4000, b"\x00" * 4000, bytes(range(256)) * 16, b"\xc0\x00\x7f\xff" * 1000]
+
+
+@pytest.mark.parametrize("tails", EXTREME_TAILS, ids=["ones", "zeros", "every-byte", "edges"])
+@pytest.mark.parametrize(
+    "first",
+    [0, 5, (1 << typeid.COUNTER_RUN_BITS) - 500, (1 << typeid.COUNTER_RUN_BITS) - 3, uuidv7.COUNTER_MAX - 999],
+)
+@pytest.mark.parametrize("prefix", ["", "x", "a_b", "a" * 63])
+def test_tail_word_at_counter_runs_and_extreme_tails(first: int, tails: bytes, prefix: str) -> None:
+    # 1000 IDs from counter `first` (inside one 2**18 run, or across into the next, or up to the counter's end)
+    batch = TypeIdBatch(uuidv7.Uuidv7Batch((Run(1_700_000_000_000, first, 1000),), tails), prefix)
+    for fmt in SCHEME.formats:
+        assert batch.encode(fmt) == scalar_text(batch, fmt)
+        assert_json_members(batch, fmt)
+
+
+def test_batch_across_milliseconds_and_a_clock_rollback() -> None:
+    # One batch made of three issued in turn: at a millisecond, at the next, then after the clock stepped back (the
+    # last millisecond kept, the counter continuing): its runs cross a millisecond and carry on after the rollback.
+    clock = FakeClock(NOW_MS)
+    generator = make(clock)
+    parts = [generator.generate(3000, prefix="job")]
+    clock.ns += MS
+    parts.append(generator.generate(3000, prefix="job"))
+    clock.ns -= 7 * MS
+    parts.append(generator.generate(3000, prefix="job"))
+    assert [part.uuids.segments[0].tick for part in parts] == [NOW_MS, NOW_MS + 1, NOW_MS + 1]
+    segments = tuple(seg for part in parts for seg in part.uuids.segments)
+    tails = b"".join(part.uuids.tails[: 4 * part.count] for part in parts)
+    batch = TypeIdBatch(uuidv7.Uuidv7Batch(segments, tails), "job")
+    for fmt in SCHEME.formats:
+        assert batch.encode(fmt) == scalar_text(batch, fmt)
+        assert_json_members(batch, fmt)
+    lines = batch.encode("typeid").decode().splitlines()
+    assert lines == sorted(lines) and len(set(lines)) == len(lines)
 
 
 # --- the generator (a wrapper around uuidv7's) ----------------------------------------------------------------------

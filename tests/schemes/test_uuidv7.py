@@ -238,6 +238,9 @@ def assert_json_members(batch: Uuidv7Batch, fmt: str) -> None:
         assert members is None
     else:
         assert members is not None and bytes(members) == scalar_members(batch, fmt)
+    lines = batch.encode_lines(fmt)  # the stream's form: the same bytes, in a fresh bytearray past the scalar path
+    assert bytes(lines) == scalar_text(batch, fmt)
+    assert isinstance(lines, bytes if batch.count <= uuidv7.SCALAR_COUNT_MAX else bytearray)
 
 
 @pytest.mark.parametrize("count", [1, 8, 9, 1000, 65536])
