@@ -107,11 +107,23 @@ def _crc_low_table() -> npt.NDArray[np.uint32]:
     return low_table
 
 
+def _crc_index_word(crc: Any) -> Any:
+    """The did form's checksum word (bytes 8..15: k3..k10) in index form, one 5-bit base32 value per byte, of the
+    CRC-32 ``crc`` (a Python int or a uint64 array): k3 = CRC bits 31..28 (its top bit is the CRC field's last
+    always-zero bit), k4..k8 = bits 27..3, k9 = bits 2..0 in its top 3 bits; k9's low 2 bits and k10 (tick bits) are
+    left 0. The map is linear over GF(2): ``index(a ^ b) = index(a) ^ index(b)``."""
+    word = crc >> _DID_K3_SHIFT + 2 * BASE32_CHAR_BITS
+    for char in range(1, _DID_K9_BYTE):
+        word |= (crc >> (_DID_K3_SHIFT + BASE32_CHAR_BITS * (2 - char)) & _CHAR_MASK) << BYTE_BITS * char
+    return word | (crc & (1 << _DID_K9_CRC_BITS) - 1) << (BYTE_BITS * _DID_K9_BYTE + _DID_K9_TICK_BITS)
+
+
 @functools.cache
-def _crc_counter_table(code: int) -> npt.NDArray[np.uint32]:
-    """(2**(16-w),) uint32: :func:`_crc_low_table` for every counter of qualifier ``code`` (a segment's CRC column
-    is its prefix's CRC xor a slice of this)."""
-    table: npt.NDArray[np.uint32] = _crc_low_table().take(_serial_fields(code))
+def _crc_index_counter(code: int) -> npt.NDArray[np.uint64]:
+    """(2**(16-w),) uint64, read-only: :func:`_crc_index_word` of the serial field's CRC-32 contribution for every
+    counter of qualifier ``code`` (a segment's checksum words in index form are its prefix's xor a slice of this)."""
+    crc = _crc_low_table().take(_serial_fields(code)).astype(np.uint64)
+    table: npt.NDArray[np.uint64] = _crc_index_word(crc)
     table.flags.writeable = False
     return table
 
@@ -211,7 +223,6 @@ _DID_CRC_WORD = DID_PREFIX_LEN  # 8: k3..k9 and k10
 _DID_K3_CRC_BITS = BASE32_CHAR_BITS - 1
 """k3's top bit is the CRC field's last always-zero bit; its other 4 bits are CRC bits 31..28."""
 _DID_K3_SHIFT = CRC_BITS - (_DID_K3_CRC_BITS + 2 * BASE32_CHAR_BITS)  # 18: k3..k5 hold CRC bits 31..18
-_DID_K6_BYTE = 3
 _DID_K9_BYTE = 6
 _DID_K10_BYTE = 7
 _DID_K9_CRC_BITS = 3
@@ -219,8 +230,6 @@ _DID_K9_TICK_BITS = BASE32_CHAR_BITS - _DID_K9_CRC_BITS
 _DID_CONST = _DID_CRC_WORD + WORD_BYTES  # 16: k11.. up to the tail word
 _DID_TAIL_WORD = DID_LEN + 1 - WORD_BYTES  # 30: k25..k27 (domain hash) + k28..k31 + newline
 _DID_CONST_LEN = _DID_TAIL_WORD - _DID_CONST  # 14: k11..k24 (tick, shard, domain hash), one per segment
-_DID_K10 = 10
-"""Index in the 32-character base32 block of k10, the first character fixed by the tick alone."""
 _DID_TAIL_BLOCK_START = _DID_TAIL_WORD - DID_PREFIX_LEN + DID_DROPPED_CHARS  # k25
 _NIBBLE_MASK = 0xF
 _TAIL_CONST_BYTES = 3
@@ -237,31 +246,47 @@ _DECIMAL_MID_BYTE = 5
 
 _DID_CONST_SHIFT = PACKED_BITS - (BASE32_CHAR_BITS * _DID_TAIL_BLOCK_START - BYTE_BITS * CRC_FIELD_BYTES)  # 35
 """k10..k24 are the 75 packed bits above this one (block bits 50..124 from the top; the CRC field is the first 48)."""
-_DID_CONST_PAIRS = (_DID_TAIL_BLOCK_START - _DID_K10 - 1) // 2  # 7 pairs: k11..k24
+_PAIR_BITS = 2 * BASE32_CHAR_BITS
+_PAIR_MASK = (1 << _PAIR_BITS) - 1
+_PAIR_WORDS = tuple(_word(pair.encode("ascii")) for pair in DID_PAIRS)
+"""The two characters of every 10-bit value as a little-endian int (bytes 0, 1)."""
+_K9_TICK_SHIFT = TICK_SHIFT + TICK_BITS - _DID_K9_TICK_BITS  # 110: packed bits 111..110 = tick bits 55..54
+_K10_SHIFT = _K9_TICK_SHIFT - BASE32_CHAR_BITS  # 105: packed bits 109..105 = tick bits 53..49
+
+# SWAR base32: per byte, an index 0..31 becomes its character: + 0x66 sets bit 7 exactly for 26..31; the character
+# is index + 97 ('a'..'z') below 26 and index + 24 ('2'..'7') from 26, i.e. (index + 0x66) - 5 - 73 * bit 7.
+_BYTES_ONES = 0x0101010101010101
+_SWAR_ADD = 0x66 * _BYTES_ONES
+_SWAR_HIGH_SHIFT = BYTE_BITS - 1
+_SWAR_LOW_STEP = ord("a") - (ord("2") - 26)  # 73
+_SWAR_SUB = (0x66 - ord("a")) * _BYTES_ONES  # 5 per byte
 
 
-def _did_const(prefix: int) -> tuple[int, bytes]:
-    """The did form's characters fixed by a segment's packed prefix (tick, shard, domain hash): k10's ASCII code
-    and the text of k11..k24, as :func:`~app.schemes.siq.codec.encode_did` writes them (pairs of characters from its
-    table of every 10-bit value), without its CRC and the rest of the text."""
-    bits = prefix >> _DID_CONST_SHIFT
-    pairs, mask = DID_PAIRS, (1 << 2 * BASE32_CHAR_BITS) - 1
-    text = "".join(
-        [pairs[bits >> 2 * BASE32_CHAR_BITS * (_DID_CONST_PAIRS - 1 - pair) & mask] for pair in range(_DID_CONST_PAIRS)]
+def _segment_words(prefix: int) -> tuple[int, int, int]:
+    """A segment's constants for the did form, from its packed prefix (tick, shard, domain hash; serial field 0):
+    its checksum word in index form (:func:`_crc_index_word` of the prefix's CRC-32, with k9's tick bits 55..54 and
+    k10 = tick bits 53..49), and the text of k11..k18 and of k17..k24 as little-endian words (columns 16 and 22)."""
+    crc = zlib.crc32(prefix.to_bytes(PACKED_BYTES, "big"))
+    index = (
+        _crc_index_word(crc)
+        | (prefix >> _K9_TICK_SHIFT) << (BYTE_BITS * _DID_K9_BYTE)
+        | (prefix >> _K10_SHIFT & _CHAR_MASK) << (BYTE_BITS * _DID_K10_BYTE)
     )
-    return BASE32_ALPHABET[bits >> 2 * BASE32_CHAR_BITS * _DID_CONST_PAIRS & _CHAR_MASK], text.encode("ascii")
-
-
-@functools.lru_cache(maxsize=64)
-def _k9_words(tick_bits: int, k10: int) -> tuple[int, ...]:
-    """The did form's bytes 6..7 (k9, k10) of the checksum word for each value of the CRC's low 3 bits, given tick
-    bits 55..54 (k9's low bits) and k10's character (tick bits 53..49): built once per value of tick bits 55..49,
-    which change once in 2**33 seconds, not per segment."""
-    return tuple(
-        BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
-        | k10 << (BYTE_BITS * _DID_K10_BYTE)
-        for crc_bits in range(1 << _DID_K9_CRC_BITS)
+    bits, pairs, mask = prefix >> _DID_CONST_SHIFT, _PAIR_WORDS, _PAIR_MASK
+    k17 = pairs[bits >> 3 * _PAIR_BITS & mask]
+    head = (
+        pairs[bits >> 6 * _PAIR_BITS & mask]
+        | pairs[bits >> 5 * _PAIR_BITS & mask] << 16
+        | pairs[bits >> 4 * _PAIR_BITS & mask] << 32
+        | k17 << 48
     )
+    tail = (
+        k17
+        | pairs[bits >> 2 * _PAIR_BITS & mask] << 16
+        | pairs[bits >> _PAIR_BITS & mask] << 32
+        | pairs[bits & mask] << 48
+    )
+    return index, head, tail
 
 
 SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
@@ -381,49 +406,36 @@ class SiqBatch(Batch):
     def _fill_did(self, out: npt.NDArray[np.uint8]) -> None:
         """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``).
 
-        Per segment: its CRC-32 column (the prefix's CRC xor a slice of the qualifier's per-counter table), its
-        constant characters (two 8-byte fills) and its tail word (a slice of the per-counter tail table); then, for
-        the whole batch, the checksum characters k3..k10 from three lookups. Every column is a scratch array of the
-        row count (:func:`app.schemes._text.scratch`), so nothing is allocated per pass.
+        Per segment: its checksum words in index form (the prefix's xor a slice of the qualifier's per-counter
+        table, CRC-32 being affine), its tail word (a slice of the per-counter tail table) and its constant
+        characters k11..k24 (two 8-byte fills); then, for the whole pass, the index bytes become base32 characters
+        in six uint64 operations (SWAR, no table) and one strided write per column.
         """
         count = self.count
-        crc = cast("npt.NDArray[np.uint32]", _text.scratch("siq-crc", count, np.uint32))
-        index = cast("npt.NDArray[np.intp]", _text.scratch("siq-index", count, np.intp))
         word = cast("npt.NDArray[np.uint64]", _text.scratch("siq-word", count, np.uint64))
-        other = cast("npt.NDArray[np.uint64]", _text.scratch("siq-other", count, np.uint64))
-        crc_table = _crc_counter_table(self.code)
+        high = cast("npt.NDArray[np.uint64]", _text.scratch("siq-other", count, np.uint64))
+        index_table = _crc_index_counter(self.code)
         tail_table = _did_tail_counter(self.code, self.domain_hash)
         tail = _words_at(out, _DID_TAIL_WORD)
-        const_head = _text.scratch("siq-const-head", count, np.uint64)
-        const_tail = _text.scratch("siq-const-tail", count, np.uint64)
-        k9_words: list[tuple[int, ...]] = []
+        const_head = cast("npt.NDArray[np.uint64]", _text.scratch("siq-const-head", count, np.uint64))
+        const_tail = cast("npt.NDArray[np.uint64]", _text.scratch("siq-const-tail", count, np.uint64))
         start = 0
-        for (tick, first, run), prefix in zip(self.segments, self._prefixes()):
-            packed = prefix.to_bytes(PACKED_BYTES, "big")
+        for (_tick, first, run), prefix in zip(self.segments, self._prefixes()):
             end = start + run
-            np.bitwise_xor(crc_table[first : first + run], np.uint32(zlib.crc32(packed)), out=crc[start:end])
+            index, head, const = _segment_words(prefix)
+            np.bitwise_xor(index_table[first : first + run], index, out=word[start:end])
             tail[start:end] = tail_table[first : first + run]
-            k10, const = _did_const(prefix)
-            const_head[start:end] = _word(const[:WORD_BYTES])  # contiguous fills, then one strided write each
-            const_tail[start:end] = _word(const[-WORD_BYTES:])
-            k9_words.append(_k9_words(tick >> (TICK_BITS - _DID_K9_TICK_BITS), k10))
+            const_head[start:end] = head  # contiguous fills, then one strided write each (a scalar written
+            const_tail[start:end] = const  # straight into a strided column takes numpy's slow broadcast loop)
             start = end
         _words_at(out, _DID_CONST)[...] = const_head
         _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
-        # Every index is in range: mode="wrap" skips take's copy of ``out`` (mode="raise" keeps one for errors).
-        np.right_shift(crc, _DID_K3_SHIFT, out=index)
-        np.take(_three_chars(0), index, out=word, mode="wrap")
-        np.right_shift(crc, _DID_K9_CRC_BITS, out=index)
-        np.bitwise_and(index, _THREE_CHAR_MASK, out=index)
-        np.take(_three_chars(_DID_K6_BYTE), index, out=other, mode="wrap")
-        np.bitwise_or(word, other, out=word)
-        np.bitwise_and(crc, (1 << _DID_K9_CRC_BITS) - 1, out=index)
-        if len(set(k9_words)) > 1:  # k9, k10 hold tick bits 55..49: they change once in 2**33 seconds
-            index |= self._per_row(list(range(len(self.segments))), np.intp) << _DID_K9_CRC_BITS
-        else:
-            k9_words = k9_words[:1]
-        np.take(np.array(k9_words, dtype=np.uint64).ravel(), index, out=other, mode="wrap")
-        np.bitwise_or(word, other, out=word)
+        np.add(word, _SWAR_ADD, out=word)
+        np.right_shift(word, _SWAR_HIGH_SHIFT, out=high)
+        np.bitwise_and(high, _BYTES_ONES, out=high)
+        np.multiply(high, _SWAR_LOW_STEP, out=high)
+        np.add(high, _SWAR_SUB, out=high)
+        np.subtract(word, high, out=word)
         _words_at(out, _DID_CRC_WORD)[...] = word
 
     def _fill_hex(self, out: npt.NDArray[np.uint8]) -> None:
