@@ -450,15 +450,34 @@ def test_large_multi_chunk_batch(fmt: str) -> None:
     batch = SiqBatch(9, domain_hash("example.com"), USER, [(NEW_YEAR_2025 * TICKS, 5, 2043)]
                      + _segments(NEW_YEAR_2025 * TICKS + 1, [2048] * 20 + [17]))  # fmt: skip
     assert batch.count > 5 * siq.CHUNK_ROWS
+    assert batch.count > 2 * siq.DID_CHUNK_ROWS
     assert batch.encode(fmt) == expected_text(batch, fmt)
 
 
-@pytest.mark.parametrize("boundary", [1 << 49, 1 << 54, 3 << 54])
+@pytest.mark.parametrize("boundary", [1 << 4, 1 << 9, 1 << 14, 1 << 19, 1 << 49, 1 << 54, 3 << 54])
 @pytest.mark.parametrize("fmt", SCHEME.formats)
 def test_batch_across_tick_bit_boundaries(boundary: int, fmt: str) -> None:
-    """The did characters k9, k10 hold tick bits 55..49: a batch whose segments differ there."""
+    """A batch whose segments differ in the tick bits of one did character: k20 (tick bits 3..0), k19, k18 (the
+    last character of the first constant word), k17 (shared by both constant words), k10 and k9 (tick bits 55..49,
+    in the checksum word)."""
     batch = SiqBatch(200, 12345, QUALIFIERS["content"][0], _segments(boundary - 2, [8192, 8192, 100, 7]))
     assert batch.encode(fmt) == expected_text(batch, fmt)
+
+
+@pytest.mark.parametrize("code", [QUALIFIERS["content"][0], QUALIFIERS["message"][0], USER])
+def test_every_checksum_character_at_every_position(code: int) -> None:
+    """Whole ticks of every counter (the last one included): each did checksum character k3..k9 takes every value
+    its bits allow (k3: a..p, k9: 8 values per tick bits 55..54), so every base32 index goes through the batch
+    encoder's byte-wise index-to-character step, and the text equals the single-ID path's."""
+    capacity = 1 << (16 - qualifier_width(code))
+    batch = SiqBatch(77, domain_hash("example.com"), code, _segments(NEW_YEAR_2025 * TICKS, [capacity] * 3))
+    text = batch.encode("did")
+    assert text == expected_text(batch, "did")
+    rows = text.splitlines()
+    columns = [{row[column] for row in rows} for column in range(len(b"did:siq:"), len(b"did:siq:") + 7)]
+    assert columns[0] == set(b"abcdefghijklmnop")
+    assert all(len(column) == 32 for column in columns[1:6])
+    assert len(columns[6]) == 8
 
 
 def test_decimal_slow_paths() -> None:
