@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import threading
 import time
 import zlib
 from typing import Any, cast
@@ -282,8 +283,8 @@ class _SegmentWords:
     def __init__(self, prefix: int) -> None:
         bits = prefix >> _DID_CONST_SHIFT
         self.low = (_PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16) << 32
-        self.head_bits = -1
-        self.head = 0
+        self.head_bits = self.tick_bits = -1
+        self.head = self.tick_head = 0
         self.crc_bytes = _crc_byte_index_words()
 
     def index(self, prefix: int) -> int:
@@ -296,6 +297,7 @@ class _SegmentWords:
         )
 
     def const(self, prefix: int) -> tuple[int, int]:
+        """The text of k11..k18 and of k17..k24 (columns 16 and 22)."""
         bits = prefix >> _DID_CONST_SHIFT
         pairs, mask = _PAIR_WORDS, _PAIR_MASK
         k17 = pairs[bits >> 3 * _PAIR_BITS & mask]
@@ -308,6 +310,67 @@ class _SegmentWords:
                 | k17 << 48
             )
         return self.head, k17 | pairs[bits >> 2 * _PAIR_BITS & mask] << 16 | self.low
+
+    def tick_word(self, prefix: int) -> int:
+        """The text of k13..k20 (column 18): the characters between :func:`did_fixed`'s two, set by the tick
+        (k19, k20: tick bits 8..0 and the shard's top bit; k13..k18: tick bits 38..9, recomputed only when they
+        change)."""
+        bits = prefix >> _DID_CONST_SHIFT
+        pairs, mask = _PAIR_WORDS, _PAIR_MASK
+        if bits >> 3 * _PAIR_BITS != self.tick_bits:
+            self.tick_bits = bits >> 3 * _PAIR_BITS
+            self.tick_head = (
+                pairs[bits >> 5 * _PAIR_BITS & mask]
+                | pairs[bits >> 4 * _PAIR_BITS & mask] << 16
+                | pairs[bits >> 3 * _PAIR_BITS & mask] << 32
+            )
+        return self.tick_head | pairs[bits >> 2 * _PAIR_BITS & mask] << 48
+
+
+_DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - 13 * BASE32_CHAR_BITS  # 39
+"""k11, k12 are tick bits 48..39: fixed for 2**39 ticks (97 days), so :func:`_did_rows` keeps them in its rows."""
+
+
+def did_fixed(prefix: int) -> tuple[int, int]:
+    """The did characters of a packed prefix that :func:`_did_rows` keeps in its rows: k11, k12 (tick bits 48..39,
+    columns 16..17) and k21..k24 (shard and domain hash bits, columns 26..29), as little-endian ints."""
+    bits = prefix >> _DID_CONST_SHIFT
+    low = _PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16
+    return _PAIR_WORDS[bits >> 6 * _PAIR_BITS & _PAIR_MASK], low
+
+
+class _DidRows(threading.local):
+    def __init__(self) -> None:
+        self.array: npt.NDArray[np.uint8] | None = None
+        self.fixed: tuple[int, int] | None = None
+
+
+_did_rows_state = _DidRows()
+_DID_FIXED_HIGH = _DID_CONST  # 16: k11, k12
+_DID_FIXED_LOW = _DID_CONST + 2 * 5  # 26: k21..k24
+_DID_TICK_WORD = _DID_CONST + 2  # 18: k13..k20
+
+
+def _did_rows(count: int, fixed: tuple[int, int] | None) -> npt.NDArray[np.uint8]:
+    """A ``(count, 38)`` uint8 array for did rows: ``did:siq:`` in columns 0..7 and, with ``fixed`` (from
+    :func:`did_fixed`), k11, k12 in columns 16..17 and k21..k24 in 26..29; the rest is undefined. Reused by this
+    thread up to :data:`SCRATCH_ROWS` rows (the fixed columns are rewritten only when ``fixed`` changes); valid until
+    the next call on this thread (callers copy out)."""
+    state = _did_rows_state
+    array = state.array if count <= SCRATCH_ROWS else None
+    known = state.fixed
+    if array is None:
+        array = np.empty((max(count, SCRATCH_ROWS), DID_LEN + 1), dtype=np.uint8)
+        array[:, :DID_PREFIX_LEN] = np.frombuffer(DID_PREFIX.encode("ascii"), dtype=np.uint8)
+        known = None
+        if count <= SCRATCH_ROWS:
+            state.array = array
+    if fixed is not None and fixed != known:
+        array[:, _DID_FIXED_HIGH : _DID_FIXED_HIGH + 2].view("<u2")[:, 0] = fixed[0]
+        array[:, _DID_FIXED_LOW : _DID_FIXED_LOW + 4].view("<u4")[:, 0] = fixed[1]
+    if array is state.array:
+        state.fixed = fixed  # None: the caller writes columns 16..29 itself
+    return array[:count]
 
 
 SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
@@ -358,24 +421,34 @@ class SiqBatch(Batch):
         if not self.count:
             return b""
         if fmt == "did":
-            width = DID_LEN
-        elif fmt == "hex":
+            return self._encode_did()
+        if fmt == "hex":
             width = HEX_LEN
         else:
             high_len = self._decimal_high_len()
             if high_len is None:
                 return self._encode_decimal_slow()
             width = high_len + _DECIMAL_LOW_DIGITS
-        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1, DID_PREFIX.encode("ascii") if fmt == "did" else b"")
+        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1)
         row = 0
-        for chunk in self._chunks(DID_CHUNK_ROWS if fmt == "did" else CHUNK_ROWS):
+        for chunk in self._chunks():
             rows = out[row : row + chunk.count]
-            if fmt == "did":
-                chunk._fill_did(rows)
-            elif fmt == "hex":
+            if fmt == "hex":
                 chunk._fill_hex(rows)
             else:
                 chunk._fill_decimal(rows, width - _DECIMAL_LOW_DIGITS)
+            row += chunk.count
+        return out.tobytes()
+
+    def _encode_did(self) -> bytes:
+        """The did form: rows from :func:`_did_rows`, whose fixed columns (k11, k12, k21..k24) hold this batch's
+        characters unless its segments differ there (tick bits 48..39), then :meth:`_fill_did` per pass."""
+        first = _pack_prefix(self.segments[0][0], self.shard, self.domain_hash)
+        same = len({tick >> _DID_FIXED_TICK_SHIFT for tick, _first, _count in self.segments}) == 1
+        out = _did_rows(self.count, did_fixed(first) if same else None)
+        row = 0
+        for chunk in self._chunks(DID_CHUNK_ROWS):
+            chunk._fill_did(out[row : row + chunk.count], fixed=same)
             row += chunk.count
         return out.tobytes()
 
@@ -427,7 +500,7 @@ class SiqBatch(Batch):
             else:
                 _put_words(out, column + offset, self._per_row(words, np.uint64))
 
-    def _fill_did(self, out: npt.NDArray[np.uint8]) -> None:
+    def _fill_did(self, out: npt.NDArray[np.uint8], *, fixed: bool) -> None:
         """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``).
 
         Per segment: its checksum words in index form (the prefix's xor a slice of the qualifier's per-counter
@@ -448,15 +521,20 @@ class SiqBatch(Batch):
         start = 0
         for (_tick, first, run), prefix in zip(self.segments, prefixes):
             end = start + run
-            index = words.index(prefix)
-            head, const = words.const(prefix)
-            np.bitwise_xor(index_table[first : first + run], index, out=word[start:end])
+            np.bitwise_xor(index_table[first : first + run], words.index(prefix), out=word[start:end])
             tail[start:end] = tail_table[first : first + run]
-            const_head[start:end] = head  # contiguous fills, then one strided write each (a scalar written
-            const_tail[start:end] = const  # straight into a strided column takes numpy's slow broadcast loop)
+            # contiguous fills, then one strided write each (a scalar written straight into a strided column
+            # takes numpy's slow broadcast loop)
+            if fixed:
+                const_head[start:end] = words.tick_word(prefix)
+            else:
+                const_head[start:end], const_tail[start:end] = words.const(prefix)
             start = end
-        _words_at(out, _DID_CONST)[...] = const_head
-        _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
+        if fixed:
+            _words_at(out, _DID_TICK_WORD)[...] = const_head
+        else:
+            _words_at(out, _DID_CONST)[...] = const_head
+            _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
         np.add(word, _SWAR_ADD, out=word)
         np.right_shift(word, _SWAR_HIGH_SHIFT, out=high)
         np.bitwise_and(high, _BYTES_ONES, out=high)
