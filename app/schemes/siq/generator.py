@@ -276,9 +276,9 @@ def _crc_byte_index_words() -> tuple[tuple[int, ...], ...]:
 class _SegmentWords:
     """A batch's per-segment constants of the did form, from each segment's packed prefix (tick, shard, domain
     hash; serial field 0): :meth:`index` (its checksum word in index form: :func:`_crc_index_word` of the prefix's
-    CRC-32, with k9's tick bits 55..54 and k10 = tick bits 53..49) and :meth:`const` (the text of k11..k18 and of
-    k17..k24 as little-endian words, columns 16 and 22). k21..k24 (shard and domain hash bits) are fixed for the
-    batch; k11..k18 (tick bits 55..9) are recomputed only when they change."""
+    CRC-32, with k9's tick bits 55..54 and k10 = tick bits 53..49), :meth:`tick_word` (k13..k20, when the rows keep
+    k11, k12 and k21..k24) and :meth:`const` (k11..k18 and k17..k24, when they do not). k21..k24 (shard and domain
+    hash bits) are fixed for the batch; the characters of tick bits 48..9 are recomputed only when they change."""
 
     def __init__(self, prefix: int) -> None:
         bits = prefix >> _DID_CONST_SHIFT
@@ -312,7 +312,7 @@ class _SegmentWords:
         return self.head, k17 | pairs[bits >> 2 * _PAIR_BITS & mask] << 16 | self.low
 
     def tick_word(self, prefix: int) -> int:
-        """The text of k13..k20 (column 18): the characters between :func:`did_fixed`'s two, set by the tick
+        """The text of k13..k20 (column 18): the characters between :func:`_did_fixed`'s two, set by the tick
         (k19, k20: tick bits 8..0 and the shard's top bit; k13..k18: tick bits 38..9, recomputed only when they
         change)."""
         bits = prefix >> _DID_CONST_SHIFT
@@ -331,7 +331,7 @@ _DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - 13 * BASE32_CH
 """k11, k12 are tick bits 48..39: fixed for 2**39 ticks (97 days), so :func:`_did_rows` keeps them in its rows."""
 
 
-def did_fixed(prefix: int) -> tuple[int, int]:
+def _did_fixed(prefix: int) -> tuple[int, int]:
     """The did characters of a packed prefix that :func:`_did_rows` keeps in its rows: k11, k12 (tick bits 48..39,
     columns 16..17) and k21..k24 (shard and domain hash bits, columns 26..29), as little-endian ints."""
     bits = prefix >> _DID_CONST_SHIFT
@@ -340,6 +340,8 @@ def did_fixed(prefix: int) -> tuple[int, int]:
 
 
 class _DidRows(threading.local):
+    """This thread's reused did rows and the fixed characters (:func:`_did_fixed`) they hold, None if unknown."""
+
     def __init__(self) -> None:
         self.array: npt.NDArray[np.uint8] | None = None
         self.fixed: tuple[int, int] | None = None
@@ -347,13 +349,13 @@ class _DidRows(threading.local):
 
 _did_rows_state = _DidRows()
 _DID_FIXED_HIGH = _DID_CONST  # 16: k11, k12
-_DID_FIXED_LOW = _DID_CONST + 2 * 5  # 26: k21..k24
+_DID_FIXED_LOW = _DID_CONST + (21 - 11)  # 26: k21..k24
 _DID_TICK_WORD = _DID_CONST + 2  # 18: k13..k20
 
 
 def _did_rows(count: int, fixed: tuple[int, int] | None) -> npt.NDArray[np.uint8]:
     """A ``(count, 38)`` uint8 array for did rows: ``did:siq:`` in columns 0..7 and, with ``fixed`` (from
-    :func:`did_fixed`), k11, k12 in columns 16..17 and k21..k24 in 26..29; the rest is undefined. Reused by this
+    :func:`_did_fixed`), k11, k12 in columns 16..17 and k21..k24 in 26..29; the rest is undefined. Reused by this
     thread up to :data:`SCRATCH_ROWS` rows (the fixed columns are rewritten only when ``fixed`` changes); valid until
     the next call on this thread (callers copy out)."""
     state = _did_rows_state
@@ -445,7 +447,7 @@ class SiqBatch(Batch):
         characters unless its segments differ there (tick bits 48..39), then :meth:`_fill_did` per pass."""
         first = _pack_prefix(self.segments[0][0], self.shard, self.domain_hash)
         same = len({tick >> _DID_FIXED_TICK_SHIFT for tick, _first, _count in self.segments}) == 1
-        out = _did_rows(self.count, did_fixed(first) if same else None)
+        out = _did_rows(self.count, _did_fixed(first) if same else None)
         row = 0
         for chunk in self._chunks(DID_CHUNK_ROWS):
             chunk._fill_did(out[row : row + chunk.count], fixed=same)
