@@ -450,15 +450,51 @@ def test_large_multi_chunk_batch(fmt: str) -> None:
     batch = SiqBatch(9, domain_hash("example.com"), USER, [(NEW_YEAR_2025 * TICKS, 5, 2043)]
                      + _segments(NEW_YEAR_2025 * TICKS + 1, [2048] * 20 + [17]))  # fmt: skip
     assert batch.count > 5 * siq.CHUNK_ROWS
+    assert batch.count > 2 * siq.DID_CHUNK_ROWS
     assert batch.encode(fmt) == expected_text(batch, fmt)
 
 
-@pytest.mark.parametrize("boundary", [1 << 49, 1 << 54, 3 << 54])
+@pytest.mark.parametrize("boundary", [1 << 4, 1 << 9, 1 << 14, 1 << 19, 1 << 39, 1 << 44, 1 << 49, 1 << 54, 3 << 54])
 @pytest.mark.parametrize("fmt", SCHEME.formats)
 def test_batch_across_tick_bit_boundaries(boundary: int, fmt: str) -> None:
-    """The did characters k9, k10 hold tick bits 55..49: a batch whose segments differ there."""
+    """A batch whose segments differ in the tick bits of one did character: k20 (tick bits 3..0), k19, k18, k17, k12
+    and k11 (tick bits 48..39, kept in the reused rows unless a batch's segments differ there), k10 and k9 (tick
+    bits 55..49, in the checksum word)."""
     batch = SiqBatch(200, 12345, QUALIFIERS["content"][0], _segments(boundary - 2, [8192, 8192, 100, 7]))
     assert batch.encode(fmt) == expected_text(batch, fmt)
+
+
+@pytest.mark.parametrize("code", [QUALIFIERS["content"][0], QUALIFIERS["message"][0], USER])
+def test_every_checksum_character_at_every_position(code: int) -> None:
+    """Whole ticks of every counter (the last one included): each did checksum character k3..k9 takes every value
+    its bits allow (k3: a..p, k9: 8 values per tick bits 55..54), so every base32 index goes through the batch
+    encoder's byte-wise index-to-character step, and the text equals the single-ID path's."""
+    capacity = 1 << (16 - qualifier_width(code))
+    batch = SiqBatch(77, domain_hash("example.com"), code, _segments(NEW_YEAR_2025 * TICKS, [capacity] * 3))
+    text = batch.encode("did")
+    assert text == expected_text(batch, "did")
+    rows = text.splitlines()
+    columns = [{row[column] for row in rows} for column in range(len(b"did:siq:"), len(b"did:siq:") + 7)]
+    assert columns[0] == set(b"abcdefghijklmnop")
+    assert all(len(column) == 32 for column in columns[1:6])
+    assert len(columns[6]) == 8
+
+
+def test_did_rows_follow_the_shard_domain_and_tick_of_each_batch() -> None:
+    """The did rows are reused per thread with the characters fixed by tick bits 48..39, the shard and the domain
+    hash kept in them: batches that change those, or span them, in any order, still encode like the single-ID
+    path."""
+    tick = NEW_YEAR_2025 * TICKS
+    spanning = _segments((tick >> 39 << 39) + (1 << 39) - 2, [2048, 2048, 2048])
+    order = [(1, 5, tick), (2, 5, tick), (2, 6, tick), (1, 5, tick + (1 << 39)), (1, 5, None), (1, 5, tick)]
+    for shard, dh, start in order * 2:
+        batch = SiqBatch(shard, dh, USER, spanning if start is None else _segments(start, [2048, 2048, 100]))
+        assert batch.encode("did") == expected_text(batch, "did")
+    big = SiqBatch(3, 4, QUALIFIERS["content"][0], _segments(tick, [8192] * 9))  # past the reused rows
+    assert big.count > siq.generator.SCRATCH_ROWS
+    assert big.encode("did") == expected_text(big, "did")
+    small = SiqBatch(3, 4, USER, _segments(tick, [2048]))
+    assert small.encode("did") == expected_text(small, "did")
 
 
 def test_decimal_slow_paths() -> None:

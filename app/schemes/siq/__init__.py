@@ -30,6 +30,7 @@ from app.schemes.siq.codec import (
 )
 from app.schemes.siq.generator import (
     CHUNK_ROWS,
+    DID_CHUNK_ROWS,
     SiqBatch,
     SiqGenerator,
     crc32_rows,
@@ -43,6 +44,7 @@ from app.schemes.siq.scheme import (
 __all__ = [
     "QUALIFIERS",
     "CHUNK_ROWS",
+    "DID_CHUNK_ROWS",
     "SCHEME",
     "SiqBatch",
     "SiqGenerator",

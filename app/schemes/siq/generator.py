@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import threading
 import time
 import zlib
 from typing import Any, cast
@@ -107,11 +108,23 @@ def _crc_low_table() -> npt.NDArray[np.uint32]:
     return low_table
 
 
+def _crc_index_word(crc: Any) -> Any:
+    """The did form's checksum word (bytes 8..15: k3..k10) in index form, one 5-bit base32 value per byte, of the
+    CRC-32 ``crc`` (a Python int or a uint64 array): k3 = CRC bits 31..28 (its top bit is the CRC field's last
+    always-zero bit), k4..k8 = bits 27..3, k9 = bits 2..0 in its top 3 bits; k9's low 2 bits and k10 (tick bits) are
+    left 0. The map is linear over GF(2): ``index(a ^ b) = index(a) ^ index(b)``."""
+    word = crc >> _DID_K3_SHIFT + 2 * BASE32_CHAR_BITS
+    for char in range(1, _DID_K9_BYTE):
+        word |= (crc >> (_DID_K3_SHIFT + BASE32_CHAR_BITS * (2 - char)) & _CHAR_MASK) << BYTE_BITS * char
+    return word | (crc & (1 << _DID_K9_CRC_BITS) - 1) << (BYTE_BITS * _DID_K9_BYTE + _DID_K9_TICK_BITS)
+
+
 @functools.cache
-def _crc_counter_table(code: int) -> npt.NDArray[np.uint32]:
-    """(2**(16-w),) uint32: :func:`_crc_low_table` for every counter of qualifier ``code`` (a segment's CRC column
-    is its prefix's CRC xor a slice of this)."""
-    table: npt.NDArray[np.uint32] = _crc_low_table().take(_serial_fields(code))
+def _crc_index_counter(code: int) -> npt.NDArray[np.uint64]:
+    """(2**(16-w),) uint64, read-only: :func:`_crc_index_word` of the serial field's CRC-32 contribution for every
+    counter of qualifier ``code`` (a segment's checksum words in index form are its prefix's xor a slice of this)."""
+    crc = _crc_low_table().take(_serial_fields(code)).astype(np.uint64)
+    table: npt.NDArray[np.uint64] = _crc_index_word(crc)
     table.flags.writeable = False
     return table
 
@@ -211,7 +224,6 @@ _DID_CRC_WORD = DID_PREFIX_LEN  # 8: k3..k9 and k10
 _DID_K3_CRC_BITS = BASE32_CHAR_BITS - 1
 """k3's top bit is the CRC field's last always-zero bit; its other 4 bits are CRC bits 31..28."""
 _DID_K3_SHIFT = CRC_BITS - (_DID_K3_CRC_BITS + 2 * BASE32_CHAR_BITS)  # 18: k3..k5 hold CRC bits 31..18
-_DID_K6_BYTE = 3
 _DID_K9_BYTE = 6
 _DID_K10_BYTE = 7
 _DID_K9_CRC_BITS = 3
@@ -219,8 +231,6 @@ _DID_K9_TICK_BITS = BASE32_CHAR_BITS - _DID_K9_CRC_BITS
 _DID_CONST = _DID_CRC_WORD + WORD_BYTES  # 16: k11.. up to the tail word
 _DID_TAIL_WORD = DID_LEN + 1 - WORD_BYTES  # 30: k25..k27 (domain hash) + k28..k31 + newline
 _DID_CONST_LEN = _DID_TAIL_WORD - _DID_CONST  # 14: k11..k24 (tick, shard, domain hash), one per segment
-_DID_K10 = 10
-"""Index in the 32-character base32 block of k10, the first character fixed by the tick alone."""
 _DID_TAIL_BLOCK_START = _DID_TAIL_WORD - DID_PREFIX_LEN + DID_DROPPED_CHARS  # k25
 _NIBBLE_MASK = 0xF
 _TAIL_CONST_BYTES = 3
@@ -237,37 +247,141 @@ _DECIMAL_MID_BYTE = 5
 
 _DID_CONST_SHIFT = PACKED_BITS - (BASE32_CHAR_BITS * _DID_TAIL_BLOCK_START - BYTE_BITS * CRC_FIELD_BYTES)  # 35
 """k10..k24 are the 75 packed bits above this one (block bits 50..124 from the top; the CRC field is the first 48)."""
-_DID_CONST_PAIRS = (_DID_TAIL_BLOCK_START - _DID_K10 - 1) // 2  # 7 pairs: k11..k24
+_PAIR_BITS = 2 * BASE32_CHAR_BITS
+_PAIR_MASK = (1 << _PAIR_BITS) - 1
+_PAIR_WORDS = tuple(_word(pair.encode("ascii")) for pair in DID_PAIRS)
+"""The two characters of every 10-bit value as a little-endian int (bytes 0, 1)."""
+_K9_TICK_SHIFT = TICK_SHIFT + TICK_BITS - _DID_K9_TICK_BITS  # 110: packed bits 111..110 = tick bits 55..54
+_K10_SHIFT = _K9_TICK_SHIFT - BASE32_CHAR_BITS  # 105: packed bits 109..105 = tick bits 53..49
+
+# SWAR base32: per byte, an index 0..31 becomes its character: + 0x66 sets bit 7 exactly for 26..31; the character
+# is index + 97 ('a'..'z') below 26 and index + 24 ('2'..'7') from 26, i.e. (index + 0x66) - 5 - 73 * bit 7.
+_BYTES_ONES = 0x0101010101010101
+_SWAR_ADD = 0x66 * _BYTES_ONES
+_SWAR_HIGH_SHIFT = BYTE_BITS - 1
+_SWAR_LOW_STEP = ord("a") - (ord("2") - 26)  # 73
+_SWAR_SUB = (0x66 - ord("a")) * _BYTES_ONES  # 5 per byte
 
 
-def _did_const(prefix: int) -> tuple[int, bytes]:
-    """The did form's characters fixed by a segment's packed prefix (tick, shard, domain hash): k10's ASCII code
-    and the text of k11..k24, as :func:`~app.schemes.siq.codec.encode_did` writes them (pairs of characters from its
-    table of every 10-bit value), without its CRC and the rest of the text."""
-    bits = prefix >> _DID_CONST_SHIFT
-    pairs, mask = DID_PAIRS, (1 << 2 * BASE32_CHAR_BITS) - 1
-    text = "".join(
-        [pairs[bits >> 2 * BASE32_CHAR_BITS * (_DID_CONST_PAIRS - 1 - pair) & mask] for pair in range(_DID_CONST_PAIRS)]
-    )
-    return BASE32_ALPHABET[bits >> 2 * BASE32_CHAR_BITS * _DID_CONST_PAIRS & _CHAR_MASK], text.encode("ascii")
-
-
-@functools.lru_cache(maxsize=64)
-def _k9_words(tick_bits: int, k10: int) -> tuple[int, ...]:
-    """The did form's bytes 6..7 (k9, k10) of the checksum word for each value of the CRC's low 3 bits, given tick
-    bits 55..54 (k9's low bits) and k10's character (tick bits 53..49): built once per value of tick bits 55..49,
-    which change once in 2**33 seconds, not per segment."""
+@functools.cache
+def _crc_byte_index_words() -> tuple[tuple[int, ...], ...]:
+    """(4, 256) ints: :func:`_crc_index_word` of each value of each CRC-32 byte (byte 0 = bits 31..24), so that
+    a CRC's index word is the xor of four lookups."""
     return tuple(
-        BASE32_ALPHABET[crc_bits << _DID_K9_TICK_BITS | tick_bits] << (BYTE_BITS * _DID_K9_BYTE)
-        | k10 << (BYTE_BITS * _DID_K10_BYTE)
-        for crc_bits in range(1 << _DID_K9_CRC_BITS)
+        tuple(_crc_index_word(byte << BYTE_BITS * (3 - position)) for byte in range(1 << BYTE_BITS))
+        for position in range(CRC_BITS // BYTE_BITS)
     )
+
+
+class _SegmentWords:
+    """A batch's per-segment constants of the did form, from each segment's packed prefix (tick, shard, domain
+    hash; serial field 0): :meth:`index` (its checksum word in index form: :func:`_crc_index_word` of the prefix's
+    CRC-32, with k9's tick bits 55..54 and k10 = tick bits 53..49), :meth:`tick_word` (k13..k20, when the rows keep
+    k11, k12 and k21..k24) and :meth:`const` (k11..k18 and k17..k24, when they do not). k21..k24 (shard and domain
+    hash bits) are fixed for the batch; the characters of tick bits 48..9 are recomputed only when they change."""
+
+    def __init__(self, prefix: int) -> None:
+        bits = prefix >> _DID_CONST_SHIFT
+        self.low = (_PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16) << 32
+        self.head_bits = self.tick_bits = -1
+        self.head = self.tick_head = 0
+        self.crc_bytes = _crc_byte_index_words()
+
+    def index(self, prefix: int) -> int:
+        crc = zlib.crc32(prefix.to_bytes(PACKED_BYTES, "big"))
+        b0, b1, b2, b3 = self.crc_bytes
+        return (
+            b0[crc >> 24] ^ b1[crc >> 16 & 0xFF] ^ b2[crc >> 8 & 0xFF] ^ b3[crc & 0xFF]
+            | (prefix >> _K9_TICK_SHIFT) << (BYTE_BITS * _DID_K9_BYTE)
+            | (prefix >> _K10_SHIFT & _CHAR_MASK) << (BYTE_BITS * _DID_K10_BYTE)
+        )
+
+    def const(self, prefix: int) -> tuple[int, int]:
+        """The text of k11..k18 and of k17..k24 (columns 16 and 22)."""
+        bits = prefix >> _DID_CONST_SHIFT
+        pairs, mask = _PAIR_WORDS, _PAIR_MASK
+        k17 = pairs[bits >> 3 * _PAIR_BITS & mask]
+        if bits >> 3 * _PAIR_BITS != self.head_bits:
+            self.head_bits = bits >> 3 * _PAIR_BITS
+            self.head = (
+                pairs[bits >> 6 * _PAIR_BITS & mask]
+                | pairs[bits >> 5 * _PAIR_BITS & mask] << 16
+                | pairs[bits >> 4 * _PAIR_BITS & mask] << 32
+                | k17 << 48
+            )
+        return self.head, k17 | pairs[bits >> 2 * _PAIR_BITS & mask] << 16 | self.low
+
+    def tick_word(self, prefix: int) -> int:
+        """The text of k13..k20 (column 18): the characters between :func:`_did_fixed`'s two, set by the tick
+        (k19, k20: tick bits 8..0 and the shard's top bit; k13..k18: tick bits 38..9, recomputed only when they
+        change)."""
+        bits = prefix >> _DID_CONST_SHIFT
+        pairs, mask = _PAIR_WORDS, _PAIR_MASK
+        if bits >> 3 * _PAIR_BITS != self.tick_bits:
+            self.tick_bits = bits >> 3 * _PAIR_BITS
+            self.tick_head = (
+                pairs[bits >> 5 * _PAIR_BITS & mask]
+                | pairs[bits >> 4 * _PAIR_BITS & mask] << 16
+                | pairs[bits >> 3 * _PAIR_BITS & mask] << 32
+            )
+        return self.tick_head | pairs[bits >> 2 * _PAIR_BITS & mask] << 48
+
+
+_DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - 13 * BASE32_CHAR_BITS  # 39
+"""k11, k12 are tick bits 48..39: fixed for 2**39 ticks (97 days), so :func:`_did_rows` keeps them in its rows."""
+
+
+def _did_fixed(prefix: int) -> tuple[int, int]:
+    """The did characters of a packed prefix that :func:`_did_rows` keeps in its rows: k11, k12 (tick bits 48..39,
+    columns 16..17) and k21..k24 (shard and domain hash bits, columns 26..29), as little-endian ints."""
+    bits = prefix >> _DID_CONST_SHIFT
+    low = _PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16
+    return _PAIR_WORDS[bits >> 6 * _PAIR_BITS & _PAIR_MASK], low
+
+
+class _DidRows(threading.local):
+    """This thread's reused did rows and the fixed characters (:func:`_did_fixed`) they hold, None if unknown."""
+
+    def __init__(self) -> None:
+        self.array: npt.NDArray[np.uint8] | None = None
+        self.fixed: tuple[int, int] | None = None
+
+
+_did_rows_state = _DidRows()
+_DID_FIXED_HIGH = _DID_CONST  # 16: k11, k12
+_DID_FIXED_LOW = _DID_CONST + (21 - 11)  # 26: k21..k24
+_DID_TICK_WORD = _DID_CONST + 2  # 18: k13..k20
+
+
+def _did_rows(count: int, fixed: tuple[int, int] | None) -> npt.NDArray[np.uint8]:
+    """A ``(count, 38)`` uint8 array for did rows: ``did:siq:`` in columns 0..7 and, with ``fixed`` (from
+    :func:`_did_fixed`), k11, k12 in columns 16..17 and k21..k24 in 26..29; the rest is undefined. Reused by this
+    thread up to :data:`SCRATCH_ROWS` rows (the fixed columns are rewritten only when ``fixed`` changes); valid until
+    the next call on this thread (callers copy out)."""
+    state = _did_rows_state
+    array = state.array if count <= SCRATCH_ROWS else None
+    known = state.fixed
+    if array is None:
+        array = np.empty((max(count, SCRATCH_ROWS), DID_LEN + 1), dtype=np.uint8)
+        array[:, :DID_PREFIX_LEN] = np.frombuffer(DID_PREFIX.encode("ascii"), dtype=np.uint8)
+        known = None
+        if count <= SCRATCH_ROWS:
+            state.array = array
+    if fixed is not None and fixed != known:
+        array[:, _DID_FIXED_HIGH : _DID_FIXED_HIGH + 2].view("<u2")[:, 0] = fixed[0]
+        array[:, _DID_FIXED_LOW : _DID_FIXED_LOW + 4].view("<u4")[:, 0] = fixed[1]
+    if array is state.array:
+        state.fixed = fixed  # None: the caller writes columns 16..29 itself
+    return array[:count]
 
 
 SCRATCH_ROWS = _text.LEAD_ROWS_KEPT
 """Largest batch encoded in the reused per-thread array; larger ones get a fresh array."""
 CHUNK_ROWS = 8192
 """Rows encoded per pass: keeps numpy's temporaries (8 bytes per row) small enough to be reused, not page-faulted."""
+DID_CHUNK_ROWS = 16384
+"""Rows per pass of the did form, whose columns are per-thread scratch arrays (no temporaries): larger passes
+cost fewer numpy calls; at 16,384 rows its four 8-byte columns (512 KiB) stay in L2."""
 
 
 class SiqBatch(Batch):
@@ -309,34 +423,44 @@ class SiqBatch(Batch):
         if not self.count:
             return b""
         if fmt == "did":
-            width = DID_LEN
-        elif fmt == "hex":
+            return self._encode_did()
+        if fmt == "hex":
             width = HEX_LEN
         else:
             high_len = self._decimal_high_len()
             if high_len is None:
                 return self._encode_decimal_slow()
             width = high_len + _DECIMAL_LOW_DIGITS
-        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1, DID_PREFIX.encode("ascii") if fmt == "did" else b"")
+        out = _text.lead_rows(f"siq-{fmt}", self.count, width + 1)
         row = 0
         for chunk in self._chunks():
             rows = out[row : row + chunk.count]
-            if fmt == "did":
-                chunk._fill_did(rows)
-            elif fmt == "hex":
+            if fmt == "hex":
                 chunk._fill_hex(rows)
             else:
                 chunk._fill_decimal(rows, width - _DECIMAL_LOW_DIGITS)
             row += chunk.count
         return out.tobytes()
 
-    def _chunks(self) -> list[SiqBatch]:
-        """This batch cut into batches of at most ``CHUNK_ROWS`` IDs (splitting segments where needed)."""
-        if self.count <= CHUNK_ROWS:
+    def _encode_did(self) -> bytes:
+        """The did form: rows from :func:`_did_rows`, whose fixed columns (k11, k12, k21..k24) hold this batch's
+        characters unless its segments differ there (tick bits 48..39), then :meth:`_fill_did` per pass."""
+        first = _pack_prefix(self.segments[0][0], self.shard, self.domain_hash)
+        same = len({tick >> _DID_FIXED_TICK_SHIFT for tick, _first, _count in self.segments}) == 1
+        out = _did_rows(self.count, _did_fixed(first) if same else None)
+        row = 0
+        for chunk in self._chunks(DID_CHUNK_ROWS):
+            chunk._fill_did(out[row : row + chunk.count], fixed=same)
+            row += chunk.count
+        return out.tobytes()
+
+    def _chunks(self, rows: int = CHUNK_ROWS) -> list[SiqBatch]:
+        """This batch cut into batches of at most ``rows`` IDs (splitting segments where needed)."""
+        if self.count <= rows:
             return [self]
         chunks: list[SiqBatch] = []
         segments: list[Run] = []
-        room = CHUNK_ROWS
+        room = rows
         for tick, first, count in self.segments:
             while count:
                 taken = min(count, room)
@@ -344,7 +468,7 @@ class SiqBatch(Batch):
                 first, count, room = first + taken, count - taken, room - taken
                 if not room:
                     chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments, self.width))
-                    segments, room = [], CHUNK_ROWS
+                    segments, room = [], rows
         if segments:
             chunks.append(SiqBatch(self.shard, self.domain_hash, self.code, segments, self.width))
         return chunks
@@ -378,52 +502,47 @@ class SiqBatch(Batch):
             else:
                 _put_words(out, column + offset, self._per_row(words, np.uint64))
 
-    def _fill_did(self, out: npt.NDArray[np.uint8]) -> None:
+    def _fill_did(self, out: npt.NDArray[np.uint8], *, fixed: bool) -> None:
         """Write every row of the did form after the ``did:siq:`` prefix (already in ``out``).
 
-        Per segment: its CRC-32 column (the prefix's CRC xor a slice of the qualifier's per-counter table), its
-        constant characters (two 8-byte fills) and its tail word (a slice of the per-counter tail table); then, for
-        the whole batch, the checksum characters k3..k10 from three lookups. Every column is a scratch array of the
-        row count (:func:`app.schemes._text.scratch`), so nothing is allocated per pass.
+        Per segment: its checksum words in index form (the prefix's xor a slice of the qualifier's per-counter
+        table, CRC-32 being affine), its tail word (a slice of the per-counter tail table) and its constant
+        characters k11..k24 (two 8-byte fills); then, for the whole pass, the index bytes become base32 characters
+        in six uint64 operations (SWAR, no table) and one strided write per column.
         """
         count = self.count
-        crc = cast("npt.NDArray[np.uint32]", _text.scratch("siq-crc", count, np.uint32))
-        index = cast("npt.NDArray[np.intp]", _text.scratch("siq-index", count, np.intp))
         word = cast("npt.NDArray[np.uint64]", _text.scratch("siq-word", count, np.uint64))
-        other = cast("npt.NDArray[np.uint64]", _text.scratch("siq-other", count, np.uint64))
-        crc_table = _crc_counter_table(self.code)
+        high = cast("npt.NDArray[np.uint64]", _text.scratch("siq-other", count, np.uint64))
+        index_table = _crc_index_counter(self.code)
         tail_table = _did_tail_counter(self.code, self.domain_hash)
         tail = _words_at(out, _DID_TAIL_WORD)
-        const_head = _text.scratch("siq-const-head", count, np.uint64)
-        const_tail = _text.scratch("siq-const-tail", count, np.uint64)
-        k9_words: list[tuple[int, ...]] = []
+        const_head = cast("npt.NDArray[np.uint64]", _text.scratch("siq-const-head", count, np.uint64))
+        const_tail = cast("npt.NDArray[np.uint64]", _text.scratch("siq-const-tail", count, np.uint64))
+        prefixes = self._prefixes()
+        words = _SegmentWords(prefixes[0])
         start = 0
-        for (tick, first, run), prefix in zip(self.segments, self._prefixes()):
-            packed = prefix.to_bytes(PACKED_BYTES, "big")
+        for (_tick, first, run), prefix in zip(self.segments, prefixes):
             end = start + run
-            np.bitwise_xor(crc_table[first : first + run], np.uint32(zlib.crc32(packed)), out=crc[start:end])
+            np.bitwise_xor(index_table[first : first + run], words.index(prefix), out=word[start:end])
             tail[start:end] = tail_table[first : first + run]
-            k10, const = _did_const(prefix)
-            const_head[start:end] = _word(const[:WORD_BYTES])  # contiguous fills, then one strided write each
-            const_tail[start:end] = _word(const[-WORD_BYTES:])
-            k9_words.append(_k9_words(tick >> (TICK_BITS - _DID_K9_TICK_BITS), k10))
+            # contiguous fills, then one strided write each (a scalar written straight into a strided column
+            # takes numpy's slow broadcast loop)
+            if fixed:
+                const_head[start:end] = words.tick_word(prefix)
+            else:
+                const_head[start:end], const_tail[start:end] = words.const(prefix)
             start = end
-        _words_at(out, _DID_CONST)[...] = const_head
-        _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
-        # Every index is in range: mode="wrap" skips take's copy of ``out`` (mode="raise" keeps one for errors).
-        np.right_shift(crc, _DID_K3_SHIFT, out=index)
-        np.take(_three_chars(0), index, out=word, mode="wrap")
-        np.right_shift(crc, _DID_K9_CRC_BITS, out=index)
-        np.bitwise_and(index, _THREE_CHAR_MASK, out=index)
-        np.take(_three_chars(_DID_K6_BYTE), index, out=other, mode="wrap")
-        np.bitwise_or(word, other, out=word)
-        np.bitwise_and(crc, (1 << _DID_K9_CRC_BITS) - 1, out=index)
-        if len(set(k9_words)) > 1:  # k9, k10 hold tick bits 55..49: they change once in 2**33 seconds
-            index |= self._per_row(list(range(len(self.segments))), np.intp) << _DID_K9_CRC_BITS
+        if fixed:
+            _words_at(out, _DID_TICK_WORD)[...] = const_head
         else:
-            k9_words = k9_words[:1]
-        np.take(np.array(k9_words, dtype=np.uint64).ravel(), index, out=other, mode="wrap")
-        np.bitwise_or(word, other, out=word)
+            _words_at(out, _DID_CONST)[...] = const_head
+            _words_at(out, _DID_CONST + _DID_CONST_LEN - WORD_BYTES)[...] = const_tail
+        np.add(word, _SWAR_ADD, out=word)
+        np.right_shift(word, _SWAR_HIGH_SHIFT, out=high)
+        np.bitwise_and(high, _BYTES_ONES, out=high)
+        np.multiply(high, _SWAR_LOW_STEP, out=high)
+        np.add(high, _SWAR_SUB, out=high)
+        np.subtract(word, high, out=word)
         _words_at(out, _DID_CRC_WORD)[...] = word
 
     def _fill_hex(self, out: npt.NDArray[np.uint8]) -> None:
