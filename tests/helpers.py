@@ -160,9 +160,12 @@ class FakeClock:
 
 def assert_json_members(batch: Any, scheme: Any, fmt: str, written_above: int) -> None:
     """``batch.json_members(fmt)`` is None for ``written_above`` IDs or fewer (the caller frames the lines), else
-    exactly the IDs' JSON array members as ``json.dumps`` writes them (no brackets), in issue order."""
+    exactly the IDs' JSON array members as ``json.dumps`` writes them (no brackets), in issue order. A stream's
+    ``batch.encode_lines(fmt)`` is the same IDs as lines, byte for byte."""
     import json
 
+    lines = batch.encode_lines(fmt)
+    assert bytes(lines) == "".join(scheme.format(value, fmt) + "\n" for value in batch.values()).encode()
     members = batch.json_members(fmt)
     if batch.count <= written_above:
         assert members is None

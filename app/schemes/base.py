@@ -276,9 +276,9 @@ class Batch(abc.ABC):
         format.
         """
 
-    def encode_lines(self, fmt: str) -> bytes | bytearray:
-        """The same text as :meth:`encode`, possibly in a fresh ``bytearray`` the caller owns (a stream sends it as
-        it is: no copy to ``bytes``). Raises as :meth:`encode`."""
+    def encode_lines(self, fmt: str) -> bytes | bytearray | memoryview:
+        """The same text as :meth:`encode`, possibly in a fresh ``bytearray`` (or a byte-wise view of a fresh
+        buffer) the caller owns: a stream sends it as it is, with no copy to ``bytes``. Raises as :meth:`encode`."""
         return self.encode(fmt)
 
     @abc.abstractmethod

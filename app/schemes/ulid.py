@@ -281,6 +281,14 @@ class UlidBatch(Batch):
             return "".join(SCHEME.format(value, fmt) + "\n" for value in self.values()).encode("ascii")
         return self._rows(fmt, False).tobytes()
 
+    def encode_lines(self, fmt: str) -> bytes | memoryview:
+        """:meth:`encode`'s text over a fresh buffer (``bytes`` for a batch small enough for the scalar path): the
+        rows are written where the caller gets them, with no copy to ``bytes``."""
+        fmt = SCHEME.resolve_format(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return self.encode(fmt)
+        return self._rows(fmt, False, fresh=True).reshape(-1).data
+
     def json_members(self, fmt: str) -> memoryview | None:
         """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): rows ``"ID",``
         from the same templates and tables as :meth:`encode`, the text one byte in. None for a batch small enough
@@ -290,9 +298,10 @@ class UlidBatch(Batch):
             return None
         return self._rows(fmt, True).reshape(-1).data[:-1]  # the last row's comma dropped
 
-    def _rows(self, fmt: str, members: bool) -> npt.NDArray[np.uint8]:
-        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
-        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
+    def _rows(self, fmt: str, members: bool, fresh: bool = False) -> npt.NDArray[np.uint8]:
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out; with ``fresh``
+        over a fresh ``bytearray``), or with ``members`` its text as a JSON array member and comma, ``"ID",`` (a
+        fresh array)."""
         pad = _text.QUOTE if members else _text.NEWLINE
         if fmt == "ulid":
             encoder, bits, column, table = (
@@ -310,7 +319,8 @@ class UlidBatch(Batch):
             rows = _text.json_rows([(encoder(value).encode(), count) for value, _, count in runs])
             column += 1  # byte 0 holds the opening quote
         else:
-            rows = _columns.template_rows([((encoder(value) + "\n").encode(), count) for value, _, count in runs])
+            lines = [((encoder(value) + "\n").encode(), count) for value, _, count in runs]
+            rows = _text.fresh_rows(lines)[1] if fresh else _columns.template_rows(lines)
         # One <u4 per ID: base32 characters 23..25 and the byte after the text (the table's 4th byte: the row's
         # newline, or the member's closing quote), or the last 4 hex digits.
         _text.write_runs(rows, column, [(table, first, count) for _, first, count in runs])

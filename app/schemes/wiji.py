@@ -383,6 +383,13 @@ class WijiBatch(Batch):
             return b""
         return self._rows(fmt, False).tobytes()
 
+    def encode_lines(self, fmt: str) -> bytes | memoryview:
+        """:meth:`encode`'s text over a fresh buffer (``bytes`` for a batch small enough for the scalar path): the
+        rows are written where the caller gets them, with no copy to ``bytes``."""
+        if self.count <= SMALL_BATCH:
+            return self.encode(fmt)
+        return self._rows(SCHEME.resolve_format(fmt), False, fresh=True).reshape(-1).data
+
     def json_members(self, fmt: str) -> memoryview | None:
         """The batch as JSON array members ``"ID1",...,"IDn"`` (see :meth:`Batch.json_members`): rows ``"ID",``
         from the same templates and tables as :meth:`encode`, the text one byte in. None for a batch small enough
@@ -392,15 +399,17 @@ class WijiBatch(Batch):
             return None
         return self._rows(fmt, True).reshape(-1).data[:-1]  # the last row's comma dropped
 
-    def _rows(self, fmt: str, members: bool) -> npt.NDArray[np.uint8]:
-        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
-        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array). The sequence's
-        characters are whole table entries (4 base32 characters, or hex digits), so nothing spills past them."""
+    def _rows(self, fmt: str, members: bool, fresh: bool = False) -> npt.NDArray[np.uint8]:
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out; with ``fresh``
+        over a fresh ``bytearray``), or with ``members`` its text as a JSON array member and comma, ``"ID",`` (a
+        fresh array). The sequence's characters are whole table entries (4 base32 characters, or hex digits), so
+        nothing spills past them."""
         encoder = {"base32": encode_base32, "uuid": encode_uuid, "hex": encode_hex}[fmt]
         if members:
             rows = _text.json_rows([(encoder(self._base(seg)).encode(), seg.count) for seg in self.segments])
         else:
-            rows = _text.text_rows([((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments])
+            lines = [((encoder(self._base(seg)) + "\n").encode(), seg.count) for seg in self.segments]
+            rows = _text.fresh_rows(lines)[1] if fresh else _text.text_rows(lines)
         at = 1 if members else 0  # a member's byte 0 holds the opening quote
         hex4 = _text.hex4_table()
         if fmt == "base32":

@@ -200,6 +200,15 @@ class KsuidBatch(Batch):
             return self._hex()
         return self._base62()
 
+    def encode_lines(self, fmt: str) -> bytes | memoryview:
+        """:meth:`encode`'s text over a fresh buffer (``bytes`` for a batch small enough for the scalar path): the
+        rows are written where the caller gets them, with no copy to ``bytes``."""
+        fmt = TEXT.resolve(fmt)
+        if self.count <= SCALAR_COUNT_MAX:
+            return self.encode(fmt)
+        rows = self._hex_rows(fresh=True) if fmt == "hex" else self._base62_rows(fresh=True)
+        return rows.reshape(-1).data
+
     def _runs(self, radix: int) -> list[tuple[int, int, int]]:
         """``(head, low, count)`` runs of the batch: ``count`` consecutive IDs ``head + low ..`` whose value divided
         by ``radix`` is the same (``head`` = that quotient * radix, ``low`` < radix)."""
@@ -224,25 +233,33 @@ class KsuidBatch(Batch):
         return rows.reshape(-1).data[:-1]  # the last row's comma dropped
 
     def _rows(
-        self, radix: int, encoder: Callable[[int], str], column: int, table: npt.NDArray[np.uint32], members: bool
+        self,
+        radix: int,
+        encoder: Callable[[int], str],
+        column: int,
+        table: npt.NDArray[np.uint32],
+        members: bool,
+        fresh: bool = False,
     ) -> npt.NDArray[np.uint8]:
-        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out), or with
-        ``members`` its text as a JSON array member and comma, ``"ID",`` (a fresh array)."""
+        """One row per ID: its text and a newline (a per-thread scratch array: callers copy it out; with ``fresh``
+        over a fresh ``bytearray``), or with ``members`` its text as a JSON array member and comma, ``"ID",`` (a
+        fresh array)."""
         runs = self._runs(radix)
         if members:
             rows = _text.json_rows([(encoder(head).encode("ascii"), n) for head, _, n in runs])
             column += 1  # byte 0 holds the opening quote
         else:
-            rows = _text.text_rows([((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs], key="ksuid")
+            lines = [((encoder(head) + "\n").encode("ascii"), n) for head, _, n in runs]
+            rows = _text.fresh_rows(lines)[1] if fresh else _text.text_rows(lines, key="ksuid")
         _text.write_runs(rows, column, [(table, low, n) for _, low, n in runs])
         return rows
 
-    def _base62_rows(self, members: bool = False) -> npt.NDArray[np.uint8]:
+    def _base62_rows(self, members: bool = False, fresh: bool = False) -> npt.NDArray[np.uint8]:
         pad = _text.QUOTE if members else NEWLINE  # the table's 4th byte lands after the text
-        return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails(pad), members)
+        return self._rows(TAIL_RADIX, encode_base62, BASE62_LEN - TAIL_DIGITS, _tails(pad), members, fresh)
 
-    def _hex_rows(self, members: bool = False) -> npt.NDArray[np.uint8]:
-        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table(), members)
+    def _hex_rows(self, members: bool = False, fresh: bool = False) -> npt.NDArray[np.uint8]:
+        return self._rows(HEX_TAIL_RADIX, encode_hex, HEX_LEN - HEX4_DIGITS, _text.hex4_table(), members, fresh)
 
     def _base62(self) -> bytes:
         return self._base62_rows().tobytes()
