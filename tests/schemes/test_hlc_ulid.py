@@ -244,6 +244,7 @@ def test_batch_encode_equals_format_of_values(
     for fmt in SCHEME.formats:
         expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
         assert batch.encode(fmt) == expected
+        assert bytes(batch.encode_lines(fmt)) == expected  # a stream's form: the same bytes over a fresh buffer
     assert batch.encode("canonical") == batch.encode("ulid")
 
 
@@ -254,7 +255,9 @@ def test_batch_spanning_many_milliseconds_encodes_like_format() -> None:
     assert len(batch.segments) == 4
     values = batch.values()
     for fmt in SCHEME.formats:
-        assert batch.encode(fmt) == "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
+        expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
+        assert batch.encode(fmt) == expected
+        assert bytes(batch.encode_lines(fmt)) == expected
 
 
 def test_random_field_layout_of_the_drawn_words() -> None:

@@ -186,18 +186,27 @@ class HlcUlidBatch(Batch):
         if self.count <= SMALL_BATCH:  # per-ID formatting beats the column-wise encoder's fixed cost
             return scalar_lines(TEXT.format, self.values(), fmt)
         if TEXT.resolve(fmt) == "hex":
-            return self._encode_hex()
-        return self._encode_ulid()
+            return self._hex_rows().tobytes()
+        return self._ulid_rows().tobytes()
 
-    def _encode_ulid(self) -> bytes:
+    def encode_lines(self, fmt: str) -> bytes | memoryview:
+        """:meth:`encode`'s text over a fresh buffer (``bytes`` for a batch small enough for the scalar path): the
+        rows are written where the caller gets them, with no copy to ``bytes``."""
+        if self.count <= SMALL_BATCH:
+            return self.encode(fmt)
+        rows = self._hex_rows(fresh=True) if TEXT.resolve(fmt) == "hex" else self._ulid_rows(fresh=True)
+        return rows.reshape(-1).data
+
+    def _lines(self, texts: list[str], fresh: bool) -> npt.NDArray[np.uint8]:
+        """One row per ID, each segment's row from its text in ``texts`` and a newline: a per-thread scratch array
+        (callers copy it out), or with ``fresh`` over a fresh ``bytearray``."""
+        lines = [((text + "\n").encode(), seg.count) for text, seg in zip(texts, self.segments)]
+        return _text.fresh_rows(lines)[1] if fresh else _text.text_rows(lines)
+
+    def _ulid_rows(self, fresh: bool = False) -> npt.NDArray[np.uint8]:
         count, words = self.count, self.random_words
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
-        rows = _text.text_rows(
-            [
-                ((encode_ulid(seg.tick << TIMESTAMP_SHIFT | publisher) + "\n").encode(), seg.count)
-                for seg in self.segments
-            ]
-        )
+        rows = self._lines([encode_ulid(seg.tick << TIMESTAMP_SHIFT | publisher) for seg in self.segments], fresh)
         counters = _counter_table(self.publisher_id)
         _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first, seg.count) for seg in self.segments])
         # Random bits 47..30 -> characters 16..19; 29..15 -> 20..22; 14..0 -> 23..25. Written left to right, so
@@ -216,15 +225,10 @@ class HlcUlidBatch(Batch):
         for word, column in zip((1, 2), RANDOM_GROUP_CHARS):
             np.take(groups, indices[word], out=looked_up, mode="wrap")
             _text.char_view(rows, column)[...] = looked_up
-        return rows.tobytes()
+        return rows
 
-    def _encode_hex(self) -> bytes:
-        rows = _text.text_rows(
-            [
-                ((encode_hex(pack(seg.tick, 0, self.publisher_id, 0)) + "\n").encode(), seg.count)
-                for seg in self.segments
-            ]
-        )
+    def _hex_rows(self, fresh: bool = False) -> npt.NDArray[np.uint8]:
+        rows = self._lines([encode_hex(pack(seg.tick, 0, self.publisher_id, 0)) for seg in self.segments], fresh)
         hex4 = _text.hex4_table()
         _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first, seg.count) for seg in self.segments])
         chunks = random_chunks(self.random_words)
@@ -234,7 +238,7 @@ class HlcUlidBatch(Batch):
         for chunk in range(RANDOM_WORDS):
             np.take(hex4, indices[chunk], out=looked_up, mode="wrap")
             _text.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
-        return rows.tobytes()
+        return rows
 
     def values(self) -> list[int]:
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
