@@ -24,7 +24,8 @@
 
     With ``--baseline DIR`` (a checkout of another idmint revision, e.g. ``git archive <rev> | tar -x -C DIR``),
     that revision's app is served too, without and with the API key file (same interpreter, its own state dirs, its
-    own app.serving protocol), and joins the alternation of (a) and, without keys, of (d); its ratios are printed.
+    own app.serving protocol), and joins the alternation of (a), without keys of (d), and of (b) (its own wiji
+    stream and the scheme's, after this revision's in each round); its ratios are printed.
 
 (c) single-ID requests/s of each scheme in ``--request-schemes`` (default: every scheme but wiji) beside wiji's,
     on one idmint server, rounds alternating wiji and the scheme; the ratio of medians (scheme / wiji) is printed,
@@ -383,13 +384,21 @@ def main() -> None:
     idm, idm_url = start(IDMINT, stream_env, http=args.protocol)
     bare, bare_url = start(["bench.bare_app:app"], env)
     raw, raw_url = start(RAW, env)
+    base: tuple[subprocess.Popen[bytes], str] | None = None
+    base_state = tempfile.mkdtemp(prefix="idmint-bench-base-streams-")
     try:
-        run_streams(args, streamed, idm, idm_url, bare_url, raw_url)
+        if args.baseline is not None:
+            base_env = {**stream_env, "IDMINT_STATE_DIR": base_state}
+            base = start(IDMINT, base_env, cwd=args.baseline.resolve(), http=args.protocol)
+        run_streams(args, streamed, idm, idm_url, bare_url, raw_url, base)
     finally:
         stop(idm)
         stop(bare)
         stop(raw)
+        if base is not None:
+            stop(base[0])
         shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(base_state, ignore_errors=True)
 
 
 KEY = "bench-key"
@@ -525,8 +534,10 @@ def run_streams(
     idm_url: str,
     bare_url: str,
     raw_url: str,
+    base: tuple[subprocess.Popen[bytes], str] | None = None,
 ) -> None:
-    """(b): rounds of (wiji, scheme, bare and raw ceilings at the scheme's line width) per scheme; medians printed."""
+    """(b): rounds of (wiji, scheme, bare and raw ceilings at the scheme's line width) per scheme; medians printed.
+    With ``base`` (the ``--baseline`` server), its wiji and scheme streams join each round, after this revision's."""
     count = args.count
     described = {s["name"]: s for s in httpx.get(idm_url + "/v1/schemes").json()["schemes"]}
     others = [name for name in streamed if name != "wiji"] or ["wiji"]
@@ -541,6 +552,10 @@ def run_streams(
     widths: dict[str, float] = {"wiji": 27.0}
     peaks: dict[str, tuple[int, int]] = {}
     wiji_rates: list[float] = []
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in others}
+    base_ratios: dict[str, list[float]] = {name: [] for name in others}
+    base_cpu_ratios: dict[str, list[float]] = {name: [] for name in others}
+    base_cpu: dict[str, list[float]] = {name: [] for name in ["wiji", *others]}
     print(
         f"(b) streams of {count:,} IDs, one worker, {args.stream_rounds} rounds; per scheme and round: wiji, the "
         f"scheme, then the bare ASGI app (bench/bare_app.py) and the raw server (bench/raw_server.py) streaming "
@@ -561,6 +576,15 @@ def run_streams(
             wiji_rates.append(count / wiji_seconds)
             rates[scheme].append(count / seconds)
             ratios[scheme].append(wiji_seconds / seconds)
+            cpu_ratios[scheme].append(wiji_run.cpu_s / run.cpu_s)
+            if base is not None:
+                base_proc, base_url = base
+                base_wiji = stream(base_url, "wiji", count, base_proc.pid)
+                base_run = stream(base_url, scheme, count, base_proc.pid)
+                base_cpu["wiji"].append(base_wiji.cpu_s)
+                base_cpu[scheme].append(base_run.cpu_s)
+                base_ratios[scheme].append(base_wiji.seconds / base_run.seconds)
+                base_cpu_ratios[scheme].append(base_wiji.cpu_s / base_run.cpu_s)
             widths[scheme] = size / count
             peaks[scheme] = (before, max(peak, peaks.get(scheme, (0, 0))[1]))
             if scheme not in CAPPED:
@@ -572,16 +596,24 @@ def run_streams(
         "    M IDs/s (median, best of the rounds); x wiji, x bare, x raw: median of the per-round ratios to wiji and "
         "to the two ceilings at the scheme's line width; MB/s: the median rate times the line (10^6 bytes); per "
         "CPU-s: IDs per second the server spent on a CPU (all threads, /proc schedstat), a figure the neighbours "
-        "disturb less; cpu wait: share of the stream's wall time the server was runnable but had no CPU"
+        "disturb less; cpu x wiji: median of the per-round ratios of wiji's server CPU per ID to the scheme's; cpu "
+        "wait: share of the stream's wall time the server was runnable but had no CPU"
+        + (
+            "; then the --baseline revision's x wiji, cpu x wiji and per CPU-s, from its streams in the same rounds"
+            if base is not None
+            else ""
+        )
     )
     print(
         f"    {'scheme':10s} {'median':>7s} {'best':>7s} {'x wiji':>6s} {'MB/s':>6s} {'x bare':>6s} "
-        f"{'bare MB/s':>9s} {'x raw':>5s} {'raw MB/s':>8s} {'per CPU-s':>9s} {'cpu wait':>8s}  line  target"
+        f"{'bare MB/s':>9s} {'x raw':>5s} {'raw MB/s':>8s} {'per CPU-s':>9s} {'cpu x wiji':>10s} {'cpu wait':>8s}"
+        "  line  target"
     )
     print(
         f"    {'wiji':10s} {w / 1e6:7.2f} {max(wiji_rates) / 1e6:7.2f} {1:6.2f} {w * widths['wiji'] / 1e6:6.0f} "
-        f"{'':6s} {'':9s} {'':5s} {'':8s} {count / statistics.median(cpu['wiji']) / 1e6:9.2f} "
+        f"{'':6s} {'':9s} {'':5s} {'':8s} {count / statistics.median(cpu['wiji']) / 1e6:9.2f} {1:10.2f} "
         f"{statistics.median(waits['wiji']):8.0%}  {widths['wiji']:4.1f} B  ({len(wiji_rates)} streams)"
+        + (f"  baseline per CPU-s {count / statistics.median(base_cpu['wiji']) / 1e6:.2f}" if base else "")
     )
     for scheme in others:
         rate = statistics.median(rates[scheme])
@@ -597,8 +629,8 @@ def run_streams(
         line = (
             f"    {scheme:10s} {rate / 1e6:7.2f} {max(rates[scheme]) / 1e6:7.2f} "
             f"{statistics.median(ratios[scheme]):6.2f} {rate * width / 1e6:6.0f}{columns} "
-            f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f} {statistics.median(waits[scheme]):8.0%}  "
-            f"{width:4.1f} B"
+            f"{count / statistics.median(cpu[scheme]) / 1e6:9.2f} {statistics.median(cpu_ratios[scheme]):10.2f} "
+            f"{statistics.median(waits[scheme]):8.0%}  {width:4.1f} B"
         )
         target = TARGETS.get(scheme)
         if scheme == "snowflake":
@@ -614,6 +646,12 @@ def run_streams(
         elif target:
             line += f"  {target / 1e6:.0f} M: {'met' if rate >= target else 'MISSED'}"
         before, peak = peaks[scheme]
+        if base is not None:
+            line += (
+                f"  [baseline: x wiji {statistics.median(base_ratios[scheme]):.2f}, cpu x wiji "
+                f"{statistics.median(base_cpu_ratios[scheme]):.2f}, per CPU-s "
+                f"{count / statistics.median(base_cpu[scheme]) / 1e6:.2f}]"
+            )
         print(line + f"  (rss {before / 1024:.0f} -> peak {peak / 1024:.0f} MiB)", flush=True)
 
 
