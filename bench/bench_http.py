@@ -534,10 +534,11 @@ def run_streams(
     idm_url: str,
     bare_url: str,
     raw_url: str,
-    base: tuple[subprocess.Popen[bytes], str] | None = None,
+    baseline: tuple[subprocess.Popen[bytes], str] | None = None,
 ) -> None:
     """(b): rounds of (wiji, scheme, bare and raw ceilings at the scheme's line width) per scheme; medians printed.
-    With ``base`` (the ``--baseline`` server), its wiji and scheme streams join each round, after this revision's."""
+    With ``baseline`` (the ``--baseline`` server), its wiji and scheme streams join each round, after this
+    revision's."""
     count = args.count
     described = {s["name"]: s for s in httpx.get(idm_url + "/v1/schemes").json()["schemes"]}
     others = [name for name in streamed if name != "wiji"] or ["wiji"]
@@ -577,8 +578,8 @@ def run_streams(
             rates[scheme].append(count / seconds)
             ratios[scheme].append(wiji_seconds / seconds)
             cpu_ratios[scheme].append(wiji_run.cpu_s / run.cpu_s)
-            if base is not None:
-                base_proc, base_url = base
+            if baseline is not None:
+                base_proc, base_url = baseline
                 base_wiji = stream(base_url, "wiji", count, base_proc.pid)
                 base_run = stream(base_url, scheme, count, base_proc.pid)
                 base_cpu["wiji"].append(base_wiji.cpu_s)
@@ -600,7 +601,7 @@ def run_streams(
         "wait: share of the stream's wall time the server was runnable but had no CPU"
         + (
             "; then the --baseline revision's x wiji, cpu x wiji and per CPU-s, from its streams in the same rounds"
-            if base is not None
+            if baseline is not None
             else ""
         )
     )
@@ -613,7 +614,7 @@ def run_streams(
         f"    {'wiji':10s} {w / 1e6:7.2f} {max(wiji_rates) / 1e6:7.2f} {1:6.2f} {w * widths['wiji'] / 1e6:6.0f} "
         f"{'':6s} {'':9s} {'':5s} {'':8s} {count / statistics.median(cpu['wiji']) / 1e6:9.2f} {1:10.2f} "
         f"{statistics.median(waits['wiji']):8.0%}  {widths['wiji']:4.1f} B  ({len(wiji_rates)} streams)"
-        + (f"  baseline per CPU-s {count / statistics.median(base_cpu['wiji']) / 1e6:.2f}" if base else "")
+        + (f"  baseline per CPU-s {count / statistics.median(base_cpu['wiji']) / 1e6:.2f}" if baseline else "")
     )
     for scheme in others:
         rate = statistics.median(rates[scheme])
@@ -646,7 +647,7 @@ def run_streams(
         elif target:
             line += f"  {target / 1e6:.0f} M: {'met' if rate >= target else 'MISSED'}"
         before, peak = peaks[scheme]
-        if base is not None:
+        if baseline is not None:
             line += (
                 f"  [baseline: x wiji {statistics.median(base_ratios[scheme]):.2f}, cpu x wiji "
                 f"{statistics.median(base_cpu_ratios[scheme]):.2f}, per CPU-s "
