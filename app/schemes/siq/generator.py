@@ -273,6 +273,15 @@ def _crc_byte_index_words() -> tuple[tuple[int, ...], ...]:
     )
 
 
+def _pairs_text(bits: int, top: int, count: int) -> int:
+    """The characters of ``count`` 10-bit pairs of ``bits`` (pair i = bits ``10 i + 9 .. 10 i``), from pair ``top``
+    down, as a little-endian int: pair ``top`` in bytes 0..1, the next in bytes 2..3, and so on."""
+    word = 0
+    for position in range(count):
+        word |= _PAIR_WORDS[bits >> (top - position) * _PAIR_BITS & _PAIR_MASK] << 2 * BYTE_BITS * position
+    return word
+
+
 class _SegmentWords:
     """A batch's per-segment constants of the did form, from each segment's packed prefix (tick, shard, domain
     hash; serial field 0): :meth:`index` (its checksum word in index form: :func:`_crc_index_word` of the prefix's
@@ -299,32 +308,20 @@ class _SegmentWords:
     def const(self, prefix: int) -> tuple[int, int]:
         """The text of k11..k18 and of k17..k24 (columns 16 and 22)."""
         bits = prefix >> _DID_CONST_SHIFT
-        pairs, mask = _PAIR_WORDS, _PAIR_MASK
-        k17 = pairs[bits >> 3 * _PAIR_BITS & mask]
         if bits >> 3 * _PAIR_BITS != self.head_bits:
             self.head_bits = bits >> 3 * _PAIR_BITS
-            self.head = (
-                pairs[bits >> 6 * _PAIR_BITS & mask]
-                | pairs[bits >> 5 * _PAIR_BITS & mask] << 16
-                | pairs[bits >> 4 * _PAIR_BITS & mask] << 32
-                | k17 << 48
-            )
-        return self.head, k17 | pairs[bits >> 2 * _PAIR_BITS & mask] << 16 | self.low
+            self.head = _pairs_text(bits, 6, 4)
+        return self.head, _pairs_text(bits, 3, 2) | self.low
 
     def tick_word(self, prefix: int) -> int:
         """The text of k13..k20 (column 18): the characters between :func:`_did_fixed`'s two, set by the tick
         (k19, k20: tick bits 8..0 and the shard's top bit; k13..k18: tick bits 38..9, recomputed only when they
         change)."""
         bits = prefix >> _DID_CONST_SHIFT
-        pairs, mask = _PAIR_WORDS, _PAIR_MASK
         if bits >> 3 * _PAIR_BITS != self.tick_bits:
             self.tick_bits = bits >> 3 * _PAIR_BITS
-            self.tick_head = (
-                pairs[bits >> 5 * _PAIR_BITS & mask]
-                | pairs[bits >> 4 * _PAIR_BITS & mask] << 16
-                | pairs[bits >> 3 * _PAIR_BITS & mask] << 32
-            )
-        return self.tick_head | pairs[bits >> 2 * _PAIR_BITS & mask] << 48
+            self.tick_head = _pairs_text(bits, 5, 3)
+        return self.tick_head | _PAIR_WORDS[bits >> 2 * _PAIR_BITS & _PAIR_MASK] << 48
 
 
 _DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - 13 * BASE32_CHAR_BITS  # 39
