@@ -385,7 +385,7 @@ def main() -> None:
     bare, bare_url = start(["bench.bare_app:app"], env)
     raw, raw_url = start(RAW, env)
     base: tuple[subprocess.Popen[bytes], str] | None = None
-    base_state = tempfile.mkdtemp(prefix="idmint-bench-base-streams-")
+    base_state = tempfile.mkdtemp(prefix="idmint-bench-base-streams-") if args.baseline is not None else ""
     try:
         if args.baseline is not None:
             base_env = {**stream_env, "IDMINT_STATE_DIR": base_state}
@@ -398,7 +398,8 @@ def main() -> None:
         if base is not None:
             stop(base[0])
         shutil.rmtree(state, ignore_errors=True)
-        shutil.rmtree(base_state, ignore_errors=True)
+        if base_state:
+            shutil.rmtree(base_state, ignore_errors=True)
 
 
 KEY = "bench-key"

@@ -158,6 +158,19 @@ class FakeClock:
         self.ns += round(s * self.NS_IN_S)
 
 
+def assert_not_scratch(text: Any) -> None:
+    """``text`` (what a batch hands a stream) shares no memory with this thread's reused scratch arrays
+    (:func:`app.schemes._text.scratch`), which the next encode on this thread overwrites while the transport may still
+    hold the text."""
+    import numpy as np
+
+    from app.schemes import _text
+
+    view = np.frombuffer(text, dtype=np.uint8)
+    for key, array in _text._scratch.arrays.items():
+        assert not np.shares_memory(view, array), f"encode_lines handed out scratch array {key!r}"
+
+
 def assert_json_members(batch: Any, scheme: Any, fmt: str, written_above: int) -> None:
     """``batch.json_members(fmt)`` is None for ``written_above`` IDs or fewer (the caller frames the lines), else
     exactly the IDs' JSON array members as ``json.dumps`` writes them (no brackets), in issue order. A stream's
@@ -166,6 +179,7 @@ def assert_json_members(batch: Any, scheme: Any, fmt: str, written_above: int) -
 
     lines = batch.encode_lines(fmt)
     assert bytes(lines) == "".join(scheme.format(value, fmt) + "\n" for value in batch.values()).encode()
+    assert_not_scratch(lines)
     members = batch.json_members(fmt)
     if batch.count <= written_above:
         assert members is None

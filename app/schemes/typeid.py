@@ -109,7 +109,7 @@ THREE_CHARS_MASK = (1 << 24) - 1
 
 @functools.lru_cache(maxsize=1)
 def _mixed_counter_bits() -> npt.NDArray[np.intp]:
-    """``(i & 7) << 2`` for i in 0 .. 2**18 + 7: counter bits 2..0 in place in character 19's 5-bit value. A run
+    """``(i & 7) << 2`` for i in 0 .. 2**18 + 6: counter bits 2..0 in place in character 19's 5-bit value. A run
     whose first counter is ``first`` reads them from ``first & 7`` on (a run holds at most 2**18 counters)."""
     bits = (
         np.arange((1 << COUNTER_RUN_BITS) + MIXED_COUNTER_MASK, dtype=np.intp) & MIXED_COUNTER_MASK

@@ -15,7 +15,7 @@ from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import hlc_ulid
 from app.schemes.hlc_ulid import SCHEME, HlcUlidGenerator, pack, unpack
 from app.settings import Settings
-from tests.helpers import FakeClock
+from tests.helpers import FakeClock, assert_not_scratch
 
 MS = 1_000_000  # ns per ms
 NOW_MS = 1_648_229_113_466  # the document's A1 millisecond (2022-03-25)
@@ -244,7 +244,9 @@ def test_batch_encode_equals_format_of_values(
     for fmt in SCHEME.formats:
         expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
         assert batch.encode(fmt) == expected
-        assert bytes(batch.encode_lines(fmt)) == expected  # a stream's form: the same bytes over a fresh buffer
+        lines = batch.encode_lines(fmt)  # a stream's form: the same bytes over a fresh buffer
+        assert bytes(lines) == expected
+        assert_not_scratch(lines)
     assert batch.encode("canonical") == batch.encode("ulid")
 
 
@@ -257,7 +259,9 @@ def test_batch_spanning_many_milliseconds_encodes_like_format() -> None:
     for fmt in SCHEME.formats:
         expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
         assert batch.encode(fmt) == expected
-        assert bytes(batch.encode_lines(fmt)) == expected
+        lines = batch.encode_lines(fmt)
+        assert bytes(lines) == expected
+        assert_not_scratch(lines)
 
 
 def test_random_field_layout_of_the_drawn_words() -> None:

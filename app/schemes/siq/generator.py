@@ -504,8 +504,9 @@ class SiqBatch(Batch):
 
         Per segment: its checksum words in index form (the prefix's xor a slice of the qualifier's per-counter
         table, CRC-32 being affine), its tail word (a slice of the per-counter tail table) and its constant
-        characters k11..k24 (two 8-byte fills); then, for the whole pass, the index bytes become base32 characters
-        in six uint64 operations (SWAR, no table) and one strided write per column.
+        characters: with ``fixed`` (the rows already hold k11, k12 and k21..k24: :func:`_did_rows`) only k13..k20,
+        one 8-byte fill, else k11..k24, two; then, for the whole pass, the index bytes become base32 characters in
+        six uint64 operations (SWAR, no table) and one strided write per column.
         """
         count = self.count
         word = cast("npt.NDArray[np.uint64]", _text.scratch("siq-word", count, np.uint64))
