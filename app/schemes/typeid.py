@@ -102,9 +102,12 @@ TAIL_WORD_COLUMN = MIXED_CHAR_COLUMN
 lookups (character 19; 20..22 = tail bits 29..15; 23..25 and the byte after = tail bits 14..0)."""
 TAIL_TRIPLE_SHIFT = _columns.TRIPLE_BITS  # 15
 MIXED_TAIL_SHIFT = TAIL_BITS - TAIL_TOP_BITS  # 30
-MIDDLE_TRIPLE_BYTE = 1
-LAST_TRIPLE_BYTE = 4
-THREE_CHARS_MASK = (1 << 24) - 1
+_BYTE_BITS = 8
+_MIDDLE_TRIPLE_BYTE = 1
+"""Characters 20..22 sit at bytes 1..3 of the tail word (character 19 at byte 0)."""
+_LAST_TRIPLE_BYTE = 4
+"""Characters 23..25 sit at bytes 4..6 of the tail word, the byte after the text at byte 7."""
+_THREE_CHARS_MASK = (1 << 3 * _BYTE_BITS) - 1
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,9 +143,9 @@ def _triple_words(last: bool, pad: int) -> npt.NDArray[np.uint64]:
     ``pad`` at byte 7: 32,768 ``<u8``."""
     triples = _columns.base32_triples(lowercase=True, pad=pad).astype(np.uint64)
     if last:
-        table = triples << np.uint64(8 * LAST_TRIPLE_BYTE)
+        table = triples << np.uint64(_BYTE_BITS * _LAST_TRIPLE_BYTE)
     else:
-        table = (triples & np.uint64(THREE_CHARS_MASK)) << np.uint64(8 * MIDDLE_TRIPLE_BYTE)
+        table = (triples & np.uint64(_THREE_CHARS_MASK)) << np.uint64(_BYTE_BITS * _MIDDLE_TRIPLE_BYTE)
     table.flags.writeable = False
     return table
 

@@ -250,6 +250,9 @@ _DID_CONST_SHIFT = PACKED_BITS - (BASE32_CHAR_BITS * _DID_TAIL_BLOCK_START - BYT
 _PAIR_BITS = 2 * BASE32_CHAR_BITS
 _PAIR_MASK = (1 << _PAIR_BITS) - 1
 _PAIR_WORDS = tuple(_word(pair.encode("ascii")) for pair in DID_PAIRS)
+_PAIR_TEXT_BITS = 2 * BYTE_BITS
+"""Bits of one pair's text (two characters) in a little-endian int."""
+_BYTE_MASK = (1 << BYTE_BITS) - 1
 """The two characters of every 10-bit value as a little-endian int (bytes 0, 1)."""
 _K9_TICK_SHIFT = TICK_SHIFT + TICK_BITS - _DID_K9_TICK_BITS  # 110: packed bits 111..110 = tick bits 55..54
 _K10_SHIFT = _K9_TICK_SHIFT - BASE32_CHAR_BITS  # 105: packed bits 109..105 = tick bits 53..49
@@ -278,7 +281,7 @@ def _pairs_text(bits: int, top: int, count: int) -> int:
     down, as a little-endian int: pair ``top`` in bytes 0..1, the next in bytes 2..3, and so on."""
     word = 0
     for position in range(count):
-        word |= _PAIR_WORDS[bits >> (top - position) * _PAIR_BITS & _PAIR_MASK] << 2 * BYTE_BITS * position
+        word |= _PAIR_WORDS[bits >> (top - position) * _PAIR_BITS & _PAIR_MASK] << _PAIR_TEXT_BITS * position
     return word
 
 
@@ -291,7 +294,7 @@ class _SegmentWords:
 
     def __init__(self, prefix: int) -> None:
         bits = prefix >> _DID_CONST_SHIFT
-        self.low = (_PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16) << 32
+        self.low = _pairs_text(bits, 1, 2) << 2 * _PAIR_TEXT_BITS
         self.head_bits = self.tick_bits = -1
         self.head = self.tick_head = 0
         self.crc_bytes = _crc_byte_index_words()
@@ -300,7 +303,10 @@ class _SegmentWords:
         crc = zlib.crc32(prefix.to_bytes(PACKED_BYTES, "big"))
         b0, b1, b2, b3 = self.crc_bytes
         return (
-            b0[crc >> 24] ^ b1[crc >> 16 & 0xFF] ^ b2[crc >> 8 & 0xFF] ^ b3[crc & 0xFF]
+            b0[crc >> 3 * BYTE_BITS]
+            ^ b1[crc >> 2 * BYTE_BITS & _BYTE_MASK]
+            ^ b2[crc >> BYTE_BITS & _BYTE_MASK]
+            ^ b3[crc & _BYTE_MASK]
             | (prefix >> _K9_TICK_SHIFT) << (BYTE_BITS * _DID_K9_BYTE)
             | (prefix >> _K10_SHIFT & _CHAR_MASK) << (BYTE_BITS * _DID_K10_BYTE)
         )
@@ -321,10 +327,12 @@ class _SegmentWords:
         if bits >> 3 * _PAIR_BITS != self.tick_bits:
             self.tick_bits = bits >> 3 * _PAIR_BITS
             self.tick_head = _pairs_text(bits, 5, 3)
-        return self.tick_head | _PAIR_WORDS[bits >> 2 * _PAIR_BITS & _PAIR_MASK] << 48
+        return self.tick_head | _PAIR_WORDS[bits >> 2 * _PAIR_BITS & _PAIR_MASK] << 3 * _PAIR_TEXT_BITS
 
 
-_DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - 13 * BASE32_CHAR_BITS  # 39
+_DID_K11, _DID_K13, _DID_K21 = 11, 13, 21
+"""Indexes of did characters in the 32-character base32 block: k11 is at column :data:`_DID_CONST`."""
+_DID_FIXED_TICK_SHIFT = CRC_FIELD_BYTES * BYTE_BITS + TICK_BITS - _DID_K13 * BASE32_CHAR_BITS  # 39
 """k11, k12 are tick bits 48..39: fixed for 2**39 ticks (97 days), so :func:`_did_rows` keeps them in its rows."""
 
 
@@ -332,7 +340,7 @@ def _did_fixed(prefix: int) -> tuple[int, int]:
     """The did characters of a packed prefix that :func:`_did_rows` keeps in its rows: k11, k12 (tick bits 48..39,
     columns 16..17) and k21..k24 (shard and domain hash bits, columns 26..29), as little-endian ints."""
     bits = prefix >> _DID_CONST_SHIFT
-    low = _PAIR_WORDS[bits >> _PAIR_BITS & _PAIR_MASK] | _PAIR_WORDS[bits & _PAIR_MASK] << 16
+    low = _pairs_text(bits, 1, 2)
     return _PAIR_WORDS[bits >> 6 * _PAIR_BITS & _PAIR_MASK], low
 
 
@@ -346,8 +354,8 @@ class _DidRows(threading.local):
 
 _did_rows_state = _DidRows()
 _DID_FIXED_HIGH = _DID_CONST  # 16: k11, k12
-_DID_FIXED_LOW = _DID_CONST + (21 - 11)  # 26: k21..k24
-_DID_TICK_WORD = _DID_CONST + 2  # 18: k13..k20
+_DID_FIXED_LOW = _DID_CONST + (_DID_K21 - _DID_K11)  # 26: k21..k24
+_DID_TICK_WORD = _DID_CONST + (_DID_K13 - _DID_K11)  # 18: k13..k20
 
 
 def _did_rows(count: int, fixed: tuple[int, int] | None) -> npt.NDArray[np.uint8]:
