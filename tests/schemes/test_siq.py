@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 import time
 import zlib
 
@@ -495,6 +496,36 @@ def test_did_rows_follow_the_shard_domain_and_tick_of_each_batch() -> None:
     assert big.encode("did") == expected_text(big, "did")
     small = SiqBatch(3, 4, USER, _segments(tick, [2048]))
     assert small.encode("did") == expected_text(small, "did")
+
+
+def test_did_rows_are_per_thread() -> None:
+    """Two threads encoding did batches of different shards and domains in turn, each right after the other's
+    encode: every batch still encodes like the single-ID path, and each thread reuses rows of its own."""
+    tick = NEW_YEAR_2025 * TICKS
+    turns = [threading.Event() for _ in range(2)]
+    failures: list[str] = []
+    rows: list[set[int]] = [set(), set()]
+
+    def encode(thread: int, shard: int, dh: int) -> None:
+        for step in range(6):
+            if not turns[thread].wait(60):
+                failures.append(f"thread {thread} was not given its turn {step}")
+                return
+            turns[thread].clear()
+            batch = SiqBatch(shard, dh, USER, _segments(tick + step, [2048, 100]))
+            if batch.encode("did") != expected_text(batch, "did"):
+                failures.append(f"thread {thread}, step {step}: did text differs from the single-ID path")
+            rows[thread].add(id(siq.generator._did_rows_state.array))
+            turns[1 - thread].set()
+
+    threads = [threading.Thread(target=encode, args=args) for args in ((0, 1, 5), (1, 200, 6))]
+    for thread in threads:
+        thread.start()
+    turns[0].set()
+    for thread in threads:
+        thread.join()
+    assert not failures
+    assert len(rows[0]) == len(rows[1]) == 1 and rows[0] != rows[1]  # one array per thread, kept across batches
 
 
 def test_decimal_slow_paths() -> None:
