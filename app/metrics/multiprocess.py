@@ -120,7 +120,8 @@ def worker_exit(pid: int) -> None:
     multiprocess.mark_process_dead(pid, path)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists on this machine (signal 0; one owned by another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -138,7 +139,7 @@ def _reap_dead_processes(path: str) -> None:
         if match:
             pids.add(int(match.group(1)))
     own = os.getpid()
-    dead = [pid for pid in pids if pid != own and not _pid_alive(pid)]
+    dead = [pid for pid in pids if pid != own and not pid_alive(pid)]
     if dead:
         from prometheus_client import multiprocess
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from app.metrics.multiprocess import pid_alive
 from tests.support.forkserver import (
     ForkedProcess,
     Start,
@@ -151,16 +152,6 @@ pytest-xdist worker, and runs side by side), holding the PID of the process it w
 for the others while that process lives (a session's etcd or database keeps its port through a restart)."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _claim(port: int) -> bool:
     """Take ``port`` for this process unless a live process (this one included) holds it: checked and written under
     one lock."""
@@ -171,7 +162,7 @@ def _claim(port: int) -> bool:
             holder = int(claim.read_text())
         except (OSError, ValueError):
             holder = 0
-        if holder and _alive(holder):
+        if holder and pid_alive(holder):
             return False
         claim.write_text(str(os.getpid()))
         return True
