@@ -149,6 +149,10 @@ def test_stream_lines_are_unique_and_valid(client: TestClient, scheme: str) -> N
     assert len(lines) == n and len(set(lines)) == n
     for text in (lines[0], lines[-1]):
         assert client.get(f"/v1/decode/{scheme}/{text.decode()}").status_code == 200
+    # Every line, across every chunk and piece of the stream, is the canonical text of the ID it parses to: the
+    # stream's column-wise encoders agree with the scalar codec byte for byte (their order: test_rising.py).
+    codec = client.app.app.state.node.issuer(scheme).scheme  # type: ignore[attr-defined]  # Front -> FastAPI
+    assert [codec.canonical(codec.parse(text)).encode() for text in data.decode("ascii").splitlines()] == lines
 
 
 @pytest.mark.integration
