@@ -82,6 +82,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from app.api.front import Front, Header, Reply
+from app.api.streams import REQUEST_CYCLE
 
 log = logging.getLogger("idmint.http")
 
@@ -527,6 +528,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not cycle:  # not an upgrade (uvicorn hands those to its websocket protocol)
             self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
+            self.scope[REQUEST_CYCLE] = self.cycle  # type: ignore[literal-required]  # a stream reads its disconnect
 
     def on_body(self, body: bytes) -> None:
         if not self.refused and not self.fast:
