@@ -6,7 +6,6 @@ import os
 import random as stdlib_random
 import time
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -265,24 +264,31 @@ def test_batch_spanning_many_milliseconds_encodes_like_format() -> None:
 
 
 def test_random_field_layout_of_the_drawn_words() -> None:
-    # Words (little-endian planes) w0 = 0xFFFF, w1 = 0x8000, w2 = 0x0001 for a 1-ID batch.
-    drawn = (0xFFFF).to_bytes(2, "little") + (0x8000).to_bytes(2, "little") + (0x0001).to_bytes(2, "little")
+    # A 1-ID batch's planes: w0 = 0xFFFF, w1 = 0x8001, w2 = 0xFC01 (little-endian), then b = 0x80.
+    drawn = b"".join(w.to_bytes(2, "little") for w in (0xFFFF, 0x8001, 0xFC01)) + bytes([0x80])
     generator = HlcUlidGenerator(3, clock=FakeClock(NOW_MS), rng=lambda n: drawn)
     (value,) = generator.generate(1).values()
-    assert unpack(value)[3] == 1 << 46 | 0xFFFF << 30 | 0x0001
-    words = np.array([[0x8000], [0x0000], [0x0000]], dtype=np.uint16)
-    assert hlc_ulid.random_field(words) == [1 << 45]
-    words = np.array([[0x0000], [0x0000], [0x8000]], dtype=np.uint16)
-    assert hlc_ulid.random_field(words) == [1 << 47]
+    # b is bits 47..40, w0's low 15 bits 39..25, w1's 24..10, w2's low 10 bits 9..0; the other drawn bits unused.
+    assert unpack(value)[3] == 1 << 47 | 0x7FFF << 25 | 1 << 10 | 1
+    assert hlc_ulid.random_field(drawn, 1) == [unpack(value)[3]]
 
 
-@given(st.lists(st.tuples(*[st.integers(0, 0xFFFF)] * 3), min_size=1, max_size=20))
-def test_random_field_is_the_documented_bijection(triples: list[tuple[int, int, int]]) -> None:
-    words = np.array(triples, dtype=np.uint16).T.copy()
-    expected = [
-        (w2 >> 15) << 47 | (w1 >> 15) << 46 | w0 << 30 | (w1 & 0x7FFF) << 15 | (w2 & 0x7FFF) for w0, w1, w2 in triples
-    ]
-    assert hlc_ulid.random_field(words) == expected
+def draw_of(quads: list[tuple[int, int, int, int]]) -> bytes:
+    """A batch's draw from ``(w0, w1, w2, b)`` per ID: the three word planes (little-endian), then the bytes."""
+    planes = [b"".join(q[plane].to_bytes(2, "little") for q in quads) for plane in range(3)]
+    return b"".join(planes) + bytes(q[3] for q in quads)
+
+
+@given(st.lists(st.tuples(*[st.integers(0, 0xFFFF)] * 3, st.integers(0, 0xFF)), min_size=1, max_size=40))
+def test_random_field_is_the_documented_placement(quads: list[tuple[int, int, int, int]]) -> None:
+    expected = [b << 40 | (w0 & 0x7FFF) << 25 | (w1 & 0x7FFF) << 10 | (w2 & 0x3FF) for w0, w1, w2, b in quads]
+    drawn = draw_of(quads)
+    assert hlc_ulid.random_field(drawn, len(quads)) == expected
+    generator = HlcUlidGenerator(0xFFFF, clock=FakeClock(NOW_MS), rng=lambda n: drawn)
+    batch = generator.generate(len(quads))
+    assert [unpack(v)[3] for v in batch.values()] == expected
+    for fmt in SCHEME.formats:
+        assert batch.encode(fmt) == "".join(SCHEME.format(v, fmt) + "\n" for v in batch.values()).encode()
 
 
 # --- generator ----------------------------------------------------------------------------------------------------
@@ -394,7 +400,7 @@ def test_generate_validates_options(count: object, options: dict[str, object], f
     assert generator.high_water == -1  # nothing was issued
 
 
-def test_rng_is_asked_for_six_fresh_bytes_per_id() -> None:
+def test_rng_is_asked_for_seven_fresh_bytes_per_id() -> None:
     asked: list[int] = []
 
     def rng(n: int) -> bytes:
@@ -404,8 +410,8 @@ def test_rng_is_asked_for_six_fresh_bytes_per_id() -> None:
     generator = HlcUlidGenerator(1, clock=FakeClock(NOW_MS), rng=rng)
     generator.generate(1)
     generator.generate(1000)
-    assert asked == [6, 6000]
-    with pytest.raises(ValueError, match="rng returned 5 bytes, asked for 6"):
+    assert asked == [7, 7000]
+    with pytest.raises(ValueError, match="rng returned 6 bytes, asked for 7"):
         HlcUlidGenerator(1, clock=FakeClock(NOW_MS), rng=lambda n: bytes(n - 1)).generate(1)
 
 

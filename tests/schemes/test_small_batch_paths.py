@@ -12,7 +12,6 @@ from app.schemes.base import SMALL_BATCH, Run
 from app.schemes.eight_byte.codec import TIMESTAMP_MS_MAX, Mode
 from app.schemes.eight_byte.generator import EightByteBatch
 from app.schemes.hlc_ulid import generator as hlc
-from app.schemes.hlc_ulid.codec import _RANDOM_WORD_DTYPE, RANDOM_WORDS
 from app.schemes.ksuid.generator import KsuidBatch
 from app.schemes.ksuid.scheme import SCHEME as SCHEME_KSUID
 from app.schemes.siq.codec import QUALIFIERS, TICK_MAX
@@ -25,13 +24,12 @@ from app.schemes.uuidv7 import SCALAR_COUNT_MAX, Uuidv7Batch
 from app.schemes.uuidv7 import SCHEME as SCHEME_UUIDV7
 
 
-@given(st.integers(1, SMALL_BATCH).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=6 * n, max_size=6 * n))))
+@given(st.integers(1, SMALL_BATCH).flatmap(lambda n: st.tuples(st.just(n), st.binary(min_size=7 * n, max_size=7 * n))))
 def test_hlc_ulid_random_fields_of_a_small_batch_match_the_column_path(drawn: tuple[int, bytes]) -> None:
     count, raw = drawn
-    words = np.frombuffer(raw, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, count)
-    high, middle, low = hlc.random_chunks(words).tolist()
-    assert hlc.random_field(words) == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
-    assert hlc.random_field_of_draw(raw, count) == hlc.random_field(words)
+    high, middle, low = hlc.random_chunks(raw, count).tolist()
+    assert hlc.random_field(raw, count) == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
+    assert hlc.random_field_of_draw(raw, count) == hlc.random_field(raw, count)
     batch = hlc.HlcUlidBatch(5, (Run(1_700_000_000_000, 0, count),), raw)
     column = [v & (2**48 - 1) for v in batch.values()]  # the small path of values(), from the draw
     assert column == [h << 32 | m << 16 | lo for h, m, lo in zip(high, middle, low)]
@@ -76,14 +74,14 @@ def test_eight_byte_values_from_the_generators_int_list_match_the_column_path(
     assert batch.values() == EightByteBatch(runs, np.array(low, dtype=np.uint64), mode)._build().tolist()
 
 
-@given(st.integers(1, 2**40), st.integers(0, 2**16 - 1), st.binary(min_size=6, max_size=6), st.binary(min_size=6))
+@given(st.integers(1, 2**40), st.integers(0, 2**16 - 1), st.binary(min_size=7, max_size=7), st.binary(min_size=7))
 def test_hlc_ulid_single_id_is_the_first_of_a_batch_with_the_same_draw(
     millisecond: int, counter: int, raw: bytes, more: bytes
 ) -> None:
     """A single ID's fast path against the small-batch path of two IDs whose first draw is the single's (the draw
-    is three planes of words: w0 of every ID, then w1, then w2)."""
-    second = (more + bytes(6))[:6]
-    planes = b"".join(raw[i : i + 2] + second[i : i + 2] for i in range(0, 6, 2))
+    is three planes of words: w0 of every ID, then w1, then w2, then a plane of bytes)."""
+    second = (more + bytes(7))[:7]
+    planes = b"".join(raw[i : i + 2] + second[i : i + 2] for i in range(0, 6, 2)) + raw[6:7] + second[6:7]
     single = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 1),), raw).values()
     pair = hlc.HlcUlidBatch(5, (Run(millisecond, counter, 2),), planes).values()
     assert single == pair[:1]

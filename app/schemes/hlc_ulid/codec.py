@@ -19,15 +19,17 @@ Packed: ``timestamp_ms << 80 | counter << 64 | publisher_id << 48 | random``, 16
 field-tuple order, ULID text order and hex text order are the same order.
 
 In the ULID text, characters 0..9 hold the timestamp, 10..13 the counter (13 also the publisher ID's top 4 bits),
-14..15 the publisher ID, 16..19 its low 2 bits and random bits 47..30, 20..22 random bits 29..15 and 23..25 random
-bits 14..0. A batch encodes each of those groups with one table lookup and one 4-byte write per ID.
+14..15 the publisher ID, 16..17 its low 2 bits and random bits 47..40, 18..20 random bits 39..25, 21..23 bits 24..10
+and 24..25 bits 9..0. A batch writes characters 10..17 and 18..25 of each ID as two 8-byte words, each the OR of
+table lookups (one per character group) whose entries hold the group's characters at their place in the word.
 
-The random field is drawn as 6 bytes per ID from the CSPRNG, read as three planes of little-endian 16-bit words
-``w0, w1, w2`` (one word of each per ID) and placed so that each character group is one lookup::
+The random field is drawn as 7 bytes per ID from the CSPRNG, read as three planes of little-endian 16-bit words
+``w0, w1, w2`` and a plane of bytes ``b`` (one of each per ID), and placed so that each character group is one
+lookup of one plane's bits, with no bits gathered from several planes::
 
-    random = (w2 >> 15) << 47 | (w1 >> 15) << 46 | w0 << 30 | (w1 & 0x7FFF) << 15 | (w2 & 0x7FFF)
+    random = b << 40 | (w0 & 0x7FFF) << 25 | (w1 & 0x7FFF) << 10 | (w2 & 0x3FF)
 
-(a bijection of the 48 drawn bits: every ID gets 48 fresh uniform bits).
+Every ID gets 48 fresh uniform bits; the other 8 drawn bits (the words' top bits, w2's top 6) are not used.
 """
 
 from __future__ import annotations
@@ -63,21 +65,24 @@ NANOSECS_IN_MILLISECS = 1_000_000
 MAX_DRIFT_MS_DEFAULT = 60_000
 """How far (ms) an ``after`` ID may be ahead of this node's clock before it is refused."""
 BATCH_COUNT_MAX = 1 << 24
-"""Most IDs one :meth:`HlcUlidGenerator.generate` call issues (bounds the random draw: 6 bytes per ID)."""
+"""Most IDs one :meth:`HlcUlidGenerator.generate` call issues (bounds the random draw: 7 bytes per ID)."""
 
-# The random field is drawn as three 16-bit words per ID (see the module docstring for the placement).
+# The random field is drawn as three 16-bit words and a byte per ID (see the module docstring for the placement).
 RANDOM_WORDS = 3
 RANDOM_WORD_BITS = 16
-RANDOM_BYTES_PER_ID = RANDOM_WORDS * RANDOM_WORD_BITS // 8  # 6
-RANDOM_GROUP_BITS = 15
-"""Random bits in one 3-character group (characters 20..22: bits 29..15; 23..25: bits 14..0)."""
-RANDOM_GROUP_MASK = (1 << RANDOM_GROUP_BITS) - 1
-RANDOM_HEAD_SHIFT = 2 * RANDOM_GROUP_BITS  # 30
-RANDOM_HEAD_BITS = RANDOM_BITS - RANDOM_HEAD_SHIFT  # 18: bits 47..30, in characters 16..19
-WORD_TOP_SHIFT = RANDOM_WORD_BITS - 1
-"""A word's top bit: w1's and w2's are random bits 46 and 47 (the head's bits 16 and 17)."""
-W0_OFFSET_BITS = 2 * RANDOM_WORD_BITS - RANDOM_HEAD_SHIFT  # 2: w0 is bits 45..30, 2 below the chunk edge at 32
-GROUP_OFFSET_BITS = RANDOM_WORD_BITS - RANDOM_GROUP_BITS  # 1: w1's group is bits 29..15, 1 below the edge at 16
+RANDOM_WORD_BYTES = RANDOM_WORD_BITS // 8
+RANDOM_BYTES_PER_ID = RANDOM_WORDS * RANDOM_WORD_BYTES + 1  # 7: the words' planes, then the bytes' plane
+RANDOM_HEAD_BITS = 8
+"""Random bits 47..40 (characters 16..17, with the publisher ID's low 2 bits): the byte ``b``."""
+RANDOM_HEAD_SHIFT = 40
+RANDOM_TRIPLE_BITS = 15
+"""Random bits of one 3-character group: w0's low 15 (bits 39..25, characters 18..20), w1's (bits 24..10, 21..23)."""
+RANDOM_TRIPLE_MASK = (1 << RANDOM_TRIPLE_BITS) - 1
+RANDOM_W0_SHIFT = 25
+RANDOM_W1_SHIFT = 10
+RANDOM_TAIL_BITS = 10
+"""Random bits 9..0 (characters 24..25): w2's low 10."""
+RANDOM_TAIL_MASK = (1 << RANDOM_TAIL_BITS) - 1
 _RANDOM_WORD_DTYPE = "<u2"
 
 # --- text ---------------------------------------------------------------------------------------------------------
@@ -96,15 +101,20 @@ HEX_SEPARATOR_POSITIONS = (
 )  # 12, 17, 22
 _HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
-# ULID columns that vary inside a batch (see the module docstring).
+# ULID columns that vary inside a batch (see the module docstring): two 8-byte words per ID.
 COUNTER_CHAR = 10
 COUNTER_CHARS = 4
+PUBLISHER_CHAR = 14
+PUBLISHER_CHARS = 2
 RANDOM_HEAD_CHAR = 16
-RANDOM_HEAD_CHARS = 4
-PUBLISHER_LOW_BITS_MASK = 0b11
-"""The publisher ID's low 2 bits share character 16 with random bits 47..45."""
-RANDOM_GROUP_CHARS = (20, 23)
-CHARS_PER_GROUP = RANDOM_GROUP_BITS // _crockford.CHAR_BITS  # 3
+RANDOM_HEAD_CHARS = 2
+RANDOM_TRIPLE_CHARS = (18, 21)
+CHARS_PER_TRIPLE = RANDOM_TRIPLE_BITS // _crockford.CHAR_BITS  # 3
+RANDOM_TAIL_CHAR = 24
+RANDOM_TAIL_CHARS = 2
+WORD_CHARS = 8
+"""Characters per 8-byte write: 10..17 (counter, publisher ID, random head) and 18..25 (random)."""
+WORD_COLUMNS = (COUNTER_CHAR, COUNTER_CHAR + WORD_CHARS)  # 10, 18
 
 # Hex columns that vary inside a batch.
 COUNTER_HEX_COLUMN = HEX_SEPARATOR_POSITIONS[0] + 1  # 13

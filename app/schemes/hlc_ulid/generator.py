@@ -6,6 +6,7 @@ Imports :mod:`app.schemes.hlc_ulid.codec` (layout and text forms); :mod:`app.sch
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from typing import Any, cast
@@ -30,38 +31,45 @@ from app.schemes.base import (
 from app.schemes.hlc_ulid.codec import (
     _RANDOM_WORD_DTYPE,
     BATCH_COUNT_MAX,
-    CHARS_PER_GROUP,
+    CHARS_PER_TRIPLE,
     COUNTER_CHAR,
     COUNTER_CHARS,
     COUNTER_HEX_COLUMN,
     COUNTER_MAX,
     COUNTER_SHIFT,
     COUNTER_SLOTS,
-    GROUP_OFFSET_BITS,
     HEX_CHUNK_DIGITS,
     MAX_DRIFT_MS_DEFAULT,
     NANOSECS_IN_MILLISECS,
     PACKED_BITS,
     PACKED_MAX,
+    PUBLISHER_CHAR,
+    PUBLISHER_CHARS,
     PUBLISHER_ID_MAX,
     PUBLISHER_ID_SHIFT,
     RANDOM_BYTES_PER_ID,
-    RANDOM_GROUP_BITS,
-    RANDOM_GROUP_CHARS,
-    RANDOM_GROUP_MASK,
     RANDOM_HEAD_BITS,
     RANDOM_HEAD_CHAR,
     RANDOM_HEAD_CHARS,
     RANDOM_HEAD_SHIFT,
     RANDOM_HEX_COLUMN,
-    RANDOM_SHIFT,
+    RANDOM_TAIL_BITS,
+    RANDOM_TAIL_CHAR,
+    RANDOM_TAIL_CHARS,
+    RANDOM_TAIL_MASK,
+    RANDOM_TRIPLE_BITS,
+    RANDOM_TRIPLE_CHARS,
+    RANDOM_TRIPLE_MASK,
+    RANDOM_W0_SHIFT,
+    RANDOM_W1_SHIFT,
     RANDOM_WORD_BITS,
+    RANDOM_WORD_BYTES,
     RANDOM_WORDS,
     TEXT,
     TIMESTAMP_MS_MAX,
     TIMESTAMP_SHIFT,
-    W0_OFFSET_BITS,
-    WORD_TOP_SHIFT,
+    WORD_CHARS,
+    WORD_COLUMNS,
     encode_hex,
     encode_ulid,
     pack,
@@ -71,103 +79,140 @@ from app.schemes.hlc_ulid.codec import (
 # --- batch encoding -----------------------------------------------------------------------------------------------
 
 
-def random_chunks(words: npt.NDArray[np.uint16], key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
-    """The random fields of a batch as 16-bit chunks: ``(3, n)`` uint16, rows = bits 47..32, 31..16, 15..0.
+def random_planes(drawn: bytes, count: int) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint8]]:
+    """A batch's draw (``7 * count`` bytes) as its ``(3, count)`` uint16 words ``w0, w1, w2`` and its ``(count,)``
+    uint8 bytes ``b`` (views of ``drawn``; placement: the module docstring of :mod:`app.schemes.hlc_ulid.codec`)."""
+    words = np.frombuffer(drawn, dtype=_RANDOM_WORD_DTYPE, count=RANDOM_WORDS * count).reshape(RANDOM_WORDS, count)
+    heads = np.frombuffer(drawn, dtype=np.uint8, count=count, offset=RANDOM_WORDS * RANDOM_WORD_BYTES * count)
+    return words, heads
 
-    ``words`` is the batch's ``(3, n)`` draw, placed as the module docstring says::
 
-        bits 47..32 = w2 >> 15 << 15 | w1 >> 15 << 14 | w0 >> 2
-        bits 31..16 = (w0 & 3) << 14 | (w1 & 0x7FFF) >> 1
-        bits 15..0  = (w1 & 1) << 15 | (w2 & 0x7FFF)
+# With a word's top bit dropped (``<< 1``), its 15 bits sit at bits 15..1 of a uint16.
+_HIGH_W0_SHIFT = RANDOM_WORD_BITS - RANDOM_HEAD_BITS  # 8: w0's bits 14..7 are random bits 39..32
+_MIDDLE_W0_SHIFT = RANDOM_W0_SHIFT - RANDOM_WORD_BITS  # 9: w0's bits 6..0 are random bits 31..25
+_MIDDLE_W1_SHIFT = 2 * RANDOM_WORD_BITS - RANDOM_W0_SHIFT  # 7: w1's bits 14..6 are random bits 24..16
+_LOW_W1_SHIFT = RANDOM_W1_SHIFT  # 10: w1's bits 5..0 are random bits 15..10
+
+
+def random_chunks(drawn: bytes, count: int, key: str = "hlc-ulid-random-chunks") -> npt.NDArray[np.uint16]:
+    """The random fields of a batch as 16-bit chunks: ``(3, count)`` uint16, rows = bits 47..32, 31..16, 15..0.
+
+    ``drawn`` is the batch's draw (:func:`random_planes`), placed as the codec's module docstring says::
+
+        bits 47..32 = b << 8 | (w0 & 0x7FFF) >> 7
+        bits 31..16 = (w0 & 0x7F) << 9 | (w1 & 0x7FFF) >> 6
+        bits 15..0  = (w1 & 0x3F) << 10 | (w2 & 0x3FF)
 
     The result lives in a per-thread scratch buffer (see :func:`app.schemes._text.scratch`).
     """
-    w0, w1, w2 = words
-    count = words.shape[1]
+    (w0, w1, w2), heads = random_planes(drawn, count)
     chunks = _text.scratch(key, RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count)
     bits = _text.scratch(key + "-bits", count, np.uint16)
     high, middle, low = chunks
-    # uint16 left shifts drop what passes bit 15: w0 << 14 keeps w0 & 3, w1 << 15 keeps w1 & 1.
-    np.right_shift(w0, W0_OFFSET_BITS, out=high)
-    for word, position in ((w1, RANDOM_WORD_BITS - W0_OFFSET_BITS), (w2, RANDOM_WORD_BITS - W0_OFFSET_BITS + 1)):
-        np.right_shift(word, WORD_TOP_SHIFT, out=bits)
-        np.left_shift(bits, position, out=bits)
-        np.bitwise_or(high, bits, out=high)
-    np.bitwise_and(w1, RANDOM_GROUP_MASK, out=middle)
-    np.right_shift(middle, GROUP_OFFSET_BITS, out=middle)
-    np.left_shift(w0, RANDOM_WORD_BITS - W0_OFFSET_BITS, out=bits)
+    # uint16 left shifts drop what passes bit 15: w0 << 1 drops w0's top bit, w0 << 9 keeps w0 & 0x7F.
+    np.left_shift(heads, RANDOM_HEAD_BITS, out=high, dtype=np.uint16)
+    np.left_shift(w0, 1, out=bits)
+    np.right_shift(bits, _HIGH_W0_SHIFT, out=bits)
+    np.bitwise_or(high, bits, out=high)
+    np.left_shift(w0, _MIDDLE_W0_SHIFT, out=middle)
+    np.left_shift(w1, 1, out=bits)
+    np.right_shift(bits, _MIDDLE_W1_SHIFT, out=bits)
     np.bitwise_or(middle, bits, out=middle)
-    np.left_shift(w1, RANDOM_WORD_BITS - GROUP_OFFSET_BITS, out=low)
-    np.bitwise_and(w2, RANDOM_GROUP_MASK, out=bits)
+    np.left_shift(w1, _LOW_W1_SHIFT, out=low)
+    np.bitwise_and(w2, RANDOM_TAIL_MASK, out=bits)
     np.bitwise_or(low, bits, out=low)
     return cast("npt.NDArray[np.uint16]", chunks)
 
 
-WORD_MASK = (1 << RANDOM_WORD_BITS) - 1
-
-
-def random_field(words: npt.NDArray[np.uint16]) -> list[int]:
-    """The 48-bit random fields of a batch's ``(3, n)`` random words, as ints: :func:`random_chunks`'s placement
-    (column-wise; a small batch's :meth:`HlcUlidBatch.values` uses :func:`random_field_of_draw`)."""
-    high, middle, low = random_chunks(words).tolist()
+def random_field(drawn: bytes, count: int) -> list[int]:
+    """The 48-bit random fields of a batch's draw, as ints: :func:`random_chunks`'s placement (column-wise; a small
+    batch's :meth:`HlcUlidBatch.values` uses :func:`random_field_of_draw`)."""
+    high, middle, low = random_chunks(drawn, count).tolist()
     return [h << (2 * RANDOM_WORD_BITS) | m << RANDOM_WORD_BITS | lo for h, m, lo in zip(high, middle, low)]
 
 
+_ONE_W1_SHIFT = RANDOM_WORD_BITS - RANDOM_W1_SHIFT  # 6: w1 read at bit 16 of an ID's words, placed at bit 10
+_ONE_W2_SHIFT = 2 * RANDOM_WORD_BITS  # 32
+
+
 def random_field_of_draw(drawn: bytes, count: int) -> list[int]:
-    """:func:`random_field` of a small batch's draw as it came from the random source (``6 * count`` bytes: three
-    planes of ``count`` little-endian 16-bit words), in plain ints: numpy's per-call cost was most of a single ID's
-    answer (50 µs)."""
-    if count == 1:  # a single ID: its three words from one int, each placed as the loop below places it
-        words3 = int.from_bytes(drawn[:RANDOM_BYTES_PER_ID], "little")
-        w1, w2 = words3 >> RANDOM_WORD_BITS & WORD_MASK, words3 >> 2 * RANDOM_WORD_BITS
+    """:func:`random_field` of a small batch's draw as it came from the random source (``7 * count`` bytes: three
+    planes of ``count`` little-endian 16-bit words, then ``count`` bytes), in plain ints: numpy's per-call cost was
+    most of a single ID's answer (50 µs)."""
+    if count == 1:  # a single ID: its three words as one int w0 | w1 << 16 | w2 << 32, each part moved in place
+        words3 = int.from_bytes(drawn[: RANDOM_WORDS * RANDOM_WORD_BYTES], "little")
         return [
-            (w2 >> WORD_TOP_SHIFT) << (RANDOM_HEAD_SHIFT + RANDOM_WORD_BITS + 1)
-            | (w1 >> WORD_TOP_SHIFT) << (RANDOM_HEAD_SHIFT + RANDOM_WORD_BITS)
-            | (words3 & WORD_MASK) << RANDOM_HEAD_SHIFT
-            | (w1 & RANDOM_GROUP_MASK) << RANDOM_GROUP_BITS
-            | w2 & RANDOM_GROUP_MASK
+            drawn[RANDOM_WORDS * RANDOM_WORD_BYTES] << RANDOM_HEAD_SHIFT
+            | (words3 & RANDOM_TRIPLE_MASK) << RANDOM_W0_SHIFT
+            | (words3 >> _ONE_W1_SHIFT) & (RANDOM_TRIPLE_MASK << RANDOM_W1_SHIFT)
+            | (words3 >> _ONE_W2_SHIFT) & RANDOM_TAIL_MASK
         ]
     words = struct.unpack_from(f"<{RANDOM_WORDS * count}H", drawn)
-    out = []
-    for w0, w1, w2 in zip(words[:count], words[count : 2 * count], words[2 * count :]):
-        high = (
-            w0 >> W0_OFFSET_BITS
-            | (w1 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS)
-            | (w2 >> WORD_TOP_SHIFT) << (RANDOM_WORD_BITS - W0_OFFSET_BITS + 1)
-        )
-        middle = (w1 & RANDOM_GROUP_MASK) >> GROUP_OFFSET_BITS | (w0 << (RANDOM_WORD_BITS - W0_OFFSET_BITS)) & WORD_MASK
-        low = (w1 << (RANDOM_WORD_BITS - GROUP_OFFSET_BITS)) & WORD_MASK | w2 & RANDOM_GROUP_MASK
-        out.append(high << (2 * RANDOM_WORD_BITS) | middle << RANDOM_WORD_BITS | low)
-    return out
+    heads = drawn[RANDOM_WORDS * RANDOM_WORD_BYTES * count : RANDOM_BYTES_PER_ID * count]
+    return [
+        b << RANDOM_HEAD_SHIFT
+        | (w0 & RANDOM_TRIPLE_MASK) << RANDOM_W0_SHIFT
+        | (w1 & RANDOM_TRIPLE_MASK) << RANDOM_W1_SHIFT
+        | w2 & RANDOM_TAIL_MASK
+        for b, w0, w1, w2 in zip(heads, words[:count], words[count : 2 * count], words[2 * count :])
+    ]
 
 
-def _counter_table(publisher_id: int) -> npt.NDArray[np.uint32]:
-    """ULID characters 10..13 for every counter value (character 13 also holds the publisher ID's top 4 bits)."""
-    return _crockford.column_table(publisher_id << PUBLISHER_ID_SHIFT, COUNTER_SHIFT, COUNTER_CHAR, COUNTER_CHARS)
+def _word_table(base: int, shift: int, first: int, chars: int, index_bits: int) -> npt.NDArray[np.uint64]:
+    """``<u8`` entries for every ``index_bits``-bit ``v``: characters ``first .. first + chars - 1`` of
+    ``encode_ulid(base | v << shift)`` at their bytes of the 8-byte word they belong to (characters 10..17 or
+    18..25, see :data:`WORD_COLUMNS`); the word's other bytes 0, so the lookups of one word are ORed together."""
+    entries = _crockford.column_table(base, shift, first, chars, index_bits=index_bits).view(np.uint8)
+    table = np.zeros((1 << index_bits, WORD_CHARS), dtype=np.uint8)
+    at = first - max(column for column in WORD_COLUMNS if column <= first)
+    table[:, at : at + chars] = entries.reshape(-1, _text.TABLE_ENTRY_CHARS)[:, :chars]
+    table.flags.writeable = False
+    return cast("npt.NDArray[np.uint64]", table.view("<u8").reshape(-1))
 
 
-def _random_head_table(publisher_id: int) -> npt.NDArray[np.uint32]:
-    """ULID characters 16..19 for every 18-bit value of random bits 47..30 (16 also holds 2 publisher ID bits)."""
-    return _crockford.column_table(
-        publisher_id << PUBLISHER_ID_SHIFT,
-        RANDOM_HEAD_SHIFT,
-        RANDOM_HEAD_CHAR,
-        RANDOM_HEAD_CHARS,
-        index_bits=RANDOM_HEAD_BITS,
+@functools.lru_cache(maxsize=8)
+def _counter_words(publisher_id: int) -> npt.NDArray[np.uint64]:
+    """Characters 10..15 for every counter value (13 also holds the publisher ID's top 4 bits; 14..15 are the
+    publisher ID's), in the word of characters 10..17."""
+    publisher = publisher_id << PUBLISHER_ID_SHIFT
+    table = _word_table(publisher, COUNTER_SHIFT, COUNTER_CHAR, COUNTER_CHARS, RANDOM_WORD_BITS)
+    at = PUBLISHER_CHAR - COUNTER_CHAR
+    text = encode_ulid(publisher)[PUBLISHER_CHAR : PUBLISHER_CHAR + PUBLISHER_CHARS].encode("ascii")
+    words = table | np.uint64(int.from_bytes(bytes(at) + text, "little"))
+    words.flags.writeable = False
+    return words
+
+
+@functools.lru_cache(maxsize=8)
+def _head_words(publisher_id: int) -> npt.NDArray[np.uint64]:
+    """Characters 16..17 (the publisher ID's low 2 bits, random bits 47..40) for every byte ``b``, in the word of
+    characters 10..17."""
+    return _word_table(
+        publisher_id << PUBLISHER_ID_SHIFT, RANDOM_HEAD_SHIFT, RANDOM_HEAD_CHAR, RANDOM_HEAD_CHARS, RANDOM_HEAD_BITS
     )
 
 
-def _random_group_table() -> npt.NDArray[np.uint32]:
-    """3 characters for the low 15 bits of every 16-bit word, then a newline (overwritten unless last)."""
-    return _crockford.column_table(0, RANDOM_SHIFT, RANDOM_GROUP_CHARS[-1], CHARS_PER_GROUP)
+@functools.lru_cache(maxsize=1)
+def _random_words() -> tuple[npt.NDArray[np.uint64], ...]:
+    """The lookups of the word of characters 18..25: characters 18..20 for every value of w0's low 15 bits (random
+    bits 39..25), 21..23 for w1's (bits 24..10), 24..25 for w2's low 10 (bits 9..0)."""
+    return (
+        _word_table(0, RANDOM_W0_SHIFT, RANDOM_TRIPLE_CHARS[0], CHARS_PER_TRIPLE, RANDOM_TRIPLE_BITS),
+        _word_table(0, RANDOM_W1_SHIFT, RANDOM_TRIPLE_CHARS[1], CHARS_PER_TRIPLE, RANDOM_TRIPLE_BITS),
+        _word_table(0, 0, RANDOM_TAIL_CHAR, RANDOM_TAIL_CHARS, RANDOM_TAIL_BITS),
+    )
+
+
+_WORD_MASKS = (RANDOM_TRIPLE_MASK, RANDOM_TRIPLE_MASK, RANDOM_TAIL_MASK)
+"""Each word's bits of its character group (w0, w1: 15 bits, characters 18..20 and 21..23; w2: 10, 24..25)."""
 
 
 class HlcUlidBatch(Batch):
     """HLC-ULIDs of one publisher issued together: consecutive (ms, counter) slots, fresh random per ID.
 
     ``segments`` lists the slots (usually one logical millisecond; a counter overflow starts another);
-    ``drawn`` is the random draw the random fields are made of (6 bytes per ID: three planes of little-endian
-    16-bit words, :attr:`random_words`).
+    ``drawn`` is the random draw the random fields are made of (7 bytes per ID: three planes of little-endian
+    16-bit words, then a plane of bytes; :func:`random_planes`).
     """
 
     def __init__(self, publisher_id: int, segments: tuple[Run, ...], drawn: bytes) -> None:
@@ -175,11 +220,6 @@ class HlcUlidBatch(Batch):
         self.segments = segments
         self.drawn = drawn
         self.count = runs_count(segments)
-
-    @property
-    def random_words(self) -> npt.NDArray[np.uint16]:
-        """The draw as ``(3, count)`` uint16 (a view of :attr:`drawn`)."""
-        return np.frombuffer(self.drawn, dtype=_RANDOM_WORD_DTYPE).reshape(RANDOM_WORDS, self.count)
 
     def encode(self, fmt: str) -> bytes:
         """The batch as ``ulid`` or ``hex`` lines (column-wise, numpy); InvalidOptionError for another format."""
@@ -204,39 +244,42 @@ class HlcUlidBatch(Batch):
         return _text.fresh_rows(lines)[1] if fresh else _text.text_rows(lines)
 
     def _ulid_rows(self, fresh: bool = False) -> npt.NDArray[np.uint8]:
-        count, words = self.count, self.random_words
+        count = self.count
         publisher = self.publisher_id << PUBLISHER_ID_SHIFT
         rows = self._lines([encode_ulid(seg.tick << TIMESTAMP_SHIFT | publisher) for seg in self.segments], fresh)
-        counters = _counter_table(self.publisher_id)
-        _text.write_runs(rows, COUNTER_CHAR, [(counters, seg.first, seg.count) for seg in self.segments])
-        # Random bits 47..30 -> characters 16..19; 29..15 -> 20..22; 14..0 -> 23..25. Written left to right, so
-        # the 4th byte of the write at 20 is overwritten by the write at 23, whose 4th byte is the newline.
-        indices = _text.scratch("hlc-ulid-indices", RANDOM_WORDS * count, np.intp).reshape(RANDOM_WORDS, count)
-        np.copyto(indices, words, casting="safe")
-        head, top_bits = indices[0], _text.scratch("hlc-ulid-top-bits", count, np.intp)
-        for word in (1, 2):
-            np.right_shift(indices[word], WORD_TOP_SHIFT, out=top_bits)
-            np.left_shift(top_bits, RANDOM_WORD_BITS + word - 1, out=top_bits)
-            np.bitwise_or(head, top_bits, out=head)
-        looked_up = _text.scratch("hlc-ulid-chars", count, "<u4")
-        np.take(_random_head_table(self.publisher_id), head, out=looked_up, mode="wrap")
-        _text.char_view(rows, RANDOM_HEAD_CHAR)[...] = looked_up
-        groups = _random_group_table()
-        for word, column in zip((1, 2), RANDOM_GROUP_CHARS):
-            np.take(groups, indices[word], out=looked_up, mode="wrap")
-            _text.char_view(rows, column)[...] = looked_up
+        words, heads = random_planes(self.drawn, count)
+        # Characters 10..25 are two 8-byte words per ID, each the OR of its groups' lookups (see _word_table):
+        # 18..25 = w0's triple | w1's triple | w2's tail, 10..17 = counter and publisher ID | random head. Each
+        # group's index is one pass over one plane (a mask or a cast), into one reused index array.
+        indices = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", count, np.intp))
+        word = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-word", count, "<u8"))
+        looked_up = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-looked-up", count, "<u8"))
+        for plane, (mask, table) in enumerate(zip(_WORD_MASKS, _random_words())):
+            np.bitwise_and(words[plane], mask, out=indices)
+            np.take(table, indices, out=looked_up if plane else word, mode="wrap")
+            if plane:
+                np.bitwise_or(word, looked_up, out=word)
+        _text.char_view(rows, WORD_COLUMNS[1], "<u8")[...] = word
+        np.copyto(indices, heads)
+        np.take(_head_words(self.publisher_id), indices, out=word, mode="wrap")
+        counters, start = _counter_words(self.publisher_id), 0
+        for seg in self.segments:
+            part = word[start : start + seg.count]
+            np.bitwise_or(part, counters[seg.first : seg.first + seg.count], out=part)
+            start += seg.count
+        _text.char_view(rows, WORD_COLUMNS[0], "<u8")[...] = word
         return rows
 
     def _hex_rows(self, fresh: bool = False) -> npt.NDArray[np.uint8]:
         rows = self._lines([encode_hex(pack(seg.tick, 0, self.publisher_id, 0)) for seg in self.segments], fresh)
         hex4 = _text.hex4_table()
         _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first, seg.count) for seg in self.segments])
-        chunks = random_chunks(self.random_words)
-        indices = _text.scratch("hlc-ulid-indices", chunks.size, np.intp).reshape(chunks.shape)
-        np.copyto(indices, chunks, casting="safe")
+        chunks = random_chunks(self.drawn, self.count)
+        indices = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", self.count, np.intp))
         looked_up = _text.scratch("hlc-ulid-chars", self.count, "<u4")
         for chunk in range(RANDOM_WORDS):
-            np.take(hex4, indices[chunk], out=looked_up, mode="wrap")
+            np.copyto(indices, chunks[chunk])
+            np.take(hex4, indices, out=looked_up, mode="wrap")
             _text.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
         return rows
 
@@ -248,7 +291,7 @@ class HlcUlidBatch(Batch):
             return [
                 tick << TIMESTAMP_SHIFT | publisher | first << COUNTER_SHIFT | random_field_of_draw(self.drawn, 1)[0]
             ]
-        randoms = random_field_of_draw(self.drawn, count) if count <= SMALL_BATCH else random_field(self.random_words)
+        randoms = random_field_of_draw(self.drawn, count) if count <= SMALL_BATCH else random_field(self.drawn, count)
         out: list[int] = []
         start = 0
         for seg in self.segments:
