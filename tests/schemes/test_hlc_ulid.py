@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from app.errors import InvalidIdError, InvalidOptionError
 from app.schemes import hlc_ulid
 from app.schemes.hlc_ulid import SCHEME, HlcUlidGenerator, pack, unpack
+from app.schemes.hlc_ulid.generator import ENCODE_BLOCK
 from app.settings import Settings
 from tests.helpers import FakeClock, assert_not_scratch
 
@@ -261,6 +262,24 @@ def test_batch_spanning_many_milliseconds_encodes_like_format() -> None:
         lines = batch.encode_lines(fmt)
         assert bytes(lines) == expected
         assert_not_scratch(lines)
+
+
+@pytest.mark.parametrize("count", [ENCODE_BLOCK - 1, ENCODE_BLOCK, ENCODE_BLOCK + 1, 2 * ENCODE_BLOCK + 3])
+@pytest.mark.parametrize(
+    "warmup",
+    [1, hlc_ulid.COUNTER_SLOTS - ENCODE_BLOCK, hlc_ulid.COUNTER_SLOTS - ENCODE_BLOCK // 2, hlc_ulid.COUNTER_SLOTS - 2],
+)
+def test_batch_around_the_encode_block_encodes_like_format(count: int, warmup: int) -> None:
+    # The warm-up puts a counter overflow (a new logical millisecond) at the first block's end, inside it, near its
+    # start, or nowhere in the batch.
+    generator = make(publisher_id=0xBEEF)
+    generator.generate(warmup)
+    batch = generator.generate(count)
+    values = batch.values()
+    for fmt in SCHEME.formats:
+        expected = "".join(SCHEME.format(v, fmt) + "\n" for v in values).encode()
+        assert batch.encode(fmt) == expected
+        assert bytes(batch.encode_lines(fmt)) == expected
 
 
 def test_random_field_layout_of_the_drawn_words() -> None:

@@ -203,6 +203,8 @@ def _random_words() -> tuple[npt.NDArray[np.uint64], ...]:
     )
 
 
+ENCODE_BLOCK = 16_384
+"""Rows per block of a batch's column passes (a larger batch runs them block by block)."""
 _WORD_MASKS = (RANDOM_TRIPLE_MASK, RANDOM_TRIPLE_MASK, RANDOM_TAIL_MASK)
 """Each word's bits of its character group (w0, w1: 15 bits, characters 18..20 and 21..23; w2: 10, 24..25)."""
 
@@ -250,24 +252,41 @@ class HlcUlidBatch(Batch):
         words, heads = random_planes(self.drawn, count)
         # Characters 10..25 are two 8-byte words per ID, each the OR of its groups' lookups (see _word_table):
         # 18..25 = w0's triple | w1's triple | w2's tail, 10..17 = counter and publisher ID | random head. Each
-        # group's index is one pass over one plane (a mask or a cast), into one reused index array.
-        indices = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", count, np.intp))
-        word = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-word", count, "<u8"))
-        looked_up = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-looked-up", count, "<u8"))
-        for plane, (mask, table) in enumerate(zip(_WORD_MASKS, _random_words())):
-            np.bitwise_and(words[plane], mask, out=indices)
-            np.take(table, indices, out=looked_up if plane else word, mode="wrap")
-            if plane:
-                np.bitwise_or(word, looked_up, out=word)
-        _text.char_view(rows, WORD_COLUMNS[1], "<u8")[...] = word
-        np.copyto(indices, heads)
-        np.take(_head_words(self.publisher_id), indices, out=word, mode="wrap")
-        counters, start = _counter_words(self.publisher_id), 0
+        # group's index is one pass over one plane (a mask or a cast). The passes run block by block over the same
+        # arrays, so a block's indices, words and rows stay in cache between them.
+        block = min(count, ENCODE_BLOCK)
+        indices_block = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", block, np.intp))
+        word_block = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-word", block, "<u8"))
+        looked_up_block = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-looked-up", block, "<u8"))
+        random_tables, head_table = _random_words(), _head_words(self.publisher_id)
+        counters = _counter_words(self.publisher_id)
+        low_words, high_words = (_text.char_view(rows, column, "<u8") for column in reversed(WORD_COLUMNS))
+        runs = []  # (first row, last row + 1, the first row's counter) per segment
+        row = 0
         for seg in self.segments:
-            part = word[start : start + seg.count]
-            np.bitwise_or(part, counters[seg.first : seg.first + seg.count], out=part)
-            start += seg.count
-        _text.char_view(rows, WORD_COLUMNS[0], "<u8")[...] = word
+            runs.append((row, row + seg.count, seg.first))
+            row += seg.count
+        for start in range(0, count, block):
+            stop = min(count, start + block)
+            indices, word, looked_up = (
+                indices_block[: stop - start],
+                word_block[: stop - start],
+                looked_up_block[: stop - start],
+            )
+            for plane, (mask, table) in enumerate(zip(_WORD_MASKS, random_tables)):
+                np.bitwise_and(words[plane, start:stop], mask, out=indices)
+                np.take(table, indices, out=looked_up if plane else word, mode="wrap")
+                if plane:
+                    np.bitwise_or(word, looked_up, out=word)
+            low_words[start:stop] = word
+            np.copyto(indices, heads[start:stop])
+            np.take(head_table, indices, out=word, mode="wrap")
+            for first_row, end_row, first in runs:
+                lo, hi = max(first_row, start), min(end_row, stop)
+                if lo < hi:
+                    part = word[lo - start : hi - start]
+                    np.bitwise_or(part, counters[first + lo - first_row : first + hi - first_row], out=part)
+            high_words[start:stop] = word
         return rows
 
     def _hex_rows(self, fresh: bool = False) -> npt.NDArray[np.uint8]:
