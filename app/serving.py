@@ -74,6 +74,7 @@ import termios
 import time
 import types
 import urllib.parse
+import weakref
 from collections.abc import Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -528,7 +529,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         if self.cycle is not cycle:  # not an upgrade (uvicorn hands those to its websocket protocol)
             self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
-            self.scope[REQUEST_CYCLE] = self.cycle  # type: ignore[literal-required]  # a stream reads its disconnect
+            # A stream reads its disconnect; weakly held, as the cycle holds the scope.
+            self.scope[REQUEST_CYCLE] = weakref.ref(self.cycle)  # type: ignore[literal-required]
 
     def on_body(self, body: bytes) -> None:
         if not self.refused and not self.fast:

@@ -169,11 +169,11 @@ stream's own cost). ASGI servers ignore the key."""
 
 
 REQUEST_CYCLE = "idmint.cycle"
-"""Scope key under which :mod:`app.serving`'s protocol puts the request's uvicorn request cycle, whose
-``disconnected`` turns True the moment its connection is lost: between chunks a stream reads it instead of
-Starlette's ``Request.is_disconnected`` (an anyio cancel scope and a cancelled ``receive`` per call: 29 to 41 us
-alone on a loaded machine, 8% of a wiji stream's server samples in py-spy). Absent under another server (the
-stream then asks Starlette)."""
+"""Scope key under which :mod:`app.serving`'s protocol puts a weak reference to the request's uvicorn request
+cycle (the cycle holds the scope), whose ``disconnected`` turns True the moment its connection is lost: between
+chunks a stream reads it instead of Starlette's ``Request.is_disconnected`` (an anyio cancel scope and a cancelled
+``receive`` per call: 29 to 41 us alone on a loaded machine, 8% of a wiji stream's server samples in py-spy).
+Absent under another server (the stream then asks Starlette)."""
 
 
 class IdStream(StreamingResponse):
@@ -243,7 +243,8 @@ async def _body(
     wrap: Callable[[Issued], Issued] | None = None,
 ) -> AsyncIterator[tuple[bytes | memoryview, int]]:
     sent = 0
-    cycle = request.scope.get(REQUEST_CYCLE)
+    cycle_ref = request.scope.get(REQUEST_CYCLE)
+    cycle = cycle_ref() if cycle_ref is not None else None  # alive while its connection serves this stream
     try:
         async for chunk in _chunks(issuer, count, options, first, charge=charge):
             issued = chunk if wrap is None else wrap(chunk)
@@ -253,11 +254,11 @@ async def _body(
             texts = [batch.encode_lines(fmt) for batch in issued.batches]
             ids = issued.count  # the chunk's first piece carries the chunk's count, the others 0
             for text in texts:
-                whole = memoryview(text)  # pieces are views of the chunk's text: a bytes slice would copy it
                 if len(text) <= SEND_PIECE_BYTES:
-                    yield whole if isinstance(text, bytearray) else text, ids
+                    yield memoryview(text) if isinstance(text, bytearray) else text, ids
                     ids = 0
                     continue
+                whole = memoryview(text)  # pieces are views of the chunk's text: a bytes slice would copy it
                 for start in range(0, len(text), SEND_PIECE_BYTES):
                     yield whole[start : start + SEND_PIECE_BYTES], ids
                     ids = 0

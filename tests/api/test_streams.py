@@ -66,6 +66,54 @@ def test_fifty_aborted_streams_stop_within_a_chunk(server: Server) -> None:
     assert first < 50 * 100_000_000 / 10
 
 
+async def test_a_stream_served_by_the_connection_layer_sees_its_client_go_without_asking_starlette(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under app.serving's protocol a stream reads its request cycle's disconnect between chunks, never Starlette's
+    costly ``Request.is_disconnected``; a client that pipelines a request behind its stream and closes ends the
+    stream (the cycle under way, not only the last one parsed, is marked gone) and frees its slot."""
+    import uvicorn
+    from starlette.requests import Request
+
+    from app.main import create_app
+    from app.serving import BoundedHttpToolsProtocol
+    from tests.helpers import make_settings
+
+    asked: list[Request] = []
+
+    async def recorded(self: Request) -> bool:
+        asked.append(self)
+        return False
+
+    monkeypatch.setattr(Request, "is_disconnected", recorded)
+    app = create_app(make_settings(tmp_path))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, http=BoundedHttpToolsProtocol, log_level="warning")
+    server = uvicorn.Server(config)
+    serving = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            assert not serving.done(), "the server did not start"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        slots = app.app.state.streams  # Front -> FastAPI
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/ids/wiji/stream?count=100000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        got = 0
+        while got < MB:
+            got += len(await reader.read(65536))
+        assert slots.active == 1
+        writer.close()
+        deadline = time.monotonic() + 60
+        while slots.active:
+            assert time.monotonic() < deadline, "the stream ran on after its client went"
+            await asyncio.sleep(0.01)
+        assert asked == []
+    finally:
+        server.should_exit = True
+        await serving
+
+
 @pytest.mark.parametrize(
     ("path", "fragment"),
     [

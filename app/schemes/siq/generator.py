@@ -250,10 +250,11 @@ _DID_CONST_SHIFT = PACKED_BITS - (BASE32_CHAR_BITS * _DID_TAIL_BLOCK_START - BYT
 _PAIR_BITS = 2 * BASE32_CHAR_BITS
 _PAIR_MASK = (1 << _PAIR_BITS) - 1
 _PAIR_WORDS = tuple(_word(pair.encode("ascii")) for pair in DID_PAIRS)
+"""The two characters of every 10-bit value as a little-endian int (bytes 0, 1)."""
 _PAIR_TEXT_BITS = 2 * BYTE_BITS
 """Bits of one pair's text (two characters) in a little-endian int."""
 _BYTE_MASK = (1 << BYTE_BITS) - 1
-"""The two characters of every 10-bit value as a little-endian int (bytes 0, 1)."""
+"""The low 8 bits: one byte of the CRC."""
 _K9_TICK_SHIFT = TICK_SHIFT + TICK_BITS - _DID_K9_TICK_BITS  # 110: packed bits 111..110 = tick bits 55..54
 _K10_SHIFT = _K9_TICK_SHIFT - BASE32_CHAR_BITS  # 105: packed bits 109..105 = tick bits 53..49
 
