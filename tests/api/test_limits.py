@@ -128,7 +128,9 @@ def test_a_decode_body_breaking_a_rule_is_a_422_naming_it(
 ) -> None:
     if filler:
         body = body + b" " * filler  # JSON allows trailing whitespace: the same body, too long to parse inline
-    r = httpx.post(f"{server.url}/v1/decode", content=body, headers={"content-type": "application/json"})
+    # 60 s, not httpx's 5: a long body is parsed in the decode worker process, which a loaded machine may still be
+    # starting for the first of them.
+    r = httpx.post(f"{server.url}/v1/decode", content=body, headers={"content-type": "application/json"}, timeout=60)
     assert r.status_code == 422, r.text
     assert fragment in r.json()["detail"], r.json()
 
