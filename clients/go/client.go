@@ -256,6 +256,19 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 	return context.WithValue(bounded, callerKey{}, caller), cancel
 }
 
+// deadlineErr is ctx's error, or context.DeadlineExceeded once ctx's deadline has passed though its timer has not
+// yet cancelled it: on a loaded machine an attempt's timer, due at the same moment, may run first, and the call must
+// still say that the caller's deadline cut it.
+func deadlineErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // callerOf is the caller's own context inside ctx (ctx itself when the client has not bounded it).
 func callerOf(ctx context.Context) context.Context {
 	if caller, ok := ctx.Value(callerKey{}).(context.Context); ok {
@@ -356,7 +369,7 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 		}
 	}
 	for index, base := range plan {
-		if ctx.Err() != nil {
+		if deadlineErr(ctx) != nil {
 			if reasons[base] == "" {
 				reasons[base] = fmt.Sprintf("not tried: the timeout of %s s passed", secondsText(c.opts.Timeout))
 			}
@@ -392,8 +405,8 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 			c.replicas.succeeded(base, r.scope)
 			return result, nil
 		}
-		if ctx.Err() != nil && !isRejection(err) { // the answer was cut by the deadline
-			err = ctx.Err()
+		if cut := deadlineErr(ctx); cut != nil && !isRejection(err) { // the answer was cut by the deadline
+			err = cut
 		} else if late && !isRejection(err) { // no answer began within this attempt's share
 			err = &failed{shareReason(share)}
 		}
@@ -407,7 +420,7 @@ func call[T any](ctx context.Context, c *Client, r request, parse func(*http.Res
 		return zero, err
 	}
 	return zero, &NoReplicaAvailableError{What: r.what, Reasons: c.ordered(reasons), order: c.urls,
-		cause: callerOf(ctx).Err()}
+		cause: deadlineErr(callerOf(ctx))}
 }
 
 // classify records a replica's failure and says whether the call goes on to the next replica; rejections and a

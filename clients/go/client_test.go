@@ -352,6 +352,35 @@ func TestCallersDeadlineIsDeadlineExceeded(t *testing.T) {
 	}
 }
 
+// lateTimer is a caller's context whose deadline has passed while its timer has not yet cancelled it: what a loaded
+// machine shows for a moment when an attempt's timer, due at the same time, runs first.
+type lateTimer struct{ context.Context }
+
+func (lateTimer) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+func TestADeadlinePassedBeforeItsTimerRanIsStillTheCallersDeadline(t *testing.T) {
+	f := newFake(t)
+	c, err := New([]string{f.URL}, Options{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Schemes(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.mode.Store("silent")
+	_, err = c.IDs(lateTimer{context.Background()}, "wiji", 3)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("IDs past the caller's deadline, its timer not yet run: %v", err)
+	}
+	s := c.Stream(lateTimer{context.Background()}, "wiji", 3)
+	for s.Next() {
+	}
+	if !errors.Is(s.Err(), context.DeadlineExceeded) {
+		t.Fatalf("Stream past the caller's deadline, its timer not yet run: %v", s.Err())
+	}
+}
+
 func TestRetryAfterRule(t *testing.T) {
 	for value, want := range map[string]float64{
 		"": 1, "7": 7, "0": 0, "-5": 1, "1.5": 1, "soon": 1, "300": 300, "301": 300,

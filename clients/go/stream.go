@@ -122,7 +122,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 		deadline = parentDeadline
 	}
 	defer timer.Stop()
-	timedOut := func() bool { return ctx.Err() != nil && parent.Err() == nil }
+	timedOut := func() bool { return ctx.Err() != nil && deadlineErr(parent) == nil }
 	shape, err := c.shape(ctx, scheme, is.format)
 	if err != nil {
 		return 0, err
@@ -149,8 +149,8 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 			share := shareOf(deadline, len(plan)-index)
 			deadlineMu.Unlock()
 			before := delivered
-			if ctx.Err() != nil {
-				if err := parent.Err(); err != nil {
+			if ctx.Err() != nil || deadlineErr(parent) != nil {
+				if err := deadlineErr(parent); err != nil {
 					return delivered, err
 				}
 				reasons[base] = fmt.Sprintf("not tried: the timeout of %s s passed", secondsText(c.opts.Timeout))
@@ -174,7 +174,7 @@ func (c *Client) streamChunks(ctx context.Context, scheme string, count int, is 
 				c.replicas.succeeded(base, scheme)
 				return delivered, nil
 			}
-			if perr := parent.Err(); perr != nil {
+			if perr := deadlineErr(parent); perr != nil {
 				return delivered, perr
 			}
 			if errors.Is(err, errStopped) {
@@ -211,7 +211,7 @@ func (c *Client) streamFrom(ctx context.Context, share time.Duration, target str
 	resp, err := c.send(actx, http.MethodGet, target, params)
 	late := began()
 	if err != nil {
-		if late && ctx.Err() == nil {
+		if late && deadlineErr(ctx) == nil {
 			return &failed{shareReason(share)}
 		}
 		return err
