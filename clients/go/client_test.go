@@ -321,20 +321,26 @@ func TestZeroClientSaysItIsNotConstructed(t *testing.T) {
 	}
 }
 
-func TestCallersDeadlineIsDeadlineExceeded(t *testing.T) {
+// silentClient is a client of a fake that has answered its schemes and then answers nothing.
+func silentClient(t *testing.T) *Client {
 	f := newFake(t)
 	c, err := New([]string{f.URL}, Options{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	if _, err := c.Schemes(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	f.mode.Store("silent")
+	return c
+}
+
+func TestCallersDeadlineIsDeadlineExceeded(t *testing.T) {
+	c := silentClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err = c.IDs(ctx, "wiji", 3)
+	_, err := c.IDs(ctx, "wiji", 3)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("IDs cut by the caller's deadline: %v", err)
 	}
@@ -359,17 +365,8 @@ type lateTimer struct{ context.Context }
 func (lateTimer) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
 
 func TestADeadlinePassedBeforeItsTimerRanIsStillTheCallersDeadline(t *testing.T) {
-	f := newFake(t)
-	c, err := New([]string{f.URL}, Options{Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Schemes(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f.mode.Store("silent")
-	_, err = c.IDs(lateTimer{context.Background()}, "wiji", 3)
+	c := silentClient(t)
+	_, err := c.IDs(lateTimer{context.Background()}, "wiji", 3)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("IDs past the caller's deadline, its timer not yet run: %v", err)
 	}
