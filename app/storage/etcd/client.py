@@ -303,6 +303,61 @@ class EtcdClient:
                 if tries % len(self.endpoints) == 0:
                     await asyncio.sleep(0.05)  # a full round failed: do not spin
 
+    async def call_hedged(
+        self, path: str, body: dict[str, Any], timeout: float | None, hedge_after: float
+    ) -> dict[str, Any]:
+        """:meth:`call` for an idempotent request (a keepalive) that must be answered soon: a new attempt starts
+        every ``hedge_after`` seconds while none has answered (at once after a failure), on the endpoints in turn
+        from the current one, and the earlier attempts stay out; the first answer wins and its endpoint becomes the
+        current one; the attempts still out are cancelled. A member that stalls (SIGSTOP, a full disk) then costs
+        ``hedge_after``, not ``timeout``; so does a leader that stalls, once a new one is elected (an attempt that
+        a follower forwarded to the stalled leader stays stuck, a new one is not). After gRPC's hedging policy
+        (``hedgingDelay``). Attempts start while ``budget`` seconds have not passed (every endpoint is asked at
+        least once); at most ``timeout / hedge_after`` + one per endpoint are out at a time. Raises the last
+        EtcdCallError."""
+        link = self._link
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._budget
+        count = len(link.endpoints)
+        turn = link.current
+        started = failures = 0
+        next_at = loop.time()
+        asked: dict[asyncio.Task[dict[str, Any]], str] = {}
+        error: EtcdCallError | None = None
+        try:
+            while True:
+                now = loop.time()
+                may_start = not link.closed and (now < give_up or started < count)
+                if may_start and now >= next_at:
+                    endpoint = link.endpoints[turn % count]
+                    turn += 1
+                    started += 1
+                    asked[asyncio.create_task(self._call_one(endpoint, path, body, timeout))] = endpoint
+                    next_at = now + hedge_after
+                if not asked:
+                    if not may_start:
+                        raise error or EtcdCallError(1, "the etcd client is closed", self.endpoint)
+                    await asyncio.sleep(next_at - now)  # a round of failures: do not spin
+                    continue
+                wait = max(0.0, next_at - loop.time()) if may_start else None
+                done, _ = await asyncio.wait(asked, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    endpoint = asked.pop(task)
+                    exc = task.exception()
+                    if exc is None:
+                        link.current = link.endpoints.index(endpoint)
+                        return task.result()
+                    if not isinstance(exc, EtcdCallError) or link.closed or not ERRORS.get(exc.code, ERRORS[2])[2]:
+                        raise exc
+                    self.failed(endpoint)
+                    error = exc
+                    failures += 1
+                    next_at = loop.time() + (0.05 if failures % count == 0 else 0.0)
+        finally:
+            for task in asked:
+                task.cancel()
+            await asyncio.gather(*asked, return_exceptions=True)
+
     async def _call_one(self, endpoint: str, path: str, body: dict[str, Any], timeout: float | None) -> dict[str, Any]:
         if self._link.user is not None and self._link.token is None:
             await self._authenticate(endpoint, None)
@@ -390,9 +445,15 @@ class EtcdClient:
         data = await self.call("/v3/lease/grant", {"TTL": str(ttl)})
         return int(data.get("ID", 0)), int(data.get("TTL", 0))
 
-    async def keepalive(self, lease_id: int, timeout: float | None = None) -> int:
-        """One LeaseKeepAlive round trip: the TTL left (<= 0: the lease is gone)."""
-        data = await self.call("/v3/lease/keepalive", {"ID": str(lease_id)}, timeout)
+    async def keepalive(self, lease_id: int, timeout: float | None = None, hedge_after: float | None = None) -> int:
+        """One LeaseKeepAlive round trip: the TTL left (<= 0: the lease is gone). ``timeout``: seconds per attempt;
+        ``hedge_after``: seconds after which another member is asked too (:meth:`call_hedged`; None: one at a
+        time)."""
+        body = {"ID": str(lease_id)}
+        if hedge_after is not None:
+            data = await self.call_hedged("/v3/lease/keepalive", body, timeout, hedge_after)
+        else:
+            data = await self.call("/v3/lease/keepalive", body, timeout)
         return int(data.get("result", {}).get("TTL", 0))
 
     async def revoke(self, lease_id: int, timeout: float | None = None) -> None:

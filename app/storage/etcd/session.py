@@ -2,8 +2,10 @@
 Go's ``concurrency.Session``).
 
 The keepalive is etcd's ``LeaseKeepAlive``; a refresh answering TTL <= 0, or any call answering "lease not found",
-makes the session lost. A failed refresh is retried at once on the next endpoint (the client moves on), then with
-the shared short backoff, while the deadline still holds.
+makes the session lost. A refresh not answered within a quarter of its attempt's timeout is sent to the next member
+as well (:meth:`~app.storage.etcd.client.EtcdClient.call_hedged`: a stalled member must not eat the safety
+margin); a failed one is retried at once on the next endpoint (the client moves on), then with the shared short
+backoff, while the deadline still holds.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from app.storage.etcd.client import EtcdCallError, EtcdClient, map_error
 from app.storage.expiring import ExpiringSession, Outcome
 
 log = logging.getLogger("idmint.lease.etcd")
+
+HEDGE_SHARE = 0.25
+"""A keepalive not answered within this share of its attempt's timeout is sent to the next member as well."""
 
 
 class Session(ExpiringSession):
@@ -62,7 +67,7 @@ class Session(ExpiringSession):
 
     async def _renew(self, sent_at: float) -> float:
         try:
-            ttl = await self.client.keepalive(self.lease_id, self._attempt_timeout)
+            ttl = await self.client.keepalive(self.lease_id, self._attempt_timeout, self._attempt_timeout * HEDGE_SHARE)
         except EtcdCallError as exc:
             error = map_error(exc, "refreshing the lease")
             if isinstance(error, LeaseLostError):

@@ -16,6 +16,7 @@ import pytest
 from app.settings import load_settings
 from app.storage.etcd.backend import EtcdBackend
 from app.storage.etcd.claim import EtcdClaim
+from app.storage.etcd.client import EtcdClient
 from tests.storage.etcd.test_backend import HLC_ULID, SIQ, eventually, holder
 from tests.support.etcd import EtcdCluster, EtcdServer
 
@@ -114,3 +115,29 @@ async def test_expired_auth_token_is_obtained_again(etcd_factory: Callable[..., 
         assert b._client._link.token != first_token
         await eventually(claim.valid, 1, "claim valid with a new token")
         assert not claim.lost and b.status()["healthy"]
+
+
+async def test_a_keepalive_sent_to_a_stalled_member_is_answered_by_another_without_waiting_out_its_timeout(
+    etcd_cluster: EtcdCluster,
+) -> None:
+    """The keepalive is hedged: the member in use is stalled (SIGSTOP) and the attempt's timeout is two minutes, yet
+    the next member, asked once the first has not answered within ``hedge_after``, renews the lease and becomes the
+    member in use. Without the hedge the keepalive would wait out those two minutes (so the bound below, half of
+    them, is not a speed budget: it only tells a hedge from none)."""
+    client = EtcdClient(etcd_cluster.endpoints.split(","), timeout=120, budget=120, connect_timeout=1)
+    try:
+        lease_id, _ = await client.grant(30)
+        stalled = next(m for m in etcd_cluster.members if m.endpoint == client.endpoint)
+        stalled.pause()
+        try:
+            with anyio.fail_after(60):
+                ttl = await client.keepalive(lease_id, timeout=120, hedge_after=0.05)
+            assert ttl > 0
+            assert client.endpoint != stalled.endpoint
+            with anyio.fail_after(60):  # the next one goes to the member that answered, at once
+                assert await client.keepalive(lease_id, timeout=120, hedge_after=60) > 0
+        finally:
+            stalled.resume()
+        await client.revoke(lease_id)
+    finally:
+        await client.close()
