@@ -279,7 +279,10 @@ async def test_a_stalled_database_fails_closed_at_the_deadline_and_recovers(
             await until(lambda: not claim.valid(), TTL_S * 3, "the claim fails closed")
             closed = time.monotonic() - paused
             print("failed closed after", closed, a.status())
-            assert closed <= TTL_S - MARGIN_S + 0.1, closed
+            # At its deadline (unconfirmed, not known lost), which no renewal moved after the pause: the last one
+            # confirmed was sent before it. (When the poll above saw it is up to the machine's load.)
+            assert claim.clock() >= claim.deadline and not claim.lost
+            assert claim.deadline <= paused + TTL_S - MARGIN_S, (claim.deadline - paused, closed)
             t0 = time.monotonic()
             with pytest.raises(BackendUnavailableError):
                 await claim.record_mark(10**12)  # bounded on our side: a stalled server never answers
@@ -301,7 +304,9 @@ async def test_a_stopped_database_fails_closed_and_a_restart_brings_a_new_lease(
         stopped = time.monotonic()
         try:
             await until(lambda: not claim.valid(), TTL_S + 1, "the claim fails closed")
-            assert time.monotonic() - stopped <= TTL_S - MARGIN_S + 0.2
+            # At its deadline, which no renewal moved after the stop (when the poll saw it is up to the load).
+            assert claim.clock() >= claim.deadline and not claim.lost
+            assert claim.deadline <= stopped + TTL_S - MARGIN_S, claim.deadline - stopped
         finally:
             postgres_server.start()
         # Back: the lease renewed in time (a quick restart) keeps the claim; one that expired meanwhile is lost
