@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,14 @@ def two_replicas(tmp_path: Path, env: dict[str, str]) -> tuple[Server, Server]:
     return a, b
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Poll ``condition`` until it holds (a condition, not a time: generous for a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
+        time.sleep(0.05)
+
+
 def test_sigkill_under_eight_threads_then_both_down_then_one_back(
     tmp_path: Path, etcd_server, etcd_namespace: str
 ) -> None:
@@ -66,11 +75,18 @@ def test_sigkill_under_eight_threads_then_both_down_then_one_back(
             threads = [threading.Thread(target=draw, args=(r,)) for r in results]
             for t in threads:
                 t.start()
-            time.sleep(1.5)
+            # Load measured in work done, not in seconds (a loaded machine draws more slowly): the kill comes once
+            # the threads are drawing, and they stop once 1,000 more were drawn and the survivor served 1,000 more.
+            wait_until(lambda: sum(map(len, results)) > 1000 or bool(errors), "the threads draw")
             served_by_b = issued_total(b, SCHEME)
             drawn_before_kill = sum(map(len, results))
             a.kill()
-            time.sleep(2.5)
+
+            def drawn_from_the_survivor() -> bool:
+                drawn = sum(map(len, results)) > drawn_before_kill + 1000
+                return bool(errors) or (drawn and issued_total(b, SCHEME) > served_by_b + 1000)
+
+            wait_until(drawn_from_the_survivor, "1,000 IDs drawn after the kill, served by the survivor")
             stop.set()
             for t in threads:
                 t.join(30)
