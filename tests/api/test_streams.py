@@ -43,6 +43,13 @@ def issued_total(replica: Server, scheme: str) -> float:
     return float(match.group(1))
 
 
+def finished_streams(replica: Server) -> float:
+    """Stream requests the server has finished (``idmint_requests_total`` counts a request once it ended)."""
+    text = httpx.get(f"{replica.url}/metrics", timeout=60).text
+    pattern = r'^idmint_requests_total\{method="GET",route="/v1/ids/\{scheme\}/stream",status="200"\} (\S+)$'
+    return sum(float(found) for found in re.findall(pattern, text, re.M))
+
+
 def open_stream(port: int, path: str) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=30)
     sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -50,6 +57,7 @@ def open_stream(port: int, path: str) -> socket.socket:
 
 
 def test_fifty_aborted_streams_stop_within_a_chunk(server: Server) -> None:
+    ended_before = finished_streams(server)
     socks = [open_stream(server.port, "/v1/ids/wiji/stream?count=100000000") for _ in range(50)]
     for sock in socks:
         got = 0
@@ -58,7 +66,11 @@ def test_fifty_aborted_streams_stop_within_a_chunk(server: Server) -> None:
     for sock in socks:
         sock.close()
     assert httpx.get(f"{server.url}/healthz", timeout=60).status_code == 200
-    time.sleep(0.5)
+    # Every stream has seen its client go and ended (a condition: a loaded machine ends them later, not differently).
+    deadline = time.monotonic() + 60
+    while finished_streams(server) < ended_before + 50:
+        assert time.monotonic() < deadline, "not within 60 s: the 50 aborted streams ended"
+        time.sleep(0.05)
     first = issued_total(server, "wiji")
     time.sleep(1.0)
     # Nothing is generated for clients that are gone (each could have finished at most its current chunk).
