@@ -479,6 +479,10 @@ class RawEtcd:
     async def revoke_lease(self, lease_id: int) -> None:
         await self._post("/v3/lease/revoke", {"ID": str(lease_id)})
 
+    async def time_to_live(self, lease_id: int) -> int:
+        """The lease's remaining TTL in whole seconds, as etcd tells it; -1 once it expired or was revoked."""
+        return int((await self._post("/v3/lease/timetolive", {"ID": str(lease_id)}))["TTL"])
+
 
 @pytest.fixture
 async def raw(etcd_server: EtcdServer) -> AsyncIterator[RawEtcd]:

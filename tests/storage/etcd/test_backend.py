@@ -307,8 +307,11 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
         assert proc.stdout is not None
         line = await anyio.to_thread.run_sync(proc.stdout.readline)
         assert line.strip() == "claimed 7", proc.stderr.read() if proc.stderr else ""
-        value = json.loads((await raw.get(f"{ns}pool/0:7".encode())).value)  # type: ignore[union-attr]
+        held = await raw.get(f"{ns}pool/0:7".encode())
+        assert held is not None and held.lease
+        value = json.loads(held.value)
         assert value["holder"]["host"] == "doomed" and value["holder"]["pid"] == proc.pid
+        assert await raw.time_to_live(held.lease) > 0
         await anyio.sleep(0.5)  # let it refresh at least once more
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -332,9 +335,12 @@ async def test_identity_of_a_killed_holder_is_claimable_only_after_its_lease_exp
                 assert time.monotonic() - killed_at < TTL_S + 5, "lease of the killed holder never expired"
                 await anyio.sleep(0.1)
         waited = time.monotonic() - killed_at
-        # It refreshed every TTL/3, so etcd kept the key at least 2/3 TTL after the kill, and at most ~TTL
-        # (real time against a real etcd; the upper bound generous for a loaded machine).
-        assert refused > 0 and TTL_S * 2 / 3 - 0.3 <= waited <= TTL_S + 5, waited
+        # Refused while the killed holder's lease lived; claimed once etcd had expired it (its key went with it).
+        # How long after the kill that was depends on when the holder last refreshed, which a loaded machine may
+        # have done late (it refreshes every TTL/3): so the lease is asked, and only the upper bound is in time,
+        # about one TTL, generous for a loaded machine.
+        assert refused > 0 and waited <= TTL_S + 5, waited
+        assert await raw.time_to_live(held.lease) == -1
         assert claim.high_water_mark == 123_456
 
 
