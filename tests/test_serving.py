@@ -81,6 +81,8 @@ def test_streams_whose_clients_read_nothing_end_and_free_their_slots(server: Ser
     for sock in hogs:
         sock.sendall(f"GET {STREAM} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
     try:
+        for sock in hogs:  # each holds its slot once its answer began (peeked at: nothing is read)
+            assert sock.recv(1, socket.MSG_PEEK)
         # The house is full while they hold their slots; the 429 says when to come back: once their clients are
         # seen to read nothing, when the send timeout (1 s) drops them. Then a slot frees itself.
         retry_afters: list[int] = []
