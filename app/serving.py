@@ -376,6 +376,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.front = find_front(self.app) if plain else None
         self.in_headers = False  # between a request's first byte and the end of its headers
         self.header_bytes = 0  # bytes of the socket reads after the one the headers began in
+        self.begin_read_bytes = 0  # size of the socket read the headers began in, once it is parsed (else 0)
         self.begun = 0  # requests begun on this connection
         self.read_bytes = 0  # size of the socket read being parsed
         self.answered_in_read = 0  # requests of that read answered here
@@ -480,6 +481,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         if continued and self.begun == begun:  # the same request's headers, still arriving: count this read
             self.header_bytes += len(data)
+        else:  # the headers began in this read (it may hold the end of the request before, too)
+            self.begin_read_bytes = len(data)
         if max(self._parsed_header_bytes(), self.header_bytes) > self.limits.max_header_bytes:
             self._refuse_too_large()
         elif self.header_timer is None:
@@ -503,6 +506,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.in_headers = True
         self.begun += 1
         self.header_bytes = 0
+        self.begin_read_bytes = 0
         self.fast = False
         self.message_complete = False
         self.idle_since = None
@@ -514,7 +518,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.header_timer is not None:
             self._cancel_header_timer()
         if (
-            self.header_bytes + self.read_bytes > self.limits.max_header_bytes
+            self.begin_read_bytes + self.header_bytes + self.read_bytes > self.limits.max_header_bytes
             and self._parsed_header_bytes() > self.limits.max_header_bytes
         ):
             self._refuse_too_large()

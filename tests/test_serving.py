@@ -148,6 +148,26 @@ def test_request_headers_over_the_limit_get_431(server: Server, size: int) -> No
     assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
 
 
+@pytest.mark.parametrize("pieces", [(40 * 1024,), (60 * 1024,), (30 * 1024, 60 * 1024)])
+def test_a_header_block_over_the_limit_arriving_in_several_reads_gets_431(
+    server: Server, pieces: tuple[int, ...]
+) -> None:
+    """70 KiB of headers sent in pieces: the limit counts the read the headers began in as well (it once counted
+    only the later ones, and the request was served). The pauses only make separate reads likely: arriving
+    together, the block must get its 431 just the same."""
+    head = b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n"
+    with connect(server) as sock:
+        start = 0
+        for end in pieces:
+            sock.sendall(head[start:end])
+            time.sleep(0.2)
+            start = end
+        sock.sendall(head[start:])
+        status, body = read_response(sock)
+    assert status == 431, body
+    assert b"IDMINT_MAX_HEADER_BYTES" in body
+
+
 def test_one_complete_header_block_over_the_limit_in_one_read_gets_431(server: Server) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (65 * 1024) + b"\r\n\r\n")
