@@ -235,32 +235,40 @@ def server_side_sockets(replica: Server, client_ports: set[int]) -> int:
 
 
 def test_30_unread_batches_are_closed_within_the_send_timeout_and_memory_returns(server: Server) -> None:
-    lines_before = server.log().count("accepted no bytes")
-    before = rss_kib(server.pid)
-    hogs = [connect(server, rcvbuf=4096) for _ in range(30)]
-    try:
-        for sock in hogs:
-            sock.sendall(b"GET /v1/ids/wiji?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n")
-        ports = {sock.getsockname()[1] for sock in hogs}
-        peak = before
-        deadline = time.monotonic() + DEADLINE_S
-        while server_side_sockets(server, ports):
-            peak = max(peak, rss_kib(server.pid))
-            assert time.monotonic() < deadline, "answers nobody reads are kept"
-            time.sleep(0.05)
-    finally:
-        for sock in hogs:
-            sock.close()
-    # Each was held for its answer's encoding, then at most the send timeout (1 s) without a byte taken: the
-    # server's log says so for every one. How much of the process's memory they held at once (30 answers of 2.8 MB,
-    # each partly in the kernel's send buffer) is sampled every 50 ms and varies with the load: printed, not held
-    # to a floor (13 to 28 MiB seen).
-    assert server.log().count("accepted no bytes") - lines_before == 30
-    deadline = time.monotonic() + DEADLINE_S
-    while (after := rss_kib(server.pid)) - before > 40 * 1024:  # and given back
-        assert time.monotonic() < deadline, (before, peak, after)
-        time.sleep(0.05)
-    print(f"RSS {before // 1024} MiB before, {peak // 1024} at the peak, {after // 1024} after")
+    """Three rounds of 30 clients that ask for 100,000 IDs (2.8 MB each) and read nothing: each round's answers are
+    dropped once the send timeout passes without a byte taken, and their memory is given back. What the process
+    keeps after a round depends on how many answers were encoded at once, which varies with the load, and on the
+    allocator (CI once kept 42.9 MiB after one round), so the rounds after the first must not add to it: a leak
+    of the answers would add 80 MiB a round."""
+    settled: list[int] = []
+    for _ in range(3):
+        lines_before = server.log().count("accepted no bytes")
+        before = rss_kib(server.pid)
+        hogs = [connect(server, rcvbuf=4096) for _ in range(30)]
+        try:
+            for sock in hogs:
+                sock.sendall(b"GET /v1/ids/wiji?count=100000 HTTP/1.1\r\nHost: x\r\n\r\n")
+            ports = {sock.getsockname()[1] for sock in hogs}
+            peak = before
+            deadline = time.monotonic() + DEADLINE_S
+            while server_side_sockets(server, ports):
+                peak = max(peak, rss_kib(server.pid))
+                assert time.monotonic() < deadline, "answers nobody reads are kept"
+                time.sleep(0.05)
+        finally:
+            for sock in hogs:
+                sock.close()
+        # Each was held for its answer's encoding, then at most the send timeout (1 s) without a byte taken: the
+        # server's log says so for every one.
+        assert server.log().count("accepted no bytes") - lines_before == 30
+        after = rss_kib(server.pid)
+        if settled:  # given back: no more than the first round kept, give or take 40 MiB of the allocator's
+            deadline = time.monotonic() + DEADLINE_S
+            while (after := rss_kib(server.pid)) - settled[0] > 40 * 1024:
+                assert time.monotonic() < deadline, (settled, before, peak, after)
+                time.sleep(0.05)
+        settled.append(after)
+        print(f"RSS {before // 1024} MiB before, {peak // 1024} at the peak, {after // 1024} after")
     assert httpx.get(f"{server.url}/v1/ids/wiji").status_code == 200
 
 
