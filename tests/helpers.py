@@ -4,6 +4,7 @@ Real server processes: tests/support/server.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -63,6 +64,26 @@ def running_app(state_dir: Path, clock: FakeClock | None = None, **overrides: An
     injected (the node's, and the API keys' quota clock; None: the real clocks)."""
     with TestClient(create_app(make_settings(state_dir, **overrides), clock=clock)) as client:
         yield client
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: Any) -> AsyncIterator[None]:
+    """Run the ASGI lifespan protocol (httpx.ASGITransport does not): startup before, shutdown after."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+    task = asyncio.create_task(
+        app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, inbox.get, outbox.put)
+    )
+    message = await outbox.get()
+    assert message["type"] == "lifespan.startup.complete", message
+    try:
+        yield
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        message = await outbox.get()
+        assert message["type"] == "lifespan.shutdown.complete", message
+        await task
 
 
 def new_node(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) -> Node:

@@ -3,14 +3,11 @@ prometheus-client docs set it up (in subprocesses, since the mode is chosen when
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from app.metrics import (
 from app.schemes import schemes
 from app.schemes.base import GeneratorStats
 from app.settings import Settings
-from tests.helpers import new_node, started
+from tests.helpers import lifespan, new_node, started
 
 SCHEMES = list(schemes())
 REPO = Path(__file__).resolve().parents[1]
@@ -157,26 +154,6 @@ def test_render_is_prometheus_text() -> None:
 
 
 # -- through the ASGI app (httpx.ASGITransport) ---------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def lifespan(app: Any) -> AsyncIterator[None]:
-    """Run the ASGI lifespan protocol (httpx.ASGITransport does not): startup before, shutdown after."""
-    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    await inbox.put({"type": "lifespan.startup"})
-    task = asyncio.create_task(
-        app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, inbox.get, outbox.put)
-    )
-    message = await outbox.get()
-    assert message["type"] == "lifespan.startup.complete", message
-    try:
-        yield
-    finally:
-        await inbox.put({"type": "lifespan.shutdown"})
-        message = await outbox.get()
-        assert message["type"] == "lifespan.shutdown.complete", message
-        await task
 
 
 def app_metrics(app: Any) -> Metrics:

@@ -79,15 +79,25 @@ class LedgerView:
     async def prepare(self, candidates: list[dict[str, Any]]) -> None:
         """One bounded ledger refresh when a reading is newer than the ledger's index (a claim made moments ago by
         another node is then known); never one per ID."""
+        await self.refresh(self.newest(candidates))
+
+    def newest(self, candidates: list[dict[str, Any]]) -> int:
+        """The time (ns) of the newest reading of ``candidates`` that the ledger may hold a claim for (a leased
+        identity, not in the future); -1 when none. The largest over several lists is the one :meth:`refresh`
+        needs for all of them."""
         if self.ledger is None:
-            return
+            return -1
         now = self.ledger.clock()
         newest = -1
         for candidate in candidates:
             pool, _identity, t = self._reading(candidate)
             if pool is not None and t is not None and t <= now + FUTURE_TOLERANCE_NS:
                 newest = max(newest, t)
-        if newest >= 0:
+        return newest
+
+    async def refresh(self, newest: int) -> None:
+        """The ledger refresh :meth:`prepare` makes, for the newest reading's time (:meth:`newest`; -1: none)."""
+        if self.ledger is not None and newest >= 0:
             await self.ledger.refresh_for(newest)
 
     def annotate(self, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
