@@ -83,6 +83,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 from app.api.front import Front, Header, Reply
+from app.api.params import MEMO_TEXT_BYTES
 from app.api.streams import REQUEST_CYCLE
 
 log = logging.getLogger("idmint.http")
@@ -265,14 +266,14 @@ _heads = _ReplyHeads()
 
 
 HOT_TARGETS_MAX = 1024
-"""Request targets :func:`_hot_target` remembers (cleared when full: endless distinct targets cost a re-parse, never
-memory)."""
+"""Request targets :func:`_hot_target` remembers, each of at most :data:`~app.api.params.MEMO_TEXT_BYTES` (cleared
+when full: endless distinct targets cost a re-parse, never memory)."""
 
 
 def _hot_target(front: Front, url: bytes) -> tuple[Any, str, str, bytes, bytes] | None:
     """(hot route, its template parameter, path, raw path, query string) of a request target, or None when it is
-    no hot route's (or has no path uvicorn reads), parsed and remembered per front and target in
-    ``front.hot_targets`` (the same bytes always parse the same; the caller looks there first)."""
+    no hot route's (or has no path uvicorn reads), parsed and remembered per front and target of at most
+    MEMO_TEXT_BYTES in ``front.hot_targets`` (the same bytes always parse the same; the caller looks there first)."""
     memo = front.hot_targets
     found: tuple[Any, str, str, bytes, bytes] | None = None
     try:
@@ -287,9 +288,10 @@ def _hot_target(front: Front, url: bytes) -> tuple[Any, str, str, bytes, bytes] 
                 found = (hot[0], hot[1], path, raw_path, parsed.query or b"")
     except (httptools.HttpParserInvalidURLError, UnicodeDecodeError):
         pass
-    if len(memo) >= HOT_TARGETS_MAX:
-        memo.clear()
-    memo[url] = found
+    if len(url) <= MEMO_TEXT_BYTES:
+        if len(memo) >= HOT_TARGETS_MAX:
+            memo.clear()
+        memo[url] = found
     return found
 
 

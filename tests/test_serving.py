@@ -201,6 +201,18 @@ def test_24_unfinished_10_mb_headers_leave_memory_bounded(server: Server) -> Non
     assert peak - before < 24 * 1024, (before, peak)
 
 
+def test_1100_distinct_long_valid_targets_leave_no_memory_behind(server: Server) -> None:
+    # Each target is a valid hot request padded to 60 KB with empty query pairs: the memos of targets and parsed
+    # queries (1,024 entries each) once kept every one of them, about 100 MiB, for as long as the process lived.
+    before = rss_kib(server.pid)
+    with connect(server) as sock:
+        for i in range(1100):
+            sock.sendall(b"GET /v1/ids/wiji?count=1" + b"&" * (60_000 - i) + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, body = read_response(sock)
+            assert status == 200 and body.count(b'"ids":[') == 1
+    assert rss_kib(server.pid) - before < 16 * 1024, (before, rss_kib(server.pid))
+
+
 def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Server) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n")

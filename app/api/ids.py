@@ -25,6 +25,7 @@ from app.api.deps import NodeDep, SettingsDep
 from app.api.front import Answer, HotHandler
 from app.api.issuing import THREAD_ENCODE_MIN, answer_body, issue_body, prepare, public_wrap
 from app.api.params import (
+    MEMO_TEXT_BYTES,
     QUERY_MEMO_SIZE,
     IssueParams,
     IssueRequest,
@@ -92,8 +93,8 @@ def hot_issue(node: Node, settings: Settings, public: Public | None = None) -> H
 
     maximum = settings.max_count
     parsed: dict[tuple[str, bytes], tuple[Issuer, IssueRequest]] = {}
-    """(scheme, raw query) -> (issuer, parsed request), for the last QUERY_MEMO_SIZE distinct valid ones (cleared
-    when full; a refused one raises every time)."""
+    """(scheme, raw query) -> (issuer, parsed request), for the last QUERY_MEMO_SIZE distinct valid ones of at most
+    MEMO_TEXT_BYTES (cleared when full; a refused one raises every time)."""
 
     def answer(scheme: str, scope: Scope) -> Answer | Awaitable[Answer]:
         query = scope["query_string"]
@@ -101,9 +102,10 @@ def hot_issue(node: Node, settings: Settings, public: Public | None = None) -> H
         if found is None:
             issuer = node.issuer(scheme)
             found = issuer, parse_issue_query(issuer.scheme, query, maximum)
-            if len(parsed) >= QUERY_MEMO_SIZE:
-                parsed.clear()
-            parsed[(scheme, query)] = found
+            if len(query) <= MEMO_TEXT_BYTES:
+                if len(parsed) >= QUERY_MEMO_SIZE:
+                    parsed.clear()
+                parsed[(scheme, query)] = found
         issuer, request = found
         fmt = request.format
         if fmt == PUBLIC_FORMAT:

@@ -170,16 +170,28 @@ def _parse(scheme: Scheme, params: Mapping[str, Any], maximum: int, counted_by: 
 QUERY_MEMO_SIZE = 1024
 """Distinct raw queries :func:`parse_issue_query` remembers (a bounded LRU: a client sending endless new queries
 only evicts, never grows it)."""
+MEMO_TEXT_BYTES = 1024
+"""Longest raw query (or request target, :mod:`app.serving`) the hot path's memos remember; a longer one is parsed
+afresh each time. Every real query is far shorter (a count, a format, a 63-character TypeID prefix); without it,
+1,024 distinct queries padded to the header limit (``count=1&&&...&``, valid) held 64 MiB in each memo."""
 
 
-@functools.lru_cache(maxsize=QUERY_MEMO_SIZE)
 def parse_issue_query(scheme: Scheme, query: bytes, maximum: int) -> IssueRequest:
     """:func:`parse_issue` of a raw query string (read by :func:`split_query`), remembered for the last
-    :data:`QUERY_MEMO_SIZE` distinct ``(scheme, query, maximum)``: a batch job repeating ``?count=1000`` or a
-    client always asking ``?format=uuid`` is validated once, not by pydantic on every request. Parsing is pure
-    (nothing but the text decides), the answer immutable, and a refused query is not remembered (it raises
-    InvalidOptionError every time)."""
+    :data:`QUERY_MEMO_SIZE` distinct ``(scheme, query, maximum)`` of at most :data:`MEMO_TEXT_BYTES`: a batch job
+    repeating ``?count=1000`` or a client always asking ``?format=uuid`` is validated once, not by pydantic on every
+    request. Parsing is pure (nothing but the text decides), the answer immutable, and a refused query is not
+    remembered (it raises InvalidOptionError every time)."""
+    if len(query) > MEMO_TEXT_BYTES:
+        return _parse_issue_query(scheme, query, maximum)
+    return _remembered_issue_query(scheme, query, maximum)
+
+
+def _parse_issue_query(scheme: Scheme, query: bytes, maximum: int) -> IssueRequest:
     return parse_issue(scheme, query_params(split_query(query)) if query else {}, maximum)
+
+
+_remembered_issue_query = functools.lru_cache(maxsize=QUERY_MEMO_SIZE)(_parse_issue_query)
 
 
 def split_query(raw: bytes) -> list[tuple[str, str]]:
