@@ -82,7 +82,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
-from app.api.front import Front, Header, Reply
+from app.api.front import Front, Header, Reply, refused_by_framing
 from app.api.params import MEMO_TEXT_BYTES
 from app.api.streams import REQUEST_CYCLE
 
@@ -827,12 +827,45 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._between_requests() or self.transport.is_closing():
             self._refuse(status, detail)
             return
+        cycle = self.cycle
+        if (
+            cycle is not None
+            and not self.message_complete
+            and not self.in_headers
+            and not refused_by_framing(self.parser.get_http_version(), self.headers)
+        ):
+            # The bad bytes are in the body of the request parsed last, which can never be complete now (unless the
+            # front refuses it by its framing, a 501 for Transfer-Encoding: xchunked: its answer reads no body).
+            if not (self.pipeline and self.pipeline[0][0] is cycle):
+                self._refuse_under_way(status, detail)  # its app is reading the body: it must not wait for ever
+                return
+            # Queued behind the answers before it, never started: the 400 takes its place, after them.
+            self.pipeline.popleft()
+            previous = self.pipeline[0][0] if self.pipeline else self.running
+            if previous is not None:
+                self.cycle = previous
         # Requests before it are under way: the 400 follows their answers (on_response_complete), in order.
         self.refused = True
         self.in_headers = False
         self._cancel_header_timer()
         self.flow.pause_reading()  # nothing after the bad bytes is read, let alone parsed
         self.bad_request = (status, detail)
+
+    def _refuse_under_way(self, status: int, detail: str) -> None:
+        """Refuse the request under way whose body broke off (bad bytes, or not in time): its app, reading the body,
+        sees the client gone; the client gets ``status`` and a gentle close when its answer has not begun, else the
+        connection is reset."""
+        cycle = self.cycle
+        self.refused = True
+        self.in_headers = False
+        self._cancel_header_timer()
+        self._cancel_body_timer()
+        self._disconnect()
+        if cycle is not None and not cycle.response_started:
+            self.transport.write(refusal_bytes(status, detail, default_head(self.server_state.default_headers)))
+            self._close_gently()
+        else:
+            self._abort()
 
     def _refuse(self, status: int, detail: str) -> None:
         """Answer ``status`` and close (gently), or just close when a response is under way (pipelining)."""
@@ -937,15 +970,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.flow.read_paused:
             self.body_timer = self.loop.call_later(timeout, self._body_timed_out)
             return
-        cycle = self.cycle
-        self.refused = True
-        self._disconnect()
-        if cycle is not None and not cycle.response_started:
-            detail = f"the request body must arrive within {timeout:g} s of its headers (IDMINT_BODY_TIMEOUT)"
-            self.transport.write(refusal_bytes(408, detail, default_head(self.server_state.default_headers)))
-            self._close_gently()
-        else:
-            self._abort()
+        detail = f"the request body must arrive within {timeout:g} s of its headers (IDMINT_BODY_TIMEOUT)"
+        self._refuse_under_way(408, detail)
 
     def _send_check(self) -> None:
         """The send timer fired (every send timeout / SEND_CHECKS while bytes wait): abort the connection when its

@@ -304,6 +304,30 @@ def test_pipelined_garbage_is_a_400_after_the_answers_before_it(server: Server, 
     assert "Traceback" not in server.log()
 
 
+@pytest.mark.parametrize(
+    "before",
+    [
+        [],
+        [b"POST /v1/ids/wiji?count=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"],
+        [b"GET /v1/ids/wiji?count=50000 HTTP/1.1\r\nHost: x\r\n\r\n"],
+    ],
+    ids=["alone", "behind-asgi", "behind-a-batch"],
+)
+@pytest.mark.parametrize("chunks", [b"-1\r\n", b'5\r\n{"cou\r\nffffffffffffffffff\r\n', b'c\r\n{"count": 2}XX'])
+def test_a_malformed_chunked_body_is_a_400_and_a_close(server: Server, before: list[bytes], chunks: bytes) -> None:
+    # The request's app was reading its body when the bad bytes came: the 400 waited for its answer, which waited for
+    # the rest of a body that could never come, and the connection stayed open past every timeout.
+    request = b"POST /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
+    with connect(server) as sock:
+        sock.sendall(b"".join(before) + request)
+        reader = Reader(sock)
+        assert [reader.response().status for _ in before] == [200] * len(before)
+        refused = reader.response()
+        assert refused.status == 400 and b"invalid HTTP request" in refused.body, refused
+        assert reader.closed_by_server()
+    assert "Traceback" not in server.log()
+
+
 def test_odd_request_lines_are_refused_and_the_server_serves_on(server: Server) -> None:
     for line in (
         b"GET\r\n\r\n",

@@ -155,6 +155,22 @@ def framing_refusal(
     return None
 
 
+def refused_by_framing(version: str, headers: list[Header]) -> bool:
+    """Whether :func:`framing_refusal` refuses a request of HTTP ``version`` with ``headers`` (lowercase names): its
+    answer then comes before, and without, any byte of its body (the connection layer asks, :mod:`app.serving`)."""
+    host = expect = coding = None
+    hosts = 0
+    for name, value in headers:
+        if name == b"host":
+            host = value
+            hosts += 1
+        elif name == b"transfer-encoding":
+            coding = value if coding is None else coding + b"," + value
+        elif name == b"expect":
+            expect = value
+    return framing_refusal(version, host, expect, hosts, coding) is not None
+
+
 def headless(send: Send) -> Send:
     """``send`` with every body dropped (the answer to HEAD: its GET's headers, ``Content-Length`` too)."""
 
