@@ -671,14 +671,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         cycle.response_started = cycle.response_complete = True
         cycle.message_event.set()
-        self._answered(reply, cycle.keep_alive)
-        self.on_response_complete()
+        self._answered(reply, cycle.keep_alive, later=True)
+        self.on_response_complete()  # the next request pipelined behind it, or idle
 
-    def _answered(self, reply: Reply, keep_alive: bool) -> None:
+    def _answered(self, reply: Reply, keep_alive: bool, later: bool = False) -> None:
         """Write a hot answer in one transport write: the bytes uvicorn writes for the same ASGI messages (status
         line, its default headers, :func:`~app.api.front.reply_headers`, ``connection: close`` when the connection
         ends), so either transport answers the same. Then count it, close or go idle, and watch a large answer (or
-        one the transport could not send at once) until its client took it."""
+        one the transport could not send at once) until its client took it. ``later``: written from its task
+        (:meth:`_answer_later`), where requests may be pipelined behind it: then :meth:`on_response_complete` says
+        whether the connection is idle (it is not while they are answered)."""
         status, fixed, extra, body = reply
         default = self.server_state.default_headers
         heads = _heads
@@ -719,9 +721,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 transport.close()
             return
-        self.idle_since = self.loop.time()
-        if self.timeout_keep_alive_task is None:
-            self._arm_idle_timer(self.timeout_keep_alive)
+        if not later:
+            self.idle_since = self.loop.time()
+            if self.timeout_keep_alive_task is None:
+                self._arm_idle_timer(self.timeout_keep_alive)
         if watch:
             self._watch_send()
 

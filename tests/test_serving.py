@@ -213,6 +213,25 @@ def test_1100_distinct_long_valid_targets_leave_no_memory_behind(server: Server)
     assert rss_kib(server.pid) - before < 16 * 1024, (before, rss_kib(server.pid))
 
 
+@pytest.mark.parametrize("first", ["/v1/ids/wiji?count=50000", "/v1/ids/snowflake?count=50000"])
+def test_a_stream_pipelined_behind_a_hot_answer_that_waited_outlives_the_keep_alive_timeout(
+    server: Server, first: str
+) -> None:
+    # The first answer waits (a batch encoded in a thread; a capped scheme's next ticks) and is written from its
+    # task; the stream behind it was cut when the idle timer fired one keep-alive timeout (1 s) after that answer,
+    # as if nothing were under way: mid-ID, with "Cannot call write() after write_eof()" in the log.
+    with connect(server, rcvbuf=65536) as sock:
+        sock.sendall(f"GET {first} HTTP/1.1\r\nHost: x\r\n\r\nGET {STREAM} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        received = 0
+        end = time.monotonic() + 3.0  # three keep-alive timeouts of the client reading steadily
+        while time.monotonic() < end:
+            data = sock.recv(65536)
+            assert data, f"closed after {received} bytes"
+            received += len(data)
+            time.sleep(0.01)
+    assert "Traceback" not in server.log()
+
+
 def test_headers_that_do_not_finish_in_time_get_408_and_a_close(server: Server) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\n")
