@@ -117,5 +117,14 @@ class TooManyRequestsError(IdmintError):
         self.retry_after = max(1, int(retry_after))
 
 
+class UpgradeRequiredError(IdmintError):
+    """The request needs a later HTTP version than it came in: a stream over HTTP/1.0, which has no chunked transfer
+    coding to tell a complete stream from a cut one. ``upgrade``: the protocol to ask again with (``HTTP/1.1``)."""
+
+    def __init__(self, reason: str, upgrade: str = "HTTP/1.1") -> None:
+        super().__init__(reason)
+        self.upgrade = upgrade
+
+
 class ConfigError(IdmintError, ValueError):
     """A setting breaks its rule; raised once, at start-up."""

@@ -26,6 +26,7 @@ from app.errors import (
     UnknownSchemeError,
     UnknownSequenceError,
     UnopenedPublicIdError,
+    UpgradeRequiredError,
 )
 
 log = logging.getLogger("idmint.api")
@@ -68,13 +69,18 @@ def status_for(exc: IdmintError) -> int:
         return 503
     if isinstance(exc, TooManyRequestsError):
         return 429
+    if isinstance(exc, UpgradeRequiredError):
+        return 426
     return 500  # ConfigError and anything else: a fault of ours, not of the request
 
 
 def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """(status, JSON body, extra headers) for an idmint error: ``{"detail": "<rule broken or reason>"}``."""
+    """(status, JSON body, extra headers) for an idmint error: ``{"detail": "<rule broken or reason>"}``, with
+    ``Retry-After`` (503, 429) or ``Upgrade`` (426, RFC 9110 section 15.5.22)."""
     retry_after = exc.retry_after if isinstance(exc, (NotReadyError, TooManyRequestsError)) else None
     body, headers = refusal(str(exc), retry_after)
+    if isinstance(exc, UpgradeRequiredError):
+        headers.append((b"upgrade", exc.upgrade.encode()))
     return status_for(exc), body, headers
 
 

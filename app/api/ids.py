@@ -61,6 +61,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"description": "this node cannot be sure its identity is exclusive (Retry-After)"},
 }
 STREAM_ERRORS: dict[int | str, dict[str, Any]] = {
+    426: {"description": "asked over HTTP/1.0, which cannot carry a stream (Upgrade: HTTP/1.1)"},
     429: {"description": "this node already serves IDMINT_MAX_CONCURRENT_STREAMS streams (Retry-After)"},
 }
 

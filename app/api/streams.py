@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.errors import IdmintError, InvalidOptionError, TooManyRequestsError
+from app.errors import IdmintError, InvalidOptionError, TooManyRequestsError, UpgradeRequiredError
 from app.issuing.issuer import Charge, Issued, Issuer
 
 log = logging.getLogger("idmint.api")
@@ -220,8 +220,14 @@ async def open_stream(
     are sent, :meth:`ApiKeys.paced <app.api.auth.ApiKeys.paced>`). ``wrap`` (public IDs) rewrites each chunk before
     it is encoded.
 
-    Raises InvalidOptionError (422), TooManyRequestsError (429) or NotReadyError (503) before any byte is sent.
+    Raises UpgradeRequiredError (426) over HTTP/1.0, InvalidOptionError (422), TooManyRequestsError (429) or
+    NotReadyError (503) before any byte is sent.
     """
+    if request.scope.get("http_version") == "1.0":
+        raise UpgradeRequiredError(
+            "a stream needs HTTP/1.1: its chunked transfer coding is how a client tells a complete stream from a cut "
+            "one, and HTTP/1.0 has none (ask again over HTTP/1.1, or ask /v1/ids/{scheme}?count=N for batches)"
+        )
     check_duration(issuer, count, max_seconds)
     slot = slots.take(count)
     try:

@@ -5,6 +5,7 @@ checked up front, and a capacity-capped generator serves single requests ahead o
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import socket
 import time
@@ -19,6 +20,7 @@ from app.errors import TooManyRequestsError
 from app.issuing.issuer import STREAM_SLICE_S, no_charge
 from app.schemes import get_scheme
 from tests.helpers import new_node, started
+from tests.support.raw_http import exchange
 from tests.support.server import Server
 
 MB = 1024 * 1024
@@ -141,6 +143,25 @@ def test_stream_options_are_refused_before_the_first_byte(server: Server, path: 
     assert r.status_code == 422, r.text[:200]
     assert r.headers["content-type"] == "application/json"
     assert fragment in r.json()["detail"]
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_a_stream_asked_over_http_1_0_is_a_426_naming_http_1_1_and_a_batch_is_served(
+    server: Server, method: str
+) -> None:
+    """HTTP/1.0 has no chunked transfer coding: a stream sent chunked to a 1.0 client reads its chunk sizes as IDs
+    (uvicorn answered so), and one sent to the close cannot tell a complete stream from a cut one. Refused before
+    its first byte, with ``Upgrade: HTTP/1.1``; a batch over HTTP/1.0 is answered as usual."""
+    body = b"" if method == "GET" else b"Content-Length: 0\r\n"
+    (refused,) = exchange(
+        server.port, f"{method} /v1/ids/wiji/stream?count=5 HTTP/1.0\r\n".encode() + body + b"\r\n", [method]
+    )
+    assert refused.status == 426, refused.raw[:300]
+    assert refused.headers["upgrade"] == "HTTP/1.1"
+    assert "HTTP/1.1" in json.loads(refused.body)["detail"]
+    assert b"transfer-encoding" not in refused.head.lower()
+    (batch,) = exchange(server.port, b"GET /v1/ids/wiji?count=5 HTTP/1.0\r\n\r\n")
+    assert batch.status == 200 and len(json.loads(batch.body)["ids"]) == 5
 
 
 def test_a_stream_longer_than_max_stream_seconds_at_the_cap_is_refused_with_the_figure(server: Server) -> None:
