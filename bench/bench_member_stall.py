@@ -22,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,12 @@ def main() -> None:
         cluster.start()
         try:
             results = {}
-            for label, call in (("hedged (idmint)", hedged), ("one attempt at a time", one_attempt_at_a_time)):
-                EtcdClient.call_hedged = call  # type: ignore[method-assign]
+            variants: list[tuple[str, Callable[..., Awaitable[dict[str, Any]]]]] = [
+                ("hedged (idmint)", hedged),
+                ("one attempt at a time", one_attempt_at_a_time),
+            ]
+            for label, call in variants:
+                EtcdClient.call_hedged = call  # type: ignore[method-assign,assignment]
                 results[label] = asyncio.run(rounds(cluster, args.rounds, label))
         finally:
             EtcdClient.call_hedged = hedged  # type: ignore[method-assign]

@@ -306,34 +306,42 @@ class EtcdClient:
     async def call_hedged(
         self, path: str, body: dict[str, Any], timeout: float | None, hedge_after: float
     ) -> dict[str, Any]:
-        """:meth:`call` for an idempotent request (a keepalive) that must be answered soon: a new attempt starts
-        every ``hedge_after`` seconds while none has answered (at once after a failure), on the endpoints in turn
-        from the current one, and the earlier attempts stay out; the first answer wins and its endpoint becomes the
-        current one; the attempts still out are cancelled. A member that stalls (SIGSTOP, a full disk) then costs
-        ``hedge_after``, not ``timeout``; so does a leader that stalls, once a new one is elected (an attempt that
-        a follower forwarded to the stalled leader stays stuck, a new one is not). After gRPC's hedging policy
-        (``hedgingDelay``). Attempts start while ``budget`` seconds have not passed (every endpoint is asked at
-        least once); at most ``timeout / hedge_after`` + one per endpoint are out at a time. Raises the last
-        EtcdCallError."""
+        """:meth:`call` for an idempotent request (a keepalive) that must be answered soon: while none has
+        answered, a new attempt starts every ``hedge_after`` seconds (at once after a failure) on the next endpoint
+        in turn from the current one that has no attempt out, and the earlier attempts stay out; the first answer
+        wins and its endpoint becomes the current one; the attempts still out are cancelled. So at most one attempt
+        per endpoint is out at a time, and with one endpoint there is no hedge at all (an overloaded member is not
+        asked more). A member that stalls (SIGSTOP, a full disk) then costs ``hedge_after``, not ``timeout``; a
+        leader that stalls costs its re-election and what is left of the attempts its followers forwarded to it.
+        After gRPC's hedging policy (``hedgingDelay``). Attempts start while ``budget`` seconds have not passed
+        (every endpoint is asked at least once). Raises the last EtcdCallError; ValueError for ``hedge_after`` <= 0.
+        """
+        if not hedge_after > 0:
+            raise ValueError(f"hedge_after must be > 0 seconds, got {hedge_after!r}")
         link = self._link
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._budget
-        count = len(link.endpoints)
+        endpoints = link.endpoints
+        count = len(endpoints)
         turn = link.current
         started = failures = 0
         next_at = loop.time()
-        asked: dict[asyncio.Task[dict[str, Any]], str] = {}
+        asked: dict[asyncio.Task[dict[str, Any]], int] = {}  # each attempt out -> its endpoint's index
         error: EtcdCallError | None = None
         try:
             while True:
                 now = loop.time()
-                may_start = not link.closed and (now < give_up or started < count)
+                may_start = not link.closed and (now < give_up or started < count) and len(asked) < count
                 if may_start and now >= next_at:
-                    endpoint = link.endpoints[turn % count]
+                    busy = set(asked.values())
+                    while turn % count in busy:
+                        turn += 1
+                    index = turn % count
                     turn += 1
                     started += 1
-                    asked[asyncio.create_task(self._call_one(endpoint, path, body, timeout))] = endpoint
+                    asked[asyncio.create_task(self._call_one(endpoints[index], path, body, timeout))] = index
                     next_at = now + hedge_after
+                    may_start = len(asked) < count
                 if not asked:
                     if not may_start:
                         raise error or EtcdCallError(1, "the etcd client is closed", self.endpoint)
@@ -342,14 +350,14 @@ class EtcdClient:
                 wait = max(0.0, next_at - loop.time()) if may_start else None
                 done, _ = await asyncio.wait(asked, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
-                    endpoint = asked.pop(task)
+                    index = asked.pop(task)
                     exc = task.exception()
                     if exc is None:
-                        link.current = link.endpoints.index(endpoint)
+                        link.current = index
                         return task.result()
                     if not isinstance(exc, EtcdCallError) or link.closed or not ERRORS.get(exc.code, ERRORS[2])[2]:
                         raise exc
-                    self.failed(endpoint)
+                    self.failed(endpoints[index])
                     error = exc
                     failures += 1
                     next_at = loop.time() + (0.05 if failures % count == 0 else 0.0)
