@@ -380,6 +380,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.header_bytes = 0  # bytes of the socket reads after the one the headers began in
         self.begin_read_bytes = 0  # size of the socket read the headers began in, once it is parsed (else 0)
         self.begun = 0  # requests begun on this connection
+        self.cycle_begun = 0  # the value of begun when self.cycle was made: its request's number on this connection
         self.read_bytes = 0  # size of the socket read being parsed
         self.answered_in_read = 0  # requests of that read answered here
         self.refused = False  # answered 431/408/400, or closing: what the client sends is no longer parsed
@@ -473,7 +474,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
         except httptools.HttpParserError as exc:
-            self._bad_request(exc)
+            if not self.refused:  # refused earlier in this read (a bad target): that answer stands, written once
+                self._bad_request(exc)
             return
         if not self.in_headers:
             if not self.message_complete and self.body_timer is None and not self.refused:
@@ -534,6 +536,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         super().on_headers_complete()
         if self.cycle is not cycle:  # not an upgrade (uvicorn hands those to its websocket protocol)
+            self.cycle_begun = self.begun
             self.cycle.transport = self._cycle_transport()  # type: ignore[assignment]
             # A stream reads its disconnect; weakly held, as the cycle holds the scope.
             self.scope[REQUEST_CYCLE] = weakref.ref(self.cycle)  # type: ignore[literal-required]
@@ -640,6 +643,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return True
         # It waits: a task carries it on, as the request under way that later ones queue behind (uvicorn's
         # pipeline), and writes its answer when it has one.
+        self.cycle_begun = self.begun
         self.cycle = self.running = cycle = RequestResponseCycle(
             scope=scope,  # type: ignore[arg-type]
             transport=self._cycle_transport(),  # type: ignore[arg-type]
@@ -833,12 +837,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if (
             cycle is not None
+            and self.cycle_begun == self.begun
             and not self.message_complete
             and not self.in_headers
             and not refused_by_framing(self.parser.get_http_version(), self.headers)
         ):
-            # The bad bytes are in the body of the request parsed last, which can never be complete now (unless the
-            # front refuses it by its framing, a 501 for Transfer-Encoding: xchunked: its answer reads no body).
+            # The bad bytes are in the body of the request parsed last, whose cycle this is (not an earlier one's: a
+            # bad target refuses a request that has none), which can never be complete now (unless the front
+            # refuses it by its framing, a 501 for Transfer-Encoding: xchunked: its answer reads no body).
             if not (self.pipeline and self.pipeline[0][0] is cycle):
                 self._refuse_under_way(status, detail)  # its app is reading the body: it must not wait for ever
                 return

@@ -7,6 +7,7 @@ deadline that only a broken server reaches."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -321,6 +322,47 @@ def test_pipelined_garbage_is_a_400_after_the_answers_before_it(server: Server, 
         assert refused.status == 400 and b"invalid HTTP request" in refused.body
         assert reader.closed_by_server()
     assert "Traceback" not in server.log()
+
+
+POST_3 = b"POST /v1/ids/wiji?count=3 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+POST_4 = b"POST /v1/ids/wiji?count=4 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "before",
+    [[b"GET /v1/ids/wiji?count=50000 HTTP/1.1\r\nHost: x\r\n\r\n"], [POST_3], [POST_3, POST_4]],
+    ids=["behind-a-batch-answered-later", "behind-one-through-asgi", "behind-two-through-asgi"],
+)
+def test_a_pipelined_bad_target_is_a_400_after_every_answer_before_it(server: Server, before: list[bytes]) -> None:
+    """A target without a path is refused before its request has a cycle of its own: the requests before it keep
+    theirs and are answered, in order, then the 400 (review found them dropped or answered by the 400)."""
+    with connect(server) as sock:
+        sock.sendall(b"".join(before) + b"GET http://x HTTP/1.1\r\nHost: x\r\n\r\n")
+        reader = Reader(sock)
+        answers = [reader.response() for _ in before]
+        assert [a.status for a in answers] == [200] * len(before), [a.body[:200] for a in answers]
+        refused = reader.response()
+        assert refused.status == 400, refused.body
+        assert reader.closed_by_server()
+    counts = [len(json.loads(a.body)["ids"]) for a in answers]
+    assert counts == [int(r.split(b"count=")[1].split(b" ")[0]) for r in before]
+
+
+@pytest.mark.parametrize(
+    "before", [[], [b"GET /v1/ids/wiji?count=50000 HTTP/1.1\r\nHost: x\r\n\r\n"]], ids=["alone", "behind"]
+)
+def test_a_bad_target_then_bad_body_bytes_in_one_read_are_refused_once(server: Server, before: list[bytes]) -> None:
+    """A request refused by its target whose body then breaks the parser in the same read is answered once: the
+    parser's error is not a second refusal (it was written after the first, and the server logged a traceback)."""
+    lines_before = server.log().count("Traceback")
+    bad = b"POST http://x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    with connect(server) as sock:
+        sock.sendall(b"".join(before) + bad)
+        reader = Reader(sock)
+        assert [reader.response().status for _ in before] == [200] * len(before)
+        assert reader.response().status == 400
+        assert reader.closed_by_server()
+    assert server.log().count("Traceback") == lines_before, server.log()[-3000:]
 
 
 @pytest.mark.parametrize(
