@@ -79,8 +79,8 @@ def error_parts(exc: IdmintError) -> tuple[int, bytes, list[tuple[bytes, bytes]]
     ``Retry-After`` (503, 429) or ``Upgrade`` (426, RFC 9110 section 15.5.22)."""
     retry_after = exc.retry_after if isinstance(exc, (NotReadyError, TooManyRequestsError)) else None
     body, headers = refusal(str(exc), retry_after)
-    if isinstance(exc, UpgradeRequiredError):
-        headers.append((b"upgrade", exc.upgrade.encode()))
+    if isinstance(exc, UpgradeRequiredError):  # with the connection option RFC 9110 section 7.8 asks for
+        headers += [(b"upgrade", exc.upgrade.encode()), (b"connection", b"upgrade")]
     return status_for(exc), body, headers
 
 

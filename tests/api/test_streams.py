@@ -157,7 +157,7 @@ def test_a_stream_asked_over_http_1_0_is_a_426_naming_http_1_1_and_a_batch_is_se
         server.port, f"{method} /v1/ids/wiji/stream?count=5 HTTP/1.0\r\n".encode() + body + b"\r\n", [method]
     )
     assert refused.status == 426, refused.raw[:300]
-    assert refused.headers["upgrade"] == "HTTP/1.1"
+    assert refused.headers["upgrade"] == "HTTP/1.1" and b"\r\nconnection: upgrade" in refused.head.lower()
     assert "HTTP/1.1" in json.loads(refused.body)["detail"]
     assert b"transfer-encoding" not in refused.head.lower()
     (batch,) = exchange(server.port, b"GET /v1/ids/wiji?count=5 HTTP/1.0\r\n\r\n")
