@@ -155,19 +155,28 @@ def framing_refusal(
     return None
 
 
-def refused_by_framing(version: str, headers: list[Header]) -> bool:
-    """Whether :func:`framing_refusal` refuses a request of HTTP ``version`` with ``headers`` (lowercase names): its
-    answer then comes before, and without, any byte of its body (the connection layer asks, :mod:`app.serving`)."""
-    host = expect = coding = None
+def framing_fields(headers: Iterable[Header]) -> tuple[bytes | None, bytes | None, int, bytes | None, bytes | None]:
+    """(Host, Expect, how many Host fields, the Transfer-Encoding codings joined by commas, Content-Length) of request
+    ``headers`` (lowercase names), None where absent: what :func:`framing_refusal` and the body checks read."""
+    host = expect = coding = length = None
     hosts = 0
     for name, value in headers:
         if name == b"host":
             host = value
             hosts += 1
+        elif name == b"content-length":
+            length = value
         elif name == b"transfer-encoding":
             coding = value if coding is None else coding + b"," + value
         elif name == b"expect":
             expect = value
+    return host, expect, hosts, coding, length
+
+
+def refused_by_framing(version: str, headers: list[Header]) -> bool:
+    """Whether :func:`framing_refusal` refuses a request of HTTP ``version`` with ``headers`` (lowercase names): its
+    answer then comes before, and without, any byte of its body (the connection layer asks, :mod:`app.serving`)."""
+    host, expect, hosts, coding, _ = framing_fields(headers)
     return framing_refusal(version, host, expect, hosts, coding) is not None
 
 
@@ -446,20 +455,8 @@ class Front:
             if method == "OPTIONS" and await self._preflight(scope, send, template, start):
                 return
             send = self._with_cors(send, self.cors_headers(scope))
-        host = expect = length = coding = None
-        hosts = 0
-        chunked = False
-        for name, value in scope["headers"]:
-            if name == b"host":
-                host = value
-                hosts += 1
-            elif name == b"content-length":
-                length = value
-            elif name == b"transfer-encoding":
-                chunked = True
-                coding = value if coding is None else coding + b"," + value
-            elif name == b"expect":
-                expect = value
+        host, expect, hosts, coding, length = framing_fields(scope["headers"])
+        chunked = coding is not None
         refused = framing_refusal(scope.get("http_version", "1.1"), host, expect, hosts, coding)
         if refused is None and length is not None:
             refused = self._declared_body(length, access)
