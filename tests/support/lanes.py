@@ -11,8 +11,12 @@ from collections.abc import Callable
 import httpx
 
 from tests.support.server import Server
-from tests.support.storage import TTL_S
 
+TTL_S = 6
+MARGIN_S = 1.0
+"""The node's lease TTL and safety margin here (longer than the other storage tests' 3 s and 1 s): renewals every
+2 s, each with 3 s before the claim's deadline (TTL - margin after the last one), so that a busy machine delaying one
+renewal does not pass for one queued behind the lock."""
 HOLD_S = 2 * TTL_S
 """How long the other session holds the sequence's lock: two TTLs (a lease renewed on the stores' connection would
 fail closed within the first, at TTL minus the safety margin)."""

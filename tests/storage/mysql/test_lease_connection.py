@@ -11,10 +11,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from tests.support.lanes import HOLD_S, until, watch_while_locked
+from tests.support.lanes import HOLD_S, MARGIN_S, TTL_S, until, watch_while_locked
 from tests.support.mariadb import APP_PASSWORD, APP_USER, MysqlDatabase
 from tests.support.server import running_server
-from tests.support.storage import MARGIN_S, TTL_S
 
 pytestmark = pytest.mark.integration  # a real MariaDB and idmint serve
 
