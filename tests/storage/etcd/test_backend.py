@@ -113,7 +113,14 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
     ns = etcd_namespace
-    async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b, backend(etcd_server, ns) as c:
+    # 10 s leases: the claims' validity below is about the claims, not about keepalives a loaded machine sends late
+    # (TTL_S's deadline is 1.5 s after the last one sent, and fifteen claims are made in between).
+    ttl = {"etcd_lease_ttl": 10}
+    async with (
+        backend(etcd_server, ns, **ttl) as a,
+        backend(etcd_server, ns, **ttl) as b,
+        backend(etcd_server, ns, **ttl) as c,
+    ):
         claims: dict[str, list[EtcdClaim]] = {}
         for pool in (EIGHT_BYTE, MUID, HLC_ULID, SIQ, SHARDS_RANDOM):
             got = [await be.claim(pool, holder(n)) for n, be in enumerate((a, b, c))]
@@ -153,7 +160,8 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
         assert wiji_value["holder"]["host"] == "replica-0"
 
         status = a.status()
-        assert status["backend"] == "etcd" and status["healthy"] and 0 < status["deadline_in_s"] <= TTL_S
+        assert status["backend"] == "etcd" and status["healthy"]
+        assert 0 < status["deadline_in_s"] <= ttl["etcd_lease_ttl"]
 
     # close() revoked every lease: claim and registration keys are gone.
     assert await keys_under(raw, ns) == {}
@@ -227,8 +235,9 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(
 async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
-    # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease.
-    async with backend(etcd_server, etcd_namespace) as a:
+    # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease. (A 10 s
+    # lease: the claim's validity is about the key, not about a keepalive sent late.)
+    async with backend(etcd_server, etcd_namespace, etcd_lease_ttl=10) as a:
         assert a._session is not None
         await raw.put(f"{etcd_namespace}idmint/hlc-ulid/0".encode(), b"", lease=a._session.lease_id)
         claim = await a.claim(pool_spec("hlc-ulid", minimum=0, maximum=0), holder(0))
@@ -405,7 +414,7 @@ async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
 async def test_revoked_lease_loses_claims_and_a_new_lease_is_granted(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
-    async with backend(etcd_server, etcd_namespace) as a:
+    async with backend(etcd_server, etcd_namespace, etcd_lease_ttl=10) as a:  # validity is not about keepalives here
         claim = await a.claim(SIQ, holder(0))
         old_lease = claim.lease_id
         await raw.revoke_lease(old_lease)
