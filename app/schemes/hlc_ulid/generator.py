@@ -253,11 +253,12 @@ class HlcUlidBatch(Batch):
         words, heads = random_planes(self.drawn, count)
         # Characters 10..25 are two 8-byte words per ID, each the OR of its groups' lookups (see _word_table):
         # 18..25 = w0's triple | w1's triple | w2's tail, 10..17 = counter and publisher ID | random head. The
-        # words' planes are masked to their groups' bits in one call; each lookup's index is then one cast of one
-        # plane. The passes run block by block over the same arrays, so a block's indices, words and rows stay in
-        # cache between them (a numpy call costs about 5,000 instructions: blocks stay large).
+        # words' planes are masked to their groups' bits in one call; each lookup then takes its plane's uint16 (or
+        # the heads' uint8) indices as they are (numpy casts them in its buffered loop: as fast as a cast to intp
+        # first for a stream's chunk, 2.5% faster for 1,000 IDs). The passes run block by block over the same
+        # arrays, so a block's words and rows stay in cache between them (a numpy call costs about 5,000
+        # instructions: blocks stay large).
         block = min(count, ENCODE_BLOCK)
-        indices_block = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", block, np.intp))
         word_block = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-word", block, "<u8"))
         looked_up_block = cast("npt.NDArray[np.uint64]", _text.scratch("hlc-ulid-looked-up", block, "<u8"))
         random_tables, head_table = _random_words(), _head_words(self.publisher_id)
@@ -272,19 +273,13 @@ class HlcUlidBatch(Batch):
             row += seg.count
         for start in range(0, count, block):
             stop = min(count, start + block)
-            indices, word, looked_up = (
-                indices_block[: stop - start],
-                word_block[: stop - start],
-                looked_up_block[: stop - start],
-            )
+            word, looked_up = word_block[: stop - start], looked_up_block[: stop - start]
             for plane, table in enumerate(random_tables):
-                np.copyto(indices, masked[plane, start:stop])
-                np.take(table, indices, out=looked_up if plane else word, mode="wrap")
+                np.take(table, masked[plane, start:stop], out=looked_up if plane else word, mode="wrap")
                 if plane:
                     np.bitwise_or(word, looked_up, out=word)
             low_words[start:stop] = word
-            np.copyto(indices, heads[start:stop])
-            np.take(head_table, indices, out=word, mode="wrap")
+            np.take(head_table, heads[start:stop], out=word, mode="wrap")
             for first_row, end_row, first in runs:
                 lo, hi = max(first_row, start), min(end_row, stop)
                 if lo < hi:
@@ -298,11 +293,9 @@ class HlcUlidBatch(Batch):
         hex4 = _text.hex4_table()
         _text.write_runs(rows, COUNTER_HEX_COLUMN, [(hex4, seg.first, seg.count) for seg in self.segments])
         chunks = random_chunks(self.drawn, self.count)
-        indices = cast("npt.NDArray[np.intp]", _text.scratch("hlc-ulid-indices", self.count, np.intp))
         looked_up = _text.scratch("hlc-ulid-chars", self.count, "<u4")
         for chunk in range(RANDOM_WORDS):
-            np.copyto(indices, chunks[chunk])
-            np.take(hex4, indices, out=looked_up, mode="wrap")
+            np.take(hex4, chunks[chunk], out=looked_up, mode="wrap")
             _text.char_view(rows, RANDOM_HEX_COLUMN + chunk * HEX_CHUNK_DIGITS)[...] = looked_up
         return rows
 
