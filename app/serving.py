@@ -608,7 +608,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                 if host:  # two: the ASGI front refuses them
                     return False
                 host = True
-            elif name == b"authorization" and authorization is None:
+            elif name == b"authorization":
+                if authorization is not None:  # two: the key check refuses them (only_authorization)
+                    return False
                 authorization = value
         if not host and version == "1.1":
             return False

@@ -340,6 +340,26 @@ class Refusal(Exception):
         self.retry_after = None if retry_after is None else max(1, math.ceil(retry_after))
 
 
+def only_authorization(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The value of the request's one ``Authorization`` field (lowercase names), None without one. Raises Refusal
+    (401) for two or more: Authorization is a single field, not a list (RFC 9110 sections 5.3 and 11.6.2), and a
+    proxy in front of this node may read another of them than this node would."""
+    found = None
+    fields = 0
+    for name, value in headers:
+        if name == b"authorization":
+            found = value
+            fields += 1
+    if fields > 1:
+        raise Refusal(
+            401,
+            "unauthorized",
+            f"a request must carry at most one Authorization header, got {fields} (RFC 9110 section 5.3: it is not "
+            "a list)",
+        )
+    return found
+
+
 # -- the middleware -------------------------------------------------------------------------------------------------
 
 
@@ -433,11 +453,7 @@ class ApiKeys:
 
     def authorise(self, scope_name: str, headers: list[tuple[bytes, bytes]]) -> KeyState | None:
         """The key to charge (None for a public request). Raises Refusal (401/403)."""
-        auth = None
-        for name, value in headers:
-            if name == b"authorization":
-                auth = value
-                break
+        auth = only_authorization(headers)
         if auth is None:
             if scope_name in self.public:
                 return None
@@ -536,18 +552,19 @@ class ApiKeys:
     # -- the front's calls ------------------------------------------------------------------------------
     def check(self, access: Access, scope: Scope, authorization: Any = SCAN) -> KeyState | None:
         """Authorise a request for a route of ``access`` (its scope is not None) and apply the key's request and
-        stream quotas: the key to charge, or None for a public request. ``authorization``: the request's first
-        ``Authorization`` value when the caller has already found it (None: it has none), else it is looked for in
-        ``scope["headers"]``. Counted in ``idmint_api_key_requests_total`` once: here (also a request whose IDs are
-        charged to a key without an IDs quota: no charge can refuse it), or for a request whose IDs are charged to a
-        key with one, by that charge (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
+        stream quotas: the key to charge, or None for a public request. ``authorization``: the request's one
+        ``Authorization`` value when the caller has already found it and no second (None: it has none), else it is
+        looked for in ``scope["headers"]`` (:func:`only_authorization`: two or more are refused). Counted in
+        ``idmint_api_key_requests_total`` once: here (also a request whose IDs are charged to a key without an IDs
+        quota: no charge can refuse it), or for a request whose IDs are charged to a key with one, by that charge
+        (:func:`ids_charge`) or :func:`settle`. Raises Refusal (401, 403, 429)."""
         assert access.scope is not None
         if authorization is SCAN:
-            authorization = None
-            for name, value in scope["headers"]:
-                if name == b"authorization":
-                    authorization = value
-                    break
+            try:
+                authorization = only_authorization(scope["headers"])
+            except Refusal as refusal:
+                self.metrics.api_key_request(refusal.key, refusal.outcome)
+                raise
         if authorization is not None:
             key = self.known.get(authorization)
             if key is not None and access.scope in key.free_scopes and not access.stream:

@@ -329,9 +329,9 @@ class Front:
         self, route: HotRoute, param: str, scope: Scope, start: float, authorization: Any = SCAN
     ) -> Reply | Coroutine[Any, Any, Reply]:
         """:meth:`answer_hot`'s answer at once when its handler answers without waiting (a :data:`Reply`), else the
-        coroutine that waits for it and finishes it. ``authorization``: the request's first ``Authorization``
-        value when the caller has already found it among ``scope["headers"]`` (None: it has none), else it is
-        looked for there when API keys are on.
+        coroutine that waits for it and finishes it. ``authorization``: the request's one ``Authorization``
+        value when the caller has already found it among ``scope["headers"]``, and no second (None: it has none),
+        else it is looked for there when API keys are on (two or more: 401).
 
         A request of a route that hands out IDs is counted in flight (:class:`~app.api.admin.Drain`) only while it
         waits: one answered at once runs from its drain check to its answer without the event loop turning, so no

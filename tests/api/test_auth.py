@@ -29,6 +29,7 @@ from app.issuing.issuer import Issuer
 from app.main import create_app
 from app.sequences import SequenceService
 from tests.helpers import FakeClock, make_settings, running_app
+from tests.support.raw_http import exchange
 from tests.support.server import Server
 
 ISSUER, DECODER, LIMITED, STREAMER, WATCHER = "k-issuer", "k-decoder", "k-limited", "k-streamer", "k-watcher"
@@ -106,6 +107,30 @@ def test_issue_without_a_key_is_401_with_a_json_reason(keyed: tuple[TestClient, 
         assert r.json()["detail"]
     r = client.get("/v1/ids/wiji", headers=bearer(ISSUER))
     assert r.status_code == 200 and len(r.json()["ids"]) == 1
+
+
+def test_two_authorization_headers_are_refused_whichever_holds_the_key(
+    keyed: tuple[TestClient, FakeClock], server: Server
+) -> None:
+    # Authorization is one field, not a list: a proxy in front may read the other one than this node would. The
+    # key is used alone first, so that the node remembers its value (the check's fast path) before the pairs come.
+    good, bad = f"Bearer {ISSUER}", "Bearer nope"
+    pairs = [(good, bad), (bad, good), (good, good)]
+    client, _ = keyed
+    assert client.get("/v1/ids/wiji", headers=bearer(ISSUER)).status_code == 200
+    for first, second in pairs:
+        for path in ("/v1/ids/wiji", "/v1/ids/wiji?count=3", f"/v1/decode/{'0' * 26}"):  # decode: a public scope
+            r = client.get(path, headers=[("Authorization", first), ("Authorization", second)])
+            assert r.status_code == 401, (path, first, second)
+            assert r.headers["www-authenticate"].startswith("Bearer")
+            assert "at most one Authorization header, got 2" in r.json()["detail"]
+    # The served node, whose connection layer answers GET /v1/ids/wiji itself when it may.
+    one = f"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nAuthorization: {good}\r\n\r\n"
+    assert exchange(server.port, one.encode())[0].status == 200
+    for first, second in pairs:
+        two = f"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nAuthorization: {first}\r\nAuthorization: {second}\r\n\r\n"
+        (answer,) = exchange(server.port, two.encode())
+        assert answer.status == 401 and b"at most one Authorization header" in answer.body, answer.raw[:300]
 
 
 def test_a_key_without_the_scope_is_403(keyed: tuple[TestClient, FakeClock]) -> None:
