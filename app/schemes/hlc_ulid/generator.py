@@ -264,7 +264,10 @@ class HlcUlidBatch(Batch):
         random_tables, head_table = _random_words(), _head_words(self.publisher_id)
         counters = _counter_words(self.publisher_id)
         low_words, high_words = (_text.char_view(rows, column, "<u8") for column in reversed(WORD_COLUMNS))
-        masked = _text.scratch("hlc-ulid-masked", RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count)
+        masked = cast(
+            "npt.NDArray[np.uint16]",
+            _text.scratch("hlc-ulid-masked", RANDOM_WORDS * count, np.uint16).reshape(RANDOM_WORDS, count),
+        )
         np.bitwise_and(words, _WORD_MASKS, out=masked)
         runs = []  # (first row, last row + 1, the first row's counter) per segment
         row = 0
