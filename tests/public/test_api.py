@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
 import re
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
 import pytest
 
+from app.api.public import REVEAL_PER_TURN
+from app.decoding import decode_value
 from app.errors import ConfigError
 from app.main import create_app
-from tests.helpers import make_settings, running_app
+from app.public.forms import Public
+from app.schemes.base import Scheme
+from tests.helpers import lifespan, make_settings, running_app
 from tests.public.support import SECRET_1, SECRET_2, key_file
 from tests.support.server import running_server
 
@@ -156,6 +162,53 @@ def test_a_batch_of_10000_and_no_more(tmp_path: Path) -> None:
         assert all(i["scheme"] == "eight-byte" for i in r.json()["items"])
         r = c.post("/v1/public", json={"texts": texts + ["x"]})
         assert r.status_code == 422 and "10000" in r.json()["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 10,000 texts take about 100 ms of key trials, decode objects and JSON. In the encode pool's thread that held
+    # the GIL against the event loop (single IDs asked meanwhile waited up to 27 ms); revealed on the loop in one
+    # piece it would hold every other request for all of it. Each slice of REVEAL_PER_TURN texts must see other
+    # work run before it, and the answer must be the same items in the same order as one reveal of every text.
+    turns = 0
+    running = True
+
+    async def other_client() -> None:
+        nonlocal turns
+        while running:
+            turns += 1
+            await asyncio.sleep(0)
+
+    seen: list[tuple[int, int]] = []
+    reveal = Public.reveal
+
+    def counted(public: Public, texts: Sequence[str]) -> list[tuple[Scheme | None, int, int] | str]:
+        seen.append((turns, len(texts)))
+        return reveal(public, texts)
+
+    keys = key_file(tmp_path / "keys.toml", (1, SECRET_1))
+    app = create_app(make_settings(tmp_path / "state", public_id_keys_file=keys))
+    async with lifespan(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://idmint") as client:
+            texts: list[str] = []
+            for scheme in ("snowflake", "uuidv7"):
+                while len(texts) < (5_000 if scheme == "snowflake" else 10_000):
+                    r = await client.get(f"/v1/ids/{scheme}", params={"count": 1000, "format": "public"})
+                    texts += r.json()["ids"]
+            texts[123] = "not a public ID"
+            public: Public = app.app.state.public  # the FastAPI app behind the connection front
+            alone = [public.answer(found, decode_value) for found in public.reveal(texts)]
+            monkeypatch.setattr(Public, "reveal", counted)
+            other = asyncio.create_task(other_client())
+            r = await client.post("/v1/public", json={"texts": texts}, timeout=120)
+            running = False
+            await other
+    assert r.status_code == 200, r.text
+    assert r.json() == {"items": alone}
+    assert sum(count for _, count in seen) == len(texts) and max(count for _, count in seen) <= REVEAL_PER_TURN
+    assert len({turn for turn, _ in seen}) == len(seen) == len(texts) // REVEAL_PER_TURN, seen[:5]
 
 
 @pytest.mark.integration
