@@ -22,6 +22,7 @@ from app.api.params import parse_body, read_body
 from app.decoding import decode_value
 from app.errors import UnopenedPublicIdError
 from app.public.forms import Public
+from app.public.keys import KeyRing
 
 router = APIRouter(tags=["public"])
 
@@ -62,10 +63,11 @@ def _decode(scheme: Any, value: int) -> dict[str, Any]:
     return decode_value(scheme, value)
 
 
-def reveal_members(public: Public, texts: list[str]) -> bytes:
-    """The items of ``POST /v1/public``'s answer for ``texts``, as the members of a JSON array (no brackets)."""
+def reveal_members(public: Public, ring: KeyRing, texts: list[str]) -> bytes:
+    """The items of ``POST /v1/public``'s answer for ``texts`` under ``ring``, as the members of a JSON array (no
+    brackets)."""
     items = []
-    for text, found in zip(texts, public.reveal([t[:MAX_TEXT_CHARS] for t in texts]), strict=True):
+    for text, found in zip(texts, public.reveal([t[:MAX_TEXT_CHARS] for t in texts], ring), strict=True):
         item = public.answer(found, _decode)
         if "error" in item and len(text) > MAX_TEXT_CHARS:
             item = {"error": f"a public ID is at most {MAX_TEXT_CHARS} characters, got {len(text)}"}
@@ -104,11 +106,11 @@ async def reveal_many(request: Request, node: NodeDep) -> Response:
     """Reveal up to 10,000 public IDs: one item per text, in order (``{"error"}`` for a text no key opens)."""
     public: Public = request.app.state.public
     body = parse_body(await read_body(request, MAX_BODY_BYTES), RevealRequest, '{"texts": [...]}')
-    public.ring()  # 422 naming the setting before any work
+    ring = public.ring()  # 422 naming the setting before any work; one set of keys for the whole batch
     texts = body.texts
     members = []
     for start in range(0, len(texts), REVEAL_PER_TURN):
         if start:
-            await asyncio.sleep(0)  # let every other request run between slices
-        members.append(reveal_members(public, texts[start : start + REVEAL_PER_TURN]))
+            await asyncio.sleep(0)  # let every other request run between slices (a SIGHUP's reload too)
+        members.append(reveal_members(public, ring, texts[start : start + REVEAL_PER_TURN]))
     return Response(b'{"items":[' + b",".join(members) + b"]}", media_type="application/json")

@@ -367,10 +367,12 @@ class Public:
         return Issued(scheme, [PublicBatch(self, ring, scheme, b) for b in issued.batches])
 
     # -- revealing -----------------------------------------------------------------------------------------
-    def reveal(self, texts: Sequence[str]) -> list[tuple[Scheme | None, int, int] | str]:
-        """Each text read back: (the scheme, or None for a sequence integer; the ID as the scheme reads it; the
-        key id), or the reason it is refused (a text no key in force opens)."""
-        ring = self.ring()
+    def reveal(self, texts: Sequence[str], ring: KeyRing | None = None) -> list[tuple[Scheme | None, int, int] | str]:
+        """Each text read back under ``ring`` (None: the keys in force now): (the scheme, or None for a sequence
+        integer; the ID as the scheme reads it; the key id), or the reason it is refused (a text no key in force
+        opens). A caller revealing one batch in several calls passes the ring it read once, so that a key file
+        reloaded meanwhile (SIGHUP) cannot split the batch between two sets of keys."""
+        ring = self.ring() if ring is None else ring
         out: list[tuple[Scheme | None, int, int] | str] = ["no key in force opens this public ID"] * len(texts)
         short = [(i, t) for i, t in enumerate(texts) if _is_text64(t)]
         for (i, _), opened in zip(short, _open64(ring, [t for _, t in short]), strict=True):

@@ -19,6 +19,7 @@ from app.decoding import decode_value
 from app.errors import ConfigError
 from app.main import create_app
 from app.public.forms import Public
+from app.public.keys import KeyRing
 from app.schemes.base import Scheme
 from tests.helpers import lifespan, make_settings, running_app
 from tests.public.support import SECRET_1, SECRET_2, key_file
@@ -171,7 +172,8 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
     # 10,000 texts take about 100 ms of key trials, decode objects and JSON. In the encode pool's thread that held
     # the GIL against the event loop (single IDs asked meanwhile waited up to 27 ms); revealed on the loop in one
     # piece it would hold every other request for all of it. Each slice of REVEAL_PER_TURN texts must see other
-    # work run before it, and the answer must be the same items in the same order as one reveal of every text.
+    # work run before it, and the answer must be the same items in the same order as one reveal of every text,
+    # under the keys in force when the batch began, even when the key file is reloaded (SIGHUP) between slices.
     turns = 0
     running = True
 
@@ -183,12 +185,18 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
 
     seen: list[tuple[int, int]] = []
     reveal = Public.reveal
-
-    def counted(public: Public, texts: Sequence[str]) -> list[tuple[Scheme | None, int, int] | str]:
-        seen.append((turns, len(texts)))
-        return reveal(public, texts)
-
     keys = key_file(tmp_path / "keys.toml", (1, SECRET_1))
+
+    def counted(
+        public: Public, texts: Sequence[str], ring: KeyRing | None = None
+    ) -> list[tuple[Scheme | None, int, int] | str]:
+        seen.append((turns, len(texts)))
+        found = reveal(public, texts, ring)
+        if len(seen) == 1:  # the key file now holds key 2 alone, reloaded between the first slice and the next
+            key_file(keys, (2, SECRET_2))
+            assert public.keys is not None and public.keys.reload()
+        return found
+
     app = create_app(make_settings(tmp_path / "state", public_id_keys_file=keys))
     async with lifespan(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://idmint") as client:
@@ -205,8 +213,12 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
             r = await client.post("/v1/public", json={"texts": texts}, timeout=120)
             running = False
             await other
+            monkeypatch.undo()
+            after = (await client.post("/v1/public", json={"texts": texts[:3]})).json()["items"]
     assert r.status_code == 200, r.text
     assert r.json() == {"items": alone}
+    assert all(item["key_id"] == 1 for n, item in enumerate(alone) if n != 123)
+    assert all("error" in item for item in after)  # key 1 is gone for the next request
     assert sum(count for _, count in seen) == len(texts) and max(count for _, count in seen) <= REVEAL_PER_TURN
     assert len({turn for turn, _ in seen}) == len(seen) == len(texts) // REVEAL_PER_TURN, seen[:5]
 
