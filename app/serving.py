@@ -515,6 +515,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.message_complete = False
         self.idle_since = None
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # uvicorn's, for the header section only: httptools also reports a chunked body's trailer fields here, which
+        # uvicorn appended to the request's headers (the list its scope holds), so a trailer that came in the same
+        # read as the headers passed for a second Authorization or Host and one that came later did not; trailers
+        # are not header fields (RFC 9110 section 6.5.1), and no route reads any.
+        if self.in_headers:
+            name = name.lower()
+            if name == b"expect" and value.lower() == b"100-continue":
+                self.expect_100_continue = True
+            self.headers.append((name, value))
+
     def on_headers_complete(self) -> None:
         if self.refused:
             return

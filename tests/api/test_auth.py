@@ -8,6 +8,7 @@ import concurrent.futures
 import hashlib
 import hmac
 import inspect
+import json
 import os
 import signal
 import socket
@@ -131,6 +132,20 @@ def test_two_authorization_headers_are_refused_whichever_holds_the_key(
         two = f"GET /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nAuthorization: {first}\r\nAuthorization: {second}\r\n\r\n"
         (answer,) = exchange(server.port, two.encode())
         assert answer.status == 401 and b"at most one Authorization header" in answer.body, answer.raw[:300]
+
+
+def test_a_chunked_bodys_trailer_fields_are_not_header_fields(server: Server) -> None:
+    # httptools reports trailer fields like header fields; appended to the request's headers they made a second
+    # Authorization (or Host) when they came in the same read as the headers, and nothing when they came later.
+    # Trailers are not header fields (RFC 9110 section 6.5.1): the answer must not depend on how the bytes arrive.
+    head = (
+        "POST /v1/ids/wiji HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        f"Content-Type: application/json\r\nAuthorization: Bearer {ISSUER}\r\n\r\n"
+    ).encode()
+    for trailer in (b"Authorization: Bearer nope\r\n", b"Host: y\r\n", b"Authorization: Bearer nope\r\nHost: y\r\n"):
+        (answer,) = exchange(server.port, head + b"2\r\n{}\r\n0\r\n" + trailer + b"\r\n")
+        assert answer.status == 200, (trailer, answer.raw[:300])
+        assert len(json.loads(answer.body)["ids"]) == 1
 
 
 def test_a_key_without_the_scope_is_403(keyed: tuple[TestClient, FakeClock]) -> None:
