@@ -86,6 +86,31 @@ async def lifespan(app: Any) -> AsyncIterator[None]:
         await task
 
 
+class LoopTurns:
+    """The event loop's turns counted by another task while an ``async with`` block runs (:attr:`count`): a test of
+    work sliced across turns records ``turns.count`` in each slice and asserts the slices saw different counts
+    (other work ran between them). Counts on the loop itself, never on time, so a busy machine changes nothing."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._running = True
+        self._task: asyncio.Task[None] | None = None
+
+    async def _turn(self) -> None:
+        while self._running:
+            self.count += 1
+            await asyncio.sleep(0)
+
+    async def __aenter__(self) -> LoopTurns:
+        self._task = asyncio.create_task(self._turn())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._running = False
+        assert self._task is not None
+        await self._task
+
+
 def new_node(state_dir: Path, clock: FakeClock | None = None, **overrides: Any) -> Node:
     """A :class:`Node` (not started) on the real embedded backend in ``state_dir``, ``clock`` injected (None: the
     node's own, the real clock)."""

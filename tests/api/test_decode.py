@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from app.api.decode import INLINE_BODY_BYTES, ITEMS_PER_TURN
 from app.ledger.view import LedgerView
 from app.main import create_app
 from app.settings import Settings
-from tests.helpers import CLAIMING, HEX_DIGITS, SCHEMES, lifespan, running_app
+from tests.helpers import CLAIMING, HEX_DIGITS, SCHEMES, LoopTurns, lifespan, running_app
 
 FIELDS = {
     "muid": {"timestamp_us", "medallion", "offset"},
@@ -265,20 +264,12 @@ async def test_a_long_free_text_answer_is_annotated_with_the_event_loop_turning(
     # A text decoded in the worker process comes back as 2,000 items: the event loop reads them back, has the claim
     # ledger annotate each and writes the answer. Done in one piece, that held every other client's request for
     # 300 ms and more (5,000 items); each annotation must see other work run between slices of ITEMS_PER_TURN.
-    turns = 0
-    running = True
-
-    async def other_client() -> None:
-        nonlocal turns
-        while running:
-            turns += 1
-            await asyncio.sleep(0)
-
+    turns = LoopTurns()
     seen: list[int] = []
     annotate = LedgerView.annotate
 
     def counted(view: LedgerView, candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        seen.append(turns)
+        seen.append(turns.count)
         return annotate(view, candidates)
 
     monkeypatch.setattr(LedgerView, "annotate", counted)
@@ -288,10 +279,8 @@ async def test_a_long_free_text_answer_is_annotated_with_the_event_loop_turning(
             ids = (await client.get("/v1/ids/snowflake", params={"count": 2000})).json()["ids"]
             text = "\n".join(f"order {id} failed" for id in ids)
             assert len(text.encode()) > INLINE_BODY_BYTES  # decoded in the worker process
-            other = asyncio.create_task(other_client())
-            r = await client.post("/v1/decode", json={"text": text}, timeout=120)
-            running = False
-            await other
+            async with turns:
+                r = await client.post("/v1/decode", json={"text": text}, timeout=120)
     assert r.status_code == 200, r.text
     items = r.json()["items"]
     assert [item["input"] for item in items] == ids

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
@@ -21,7 +20,7 @@ from app.main import create_app
 from app.public.forms import Public
 from app.public.keys import KeyRing
 from app.schemes.base import Scheme
-from tests.helpers import lifespan, make_settings, running_app
+from tests.helpers import LoopTurns, lifespan, make_settings, running_app
 from tests.public.support import SECRET_1, SECRET_2, key_file
 from tests.support.server import running_server
 
@@ -174,15 +173,7 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
     # piece it would hold every other request for all of it. Each slice of REVEAL_PER_TURN texts must see other
     # work run before it, and the answer must be the same items in the same order as one reveal of every text,
     # under the keys in force when the batch began, even when the key file is reloaded (SIGHUP) between slices.
-    turns = 0
-    running = True
-
-    async def other_client() -> None:
-        nonlocal turns
-        while running:
-            turns += 1
-            await asyncio.sleep(0)
-
+    turns = LoopTurns()
     seen: list[tuple[int, int]] = []
     reveal = Public.reveal
     keys = key_file(tmp_path / "keys.toml", (1, SECRET_1))
@@ -190,7 +181,7 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
     def counted(
         public: Public, texts: Sequence[str], ring: KeyRing | None = None
     ) -> list[tuple[Scheme | None, int, int] | str]:
-        seen.append((turns, len(texts)))
+        seen.append((turns.count, len(texts)))
         found = reveal(public, texts, ring)
         if len(seen) == 1:  # the key file now holds key 2 alone, reloaded between the first slice and the next
             key_file(keys, (2, SECRET_2))
@@ -209,10 +200,8 @@ async def test_a_large_batch_is_revealed_with_the_event_loop_turning(
             public: Public = app.app.state.public  # the FastAPI app behind the connection front
             alone = [public.answer(found, decode_value) for found in public.reveal(texts)]
             monkeypatch.setattr(Public, "reveal", counted)
-            other = asyncio.create_task(other_client())
-            r = await client.post("/v1/public", json={"texts": texts}, timeout=120)
-            running = False
-            await other
+            async with turns:
+                r = await client.post("/v1/public", json={"texts": texts}, timeout=120)
             monkeypatch.undo()
             after = (await client.post("/v1/public", json={"texts": texts[:3]})).json()["items"]
     assert r.status_code == 200, r.text
