@@ -69,6 +69,13 @@ def etcd_settings(endpoint: str, namespace: str, **overrides: Any) -> Settings:
     return load_settings(**values)
 
 
+CALM: dict[str, Any] = {"etcd_lease_ttl": 10, "etcd_connect_timeout": 5.0, "etcd_request_timeout": 5.0}
+"""Settings for the tests whose subject is not time: 10 s leases (a claim's deadline is 1.5 s after the last
+keepalive on TTL_S's) and 5 s for a connection or a request (1 s in :func:`etcd_settings`, which a loaded machine's
+etcd has missed: rehearsal s4, four busy loops, a record_mark's connection timed out). The tests of deadlines,
+outages and refusals keep :func:`etcd_settings`' own."""
+
+
 @asynccontextmanager
 async def backend(
     server: EtcdServer, namespace: str, clock: Callable[[], float] = time.monotonic, **overrides: Any
@@ -113,13 +120,12 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
     ns = etcd_namespace
-    # 10 s leases: the claims' validity below is about the claims, not about keepalives a loaded machine sends late
+    # CALM: the claims' validity below is about the claims, not about keepalives a loaded machine sends late
     # (TTL_S's deadline is 1.5 s after the last one sent, and fifteen claims are made in between).
-    ttl = {"etcd_lease_ttl": 10}
     async with (
-        backend(etcd_server, ns, **ttl) as a,
-        backend(etcd_server, ns, **ttl) as b,
-        backend(etcd_server, ns, **ttl) as c,
+        backend(etcd_server, ns, **CALM) as a,
+        backend(etcd_server, ns, **CALM) as b,
+        backend(etcd_server, ns, **CALM) as c,
     ):
         claims: dict[str, list[EtcdClaim]] = {}
         for pool in (EIGHT_BYTE, MUID, HLC_ULID, SIQ, SHARDS_RANDOM):
@@ -161,7 +167,7 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
 
         status = a.status()
         assert status["backend"] == "etcd" and status["healthy"]
-        assert 0 < status["deadline_in_s"] <= ttl["etcd_lease_ttl"]
+        assert 0 < status["deadline_in_s"] <= CALM["etcd_lease_ttl"]
 
     # close() revoked every lease: claim and registration keys are gone.
     assert await keys_under(raw, ns) == {}
@@ -169,7 +175,7 @@ async def test_three_backends_claim_distinct_identities_visible_with_holders(
 
 async def test_pool_exhaustion_and_release(etcd_server: EtcdServer, etcd_namespace: str) -> None:
     two = pool_spec("eight-byte", minimum=0, maximum=1, settings={"cluster_id": 0})
-    async with backend(etcd_server, etcd_namespace) as a, backend(etcd_server, etcd_namespace) as b:
+    async with backend(etcd_server, etcd_namespace, **CALM) as a, backend(etcd_server, etcd_namespace, **CALM) as b:
         first = await a.claim(two, holder(0))
         await b.claim(two, holder(1))
         with pytest.raises(PoolExhaustedError, match=r"no free generator_id in cluster 0: 2 of 2 held"):
@@ -198,7 +204,7 @@ async def test_java_uniqueid_keys_are_respected(etcd_server: EtcdServer, etcd_na
     for generator in (0, 1, 3):
         await raw.put(f"{ns}pool/0:{generator}".encode(), b"")
     await raw.put(f"{ns}pool/1:2".encode(), b"")  # another cluster ID: not ours to skip
-    async with backend(etcd_server, ns) as a:
+    async with backend(etcd_server, ns, **CALM) as a:
         six = pool_spec("eight-byte", minimum=0, maximum=5, settings={"cluster_id": 0})
         got = [(await a.claim(six, holder(0))).identity for _ in range(3)]
         assert sorted(got) == [2, 4, 5]
@@ -217,7 +223,7 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(
 ) -> None:
     ns = etcd_namespace
     cluster3 = pool_spec("eight-byte", minimum=0, maximum=0, settings={"cluster_id": 3})
-    async with backend(etcd_server, ns) as a:
+    async with backend(etcd_server, ns, **CALM) as a:
         await raw.put(f"{ns}cluster-id".encode(), b"1, 3")  # as java-uniqueid's TestHelper writes it
         with pytest.raises(
             NotReadyError, match=r"cluster ID 0 is not listed in etcd key .*cluster-id \('1, 3'\)"
@@ -235,9 +241,9 @@ async def test_cluster_id_key_lists_allowed_cluster_ids(
 async def test_key_left_on_our_lease_by_an_unfinished_claim_is_given_back(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
-    # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease. (A 10 s
-    # lease: the claim's validity is about the key, not about a keepalive sent late.)
-    async with backend(etcd_server, etcd_namespace, etcd_lease_ttl=10) as a:
+    # A claim transaction that committed but whose answer never arrived (timeout) leaves a key on our lease. (CALM:
+    # the claim's validity is about the key, not about a keepalive sent late.)
+    async with backend(etcd_server, etcd_namespace, **CALM) as a:
         assert a._session is not None
         await raw.put(f"{etcd_namespace}idmint/hlc-ulid/0".encode(), b"", lease=a._session.lease_id)
         claim = await a.claim(pool_spec("hlc-ulid", minimum=0, maximum=0), holder(0))
@@ -250,7 +256,7 @@ async def test_marks_rise_survive_the_holder_and_return_to_the_next_claimer(
 ) -> None:
     ns = etcd_namespace
     pool = pool_spec("siq", minimum=0, maximum=0, settings={"siq_domain": "example.com"})
-    async with backend(etcd_server, ns) as a, backend(etcd_server, ns) as b:
+    async with backend(etcd_server, ns, **CALM) as a, backend(etcd_server, ns, **CALM) as b:
         claim = await a.claim(pool, holder(0))
         assert claim.high_water_mark == -1
         await claim.record_mark(1_000)
@@ -387,9 +393,9 @@ async def test_holder_that_stops_refreshing_fails_closed_before_another_can_clai
 async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
-    # A 10 s lease: the claims' validity below is about their keys, not about keepalives a loaded machine sends
-    # late (TTL_S's deadline is 1.5 s after the last one sent); only the watch tells a key's loss.
-    async with backend(etcd_server, etcd_namespace, etcd_lease_ttl=10) as a:
+    # CALM: the claims' validity below is about their keys, not about keepalives a loaded machine sends late
+    # (TTL_S's deadline is 1.5 s after the last one sent); only the watch tells a key's loss.
+    async with backend(etcd_server, etcd_namespace, **CALM) as a:
         deleted = await a.claim(HLC_ULID, holder(0))
         overwritten = await a.claim(HLC_ULID, holder(0))
         await deleted.record_mark(10)  # our own writes do not count as a loss
@@ -414,7 +420,7 @@ async def test_deleted_or_overwritten_claim_key_makes_the_claim_lost(
 async def test_revoked_lease_loses_claims_and_a_new_lease_is_granted(
     etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd
 ) -> None:
-    async with backend(etcd_server, etcd_namespace, etcd_lease_ttl=10) as a:  # validity is not about keepalives here
+    async with backend(etcd_server, etcd_namespace, **CALM) as a:  # validity is not about keepalives here
         claim = await a.claim(SIQ, holder(0))
         old_lease = claim.lease_id
         await raw.revoke_lease(old_lease)
@@ -544,7 +550,7 @@ async def test_tls_files_need_https_endpoints(tmp_path: Path) -> None:
 
 async def test_fleet_records_are_compared_and_set(etcd_server: EtcdServer, etcd_namespace: str, raw: RawEtcd) -> None:
     """One create-if-absent and compare-and-set transaction per write: two backends on one namespace agree."""
-    async with backend(etcd_server, etcd_namespace) as one, backend(etcd_server, etcd_namespace) as two:
+    async with backend(etcd_server, etcd_namespace, **CALM) as one, backend(etcd_server, etcd_namespace, **CALM) as two:
         assert await one.read_record("scheme.snowflake") is None
         assert await one.swap_record("scheme.snowflake", None, {"layout": "a", "regions": 1})
         assert not await two.swap_record("scheme.snowflake", None, {"layout": "b"})
