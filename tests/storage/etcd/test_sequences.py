@@ -24,11 +24,13 @@ def span(run: Run) -> tuple[int, int]:
 
 
 def store_for(endpoint: str, namespace: str, **overrides: object) -> EtcdSequenceStore:
+    """A store on ``endpoint`` with 5 s for a connection or a request: these tests are about what is stored, and a
+    loaded machine's etcd has missed 1 s (a stopped etcd refuses at once, so the outage test does not wait)."""
     settings = Settings(
         etcd_endpoints=endpoint,
         etcd_namespace=namespace,
-        etcd_request_timeout=1.0,
-        etcd_connect_timeout=1.0,
+        etcd_request_timeout=5.0,
+        etcd_connect_timeout=5.0,
         **overrides,
     )
     return EtcdSequenceStore(settings)
