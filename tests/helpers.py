@@ -66,6 +66,17 @@ def running_app(state_dir: Path, clock: FakeClock | None = None, **overrides: An
         yield client
 
 
+def routed_client(client: TestClient) -> TestClient:
+    """A TestClient of the FastAPI app behind ``client``'s front (requests through FastAPI, not the hot path), run
+    on ``client``'s event loop. The node's locks and futures belong to that loop; an unentered TestClient runs each
+    request on a loop of its own, where a request that waited for the high-water mark's lock while the node's
+    background task held it was woken on a loop asleep in select, never to run again (rehearsal s5: a GET of two
+    HLC-ULIDs hung until the suite was stopped)."""
+    routed = TestClient(client.app.app)  # type: ignore[attr-defined]
+    routed.portal = client.portal
+    return routed
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: Any) -> AsyncIterator[None]:
     """Run the ASGI lifespan protocol (httpx.ASGITransport does not): startup before, shutdown after."""

@@ -20,7 +20,7 @@ from fastapi.testclient import TestClient
 from app.schemes import schemes
 from app.settings import Settings
 from app.storage.etcd.keys import claim_key, mark_key
-from tests.helpers import running_app
+from tests.helpers import routed_client, running_app
 
 SCHEMES = tuple(schemes())
 NS = "unique-id-generator/"
@@ -35,7 +35,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 @pytest.fixture(scope="module")
 def routed(client: TestClient) -> TestClient:
     """The FastAPI app behind the fast path (same node, its lifespan already running): GET through FastAPI."""
-    return TestClient(client.app.app)  # type: ignore[attr-defined]
+    return routed_client(client)
 
 
 def issued_total(client: TestClient, scheme: str) -> float:

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from app.api.params import MAX_BODY_BYTES, option_owners
 from app.schemes import schemes
-from tests.helpers import running_app
+from tests.helpers import routed_client, running_app
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 
 @pytest.fixture(scope="module")
 def routed(client: TestClient) -> TestClient:
-    return TestClient(client.app.app)  # type: ignore[attr-defined]
+    return routed_client(client)
 
 
 def raw_get(c: TestClient, path: str, query: str) -> Any:
